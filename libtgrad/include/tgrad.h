@@ -1,0 +1,213 @@
+/*
+ * tgrad.h — the stable C ABI of libtgrad, a bf16 2-D matrix-multiply runtime.
+ *
+ * Contract in brief
+ *  - Every fallible call returns a tgrad_status. TGRAD_OK (0) is success; any other value names an
+ *    entry of the status registry below. On failure no output argument is written, nothing is
+ *    allocated, and tgrad_last_error() holds a one-line detail for the calling thread.
+ *  - Objects are opaque 64-bit handles carrying a kind tag and a generation counter: a released,
+ *    stale (slot reused) or foreign handle is answered with TGRAD_ERR_INVALID_HANDLE or
+ *    TGRAD_ERR_WRONG_HANDLE_KIND, never undefined behaviour. The handle value 0 is "no object";
+ *    tgrad_tensor_release(0) is a no-op.
+ *  - Thread safety: every function may be called from any thread at any time. Tensors are
+ *    immutable values (views and matmul make new tensors), so one tensor may be read, viewed,
+ *    multiplied and realized from many threads at once; realization of a shared lazy result happens
+ *    once. Releasing a handle while another thread uses it is safe: that thread either completes or
+ *    gets TGRAD_ERR_INVALID_HANDLE.
+ *  - Numerics (docs/numerics.md): bf16 storage, fp32 accumulation in a documented order, output
+ *    rounded to nearest even. The result is bit-identical on every CPU path and thread count.
+ *
+ * ABI policy: numeric status codes, dtype codes and handle layout are frozen. Functions are only
+ * added. Any change to an existing signature bumps TGRAD_VERSION_MAJOR.
+ */
+#ifndef TGRAD_H
+#define TGRAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- export ------------------------------------------------------------------------------- */
+#if defined(_WIN32)
+#  if defined(TGRAD_BUILDING)
+#    define TGRAD_API __declspec(dllexport)
+#  else
+#    define TGRAD_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__)
+#  define TGRAD_API __attribute__((visibility("default")))
+#else
+#  define TGRAD_API
+#endif
+
+/* ---- version ------------------------------------------------------------------------------ */
+#define TGRAD_VERSION_MAJOR 0
+#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_PATCH 0
+#define TGRAD_VERSION_NUMBER (TGRAD_VERSION_MAJOR * 10000 + TGRAD_VERSION_MINOR * 100 + TGRAD_VERSION_PATCH)
+#define TGRAD_VERSION_STRING "0.1.0"
+
+/* The library's TGRAD_VERSION_NUMBER (the header a program compiled against may differ). */
+TGRAD_API uint32_t tgrad_version(void);
+TGRAD_API const char *tgrad_version_string(void);
+/* TGRAD_OK when a program built against header_version (pass TGRAD_VERSION_NUMBER) may use this
+ * library: same major version and a library at least as new. Else TGRAD_ERR_VERSION_MISMATCH. */
+typedef int32_t tgrad_status;
+TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
+
+/* ---- status registry ---------------------------------------------------------------------- */
+/* The one registry of outcomes. X(code, NAME, name, category, message).
+ * Codes are frozen: never renumber, never reuse. Entries at or above TGRAD_STATUS_UNSTABLE_FROM
+ * are young and may still be renamed before 1.0. category is one of
+ * value | type | index | memory | runtime | lookup (the Python binding derives exception bases). */
+#define TGRAD_STATUS_LIST(X)                                                                        \
+    X(0, OK, ok, "none", "success")                                                                 \
+    X(1, ERR_INVALID_ARGUMENT, invalid_argument, "value", "an argument is invalid (NULL pointer, bad count or flag)") \
+    X(2, ERR_INVALID_HANDLE, invalid_handle, "lookup", "handle is released, stale or was never issued") \
+    X(3, ERR_WRONG_HANDLE_KIND, wrong_handle_kind, "type", "handle names an object of another kind") \
+    X(4, ERR_SHAPE_MISMATCH, shape_mismatch, "value", "operand shapes do not fit together")         \
+    X(5, ERR_RANK_MISMATCH, rank_mismatch, "value", "operand has the wrong number of dimensions")   \
+    X(6, ERR_BAD_PERMUTATION, bad_permutation, "value", "axes are not a permutation of the tensor's dimensions") \
+    X(7, ERR_BAD_EXPAND, bad_expand, "value", "only size-1 axes can be expanded")                   \
+    X(8, ERR_BAD_RESHAPE, bad_reshape, "value", "new shape does not hold the same number of elements") \
+    X(9, ERR_INDEX_OUT_OF_RANGE, index_out_of_range, "index", "index or axis is out of range")        \
+    X(10, ERR_DTYPE_UNSUPPORTED, dtype_unsupported, "type", "element type is not supported")        \
+    X(11, ERR_SIZE_OVERFLOW, size_overflow, "value", "size computation overflows 64 bits")          \
+    X(12, ERR_VIEW_NOT_EXPRESSIBLE, view_not_expressible, "value", "view cannot be expressed with strides over the existing buffer") \
+    X(13, ERR_OUT_OF_MEMORY, out_of_memory, "memory", "memory allocation failed")                   \
+    X(14, ERR_BUFFER_TOO_SMALL, buffer_too_small, "value", "destination buffer is smaller than the tensor") \
+    X(15, ERR_BACKEND_UNAVAILABLE, backend_unavailable, "runtime", "backend is not built or not available on this machine") \
+    X(16, ERR_KERNEL_COMPILE_FAILED, kernel_compile_failed, "runtime", "kernel source failed to compile") \
+    X(17, ERR_VERSION_MISMATCH, version_mismatch, "runtime", "library and header versions are incompatible") \
+    X(18, ERR_INTERNAL, internal, "runtime", "internal error (a bug in tgrad: please report it)")
+
+#define TGRAD_STATUS_ENUM_(code, NAME, name, category, message) TGRAD_##NAME = code,
+enum tgrad_status_code { TGRAD_STATUS_LIST(TGRAD_STATUS_ENUM_) TGRAD_STATUS_COUNT_ };
+#undef TGRAD_STATUS_ENUM_
+#define TGRAD_STATUS_UNSTABLE_FROM 15
+
+/* Number of registry entries; codes are 0 .. count-1. */
+TGRAD_API int32_t tgrad_status_count(void);
+/* Stable snake_case name ("shape_mismatch"); "unknown_status" for a code outside the registry. */
+TGRAD_API const char *tgrad_status_name(tgrad_status status);
+/* One-line message of the registry entry; never NULL. */
+TGRAD_API const char *tgrad_status_message(tgrad_status status);
+/* Category of the entry (see above); "unknown" outside the registry. */
+TGRAD_API const char *tgrad_status_category(tgrad_status status);
+/* Detail of the last failed call on this thread ("" if none). Valid until this thread's next
+ * failing call. */
+TGRAD_API const char *tgrad_last_error(void);
+/* Status of the last failed call on this thread (TGRAD_OK if none). */
+TGRAD_API tgrad_status tgrad_last_status(void);
+
+/* ---- limits and types --------------------------------------------------------------------- */
+#define TGRAD_MAX_DIMS 8
+
+/* Element types. Frozen codes. Only bf16 tensors exist; host data may be f32, f64 or bf16 bits. */
+#define TGRAD_DTYPE_BF16 1
+#define TGRAD_DTYPE_F32 2
+#define TGRAD_DTYPE_F64 3
+
+/* A tensor handle: an immutable bf16 value (possibly lazy), a view over a shared buffer. */
+typedef uint64_t tgrad_tensor_t;
+
+/* ---- tensors: creation, release, reading --------------------------------------------------- */
+/* Create a bf16 tensor from contiguous row-major host data of ndim dimensions (0 <= ndim <=
+ * TGRAD_MAX_DIMS, every extent >= 0). f32/f64 round to nearest even; NaN stays NaN, made quiet,
+ * sign kept (f64 rounds once, directly to bf16). bf16 bits are copied unchanged. data may be NULL
+ * only when the shape holds no element. The host data is copied; the caller keeps ownership. */
+TGRAD_API tgrad_status tgrad_tensor_from_f32(const float *data, int32_t ndim, const int64_t *shape,
+                                             tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, const int64_t *shape,
+                                             tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
+                                              tgrad_tensor_t *out);
+/* Release a handle (the buffer lives while any view or pending result needs it). 0 is a no-op. */
+TGRAD_API tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor);
+
+/* Realize (compute) a lazy tensor and everything it depends on. No-op when already realized. */
+TGRAD_API tgrad_status tgrad_tensor_realize(tgrad_tensor_t tensor);
+/* Copy the logical view, row-major, into dst (capacity in elements). Realizes first. bf16 bits are
+ * the stored bits; f32 is their exact widening. */
+TGRAD_API tgrad_status tgrad_tensor_read_bf16(tgrad_tensor_t tensor, uint16_t *dst, size_t capacity);
+TGRAD_API tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, size_t capacity);
+
+/* ---- tensors: properties ------------------------------------------------------------------- */
+TGRAD_API tgrad_status tgrad_tensor_ndim(tgrad_tensor_t tensor, int32_t *ndim);
+/* shape and strides receive ndim values (pass arrays of TGRAD_MAX_DIMS). Strides and offset are in
+ * elements of the underlying buffer; strides may be 0 (expand) or negative (reversed slice). */
+TGRAD_API tgrad_status tgrad_tensor_shape(tgrad_tensor_t tensor, int64_t *shape);
+TGRAD_API tgrad_status tgrad_tensor_strides(tgrad_tensor_t tensor, int64_t *strides);
+TGRAD_API tgrad_status tgrad_tensor_offset(tgrad_tensor_t tensor, int64_t *offset);
+TGRAD_API tgrad_status tgrad_tensor_numel(tgrad_tensor_t tensor, int64_t *numel);
+TGRAD_API tgrad_status tgrad_tensor_dtype(tgrad_tensor_t tensor, int32_t *dtype);
+/* 1 when the tensor's buffer holds computed data, 0 while it is a pending (lazy) result. */
+TGRAD_API tgrad_status tgrad_tensor_is_realized(tgrad_tensor_t tensor, int32_t *realized);
+/* 1 when both tensors are views of one buffer (zero-copy views share their base's buffer). */
+TGRAD_API tgrad_status tgrad_tensor_same_buffer(tgrad_tensor_t a, tgrad_tensor_t b, int32_t *same);
+
+/* ---- views (zero-copy unless stated) -------------------------------------------------------- */
+/* Axes may be negative (counted from the end), as in numpy. */
+TGRAD_API tgrad_status tgrad_tensor_transpose(tgrad_tensor_t tensor, int32_t axis0, int32_t axis1,
+                                              tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_tensor_permute(tgrad_tensor_t tensor, const int32_t *axes, int32_t naxes,
+                                            tgrad_tensor_t *out);
+/* Broadcast to shape (ndim >= the tensor's; new axes are prepended). A size-1 axis may take any
+ * extent (stride 0); -1 keeps an existing extent; any other change is TGRAD_ERR_BAD_EXPAND. */
+TGRAD_API tgrad_status tgrad_tensor_expand(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                           tgrad_tensor_t *out);
+/* numpy basic slicing on one axis: start/stop are clamped like numpy, negative values count from
+ * the end, step != 0 (negative steps reverse). flags say which of start/stop are omitted (None). */
+#define TGRAD_SLICE_START_NONE 1u
+#define TGRAD_SLICE_STOP_NONE 2u
+TGRAD_API tgrad_status tgrad_tensor_slice(tgrad_tensor_t tensor, int32_t axis, int64_t start,
+                                          int64_t stop, int64_t step, uint32_t flags,
+                                          tgrad_tensor_t *out);
+/* Integer index on one axis (negative counts from the end); removes that axis. Out of range is
+ * TGRAD_ERR_INDEX_OUT_OF_RANGE. */
+TGRAD_API tgrad_status tgrad_tensor_select(tgrad_tensor_t tensor, int32_t axis, int64_t index,
+                                           tgrad_tensor_t *out);
+/* New shape with the same element count (one extent may be -1). view() refuses with
+ * TGRAD_ERR_VIEW_NOT_EXPRESSIBLE when strides cannot express it; reshape() then materializes a
+ * bit-preserving copy instead (lazily). */
+TGRAD_API tgrad_status tgrad_tensor_view(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                         tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_tensor_reshape(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                            tgrad_tensor_t *out);
+/* A row-major compact tensor with the same values (a lazy bit-preserving copy; the same buffer is
+ * shared when the view already is compact row-major). */
+TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out);
+
+/* ---- matmul --------------------------------------------------------------------------------- */
+/* out = a @ b for 2-D a [M, K] and b [K, N], lazily: the result is computed when read or
+ * realized. Both operands are read through their views (no copies). bf16 in, fp32 accumulation
+ * in the documented order (docs/numerics.md), bf16 out (round to nearest even, NaN canonical).
+ * M, N or K may be 0 (K = 0 gives zeros). Checks happen here, before any allocation. */
+TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+
+/* ---- runtime ------------------------------------------------------------------------------- */
+/* Worker threads used by CPU kernels (default: the machine's cores, or TGRAD_NUM_THREADS). n >= 1. */
+TGRAD_API tgrad_status tgrad_set_num_threads(int32_t n);
+TGRAD_API int32_t tgrad_num_threads(void);
+/* Live-object counters for leak checks: tensor handles, buffers, and bytes held by buffers. */
+TGRAD_API int64_t tgrad_live_tensors(void);
+TGRAD_API int64_t tgrad_live_buffers(void);
+TGRAD_API int64_t tgrad_live_bytes(void);
+/* CPU kernel variants ("avx512bf16", "portable", ...). Every variant produces the same bytes.
+ * tgrad_cpu_isa() names the one in use: the best this CPU supports, or TGRAD_CPU_ISA's choice at
+ * start-up, or the last tgrad_set_cpu_isa(). "auto" returns to the best. A variant this CPU cannot
+ * run is refused with TGRAD_ERR_BACKEND_UNAVAILABLE, an unknown name with
+ * TGRAD_ERR_INVALID_ARGUMENT. */
+TGRAD_API const char *tgrad_cpu_isa(void);
+TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
+/* Variant names, best first, for index 0 .. count-1 (NULL past the end); *available tells
+ * whether this CPU runs it. */
+TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TGRAD_H */

@@ -1,0 +1,97 @@
+/* Buffers (reference-counted bf16 storage) and realization of the lazy graph. A pending buffer
+ * holds the node that computes it; realizing runs its inputs first, computes, then drops the node
+ * and with it the references to its inputs, so intermediates die as soon as nothing needs them. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
+    tg_buffer *b = calloc(1, sizeof *b);
+    if (!b) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a buffer header");
+    if (pthread_mutex_init(&b->lock, NULL)) {
+        free(b);
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot create a buffer lock");
+    }
+    atomic_init(&b->refs, 1);
+    atomic_init(&b->realized, node ? 0 : 1);
+    b->numel = numel;
+    b->node = node;
+    atomic_fetch_add(&tg_live_buffers_, 1);
+    *out = b;
+    return TGRAD_OK;
+}
+
+/* Allocate storage for numel bf16 elements (counted in tgrad_live_bytes). */
+static tgrad_status storage_alloc(tg_buffer *b) {
+    if (b->numel == 0) return TGRAD_OK;
+    size_t bytes = (size_t)b->numel * 2u;
+    b->data = malloc(bytes);
+    if (!b->data)
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a tensor", bytes);
+    atomic_fetch_add(&tg_live_bytes_, (int64_t)bytes);
+    return TGRAD_OK;
+}
+
+static void node_free(tg_node *n) {
+    if (!n) return;
+    for (int32_t i = 0; i < n->ninputs; i++) tg_buffer_release(n->inputs[i]);
+    free(n);
+}
+
+void tg_buffer_retain(tg_buffer *b) { atomic_fetch_add(&b->refs, 1); }
+
+void tg_buffer_release(tg_buffer *b) {
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+    if (b->data) atomic_fetch_sub(&tg_live_bytes_, b->numel * 2);
+    free(b->data);
+    node_free(b->node);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+    atomic_fetch_sub(&tg_live_buffers_, 1);
+}
+
+/* Creating a realized buffer for host data: storage comes with it. */
+TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
+tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out) {
+    tg_buffer *b = NULL;
+    tgrad_status s = tg_buffer_new(numel, NULL, &b);
+    if (s) return s;
+    if ((s = storage_alloc(b))) {
+        tg_buffer_release(b);
+        return s;
+    }
+    *out = b;
+    return TGRAD_OK;
+}
+
+static tgrad_status execute(tg_buffer *b) {
+    tg_node *n = b->node;
+    switch (n->op) {
+    case TG_OP_MATMUL:
+        return tg_cpu_matmul(n->inputs[0]->data, &n->views[0], n->inputs[1]->data, &n->views[1], b->data);
+    case TG_OP_COPY:
+        if (b->numel) tg_cpu_copy_view(n->inputs[0]->data, &n->views[0], b->data);
+        return TGRAD_OK;
+    default:
+        return tg_fail(TGRAD_ERR_INTERNAL, "unknown graph op %d", (int)n->op);
+    }
+}
+
+tgrad_status tg_buffer_realize(tg_buffer *b) {
+    if (atomic_load_explicit(&b->realized, memory_order_acquire)) return TGRAD_OK;
+    pthread_mutex_lock(&b->lock);
+    tgrad_status s = TGRAD_OK;
+    if (!atomic_load(&b->realized)) {
+        tg_node *n = b->node;
+        for (int32_t i = 0; i < n->ninputs && !s; i++) s = tg_buffer_realize(n->inputs[i]);
+        if (!s && !b->data) s = storage_alloc(b);
+        if (!s) s = execute(b);
+        if (!s) {
+            b->node = NULL;
+            atomic_store_explicit(&b->realized, 1, memory_order_release);
+            node_free(n);
+        }
+    }
+    pthread_mutex_unlock(&b->lock);
+    return s;
+}

@@ -1,0 +1,126 @@
+/* A persistent worker pool. tg_pool_run() hands out task indices [0, ntasks) through an atomic
+ * counter; the calling thread works too. Which worker runs a task never changes a result: tasks
+ * write disjoint outputs and each output's arithmetic is fixed by the numerics contract. One job
+ * runs at a time (callers from several threads queue on job_lock). Size: TGRAD_NUM_THREADS, else
+ * the cores this process may use; tgrad_set_num_threads() changes it between jobs. */
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MAX_WORKERS 256
+
+static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time */
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the fields below */
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER, done = PTHREAD_COND_INITIALIZER;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static int32_t nthreads = 1;  /* threads used per job, caller included */
+static int32_t nstarted;      /* worker threads created (nthreads - 1 at most are used) */
+static uint64_t job_id;
+static int32_t active;        /* workers still inside the current job */
+static int32_t job_workers;   /* workers taking part in the current job */
+static tg_task_fn job_fn;
+static void *job_arg;
+static int64_t job_ntasks;
+static atomic_int_fast64_t next_task;
+
+static void drain(int32_t worker) {
+    int64_t t;
+    while ((t = atomic_fetch_add(&next_task, 1)) < job_ntasks) job_fn(t, worker, job_arg);
+}
+
+static void *worker_main(void *arg) {
+    int32_t id = (int32_t)(intptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&state_lock);
+    for (;;) {
+        while (job_id == seen) pthread_cond_wait(&wake, &state_lock);
+        seen = job_id;
+        if (id > job_workers) continue; /* not needed for this job */
+        pthread_mutex_unlock(&state_lock);
+        drain(id);
+        pthread_mutex_lock(&state_lock);
+        if (--active == 0) pthread_cond_signal(&done);
+    }
+    return NULL;
+}
+
+static int32_t default_threads(void) {
+    const char *env = getenv("TGRAD_NUM_THREADS");
+    if (env && *env) {
+        long n = strtol(env, NULL, 10);
+        if (n >= 1 && n <= MAX_WORKERS) return (int32_t)n;
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n >= 1) return n > MAX_WORKERS ? MAX_WORKERS : n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n >= 1 ? (int32_t)(n > MAX_WORKERS ? MAX_WORKERS : n) : 1;
+}
+
+static void pool_init(void) { nthreads = default_threads(); }
+
+/* Caller holds state_lock. Start workers 1..want-1 that do not exist yet. */
+static void ensure_workers(int32_t want) {
+    while (nstarted < want - 1) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &attr, worker_main, (void *)(intptr_t)(nstarted + 1));
+        pthread_attr_destroy(&attr);
+        if (rc) break; /* run with fewer workers; results do not depend on the count */
+        nstarted++;
+    }
+}
+
+void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg) {
+    pthread_once(&init_once, pool_init);
+    if (ntasks <= 0) return;
+    pthread_mutex_lock(&job_lock);
+    pthread_mutex_lock(&state_lock);
+    int32_t want = nthreads;
+    if (want > ntasks) want = (int32_t)ntasks;
+    if (want > 1) ensure_workers(want);
+    int32_t helpers = want - 1 < nstarted ? want - 1 : nstarted;
+    job_fn = fn, job_arg = arg, job_ntasks = ntasks;
+    atomic_store(&next_task, 0);
+    job_workers = helpers;
+    active = helpers;
+    if (helpers > 0) {
+        job_id++;
+        pthread_cond_broadcast(&wake);
+    }
+    pthread_mutex_unlock(&state_lock);
+    drain(0);
+    pthread_mutex_lock(&state_lock);
+    while (active > 0) pthread_cond_wait(&done, &state_lock);
+    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&job_lock);
+}
+
+int32_t tg_pool_threads(void) {
+    pthread_once(&init_once, pool_init);
+    pthread_mutex_lock(&state_lock);
+    int32_t n = nthreads;
+    pthread_mutex_unlock(&state_lock);
+    return n;
+}
+
+TGRAD_API tgrad_status tgrad_set_num_threads(int32_t n) {
+    if (n < 1 || n > MAX_WORKERS)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_num_threads: %d outside 1..%d", n, MAX_WORKERS);
+    pthread_once(&init_once, pool_init);
+    pthread_mutex_lock(&job_lock); /* not while a job runs */
+    pthread_mutex_lock(&state_lock);
+    nthreads = n;
+    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&job_lock);
+    return TGRAD_OK;
+}
+
+TGRAD_API int32_t tgrad_num_threads(void) { return tg_pool_threads(); }

@@ -1,0 +1,119 @@
+/* Private declarations shared by libtgrad's translation units. Nothing here is ABI. */
+#ifndef TGRAD_INTERNAL_H
+#define TGRAD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tgrad.h"
+
+#define TG_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- errors (status.c) ---- */
+/* Record a failure for tgrad_last_error() and return it, so callers write `return tg_fail(...)`. */
+TG_HIDDEN tgrad_status tg_fail(tgrad_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- views (view.c): pure shape/stride arithmetic, no allocation ---- */
+typedef struct tg_view {
+    int32_t ndim;
+    int64_t shape[TGRAD_MAX_DIMS];
+    int64_t strides[TGRAD_MAX_DIMS]; /* elements; may be 0 or negative */
+    int64_t offset;                  /* elements from the buffer start */
+} tg_view;
+
+TG_HIDDEN tgrad_status tg_view_contiguous(int32_t ndim, const int64_t *shape, tg_view *out);
+TG_HIDDEN tgrad_status tg_view_numel(const tg_view *v, int64_t *numel);
+TG_HIDDEN bool tg_view_is_compact_rowmajor(const tg_view *v);
+TG_HIDDEN tgrad_status tg_view_transpose(const tg_view *v, int32_t axis0, int32_t axis1, tg_view *out);
+TG_HIDDEN tgrad_status tg_view_permute(const tg_view *v, const int32_t *axes, int32_t naxes, tg_view *out);
+TG_HIDDEN tgrad_status tg_view_expand(const tg_view *v, const int64_t *shape, int32_t ndim, tg_view *out);
+TG_HIDDEN tgrad_status tg_view_slice(const tg_view *v, int32_t axis, int64_t start, int64_t stop,
+                                     int64_t step, uint32_t flags, tg_view *out);
+TG_HIDDEN tgrad_status tg_view_select(const tg_view *v, int32_t axis, int64_t index, tg_view *out);
+/* Resolve a requested shape (one -1 allowed) against numel. */
+TG_HIDDEN tgrad_status tg_view_resolve_shape(const tg_view *v, const int64_t *shape, int32_t ndim,
+                                             int64_t *resolved);
+/* Try to express `shape` (already resolved) as strides over v's buffer: TGRAD_OK or
+ * TGRAD_ERR_VIEW_NOT_EXPRESSIBLE (no detail recorded). */
+TG_HIDDEN tgrad_status tg_view_reshape_nocopy(const tg_view *v, const int64_t *shape, int32_t ndim,
+                                              tg_view *out);
+TG_HIDDEN int tg_format_shape(char *dst, size_t cap, const tg_view *v);
+
+/* ---- conversions (convert.c) ---- */
+TG_HIDDEN uint16_t tg_f32_to_bf16(float f);
+TG_HIDDEN uint16_t tg_f64_to_bf16(double d);
+static inline float tg_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } x = { (uint32_t)h << 16 };
+    return x.f;
+}
+/* fp32 accumulator -> output bf16: RNE, any NaN becomes the canonical 0x7FC0. */
+static inline uint16_t tg_acc_to_bf16(float f) {
+    union { float f; uint32_t u; } x = { f };
+    if ((x.u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+}
+
+/* ---- buffers and the lazy graph (tensor.c, realize.c) ---- */
+typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2 } tg_op;
+
+struct tg_buffer;
+typedef struct tg_node {
+    tg_op op;
+    int32_t ninputs;
+    struct tg_buffer *inputs[2]; /* retained */
+    tg_view views[2];            /* how the op reads each input */
+} tg_node;
+
+typedef struct tg_buffer {
+    atomic_int_fast64_t refs;
+    pthread_mutex_t lock;    /* serializes realization */
+    atomic_int realized;     /* 1 once data holds the values */
+    int64_t numel;           /* elements of storage */
+    uint16_t *data;          /* bf16 bits; NULL while pending (or when numel == 0) */
+    tg_node *node;           /* pending computation; NULL once realized */
+} tg_buffer;
+
+TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out);
+TG_HIDDEN void tg_buffer_retain(tg_buffer *b);
+TG_HIDDEN void tg_buffer_release(tg_buffer *b);
+TG_HIDDEN tgrad_status tg_buffer_realize(tg_buffer *b);
+
+/* ---- handles (handles.c) ---- */
+typedef struct tg_tensor {
+    tg_buffer *buf; /* retained */
+    tg_view view;
+} tg_tensor;
+
+enum { TG_KIND_TENSOR = 1 };
+/* Register a tensor (takes over the buffer reference) and return its handle. */
+TG_HIDDEN tgrad_status tg_handle_new_tensor(tg_buffer *buf, const tg_view *view, tgrad_tensor_t *out);
+/* Look up a handle: on success *out holds a copy with its own buffer reference (release with
+ * tg_tensor_unref). */
+TG_HIDDEN tgrad_status tg_handle_get_tensor(tgrad_tensor_t h, tg_tensor *out);
+TG_HIDDEN tgrad_status tg_handle_release(tgrad_tensor_t h);
+static inline void tg_tensor_unref(tg_tensor *t) { tg_buffer_release(t->buf); t->buf = NULL; }
+
+/* ---- live counters (handles.c) ---- */
+extern TG_HIDDEN atomic_int_fast64_t tg_live_tensors_, tg_live_buffers_, tg_live_bytes_;
+
+/* ---- CPU execution (cpu/) ---- */
+/* out = A @ B with A [M,K] and B [K,N] read through views over a and b; out is [M,N] row-major. */
+TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
+                                     const tg_view *bv, uint16_t *out);
+/* Bit-preserving gather of a view into a compact row-major destination. */
+TG_HIDDEN void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst);
+
+/* Thread pool (cpu/pool.c): run fn(task, arg) for task in [0, ntasks) on the workers and wait. */
+typedef void (*tg_task_fn)(int64_t task, int32_t worker, void *arg);
+TG_HIDDEN void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg);
+TG_HIDDEN int32_t tg_pool_threads(void);
+
+/* Checked arithmetic. */
+static inline bool tg_mul_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
+static inline bool tg_add_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
+
+#endif

@@ -1,0 +1,303 @@
+/* The public tensor API: creation from host data, reading back, properties, views and matmul.
+ * Every entry point validates all arguments before it allocates anything. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
+
+#define CHECK_OUT(p, fn)                                                                  \
+    do {                                                                                  \
+        if (!(p)) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, fn ": output pointer is NULL"); \
+    } while (0)
+
+/* ---- creation ---------------------------------------------------------------------------- */
+static tgrad_status create(const void *data, int32_t dtype, int32_t ndim, const int64_t *shape,
+                           tgrad_tensor_t *out, const char *fn) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", fn);
+    if (ndim < 0 || ndim > TGRAD_MAX_DIMS)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: ndim %d outside 0..%d", fn, ndim, TGRAD_MAX_DIMS);
+    if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: shape is NULL", fn);
+    tg_view v;
+    tgrad_status s = tg_view_contiguous(ndim, shape, &v);
+    if (s) return s;
+    int64_t numel;
+    tg_view_numel(&v, &numel);
+    if (numel > 0 && !data) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
+    tg_buffer *b = NULL;
+    if ((s = tg_buffer_new_storage(numel, &b))) return s;
+    uint16_t *dst = b->data;
+    switch (dtype) {
+    case TGRAD_DTYPE_BF16: if (numel) memcpy(dst, data, (size_t)numel * 2u); break;
+    case TGRAD_DTYPE_F32:
+        for (int64_t i = 0; i < numel; i++) dst[i] = tg_f32_to_bf16(((const float *)data)[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < numel; i++) dst[i] = tg_f64_to_bf16(((const double *)data)[i]);
+        break;
+    }
+    if ((s = tg_handle_new_tensor(b, &v, out))) tg_buffer_release(b);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_from_f32(const float *data, int32_t ndim, const int64_t *shape,
+                                             tgrad_tensor_t *out) {
+    return create(data, TGRAD_DTYPE_F32, ndim, shape, out, "tensor_from_f32");
+}
+TGRAD_API tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, const int64_t *shape,
+                                             tgrad_tensor_t *out) {
+    return create(data, TGRAD_DTYPE_F64, ndim, shape, out, "tensor_from_f64");
+}
+TGRAD_API tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
+                                              tgrad_tensor_t *out) {
+    return create(bits, TGRAD_DTYPE_BF16, ndim, shape, out, "tensor_from_bf16");
+}
+
+TGRAD_API tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor) { return tg_handle_release(tensor); }
+
+/* ---- realize and read ---------------------------------------------------------------------- */
+TGRAD_API tgrad_status tgrad_tensor_realize(tgrad_tensor_t tensor) {
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    s = tg_buffer_realize(t.buf);
+    tg_tensor_unref(&t);
+    return s;
+}
+
+static tgrad_status read_view(tgrad_tensor_t tensor, void *dst, size_t capacity, int32_t dtype, const char *fn) {
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    int64_t numel;
+    tg_view_numel(&t.view, &numel);
+    if (numel > 0 && !dst) s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: destination is NULL", fn);
+    else if ((uint64_t)numel > capacity)
+        s = tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "%s: tensor has %lld elements, destination holds %zu",
+                    fn, (long long)numel, capacity);
+    if (!s) s = tg_buffer_realize(t.buf);
+    if (!s && numel > 0) {
+        if (dtype == TGRAD_DTYPE_BF16) {
+            tg_cpu_copy_view(t.buf->data, &t.view, dst);
+        } else {
+            /* widen in place from the back: the bf16 gather fills the first half of dst */
+            uint16_t *bits = (uint16_t *)dst;
+            tg_cpu_copy_view(t.buf->data, &t.view, bits);
+            float *f = dst;
+            for (int64_t i = numel - 1; i >= 0; i--) f[i] = tg_bf16_to_f32(bits[i]);
+        }
+    }
+    tg_tensor_unref(&t);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_read_bf16(tgrad_tensor_t tensor, uint16_t *dst, size_t capacity) {
+    return read_view(tensor, dst, capacity, TGRAD_DTYPE_BF16, "tensor_read_bf16");
+}
+TGRAD_API tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, size_t capacity) {
+    return read_view(tensor, dst, capacity, TGRAD_DTYPE_F32, "tensor_read_f32");
+}
+
+/* ---- properties ---------------------------------------------------------------------------- */
+#define PROPERTY(fn_name, type, out_name, expr)                                             \
+    TGRAD_API tgrad_status fn_name(tgrad_tensor_t tensor, type *out_name) {                 \
+        CHECK_OUT(out_name, #fn_name);                                                      \
+        tg_tensor t;                                                                        \
+        tgrad_status s = tg_handle_get_tensor(tensor, &t);                                  \
+        if (s) return s;                                                                    \
+        expr;                                                                               \
+        tg_tensor_unref(&t);                                                                \
+        return TGRAD_OK;                                                                    \
+    }
+
+PROPERTY(tgrad_tensor_ndim, int32_t, ndim, *ndim = t.view.ndim)
+PROPERTY(tgrad_tensor_shape, int64_t, shape, memcpy(shape, t.view.shape, sizeof(int64_t) * (size_t)t.view.ndim))
+PROPERTY(tgrad_tensor_strides, int64_t, strides, memcpy(strides, t.view.strides, sizeof(int64_t) * (size_t)t.view.ndim))
+PROPERTY(tgrad_tensor_offset, int64_t, offset, *offset = t.view.offset)
+PROPERTY(tgrad_tensor_numel, int64_t, numel, tg_view_numel(&t.view, numel))
+PROPERTY(tgrad_tensor_dtype, int32_t, dtype, *dtype = TGRAD_DTYPE_BF16)
+PROPERTY(tgrad_tensor_is_realized, int32_t, realized, *realized = atomic_load(&t.buf->realized))
+
+TGRAD_API tgrad_status tgrad_tensor_same_buffer(tgrad_tensor_t a, tgrad_tensor_t b, int32_t *same) {
+    CHECK_OUT(same, "tensor_same_buffer");
+    tg_tensor ta, tb;
+    tgrad_status s = tg_handle_get_tensor(a, &ta);
+    if (s) return s;
+    if ((s = tg_handle_get_tensor(b, &tb))) {
+        tg_tensor_unref(&ta);
+        return s;
+    }
+    *same = ta.buf == tb.buf;
+    tg_tensor_unref(&ta);
+    tg_tensor_unref(&tb);
+    return TGRAD_OK;
+}
+
+/* ---- views --------------------------------------------------------------------------------- */
+/* Look up `tensor`, compute a view with `expr` (which sets status s and view nv), and register a
+ * new handle over the same buffer. */
+#define VIEW_OP(fn, expr)                                                                   \
+    do {                                                                                    \
+        CHECK_OUT(out, fn);                                                                 \
+        tg_tensor t;                                                                        \
+        tgrad_status s = tg_handle_get_tensor(tensor, &t);                                  \
+        if (s) return s;                                                                    \
+        tg_view nv;                                                                         \
+        s = (expr);                                                                         \
+        if (!s) s = tg_handle_new_tensor(t.buf, &nv, out);                                  \
+        if (s) tg_tensor_unref(&t); /* on success the handle owns the reference */         \
+        return s;                                                                           \
+    } while (0)
+
+TGRAD_API tgrad_status tgrad_tensor_transpose(tgrad_tensor_t tensor, int32_t axis0, int32_t axis1,
+                                              tgrad_tensor_t *out) {
+    VIEW_OP("tensor_transpose", tg_view_transpose(&t.view, axis0, axis1, &nv));
+}
+
+TGRAD_API tgrad_status tgrad_tensor_permute(tgrad_tensor_t tensor, const int32_t *axes, int32_t naxes,
+                                            tgrad_tensor_t *out) {
+    if (naxes > 0 && !axes) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_permute: axes is NULL");
+    VIEW_OP("tensor_permute", tg_view_permute(&t.view, axes, naxes, &nv));
+}
+
+TGRAD_API tgrad_status tgrad_tensor_expand(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                           tgrad_tensor_t *out) {
+    if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_expand: shape is NULL");
+    VIEW_OP("tensor_expand", tg_view_expand(&t.view, shape, ndim, &nv));
+}
+
+TGRAD_API tgrad_status tgrad_tensor_slice(tgrad_tensor_t tensor, int32_t axis, int64_t start, int64_t stop,
+                                          int64_t step, uint32_t flags, tgrad_tensor_t *out) {
+    VIEW_OP("tensor_slice", tg_view_slice(&t.view, axis, start, stop, step, flags, &nv));
+}
+
+TGRAD_API tgrad_status tgrad_tensor_select(tgrad_tensor_t tensor, int32_t axis, int64_t index,
+                                           tgrad_tensor_t *out) {
+    VIEW_OP("tensor_select", tg_view_select(&t.view, axis, index, &nv));
+}
+
+static tgrad_status view_nocopy(const tg_view *v, const int64_t *shape, int32_t ndim, tg_view *nv) {
+    int64_t resolved[TGRAD_MAX_DIMS];
+    tgrad_status s = tg_view_resolve_shape(v, shape, ndim, resolved);
+    if (s) return s;
+    if (tg_view_reshape_nocopy(v, resolved, ndim, nv)) {
+        char from[160];
+        tg_format_shape(from, sizeof from, v);
+        return tg_fail(TGRAD_ERR_VIEW_NOT_EXPRESSIBLE,
+                       "view: a %s tensor with these strides cannot be viewed with the new shape without a copy (use reshape)",
+                       from);
+    }
+    return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_view(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                         tgrad_tensor_t *out) {
+    if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_view: shape is NULL");
+    VIEW_OP("tensor_view", view_nocopy(&t.view, shape, ndim, &nv));
+}
+
+/* A lazy bit-preserving copy of view `src` into a compact buffer shaped like `shape`. Consumes
+ * the caller's reference to t's buffer. */
+static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape, tgrad_tensor_t *out) {
+    tg_view dst;
+    tgrad_status s = tg_view_contiguous(ndim, shape, &dst);
+    int64_t numel = 0;
+    if (!s) tg_view_numel(&dst, &numel);
+    tg_node *n = s ? NULL : calloc(1, sizeof *n);
+    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a graph node");
+    if (s) {
+        tg_tensor_unref(t);
+        return s;
+    }
+    *n = (tg_node){ .op = TG_OP_COPY, .ninputs = 1, .inputs = { t->buf }, .views = { t->view } };
+    tg_buffer *b = NULL;
+    if ((s = tg_buffer_new(numel, n, &b))) {
+        free(n);
+        tg_tensor_unref(t);
+        return s;
+    }
+    t->buf = NULL; /* the node owns it now */
+    if ((s = tg_handle_new_tensor(b, &dst, out))) tg_buffer_release(b);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_reshape(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                            tgrad_tensor_t *out) {
+    CHECK_OUT(out, "tensor_reshape");
+    if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_reshape: shape is NULL");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    int64_t resolved[TGRAD_MAX_DIMS];
+    if ((s = tg_view_resolve_shape(&t.view, shape, ndim, resolved))) {
+        tg_tensor_unref(&t);
+        return s;
+    }
+    tg_view nv;
+    if (tg_view_reshape_nocopy(&t.view, resolved, ndim, &nv) == TGRAD_OK) {
+        if ((s = tg_handle_new_tensor(t.buf, &nv, out))) tg_tensor_unref(&t);
+        return s;
+    }
+    return materialize(&t, ndim, resolved, out);
+}
+
+TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out) {
+    CHECK_OUT(out, "tensor_contiguous");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    int64_t numel;
+    tg_view_numel(&t.view, &numel);
+    if (tg_view_is_compact_rowmajor(&t.view) && t.view.offset == 0 && numel == t.buf->numel) {
+        if ((s = tg_handle_new_tensor(t.buf, &t.view, out))) tg_tensor_unref(&t);
+        return s;
+    }
+    return materialize(&t, t.view.ndim, t.view.shape, out);
+}
+
+/* ---- matmul -------------------------------------------------------------------------------- */
+TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out) {
+    CHECK_OUT(out, "matmul");
+    tg_tensor ta, tb;
+    tgrad_status s = tg_handle_get_tensor(a, &ta);
+    if (s) return s;
+    if ((s = tg_handle_get_tensor(b, &tb))) {
+        tg_tensor_unref(&ta);
+        return s;
+    }
+    char sa[160], sb[160];
+    tg_format_shape(sa, sizeof sa, &ta.view);
+    tg_format_shape(sb, sizeof sb, &tb.view);
+    int64_t numel = 0;
+    tg_view ov;
+    if (ta.view.ndim != 2 || tb.view.ndim != 2) {
+        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "matmul: %s @ %s: both operands must be 2-D (got %d-D and %d-D)",
+                    sa, sb, ta.view.ndim, tb.view.ndim);
+    } else if (ta.view.shape[1] != tb.view.shape[0]) {
+        s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "matmul: %s @ %s: inner dimensions %lld and %lld differ", sa, sb,
+                    (long long)ta.view.shape[1], (long long)tb.view.shape[0]);
+    } else {
+        int64_t shape[2] = { ta.view.shape[0], tb.view.shape[1] };
+        if ((s = tg_view_contiguous(2, shape, &ov)))
+            tg_fail(s, "matmul: %s @ %s: the result's size overflows 64 bits", sa, sb);
+        else
+            tg_view_numel(&ov, &numel);
+    }
+    tg_node *n = s ? NULL : calloc(1, sizeof *n);
+    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate a graph node");
+    tg_buffer *buf = NULL;
+    if (!s) {
+        *n = (tg_node){ .op = TG_OP_MATMUL, .ninputs = 2, .inputs = { ta.buf, tb.buf },
+                        .views = { ta.view, tb.view } };
+        if ((s = tg_buffer_new(numel, n, &buf))) free(n);
+    }
+    if (s) {
+        tg_tensor_unref(&ta);
+        tg_tensor_unref(&tb);
+        return s;
+    }
+    /* the node owns both input references now */
+    if ((s = tg_handle_new_tensor(buf, &ov, out))) tg_buffer_release(buf);
+    return s;
+}

@@ -1,0 +1,268 @@
+/* View arithmetic: shape + strides + offset. Pure functions, no allocation; each checks its
+ * arguments and reports a typed status with a detail message. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+int tg_format_shape(char *dst, size_t cap, const tg_view *v) {
+    size_t n = (size_t)snprintf(dst, cap, "[");
+    for (int32_t i = 0; i < v->ndim && n < cap; i++)
+        n += (size_t)snprintf(dst + n, cap - n, "%s%lld", i ? ", " : "", (long long)v->shape[i]);
+    if (n < cap) n += (size_t)snprintf(dst + n, cap - n, "]");
+    return (int)n;
+}
+
+static tgrad_status check_ndim(int32_t ndim, const char *what) {
+    if (ndim < 0 || ndim > TGRAD_MAX_DIMS)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: ndim %d outside 0..%d", what, ndim, TGRAD_MAX_DIMS);
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_contiguous(int32_t ndim, const int64_t *shape, tg_view *out) {
+    tgrad_status s = check_ndim(ndim, "shape");
+    if (s) return s;
+    tg_view v = { .ndim = ndim };
+    int64_t numel = 1;
+    for (int32_t i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "shape: extent %lld of axis %d is negative",
+                           (long long)shape[i], i);
+        v.shape[i] = shape[i];
+        if (tg_mul_ovf(numel, shape[i], &numel))
+            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "shape: element count overflows 64 bits");
+    }
+    int64_t bytes;
+    if (tg_mul_ovf(numel, 2, &bytes))
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "shape: byte count overflows 64 bits");
+    int64_t stride = 1;
+    for (int32_t i = ndim - 1; i >= 0; i--) {
+        v.strides[i] = stride;
+        stride *= shape[i] ? shape[i] : 1; /* cannot overflow: bounded by numel */
+    }
+    *out = v;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_numel(const tg_view *v, int64_t *numel) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < v->ndim; i++)
+        if (tg_mul_ovf(n, v->shape[i], &n))
+            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "element count overflows 64 bits");
+    *numel = n;
+    return TGRAD_OK;
+}
+
+bool tg_view_is_compact_rowmajor(const tg_view *v) {
+    int64_t expect = 1;
+    for (int32_t i = v->ndim - 1; i >= 0; i--) {
+        if (v->shape[i] == 0) return true;
+        if (v->shape[i] != 1 && v->strides[i] != expect) return false;
+        expect *= v->shape[i];
+    }
+    return true;
+}
+
+static tgrad_status norm_axis(int32_t axis, int32_t ndim, const char *what, int32_t *out) {
+    int32_t a = axis < 0 ? axis + ndim : axis;
+    if (a < 0 || a >= ndim)
+        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "%s: axis %d is out of range for %d dimensions",
+                       what, axis, ndim);
+    *out = a;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_transpose(const tg_view *v, int32_t axis0, int32_t axis1, tg_view *out) {
+    int32_t a = 0, b = 0;
+    tgrad_status s = norm_axis(axis0, v->ndim, "transpose", &a);
+    if (!s) s = norm_axis(axis1, v->ndim, "transpose", &b);
+    if (s) return s;
+    tg_view r = *v;
+    r.shape[a] = v->shape[b], r.strides[a] = v->strides[b];
+    r.shape[b] = v->shape[a], r.strides[b] = v->strides[a];
+    *out = r;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_permute(const tg_view *v, const int32_t *axes, int32_t naxes, tg_view *out) {
+    if (naxes != v->ndim)
+        return tg_fail(TGRAD_ERR_BAD_PERMUTATION, "permute: %d axes given for a tensor of %d dimensions",
+                       naxes, v->ndim);
+    bool seen[TGRAD_MAX_DIMS] = { false };
+    tg_view r = *v;
+    for (int32_t i = 0; i < naxes; i++) {
+        int32_t a = axes[i] < 0 ? axes[i] + v->ndim : axes[i];
+        if (a < 0 || a >= v->ndim || seen[a])
+            return tg_fail(TGRAD_ERR_BAD_PERMUTATION, "permute: axis %d %s", axes[i],
+                           (a < 0 || a >= v->ndim) ? "is out of range" : "is repeated");
+        seen[a] = true;
+        r.shape[i] = v->shape[a];
+        r.strides[i] = v->strides[a];
+    }
+    *out = r;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_expand(const tg_view *v, const int64_t *shape, int32_t ndim, tg_view *out) {
+    tgrad_status s = check_ndim(ndim, "expand");
+    if (s) return s;
+    if (ndim < v->ndim)
+        return tg_fail(TGRAD_ERR_BAD_EXPAND, "expand: %d dimensions requested for a tensor of %d",
+                       ndim, v->ndim);
+    tg_view r = { .ndim = ndim, .offset = v->offset };
+    int32_t lead = ndim - v->ndim;
+    for (int32_t i = 0; i < ndim; i++) {
+        int64_t want = shape[i];
+        if (i < lead) {
+            if (want < 0)
+                return tg_fail(TGRAD_ERR_BAD_EXPAND, "expand: new leading axis %d needs an extent >= 0, got %lld",
+                               i, (long long)want);
+            r.shape[i] = want, r.strides[i] = 0;
+            continue;
+        }
+        int64_t have = v->shape[i - lead];
+        if (want == -1 || want == have) {
+            r.shape[i] = have, r.strides[i] = v->strides[i - lead];
+        } else if (have == 1 && want >= 0) {
+            r.shape[i] = want, r.strides[i] = 0;
+        } else {
+            return tg_fail(TGRAD_ERR_BAD_EXPAND, "expand: axis %d has extent %lld, cannot expand to %lld (only size-1 axes expand)",
+                           i, (long long)have, (long long)want);
+        }
+    }
+    int64_t numel;
+    if ((s = tg_view_numel(&r, &numel))) return tg_fail(s, "expand: element count overflows 64 bits");
+    *out = r;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_slice(const tg_view *v, int32_t axis, int64_t start, int64_t stop, int64_t step,
+                           uint32_t flags, tg_view *out) {
+    int32_t a = 0;
+    tgrad_status s = norm_axis(axis, v->ndim, "slice", &a);
+    if (s) return s;
+    if (flags & ~(uint32_t)(TGRAD_SLICE_START_NONE | TGRAD_SLICE_STOP_NONE))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "slice: unknown flags 0x%x", flags);
+    if (step == 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "slice: step cannot be zero");
+    if (step == INT64_MIN) return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "slice: step overflows");
+    int64_t len = v->shape[a];
+    /* numpy / CPython PySlice_AdjustIndices semantics */
+    if (flags & TGRAD_SLICE_START_NONE) {
+        start = step < 0 ? len - 1 : 0;
+    } else if (start < 0) {
+        start = start < -len ? (step < 0 ? -1 : 0) : start + len;
+    } else if (start >= len) {
+        start = step < 0 ? len - 1 : len;
+    }
+    if (flags & TGRAD_SLICE_STOP_NONE) {
+        stop = step < 0 ? -1 : len;
+    } else if (stop < 0) {
+        stop = stop < -len ? (step < 0 ? -1 : 0) : stop + len;
+    } else if (stop >= len) {
+        stop = step < 0 ? len - 1 : len;
+    }
+    int64_t count = 0;
+    if (step > 0 && start < stop) count = (stop - start - 1) / step + 1;
+    if (step < 0 && stop < start) count = (start - stop - 1) / (-step) + 1;
+    tg_view r = *v;
+    if (count > 0) {
+        int64_t off, st;
+        if (tg_mul_ovf(start, v->strides[a], &off) || tg_add_ovf(r.offset, off, &r.offset) ||
+            tg_mul_ovf(v->strides[a], step, &st))
+            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "slice: stride arithmetic overflows");
+        r.strides[a] = st;
+    } else {
+        r.strides[a] = v->strides[a]; /* empty: stride is irrelevant */
+    }
+    r.shape[a] = count;
+    *out = r;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_select(const tg_view *v, int32_t axis, int64_t index, tg_view *out) {
+    int32_t a = 0;
+    tgrad_status s = norm_axis(axis, v->ndim, "index", &a);
+    if (s) return s;
+    int64_t len = v->shape[a];
+    int64_t i = index < 0 ? index + len : index;
+    if (i < 0 || i >= len)
+        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "index %lld is out of range for axis %d with extent %lld",
+                       (long long)index, axis, (long long)len);
+    tg_view r = { .ndim = v->ndim - 1, .offset = v->offset + i * v->strides[a] };
+    for (int32_t d = 0, o = 0; d < v->ndim; d++) {
+        if (d == a) continue;
+        r.shape[o] = v->shape[d], r.strides[o] = v->strides[d], o++;
+    }
+    *out = r;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_view_resolve_shape(const tg_view *v, const int64_t *shape, int32_t ndim, int64_t *resolved) {
+    tgrad_status s = check_ndim(ndim, "reshape");
+    if (s) return s;
+    int64_t numel = 0, known = 1;
+    if ((s = tg_view_numel(v, &numel))) return s;
+    int32_t infer = -1;
+    for (int32_t i = 0; i < ndim; i++) {
+        if (shape[i] == -1) {
+            if (infer >= 0) return tg_fail(TGRAD_ERR_BAD_RESHAPE, "reshape: only one extent may be -1");
+            infer = i;
+            continue;
+        }
+        if (shape[i] < 0)
+            return tg_fail(TGRAD_ERR_BAD_RESHAPE, "reshape: extent %lld is negative", (long long)shape[i]);
+        if (tg_mul_ovf(known, shape[i], &known))
+            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "reshape: element count overflows 64 bits");
+        resolved[i] = shape[i];
+    }
+    if (infer >= 0) {
+        if (known == 0 || numel % known != 0)
+            return tg_fail(TGRAD_ERR_BAD_RESHAPE, "reshape: cannot infer -1 for %lld elements",
+                           (long long)numel);
+        resolved[infer] = numel / known;
+        known = numel;
+    }
+    if (known != numel) {
+        char from[160];
+        tg_format_shape(from, sizeof from, v);
+        return tg_fail(TGRAD_ERR_BAD_RESHAPE, "reshape: %s holds %lld elements, new shape holds %lld",
+                       from, (long long)numel, (long long)known);
+    }
+    return TGRAD_OK;
+}
+
+/* Express a new shape with strides over the same elements, when the old view's axes can be
+ * grouped into runs that are each laid out like a compact block. Walk both shapes from the last
+ * axis: each run of old axes whose strides chain (stride[d-1] == extent*stride[d]) is one
+ * contiguous chunk, and the new axes that multiply to the chunk's size take strides inside it. */
+tgrad_status tg_view_reshape_nocopy(const tg_view *v, const int64_t *shape, int32_t ndim, tg_view *out) {
+    tg_view r = { .ndim = ndim, .offset = v->offset };
+    for (int32_t i = 0; i < ndim; i++) r.shape[i] = shape[i];
+    int64_t numel = 1;
+    for (int32_t i = 0; i < v->ndim; i++) numel *= v->shape[i];
+    if (numel == 0 || v->ndim == 0) { /* no element or a single one: any strides do */
+        tg_view c;
+        tg_view_contiguous(ndim, shape, &c);
+        for (int32_t i = 0; i < ndim; i++) r.strides[i] = c.strides[i];
+        *out = r;
+        return TGRAD_OK;
+    }
+    int32_t nd = ndim - 1;
+    int64_t base = v->strides[v->ndim - 1], old_run = 1, new_run = 1;
+    for (int32_t od = v->ndim - 1; od >= 0; od--) {
+        old_run *= v->shape[od];
+        bool chunk_ends = od == 0 ||
+            (v->shape[od - 1] != 1 && v->strides[od - 1] != old_run * base);
+        if (!chunk_ends) continue;
+        while (nd >= 0 && (new_run < old_run || r.shape[nd] == 1)) {
+            r.strides[nd] = new_run * base;
+            new_run *= r.shape[nd];
+            nd--;
+        }
+        if (new_run != old_run) return TGRAD_ERR_VIEW_NOT_EXPRESSIBLE;
+        if (od > 0) { base = v->strides[od - 1]; old_run = 1; new_run = 1; }
+    }
+    if (nd != -1) return TGRAD_ERR_VIEW_NOT_EXPRESSIBLE;
+    *out = r;
+    return TGRAD_OK;
+}

@@ -1,0 +1,236 @@
+/* C tests of the ABI contract: statuses, handles, views, matmul across CPU variants and thread
+ * counts, and the live-object counters. Prints "N passed, N failed". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tgrad.h"
+
+static int passed, failed;
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (cond) passed++;                                                             \
+        else { failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed [%s]\n", __FILE__, __LINE__, #cond, tgrad_last_error()); } \
+    } while (0)
+#define EXPECT(call, status) CHECK((call) == (status))
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static tgrad_tensor_t make_f32(int64_t rows, int64_t cols, const float *data) {
+    tgrad_tensor_t t = 0;
+    int64_t shape[2] = { rows, cols };
+    EXPECT(tgrad_tensor_from_f32(data, 2, shape, &t), TGRAD_OK);
+    return t;
+}
+
+static void test_version_and_registry(void) {
+    CHECK(tgrad_version() == TGRAD_VERSION_NUMBER);
+    CHECK(strcmp(tgrad_version_string(), TGRAD_VERSION_STRING) == 0);
+    EXPECT(tgrad_check_version(TGRAD_VERSION_NUMBER), TGRAD_OK);
+    EXPECT(tgrad_check_version(TGRAD_VERSION_NUMBER + 10000), TGRAD_ERR_VERSION_MISMATCH);
+    CHECK(tgrad_status_count() == TGRAD_STATUS_COUNT_);
+    CHECK(strcmp(tgrad_status_name(TGRAD_ERR_SHAPE_MISMATCH), "shape_mismatch") == 0);
+    CHECK(strcmp(tgrad_status_name(TGRAD_ERR_VIEW_NOT_EXPRESSIBLE), "view_not_expressible") == 0);
+    CHECK(strcmp(tgrad_status_name(-1), "unknown_status") == 0);
+    CHECK(strcmp(tgrad_status_name(9999), "unknown_status") == 0);
+    CHECK(tgrad_status_message(9999) != NULL);
+    for (int32_t i = 0; i < tgrad_status_count(); i++) {
+        CHECK(strlen(tgrad_status_name(i)) > 0);
+        CHECK(strlen(tgrad_status_category(i)) > 0);
+    }
+}
+
+static void test_handles(void) {
+    int64_t live0 = tgrad_live_tensors();
+    float v[4] = { 1, 2, 3, 4 };
+    tgrad_tensor_t t = make_f32(2, 2, v);
+    CHECK(tgrad_live_tensors() == live0 + 1);
+    EXPECT(tgrad_tensor_release(0), TGRAD_OK);
+    EXPECT(tgrad_tensor_release(t), TGRAD_OK);
+    EXPECT(tgrad_tensor_release(t), TGRAD_ERR_INVALID_HANDLE); /* double release */
+    int32_t nd;
+    EXPECT(tgrad_tensor_ndim(t, &nd), TGRAD_ERR_INVALID_HANDLE); /* use after release */
+    tgrad_tensor_t u = make_f32(2, 2, v);                       /* reuses the slot */
+    CHECK((uint32_t)u == (uint32_t)t && u != t);
+    EXPECT(tgrad_tensor_ndim(t, &nd), TGRAD_ERR_INVALID_HANDLE); /* stale generation */
+    EXPECT(tgrad_tensor_ndim(u, &nd), TGRAD_OK);
+    tgrad_tensor_t foreign = (u & 0x00ffffffffffffffull) | (2ull << 56);
+    EXPECT(tgrad_tensor_ndim(foreign, &nd), TGRAD_ERR_WRONG_HANDLE_KIND);
+    EXPECT(tgrad_tensor_ndim(0x1234, &nd), TGRAD_ERR_INVALID_HANDLE);
+    EXPECT(tgrad_tensor_ndim(u, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(strlen(tgrad_last_error()) > 0);
+    CHECK(tgrad_last_status() == TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_from_f32(NULL, 2, (int64_t[]){ 2, 2 }, &t), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_from_f32(v, 2, NULL, &t), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_from_f32(v, 9, (int64_t[9]){ 0 }, &t), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_from_f32(v, 2, (int64_t[]){ -1, 2 }, &t), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_from_f32(v, 3, (int64_t[]){ 1ll << 40, 1ll << 40, 1 }, &t), TGRAD_ERR_SIZE_OVERFLOW);
+    EXPECT(tgrad_tensor_from_f32(v, 2, (int64_t[]){ 2, 2 }, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_release(u), TGRAD_OK);
+    CHECK(tgrad_live_tensors() == live0);
+}
+
+static void test_views(void) {
+    float v[6] = { 0, 1, 2, 3, 4, 5 };
+    tgrad_tensor_t t = make_f32(2, 3, v), tt = 0, s = 0, e = 0, r = 0, w = 0;
+    EXPECT(tgrad_tensor_transpose(t, 0, 1, &tt), TGRAD_OK);
+    int64_t shape[8], strides[8];
+    EXPECT(tgrad_tensor_shape(tt, shape), TGRAD_OK);
+    EXPECT(tgrad_tensor_strides(tt, strides), TGRAD_OK);
+    CHECK(shape[0] == 3 && shape[1] == 2 && strides[0] == 1 && strides[1] == 3);
+    float out[6];
+    EXPECT(tgrad_tensor_read_f32(tt, out, 6), TGRAD_OK);
+    CHECK(out[0] == 0 && out[1] == 3 && out[2] == 1 && out[5] == 5);
+    EXPECT(tgrad_tensor_read_f32(tt, out, 5), TGRAD_ERR_BUFFER_TOO_SMALL);
+    EXPECT(tgrad_tensor_slice(t, 1, 0, 0, -1, TGRAD_SLICE_START_NONE | TGRAD_SLICE_STOP_NONE, &s), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_f32(s, out, 6), TGRAD_OK);
+    CHECK(out[0] == 2 && out[1] == 1 && out[2] == 0 && out[3] == 5);
+    int32_t same = 0;
+    EXPECT(tgrad_tensor_same_buffer(t, s, &same), TGRAD_OK);
+    CHECK(same == 1);
+    EXPECT(tgrad_tensor_slice(t, 1, 0, 3, 0, 0, &w), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_slice(t, 2, 0, 3, 1, 0, &w), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_tensor_select(t, 0, 2, &w), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_tensor_permute(t, (int32_t[]){ 0, 0 }, 2, &w), TGRAD_ERR_BAD_PERMUTATION);
+    EXPECT(tgrad_tensor_expand(t, (int64_t[]){ 4, 3 }, 2, &w), TGRAD_ERR_BAD_EXPAND);
+    EXPECT(tgrad_tensor_view(tt, (int64_t[]){ 6 }, 1, &w), TGRAD_ERR_VIEW_NOT_EXPRESSIBLE);
+    EXPECT(tgrad_tensor_reshape(tt, (int64_t[]){ 7 }, 1, &w), TGRAD_ERR_BAD_RESHAPE);
+    EXPECT(tgrad_tensor_reshape(tt, (int64_t[]){ -1 }, 1, &r), TGRAD_OK); /* materializes */
+    EXPECT(tgrad_tensor_same_buffer(tt, r, &same), TGRAD_OK);
+    CHECK(same == 0);
+    EXPECT(tgrad_tensor_read_f32(r, out, 6), TGRAD_OK);
+    CHECK(out[0] == 0 && out[1] == 3 && out[2] == 1 && out[3] == 4);
+    tgrad_tensor_t row = 0;
+    EXPECT(tgrad_tensor_slice(t, 0, 0, 1, 1, 0, &row), TGRAD_OK);
+    EXPECT(tgrad_tensor_expand(row, (int64_t[]){ 4, -1 }, 2, &e), TGRAD_OK);
+    EXPECT(tgrad_tensor_strides(e, strides), TGRAD_OK);
+    CHECK(strides[0] == 0 && strides[1] == 1);
+    tgrad_tensor_release(t), tgrad_tensor_release(tt), tgrad_tensor_release(s);
+    tgrad_tensor_release(e), tgrad_tensor_release(r), tgrad_tensor_release(row);
+}
+
+/* Small integers: every partial sum is exact, so any order gives the same bytes. */
+static void test_matmul_exact(const char *isa) {
+    enum { M = 37, K = 53, N = 41 };
+    static float a[M * K], b[K * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)((int)(next_u32() % 7) - 3);
+    for (int i = 0; i < K * N; i++) b[i] = (float)((int)(next_u32() % 7) - 3);
+    EXPECT(tgrad_set_cpu_isa(isa), TGRAD_OK);
+    tgrad_tensor_t ta = make_f32(M, K, a), tb = make_f32(K, N, b), tc = 0;
+    EXPECT(tgrad_matmul(ta, tb, &tc), TGRAD_OK);
+    int32_t realized = 1;
+    EXPECT(tgrad_tensor_is_realized(tc, &realized), TGRAD_OK);
+    CHECK(realized == 0); /* lazy until read */
+    static float c[M * N];
+    EXPECT(tgrad_tensor_read_f32(tc, c, M * N), TGRAD_OK);
+    int bad = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float ref = 0;
+            for (int k = 0; k < K; k++) ref += a[i * K + k] * b[k * N + j];
+            bad += c[i * N + j] != ref;
+        }
+    CHECK(bad == 0);
+    tgrad_tensor_release(ta), tgrad_tensor_release(tb), tgrad_tensor_release(tc);
+}
+
+/* Random normal-ish data through views: every variant and thread count gives the same bytes. */
+static void test_variants_agree(void) {
+    enum { M = 131, K = 517, N = 97 };
+    float *a = malloc(sizeof(float) * 2 * M * K), *b = malloc(sizeof(float) * K * N);
+    for (int i = 0; i < 2 * M * K; i++) a[i] = ((float)(next_u32() % 20001) - 10000.0f) / 777.0f;
+    for (int i = 0; i < K * N; i++) b[i] = ((float)(next_u32() % 20001) - 10000.0f) / 333.0f;
+    uint16_t *ref = malloc(2 * M * N), *got = malloc(2 * M * N);
+    tgrad_tensor_t ta = make_f32(K, 2 * M, a), tb = make_f32(N, K, b), av = 0, bv = 0, tmp = 0;
+    /* A = (base [K, 2M]).T[::2] -> [M, K] with strides (2, 2M); B = (base [N, K]).T */
+    EXPECT(tgrad_tensor_transpose(ta, 0, 1, &tmp), TGRAD_OK);
+    EXPECT(tgrad_tensor_slice(tmp, 0, 0, 0, 2, TGRAD_SLICE_START_NONE | TGRAD_SLICE_STOP_NONE, &av), TGRAD_OK);
+    EXPECT(tgrad_tensor_transpose(tb, 0, 1, &bv), TGRAD_OK);
+    int first = 1;
+    for (int32_t vi = 0;; vi++) {
+        int32_t avail = 0;
+        const char *name = tgrad_cpu_isa_name(vi, &avail);
+        if (!name) break;
+        if (!avail) continue;
+        EXPECT(tgrad_set_cpu_isa(name), TGRAD_OK);
+        for (int32_t threads = 1; threads <= 3; threads++) {
+            EXPECT(tgrad_set_num_threads(threads), TGRAD_OK);
+            tgrad_tensor_t c = 0;
+            EXPECT(tgrad_matmul(av, bv, &c), TGRAD_OK);
+            EXPECT(tgrad_tensor_read_bf16(c, first ? ref : got, M * N), TGRAD_OK);
+            if (!first) {
+                CHECK(memcmp(ref, got, 2 * M * N) == 0);
+                if (memcmp(ref, got, 2 * M * N)) fprintf(stderr, "  variant %s, %d threads differ\n", name, threads);
+            }
+            first = 0;
+            tgrad_tensor_release(c);
+        }
+    }
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+    EXPECT(tgrad_set_cpu_isa("no-such-isa"), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_set_num_threads(0), TGRAD_ERR_INVALID_ARGUMENT);
+    tgrad_tensor_release(ta), tgrad_tensor_release(tb), tgrad_tensor_release(av);
+    tgrad_tensor_release(bv), tgrad_tensor_release(tmp);
+    free(a), free(b), free(ref), free(got);
+}
+
+static void test_matmul_refusals(void) {
+    static float z[32 * 768], big[512 * 768];
+    tgrad_tensor_t a = make_f32(32, 768, z), b = make_f32(512, 768, big), c = 123;
+    EXPECT(tgrad_matmul(a, b, &c), TGRAD_ERR_SHAPE_MISMATCH);
+    CHECK(c == 123); /* output untouched */
+    CHECK(strstr(tgrad_last_error(), "matmul: [32, 768] @ [512, 768]: inner dimensions 768 and 512 differ") != NULL);
+    tgrad_tensor_t row = 0;
+    EXPECT(tgrad_tensor_select(a, 0, 0, &row), TGRAD_OK);
+    EXPECT(tgrad_matmul(row, b, &c), TGRAD_ERR_RANK_MISMATCH);
+    EXPECT(tgrad_matmul(a, 0, &c), TGRAD_ERR_INVALID_HANDLE);
+    EXPECT(tgrad_matmul(a, b, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    /* empty dimensions: K = 0 gives zeros, M = 0 an empty result */
+    tgrad_tensor_t k0a = make_f32(3, 0, NULL), k0b = make_f32(0, 2, NULL), k0c = 0;
+    EXPECT(tgrad_matmul(k0a, k0b, &k0c), TGRAD_OK);
+    uint16_t bits[6] = { 1, 1, 1, 1, 1, 1 };
+    EXPECT(tgrad_tensor_read_bf16(k0c, bits, 6), TGRAD_OK);
+    CHECK(bits[0] == 0 && bits[5] == 0);
+    tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(row);
+    tgrad_tensor_release(k0a), tgrad_tensor_release(k0b), tgrad_tensor_release(k0c);
+}
+
+static void test_chain_frees_intermediates(void) {
+    float v[16];
+    for (int i = 0; i < 16; i++) v[i] = (float)(i % 5);
+    tgrad_tensor_t a = make_f32(4, 4, v), ab = 0, abc = 0;
+    EXPECT(tgrad_matmul(a, a, &ab), TGRAD_OK);
+    EXPECT(tgrad_matmul(ab, a, &abc), TGRAD_OK);
+    EXPECT(tgrad_tensor_release(ab), TGRAD_OK); /* the pending graph keeps what it needs */
+    int64_t bytes_before = tgrad_live_bytes();
+    EXPECT(tgrad_tensor_realize(abc), TGRAD_OK);
+    /* a (32 B) and abc (32 B) remain; ab's storage was freed once abc ran */
+    CHECK(tgrad_live_bytes() == bytes_before + 32);
+    tgrad_tensor_release(a), tgrad_tensor_release(abc);
+}
+
+int main(void) {
+    test_version_and_registry();
+    test_handles();
+    test_views();
+    for (int32_t vi = 0;; vi++) {
+        int32_t avail = 0;
+        const char *name = tgrad_cpu_isa_name(vi, &avail);
+        if (!name) break;
+        if (avail) test_matmul_exact(name);
+    }
+    tgrad_set_cpu_isa("auto");
+    test_variants_agree();
+    test_matmul_refusals();
+    test_chain_frees_intermediates();
+    CHECK(tgrad_live_tensors() == 0);
+    CHECK(tgrad_live_buffers() == 0);
+    CHECK(tgrad_live_bytes() == 0);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -214,6 +214,36 @@ static void test_chain_frees_intermediates(void) {
     tgrad_tensor_release(a), tgrad_tensor_release(abc);
 }
 
+/* One output, K = 2 or 4, on one variant: the bf16 bits of row a . column b. */
+static uint16_t dot(const float *a, const float *b, int64_t K) {
+    tgrad_tensor_t ta = 0, tb = 0, tc = 0;
+    int64_t sa[2] = { 1, K }, sb[2] = { K, 1 };
+    EXPECT(tgrad_tensor_from_f32(a, 2, sa, &ta), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_f32(b, 2, sb, &tb), TGRAD_OK);
+    EXPECT(tgrad_matmul(ta, tb, &tc), TGRAD_OK);
+    uint16_t r = 0xdead;
+    EXPECT(tgrad_tensor_read_bf16(tc, &r, 1), TGRAD_OK);
+    tgrad_tensor_release(ta), tgrad_tensor_release(tb), tgrad_tensor_release(tc);
+    return r;
+}
+
+/* The contract's order and flush rule, on every variant (docs/numerics.md). */
+static void test_contract_probes(const char *isa) {
+    EXPECT(tgrad_set_cpu_isa(isa), TGRAD_OK);
+    /* odd element of each pair first: p1, p0, p3, p2 = -2^25, 0, 2^25, 1 gives 1; even-first gives 0 */
+    CHECK(dot((float[]){ 0, -0x1p25f, 1, 0x1p25f }, (float[]){ 0, 1, 1, 1 }, 4) == 0x3f80);
+    /* tininess after rounding: 2^-126 + (-2^-152) stays 2^-126 ... */
+    CHECK(dot((float[]){ -0x1p-76f, 0x1p-63f }, (float[]){ 0x1p-76f, 0x1p-63f }, 2) == 0x0080);
+    /* ... 2^-126 + (-3 * 2^-152) rounds below 2^-126 and flushes to +0 */
+    CHECK(dot((float[]){ -0x3p-76f, 0x1p-63f }, (float[]){ 0x1p-76f, 0x1p-63f }, 2) == 0x0000);
+    /* a subnormal input counts as zero (DAZ): 2^-130 * 2^100 would be 2^-30 */
+    CHECK(dot((float[]){ 0, 0x1p-130f }, (float[]){ 0, 0x1p100f }, 2) == 0x0000);
+    /* odd K: the padded +0 product turns a flushed -0 into +0 */
+    CHECK(dot((float[]){ -0x1p-70f, 0, -0.0f }, (float[]){ 0x1p-70f, 0, 0 }, 3) == 0x0000);
+    /* NaN results are canonical */
+    CHECK(dot((float[]){ INFINITY, 0 }, (float[]){ 0, 0 }, 2) == 0x7fc0);
+}
+
 int main(void) {
     test_version_and_registry();
     test_handles();
@@ -222,7 +252,7 @@ int main(void) {
         int32_t avail = 0;
         const char *name = tgrad_cpu_isa_name(vi, &avail);
         if (!name) break;
-        if (avail) test_matmul_exact(name);
+        if (avail) test_matmul_exact(name), test_contract_probes(name);
     }
     tgrad_set_cpu_isa("auto");
     test_variants_agree();

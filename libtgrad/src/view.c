@@ -165,14 +165,12 @@ tgrad_status tg_view_slice(const tg_view *v, int32_t axis, int64_t start, int64_
     if (step > 0 && start < stop) count = (stop - start - 1) / step + 1;
     if (step < 0 && stop < start) count = (start - stop - 1) / (-step) + 1;
     tg_view r = *v;
+    r.strides[a] = v->strides[a]; /* with 0 or 1 element the stride is never used */
     if (count > 0) {
-        int64_t off, st;
+        int64_t off;
         if (tg_mul_ovf(start, v->strides[a], &off) || tg_add_ovf(r.offset, off, &r.offset) ||
-            tg_mul_ovf(v->strides[a], step, &st))
+            (count > 1 && tg_mul_ovf(v->strides[a], step, &r.strides[a])))
             return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "slice: stride arithmetic overflows");
-        r.strides[a] = st;
-    } else {
-        r.strides[a] = v->strides[a]; /* empty: stride is irrelevant */
     }
     r.shape[a] = count;
     *out = r;

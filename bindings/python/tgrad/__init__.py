@@ -1,0 +1,101 @@
+"""tgrad: bf16 2-D matrix multiply on a small C runtime (libtgrad), bound with cffi.
+
+>>> import numpy as np, tgrad
+>>> a = tgrad.Tensor.from_numpy(np.ones((2, 3), np.float32))
+>>> (a @ a.T).numpy(np.float32)
+array([[3., 3.],
+       [3., 3.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
+from .errors import TgradError, _check
+from .tensor import Tensor, matmul
+
+__all__ = [
+    "Tensor",
+    "TgradError",
+    "__version__",
+    "cpu_isa",
+    "cpu_isas",
+    "errors",
+    "include_dir",
+    "library_path",
+    "live_buffers",
+    "live_bytes",
+    "live_tensors",
+    "matmul",
+    "num_threads",
+    "pkgconfig_dir",
+    "set_cpu_isa",
+    "set_num_threads",
+    "version",
+]
+
+#: Version of the C header this binding was written against (the library may be newer).
+__version__ = f"{lib.TGRAD_VERSION_MAJOR}.{lib.TGRAD_VERSION_MINOR}.{lib.TGRAD_VERSION_PATCH}"
+
+
+def version() -> str:
+    """Version string of the loaded libtgrad."""
+    return _string(lib.tgrad_version_string())
+
+
+def set_num_threads(n: int) -> None:
+    """Worker threads for CPU kernels (n >= 1). Results do not depend on it."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise errors.InvalidArgumentError(f"set_num_threads: expected an int, got {type(n).__name__}")
+    if not -(1 << 31) <= n <= (1 << 31) - 1:
+        raise errors.InvalidArgumentError(f"set_num_threads: n must be >= 1, got {n}")
+    _check(lib.tgrad_set_num_threads(n))
+
+
+def num_threads() -> int:
+    """Worker threads CPU kernels use."""
+    return int(lib.tgrad_num_threads())
+
+
+def live_tensors() -> int:
+    """Tensor handles alive in the process (for leak checks)."""
+    return int(lib.tgrad_live_tensors())
+
+
+def live_buffers() -> int:
+    """Buffers alive in the process (for leak checks)."""
+    return int(lib.tgrad_live_buffers())
+
+
+def live_bytes() -> int:
+    """Bytes held by live buffers."""
+    return int(lib.tgrad_live_bytes())
+
+
+def cpu_isa() -> str:
+    """Name of the CPU kernel variant in use ("avx512bf16", "avx2", "portable", ...)."""
+    return _string(lib.tgrad_cpu_isa())
+
+
+def set_cpu_isa(name: str) -> None:
+    """Choose the CPU kernel variant by name ("auto" for the best this CPU runs).
+
+    Every variant produces the same bytes. Unknown names raise InvalidArgumentError; a variant
+    this CPU cannot run raises BackendUnavailableError.
+    """
+    if not isinstance(name, str):
+        raise errors.InvalidArgumentError(f"set_cpu_isa: expected a str, got {type(name).__name__}")
+    _check(lib.tgrad_set_cpu_isa(name.encode()))
+
+
+def cpu_isas() -> dict[str, bool]:
+    """Every CPU kernel variant built in, best first, mapped to whether this CPU can run it."""
+    variants: dict[str, bool] = {}
+    available = ffi.new("int32_t *")
+    index = 0
+    while True:
+        name = lib.tgrad_cpu_isa_name(index, available)
+        if name == ffi.NULL:
+            return variants
+        variants[_string(name)] = bool(available[0])
+        index += 1

@@ -1,0 +1,109 @@
+"""The cffi declarations of libtgrad, transcribed from libtgrad/include/tgrad.h.
+
+cffi cannot read the header itself (export macro, X-macro registry, computed #defines), so this text
+repeats it in the subset cffi parses: typedefs, the status enum with explicit values, integer
+#defines as literals, and every function. tests/python/test_cdef.py preprocesses tgrad.h with the C
+compiler and compares it with this text in both directions; edit both together.
+"""
+
+from __future__ import annotations
+
+CDEF = """
+#define TGRAD_VERSION_MAJOR 0
+#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_PATCH 0
+#define TGRAD_VERSION_NUMBER 100
+
+typedef int32_t tgrad_status;
+
+uint32_t tgrad_version(void);
+const char *tgrad_version_string(void);
+tgrad_status tgrad_check_version(uint32_t header_version);
+
+enum tgrad_status_code {
+    TGRAD_OK = 0,
+    TGRAD_ERR_INVALID_ARGUMENT = 1,
+    TGRAD_ERR_INVALID_HANDLE = 2,
+    TGRAD_ERR_WRONG_HANDLE_KIND = 3,
+    TGRAD_ERR_SHAPE_MISMATCH = 4,
+    TGRAD_ERR_RANK_MISMATCH = 5,
+    TGRAD_ERR_BAD_PERMUTATION = 6,
+    TGRAD_ERR_BAD_EXPAND = 7,
+    TGRAD_ERR_BAD_RESHAPE = 8,
+    TGRAD_ERR_INDEX_OUT_OF_RANGE = 9,
+    TGRAD_ERR_DTYPE_UNSUPPORTED = 10,
+    TGRAD_ERR_SIZE_OVERFLOW = 11,
+    TGRAD_ERR_VIEW_NOT_EXPRESSIBLE = 12,
+    TGRAD_ERR_OUT_OF_MEMORY = 13,
+    TGRAD_ERR_BUFFER_TOO_SMALL = 14,
+    TGRAD_ERR_BACKEND_UNAVAILABLE = 15,
+    TGRAD_ERR_KERNEL_COMPILE_FAILED = 16,
+    TGRAD_ERR_VERSION_MISMATCH = 17,
+    TGRAD_ERR_INTERNAL = 18,
+    TGRAD_STATUS_COUNT_ = 19
+};
+#define TGRAD_STATUS_UNSTABLE_FROM 15
+
+int32_t tgrad_status_count(void);
+const char *tgrad_status_name(tgrad_status status);
+const char *tgrad_status_message(tgrad_status status);
+const char *tgrad_status_category(tgrad_status status);
+const char *tgrad_last_error(void);
+tgrad_status tgrad_last_status(void);
+
+#define TGRAD_MAX_DIMS 8
+#define TGRAD_DTYPE_BF16 1
+#define TGRAD_DTYPE_F32 2
+#define TGRAD_DTYPE_F64 3
+
+typedef uint64_t tgrad_tensor_t;
+
+tgrad_status tgrad_tensor_from_f32(const float *data, int32_t ndim, const int64_t *shape,
+                                   tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, const int64_t *shape,
+                                   tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
+                                    tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor);
+tgrad_status tgrad_tensor_realize(tgrad_tensor_t tensor);
+tgrad_status tgrad_tensor_read_bf16(tgrad_tensor_t tensor, uint16_t *dst, size_t capacity);
+tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, size_t capacity);
+
+tgrad_status tgrad_tensor_ndim(tgrad_tensor_t tensor, int32_t *ndim);
+tgrad_status tgrad_tensor_shape(tgrad_tensor_t tensor, int64_t *shape);
+tgrad_status tgrad_tensor_strides(tgrad_tensor_t tensor, int64_t *strides);
+tgrad_status tgrad_tensor_offset(tgrad_tensor_t tensor, int64_t *offset);
+tgrad_status tgrad_tensor_numel(tgrad_tensor_t tensor, int64_t *numel);
+tgrad_status tgrad_tensor_dtype(tgrad_tensor_t tensor, int32_t *dtype);
+tgrad_status tgrad_tensor_is_realized(tgrad_tensor_t tensor, int32_t *realized);
+tgrad_status tgrad_tensor_same_buffer(tgrad_tensor_t a, tgrad_tensor_t b, int32_t *same);
+
+tgrad_status tgrad_tensor_transpose(tgrad_tensor_t tensor, int32_t axis0, int32_t axis1,
+                                    tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_permute(tgrad_tensor_t tensor, const int32_t *axes, int32_t naxes,
+                                  tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_expand(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                 tgrad_tensor_t *out);
+#define TGRAD_SLICE_START_NONE 1
+#define TGRAD_SLICE_STOP_NONE 2
+tgrad_status tgrad_tensor_slice(tgrad_tensor_t tensor, int32_t axis, int64_t start, int64_t stop,
+                                int64_t step, uint32_t flags, tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_select(tgrad_tensor_t tensor, int32_t axis, int64_t index,
+                                 tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_view(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                               tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_reshape(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
+                                  tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out);
+
+tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+
+tgrad_status tgrad_set_num_threads(int32_t n);
+int32_t tgrad_num_threads(void);
+int64_t tgrad_live_tensors(void);
+int64_t tgrad_live_buffers(void);
+int64_t tgrad_live_bytes(void);
+const char *tgrad_cpu_isa(void);
+tgrad_status tgrad_set_cpu_isa(const char *name);
+const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
+"""

@@ -1,0 +1,494 @@
+"""Tensor: a Python handle on one libtgrad tensor.
+
+Thin by design: every conversion, view and product is a libtgrad call; Python only moves numpy
+buffers in and out and turns statuses into exceptions. Input is numpy only (float32, float64 or
+ml_dtypes.bfloat16 arrays; wrap Python lists with numpy.asarray first).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from types import EllipsisType, TracebackType
+from typing import Any, SupportsIndex, Union
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+
+from . import errors
+from ._ffi import ffi, lib
+from .errors import _check
+
+__all__ = ["Tensor", "matmul"]
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
+_BF16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+_F32: np.dtype[Any] = np.dtype(np.float32)
+_DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
+
+ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
+IndexItem = Union[SupportsIndex, slice, EllipsisType, None]
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or isinstance(value, np.ndarray):
+        raise errors.InvalidArgumentError(f"{what}: expected an integer, got {type(value).__name__}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise errors.InvalidArgumentError(
+            f"{what}: expected an integer, got {type(value).__name__}"
+        ) from None
+
+
+def _int_args(args: tuple[Any, ...], what: str) -> list[int]:
+    """Accept f(1, 2, 3) and f((1, 2, 3)) alike."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    return [_as_int(a, what) for a in args]
+
+
+def _int64_array(values: Sequence[int], what: str) -> Any:
+    for v in values:
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise errors.SizeOverflowError(f"{what}: extent {v} does not fit in 64 bits")
+    arr = ffi.new("int64_t[]", max(len(values), 1))
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
+def _axis(value: Any, what: str) -> int:
+    axis = _as_int(value, what)
+    if not _INT32_MIN <= axis <= _INT32_MAX:
+        raise errors.IndexOutOfRangeError(f"{what}: axis {axis} is out of range")
+    return axis
+
+
+def _host_dtype(dtype: Any, what: str) -> np.dtype[Any]:
+    """The host dtype asked for: bfloat16 (the default) or float32."""
+    if dtype is None:
+        return _BF16
+    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
+        return _BF16
+    try:
+        dt: np.dtype[Any] = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise errors.DtypeUnsupportedError(
+            f"{what}: dtype {dtype!r} is not supported (bfloat16 or float32)"
+        ) from None
+    if dt == _BF16 or dt == _F32:
+        return dt
+    raise errors.DtypeUnsupportedError(f"{what}: dtype {dt} is not supported (bfloat16 or float32)")
+
+
+def _new_handle(call: Callable[..., int], *args: Any) -> int:
+    out = ffi.new("tgrad_tensor_t *")
+    _check(call(*args, out))
+    return int(out[0])
+
+
+class Tensor:
+    """An immutable bf16 tensor owned through one libtgrad handle.
+
+    Views (``.T``, ``permute``, ``expand``, slicing, ``view``) share the buffer; ``@`` is lazy and
+    computed when read (``numpy()``) or ``realize()``-d. The handle is released when the object is
+    collected, on ``release()``, or at the end of a ``with`` block.
+    """
+
+    __slots__ = ("_handle", "__weakref__")
+    # numpy must not turn a Tensor into an array behind an operator (ndarray @ Tensor): refuse.
+    __array_ufunc__ = None
+    _handle: int
+
+    def __init__(self, array: npt.NDArray[Any]) -> None:
+        """Same as Tensor.from_numpy(array)."""
+        self._handle = 0
+        self._handle = _from_numpy_handle(array)
+
+    @classmethod
+    def _wrap(cls, handle: int) -> Tensor:
+        tensor = object.__new__(cls)
+        tensor._handle = handle
+        return tensor
+
+    # ---- creation -------------------------------------------------------------------------------
+    @classmethod
+    def from_numpy(cls, array: npt.NDArray[Any]) -> Tensor:
+        """A bf16 tensor from a numpy float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
+
+        float32 and float64 round to nearest even in libtgrad (float64 rounds once, directly);
+        bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
+        """
+        return cls._wrap(_from_numpy_handle(array))
+
+    @classmethod
+    def from_bf16_bits(cls, bits: npt.NDArray[np.uint16]) -> Tensor:
+        """A tensor whose elements are exactly the given raw bf16 bit patterns (a uint16 array)."""
+        if isinstance(bits, np.generic):
+            bits = np.asarray(bits)
+        if not isinstance(bits, np.ndarray):
+            raise errors.InvalidArgumentError(
+                f"Tensor.from_bf16_bits: expected a numpy.ndarray of uint16, got {type(bits).__name__}"
+            )
+        if bits.dtype.kind != "u" or bits.dtype.itemsize != 2:
+            raise errors.DtypeUnsupportedError(
+                f"Tensor.from_bf16_bits: dtype {bits.dtype} is not supported (uint16 bit patterns)"
+            )
+        return cls._wrap(_bits_handle(bits))
+
+    # ---- lifetime -------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Release the handle now; later releases are no-ops, other uses raise InvalidHandleError."""
+        handle, self._handle = self._handle, 0
+        if handle:
+            _check(lib.tgrad_tensor_release(handle))
+
+    def __enter__(self) -> Tensor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __del__(self, _release: Any = lib.tgrad_tensor_release) -> None:
+        # _release is bound at definition so it survives module teardown at interpreter exit.
+        handle = getattr(self, "_handle", 0)
+        if handle and _release is not None:
+            self._handle = 0
+            try:
+                _release(handle)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
+    @property
+    def _h(self) -> int:
+        if not self._handle:
+            raise errors.InvalidHandleError("tensor has been released")
+        return self._handle
+
+    # ---- properties -----------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        out = ffi.new("int32_t *")
+        _check(lib.tgrad_tensor_ndim(self._h, out))
+        return int(out[0])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        h = self._h
+        ndim = self.ndim
+        out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+        _check(lib.tgrad_tensor_shape(h, out))
+        return tuple(int(out[i]) for i in range(ndim))
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements of the underlying buffer (0 for expanded axes, < 0 when reversed)."""
+        h = self._h
+        ndim = self.ndim
+        out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+        _check(lib.tgrad_tensor_strides(h, out))
+        return tuple(int(out[i]) for i in range(ndim))
+
+    @property
+    def offset(self) -> int:
+        """Offset of the first element in the underlying buffer, in elements."""
+        out = ffi.new("int64_t *")
+        _check(lib.tgrad_tensor_offset(self._h, out))
+        return int(out[0])
+
+    @property
+    def size(self) -> int:
+        out = ffi.new("int64_t *")
+        _check(lib.tgrad_tensor_numel(self._h, out))
+        return int(out[0])
+
+    @property
+    def dtype(self) -> str:
+        out = ffi.new("int32_t *")
+        _check(lib.tgrad_tensor_dtype(self._h, out))
+        return _DTYPE_NAMES.get(int(out[0]), f"dtype({int(out[0])})")
+
+    @property
+    def is_realized(self) -> bool:
+        out = ffi.new("int32_t *")
+        _check(lib.tgrad_tensor_is_realized(self._h, out))
+        return bool(out[0])
+
+    def shares_buffer(self, other: Tensor) -> bool:
+        """True when both tensors are views of one buffer."""
+        if not isinstance(other, Tensor):
+            raise errors.InvalidArgumentError(
+                f"shares_buffer: expected a Tensor, got {type(other).__name__}"
+            )
+        out = ffi.new("int32_t *")
+        _check(lib.tgrad_tensor_same_buffer(self._h, other._h, out))
+        return bool(out[0])
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __bool__(self) -> bool:
+        raise errors.InvalidArgumentError(
+            "the truth value of a Tensor is ambiguous; test `t is not None` or inspect t.numpy()"
+        )
+
+    def __repr__(self) -> str:
+        if not self._handle:
+            return "Tensor(released)"
+        try:
+            shape, realized = self.shape, self.is_realized
+            text = f"Tensor(shape={shape}, dtype={self.dtype}, realized={realized}"
+            if realized and self.size <= 16:
+                text += f", values={self.numpy(np.float32).tolist()}"
+            return text + ")"
+        except errors.TgradError as exc:
+            return f"Tensor(<{exc.code}>)"
+
+    # ---- reading --------------------------------------------------------------------------------
+    def realize(self) -> Tensor:
+        """Compute a lazy tensor now (no-op when realized); returns self."""
+        _check(lib.tgrad_tensor_realize(self._h))
+        return self
+
+    def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
+        """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
+        dt = _host_dtype(dtype, "Tensor.numpy")
+        h = self._h
+        shape = self.shape
+        if dt == _BF16:
+            bits = np.empty(shape, dtype=np.uint16)
+            _check(lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size))
+            return bits.view(_BF16)
+        values = np.empty(shape, dtype=np.float32)
+        _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
+        return values
+
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        if copy is False:
+            raise errors.InvalidArgumentError("a Tensor cannot be viewed by numpy without a copy")
+        if dtype is None:
+            return self.numpy()
+        try:
+            return self.numpy(dtype)
+        except errors.DtypeUnsupportedError:
+            # Other dtypes: numpy's own cast from the exact float32 widening.
+            return self.numpy(np.float32).astype(dtype)
+
+    def to_bytes(self) -> bytes:
+        """The logical view, row-major, as little-endian bf16 bytes."""
+        return self.numpy().view(np.uint16).astype("<u2").tobytes()
+
+    # ---- views ----------------------------------------------------------------------------------
+    @property
+    def T(self) -> Tensor:
+        """All axes reversed (zero-copy)."""
+        return self.permute(list(range(self.ndim))[::-1])
+
+    def transpose(self, axis0: SupportsIndex | None = None, axis1: SupportsIndex | None = None) -> Tensor:
+        """Swap two axes (zero-copy); with no arguments, reverse all axes like .T."""
+        if axis0 is None and axis1 is None:
+            return self.T
+        if axis0 is None or axis1 is None:
+            raise errors.InvalidArgumentError("transpose: give two axes, or none to reverse all")
+        a0, a1 = _axis(axis0, "transpose"), _axis(axis1, "transpose")
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_transpose, self._h, a0, a1))
+
+    def permute(self, *axes: ShapeArg) -> Tensor:
+        """Reorder axes (zero-copy): permute(1, 0) or permute((1, 0))."""
+        values = [_axis(a, "permute") for a in _int_args(axes, "permute")]
+        arr = ffi.new("int32_t[]", max(len(values), 1))
+        for i, v in enumerate(values):
+            arr[i] = v
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_permute, self._h, arr, len(values)))
+
+    def expand(self, *shape: ShapeArg) -> Tensor:
+        """Broadcast size-1 axes to the given extents (stride 0, zero-copy); -1 keeps an extent."""
+        values = _int_args(shape, "expand")
+        arr = _int64_array(values, "expand")
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_expand, self._h, arr, len(values)))
+
+    def reshape(self, *shape: ShapeArg) -> Tensor:
+        """Same elements, new shape (one extent may be -1); copies lazily when strides cannot express it."""
+        values = _int_args(shape, "reshape")
+        arr = _int64_array(values, "reshape")
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_reshape, self._h, arr, len(values)))
+
+    def view(self, *shape: ShapeArg) -> Tensor:
+        """Like reshape, but never copies: raises ViewNotExpressibleError instead."""
+        values = _int_args(shape, "view")
+        arr = _int64_array(values, "view")
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_view, self._h, arr, len(values)))
+
+    def contiguous(self) -> Tensor:
+        """A compact row-major tensor with the same values (shares the buffer when already compact)."""
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_contiguous, self._h))
+
+    def __getitem__(self, key: IndexItem | tuple[IndexItem, ...]) -> Tensor:
+        """numpy basic indexing: integers, slices and one Ellipsis (all zero-copy)."""
+        items = key if isinstance(key, tuple) else (key,)
+        parsed: list[int | slice | None] = []  # None marks the Ellipsis
+        for item in items:
+            if item is Ellipsis:
+                if None in parsed:
+                    raise errors.InvalidArgumentError("Tensor index: only one Ellipsis (...) is allowed")
+                parsed.append(None)
+            elif isinstance(item, slice):
+                parsed.append(item)
+            elif isinstance(item, (bool, np.bool_, np.ndarray)) or item is None:
+                raise errors.InvalidArgumentError(
+                    f"Tensor index: {type(item).__name__} indices are not supported "
+                    "(integers, slices and ... only)"
+                )
+            else:
+                try:
+                    parsed.append(operator.index(item))
+                except TypeError:
+                    raise errors.InvalidArgumentError(
+                        f"Tensor index: {type(item).__name__} indices are not supported "
+                        "(integers, slices and ... only)"
+                    ) from None
+        ndim = self.ndim
+        used = sum(1 for p in parsed if p is not None)
+        if used > ndim:
+            raise errors.IndexOutOfRangeError(
+                f"too many indices: tensor is {ndim}-dimensional, but {used} were indexed"
+            )
+        if None in parsed:
+            at = parsed.index(None)
+            parsed[at : at + 1] = [slice(None)] * (ndim - used)
+
+        current = self._h
+        owned: list[int] = []
+        try:
+            axis = 0
+            for p in parsed:
+                if isinstance(p, slice):
+                    if p.start is None and p.stop is None and p.step is None:
+                        axis += 1
+                        continue
+                    start, stop, step, flags = _slice_args(p, self._extent(current, axis))
+                    current = _new_handle(lib.tgrad_tensor_slice, current, axis, start, stop, step, flags)
+                    owned.append(current)
+                    axis += 1
+                else:
+                    assert p is not None
+                    if not _INT64_MIN <= p <= _INT64_MAX:
+                        raise errors.IndexOutOfRangeError(f"Tensor index: index {p} is out of range")
+                    current = _new_handle(lib.tgrad_tensor_select, current, axis, p)
+                    owned.append(current)
+            if not owned:  # t[...] or t[:]: a new handle on the same view
+                shape = self.shape
+                current = _new_handle(lib.tgrad_tensor_view, current, _int64_array(shape, "index"), len(shape))
+                owned.append(current)
+            result = owned.pop()
+        finally:
+            for handle in owned:
+                lib.tgrad_tensor_release(handle)
+        return Tensor._wrap(result)
+
+    @staticmethod
+    def _extent(handle: int, axis: int) -> int:
+        shape = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+        _check(lib.tgrad_tensor_shape(handle, shape))
+        return int(shape[axis])
+
+    # ---- matmul ---------------------------------------------------------------------------------
+    def matmul(self, other: Tensor) -> Tensor:
+        """self @ other for 2-D tensors, lazily (computed when read or realized)."""
+        return matmul(self, other)
+
+    def __matmul__(self, other: Tensor) -> Tensor:
+        if not isinstance(other, Tensor):  # Python then tries other.__rmatmul__, else TypeError
+            return NotImplemented
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: object) -> Tensor:
+        return NotImplemented
+
+
+def _slice_args(s: slice, extent: int) -> tuple[int, int, int, int]:
+    flags = 0
+    if s.start is None:
+        flags |= int(lib.TGRAD_SLICE_START_NONE)
+        start = 0
+    else:
+        start = _clamp64(_as_int(s.start, "slice start"))
+    if s.stop is None:
+        flags |= int(lib.TGRAD_SLICE_STOP_NONE)
+        stop = 0
+    else:
+        stop = _clamp64(_as_int(s.stop, "slice stop"))
+    # A step of at least the extent selects one element at most, whatever its size: clamping it to
+    # the extent keeps the meaning and keeps the library's stride arithmetic in range.
+    step = 1 if s.step is None else _as_int(s.step, "slice step")
+    limit = max(extent, 1)
+    step = max(-limit, min(limit, step))
+    return start, stop, step, flags
+
+
+def _clamp64(value: int) -> int:
+    # Slice bounds clamp to the extent like numpy, so bounds past int64 mean the same as its limits.
+    return max(_INT64_MIN, min(_INT64_MAX, value))
+
+
+def _bits_handle(bits: npt.NDArray[Any]) -> int:
+    data = np.ascontiguousarray(bits, dtype=np.uint16)
+    shape = bits.shape
+    return _new_handle(
+        lib.tgrad_tensor_from_bf16,
+        ffi.from_buffer("uint16_t[]", data),
+        len(shape),
+        _int64_array(shape, "from_bf16"),
+    )
+
+
+def _from_numpy_handle(array: Any) -> int:
+    if isinstance(array, np.generic):
+        array = np.asarray(array)
+    if not isinstance(array, np.ndarray):
+        raise errors.InvalidArgumentError(
+            f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
+            "(wrap Python data with numpy.asarray first)"
+        )
+    dt = array.dtype
+    shape = array.shape
+    if dt == _BF16:
+        return _bits_handle(np.ascontiguousarray(array).view(np.uint16).reshape(shape))
+    if dt.kind == "f" and dt.itemsize == 4:
+        data = np.ascontiguousarray(array, dtype=np.float32)
+        ptr, call = ffi.from_buffer("float[]", data), lib.tgrad_tensor_from_f32
+    elif dt.kind == "f" and dt.itemsize == 8:
+        data = np.ascontiguousarray(array, dtype=np.float64)
+        ptr, call = ffi.from_buffer("double[]", data), lib.tgrad_tensor_from_f64
+    else:
+        raise errors.DtypeUnsupportedError(
+            f"Tensor.from_numpy: dtype {dt} is not supported (float32, float64 or ml_dtypes.bfloat16)"
+        )
+    return _new_handle(call, ptr, len(shape), _int64_array(shape, "from_numpy"))
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now."""
+    for name, operand in (("a", a), ("b", b)):
+        if not isinstance(operand, Tensor):
+            raise errors.InvalidArgumentError(
+                f"matmul: operand {name} must be a Tensor, got {type(operand).__name__}"
+            )
+    return Tensor._wrap(_new_handle(lib.tgrad_matmul, a._h, b._h))

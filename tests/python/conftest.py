@@ -1,0 +1,91 @@
+"""Shared fixtures for the Python binding tests.
+
+Every test runs under a leak check: the live tensor and buffer counts of libtgrad must be back to
+their starting values once the test's objects are collected.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if importlib.util.find_spec("tgrad") is None:
+    # Not installed (nox installs it): run against the source tree and the meson build's library
+    # unless TGRAD_LIB says otherwise.
+    for path in (ROOT / "bindings" / "python", ROOT):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    _BUILT = ROOT / "build" / "libtgrad" / "libtgrad.so"
+    if not os.environ.get("TGRAD_LIB") and _BUILT.exists():
+        os.environ["TGRAD_LIB"] = str(_BUILT)
+
+
+def _live() -> tuple[int, int, int] | None:
+    """Live (tensors, buffers, bytes); None when libtgrad cannot be loaded (tests that need it
+    fail on their own import, and library-independent tests such as the oracle's still run)."""
+    try:
+        import tgrad
+    except ImportError:
+        return None
+    gc.collect()
+    return tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes()
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test that leaves tensor handles, buffers or buffer bytes alive.
+
+    A test that already failed is not also reported as leaking: its traceback holds its tensors.
+    """
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        # pytest keeps the previous failure here (for post-mortem debugging), tensors included.
+        if hasattr(sys, name):
+            delattr(sys, name)
+    before = _live()
+    yield
+    if request.node.stash.get(_CALL_FAILED, False):
+        return
+    after = _live()
+    assert after == before, (
+        f"leak: (live tensors, buffers, bytes) went from {before} to {after}"
+    )
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20240601)
+
+
+@pytest.fixture
+def bf16_bits() -> Callable[..., np.ndarray]:
+    """Random finite bf16 bit patterns of a shape (normal values, seeded)."""
+    import ml_dtypes
+
+    gen = np.random.default_rng(7)
+
+    def make(*shape: int) -> np.ndarray:
+        values = gen.standard_normal(shape).astype(ml_dtypes.bfloat16)
+        return np.ascontiguousarray(values).view(np.uint16)
+
+    return make

@@ -1,0 +1,248 @@
+"""matmul through the Python API: operators, laziness, shapes, refusals, and exact results.
+
+Exact-by-construction inputs (small integers: every product and partial sum is an integer below
+2^8, so any summation order gives the same exact value) are compared bitwise with numpy's float64
+matmul. One test compares random normal data and views with the bit-exact oracle of the numerics
+contract (conformance.oracle).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tgrad
+from tgrad import Tensor, errors
+
+BF16 = ml_dtypes.bfloat16
+
+
+def small_ints(rng: np.random.Generator, shape: tuple[int, ...], k: int) -> np.ndarray:
+    """Integers whose products summed over k terms stay exact in bf16 (|sum| <= 256)."""
+    bound = max(1, int((256 / max(k, 1)) ** 0.5))
+    return rng.integers(-bound, bound + 1, size=shape).astype(np.float32)
+
+
+def exact_reference_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # + 0.0 turns -0 into +0: the contract's accumulator starts at +0.0.
+    c = a.astype(np.float64) @ b.astype(np.float64) + 0.0
+    assert np.all(np.abs(c) <= 256)
+    return c.astype(np.float32).astype(BF16).view(np.uint16)
+
+
+def bits_of(t: Tensor) -> np.ndarray:
+    return t.numpy().view(np.uint16)
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (4, 4, 4), (8, 8, 4), (4, 32, 4), (6, 32, 6), (4, 4, 32), (3, 5, 7), (17, 1, 9),
+     (33, 64, 65), (64, 128, 96), (127, 31, 129)],
+)
+def test_exact_small_integer_products(rng: np.random.Generator, m: int, k: int, n: int) -> None:
+    a, b = small_ints(rng, (m, k), k), small_ints(rng, (k, n), k)
+    c = Tensor.from_numpy(a) @ Tensor.from_numpy(b)
+    assert c.shape == (m, n)
+    np.testing.assert_array_equal(bits_of(c), exact_reference_bits(a, b))
+
+
+def test_three_spellings_give_the_same_bytes(rng: np.random.Generator) -> None:
+    a = Tensor.from_numpy(rng.standard_normal((9, 14)))
+    b = Tensor.from_numpy(rng.standard_normal((14, 5)))
+    expected = (a @ b).to_bytes()
+    assert a.matmul(b).to_bytes() == expected
+    assert tgrad.matmul(a, b).to_bytes() == expected
+
+
+def test_result_is_lazy_until_read_or_realized() -> None:
+    a = Tensor.from_numpy(np.ones((3, 4), np.float32))
+    c = a @ a.T
+    assert not c.is_realized
+    assert c.shape == (3, 3) and c.dtype == "bfloat16"  # properties do not compute
+    assert not c.is_realized
+    assert c.realize() is c
+    assert c.is_realized
+    assert c.realize() is c
+    d = a @ a.T
+    assert d.numpy(np.float32).tolist() == [[4.0] * 3] * 3
+    assert d.is_realized
+
+
+def test_operands_may_be_released_before_the_result_is_read(rng: np.random.Generator) -> None:
+    x, y = small_ints(rng, (5, 6), 6), small_ints(rng, (6, 7), 6)
+    a, b = Tensor.from_numpy(x), Tensor.from_numpy(y)
+    c = a.T.T @ b[:, ::-1]
+    a.release()
+    b.release()
+    np.testing.assert_array_equal(bits_of(c), exact_reference_bits(x, y[:, ::-1]))
+
+
+def test_views_as_operands_exact(rng: np.random.Generator) -> None:
+    x, y = small_ints(rng, (12, 10), 10), small_ints(rng, (10, 12), 10)
+    a, b = Tensor.from_numpy(x), Tensor.from_numpy(y)
+    cases = [
+        (a.T, b.T, x.T, y.T),
+        (a[::2], b, x[::2], y),
+        (a[:, ::-2], b[::-2], x[:, ::-2], y[::-2]),
+        (a[1:4, 2:], b[2:, 3:5], x[1:4, 2:], y[2:, 3:5]),
+        (a[:1].expand(5, 10), b, np.broadcast_to(x[:1], (5, 10)), y),
+        (a, b[:, :1].expand(10, 6), x, np.broadcast_to(y[:, :1], (10, 6))),
+        (a.reshape(10, 12).T, b.T.reshape(10, 12), x.reshape(10, 12).T, y.T.reshape(10, 12)),
+    ]
+    for ta, tb, na, nb in cases:
+        np.testing.assert_array_equal(bits_of(ta @ tb), exact_reference_bits(na, nb))
+
+
+def test_chained_lazy_products(rng: np.random.Generator) -> None:
+    x = rng.integers(-1, 2, size=(4, 4)).astype(np.float32)
+    a = Tensor.from_numpy(x)
+    c = (a @ a) @ a.T  # a pending result as an operand
+    xx = x.astype(np.float64)
+    np.testing.assert_array_equal(c.numpy(np.float32), (xx @ xx) @ xx.T + 0.0)
+
+
+# ---- empty shapes ------------------------------------------------------------------------------
+@pytest.mark.parametrize("m,k,n", [(0, 3, 4), (3, 4, 0), (0, 0, 0), (0, 5, 0)])
+def test_empty_m_or_n_gives_an_empty_result(m: int, k: int, n: int) -> None:
+    c = Tensor.from_numpy(np.ones((m, k), np.float32)) @ Tensor.from_numpy(np.ones((k, n), np.float32))
+    assert c.shape == (m, n) and c.size == 0
+    assert c.numpy().shape == (m, n)
+    assert c.to_bytes() == b""
+
+
+def test_k_zero_gives_positive_zeros() -> None:
+    c = Tensor.from_numpy(np.ones((3, 0), np.float32)) @ Tensor.from_numpy(np.ones((0, 4), np.float32))
+    assert c.shape == (3, 4)
+    np.testing.assert_array_equal(bits_of(c), np.zeros((3, 4), np.uint16))
+
+
+# ---- refusals ----------------------------------------------------------------------------------
+def test_inner_dimension_mismatch_names_both_shapes() -> None:
+    a = Tensor.from_numpy(np.zeros((32, 768), np.float32))
+    b = Tensor.from_numpy(np.zeros((512, 768), np.float32))
+    start = tgrad.live_tensors()
+    with pytest.raises(errors.ShapeMismatchError) as info:
+        a @ b
+    assert "matmul: [32, 768] @ [512, 768]: inner dimensions 768 and 512 differ" in str(info.value)
+    assert info.value.code == "shape_mismatch"
+    assert isinstance(info.value, ValueError)
+    assert tgrad.live_tensors() == start  # refused before anything was made
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3,), (3, 2)), ((2, 3), (3,)), ((1, 2, 3), (3, 2)),
+                                             ((), (1, 1)), ((2, 3), (1, 3, 2))])
+def test_operands_must_be_2d(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> None:
+    a = Tensor.from_numpy(np.zeros(a_shape, np.float32))
+    b = Tensor.from_numpy(np.zeros(b_shape, np.float32))
+    with pytest.raises(errors.RankMismatchError):
+        a @ b
+
+
+def test_non_tensor_operands() -> None:
+    a = Tensor.from_numpy(np.ones((2, 2), np.float32))
+    x = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError):
+        a @ x
+    with pytest.raises(TypeError):
+        x @ a  # numpy must not quietly convert the Tensor
+    with pytest.raises(TypeError):
+        a @ 3  # type: ignore[operator]
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.matmul(a, "x")  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.matmul(x, a)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidArgumentError):
+        a.matmul(x)  # type: ignore[arg-type]
+
+
+def test_released_operand_is_an_invalid_handle() -> None:
+    a = Tensor.from_numpy(np.ones((2, 2), np.float32))
+    b = Tensor.from_numpy(np.ones((2, 2), np.float32))
+    b.release()
+    with pytest.raises(errors.InvalidHandleError):
+        a @ b
+
+
+# ---- numerics through the API ------------------------------------------------------------------
+def test_nan_is_confined_to_its_row_and_column() -> None:
+    x = np.ones((4, 3), np.float32)
+    y = np.ones((3, 5), np.float32)
+    x[1, 2] = np.nan
+    y[0, 3] = np.inf
+    c = bits_of(Tensor.from_numpy(x) @ Tensor.from_numpy(y))
+    nan_mask = (c & 0x7F80 == 0x7F80) & (c & 0x7F != 0)
+    expected_nan = np.zeros((4, 5), bool)
+    expected_nan[1, :] = True
+    assert (nan_mask == expected_nan).all()
+    assert (c[nan_mask] == 0x7FC0).all()  # canonical NaN
+    assert (c[[0, 2, 3], 3] == 0x7F80).all()  # +inf in column 3 elsewhere
+
+
+def test_results_do_not_depend_on_thread_count_or_cpu_variant(rng: np.random.Generator) -> None:
+    a = rng.standard_normal((70, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 90)).astype(np.float32)
+
+    def run() -> bytes:
+        return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).to_bytes()
+
+    before = tgrad.num_threads()
+    try:
+        tgrad.set_num_threads(1)
+        one = run()
+        tgrad.set_num_threads(2)
+        assert run() == one
+        tgrad.set_num_threads(max(before, 3))
+        assert run() == one
+        for name, available in tgrad.cpu_isas().items():
+            if available:
+                tgrad.set_cpu_isa(name)
+                assert run() == one, name
+    finally:
+        tgrad.set_num_threads(before)
+        tgrad.set_cpu_isa("auto")
+
+
+def test_a_shared_lazy_result_realizes_once_across_threads(rng: np.random.Generator) -> None:
+    x, y = small_ints(rng, (40, 50), 50), small_ints(rng, (50, 30), 50)
+    c = Tensor.from_numpy(x) @ Tensor.from_numpy(y)
+    results: list[bytes] = []
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            results.append(c.to_bytes())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=read) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    expected = exact_reference_bits(x, y).astype("<u2").tobytes()
+    assert results == [expected] * 6
+
+
+def test_random_normal_and_views_match_the_oracle(bf16_bits: Callable[..., np.ndarray]) -> None:
+    from conformance.oracle import matmul_bits
+
+    xa, xb = bf16_bits(48, 37), bf16_bits(37, 48)
+    a, b = Tensor.from_bf16_bits(xa), Tensor.from_bf16_bits(xb)
+    cases = [
+        ("plain", a, b, xa, xb),
+        ("a.T b.T", b.T, a.T, xb.T, xa.T),
+        ("a.T", a.T[:, :37], a[:37], xa.T[:, :37], xa[:37]),
+        ("step 2", a[::2], b, xa[::2], xb),
+        ("negative steps", a[::-1, ::-1], b[::-1, ::-3], xa[::-1, ::-1], xb[::-1, ::-3]),
+        ("expanded b", a, b[:, 5:6].expand(37, 20), xa, np.broadcast_to(xb[:, 5:6], (37, 20))),
+        ("expanded a", a[3:4].expand(9, 37), b, np.broadcast_to(xa[3:4], (9, 37)), xb),
+        ("odd K", a[:, 1:36], b[2:37], xa[:, 1:36], xb[2:37]),
+    ]
+    for name, ta, tb, na, nb in cases:
+        got = bits_of(ta @ tb)
+        np.testing.assert_array_equal(got, matmul_bits(na, nb), err_msg=name)

@@ -1,0 +1,58 @@
+"""Command line: ``python -m tgrad <command>``.
+
+Commands: ``bench`` (bytes against the oracle, live timing against peers; see tgrad.bench),
+``config`` (where the installed library, header and pkg-config file are, for C users).
+Exit status: 0 success, 1 a check failed, 2 bad command-line input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tgrad",
+                                     description="tgrad command-line tools")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from . import bench
+
+    bench.add_arguments(commands.add_parser(
+        "bench", help="check bytes against the oracle and time matmul against live peers",
+        description=(bench.__doc__ or "").split("\n\n")[0]))
+    config = commands.add_parser(
+        "config", help="print where the installed libtgrad, tgrad.h and tgrad.pc are",
+        description="Paths of the copy of libtgrad this package loads, for C users: "
+                    "PKG_CONFIG_PATH=$(python -m tgrad config --pkgconfig-dir)")
+    which = config.add_mutually_exclusive_group()
+    for flag in ("--pkgconfig-dir", "--include-dir", "--library"):
+        which.add_argument(flag, action="store_true")
+    config.set_defaults(func=_config)
+    return parser
+
+
+def _config(args: argparse.Namespace) -> int:
+    import tgrad
+
+    paths = {"library": tgrad.library_path(), "include_dir": tgrad.include_dir(),
+             "pkgconfig_dir": tgrad.pkgconfig_dir()}
+    chosen = [key for key in paths if getattr(args, key)]
+    if chosen:
+        print(paths[chosen[0]])
+    else:
+        for key, value in paths.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

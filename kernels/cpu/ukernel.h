@@ -1,31 +1,62 @@
-/* The one micro-kernel signature every CPU variant implements (BLIS-style).
+/* The one interface every CPU variant implements (BLIS-style): two packing routines and a
+ * micro-kernel over packed panels.
  *
- *   c[r*ldc + j] (r < MR, j < NR)  =  (accumulate ? c : +0)  then, for p = 0 .. kpairs-1:
- *       c = step(c, A_odd * B_odd); c = step(c, A_even * B_even)
+ * Packing reads an operand block through its view (any strides) and writes panels in the
+ * variant's own format; subnormal inputs become signed zeros (DAZ) and K is padded to even with
+ * +0 in both operands. A k-pair is the unit along K.
  *
- * a: kpairs x MR words, b: kpairs x NR words; a word holds one k-pair of bf16 values, the even
- * k in its low half and the odd k in its high half (the layout vdpbf16ps reads). Packing has
- * already flushed subnormal inputs to signed zero and padded K to even with +0 in both operands.
- * step() is the numerics contract: the exact sum rounded to nearest even fp32, then flushed to a
- * signed zero when its magnitude is below 2^-126 (tininess after rounding, as x86 does). */
+ * The micro-kernel computes one MR x NR tile over kpairs pairs, for each output:
+ *     acc = (tile->load ? tile->acc : +0); for each pair: acc = step(acc, A_odd * B_odd);
+ *                                                            acc = step(acc, A_even * B_even)
+ * step() is the numerics contract (docs/numerics.md): the exact sum rounded to nearest-even fp32,
+ * then flushed to a signed zero when its magnitude is below 2^-126 (tininess after rounding, as
+ * x86 does). When tile->out is set (the last K panel) it writes the rows x cols valid outputs as
+ * bf16 (RNE, NaN made 0x7FC0) there; otherwise it stores the fp32 accumulators to tile->acc. */
 #ifndef TGRAD_CPU_UKERNEL_H
 #define TGRAD_CPU_UKERNEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-typedef void (*tg_ukernel_fn)(int64_t kpairs, const uint32_t *a, const uint32_t *b, float *c,
-                              int64_t ldc, int accumulate);
+typedef struct tg_operand {
+    const uint16_t *base; /* buffer start + view offset */
+    int64_t s0, s1;       /* strides of the two axes, in elements */
+} tg_operand;
+
+typedef struct tg_tile {
+    float *acc;       /* fp32 accumulators carried between K panels, row stride ldacc */
+    int64_t ldacc;
+    int load;         /* start from acc (a later K panel) instead of +0 */
+    uint16_t *out;    /* last K panel: bf16 results here, row stride ldout */
+    int64_t ldout;
+    int32_t rows, cols; /* valid part of the tile (for out) */
+} tg_tile;
+
+/* Pack A rows [m0, m0+mb) x k [k0, k0+kc) into ceil(mb/mr) panels of kpairs x mr entries. */
+typedef void (*tg_pack_a_fn)(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr,
+                             void *dst);
+/* Pack B k [k0, k0+kc) x columns [n0, n0+nb) into ceil(nb/NR) panels of kpairs x NR entries. */
+typedef void (*tg_pack_b_fn)(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst);
+typedef void (*tg_ukernel_fn)(int64_t kpairs, const void *a, const void *b, const tg_tile *tile);
 
 typedef struct tg_ukernel {
-    const char *name; /* variant name, also the file's: ukernel_<name>.c */
+    const char *name;       /* variant name; its file is ukernel_<name>.c */
     int32_t mr, nr;
-    tg_ukernel_fn fn;
-    int (*available)(void); /* does this CPU run it */
+    int32_t entry_bytes;    /* bytes of one packed (pair, row) or (pair, column) entry */
+    tg_pack_a_fn pack_a;
+    tg_pack_b_fn pack_b;
+    tg_ukernel_fn kernel;
+    /* optional: the same contract for shorter tiles, so a short M computes no padded rows */
+    struct { int32_t rows; tg_ukernel_fn fn; } short_kernels[3];
+    int (*available)(void); /* does this CPU (and OS) run it */
+    /* Peak probe: run the variant's core instruction stream for `iters` iterations on this
+     * thread; returns the floating-point operations done (2 per multiply-add). */
+    double (*peak)(int64_t iters);
 } tg_ukernel;
 
 extern const tg_ukernel tg_ukernel_portable;
-#if defined(TGRAD_HAVE_AVX512BF16)
-extern const tg_ukernel tg_ukernel_avx512bf16;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_avx2;
 #endif
 
 #endif

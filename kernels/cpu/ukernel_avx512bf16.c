@@ -1,39 +1,175 @@
-/* AVX512-BF16 micro-kernel: 12 rows x 32 columns, 24 zmm accumulators. vdpbf16ps computes, per
- * fp32 lane, acc + odd product (rounded, flushed) + even product (rounded, flushed), with subnormal
+/* AVX512-BF16 variant: 12 rows x 32 columns, 24 zmm accumulators. vdpbf16ps computes, per fp32
+ * lane, acc + odd product (rounded, flushed) + even product (rounded, flushed), with subnormal
  * inputs as zero: exactly the contract's step order, so this kernel is the contract in hardware.
- * Built only into the object compiled with -mavx512bf16; chosen at run time by cpuid. */
+ * Compiled alone with -mavx512bf16 (meson) and chosen at run time by cpuid.
+ * B packing has vector paths for row-major B (interleave two rows with one permute) and
+ * column-major B (pairs are already adjacent: 16x16 word transposes). */
 #include <immintrin.h>
+#include <stdbool.h>
 
-#include "ukernel.h"
+#define MR 12
+#define NR 32
+#include "pack_bf16_pairs.h"
+#include "store_bf16_avx512.h"
 
-enum { MR = 12, NR = 32 };
+/* ---- packing ---- */
+static inline __m512i daz16(__m512i v) { /* bf16 with a zero exponent -> signed zero */
+    __mmask32 sub = _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x7f80));
+    return _mm512_mask_mov_epi16(v, sub, _mm512_and_si512(v, _mm512_set1_epi16((short)0x8000)));
+}
 
-static void kernel(int64_t kpairs, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int accumulate) {
-    __m512 acc[MR][2];
-    for (int r = 0; r < MR; r++) {
-        acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
-        acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
-    }
-    for (int64_t p = 0; p < kpairs; p++) {
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR));
-        __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR + 16));
-        const uint32_t *ap = a + p * MR;
-        for (int r = 0; r < MR; r++) {
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[r]);
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+/* Row-major B: pair words for 32 columns from rows 2p and 2p+1, one permute per 16 columns.
+ * Rows are walked whole (pair outer, panels inner) so memory is read in long runs. */
+static void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    int64_t kp = (kc + 1) / 2;
+    for (int64_t p = 0; p < kp; p++) {
+        const uint16_t *even = B->base + (k0 + 2 * p) * B->s0 + n0;
+        bool has_odd = 2 * p + 1 < kc;
+        uint32_t *d = dst + p * NR;
+        for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
+            int64_t w = nb - j0 < NR ? nb - j0 : NR;
+            __mmask32 m = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
+            __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
+            __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
+            _mm512_storeu_si512(d, _mm512_permutex2var_epi16(e, lo_idx, o));
+            _mm512_storeu_si512(d + 16, _mm512_permutex2var_epi16(e, hi_idx, o));
         }
     }
-    for (int r = 0; r < MR; r++) {
-        _mm512_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm512_storeu_ps(c + r * ldc + 16, acc[r][1]);
+}
+
+/* 16x16 transpose of 32-bit words held in r[0..15]. */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 8; i++) { /* 128-bit blocks: (0,4), (1,5), ... then (0,8), ... */
+        int a = (i & 3) + (i & 4) * 2, b = a + 4;
+        t[a] = _mm512_shuffle_i32x4(r[a], r[b], 0x88);
+        t[b] = _mm512_shuffle_i32x4(r[a], r[b], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
     }
 }
+
+/* Column-major B (s0 == 1, even k0): column j's pair p is the word at column j + 2p, so a panel
+ * is a transpose of 16-word runs from 16 columns at a time. */
+static void pack_b_cols(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    int64_t kp = (kc + 1) / 2, full = kc / 2;
+    for (int64_t j0 = 0; j0 < nb; j0 += NR) {
+        for (int64_t h = 0; h < NR; h += 16) {
+            int64_t cols = nb - j0 - h;
+            cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
+            for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+                int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;
+                int64_t whole = full - p0 < 0 ? 0 : full - p0 < 16 ? full - p0 : 16;
+                __mmask16 words = (__mmask16)((1u << whole) - 1u);
+                __m512i r[16];
+                for (int64_t c = 0; c < 16; c++) {
+                    if (c >= cols) {
+                        r[c] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const uint16_t *col = B->base + (n0 + j0 + h + c) * B->s1 + k0 + 2 * p0;
+                    __m512i v = _mm512_maskz_loadu_epi32(words, col);
+                    if (whole < pairs) { /* odd K: the last pair has only its even element */
+                        uint32_t last = col[2 * whole];
+                        v = _mm512_mask_set1_epi32(v, (__mmask16)(1u << whole), (int)last);
+                    }
+                    r[c] = daz16(v);
+                }
+                transpose16(r);
+                for (int64_t p = 0; p < pairs; p++) _mm512_storeu_si512(dst + (p0 + p) * NR + h, r[p]);
+            }
+        }
+        dst += kp * NR;
+    }
+}
+
+static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst) {
+    if (B->s1 == 1) pack_b_rows(B, k0, kc, n0, nb, dst);
+    else if (B->s0 == 1) pack_b_cols(B, k0, kc, n0, nb, dst);
+    else pack_b_generic(B, k0, kc, n0, nb, dst);
+}
+
+/* ---- micro-kernels ----
+ * One body for every row height: ROWS x 32 columns, 2*ROWS zmm accumulators. 12 rows is the main
+ * tile (24 accumulators, 2 B loads and 12 broadcasts per pair); 8, 4 and 1 rows serve short M
+ * without computing padded rows. */
+#define DEFINE_KERNEL(NAME, ROWS)                                                                   \
+    static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {           \
+        const uint32_t *a = a_, *b = b_;                                                            \
+        __m512 acc[ROWS][2];                                                                        \
+        for (int r = 0; r < ROWS; r++) {                                                            \
+            acc[r][0] = t->load ? _mm512_loadu_ps(t->acc + r * t->ldacc) : _mm512_setzero_ps();    \
+            acc[r][1] = t->load ? _mm512_loadu_ps(t->acc + r * t->ldacc + 16) : _mm512_setzero_ps(); \
+        }                                                                                           \
+        for (int64_t p = 0; p < kpairs; p++) {                                                      \
+            __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR));                 \
+            __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR + 16));            \
+            const uint32_t *ap = a + p * ROWS;                                                      \
+            for (int r = 0; r < ROWS; r++) {                                                        \
+                __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[r]);                              \
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);                                    \
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);                                    \
+            }                                                                                       \
+        }                                                                                           \
+        if (t->out) {                                                                               \
+            __mmask16 m0 = col_mask(t->cols), m1 = col_mask(t->cols - 16);                          \
+            for (int r = 0; r < ROWS && r < t->rows; r++) {                                         \
+                store_bf16x16(t->out + r * t->ldout, acc[r][0], m0);                                \
+                store_bf16x16(t->out + r * t->ldout + 16, acc[r][1], m1);                           \
+            }                                                                                       \
+        } else {                                                                                    \
+            for (int r = 0; r < ROWS; r++) {                                                        \
+                _mm512_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);                                 \
+                _mm512_storeu_ps(t->acc + r * t->ldacc + 16, acc[r][1]);                            \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+DEFINE_KERNEL(kernel, MR)
+DEFINE_KERNEL(kernel_8, 8)
+DEFINE_KERNEL(kernel_4, 4)
+DEFINE_KERNEL(kernel_1, 1)
 
 static int available(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
-const tg_ukernel tg_ukernel_avx512bf16 = { "avx512bf16", MR, NR, kernel, available };
+/* 24 independent vdpbf16ps chains: the instruction's throughput, 64 flops each. */
+static double peak(int64_t iters) {
+    __m512 acc[24];
+#pragma GCC unroll 32
+    for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps((float)i); /* distinct: no chain merges */
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x00010001);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 32
+        for (int i = 0; i < 24; i++) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+        __asm__ volatile("" : "+v"(x));
+    }
+    __m512 s = acc[0];
+#pragma GCC unroll 32
+    for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return (double)iters * 24 * 64;
+}
+
+const tg_ukernel tg_ukernel_avx512bf16 = {
+    "avx512bf16", MR, NR, 4, pack_a, pack_b, kernel, { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } },
+    available, peak };

@@ -1,17 +1,18 @@
-/* The reference micro-kernel in portable C: always built, always available, and the definition
- * the SIMD variants are tested against (with the independent numpy oracle above them all).
- * Each step is computed in double, where the bf16 x bf16 product is exact and the single rounding
- * to fp32 is correctly rounded (double has more than 2x24+2 bits); the flush then follows the
+/* The reference variant in portable C: always built, always available, the definition the SIMD
+ * variants are tested against (with the independent numpy oracle above them all).
+ * Each step is computed in double, where the bf16 x bf16 product is exact and one rounding to
+ * fp32 is correctly rounded (double has more than 2x24+2 bits); the flush then follows the
  * contract, including the one boundary case where rounding reached 2^-126 from below. */
 #include <float.h>
 #include <math.h>
 
-#include "ukernel.h"
+#define MR 4
+#define NR 16
+#include "pack_bf16_pairs.h"
+#define pack_b pack_b_generic
 
-enum { MR = 4, NR = 16 };
-
-static inline float bf16_lo(uint32_t w) { union { uint32_t u; float f; } x = { w << 16 }; return x.f; }
-static inline float bf16_hi(uint32_t w) { union { uint32_t u; float f; } x = { w & 0xffff0000u }; return x.f; }
+static inline float lo_half(uint32_t w) { union { uint32_t u; float f; } x = { w << 16 }; return x.f; }
+static inline float hi_half(uint32_t w) { union { uint32_t u; float f; } x = { w & 0xffff0000u }; return x.f; }
 
 static inline float step(float acc, float a, float b) {
     double d = (double)acc + (double)a * (double)b;
@@ -21,24 +22,45 @@ static inline float step(float acc, float a, float b) {
     return r;
 }
 
-static void kernel(int64_t kpairs, const uint32_t *a, const uint32_t *b, float *c, int64_t ldc, int accumulate) {
+static inline uint16_t to_bf16(float f) {
+    union { float f; uint32_t u; } x = { f };
+    if ((x.u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+}
+
+static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
+    const uint32_t *a = a_, *b = b_;
     float acc[MR][NR];
     for (int r = 0; r < MR; r++)
-        for (int j = 0; j < NR; j++) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
+        for (int j = 0; j < NR; j++) acc[r][j] = t->load ? t->acc[r * t->ldacc + j] : 0.0f;
     for (int64_t p = 0; p < kpairs; p++) {
         const uint32_t *ap = a + p * MR, *bp = b + p * NR;
         for (int r = 0; r < MR; r++) {
-            float ao = bf16_hi(ap[r]), ae = bf16_lo(ap[r]);
-            for (int j = 0; j < NR; j++) {
-                float v = step(acc[r][j], ao, bf16_hi(bp[j]));
-                acc[r][j] = step(v, ae, bf16_lo(bp[j]));
-            }
+            float ao = hi_half(ap[r]), ae = lo_half(ap[r]);
+            for (int j = 0; j < NR; j++) acc[r][j] = step(step(acc[r][j], ao, hi_half(bp[j])), ae, lo_half(bp[j]));
         }
     }
-    for (int r = 0; r < MR; r++)
-        for (int j = 0; j < NR; j++) c[r * ldc + j] = acc[r][j];
+    if (t->out) {
+        for (int r = 0; r < t->rows; r++)
+            for (int j = 0; j < t->cols; j++) t->out[r * t->ldout + j] = to_bf16(acc[r][j]);
+    } else {
+        for (int r = 0; r < MR; r++)
+            for (int j = 0; j < NR; j++) t->acc[r * t->ldacc + j] = acc[r][j];
+    }
 }
 
 static int always(void) { return 1; }
 
-const tg_ukernel tg_ukernel_portable = { "portable", MR, NR, kernel, always };
+static double peak(int64_t iters) {
+    static uint32_t a[8 * MR], b[8 * NR];
+    for (int i = 0; i < 8 * MR; i++) a[i] = 0x3f803f80u;
+    for (int i = 0; i < 8 * NR; i++) b[i] = 0x3f803f80u;
+    float acc[MR * NR] = { 0 };
+    tg_tile t = { .acc = acc, .ldacc = NR, .load = 1 }; /* each call continues the last: no shortcut */
+    for (int64_t i = 0; i < iters; i++) kernel(8, a, b, &t);
+    volatile float sink = acc[0];
+    (void)sink;
+    return (double)iters * 8 * 2 * MR * NR * 2;
+}
+
+const tg_ukernel tg_ukernel_portable = { "portable", MR, NR, 4, pack_a, pack_b, kernel, { { 0, NULL } }, always, peak };

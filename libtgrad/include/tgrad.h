@@ -196,6 +196,11 @@ TGRAD_API int32_t tgrad_num_threads(void);
 TGRAD_API int64_t tgrad_live_tensors(void);
 TGRAD_API int64_t tgrad_live_buffers(void);
 TGRAD_API int64_t tgrad_live_bytes(void);
+/* Freed large tensor blocks are kept for reuse (a fresh mapping costs a page fault per page):
+ * bytes held now, and a call that returns them all to the OS. Cap: TGRAD_CACHE_BYTES (default
+ * 512 MiB, 0 disables). */
+TGRAD_API int64_t tgrad_cached_bytes(void);
+TGRAD_API void tgrad_release_cached(void);
 /* CPU kernel variants ("avx512bf16", "portable", ...). Every variant produces the same bytes.
  * tgrad_cpu_isa() names the one in use: the best this CPU supports, or TGRAD_CPU_ISA's choice at
  * start-up, or the last tgrad_set_cpu_isa(). "auto" returns to the best. A variant this CPU cannot
@@ -206,6 +211,10 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, best first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
 TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
+/* Measured peak of the variant in use: its core instruction (vdpbf16ps, FMA, ...) run on
+ * `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s counting a multiply-add as 2.
+ * The matmul's "% of peak" is judged against this number, not an assumed clock. */
+TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
 
 #ifdef __cplusplus
 }

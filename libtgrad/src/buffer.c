@@ -25,7 +25,7 @@ tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
 static tgrad_status storage_alloc(tg_buffer *b) {
     if (b->numel == 0) return TGRAD_OK;
     size_t bytes = (size_t)b->numel * 2u;
-    b->data = malloc(bytes);
+    b->data = tg_storage_alloc(bytes, &b->capacity);
     if (!b->data)
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a tensor", bytes);
     atomic_fetch_add(&tg_live_bytes_, (int64_t)bytes);
@@ -43,7 +43,7 @@ void tg_buffer_retain(tg_buffer *b) { atomic_fetch_add(&b->refs, 1); }
 void tg_buffer_release(tg_buffer *b) {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
     if (b->data) atomic_fetch_sub(&tg_live_bytes_, b->numel * 2);
-    free(b->data);
+    tg_storage_free(b->data, b->capacity);
     node_free(b->node);
     pthread_mutex_destroy(&b->lock);
     free(b);

@@ -57,6 +57,11 @@ static inline uint16_t tg_acc_to_bf16(float f) {
     return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
 }
 
+/* ---- tensor storage (alloc.c) ---- */
+/* Allocate at least `bytes`; *cap receives the block's real size, to be passed back to free. */
+TG_HIDDEN void *tg_storage_alloc(size_t bytes, size_t *cap);
+TG_HIDDEN void tg_storage_free(void *p, size_t cap);
+
 /* ---- buffers and the lazy graph (tensor.c, realize.c) ---- */
 typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2 } tg_op;
 
@@ -74,6 +79,7 @@ typedef struct tg_buffer {
     atomic_int realized;     /* 1 once data holds the values */
     int64_t numel;           /* elements of storage */
     uint16_t *data;          /* bf16 bits; NULL while pending (or when numel == 0) */
+    size_t capacity;         /* bytes of the block behind data (tg_storage_alloc) */
     tg_node *node;           /* pending computation; NULL once realized */
 } tg_buffer;
 
@@ -110,6 +116,8 @@ TG_HIDDEN void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t 
 /* Thread pool (cpu/pool.c): run fn(task, arg) for task in [0, ntasks) on the workers and wait. */
 typedef void (*tg_task_fn)(int64_t task, int32_t worker, void *arg);
 TG_HIDDEN void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg);
+/* Run exactly ntasks tasks, task i on its own thread i (threads are started as needed). */
+TG_HIDDEN void tg_pool_run_exact(int32_t ntasks, tg_task_fn fn, void *arg);
 TG_HIDDEN int32_t tg_pool_threads(void);
 
 /* Checked arithmetic. */

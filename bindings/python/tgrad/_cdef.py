@@ -106,4 +106,7 @@ int64_t tgrad_live_bytes(void);
 const char *tgrad_cpu_isa(void);
 tgrad_status tgrad_set_cpu_isa(const char *name);
 const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
+tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+int64_t tgrad_cached_bytes(void);
+void tgrad_release_cached(void);
 """

@@ -7,16 +7,17 @@
  * count or which worker ran which block. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../internal.h"
 #include "ukernel.h"
 
-enum { KC = 256, MC_MAX = 192, NC_MAX = 1024 }; /* KC even: only the last panel has an odd tail */
-
 /* ---- variant selection ---- */
 static const tg_ukernel *const variants[] = {
-#if defined(TGRAD_HAVE_AVX512BF16)
+#if defined(TGRAD_HAVE_X86_VARIANTS)
     &tg_ukernel_avx512bf16,
+    &tg_ukernel_avx512f,
+    &tg_ukernel_avx2,
 #endif
     &tg_ukernel_portable,
 };
@@ -72,93 +73,102 @@ TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available) {
     return variants[index]->name;
 }
 
-/* ---- packing ---- */
-static inline uint16_t daz(uint16_t h) { return (h & 0x7f80u) ? h : (uint16_t)(h & 0x8000u); }
-
+/* ---- per-thread workspace ----
+ * Packing buffers and the fp32 accumulator tile live with the thread (pool workers and callers
+ * alike), grow to the largest block seen and are reused: no allocation per call, none
+ * proportional to M*N*K. Freed when the thread exits. */
 typedef struct {
-    const uint16_t *base; /* buffer start + view offset */
-    int64_t s0, s1;       /* strides of the two axes, elements */
-} operand;
+    void *acc, *apack, *bpack;
+    size_t acc_cap, a_cap, b_cap;
+} workspace;
 
-/* A rows [m0, m0+mb) x k [k0, k0+kc) -> panels of MR rows: word (p, r) = pair p of row r. */
-static void pack_a(const operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, uint32_t *dst) {
-    int64_t kp = (kc + 1) / 2;
-    for (int64_t i0 = 0; i0 < mb; i0 += mr) {
-        for (int64_t p = 0; p < kp; p++) {
-            int64_t k = k0 + 2 * p;
-            bool has_odd = 2 * p + 1 < kc;
-            for (int32_t r = 0; r < mr; r++) {
-                uint32_t w = 0;
-                if (i0 + r < mb) {
-                    const uint16_t *row = A->base + (m0 + i0 + r) * A->s0;
-                    uint32_t lo = daz(row[k * A->s1]);
-                    uint32_t hi = has_odd ? daz(row[(k + 1) * A->s1]) : 0;
-                    w = lo | hi << 16;
-                }
-                *dst++ = w;
-            }
-        }
-    }
+static pthread_key_t ws_key;
+static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
+
+static void ws_free(void *p) {
+    workspace *w = p;
+    if (!w) return;
+    free(w->acc), free(w->apack), free(w->bpack), free(w);
 }
 
-/* B k [k0, k0+kc) x cols [n0, n0+nb) -> panels of NR columns: word (p, j) = pair p of column j. */
-static void pack_b(const operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, int32_t nr, uint32_t *dst) {
-    int64_t kp = (kc + 1) / 2;
-    for (int64_t j0 = 0; j0 < nb; j0 += nr) {
-        int64_t w = nb - j0 < nr ? nb - j0 : nr;
-        for (int64_t p = 0; p < kp; p++) {
-            int64_t k = k0 + 2 * p;
-            const uint16_t *even = B->base + k * B->s0 + (n0 + j0) * B->s1;
-            const uint16_t *odd = even + B->s0;
-            bool has_odd = 2 * p + 1 < kc;
-            int64_t j = 0;
-            if (B->s1 == 1 && has_odd)
-                for (; j < w; j++) dst[j] = daz(even[j]) | (uint32_t)daz(odd[j]) << 16;
-            for (; j < w; j++)
-                dst[j] = daz(even[j * B->s1]) | (has_odd ? (uint32_t)daz(odd[j * B->s1]) << 16 : 0u);
-            for (; j < nr; j++) dst[j] = 0;
-            dst += nr;
+static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
+
+static bool ensure(void **buf, size_t *cap, size_t want) {
+    if (*cap >= want) return true;
+    void *p = aligned_alloc(64, (want + 63) / 64 * 64);
+    if (!p) return false;
+    free(*buf);
+    *buf = p, *cap = want;
+    return true;
+}
+
+static workspace *ws_get(size_t acc, size_t a, size_t b) {
+    pthread_once(&ws_once, ws_init);
+    workspace *w = pthread_getspecific(ws_key);
+    if (!w) {
+        if (!(w = calloc(1, sizeof *w))) return NULL;
+        if (pthread_setspecific(ws_key, w)) {
+            free(w);
+            return NULL;
         }
     }
+    if (!ensure(&w->acc, &w->acc_cap, acc) || !ensure(&w->apack, &w->a_cap, a) || !ensure(&w->bpack, &w->b_cap, b))
+        return NULL;
+    return w;
 }
 
 /* ---- the frame ---- */
+enum { KC = 512, MC_MAX = 192, NC_MAX = 1024 }; /* KC even: only the last panel has an odd tail */
+#define SMALL_MNK (1 << 21) /* below this many multiply-adds the calling thread works alone */
+
 typedef struct {
     const tg_ukernel *uk;
-    operand A, B;
+    tg_ukernel_fn kernel; /* uk->kernel, or the short kernel of height mr */
+    int32_t mr;
+    tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
     uint16_t *out;
-    float **acc;      /* per worker: mc x nc_pad fp32 */
-    uint32_t **apack, **bpack;
-    bool failed;
+    atomic_int failed;
 } job;
 
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 static void run_block(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
     job *J = arg;
     const tg_ukernel *uk = J->uk;
     int64_t m0 = (task / J->tiles_n) * J->mc, n0 = (task % J->tiles_n) * J->nc;
     int64_t mb = J->M - m0 < J->mc ? J->M - m0 : J->mc;
     int64_t nb = J->N - n0 < J->nc ? J->N - n0 : J->nc;
-    int64_t nb_pad = (nb + uk->nr - 1) / uk->nr * uk->nr;
-    int64_t ldc = nb_pad;
-    float *acc = J->acc[worker];
-    uint32_t *ap = J->apack[worker], *bp = J->bpack[worker];
+    int64_t ldacc = round_up(nb, uk->nr), mr = J->mr;
+    int64_t kc_max = J->K < KC ? round_up(J->K, 2) : KC;
+    bool multi_panel = J->K > KC;
+    workspace *w = ws_get(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
+                          (size_t)uk->entry_bytes * (size_t)(round_up(mb, mr) * (kc_max / 2)),
+                          (size_t)uk->entry_bytes * (size_t)(ldacc * (kc_max / 2)));
+    if (!w) {
+        atomic_store(&J->failed, 1);
+        return;
+    }
+    char *ap = w->apack, *bp = w->bpack;
+    float *acc = w->acc;
     for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
         int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = (kc + 1) / 2;
-        pack_b(&J->B, k0, kc, n0, nb, uk->nr, bp);
-        pack_a(&J->A, m0, mb, k0, kc, uk->mr, ap);
-        for (int64_t j0 = 0; j0 < nb; j0 += uk->nr)
-            for (int64_t i0 = 0; i0 < mb; i0 += uk->mr)
-                uk->fn(kp, ap + i0 * kp, bp + j0 * kp, acc + i0 * ldc + j0, ldc, k0 > 0);
-    }
-    for (int64_t i = 0; i < mb; i++) {
-        uint16_t *o = J->out + (m0 + i) * J->N + n0;
-        const float *a = acc + i * ldc;
-        for (int64_t j = 0; j < nb; j++) o[j] = tg_acc_to_bf16(a[j]);
+        bool last = k0 + KC >= J->K;
+        uk->pack_b(&J->B, k0, kc, n0, nb, bp);
+        uk->pack_a(&J->A, m0, mb, k0, kc, (int32_t)mr, ap);
+        for (int64_t j0 = 0; j0 < nb; j0 += uk->nr) {
+            for (int64_t i0 = 0; i0 < mb; i0 += mr) {
+                tg_tile t = { .acc = acc + i0 * ldacc + j0, .ldacc = ldacc, .load = k0 > 0,
+                              .out = last ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
+                              .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
+                              .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
+                J->kernel(kp, ap + (size_t)(i0 * kp) * (size_t)uk->entry_bytes,
+                           bp + (size_t)(j0 * kp) * (size_t)uk->entry_bytes, &t);
+            }
+        }
     }
 }
-
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
     int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
@@ -168,45 +178,94 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         return TGRAD_OK;
     }
     const tg_ukernel *uk = current();
-    int32_t threads = tg_pool_threads();
-    /* Block sizes: at most MC_MAX x NC_MAX, and small enough that every thread has work. */
+    tg_operand A = { a + av->offset, av->strides[0], av->strides[1] };
+    tg_operand B = { b + bv->offset, bv->strides[0], bv->strides[1] };
+    if (N == 1 && M > 1) {
+        /* Matrix-vector: C^T = B^T A^T computes the same sums (a product's operands commute
+         * exactly) with the long side along the kernel's columns, and a [M, 1] result has the
+         * same memory layout as a [1, M] one. */
+        tg_operand T = { B.base, B.s1, B.s0 };
+        B = (tg_operand){ A.base, A.s1, A.s0 };
+        A = T;
+        N = M, M = 1;
+    }
+    /* Tile height: the main one, or a shorter kernel when it computes fewer padded rows. */
+    int32_t mr = uk->mr;
+    tg_ukernel_fn kernel = uk->kernel;
+    for (int i = 0; i < 3 && uk->short_kernels[i].fn; i++) {
+        int32_t h = uk->short_kernels[i].rows;
+        if (round_up(M, h) - M < round_up(M, mr) - M && M < 4 * uk->mr) mr = h, kernel = uk->short_kernels[i].fn;
+    }
+    bool small = (double)M * (double)N * (double)K < (double)SMALL_MNK;
+    int32_t threads = small ? 1 : tg_pool_threads();
+    /* Blocks: at most MC_MAX x NC_MAX, and small enough that every thread has work. */
     int64_t nc = N < NC_MAX ? round_up(N, uk->nr) : NC_MAX;
     int64_t tiles_n = (N + nc - 1) / nc;
-    int64_t want_m = (threads * 2 + tiles_n - 1) / tiles_n; /* row blocks wanted */
-    int64_t mc = round_up((M + want_m - 1) / want_m, uk->mr);
+    if (tiles_n < threads && N > uk->nr * threads) { /* few, wide rows: split the columns finer */
+        nc = round_up((N + threads - 1) / threads, uk->nr);
+        tiles_n = (N + nc - 1) / nc;
+    }
+    int64_t want_m = (threads * 2 + tiles_n - 1) / tiles_n;
+    int64_t mc = round_up((M + want_m - 1) / want_m, mr);
     if (mc > MC_MAX) mc = MC_MAX;
     int64_t tiles_m = (M + mc - 1) / mc;
-    int64_t ntasks = tiles_m * tiles_n;
-    int32_t workers = threads < ntasks ? threads : (int32_t)ntasks;
+    job J = { .uk = uk, .kernel = kernel, .mr = mr, .M = M, .N = N, .K = K,
+              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = A, .B = B };
+    atomic_init(&J.failed, 0);
+    if (threads == 1) {
+        for (int64_t t = 0; t < tiles_m * tiles_n; t++) run_block(t, 0, &J);
+    } else {
+        tg_pool_run(tiles_m * tiles_n, run_block, &J);
+    }
+    if (atomic_load(&J.failed))
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
+    return TGRAD_OK;
+}
 
-    job J = { .uk = uk, .M = M, .N = N, .K = K, .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out,
-              .A = { a + av->offset, av->strides[0], av->strides[1] },
-              .B = { b + bv->offset, bv->strides[0], bv->strides[1] } };
-    size_t acc_bytes = sizeof(float) * (size_t)(mc * nc);
-    size_t a_bytes = sizeof(uint32_t) * (size_t)(mc * (KC / 2));
-    size_t b_bytes = sizeof(uint32_t) * (size_t)(nc * (KC / 2));
-    void *slab = calloc((size_t)threads, 3 * sizeof(void *));
-    tgrad_status s = TGRAD_OK;
-    if (!slab) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate workspace table");
-    J.acc = slab;
-    J.apack = (uint32_t **)((void **)slab + threads);
-    J.bpack = (uint32_t **)((void **)slab + 2 * threads);
-    for (int32_t w = 0; w < threads && !s; w++) {
-        J.acc[w] = aligned_alloc(64, round_up((int64_t)acc_bytes, 64));
-        J.apack[w] = aligned_alloc(64, round_up((int64_t)a_bytes, 64));
-        J.bpack[w] = aligned_alloc(64, round_up((int64_t)b_bytes, 64));
-        if (!J.acc[w] || !J.apack[w] || !J.bpack[w])
-            s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
+/* ---- measured peak ---- */
+typedef struct {
+    const tg_ukernel *uk;
+    int64_t iters;
+    double flops[256];
+} probe_job;
+
+static void probe_task(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    probe_job *P = arg;
+    P->flops[task] = P->uk->peak(P->iters);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
+    if (!gflops) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_gflops: output pointer is NULL");
+    if (threads < 0 || threads > 256)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_gflops: threads %d outside 0..256", threads);
+    int32_t n = threads ? threads : tg_pool_threads();
+    probe_job P = { .uk = current() };
+    /* size the run to ~20 ms per thread, then measure the best of three */
+    P.iters = 1000;
+    double t0 = now_s();
+    double f = P.uk->peak(P.iters);
+    double dt = now_s() - t0;
+    if (dt > 0) P.iters = (int64_t)(P.iters * (0.02 / dt)) + 1;
+    (void)f;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        t0 = now_s();
+        if (n == 1) probe_task(0, 0, &P);
+        else tg_pool_run_exact(n, probe_task, &P);
+        dt = now_s() - t0;
+        double total = 0;
+        for (int32_t i = 0; i < n; i++) total += P.flops[i];
+        if (dt > 0 && total / dt > best) best = total / dt;
     }
-    (void)workers;
-    if (!s) tg_pool_run(ntasks, run_block, &J);
-    for (int32_t w = 0; w < threads; w++) {
-        free(J.acc[w]);
-        free(J.apack[w]);
-        free(J.bpack[w]);
-    }
-    free(slab);
-    return s;
+    *gflops = best / 1e9;
+    return TGRAD_OK;
 }
 
 /* ---- bit-preserving view copy ---- */

@@ -24,9 +24,14 @@ static int32_t job_workers;   /* workers taking part in the current job */
 static tg_task_fn job_fn;
 static void *job_arg;
 static int64_t job_ntasks;
+static bool job_exact; /* task i runs on worker i (the peak probe needs one task per thread) */
 static atomic_int_fast64_t next_task;
 
 static void drain(int32_t worker) {
+    if (job_exact) {
+        if (worker < job_ntasks) job_fn(worker, worker, job_arg);
+        return;
+    }
     int64_t t;
     while ((t = atomic_fetch_add(&next_task, 1)) < job_ntasks) job_fn(t, worker, job_arg);
 }
@@ -78,16 +83,16 @@ static void ensure_workers(int32_t want) {
     }
 }
 
-void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg) {
+static void run(int64_t ntasks, tg_task_fn fn, void *arg, bool exact) {
     pthread_once(&init_once, pool_init);
     if (ntasks <= 0) return;
     pthread_mutex_lock(&job_lock);
     pthread_mutex_lock(&state_lock);
-    int32_t want = nthreads;
+    int32_t want = exact ? (int32_t)ntasks : nthreads;
     if (want > ntasks) want = (int32_t)ntasks;
     if (want > 1) ensure_workers(want);
     int32_t helpers = want - 1 < nstarted ? want - 1 : nstarted;
-    job_fn = fn, job_arg = arg, job_ntasks = ntasks;
+    job_fn = fn, job_arg = arg, job_ntasks = ntasks, job_exact = exact;
     atomic_store(&next_task, 0);
     job_workers = helpers;
     active = helpers;
@@ -101,6 +106,13 @@ void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg) {
     while (active > 0) pthread_cond_wait(&done, &state_lock);
     pthread_mutex_unlock(&state_lock);
     pthread_mutex_unlock(&job_lock);
+}
+
+void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg) { run(ntasks, fn, arg, false); }
+
+void tg_pool_run_exact(int32_t ntasks, tg_task_fn fn, void *arg) {
+    if (ntasks > MAX_WORKERS) ntasks = MAX_WORKERS;
+    run(ntasks, fn, arg, true);
 }
 
 int32_t tg_pool_threads(void) {

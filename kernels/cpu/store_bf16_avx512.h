@@ -1,0 +1,21 @@
+/* Store 16 fp32 accumulators as bf16 under a column mask: round to nearest even, NaN made 0x7FC0.
+ * With AVX512-BF16 the rounding is vcvtneps2bf16 (its input-DAZ never matters: the contract's
+ * accumulators are never subnormal); without it, the same rounding in integer arithmetic. */
+#include <immintrin.h>
+
+static inline void store_bf16x16(uint16_t *dst, __m512 v, __mmask16 cols) {
+#if defined(__AVX512BF16__)
+    __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+#else
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16));
+#endif
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    h = _mm256_mask_blend_epi16(nan, h, _mm256_set1_epi16(0x7fc0));
+    _mm256_mask_storeu_epi16(dst, cols, h);
+}
+
+static inline __mmask16 col_mask(int32_t cols) {
+    return cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols > 0 ? cols : 0)) - 1u);
+}

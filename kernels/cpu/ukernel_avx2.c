@@ -1,0 +1,98 @@
+/* AVX2+FMA variant: 6 rows x 16 columns of fp32 FMAs (12 ymm accumulators), two per k-pair in
+ * the contract's order (odd product, then even); exact fp32 operands, MXCSR FTZ|DAZ for the
+ * kernel's duration. */
+#include <immintrin.h>
+
+#define MR 6
+#define NR 16
+#include "pack_f32_pairs.h"
+
+static inline void store_bf16x8(uint16_t *dst, __m256 v, int32_t cols) {
+    float f[8];
+    _mm256_storeu_ps(f, v);
+    for (int32_t j = 0; j < cols && j < 8; j++) {
+        union { float f; uint32_t u; } x = { f[j] };
+        dst[j] = (x.u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0
+                                                   : (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+    }
+}
+
+static inline __m256i rne_bf16(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
+}
+
+static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
+    const float *a = a_, *b = b_;
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    __m256 acc[MR][2];
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps();
+        acc[r][1] = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t p = 0; p < kpairs; p++) {
+        const float *bp = b + p * 2 * NR, *ap = a + p * 2 * MR;
+        __m256 bo0 = _mm256_loadu_ps(bp), bo1 = _mm256_loadu_ps(bp + 8);
+        for (int r = 0; r < MR; r++) {
+            __m256 ao = _mm256_broadcast_ss(ap + 2 * r);
+            acc[r][0] = _mm256_fmadd_ps(ao, bo0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(ao, bo1, acc[r][1]);
+        }
+        __m256 be0 = _mm256_loadu_ps(bp + NR), be1 = _mm256_loadu_ps(bp + NR + 8);
+        for (int r = 0; r < MR; r++) {
+            __m256 ae = _mm256_broadcast_ss(ap + 2 * r + 1);
+            acc[r][0] = _mm256_fmadd_ps(ae, be0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(ae, be1, acc[r][1]);
+        }
+    }
+    if (t->out) {
+        for (int r = 0; r < MR && r < t->rows; r++) {
+            uint16_t *o = t->out + r * t->ldout;
+            if (t->cols >= NR) {
+                __m256i lo = rne_bf16(acc[r][0]), hi = rne_bf16(acc[r][1]);
+                __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+                _mm256_storeu_si256((__m256i *)o, packed);
+            } else {
+                store_bf16x8(o, acc[r][0], t->cols);
+                if (t->cols > 8) store_bf16x8(o + 8, acc[r][1], t->cols - 8);
+            }
+        }
+    } else {
+        for (int r = 0; r < MR; r++) {
+            _mm256_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);
+            _mm256_storeu_ps(t->acc + r * t->ldacc + 8, acc[r][1]);
+        }
+    }
+    _mm_setcsr(csr);
+}
+
+static int available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static double peak(int64_t iters) {
+    __m256 acc[12];
+#pragma GCC unroll 32
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i); /* distinct: no chain merges */
+    __m256 x = _mm256_set1_ps(1.0f), y = _mm256_set1_ps(1e-9f);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 32
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(x, y, acc[i]);
+        __asm__ volatile("" : "+x"(x));
+    }
+    __m256 s = acc[0];
+#pragma GCC unroll 32
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, acc[i]);
+    float f[8];
+    _mm256_storeu_ps(f, s);
+    volatile float sink = f[0];
+    (void)sink;
+    return (double)iters * 12 * 16;
+}
+
+const tg_ukernel tg_ukernel_avx2 = { "avx2", MR, NR, 8, pack_a, pack_b, kernel, { { 0, NULL } }, available, peak };

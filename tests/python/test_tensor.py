@@ -447,3 +447,15 @@ def test_package_docstring_example_runs() -> None:
     import doctest
 
     assert doctest.testmod(tgrad).failed == 0
+
+
+def test_peak_probe_and_storage_cache_are_exposed() -> None:
+    assert tgrad.cpu_peak_gflops(1) > 0
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.cpu_peak_gflops(-1)
+    big = Tensor.from_numpy(np.zeros((1024, 1024), np.float32))  # 2 MiB: a cached-size block
+    before = tgrad.cached_bytes()
+    big.release()
+    assert tgrad.cached_bytes() == before + 2 * 1024 * 1024  # kept for the next tensor
+    tgrad.release_cached()
+    assert tgrad.cached_bytes() == 0

@@ -18,8 +18,10 @@ __all__ = [
     "Tensor",
     "TgradError",
     "__version__",
+    "cached_bytes",
     "cpu_isa",
     "cpu_isas",
+    "cpu_peak_gflops",
     "errors",
     "include_dir",
     "library_path",
@@ -27,6 +29,7 @@ __all__ = [
     "live_bytes",
     "live_tensors",
     "matmul",
+    "release_cached",
     "num_threads",
     "pkgconfig_dir",
     "set_cpu_isa",
@@ -99,3 +102,22 @@ def cpu_isas() -> dict[str, bool]:
             return variants
         variants[_string(name)] = bool(available[0])
         index += 1
+
+
+def cpu_peak_gflops(threads: int = 0) -> float:
+    """Measured peak GFLOP/s of the CPU variant in use: its core instruction (vdpbf16ps, FMA)
+    run on `threads` threads (0: the pool's count) for about 60 ms. The bench's "% of peak" is
+    judged against this, not an assumed clock. Meaningful only on an otherwise idle machine."""
+    out = ffi.new("double *")
+    _check(lib.tgrad_cpu_peak_gflops(int(threads), out))
+    return float(out[0])
+
+
+def cached_bytes() -> int:
+    """Bytes of freed large tensor blocks kept for reuse (cap: TGRAD_CACHE_BYTES)."""
+    return int(lib.tgrad_cached_bytes())
+
+
+def release_cached() -> None:
+    """Return every cached block to the operating system."""
+    lib.tgrad_release_cached()

@@ -15,6 +15,7 @@
 #ifndef TGRAD_CPU_UKERNEL_H
 #define TGRAD_CPU_UKERNEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,10 @@ typedef struct tg_ukernel {
     tg_ukernel_fn kernel;
     /* optional: the same contract for shorter tiles, so a short M computes no padded rows */
     struct { int32_t rows; tg_ukernel_fn fn; } short_kernels[3];
+    /* optional: out[0, n0 .. n0+nb) of a one-row problem over all K, streaming B once. A's row
+     * arrives packed as k-pair words (one panel of height 1); false when B's layout is not one
+     * the variant streams (the frame then packs as usual). */
+    bool (*rowvec)(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out);
     int (*available)(void); /* does this CPU (and OS) run it */
     /* Peak probe: run the variant's core instruction stream for `iters` iterations on this
      * thread; returns the floating-point operations done (2 per multiply-add). */

@@ -95,4 +95,4 @@ static double peak(int64_t iters) {
     return (double)iters * 12 * 16;
 }
 
-const tg_ukernel tg_ukernel_avx2 = { "avx2", MR, NR, 8, pack_a, pack_b, kernel, { { 0, NULL } }, available, peak };
+const tg_ukernel tg_ukernel_avx2 = { "avx2", MR, NR, 8, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };

@@ -32,6 +32,8 @@ static void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
         for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
             int64_t w = nb - j0 < NR ? nb - j0 : NR;
             __mmask32 m = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
+            _mm_prefetch((const char *)(even + 8 * B->s0 + j0), _MM_HINT_T0); /* 4 pairs ahead */
+            _mm_prefetch((const char *)(even + 9 * B->s0 + j0), _MM_HINT_T0);
             __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
             __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
             _mm512_storeu_si512(d, _mm512_permutex2var_epi16(e, lo_idx, o));
@@ -145,6 +147,82 @@ DEFINE_KERNEL(kernel_8, 8)
 DEFINE_KERNEL(kernel_4, 4)
 DEFINE_KERNEL(kernel_1, 1)
 
+/* ---- one output row, B streamed once (M = 1, and N = 1 after the frame's transpose) ----
+ * Memory-bound shapes want each byte of B read once, in long runs. vdpbf16ps treats subnormal
+ * inputs as zero itself, so these paths read B unpacked. */
+
+/* Row-major B: a strip of up to 512 columns, fp32 accumulators in L1, rows read whole. */
+static void rowvec_rows(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    enum { STRIP = 1024, PREFETCH_PAIRS = 4 };
+    __attribute__((aligned(64))) float acc[STRIP];
+    for (int64_t s0 = 0; s0 < nb; s0 += STRIP) {
+        int64_t w = nb - s0 < STRIP ? nb - s0 : STRIP;
+        int64_t groups = (w + 31) / 32;
+        for (int64_t g = 0; g < groups * 32; g += 16) _mm512_store_ps(acc + g, _mm512_setzero_ps());
+        for (int64_t p = 0; p < (K + 1) / 2; p++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)apairs[p]);
+            const uint16_t *even = B->base + 2 * p * B->s0 + n0 + s0;
+            const uint16_t *odd = even + B->s0;
+            bool has_odd = 2 * p + 1 < K;
+            for (int64_t g = 0; g < groups; g++) {
+                int64_t left = w - 32 * g;
+                __mmask32 m = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
+                /* rows jump by 2*s0 per pair: fetch a few pairs ahead, the prefetcher does not */
+                _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * B->s0 + 32 * g), _MM_HINT_T0);
+                _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * B->s0 + 32 * g), _MM_HINT_T0);
+                __m512i e = _mm512_maskz_loadu_epi16(m, even + 32 * g);
+                __m512i o = has_odd ? _mm512_maskz_loadu_epi16(m, odd + 32 * g) : _mm512_setzero_si512();
+                float *c = acc + 32 * g;
+                _mm512_store_ps(c, _mm512_dpbf16_ps(_mm512_load_ps(c), av, (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o)));
+                _mm512_store_ps(c + 16, _mm512_dpbf16_ps(_mm512_load_ps(c + 16), av, (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o)));
+            }
+        }
+        for (int64_t g = 0; g < w; g += 16) store_bf16x16(out + s0 + g, _mm512_load_ps(acc + g), col_mask((int32_t)(w - g)));
+    }
+}
+
+/* Column-major B (column j's k-pairs are adjacent words): 16 columns x 16 pairs per transpose,
+ * two 16-column groups in flight so the two accumulator chains hide each other's latency. */
+static void rowvec_cols(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    int64_t kp = (K + 1) / 2, full = K / 2;
+    for (int64_t j0 = 0; j0 < nb; j0 += 32) {
+        __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
+        for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+            int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;
+            int64_t whole = full - p0 < 16 ? full - p0 : 16;
+            __mmask16 words = (__mmask16)((1u << whole) - 1u);
+            for (int h = 0; h < 2; h++) {
+                __m512i r[16];
+                for (int c = 0; c < 16; c++) {
+                    int64_t col = j0 + 16 * h + c;
+                    if (col >= nb) {
+                        r[c] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const uint16_t *src = B->base + (n0 + col) * B->s1 + 2 * p0;
+                    r[c] = _mm512_maskz_loadu_epi32(words, src);
+                    if (whole < pairs) r[c] = _mm512_mask_set1_epi32(r[c], (__mmask16)(1u << whole), (int)src[2 * whole]);
+                }
+                transpose16(r);
+                for (int64_t p = 0; p < pairs; p++)
+                    acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_set1_epi32((int)apairs[p0 + p]), (__m512bh)r[p]);
+            }
+        }
+        store_bf16x16(out + j0, acc[0], col_mask((int32_t)(nb - j0)));
+        store_bf16x16(out + j0 + 16, acc[1], col_mask((int32_t)(nb - j0 - 16)));
+    }
+}
+
+static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out);
+    else if (B->s0 == 1) rowvec_cols(apairs, B, K, n0, nb, out);
+    else return false;
+    return true;
+}
+
 static int available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -172,4 +250,4 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_avx512bf16 = {
     "avx512bf16", MR, NR, 4, pack_a, pack_b, kernel, { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } },
-    available, peak };
+    rowvec, available, peak };

@@ -1,6 +1,7 @@
 /* C tests of the ABI contract: statuses, handles, views, matmul across CPU variants and thread
  * counts, and the live-object counters. Prints "N passed, N failed". */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,70 @@ static void test_variants_agree(void) {
     free(a), free(b), free(ref), free(got);
 }
 
+/* Random bf16 bits from a mix that stresses the contract: normals of wide exponent range,
+ * subnormals, signed zeros, infinities and NaNs. */
+static uint16_t special_bits(void) {
+    uint32_t r = next_u32();
+    if (r % 1024 == 0) return (r & 0x400) ? 0x7fc1 : 0xff80;  /* rare NaN / -Inf: they spread */
+    switch (r % 16) {
+    case 0: return (uint16_t)(r >> 8) & 0x807f;              /* subnormal or zero */
+    case 1: return (r & 0x100) ? 0x8000 : 0x0000;            /* signed zero */
+    case 2: return (uint16_t)(((r >> 9) & 0x8000) | (((r >> 4) % 8 + 1) << 7)); /* tiny: products flush */
+    default: return (uint16_t)(((r >> 9) & 0x8000) | (((r >> 4) % 40 + 107) << 7) | ((r >> 12) & 0x7f));
+    }
+}
+
+/* Every shape class the frame treats specially (one row, one column, short M, odd K, block
+ * edges), with row- and column-major B and special values: every variant gives the portable
+ * variant's bytes. */
+static void test_variants_agree_on_shape_classes(void) {
+    static const int64_t shapes[][3] = { { 1, 4097, 1000 }, { 1, 33, 3 }, { 777, 1025, 1 }, { 5, 1, 7 },
+                                         { 16, 515, 300 }, { 9, 64, 1025 }, { 200, 1030, 70 }, { 1, 2, 1 },
+                                         { 13, 7, 33 }, { 3, 1031, 520 }, { 1, 5, 64 }, { 77, 9, 1 }, { 1, 3, 50 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+        uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));
+        uint16_t *ref = malloc(2 * (size_t)(M * N)), *got = malloc(2 * (size_t)(M * N));
+        for (int64_t i = 0; i < M * K; i++) a[i] = special_bits();
+        for (int64_t i = 0; i < K * N; i++) b[i] = special_bits();
+        for (int layout = 0; layout < 2; layout++) {
+            tgrad_tensor_t ta = 0, tb = 0, bt = 0, bv = 0;
+            EXPECT(tgrad_tensor_from_bf16(a, 2, (int64_t[]){ M, K }, &ta), TGRAD_OK);
+            if (layout == 0) {
+                EXPECT(tgrad_tensor_from_bf16(b, 2, (int64_t[]){ K, N }, &tb), TGRAD_OK);
+                EXPECT(tgrad_tensor_slice(tb, 0, 0, 0, 1, TGRAD_SLICE_START_NONE | TGRAD_SLICE_STOP_NONE, &bv), TGRAD_OK);
+            } else { /* the same values stored column-major: b^T is [N, K] */
+                EXPECT(tgrad_tensor_from_bf16(b, 2, (int64_t[]){ N, K }, &bt), TGRAD_OK);
+                EXPECT(tgrad_tensor_transpose(bt, 0, 1, &bv), TGRAD_OK);
+            }
+            tgrad_tensor_t c = 0;
+            EXPECT(tgrad_set_cpu_isa("portable"), TGRAD_OK);
+            EXPECT(tgrad_matmul(ta, bv, &c), TGRAD_OK);
+            EXPECT(tgrad_tensor_read_bf16(c, ref, (size_t)(M * N)), TGRAD_OK);
+            tgrad_tensor_release(c);
+            for (int32_t vi = 0;; vi++) {
+                int32_t avail = 0;
+                const char *name = tgrad_cpu_isa_name(vi, &avail);
+                if (!name || strcmp(name, "portable") == 0) break;
+                if (!avail) continue;
+                EXPECT(tgrad_set_cpu_isa(name), TGRAD_OK);
+                tgrad_tensor_t c = 0;
+                EXPECT(tgrad_matmul(ta, bv, &c), TGRAD_OK);
+                EXPECT(tgrad_tensor_read_bf16(c, got, (size_t)(M * N)), TGRAD_OK);
+                tgrad_tensor_release(c);
+                bool same = memcmp(ref, got, 2 * (size_t)(M * N)) == 0;
+                CHECK(same);
+                if (!same)
+                    fprintf(stderr, "  %s differs from portable at %lldx%lldx%lld, %s B\n", name, (long long)M,
+                            (long long)K, (long long)N, layout ? "column-major" : "row-major");
+            }
+            tgrad_tensor_release(ta), tgrad_tensor_release(tb), tgrad_tensor_release(bt), tgrad_tensor_release(bv);
+        }
+        free(a), free(b), free(ref), free(got);
+    }
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+}
+
 static void test_matmul_refusals(void) {
     static float z[32 * 768], big[512 * 768];
     tgrad_tensor_t a = make_f32(32, 768, z), b = make_f32(512, 768, big), c = 123;
@@ -256,6 +321,8 @@ int main(void) {
     }
     tgrad_set_cpu_isa("auto");
     test_variants_agree();
+    tgrad_set_num_threads(2);
+    test_variants_agree_on_shape_classes();
     test_matmul_refusals();
     test_chain_frees_intermediates();
     CHECK(tgrad_live_tensors() == 0);

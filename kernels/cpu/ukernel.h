@@ -44,6 +44,7 @@ typedef struct tg_ukernel {
     const char *name;       /* variant name; its file is ukernel_<name>.c */
     int32_t mr, nr;
     int32_t entry_bytes;    /* bytes of one packed (pair, row) or (pair, column) entry */
+    int32_t kc;             /* K panel depth (even): a B micro-panel of kc/2 x nr entries stays in L1 */
     tg_pack_a_fn pack_a;
     tg_pack_b_fn pack_b;
     tg_ukernel_fn kernel;

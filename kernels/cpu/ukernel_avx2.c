@@ -25,49 +25,44 @@ static inline __m256i rne_bf16(__m256 v) {
     return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
 }
 
+static inline void store_row(uint16_t *o, __m256 lo, __m256 hi, int32_t cols) {
+    if (cols >= NR) {
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rne_bf16(lo), rne_bf16(hi)), 0xd8);
+        _mm256_storeu_si256((__m256i *)o, packed);
+    } else {
+        store_bf16x8(o, lo, cols);
+        if (cols > 8) store_bf16x8(o + 8, hi, cols - 8);
+    }
+}
+
+/* Accumulators are named variables (not an array) so that all 12 stay in the 16 ymm registers:
+ * with an array GCC spills them every iteration. */
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_, *b = b_;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u);
-    __m256 acc[MR][2];
-    for (int r = 0; r < MR; r++) {
-        acc[r][0] = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps();
-        acc[r][1] = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc + 8) : _mm256_setzero_ps();
-    }
+    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+#define DECL(r) __m256 c##r##0 = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps(), \
+                     c##r##1 = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc + 8) : _mm256_setzero_ps();
+    ROWS(DECL)
     for (int64_t p = 0; p < kpairs; p++) {
         const float *bp = b + p * 2 * NR, *ap = a + p * 2 * MR;
-        __m256 bo0 = _mm256_loadu_ps(bp), bo1 = _mm256_loadu_ps(bp + 8);
-        for (int r = 0; r < MR; r++) {
-            __m256 ao = _mm256_broadcast_ss(ap + 2 * r);
-            acc[r][0] = _mm256_fmadd_ps(ao, bo0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(ao, bo1, acc[r][1]);
-        }
-        __m256 be0 = _mm256_loadu_ps(bp + NR), be1 = _mm256_loadu_ps(bp + NR + 8);
-        for (int r = 0; r < MR; r++) {
-            __m256 ae = _mm256_broadcast_ss(ap + 2 * r + 1);
-            acc[r][0] = _mm256_fmadd_ps(ae, be0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(ae, be1, acc[r][1]);
-        }
-    }
-    if (t->out) {
-        for (int r = 0; r < MR && r < t->rows; r++) {
-            uint16_t *o = t->out + r * t->ldout;
-            if (t->cols >= NR) {
-                __m256i lo = rne_bf16(acc[r][0]), hi = rne_bf16(acc[r][1]);
-                __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
-                _mm256_storeu_si256((__m256i *)o, packed);
-            } else {
-                store_bf16x8(o, acc[r][0], t->cols);
-                if (t->cols > 8) store_bf16x8(o + 8, acc[r][1], t->cols - 8);
-            }
-        }
-    } else {
-        for (int r = 0; r < MR; r++) {
-            _mm256_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);
-            _mm256_storeu_ps(t->acc + r * t->ldacc + 8, acc[r][1]);
-        }
+        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8); /* odd elements */
+#define ODD(r) { __m256 x = _mm256_broadcast_ss(ap + 2 * r); c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
+        ROWS(ODD)
+        b0 = _mm256_loadu_ps(bp + NR), b1 = _mm256_loadu_ps(bp + NR + 8); /* then the even ones */
+#define EVEN(r) { __m256 x = _mm256_broadcast_ss(ap + 2 * r + 1); c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
+        ROWS(EVEN)
     }
     _mm_setcsr(csr);
+    if (t->out) {
+#define OUT(r) if (r < t->rows) store_row(t->out + r * t->ldout, c##r##0, c##r##1, t->cols);
+        ROWS(OUT)
+    } else {
+#define ACC(r) _mm256_storeu_ps(t->acc + r * t->ldacc, c##r##0), _mm256_storeu_ps(t->acc + r * t->ldacc + 8, c##r##1);
+        ROWS(ACC)
+    }
 }
 
 static int available(void) {
@@ -95,4 +90,4 @@ static double peak(int64_t iters) {
     return (double)iters * 12 * 16;
 }
 
-const tg_ukernel tg_ukernel_avx2 = { "avx2", MR, NR, 8, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };
+const tg_ukernel tg_ukernel_avx2 = { "avx2", MR, NR, 8, 256, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };

@@ -249,5 +249,5 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_avx512bf16 = {
-    "avx512bf16", MR, NR, 4, pack_a, pack_b, kernel, { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } },
+    "avx512bf16", MR, NR, 4, 512, pack_a, pack_b, kernel, { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } },
     rowvec, available, peak };

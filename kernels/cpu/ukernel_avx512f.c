@@ -67,4 +67,4 @@ static double peak(int64_t iters) {
     return (double)iters * 24 * 32;
 }
 
-const tg_ukernel tg_ukernel_avx512f = { "avx512f", MR, NR, 8, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };
+const tg_ukernel tg_ukernel_avx512f = { "avx512f", MR, NR, 8, 256, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };

@@ -63,4 +63,4 @@ static double peak(int64_t iters) {
     return (double)iters * 8 * 2 * MR * NR * 2;
 }
 
-const tg_ukernel tg_ukernel_portable = { "portable", MR, NR, 4, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, always, peak };
+const tg_ukernel tg_ukernel_portable = { "portable", MR, NR, 4, 512, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, always, peak };

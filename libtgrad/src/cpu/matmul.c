@@ -118,7 +118,7 @@ static workspace *ws_get(size_t acc, size_t a, size_t b) {
 }
 
 /* ---- the frame ---- */
-enum { KC = 512, MC_MAX = 192, NC_MAX = 512 }; /* KC even: only the last panel has an odd tail */
+enum { MC_MAX = 192, NC_MAX = 512 }; /* K panels: the variant's kc (even: only the last panel has an odd tail) */
 #define SMALL_MNK (1 << 21) /* below this many multiply-adds the calling thread works alone */
 
 typedef struct {
@@ -196,6 +196,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     int64_t mb = J->M - m0 < J->mc ? J->M - m0 : J->mc;
     int64_t nb = J->N - n0 < J->nc ? J->N - n0 : J->nc;
     int64_t ldacc = round_up(nb, uk->nr), mr = J->mr;
+    int64_t KC = uk->kc;
     int64_t kc_max = J->K < KC ? round_up(J->K, 2) : KC;
     bool multi_panel = J->K > KC;
     workspace *w = ws_get(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,

@@ -82,7 +82,11 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(15, ERR_BACKEND_UNAVAILABLE, backend_unavailable, "runtime", "backend is not built or not available on this machine") \
     X(16, ERR_KERNEL_COMPILE_FAILED, kernel_compile_failed, "runtime", "kernel source failed to compile") \
     X(17, ERR_VERSION_MISMATCH, version_mismatch, "runtime", "library and header versions are incompatible") \
-    X(18, ERR_INTERNAL, internal, "runtime", "internal error (a bug in tgrad: please report it)")
+    X(18, ERR_INTERNAL, internal, "runtime", "internal error (a bug in tgrad: please report it)") \
+    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view or language)") \
+    X(20, ERR_TRACE_NO_OUTPUT, trace_no_output, "type", "the traced function returned no Tensor") \
+    X(21, ERR_TRACE_NO_INPUT, trace_no_input, "type", "no Tensor was given to trace") \
+    X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option")
 
 #define TGRAD_STATUS_ENUM_(code, NAME, name, category, message) TGRAD_##NAME = code,
 enum tgrad_status_code { TGRAD_STATUS_LIST(TGRAD_STATUS_ENUM_) TGRAD_STATUS_COUNT_ };
@@ -215,6 +219,105 @@ TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
  * `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+
+/* ---- testing aids --------------------------------------------------------------------------- */
+/* Fault injection, for tests: make the n-th heap allocation from now fail (n >= 1; 0 disarms),
+ * and report in *failures (if not NULL) how many injected failures have happened so far. Only a
+ * library built with -Dfault_injection=true injects; elsewhere this returns
+ * TGRAD_ERR_BACKEND_UNAVAILABLE. */
+TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
+
+/* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
+#define TGRAD_FORMAT_TEXT 1
+#define TGRAD_FORMAT_JSON 2
+
+/* What realizing `tensor` runs, in order, or (once realized) what ran: one line per kernel with
+ * its route, shapes, the operands' views and whether each is composed into the kernel's loads or
+ * was materialized by a copy, bytes read and written, and the buffers allocated before and freed
+ * after it (an intermediate is freed as soon as its last reader ran, unless a handle holds it).
+ * format is TGRAD_FORMAT_TEXT or TGRAD_FORMAT_JSON (one object, "steps": [...]). Writes at most
+ * cap bytes including the NUL; *len receives the full length without the NUL; when cap <= *len
+ * nothing is written and the status is TGRAD_ERR_BUFFER_TOO_SMALL (call again with *len + 1).
+ * Explaining plans only: it runs, allocates and changes nothing of the graph. */
+TGRAD_API tgrad_status tgrad_tensor_explain(tgrad_tensor_t tensor, int32_t format, char *dst, size_t cap,
+                                            size_t *len);
+/* The route that computed (or will compute) the tensor's buffer, e.g. "cpu.avx512bf16.gemm",
+ * "cpu.avx512bf16.rowvec", "cpu.copy", "cpu.zeros" (K = 0), "host" (made from host data). Same
+ * buffer-size contract as tgrad_tensor_explain. A pending buffer reports the route it would take
+ * now (the CPU variant can still be changed until it runs). */
+TGRAD_API tgrad_status tgrad_tensor_route(tgrad_tensor_t tensor, char *dst, size_t cap, size_t *len);
+/* A number naming the tensor's buffer, unique for the library's lifetime: views of one buffer
+ * share it, and explain's lines use it ("buf#12"). */
+TGRAD_API tgrad_status tgrad_tensor_buffer_id(tgrad_tensor_t tensor, uint64_t *id);
+
+/* The capability table: one row per (backend, capability), index 0, 1, ... until
+ * TGRAD_ERR_INDEX_OUT_OF_RANGE. value is a short word ("bit-exact", "composed", "materialized",
+ * "refused", "yes", "no", "not built") and note one line of why. The strings are static. */
+TGRAD_API tgrad_status tgrad_capability(int32_t index, const char **backend, const char **capability,
+                                        const char **value, const char **note);
+/* Backends, index 0, 1, ... until TGRAD_ERR_INDEX_OUT_OF_RANGE: name ("cpu", "metal", "opencl"),
+ * built (compiled into this library), available (usable on this machine now) and a device
+ * description, or why it is not available. */
+TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int32_t *available,
+                                     const char **device);
+
+/* ---- kernel generation ------------------------------------------------------------------- */
+/* libtgrad renders the GPU kernels it runs: a route (a parametric kernel declared once in
+ * kernels/routes.h) plus a problem (shapes, both operands' views, the output layout) becomes kernel
+ * source in a language, with its launch geometry. The views' offsets and strides are baked into
+ * the source as constants, so any view that strides express is read in place (docs/kernels.md).
+ * The same problem renders the same bytes; source_hash (FNV-1a 64 of the text) is the cache key.
+ * Rendering reads only views and shapes: operands may be lazy (unrealized) tensors.
+ * Thread safety: every function below may be called from any thread. */
+
+/* Routes. Frozen codes (1 .. TGRAD_ROUTE_COUNT). naive and tiled follow the documented fp32 order
+ * (docs/numerics.md) and match the CPU bit for bit; tc uses 8x8 simdgroup matrices and meets the
+ * error bound of docs/kernels.md; copy materializes a view bit for bit. */
+#define TGRAD_ROUTE_NAIVE 1
+#define TGRAD_ROUTE_TILED 2
+#define TGRAD_ROUTE_TC 3
+#define TGRAD_ROUTE_COPY 4
+#define TGRAD_ROUTE_COUNT 4
+/* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
+ * family 7+), OpenCL C 1.2 (no tc). */
+#define TGRAD_LANG_MSL 1
+#define TGRAD_LANG_OPENCL 2
+#define TGRAD_LANG_COUNT 2
+#define TGRAD_LAUNCH_MAX_BUFFERS 4
+#define TGRAD_KERNEL_NAME_MAX 64
+
+/* How to launch a rendered kernel. Buffers are bound at indices 0 .. buffer_count-1 (matmul:
+ * a's buffer, b's buffer, the output; copy: the source's buffer, the output), each holding bf16
+ * bits; the kernel indexes a and b through their views from the buffer's first element, and
+ * writes the output compact row-major. A grid with a 0 extent means there is nothing to
+ * dispatch (an empty result). */
+struct tgrad_launch {
+    uint32_t grid[3];                                    /* threadgroups along x, y, z */
+    uint32_t threadgroup[3];                             /* threads per threadgroup along x, y, z */
+    uint32_t threadgroup_memory;                         /* bytes the kernel declares */
+    uint32_t buffer_count;
+    uint64_t buffer_elements[TGRAD_LAUNCH_MAX_BUFFERS];  /* elements each buffer must hold at least */
+    uint64_t source_hash;                                /* FNV-1a 64 of the source text */
+    char kernel_name[TGRAD_KERNEL_NAME_MAX];             /* the entry point, NUL-terminated */
+};
+
+/* Name of a route or language ("tiled", "msl"); NULL for an unknown code. */
+TGRAD_API const char *tgrad_route_name(int32_t route);
+TGRAD_API const char *tgrad_lang_name(int32_t lang);
+/* Can `route` in `lang` run out = a @ b (b = 0 and route TGRAD_ROUTE_COPY: materialize a)?
+ * TGRAD_OK, or TGRAD_ERR_ROUTE_NOT_ELIGIBLE with the reason in tgrad_last_error(); the operand
+ * checks of tgrad_matmul come first (handles, ranks, inner dimensions). */
+TGRAD_API tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b);
+/* Render the kernel computing a @ b (2-D, [M, K] @ [K, N]) by a matmul route into dst, a NUL-
+ * terminated string of *length bytes plus the NUL, and its launch geometry into *launch.
+ * dst = NULL with capacity 0 asks for the length only (*length and *launch are written); a
+ * capacity smaller than *length + 1 is TGRAD_ERR_BUFFER_TOO_SMALL. */
+TGRAD_API tgrad_status tgrad_render_matmul(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b,
+                                           char *dst, size_t capacity, size_t *length,
+                                           struct tgrad_launch *launch);
+/* Render the bit-preserving copy of src's view (any rank) into a compact row-major buffer. */
+TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char *dst, size_t capacity,
+                                         size_t *length, struct tgrad_launch *launch);
 
 #ifdef __cplusplus
 }

@@ -27,10 +27,47 @@ static void read_limit(void) {
 
 size_t tg_storage_capacity(size_t bytes) { return bytes >= LARGE ? (bytes + UNIT - 1) / UNIT * UNIT : bytes; }
 
+/* ---- guard pages (fault-injection builds, TGRAD_GUARD_PAGES=1): every tensor's storage ends
+ * exactly at an inaccessible page, so a kernel that reads or writes past a buffer's end faults
+ * at once instead of reading a neighbour's bytes. ---- */
+#if defined(TGRAD_FAULT_INJECTION)
+#include <unistd.h>
+static int guard_pages = -1;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static void read_guard(void) {
+    const char *env = getenv("TGRAD_GUARD_PAGES");
+    guard_pages = env && *env == '1';
+}
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+static bool guarded(void) {
+    pthread_once(&guard_once, read_guard);
+    return guard_pages == 1;
+}
+static void *guard_alloc(size_t bytes, size_t *cap) {
+    size_t page = page_size(), span = (bytes + page - 1) / page * page;
+    char *base = mmap(NULL, span + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    mprotect(base, page, PROT_NONE);
+    mprotect(base + page + span, page, PROT_NONE);
+    *cap = bytes;
+    return base + page + span - bytes;
+}
+static void guard_free(void *p, size_t cap) {
+    size_t page = page_size(), span = (cap + page - 1) / page * page;
+    char *end = (char *)p + cap; /* the first byte of the trailing guard */
+    munmap(end - span - page, span + 2 * page);
+}
+#else
+static bool guarded(void) { return false; }
+static void *guard_alloc(size_t bytes, size_t *cap) { (void)bytes, (void)cap; return NULL; }
+static void guard_free(void *p, size_t cap) { (void)p, (void)cap; }
+#endif
+
 void *tg_storage_alloc(size_t bytes, size_t *cap) {
+    if (guarded()) return tg_fault() ? NULL : guard_alloc(bytes, cap);
     if (bytes < LARGE) {
         *cap = bytes;
-        return malloc(bytes);
+        return tg_malloc(bytes);
     }
     size_t want = tg_storage_capacity(bytes);
     pthread_mutex_lock(&cache_lock);
@@ -48,6 +85,7 @@ void *tg_storage_alloc(size_t bytes, size_t *cap) {
         return p;
     }
     pthread_mutex_unlock(&cache_lock);
+    if (tg_fault()) return NULL;
     void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
 #ifdef MADV_HUGEPAGE
@@ -59,6 +97,10 @@ void *tg_storage_alloc(size_t bytes, size_t *cap) {
 
 void tg_storage_free(void *p, size_t cap) {
     if (!p) return;
+    if (guarded()) {
+        guard_free(p, cap);
+        return;
+    }
     if (cap < LARGE) {
         free(p);
         return;
@@ -86,6 +128,37 @@ void tg_storage_free(void *p, size_t cap) {
     pthread_mutex_unlock(&cache_lock);
     if (p) munmap(p, cap);
 }
+
+/* ---- fault injection ---- */
+#if defined(TGRAD_FAULT_INJECTION)
+static atomic_int_fast64_t countdown, fired;
+
+bool tg_fault(void) {
+    int_fast64_t left = atomic_load(&countdown);
+    while (left > 0) {
+        if (atomic_compare_exchange_weak(&countdown, &left, left - 1)) {
+            if (left == 1) {
+                atomic_fetch_add(&fired, 1);
+                return true;
+            }
+            return false;
+        }
+    }
+    return false;
+}
+
+TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures) {
+    if (n < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_fail_allocation: n %lld is negative", (long long)n);
+    atomic_store(&countdown, n);
+    if (failures) *failures = atomic_load(&fired);
+    return TGRAD_OK;
+}
+#else
+TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures) {
+    (void)n, (void)failures;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "debug_fail_allocation: built without -Dfault_injection=true");
+}
+#endif
 
 TGRAD_API int64_t tgrad_cached_bytes(void) {
     pthread_mutex_lock(&cache_lock);

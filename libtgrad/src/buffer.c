@@ -1,12 +1,17 @@
 /* Buffers (reference-counted bf16 storage) and realization of the lazy graph. A pending buffer
  * holds the node that computes it; realizing runs its inputs first, computes, then drops the node
  * and with it the references to its inputs, so intermediates die as soon as nothing needs them. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
+pthread_mutex_t tg_graph_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t next_id = 1;
+
 tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
-    tg_buffer *b = calloc(1, sizeof *b);
+    tg_buffer *b = tg_calloc(1, sizeof *b);
     if (!b) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a buffer header");
     if (pthread_mutex_init(&b->lock, NULL)) {
         free(b);
@@ -16,6 +21,8 @@ tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
     atomic_init(&b->realized, node ? 0 : 1);
     b->numel = numel;
     b->node = node;
+    b->id = atomic_fetch_add(&next_id, 1);
+    if (!node) snprintf(b->route, sizeof b->route, "host");
     atomic_fetch_add(&tg_live_buffers_, 1);
     *out = b;
     return TGRAD_OK;
@@ -68,8 +75,10 @@ static tgrad_status execute(tg_buffer *b) {
     tg_node *n = b->node;
     switch (n->op) {
     case TG_OP_MATMUL:
+        tg_cpu_matmul_route(&n->views[0], &n->views[1], b->route, sizeof b->route);
         return tg_cpu_matmul(n->inputs[0]->data, &n->views[0], n->inputs[1]->data, &n->views[1], b->data);
     case TG_OP_COPY:
+        snprintf(b->route, sizeof b->route, "cpu.copy");
         if (b->numel) tg_cpu_copy_view(n->inputs[0]->data, &n->views[0], b->data);
         return TGRAD_OK;
     default:
@@ -87,8 +96,10 @@ tgrad_status tg_buffer_realize(tg_buffer *b) {
         if (!s && !b->data) s = storage_alloc(b);
         if (!s) s = execute(b);
         if (!s) {
+            pthread_mutex_lock(&tg_graph_lock);
             b->node = NULL;
             atomic_store_explicit(&b->realized, 1, memory_order_release);
+            pthread_mutex_unlock(&tg_graph_lock);
             node_free(n);
         }
     }

@@ -34,7 +34,7 @@ tgrad_status tg_handle_new_tensor(tg_buffer *buf, const tg_view *view, tgrad_ten
             pthread_mutex_unlock(&table_lock);
             return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "handle table is full");
         }
-        slot *bigger = realloc(slots, sizeof(slot) * (size_t)(nslots + grow));
+        slot *bigger = tg_realloc(slots, sizeof(slot) * (size_t)(nslots + grow));
         if (!bigger) {
             pthread_mutex_unlock(&table_lock);
             return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot grow the handle table");

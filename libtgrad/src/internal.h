@@ -12,6 +12,19 @@
 
 #define TG_HIDDEN __attribute__((visibility("hidden")))
 
+/* ---- allocation (alloc.c): every heap allocation goes through these, so that a build with
+ * -Dfault_injection=true can fail the n-th one (tgrad_debug_fail_allocation) ---- */
+#include <stdlib.h>
+#if defined(TGRAD_FAULT_INJECTION)
+TG_HIDDEN bool tg_fault(void);
+#else
+static inline bool tg_fault(void) { return false; }
+#endif
+static inline void *tg_malloc(size_t n) { return tg_fault() ? NULL : malloc(n); }
+static inline void *tg_calloc(size_t count, size_t n) { return tg_fault() ? NULL : calloc(count, n); }
+static inline void *tg_realloc(void *p, size_t n) { return tg_fault() ? NULL : realloc(p, n); }
+static inline void *tg_aligned_alloc(size_t align, size_t n) { return tg_fault() ? NULL : aligned_alloc(align, n); }
+
 /* ---- errors (status.c) ---- */
 /* Record a failure for tgrad_last_error() and return it, so callers write `return tg_fail(...)`. */
 TG_HIDDEN tgrad_status tg_fail(tgrad_status status, const char *fmt, ...)
@@ -71,6 +84,7 @@ typedef struct tg_node {
     int32_t ninputs;
     struct tg_buffer *inputs[2]; /* retained */
     tg_view views[2];            /* how the op reads each input */
+    tg_view out;                 /* the result's compact row-major view */
 } tg_node;
 
 typedef struct tg_buffer {
@@ -81,7 +95,12 @@ typedef struct tg_buffer {
     uint16_t *data;          /* bf16 bits; NULL while pending (or when numel == 0) */
     size_t capacity;         /* bytes of the block behind data (tg_storage_alloc) */
     tg_node *node;           /* pending computation; NULL once realized */
+    uint64_t id;             /* unique for the library's lifetime (explain's buf#id) */
+    char route[48];          /* what computed it, once realized ("host" for host data) */
 } tg_buffer;
+
+/* Guards every buffer's node pointer against detaching while explain walks the graph. */
+extern TG_HIDDEN pthread_mutex_t tg_graph_lock;
 
 TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out);
 TG_HIDDEN void tg_buffer_retain(tg_buffer *b);
@@ -107,6 +126,8 @@ static inline void tg_tensor_unref(tg_tensor *t) { tg_buffer_release(t->buf); t-
 extern TG_HIDDEN atomic_int_fast64_t tg_live_tensors_, tg_live_buffers_, tg_live_bytes_;
 
 /* ---- CPU execution (cpu/) ---- */
+/* Name the route tg_cpu_matmul takes for these views now ("cpu.<variant>.gemm", ...). */
+TG_HIDDEN void tg_cpu_matmul_route(const tg_view *av, const tg_view *bv, char *dst, size_t cap);
 /* out = A @ B with A [M,K] and B [K,N] read through views over a and b; out is [M,N] row-major. */
 TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
                                      const tg_view *bv, uint16_t *out);

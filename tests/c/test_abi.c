@@ -309,6 +309,82 @@ static void test_contract_probes(const char *isa) {
     CHECK(dot((float[]){ INFINITY, 0 }, (float[]){ 0, 0 }, 2) == 0x7fc0);
 }
 
+static char *explain(tgrad_tensor_t t, int32_t format) {
+    size_t len = 0;
+    CHECK(tgrad_tensor_explain(t, format, NULL, 0, &len) == TGRAD_ERR_BUFFER_TOO_SMALL);
+    char *text = malloc(len + 1);
+    EXPECT(tgrad_tensor_explain(t, format, text, len + 1, &len), TGRAD_OK);
+    return text;
+}
+
+/* explain reads the plan without running it; the chain (a @ b) @ c frees a @ b after its reader. */
+static void test_explain_and_routes(void) {
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = (float)(i % 7);
+    tgrad_tensor_t a = make_f32(8, 8, v), b = make_f32(8, 8, v), ab = 0, abT = 0, abc = 0;
+    EXPECT(tgrad_matmul(a, b, &ab), TGRAD_OK);
+    EXPECT(tgrad_tensor_transpose(ab, 0, 1, &abT), TGRAD_OK);
+    EXPECT(tgrad_matmul(abT, a, &abc), TGRAD_OK);
+    uint64_t id_ab = 0, id_abT = 0;
+    EXPECT(tgrad_tensor_buffer_id(ab, &id_ab), TGRAD_OK);
+    EXPECT(tgrad_tensor_buffer_id(abT, &id_abT), TGRAD_OK);
+    CHECK(id_ab == id_abT && id_ab != 0); /* a view shares its base's buffer */
+    EXPECT(tgrad_tensor_release(ab), TGRAD_OK);
+    EXPECT(tgrad_tensor_release(abT), TGRAD_OK); /* now only the pending graph holds a @ b */
+    char *text = explain(abc, TGRAD_FORMAT_TEXT);
+    CHECK(strstr(text, "plan for buf#") != NULL && strstr(text, "2 steps") != NULL);
+    CHECK(strstr(text, "step 0: matmul cpu.") != NULL && strstr(text, "step 1: matmul cpu.") != NULL);
+    CHECK(strstr(text, "strides (1, 8)") != NULL && strstr(text, "composed") != NULL); /* the transpose, read in place */
+    char frees[32];
+    snprintf(frees, sizeof frees, "frees buf#%llu", (unsigned long long)id_ab);
+    CHECK(strstr(text, frees) != NULL);
+    free(text);
+    text = explain(abc, TGRAD_FORMAT_JSON);
+    CHECK(text[0] == '{' && strstr(text, "\"steps\": [{\"step\": 0") != NULL && strstr(text, "\"load\": \"composed\"") != NULL);
+    free(text);
+    int32_t realized = 1;
+    EXPECT(tgrad_tensor_is_realized(abc, &realized), TGRAD_OK);
+    CHECK(realized == 0); /* explaining ran nothing */
+    char route[64];
+    size_t len = 0;
+    EXPECT(tgrad_tensor_route(a, route, sizeof route, &len), TGRAD_OK);
+    CHECK(strcmp(route, "host") == 0 && len == 4);
+    EXPECT(tgrad_tensor_route(a, route, 4, &len), TGRAD_ERR_BUFFER_TOO_SMALL);
+    EXPECT(tgrad_tensor_realize(abc), TGRAD_OK);
+    EXPECT(tgrad_tensor_route(abc, route, sizeof route, &len), TGRAD_OK);
+    CHECK(strncmp(route, "cpu.", 4) == 0 && strstr(route, tgrad_cpu_isa()) != NULL);
+    text = explain(abc, TGRAD_FORMAT_TEXT);
+    CHECK(strstr(text, "realized: buf#") != NULL && strstr(text, "nothing to run") != NULL);
+    free(text);
+    /* a materializing reshape is a copy step */
+    tgrad_tensor_t t = 0, r = 0;
+    EXPECT(tgrad_tensor_transpose(a, 0, 1, &t), TGRAD_OK);
+    EXPECT(tgrad_tensor_reshape(t, (int64_t[]){ 64 }, 1, &r), TGRAD_OK);
+    text = explain(r, TGRAD_FORMAT_TEXT);
+    CHECK(strstr(text, "step 0: copy cpu.copy") != NULL && strstr(text, "materialized") != NULL);
+    free(text);
+    EXPECT(tgrad_tensor_explain(r, 7, NULL, 0, &len), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_tensor_explain(r, TGRAD_FORMAT_TEXT, NULL, 0, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(abc);
+    tgrad_tensor_release(t), tgrad_tensor_release(r);
+}
+
+static void test_capabilities_and_backends(void) {
+    const char *backend, *cap, *value, *note;
+    int32_t rows = 0;
+    while (tgrad_capability(rows, &backend, &cap, &value, &note) == TGRAD_OK) rows++;
+    CHECK(rows > 5);
+    CHECK(tgrad_last_status() == TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_capability(0, NULL, &cap, &value, &note), TGRAD_ERR_INVALID_ARGUMENT);
+    const char *name, *device;
+    int32_t built, available;
+    EXPECT(tgrad_backend(0, &name, &built, &available, &device), TGRAD_OK);
+    CHECK(strcmp(name, "cpu") == 0 && built && available);
+    EXPECT(tgrad_backend(1, &name, &built, &available, &device), TGRAD_OK);
+    CHECK(strcmp(name, "metal") == 0 && !available);
+    EXPECT(tgrad_backend(99, &name, &built, &available, &device), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+}
+
 int main(void) {
     test_version_and_registry();
     test_handles();
@@ -325,6 +401,8 @@ int main(void) {
     test_variants_agree_on_shape_classes();
     test_matmul_refusals();
     test_chain_frees_intermediates();
+    test_explain_and_routes();
+    test_capabilities_and_backends();
     CHECK(tgrad_live_tensors() == 0);
     CHECK(tgrad_live_buffers() == 0);
     CHECK(tgrad_live_bytes() == 0);

@@ -13,16 +13,24 @@ from . import errors
 from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
 from .errors import TgradError, _check
 from .tensor import Tensor, matmul
+from .introspect import Backend, Capability, backends, capabilities, explain
+from .trace import Trace, trace
 
 __all__ = [
+    "Backend",
+    "Capability",
     "Tensor",
     "TgradError",
+    "Trace",
     "__version__",
+    "backends",
+    "capabilities",
     "cached_bytes",
     "cpu_isa",
     "cpu_isas",
     "cpu_peak_gflops",
     "errors",
+    "explain",
     "include_dir",
     "library_path",
     "live_buffers",
@@ -34,6 +42,7 @@ __all__ = [
     "pkgconfig_dir",
     "set_cpu_isa",
     "set_num_threads",
+    "trace",
     "version",
 ]
 

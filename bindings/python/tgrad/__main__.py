@@ -1,7 +1,11 @@
 """Command line: ``python -m tgrad <command>``.
 
 Commands: ``bench`` (bytes against the oracle, live timing against peers; see tgrad.bench),
-``config`` (where the installed library, header and pkg-config file are, for C users).
+``config`` (where the installed library, header and pkg-config file are, for C users),
+``render`` (the GPU kernel source libtgrad generates for a shape; see tgrad.render),
+``capabilities`` (libtgrad's capability table; ``--markdown`` writes docs/capabilities.md),
+``doctor`` (versions, backends, CPU variant, threads, peak, capabilities, scorecards; see
+tgrad.doctor).
 Exit status: 0 success, 1 a check failed, 2 bad command-line input.
 """
 
@@ -28,6 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--pkgconfig-dir", "--include-dir", "--library"):
         which.add_argument(flag, action="store_true")
     config.set_defaults(func=_config)
+    from . import render
+
+    render.add_arguments(commands.add_parser(
+        "render", help="print the GPU kernel libtgrad generates for a shape, and its launch geometry",
+        description=(render.__doc__ or "").split("\n\n")[0]))
+    from . import doctor, introspect
+
+    introspect.add_arguments(commands.add_parser(
+        "capabilities", help="print libtgrad's capability table (--markdown: docs/capabilities.md)",
+        description="The capability table of the loaded libtgrad, one row per backend and "
+                    "capability."))
+    doctor.add_arguments(commands.add_parser(
+        "doctor", help="check this installation: versions, backends, CPU, capabilities, scorecards",
+        description=(doctor.__doc__ or "").split("\n\n")[0]))
     return parser
 
 

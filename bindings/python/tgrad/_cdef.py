@@ -40,7 +40,11 @@ enum tgrad_status_code {
     TGRAD_ERR_KERNEL_COMPILE_FAILED = 16,
     TGRAD_ERR_VERSION_MISMATCH = 17,
     TGRAD_ERR_INTERNAL = 18,
-    TGRAD_STATUS_COUNT_ = 19
+    TGRAD_ERR_ROUTE_NOT_ELIGIBLE = 19,
+    TGRAD_ERR_TRACE_NO_OUTPUT = 20,
+    TGRAD_ERR_TRACE_NO_INPUT = 21,
+    TGRAD_ERR_TRACE_OPTION_UNSUPPORTED = 22,
+    TGRAD_STATUS_COUNT_ = 23
 };
 #define TGRAD_STATUS_UNSTABLE_FROM 15
 
@@ -109,4 +113,46 @@ const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
 int64_t tgrad_cached_bytes(void);
 void tgrad_release_cached(void);
+tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
+
+#define TGRAD_FORMAT_TEXT 1
+#define TGRAD_FORMAT_JSON 2
+tgrad_status tgrad_tensor_explain(tgrad_tensor_t tensor, int32_t format, char *dst, size_t cap,
+                                  size_t *len);
+tgrad_status tgrad_tensor_route(tgrad_tensor_t tensor, char *dst, size_t cap, size_t *len);
+tgrad_status tgrad_tensor_buffer_id(tgrad_tensor_t tensor, uint64_t *id);
+tgrad_status tgrad_capability(int32_t index, const char **backend, const char **capability,
+                              const char **value, const char **note);
+tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int32_t *available,
+                           const char **device);
+
+#define TGRAD_ROUTE_NAIVE 1
+#define TGRAD_ROUTE_TILED 2
+#define TGRAD_ROUTE_TC 3
+#define TGRAD_ROUTE_COPY 4
+#define TGRAD_ROUTE_COUNT 4
+#define TGRAD_LANG_MSL 1
+#define TGRAD_LANG_OPENCL 2
+#define TGRAD_LANG_COUNT 2
+#define TGRAD_LAUNCH_MAX_BUFFERS 4
+#define TGRAD_KERNEL_NAME_MAX 64
+
+struct tgrad_launch {
+    uint32_t grid[3];
+    uint32_t threadgroup[3];
+    uint32_t threadgroup_memory;
+    uint32_t buffer_count;
+    uint64_t buffer_elements[4];
+    uint64_t source_hash;
+    char kernel_name[64];
+};
+
+const char *tgrad_route_name(int32_t route);
+const char *tgrad_lang_name(int32_t lang);
+tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b);
+tgrad_status tgrad_render_matmul(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b,
+                                 char *dst, size_t capacity, size_t *length,
+                                 struct tgrad_launch *launch);
+tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char *dst, size_t capacity,
+                               size_t *length, struct tgrad_launch *launch);
 """

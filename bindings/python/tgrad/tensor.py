@@ -7,10 +7,13 @@ ml_dtypes.bfloat16 arrays; wrap Python lists with numpy.asarray first).
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import json as _json
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType, TracebackType
-from typing import Any, SupportsIndex, Union
+from typing import Any, SupportsIndex, TypeVar, Union, cast
 
 import ml_dtypes
 import numpy as np
@@ -32,6 +35,29 @@ _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
 IndexItem = Union[SupportsIndex, slice, EllipsisType, None]
+_Maker = TypeVar("_Maker", bound=Callable[..., Any])
+
+#: The recorder of the tgrad.trace call running in this context (None outside one). Every method
+#: that makes a Tensor reports it through `_reports`; see tgrad.trace.
+_RECORDER: contextvars.ContextVar[Any] = contextvars.ContextVar("tgrad_trace_recorder", default=None)
+
+
+def _reports(kind: str) -> Callable[[_Maker], _Maker]:
+    """Decorate a function that makes a Tensor: while tgrad.trace runs, the new tensor, the op's
+    kind and the call's arguments (Tensors among them are its inputs) go to the recorder."""
+
+    def decorate(make: _Maker) -> _Maker:
+        @functools.wraps(make)
+        def reporting(*args: Any, **kwargs: Any) -> Any:
+            out = make(*args, **kwargs)
+            recorder = _RECORDER.get()
+            if recorder is not None:
+                recorder.report(kind, out, args, kwargs)
+            return out
+
+        return cast(_Maker, reporting)
+
+    return decorate
 
 
 def _as_int(value: Any, what: str) -> int:
@@ -109,6 +135,8 @@ class Tensor:
         """Same as Tensor.from_numpy(array)."""
         self._handle = 0
         self._handle = _from_numpy_handle(array)
+        if (recorder := _RECORDER.get()) is not None:
+            recorder.report("constant", self, (), {})
 
     @classmethod
     def _wrap(cls, handle: int) -> Tensor:
@@ -118,6 +146,7 @@ class Tensor:
 
     # ---- creation -------------------------------------------------------------------------------
     @classmethod
+    @_reports("constant")
     def from_numpy(cls, array: npt.NDArray[Any]) -> Tensor:
         """A bf16 tensor from a numpy float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
 
@@ -127,6 +156,7 @@ class Tensor:
         return cls._wrap(_from_numpy_handle(array))
 
     @classmethod
+    @_reports("constant")
     def from_bf16_bits(cls, bits: npt.NDArray[np.uint16]) -> Tensor:
         """A tensor whose elements are exactly the given raw bf16 bit patterns (a uint16 array)."""
         if isinstance(bits, np.generic):
@@ -234,6 +264,28 @@ class Tensor:
         _check(lib.tgrad_tensor_same_buffer(self._h, other._h, out))
         return bool(out[0])
 
+    @property
+    def route(self) -> str:
+        """The route that computed (or, while pending, would compute) this tensor's buffer:
+        "cpu.avx512bf16.gemm", "cpu.copy", "cpu.zeros", "host", ... Views report their base's."""
+        return _c_text(lib.tgrad_tensor_route, self._h)
+
+    @property
+    def buffer_id(self) -> int:
+        """The number naming this tensor's buffer (shared by its views; "buf#N" in explain)."""
+        out = ffi.new("uint64_t *")
+        _check(lib.tgrad_tensor_buffer_id(self._h, out))
+        return int(out[0])
+
+    def explain(self, *, json: bool = False) -> Any:
+        """What realizing this tensor runs (or, once realized, what ran): one line per kernel with
+        its route, shapes, the operands' views (composed or materialized), bytes, and the buffers
+        allocated and freed. json=True returns libtgrad's JSON plan as a dict ({"steps": [...]}).
+        Runs, allocates and changes nothing."""
+        if json:
+            return _json.loads(_c_text(lib.tgrad_tensor_explain, self._h, int(lib.TGRAD_FORMAT_JSON)))
+        return _c_text(lib.tgrad_tensor_explain, self._h, int(lib.TGRAD_FORMAT_TEXT))
+
     def __len__(self) -> int:
         shape = self.shape
         if not shape:
@@ -297,10 +349,12 @@ class Tensor:
 
     # ---- views ----------------------------------------------------------------------------------
     @property
+    @_reports("transpose")
     def T(self) -> Tensor:
         """All axes reversed (zero-copy)."""
         return self.permute(list(range(self.ndim))[::-1])
 
+    @_reports("transpose")
     def transpose(self, axis0: SupportsIndex | None = None, axis1: SupportsIndex | None = None) -> Tensor:
         """Swap two axes (zero-copy); with no arguments, reverse all axes like .T."""
         if axis0 is None and axis1 is None:
@@ -310,6 +364,7 @@ class Tensor:
         a0, a1 = _axis(axis0, "transpose"), _axis(axis1, "transpose")
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_transpose, self._h, a0, a1))
 
+    @_reports("permute")
     def permute(self, *axes: ShapeArg) -> Tensor:
         """Reorder axes (zero-copy): permute(1, 0) or permute((1, 0))."""
         values = [_axis(a, "permute") for a in _int_args(axes, "permute")]
@@ -318,28 +373,33 @@ class Tensor:
             arr[i] = v
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_permute, self._h, arr, len(values)))
 
+    @_reports("expand")
     def expand(self, *shape: ShapeArg) -> Tensor:
         """Broadcast size-1 axes to the given extents (stride 0, zero-copy); -1 keeps an extent."""
         values = _int_args(shape, "expand")
         arr = _int64_array(values, "expand")
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_expand, self._h, arr, len(values)))
 
+    @_reports("reshape")
     def reshape(self, *shape: ShapeArg) -> Tensor:
         """Same elements, new shape (one extent may be -1); copies lazily when strides cannot express it."""
         values = _int_args(shape, "reshape")
         arr = _int64_array(values, "reshape")
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_reshape, self._h, arr, len(values)))
 
+    @_reports("view")
     def view(self, *shape: ShapeArg) -> Tensor:
         """Like reshape, but never copies: raises ViewNotExpressibleError instead."""
         values = _int_args(shape, "view")
         arr = _int64_array(values, "view")
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_view, self._h, arr, len(values)))
 
+    @_reports("contiguous")
     def contiguous(self) -> Tensor:
         """A compact row-major tensor with the same values (shares the buffer when already compact)."""
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_contiguous, self._h))
 
+    @_reports("getitem")
     def __getitem__(self, key: IndexItem | tuple[IndexItem, ...]) -> Tensor:
         """numpy basic indexing: integers, slices and one Ellipsis (all zero-copy)."""
         items = key if isinstance(key, tuple) else (key,)
@@ -423,6 +483,24 @@ class Tensor:
         return NotImplemented
 
 
+def _c_text(call: Callable[..., int], *args: Any) -> str:
+    """A string from a libtgrad call with the (dst, cap, len) contract: ask the length with cap 0,
+    then read; asks again if the text grew in between (another thread realized the graph)."""
+    length = ffi.new("size_t *")
+    probe = ffi.new("char[1]")
+    too_small = int(lib.TGRAD_ERR_BUFFER_TOO_SMALL)
+    status = call(*args, probe, 0, length)
+    for _ in range(8):
+        if status != too_small:
+            _check(status)
+        cap = int(length[0]) + 1
+        buf = ffi.new("char[]", cap)
+        status = call(*args, buf, cap, length)
+        if status == 0:
+            return str(ffi.string(buf, cap).decode("utf-8", "replace"))
+    raise errors.InternalError("the text kept growing between the length query and the read")
+
+
 def _slice_args(s: slice, extent: int) -> tuple[int, int, int, int]:
     flags = 0
     if s.start is None:
@@ -484,6 +562,7 @@ def _from_numpy_handle(array: Any) -> int:
     return _new_handle(call, ptr, len(shape), _int64_array(shape, "from_numpy"))
 
 
+@_reports("matmul")
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now."""
     for name, operand in (("a", a), ("b", b)):

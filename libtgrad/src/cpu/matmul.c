@@ -5,6 +5,7 @@
  * fp32 accumulator tile that is carried across all K panels (so K blocking never changes the
  * order of additions), then rounded to bf16 once. Results do not depend on the split, the thread
  * count or which worker ran which block. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -95,7 +96,7 @@ static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
 
 static bool ensure(void **buf, size_t *cap, size_t want) {
     if (*cap >= want) return true;
-    void *p = aligned_alloc(64, (want + 63) / 64 * 64);
+    void *p = tg_aligned_alloc(64, (want + 63) / 64 * 64);
     if (!p) return false;
     free(*buf);
     *buf = p, *cap = want;
@@ -106,7 +107,7 @@ static workspace *ws_get(size_t acc, size_t a, size_t b) {
     pthread_once(&ws_once, ws_init);
     workspace *w = pthread_getspecific(ws_key);
     if (!w) {
-        if (!(w = calloc(1, sizeof *w))) return NULL;
+        if (!(w = tg_calloc(1, sizeof *w))) return NULL;
         if (pthread_setspecific(ws_key, w)) {
             free(w);
             return NULL;
@@ -226,29 +227,62 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     }
 }
 
-tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
+/* The dispatch decision, shared by execution and by explain's route names. */
+typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_GEMM } cpu_path;
+typedef struct {
+    cpu_path path;
+    const tg_ukernel *uk;
+    tg_operand A, B;
+    int64_t M, N, K;
+    int32_t threads;
+} cpu_plan;
+
+static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, cpu_plan *P) {
     int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
-    if (M == 0 || N == 0) return TGRAD_OK;
-    if (K == 0) {
-        memset(out, 0, (size_t)(M * N) * 2u);
-        return TGRAD_OK;
+    *P = (cpu_plan){ .uk = current(), .M = M, .N = N, .K = K,
+                     .A = { a ? a + av->offset : NULL, av->strides[0], av->strides[1] },
+                     .B = { b ? b + bv->offset : NULL, bv->strides[0], bv->strides[1] } };
+    if (M == 0 || N == 0) {
+        P->path = PATH_EMPTY;
+        return;
     }
-    const tg_ukernel *uk = current();
-    tg_operand A = { a + av->offset, av->strides[0], av->strides[1] };
-    tg_operand B = { b + bv->offset, bv->strides[0], bv->strides[1] };
+    if (K == 0) {
+        P->path = PATH_ZEROS;
+        return;
+    }
     if (N == 1 && M > 1) {
         /* Matrix-vector: C^T = B^T A^T computes the same sums (a product's operands commute
          * exactly) with the long side along the kernel's columns, and a [M, 1] result has the
          * same memory layout as a [1, M] one. */
-        tg_operand T = { B.base, B.s1, B.s0 };
-        B = (tg_operand){ A.base, A.s1, A.s0 };
-        A = T;
-        N = M, M = 1;
+        tg_operand T = { P->B.base, P->B.s1, P->B.s0 };
+        P->B = (tg_operand){ P->A.base, P->A.s1, P->A.s0 };
+        P->A = T;
+        P->N = M, P->M = 1;
     }
-    bool small = (double)M * (double)N * (double)K < (double)SMALL_MNK;
-    int32_t threads = small ? 1 : tg_pool_threads();
-    if (M == 1 && uk->rowvec && (B.s1 == 1 || B.s0 == 1))
-        return matmul_rowvec(uk, &A, &B, K, N, threads, out);
+    bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
+    P->threads = small ? 1 : tg_pool_threads();
+    P->path = (P->M == 1 && P->uk->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) ? PATH_ROWVEC : PATH_GEMM;
+}
+
+void tg_cpu_matmul_route(const tg_view *av, const tg_view *bv, char *dst, size_t cap) {
+    cpu_plan P;
+    plan_matmul(NULL, av, NULL, bv, &P);
+    static const char *const names[] = { "empty", "zeros", "rowvec", "gemm" };
+    if (P.path == PATH_EMPTY || P.path == PATH_ZEROS) snprintf(dst, cap, "cpu.%s", names[P.path]);
+    else snprintf(dst, cap, "cpu.%s.%s", P.uk->name, names[P.path]);
+}
+
+tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
+    cpu_plan P;
+    plan_matmul(a, av, b, bv, &P);
+    if (P.path == PATH_EMPTY) return TGRAD_OK;
+    if (P.path == PATH_ZEROS) {
+        memset(out, 0, (size_t)(P.M * P.N) * 2u);
+        return TGRAD_OK;
+    }
+    const tg_ukernel *uk = P.uk;
+    if (P.path == PATH_ROWVEC) return matmul_rowvec(uk, &P.A, &P.B, P.K, P.N, P.threads, out);
+    int64_t M = P.M, N = P.N, K = P.K;
     /* Tile height: the main one, or a shorter kernel when it computes fewer padded rows. */
     int32_t mr = uk->mr;
     tg_ukernel_fn kernel = uk->kernel;
@@ -257,12 +291,12 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         if (round_up(M, h) - M < round_up(M, mr) - M && M < 4 * uk->mr) mr = h, kernel = uk->short_kernels[i].fn;
     }
     int64_t mc, nc;
-    choose_blocks(M, N, K, mr, uk->nr, threads, &mc, &nc);
+    choose_blocks(M, N, K, mr, uk->nr, P.threads, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .kernel = kernel, .mr = mr, .M = M, .N = N, .K = K,
-              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = A, .B = B };
+              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
     atomic_init(&J.failed, 0);
-    if (threads == 1) {
+    if (P.threads == 1) {
         for (int64_t t = 0; t < tiles_m * tiles_n; t++) run_block(t, 0, &J);
     } else {
         tg_pool_run(tiles_m * tiles_n, run_block, &J);

@@ -1,0 +1,256 @@
+"""``python -m tgrad doctor [--json]``: what this installation of tgrad is and whether it is sound.
+
+Checks, each PASS, WARN, FAIL or SKIP (exit status 1 when any FAILs):
+
+- ``library``: the loaded libtgrad's version (tgrad_version) against the header version this
+  binding was written for (TGRAD_VERSION_NUMBER): FAIL when tgrad_check_version refuses it;
+- ``backend <name>``: each backend (tgrad_backend): PASS built and available (with its device),
+  WARN built but not available, SKIP not built (e.g. "metal: not built on this platform");
+- ``cpu isa``: the CPU variant in use and the ones this CPU runs: WARN when a better one is
+  runnable than the one chosen (TGRAD_CPU_ISA or set_cpu_isa picked it);
+- ``threads``: worker threads against the cores this process may use: WARN when oversubscribed;
+- ``peak``: the measured peak of the variant in use (tgrad.cpu_peak_gflops, about 60 ms; SKIP with
+  --no-peak): FAIL when it cannot be measured;
+- ``capabilities``: the capability table (tgrad_capability), printed row by row;
+- ``scorecard <backend>``: each committed conformance scorecard (conformance/scorecards/*.json):
+  FAIL when its attestation does not match its content, WARN when it records failed cases, SKIP
+  when it makes no claim, else PASS; SKIP when the conformance package or the files are missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._ffi import _string, lib, library_path
+
+__all__ = ["Check", "Report", "collect", "main"]
+
+STATES = ("PASS", "WARN", "FAIL", "SKIP")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    state: str
+    detail: str
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, state: str, detail: str) -> None:
+        assert state in STATES, state
+        self.checks.append(Check(name, state, detail))
+
+    @property
+    def failed(self) -> bool:
+        return any(c.state == "FAIL" for c in self.checks)
+
+    def summary(self) -> dict[str, int]:
+        return {s: sum(1 for c in self.checks if c.state == s) for s in STATES}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checks": [asdict(c) for c in self.checks], "summary": self.summary(),
+                "ok": not self.failed, **self.facts}
+
+
+def _version_text(number: int) -> str:
+    return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
+
+
+def _check_library(report: Report) -> None:
+    header = int(lib.TGRAD_VERSION_NUMBER)
+    have = int(lib.tgrad_version())
+    text = _string(lib.tgrad_version_string())
+    report.facts["library"] = {"path": library_path(), "version": text, "version_number": have,
+                               "header_version_number": header}
+    status = int(lib.tgrad_check_version(header))
+    detail = (f"libtgrad {text} (version number {have}) at {library_path()}; binding written for "
+              f"header {_version_text(header)} ({header})")
+    if status != 0:
+        report.add("library", "FAIL", detail + ": " + (_string(lib.tgrad_last_error()) or
+                                                       _string(lib.tgrad_status_name(status))))
+    elif have != header:
+        report.add("library", "PASS", detail + " (the library is newer, compatible)")
+    else:
+        report.add("library", "PASS", detail)
+
+
+def _check_backends(report: Report) -> None:
+    from . import backends
+
+    rows = backends()
+    report.facts["backends"] = [b._asdict() for b in rows]
+    for b in rows:
+        if not b.built:
+            report.add(f"backend {b.name}", "SKIP", f"{b.name}: {b.device}")
+        elif not b.available:
+            report.add(f"backend {b.name}", "WARN", f"{b.name}: built, not available: {b.device}")
+        else:
+            report.add(f"backend {b.name}", "PASS", f"{b.name}: {b.device}")
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _check_cpu(report: Report, peak: bool) -> None:
+    from . import cpu_isa, cpu_isas, cpu_peak_gflops, errors, num_threads
+
+    chosen, variants = cpu_isa(), cpu_isas()
+    runnable = [name for name, ok in variants.items() if ok]
+    threads, cores = num_threads(), _usable_cores()
+    report.facts["cpu"] = {"isa": chosen, "isas": variants, "threads": threads, "cores": cores}
+    others = ", ".join(f"{n}{'' if ok else ' (not on this CPU)'}" for n, ok in variants.items())
+    if runnable and chosen != runnable[0]:
+        report.add("cpu isa", "WARN", f"{chosen} in use, but {runnable[0]} runs here (variants: "
+                                      f"{others}); TGRAD_CPU_ISA or set_cpu_isa chose it")
+    else:
+        report.add("cpu isa", "PASS", f"{chosen} in use (variants: {others})")
+    if threads > cores:
+        report.add("threads", "WARN", f"{threads} worker threads on {cores} usable cores "
+                                      "(oversubscribed: TGRAD_NUM_THREADS?)")
+    else:
+        report.add("threads", "PASS", f"{threads} worker threads, {cores} usable cores")
+    if not peak:
+        report.add("peak", "SKIP", "not measured (--no-peak)")
+        return
+    try:
+        gflops = cpu_peak_gflops()
+    except errors.TgradError as exc:
+        report.add("peak", "FAIL", f"could not measure: {exc.code}: {exc}")
+        return
+    report.facts["cpu"]["peak_gflops"] = gflops
+    if gflops > 0:
+        report.add("peak", "PASS", f"{gflops:.1f} GFLOP/s measured ({chosen}, {threads} threads; "
+                                   "meaningful on an idle machine)")
+    else:
+        report.add("peak", "FAIL", f"measured {gflops} GFLOP/s")
+
+
+def _check_capabilities(report: Report) -> None:
+    from . import capabilities, errors
+
+    try:
+        rows = capabilities()
+    except errors.TgradError as exc:
+        report.add("capabilities", "FAIL", f"{exc.code}: {exc}")
+        return
+    report.facts["capabilities"] = [r._asdict() for r in rows]
+    backends = sorted({r.backend for r in rows})
+    state = "PASS" if rows else "FAIL"
+    report.add("capabilities", state, f"{len(rows)} rows for {', '.join(backends) or 'no backend'}")
+
+
+def _scorecard_dir(directory: Path | None) -> Path | None:
+    if directory is not None:
+        return directory
+    try:
+        from conformance import runner
+    except ImportError:
+        return None
+    return runner.SCORECARD_DIR
+
+
+def _check_scorecards(report: Report, directory: Path | None) -> None:
+    try:
+        from conformance import runner
+    except ImportError as exc:
+        report.add("scorecards", "SKIP", f"the conformance package is not importable ({exc})")
+        return
+    directory = _scorecard_dir(directory)
+    files = sorted(directory.glob("*.json")) if directory and directory.is_dir() else []
+    if not files:
+        report.add("scorecards", "SKIP", f"no scorecards in {directory} (a source checkout has "
+                                         "conformance/scorecards; --scorecards DIR)")
+        return
+    rows = []
+    for path in files:
+        name = f"scorecard {path.stem}"
+        try:
+            card = runner.load(path)
+            funnel, digest = card["funnel"], card["attestation"]["digest"]
+            backend, claim = card["backend"], card["claim"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            report.add(name, "FAIL", f"{path}: unreadable scorecard: {type(exc).__name__}: {exc}")
+            continue
+        row = {"backend": backend, "passed": funnel["passed"], "executed": funnel["executed"],
+               "requested": funnel["requested"], "claim": claim, "attestation": digest[:12],
+               "attested": runner.verify(card), "path": str(path),
+               "library_version": card.get("environment", {}).get("library_version", "")}
+        rows.append(row)
+        detail = (f"{backend}: {funnel['passed']}/{funnel['executed']} passed of "
+                  f"{funnel['requested']}; {claim}; sha256 {digest[:12]}")
+        if not row["attested"]:
+            report.add(name, "FAIL", detail + ": the attestation does not match the content")
+        elif funnel["failed"]:
+            report.add(name, "WARN", detail)
+        elif not card.get("claim_made"):
+            report.add(name, "SKIP", detail)
+        else:
+            report.add(name, "PASS", detail)
+    report.facts["scorecards"] = rows
+
+
+def collect(*, peak: bool = True, scorecards: Path | None = None) -> Report:
+    """Run every check; nothing is printed."""
+    report = Report()
+    _check_library(report)
+    _check_backends(report)
+    _check_cpu(report, peak)
+    _check_capabilities(report)
+    _check_scorecards(report, scorecards)
+    return report
+
+
+def render_text(report: Report) -> str:
+    lib_facts = report.facts.get("library", {})
+    lines = [f"tgrad doctor: libtgrad {lib_facts.get('version', '?')} at {lib_facts.get('path', '?')}"]
+    width = max(len(c.name) for c in report.checks)
+    lines += [f"{c.state:4}  {c.name:{width}}  {c.detail}" for c in report.checks]
+    caps = report.facts.get("capabilities", [])
+    if caps:
+        lines.append("")
+        lines.append("capabilities:")
+        w = [max(len(r[k]) for r in caps) for k in ("backend", "capability", "value")]
+        lines += [f"  {r['backend']:{w[0]}}  {r['capability']:{w[1]}}  {r['value']:{w[2]}}  {r['note']}"
+                  for r in caps]
+    cards = report.facts.get("scorecards", [])
+    if cards:
+        lines.append("")
+        lines.append("scorecards:")
+        lines += [f"  {r['backend']:8}  {r['passed']}/{r['executed']} passed of {r['requested']}  "
+                  f"{r['claim']}  sha256 {r['attestation']}" for r in cards]
+    summary = report.summary()
+    lines.append("")
+    lines.append("summary: " + ", ".join(f"{n} {s}" for s, n in summary.items()))
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--no-peak", action="store_true",
+                        help="do not measure the CPU peak (saves about 60 ms of full load)")
+    parser.add_argument("--scorecards", type=Path, default=None, metavar="DIR",
+                        help="directory of conformance scorecards (default: the conformance "
+                             "package's scorecards/)")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    report = collect(peak=not args.no_peak, scorecards=args.scorecards)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(render_text(report), end="")
+    return 1 if report.failed else 0

@@ -1,0 +1,504 @@
+"""Trace and replay validation: record what a function did with lazy tensors, then prove it.
+
+``tgrad.trace(fn, *tensors, **options)`` calls ``fn(*tensors)``, realizes the Tensors it returns
+once, and returns a `Trace`: every op made while ``fn`` ran (matmul, transpose, permute, expand,
+slice, select, reshape, view, contiguous; ``constant`` for tensors made from host data inside
+``fn``; ``input`` for the given tensors and for tensors ``fn`` captured from outside), in creation
+order, each with its input op ids, shape, view (strides, offset), buffer id, route and payload (its
+output bits, read after the realization). ``trace.validate()`` replays every op through the
+oracle: a matmul through ``conformance.oracle.matmul_bits`` on its recorded input payloads, a view
+op through numpy on its input's payload; both compared bit for bit. So a wrong kernel output is
+pinned to the op that produced it.
+
+>>> import numpy as np, tgrad
+>>> a = tgrad.Tensor.from_numpy(np.ones((2, 3), np.float32))
+>>> tr = tgrad.trace(lambda x: x @ x.T, a)
+>>> [op.kind for op in tr], tr.validate().state
+(['input', 'transpose', 'matmul'], 'passed')
+
+Options (anything else is refused with TraceOptionUnsupportedError before ``fn`` runs):
+``device`` ("cpu", the only backend the runtime dispatches to today), ``cpu_isa`` (a CPU variant
+to realize with, e.g. "portable"; restored afterwards) and ``threads`` (worker threads for the
+realization; restored afterwards).
+
+Ops are recorded through a hook in tgrad.tensor (a context variable holding the active recorder),
+so only tensors made in the calling thread's context while ``fn`` runs are seen. The JSON schema of
+`Trace.to_json` is documented in docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import errors
+from .tensor import _RECORDER, Tensor
+
+__all__ = ["OpResult", "Trace", "TraceOp", "Validation", "trace", "SCHEMA"]
+
+#: The "schema" field of Trace.to_json(); bumped on any incompatible change of the layout.
+SCHEMA = "tgrad.trace/1"
+
+#: Kinds that are always zero-copy (DESIGN §3): validate() checks they share their input's buffer.
+ZERO_COPY_KINDS = frozenset({"transpose", "permute", "expand", "slice", "select", "view"})
+#: Kinds that are not replayed: their payload is the data the trace starts from.
+SOURCE_KINDS = frozenset({"input", "constant"})
+OPTIONS = ("device", "cpu_isa", "threads")
+
+
+# ---- records --------------------------------------------------------------------------------------
+@dataclass
+class TraceOp:
+    """One recorded op. ``payload`` is its output as bf16 bit patterns (uint16, shape ``shape``),
+    or None when the op was not on the path to an output (it never ran, so it was not read)."""
+
+    id: int
+    kind: str
+    inputs: tuple[int, ...]
+    args: dict[str, Any]
+    shape: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    offset: int = 0
+    buffer_id: int = 0
+    route: str = ""
+    origin: str = "fn"  # "argument" / "captured" for inputs, "fn" for ops made inside fn
+    payload: np.ndarray | None = None
+
+    def to_dict(self, payloads: bool = False) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "id": self.id, "kind": self.kind, "inputs": list(self.inputs), "args": self.args,
+            "shape": list(self.shape), "strides": list(self.strides), "offset": self.offset,
+            "buffer_id": self.buffer_id, "route": self.route, "origin": self.origin, "payload": None,
+        }
+        if self.payload is not None:
+            raw = np.ascontiguousarray(self.payload, dtype="<u2").tobytes()
+            record["payload"] = {"dtype": "bfloat16", "bytes": len(raw),
+                                 "sha256": hashlib.sha256(raw).hexdigest()}
+            if payloads:
+                record["payload"]["data"] = base64.b64encode(raw).decode("ascii")
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> TraceOp:
+        payload = None
+        stored = record.get("payload")
+        if stored and "data" in stored:
+            raw = base64.b64decode(stored["data"])
+            payload = np.frombuffer(raw, dtype="<u2").astype(np.uint16).reshape(record["shape"])
+        return cls(id=int(record["id"]), kind=str(record["kind"]),
+                   inputs=tuple(int(i) for i in record["inputs"]), args=dict(record["args"]),
+                   shape=tuple(record["shape"]), strides=tuple(record["strides"]),
+                   offset=int(record["offset"]), buffer_id=int(record["buffer_id"]),
+                   route=str(record["route"]), origin=str(record.get("origin", "fn")),
+                   payload=payload)
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """The replay of one op: state "passed", "failed", "skipped" or "source" (not replayed)."""
+
+    op: int
+    kind: str
+    state: str
+    detail: str = ""
+    #: For a value mismatch: the first differing element's index in the op's output.
+    index: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The outcome of Trace.validate(): ``state`` is "failed" when any op failed, else "passed";
+    ``message`` names the first offending op; ``results`` has one OpResult per op."""
+
+    state: str
+    message: str
+    results: tuple[OpResult, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return self.state == "passed"
+
+    @property
+    def failed_ops(self) -> list[int]:
+        return [r.op for r in self.results if r.state == "failed"]
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+class Trace:
+    """What one tgrad.trace call recorded; see the module docstring."""
+
+    def __init__(self, ops: Sequence[TraceOp], outputs: Sequence[int], *,
+                 options: Mapping[str, Any] | None = None, plans: Sequence[Any] = (),
+                 library_version: str = "", result: Any = None) -> None:
+        self.ops: list[TraceOp] = list(ops)
+        self.outputs: tuple[int, ...] = tuple(outputs)
+        self.options: dict[str, Any] = dict(options or {})
+        #: libtgrad's explain plan (JSON, as a dict) of each output: what its realization ran.
+        self.plans: list[Any] = list(plans)
+        self.library_version = library_version
+        #: What fn returned (its Tensors hold their handles while the trace is alive).
+        self.result = result
+
+    @property
+    def output_ops(self) -> list[TraceOp]:
+        """The ops fn returned, in the order it returned them."""
+        return [self.ops[i] for i in self.outputs]
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self) -> Iterator[TraceOp]:
+        return iter(self.ops)
+
+    def __getitem__(self, index: int) -> TraceOp:
+        return self.ops[index]
+
+    def __repr__(self) -> str:
+        kinds = ", ".join(op.kind for op in self.ops)
+        return f"Trace({len(self.ops)} ops: {kinds}; outputs {list(self.outputs)})"
+
+    # ---- JSON -----------------------------------------------------------------------------------
+    def to_dict(self, *, payloads: bool = False) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "library_version": self.library_version,
+            "options": self.options,
+            "outputs": list(self.outputs),
+            "ops": [op.to_dict(payloads) for op in self.ops],
+            "plans": self.plans,
+        }
+
+    def to_json(self, *, payloads: bool = False, indent: int | None = None) -> str:
+        """The trace as JSON (keys sorted; schema in docs/observability.md). Payloads are given by
+        size and SHA-256; payloads=True adds their bytes (base64, little-endian bf16), which
+        Trace.from_json reads back so that a stored trace can be validated later."""
+        return json.dumps(self.to_dict(payloads=payloads), sort_keys=True, indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Trace:
+        data = json.loads(text)
+        if data.get("schema") != SCHEMA:
+            raise errors.InvalidArgumentError(
+                f"Trace.from_json: schema {data.get('schema')!r} is not {SCHEMA!r}")
+        return cls([TraceOp.from_dict(r) for r in data["ops"]], data["outputs"],
+                   options=data.get("options"), plans=data.get("plans", ()),
+                   library_version=data.get("library_version", ""))
+
+    # ---- replay ---------------------------------------------------------------------------------
+    def validate(self) -> Validation:
+        """Replay every op through the oracle on its recorded inputs, bit for bit; see the module
+        docstring. Needs the `conformance` package (installed with tgrad) for matmul ops."""
+        matmul_bits = _oracle() if any(op.kind == "matmul" for op in self.ops) else None
+        results = tuple(_replay(op, self.ops, matmul_bits) for op in self.ops)
+        failed = [r for r in results if r.state == "failed"]
+        counts = {s: sum(1 for r in results if r.state == s)
+                  for s in ("passed", "failed", "skipped", "source")}
+        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        if failed:
+            first = failed[0]
+            return Validation("failed", f"op {first.op} ({first.kind}) failed: {first.detail} "
+                              f"[{summary}]", results)
+        return Validation("passed", f"every op replayed bit-exact [{summary}]", results)
+
+
+def _oracle() -> Callable[..., np.ndarray]:
+    try:
+        from conformance.oracle import matmul_bits
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            "Trace.validate() replays matmuls through conformance.oracle, which is not importable "
+            f"({exc}); it is installed with tgrad, or run from the source tree's root") from exc
+    return matmul_bits  # type: ignore[no-any-return]
+
+
+# ---- replaying one op -----------------------------------------------------------------------------
+def _decode_key(items: Sequence[Any]) -> tuple[Any, ...]:
+    key: list[Any] = []
+    for item in items:
+        if item == "...":
+            key.append(Ellipsis)
+        elif isinstance(item, dict):
+            key.append(slice(*item["slice"]))
+        else:
+            key.append(int(item))
+    return tuple(key)
+
+
+def _expand_shape(shape: Sequence[int], src: tuple[int, ...]) -> tuple[int, ...]:
+    lead = len(shape) - len(src)
+    return tuple(src[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
+
+
+def _replay_view(op: TraceOp, x: np.ndarray) -> np.ndarray:
+    kind, args = op.kind, op.args
+    if kind == "transpose":
+        axes = args.get("axes")
+        return x.T if axes is None else np.swapaxes(x, axes[0], axes[1])
+    if kind == "permute":
+        return np.transpose(x, args["axes"])
+    if kind == "expand":
+        return np.broadcast_to(x, _expand_shape(args["shape"], x.shape))
+    if kind in ("reshape", "view"):
+        return x.reshape(args["shape"])
+    if kind in ("slice", "select"):
+        return x[_decode_key(args["key"])]
+    if kind == "contiguous":
+        return x
+    raise ValueError(f"no replay for op kind {kind!r}")
+
+
+def _exact_route(route: str) -> bool:
+    """CPU routes (and host data) promise bit-exact results; a tensor-core route does not."""
+    return "tc" not in route.split(".")
+
+
+def _replay(op: TraceOp, ops: Sequence[TraceOp], matmul_bits: Callable[..., np.ndarray] | None) -> OpResult:
+    def result(state: str, detail: str = "", index: tuple[int, ...] | None = None) -> OpResult:
+        return OpResult(op.id, op.kind, state, detail, index)
+
+    if op.kind in SOURCE_KINDS:
+        return result("source", f"{op.origin} data (not replayed)")
+    if op.payload is None:
+        return result("skipped", "not on the path to an output and never realized: no payload")
+    sources = [ops[i] for i in op.inputs]
+    if any(s.payload is None for s in sources):
+        return result("skipped", "an input has no payload")
+    if op.kind in ZERO_COPY_KINDS and sources[0].buffer_id != op.buffer_id:
+        return result("failed", f"a {op.kind} is zero-copy, but its buffer #{op.buffer_id} is not "
+                                f"its input's #{sources[0].buffer_id}")
+    try:
+        if op.kind == "matmul":
+            if not _exact_route(op.route):
+                return result("skipped", f"route {op.route} promises an error bound, not bit-exact "
+                                         "results; no bound is stated to check against yet")
+            assert matmul_bits is not None
+            want = np.asarray(matmul_bits(sources[0].payload, sources[1].payload), dtype=np.uint16)
+        else:
+            want = _replay_view(op, np.asarray(sources[0].payload, dtype=np.uint16))
+    except Exception as exc:  # the recorded inputs do not fit the op: a wrong shape or view
+        return result("failed", f"replay raised {type(exc).__name__}: {exc}")
+    got = np.asarray(op.payload, dtype=np.uint16)
+    if want.shape != tuple(op.shape) or got.shape != want.shape:
+        return result("failed", f"shape {tuple(op.shape)} (payload {got.shape}), "
+                                f"replay gives {want.shape}")
+    differs = got != want
+    if differs.any():
+        index = tuple(int(i) for i in np.argwhere(differs)[0])
+        return result("failed", f"{int(differs.sum())} of {want.size} elements differ from the "
+                                f"oracle; first at index {index}: got 0x{int(got[index]):04x}, "
+                                f"want 0x{int(want[index]):04x}", index)
+    how = "oracle" if op.kind == "matmul" else "numpy view"
+    return result("passed", f"bit-exact against the {how} (route {op.route})")
+
+
+# ---- recording ------------------------------------------------------------------------------------
+def _key_items(key: Any) -> list[Any]:
+    items = key if isinstance(key, tuple) else (key,)
+    encoded: list[Any] = []
+    for item in items:
+        if item is Ellipsis:
+            encoded.append("...")
+        elif isinstance(item, slice):
+            encoded.append({"slice": [None if v is None else operator.index(v)
+                                      for v in (item.start, item.stop, item.step)]})
+        else:
+            encoded.append(operator.index(item))
+    return encoded
+
+
+def _ints(values: Sequence[Any]) -> list[int]:
+    if len(values) == 1 and isinstance(values[0], (tuple, list)):
+        values = values[0]
+    return [operator.index(v) for v in values]
+
+
+def _op_args(kind: str, params: list[Any], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(kind, JSON-able arguments) of a reported call; Tensor arguments are already removed."""
+    if kind == "transpose":
+        a0 = params[0] if params else kwargs.get("axis0")
+        a1 = params[1] if len(params) > 1 else kwargs.get("axis1")
+        if a0 is None or a1 is None:  # transpose() and .T: every axis reversed
+            return kind, {"axes": None}
+        return kind, {"axes": [operator.index(a0), operator.index(a1)]}
+    if kind == "permute":
+        return kind, {"axes": _ints(params)}
+    if kind in ("expand", "reshape", "view"):
+        return kind, {"shape": _ints(params)}
+    if kind == "getitem":
+        items = _key_items(params[0])
+        return ("select" if any(isinstance(i, int) for i in items) else "slice"), {"key": items}
+    return kind, {}
+
+
+class _Recorder:
+    """Collects the ops reported while fn runs; holds their Tensors until the payloads are read."""
+
+    def __init__(self) -> None:
+        self.ops: list[TraceOp] = []
+        self.tensors: list[Tensor] = []
+        self.by_handle: dict[int, int] = {}
+
+    def add(self, tensor: Tensor, kind: str, inputs: tuple[int, ...], args: dict[str, Any],
+            origin: str) -> int:
+        op_id = len(self.ops)
+        self.ops.append(TraceOp(op_id, kind, inputs, args, origin=origin))
+        self.tensors.append(tensor)
+        self.by_handle[tensor._handle] = op_id
+        return op_id
+
+    def op_of(self, tensor: Tensor) -> int:
+        """The op that made this tensor; a tensor from outside fn becomes a captured input."""
+        found = self.by_handle.get(tensor._handle)
+        if found is None:
+            found = self.add(tensor, "input", (), {}, "captured")
+        return found
+
+    def report(self, kind: str, out: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        if not isinstance(out, Tensor) or not out._handle:
+            return
+        inputs: tuple[int, ...] = ()
+        op_args: dict[str, Any] = {}
+        if kind != "constant":
+            inputs = tuple(self.op_of(a) for a in args if isinstance(a, Tensor))
+            params = [a for a in args if not isinstance(a, (Tensor, type))]
+            kind, op_args = _op_args(kind, params, kwargs)
+        known = self.by_handle.get(out._handle)
+        if known is not None:
+            # An outer call reporting what an inner one made (T -> permute): the outer one names it.
+            op = self.ops[known]
+            if op.origin == "fn" and op.inputs == inputs:
+                op.kind, op.args = kind, op_args
+            return
+        self.add(out, kind, inputs, op_args, "fn")
+
+
+def _output_tensors(value: Any) -> list[Tensor]:
+    """The Tensors in fn's return value: a Tensor, or nested tuples, lists and dict values."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _output_tensors(item)]
+    if isinstance(value, Mapping):
+        return [t for item in value.values() for t in _output_tensors(item)]
+    return []
+
+
+def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options resolved, or TraceOptionUnsupportedError for one the runtime cannot honour."""
+    from . import backends, cpu_isas
+
+    refuse = errors.TraceOptionUnsupportedError
+    unknown = [name for name in options if name not in OPTIONS]
+    if unknown:
+        raise refuse(f"tgrad.trace: unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
+    device = options.get("device", "cpu")
+    if device != "cpu":
+        rows = {b.name: b for b in backends()}
+        if device not in rows:
+            raise refuse(f"tgrad.trace: device {device!r} is not a backend ({', '.join(rows)})")
+        row = rows[device]
+        if not row.built or not row.available:
+            state = "not built" if not row.built else "not available"
+            raise refuse(f"tgrad.trace: device {device!r} is {state}: {row.device}")
+        raise refuse(f"tgrad.trace: device {device!r}: the runtime does not dispatch to it yet "
+                     "(only cpu)")
+    resolved: dict[str, Any] = {"device": "cpu"}
+    isa = options.get("cpu_isa")
+    if isa is not None:
+        variants = cpu_isas()
+        if not isinstance(isa, str) or isa not in variants:
+            raise refuse(f"tgrad.trace: cpu_isa {isa!r} is not a CPU variant "
+                         f"({', '.join(variants)})")
+        if not variants[isa]:
+            raise refuse(f"tgrad.trace: cpu_isa {isa!r} cannot run on this CPU")
+        resolved["cpu_isa"] = isa
+    threads = options.get("threads")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads < 1 << 31:
+            raise refuse(f"tgrad.trace: threads must be an int >= 1, got {threads!r}")
+        resolved["threads"] = threads
+    return resolved
+
+
+def trace(fn: Callable[..., Any], *tensors: Any, **options: Any) -> Trace:
+    """Run fn(*tensors) recording every op it makes, realize its outputs once, read every op's
+    payload, and return the Trace. Refusals, before anything runs: TraceNoInputError (no Tensor
+    among tensors), TraceOptionUnsupportedError (an unknown option or one the runtime cannot
+    honour); after fn ran but before anything is realized: TraceNoOutputError (fn returned no
+    Tensor)."""
+    from . import cpu_isa, num_threads, set_cpu_isa, set_num_threads, version
+
+    if not callable(fn):
+        raise errors.InvalidArgumentError(f"tgrad.trace: fn must be callable, got {type(fn).__name__}")
+    if not any(isinstance(t, Tensor) for t in tensors):
+        raise errors.TraceNoInputError(
+            "tgrad.trace: no Tensor among the inputs (give fn's Tensors after it: "
+            "tgrad.trace(fn, a, b))")
+    for t in tensors:
+        if isinstance(t, Tensor):
+            t._h  # a released input is refused now, not inside fn  # noqa: B018
+    resolved = _check_options(options)
+
+    recorder = _Recorder()
+    for t in tensors:
+        if isinstance(t, Tensor) and t._handle not in recorder.by_handle:
+            recorder.add(t, "input", (), {}, "argument")
+    token = _RECORDER.set(recorder)
+    try:
+        result = fn(*tensors)
+    finally:
+        _RECORDER.reset(token)
+    try:
+        outputs = _output_tensors(result)
+        if not outputs:
+            raise errors.TraceNoOutputError(
+                f"tgrad.trace: fn returned {type(result).__name__}, not a Tensor (or a tuple, list "
+                "or dict of them)")
+        output_ids = [recorder.op_of(t) for t in outputs]
+        saved_isa, saved_threads = cpu_isa(), num_threads()
+        resolved.setdefault("cpu_isa", saved_isa)
+        resolved.setdefault("threads", saved_threads)
+        try:
+            set_cpu_isa(resolved["cpu_isa"])
+            set_num_threads(resolved["threads"])
+            # The plans are read first: explain shows what realizing will run (it runs nothing).
+            plans = [t.explain(json=True) for t in outputs]
+            for t in outputs:
+                t.realize()
+        finally:
+            set_cpu_isa(saved_isa)
+            set_num_threads(saved_threads)
+        reached = _reached(recorder.ops, output_ids)
+        for op, tensor in zip(recorder.ops, recorder.tensors):
+            op.shape, op.strides, op.offset = tensor.shape, tensor.strides, tensor.offset
+            op.buffer_id, op.route = tensor.buffer_id, tensor.route
+            # Reached ops were computed by the realization above, so reading runs nothing new;
+            # an op off that path is read only if its buffer already holds data.
+            if op.id in reached or tensor.is_realized:
+                op.payload = tensor.numpy().view(np.uint16)
+    finally:
+        recorder.tensors.clear()
+        recorder.by_handle.clear()
+    return Trace(recorder.ops, output_ids, options=resolved, plans=plans,
+                 library_version=version(), result=result)
+
+
+def _reached(ops: Sequence[TraceOp], outputs: Sequence[int]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(outputs)
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(ops[i].inputs)
+    return seen
+

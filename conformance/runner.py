@@ -1,0 +1,398 @@
+"""Conformance runner: a roster run on one backend, summed up as an attested scorecard.
+
+``run(backend, roster)`` executes every case of a roster (conformance.rosters) on a backend and
+compares the output bits with ``conformance.oracle.matmul_bits``; it returns a scorecard dict:
+
+- ``suite``: name, version (SUITE_VERSION), roster, oracle, what a pass means on this backend;
+- ``backend``;
+- ``environment``: python, numpy, platform, CPU variant, threads, library version: shown, never
+  compared, and left out of the attestation (they differ between machines);
+- ``cases``: one ``{"id", "family", "outcome", "detail"}`` per case, outcome pass, fail or skip;
+- ``funnel``: requested, executed (= passed + failed), passed, failed, skipped;
+- ``min_executed``: below this many executed cases no claim is made (MIN_EXECUTED_FRACTION of
+  the requested cases, rounded up), so skips count against the claim;
+- ``claim``: "bit-exact on N of R requested cases" when nothing failed and enough ran, else
+  "no claim: <why>"; ``claim_made`` says which;
+- ``attestation``: SHA-256 over the canonical JSON (sorted keys, separators ``(",", ":")``,
+  UTF-8) of everything but ``environment`` and ``attestation``.
+
+Backends: ``cpu`` (libtgrad; each case runs on every CPU variant this machine runs and passes only
+if every one is bit-exact), ``msl-emu`` (libtgrad's generated MSL, naive and tiled routes, compiled
+against the emulator of tests/msl_emu and run on the CPU; every case is skipped with the reason when
+the emulator or a C++ compiler is missing), ``opencl`` and ``metal`` (every case skipped with
+backend_unavailable until libtgrad dispatches to them). A skip is never a pass.
+
+``check(fresh, committed)`` lists the differences that matter (case outcomes, the funnel, the
+suite); ``write(card, path)`` writes pretty, sorted JSON with a trailing newline. Command line:
+``python -m conformance`` (conformance/__main__.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conformance.oracle import matmul_bits
+from conformance.rosters import Case, build_operands, roster
+
+__all__ = [
+    "BACKENDS", "MIN_EXECUTED_FRACTION", "SCORECARD_DIR", "SUITE_VERSION", "attest", "canonical",
+    "check", "load", "run", "scorecard_path", "verify", "write",
+]
+
+SUITE_VERSION = "1"
+BACKENDS = ("cpu", "msl-emu", "opencl", "metal")
+MIN_EXECUTED_FRACTION = 0.9
+SCORECARD_DIR = Path(__file__).resolve().parent / "scorecards"
+#: The MSL emulator's driver, in a source checkout (override: TGRAD_MSL_EMU_DIR or emu_dir=).
+DEFAULT_EMU_DIR = Path(__file__).resolve().parents[1] / "tests" / "msl_emu"
+#: What a pass means, per backend (part of the attested suite record).
+PASS_MEANS = {
+    "cpu": "output bits equal the oracle's on every CPU variant this machine runs",
+    "msl-emu": "output bits of the naive and tiled routes, generated MSL run on the emulator, "
+               "equal the oracle's",
+    "opencl": "output bits equal the oracle's",
+    "metal": "output bits equal the oracle's",
+}
+
+Outcome = tuple[str, str]  # (outcome, detail)
+
+
+# ---- canonical JSON and the attestation -----------------------------------------------------------
+def canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def attest(card: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of the card without environment and attestation."""
+    body = {k: v for k, v in card.items() if k not in ("environment", "attestation")}
+    return hashlib.sha256(canonical(body)).hexdigest()
+
+
+def verify(card: dict[str, Any]) -> bool:
+    """True when the card's attestation digest matches its content."""
+    stored = card.get("attestation", {})
+    return stored.get("algorithm") == "sha256" and stored.get("digest") == attest(card)
+
+
+# ---- backends -------------------------------------------------------------------------------------
+def _operands(case: Case) -> tuple[np.ndarray, np.ndarray, Any, Any, Any]:
+    a_base, b_base, apply_view = build_operands(case)
+    a_bits = np.asarray(apply_view(a_base, "a")).view(np.uint16)
+    b_bits = np.asarray(apply_view(b_base, "b")).view(np.uint16)
+    return a_bits, b_bits, a_base, b_base, apply_view
+
+
+def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
+    if got.shape != want.shape:
+        return f"shape {got.shape}, want {want.shape}"
+    bad = np.argwhere(got != want)
+    i = tuple(int(v) for v in bad[0])
+    return (f"{len(bad)} of {want.size} outputs differ; first C{list(i)}: got 0x{int(got[i]):04x}, "
+            f"want 0x{int(want[i]):04x}")
+
+
+class _Cpu:
+    """libtgrad's CPU matmul; a case passes when every runnable CPU variant is bit-exact."""
+
+    def __init__(self) -> None:
+        import tgrad
+
+        self.tgrad = tgrad
+        self.variants = [name for name, ok in tgrad.cpu_isas().items() if ok]
+        self.unavailable = ""
+
+    def run_case(self, case: Case) -> Outcome:
+        tgrad = self.tgrad
+        a_bits, b_bits, a_base, b_base, apply_view = _operands(case)
+        want = matmul_bits(a_bits, b_bits)
+        failures = []
+        saved = tgrad.cpu_isa()
+        with tgrad.Tensor.from_numpy(a_base) as a0, tgrad.Tensor.from_numpy(b_base) as b0:
+            a, b = apply_view(a0, "a"), apply_view(b0, "b")
+            try:
+                for isa in self.variants:
+                    tgrad.set_cpu_isa(isa)
+                    try:
+                        with a @ b as c:
+                            got = c.numpy().view(np.uint16)
+                    except tgrad.TgradError as exc:
+                        failures.append(f"{isa}: {exc.code}: {exc}")
+                        continue
+                    if got.shape != want.shape or not np.array_equal(got, want):
+                        failures.append(f"{isa}: {_first_difference(got, want)}")
+            finally:
+                tgrad.set_cpu_isa(saved)
+                a.release()
+                b.release()
+        if failures:
+            return "fail", "; ".join(failures)
+        return "pass", ""
+
+    def environment(self) -> dict[str, Any]:
+        tgrad = self.tgrad
+        return {"cpu_isa": tgrad.cpu_isa(), "cpu_isas_run": self.variants,
+                "threads": tgrad.num_threads(), "library_version": tgrad.version()}
+
+
+class _MslEmu:
+    """libtgrad's generated MSL (naive and tiled routes) compiled against the emulator."""
+
+    ROUTES = ("naive", "tiled")
+
+    def __init__(self, emu_dir: Path | None) -> None:
+        self.emu = None
+        self.unavailable = ""
+        self.compiler = ""
+        directory = Path(emu_dir or os.environ.get("TGRAD_MSL_EMU_DIR") or DEFAULT_EMU_DIR)
+        driver_file = directory / "driver.py"
+        if not driver_file.is_file():
+            self.unavailable = f"msl-emu: no emulator driver at {driver_file} (a source checkout has it)"
+            return
+        try:
+            import tgrad
+            from tgrad import render
+
+            driver = _load_driver(driver_file)
+            if driver.find_cxx() is None:
+                self.unavailable = "msl-emu: no C++ compiler (g++, c++, clang++) for the emulator"
+                return
+            self.emu = driver.Emulator()
+            self.compiler = str(self.emu.cxx)
+        except Exception as exc:  # the emulator could not start: every case is skipped, with why
+            self.unavailable = f"msl-emu: the emulator could not start: {type(exc).__name__}: {exc}"
+            return
+        self.tgrad, self.render = tgrad, render
+
+    def _render(self, case: Case) -> dict[str, Any] | str:
+        """The case's kernels by route, or why rendering failed."""
+        tgrad, render = self.tgrad, self.render
+        a_base, b_base, apply_view = build_operands(case)
+        with tgrad.Tensor.from_numpy(a_base) as a0, tgrad.Tensor.from_numpy(b_base) as b0:
+            a, b = apply_view(a0, "a"), apply_view(b0, "b")
+            try:
+                return {route: render.render_matmul(a, b, route) for route in self.ROUTES}
+            except tgrad.TgradError as exc:
+                return f"render: {exc.code}: {exc}"
+            finally:
+                a.release()
+                b.release()
+
+    def prepare(self, cases: list[Case]) -> None:
+        """Compile every kernel up front, in parallel (a cached one costs nothing)."""
+        assert self.emu is not None
+        sources = [k.source for c in cases if isinstance(ks := self._render(c), dict)
+                   for k in ks.values() if 0 not in k.grid]
+        try:
+            self.emu.compile_many(sources)
+        except Exception:  # noqa: S110 - a kernel that fails to compile fails its case below
+            pass
+
+    def run_case(self, case: Case) -> Outcome:
+        emu = self.emu
+        assert emu is not None
+        a_bits, b_bits, a_base, b_base, _ = _operands(case)
+        want = matmul_bits(a_bits, b_bits)
+        a_buf = np.ascontiguousarray(a_base).view(np.uint16).ravel()
+        b_buf = np.ascontiguousarray(b_base).view(np.uint16).ravel()
+        kernels = self._render(case)
+        if isinstance(kernels, str):
+            return "fail", kernels
+        failures = []
+        for route, k in kernels.items():
+            out = np.full(case.m * case.n, 0xFFFF, np.uint16)  # unwritten outputs show as NaN
+            try:
+                if 0 not in k.grid:
+                    compiled = emu.compile(k.source)
+                    bufs = [a_buf[: k.buffer_elements[0]], b_buf[: k.buffer_elements[1]], out]
+                    out = emu.run(compiled, k.grid, k.threadgroup, bufs, [True, True, False])[2]
+            except Exception as exc:  # compile error or a failed emulator check: this case fails
+                failures.append(f"{route}: {type(exc).__name__}: {str(exc)[:300]}")
+                continue
+            got = out.reshape(case.m, case.n)
+            if not np.array_equal(got, want):
+                failures.append(f"{route}: {_first_difference(got, want)}")
+        if failures:
+            return "fail", "; ".join(failures)
+        return "pass", ""
+
+    def environment(self) -> dict[str, Any]:
+        import tgrad
+
+        return {"cpu_isa": tgrad.cpu_isa(), "threads": tgrad.num_threads(),
+                "library_version": tgrad.version(), "cxx": self.compiler}
+
+
+def _load_driver(path: Path) -> Any:
+    import importlib.util
+
+    name = "_conformance_msl_emu_driver"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look the module up while the class body runs
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+class _Unavailable:
+    """A backend libtgrad does not dispatch to here: every case is skipped with the reason."""
+
+    def __init__(self, name: str) -> None:
+        try:
+            import tgrad
+
+            rows = {b.name: b for b in tgrad.backends()}
+        except ImportError as exc:
+            self.unavailable = f"backend_unavailable: tgrad is not importable ({exc})"
+            return
+        row = rows.get(name)
+        if row is None:
+            self.unavailable = f"backend_unavailable: libtgrad has no {name} backend"
+        elif not row.built or not row.available:
+            self.unavailable = f"backend_unavailable: {name}: {row.device}"
+        else:
+            self.unavailable = (f"backend_unavailable: {name} is available ({row.device}), but "
+                                "libtgrad does not dispatch matmul to it yet")
+
+    def run_case(self, case: Case) -> Outcome:  # pragma: no cover - never called
+        raise AssertionError("unavailable backend")
+
+    def environment(self) -> dict[str, Any]:
+        return {}
+
+
+def _backend(name: str, emu_dir: Path | None) -> Any:
+    if name == "cpu":
+        return _Cpu()
+    if name == "msl-emu":
+        return _MslEmu(emu_dir)
+    if name in ("opencl", "metal"):
+        return _Unavailable(name)
+    raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+
+
+# ---- the run --------------------------------------------------------------------------------------
+def run(backend: str, roster_name: str = "ci", *, emu_dir: Path | str | None = None,
+        cases: Iterable[Case] | None = None,
+        progress: Callable[[int, int, Case, Outcome], None] | None = None) -> dict[str, Any]:
+    """Run a roster (or the given cases) on a backend and return its attested scorecard."""
+    impl = _backend(backend, Path(emu_dir) if emu_dir else None)
+    selected = list(cases) if cases is not None else roster(roster_name)
+    if not impl.unavailable and hasattr(impl, "prepare"):
+        impl.prepare(selected)
+    results = []
+    for i, case in enumerate(selected):
+        if impl.unavailable:
+            outcome: Outcome = ("skip", impl.unavailable)
+        else:
+            outcome = impl.run_case(case)
+        results.append({"id": case.id, "family": case.family, "outcome": outcome[0],
+                        "detail": outcome[1]})
+        if progress is not None:
+            progress(i, len(selected), case, outcome)
+    environment = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+    }
+    environment.update(impl.environment())
+    return scorecard(backend, roster_name, results, environment)
+
+
+def scorecard(backend: str, roster_name: str, results: list[dict[str, str]],
+              environment: dict[str, Any]) -> dict[str, Any]:
+    """Assemble and attest a scorecard from per-case results."""
+    count = {o: sum(1 for r in results if r["outcome"] == o) for o in ("pass", "fail", "skip")}
+    requested = len(results)
+    funnel = {"requested": requested, "executed": count["pass"] + count["fail"],
+              "passed": count["pass"], "failed": count["fail"], "skipped": count["skip"]}
+    min_executed = max(1, math.ceil(MIN_EXECUTED_FRACTION * requested))
+    if funnel["failed"]:
+        claim = f"no claim: {funnel['failed']} of {funnel['executed']} executed cases failed"
+    elif funnel["executed"] < min_executed:
+        claim = (f"no claim: {funnel['executed']} of {requested} requested cases executed, below "
+                 f"the minimum of {min_executed}")
+    else:
+        claim = f"bit-exact on {funnel['passed']} of {requested} requested cases"
+        if funnel["skipped"]:
+            claim += f" ({funnel['skipped']} skipped, not covered)"
+    card: dict[str, Any] = {
+        "suite": {"name": "tgrad-conformance", "version": SUITE_VERSION, "roster": roster_name,
+                  "oracle": "conformance.oracle.matmul_bits", "pass_means": PASS_MEANS[backend]},
+        "backend": backend,
+        "environment": environment,
+        "cases": results,
+        "funnel": funnel,
+        "min_executed": min_executed,
+        "claim": claim,
+        "claim_made": not claim.startswith("no claim"),
+    }
+    card["attestation"] = {
+        "algorithm": "sha256",
+        "over": "canonical JSON (sorted keys, separators ',' ':', UTF-8) of every field but "
+                "environment and attestation",
+        "digest": attest(card),
+    }
+    return card
+
+
+# ---- files ----------------------------------------------------------------------------------------
+def scorecard_path(backend: str, directory: Path | str | None = None) -> Path:
+    return Path(directory or SCORECARD_DIR) / f"{backend}.json"
+
+
+def write(card: dict[str, Any], path: Path | str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(card, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def load(path: Path | str) -> dict[str, Any]:
+    return dict(json.loads(Path(path).read_text()))
+
+
+def check(fresh: dict[str, Any], committed: dict[str, Any]) -> list[str]:
+    """Differences between a fresh scorecard and the committed one that CI fails on: the suite
+    (version, roster, backend), cases added or removed, any case outcome, the funnel. Details,
+    the environment and the attestation are not compared (they may differ between machines)."""
+    diffs: list[str] = []
+    for key in ("version", "roster"):
+        old, new = committed.get("suite", {}).get(key), fresh.get("suite", {}).get(key)
+        if old != new:
+            diffs.append(f"suite {key}: committed {old!r}, now {new!r}")
+    if committed.get("backend") != fresh.get("backend"):
+        diffs.append(f"backend: committed {committed.get('backend')!r}, now {fresh.get('backend')!r}")
+    old_cases = {c["id"]: c for c in committed.get("cases", [])}
+    new_cases = {c["id"]: c for c in fresh.get("cases", [])}
+    for case_id in sorted(old_cases.keys() - new_cases.keys()):
+        diffs.append(f"case {case_id}: in the committed scorecard, not run now")
+    for case_id in sorted(new_cases.keys() - old_cases.keys()):
+        diffs.append(f"case {case_id}: run now ({new_cases[case_id]['outcome']}), not in the "
+                     "committed scorecard")
+    for case_id in [c["id"] for c in fresh.get("cases", []) if c["id"] in old_cases]:
+        old, new = old_cases[case_id], new_cases[case_id]
+        if old["outcome"] != new["outcome"]:
+            detail = f": {new['detail']}" if new.get("detail") else ""
+            diffs.append(f"case {case_id}: committed {old['outcome']}, now {new['outcome']}{detail}")
+    old_funnel, new_funnel = committed.get("funnel", {}), fresh.get("funnel", {})
+    for key in sorted(set(old_funnel) | set(new_funnel)):
+        if old_funnel.get(key) != new_funnel.get(key):
+            diffs.append(f"funnel {key}: committed {old_funnel.get(key)}, now {new_funnel.get(key)}")
+    return diffs

@@ -1,0 +1,43 @@
+/* The GPU kernel routes, declared once: name, tiles, threadgroup shape, eligibility.
+ *
+ * The renderer (libtgrad/src/gen/) turns one of these declarations plus a problem (M, K, N, the
+ * operands' views, the output layout) into kernel source; the router, the docs
+ * (docs/kernels.md) and the tests read the same table. Route codes are the public
+ * TGRAD_ROUTE_* of tgrad.h.
+ *
+ * X(code, name, kind, tile_m, tile_n, tile_k, threads_x, threads_y, min_m, min_k, min_n,
+ *   simdgroup_matrix, summary)
+ *   kind          TG_ROUTE_MATMUL or TG_ROUTE_COPY
+ *   tile_m/_n     outputs per threadgroup (rows, columns); copy: elements per threadgroup in tile_m
+ *   tile_k        k-depth staged in threadgroup memory per step (0: no staging); even, so a k-pair
+ *                 never straddles two stages
+ *   threads_x/_y  threadgroup shape; threads_x * threads_y is a multiple of 32 (a simdgroup)
+ *   min_m/k/n     eligibility: smallest extents the route takes (every larger extent, multiple of
+ *                 the tile or not, is handled by bounds checks in the kernel)
+ *   simdgroup_matrix  the route needs 8x8 simdgroup matrices (MSL; OpenCL C has none)
+ *
+ * Numerics: naive and tiled follow the canonical order of docs/numerics.md exactly (bit-identical
+ * to the oracle); tc uses the hardware's 8x8 multiply-accumulate order and is held to the error
+ * bound of docs/kernels.md. */
+#ifndef TGRAD_KERNELS_ROUTES_H
+#define TGRAD_KERNELS_ROUTES_H
+
+enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2 };
+
+#define TG_ROUTE_LIST(X)                                                                          \
+    X(TGRAD_ROUTE_NAIVE, naive, TG_ROUTE_MATMUL, 16, 16, 0, 16, 16, 0, 0, 0, 0,                  \
+      "one thread per output, canonical order, operands read straight from device memory")        \
+    X(TGRAD_ROUTE_TILED, tiled, TG_ROUTE_MATMUL, 32, 32, 16, 16, 16, 0, 0, 0, 0,                 \
+      "32x32 outputs per threadgroup, 2x2 per thread, k staged 16 deep in threadgroup memory, "   \
+      "canonical order")                                                                           \
+    X(TGRAD_ROUTE_TC, tc, TG_ROUTE_MATMUL, 32, 32, 16, 128, 1, 8, 8, 8, 1,                       \
+      "32x32 outputs per threadgroup of 4 simdgroups, each 2x2 8x8 fp32 simdgroup matrices, "     \
+      "hardware accumulation order")                                                               \
+    X(TGRAD_ROUTE_COPY, copy, TG_ROUTE_COPY, 256, 1, 0, 256, 1, 0, 0, 0, 0,                      \
+      "bit-preserving gather of a view into compact row-major, one element per thread")
+
+/* The tc route's simdgroup layout: 4 simdgroups as 2 x 2, each owning a 16 x 16 block of the
+ * 32 x 32 tile as 2 x 2 fragments of 8 x 8. */
+enum { TG_TC_SIMDGROUP_ROWS = 2, TG_TC_SIMDGROUP_COLS = 2, TG_TC_FRAGMENT = 8 };
+
+#endif

@@ -1,0 +1,87 @@
+/* The capability table (one row per backend and capability) and the backend list. This file is
+ * the one place these facts live: docs/capabilities.md is generated from it and a test keeps the
+ * two equal. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define TG_CAPABILITIES(X)                                                                                  \
+    X("cpu", "matmul bf16 -> bf16", "bit-exact", "fp32 accumulation in the documented order on every variant and thread count") \
+    X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, portable)") \
+    X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16)") \
+    X("cpu", "route copy", "bit-exact", "bit-preserving gather that materializes a view")                   \
+    X("cpu", "host input float32", "yes", "rounded to nearest even; NaN kept quiet with its sign")          \
+    X("cpu", "host input float64", "yes", "one rounding straight to bf16")                                  \
+    X("cpu", "host input bf16", "yes", "bits copied unchanged")                                             \
+    X("cpu", "view transpose/permute", "composed", "read in place by packing")                              \
+    X("cpu", "view slice (any step, negative too)", "composed", "read in place by packing")                \
+    X("cpu", "view expand (stride 0)", "composed", "read in place by packing")                              \
+    X("cpu", "view reshape (strides express it)", "composed", "zero-copy view")                             \
+    X("cpu", "view reshape (strides cannot)", "materialized", "a lazy bit-preserving copy; view() refuses instead") \
+    X("cpu", "empty dimensions", "yes", "M or N = 0: empty result; K = 0: zeros")                           \
+    X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
+    X("metal", "backend", "not built", "no Metal backend in this version (macOS only when it lands)")                          \
+    X("opencl", "backend", "not built", "planned: generated OpenCL C through a real driver")                 \
+    X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
+
+
+typedef struct { const char *backend, *capability, *value, *note; } row;
+#define TG_ROW(b, c, v, n) { b, c, v, n },
+static const row rows[] = { TG_CAPABILITIES(TG_ROW) };
+#undef TG_ROW
+enum { NROWS = (int)(sizeof rows / sizeof rows[0]) };
+
+TGRAD_API tgrad_status tgrad_capability(int32_t index, const char **backend, const char **capability,
+                                        const char **value, const char **note) {
+    if (!backend || !capability || !value || !note)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "capability: an output pointer is NULL");
+    if (index < 0 || index >= NROWS)
+        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "capability: index %d outside 0..%d", index, NROWS - 1);
+    *backend = rows[index].backend, *capability = rows[index].capability;
+    *value = rows[index].value, *note = rows[index].note;
+    return TGRAD_OK;
+}
+
+/* ---- backends ---- */
+static char cpu_device[160];
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void read_cpu_model(void) {
+    snprintf(cpu_device, sizeof cpu_device, "host CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *v = strchr(line, ':');
+            if (v) {
+                v++;
+                while (*v == ' ' || *v == '\t') v++;
+                snprintf(cpu_device, sizeof cpu_device, "%.*s", (int)strcspn(v, "\n"), v);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int32_t *available,
+                                     const char **device) {
+    if (!name || !built || !available || !device)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "backend: an output pointer is NULL");
+    switch (index) {
+    case 0:
+        pthread_once(&cpu_once, read_cpu_model);
+        *name = "cpu", *built = 1, *available = 1, *device = cpu_device;
+        return TGRAD_OK;
+    case 1:
+        *name = "metal", *built = 0, *available = 0, *device = "not built on this platform";
+        return TGRAD_OK;
+    case 2:
+        *name = "opencl", *built = 0, *available = 0, *device = "not built (no OpenCL backend in this version)";
+        return TGRAD_OK;
+    default:
+        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "backend: index %d outside 0..2", index);
+    }
+}

@@ -1,0 +1,212 @@
+/* explain, route and buffer ids: the plan that realizing a tensor runs, read off the pending graph
+ * without running or changing it. The walk holds tg_graph_lock so that no node is detached (by a
+ * realization finishing on another thread) while it is read. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+    if (t->oom) return;
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) { t->oom = true; return; }
+        if (t->p && t->len + (size_t)n < t->cap) { t->len += (size_t)n; return; }
+        size_t cap = (t->cap ? t->cap * 2 : 1024) + (size_t)n;
+        char *q = tg_realloc(t->p, cap);
+        if (!q) { t->oom = true; return; }
+        t->p = q, t->cap = cap;
+    }
+}
+
+static void put_dims(text *t, const int64_t *v, int32_t n, bool json) {
+    put(t, json ? "[" : "(");
+    for (int32_t i = 0; i < n; i++) put(t, "%s%lld", i ? ", " : "", (long long)v[i]);
+    put(t, json ? "]" : (n == 1 ? ",)" : ")"));
+}
+
+/* ---- the plan: pending buffers in execution (post) order ---- */
+typedef struct {
+    tg_buffer **order; /* steps */
+    int32_t n, cap;
+} plan;
+
+static int32_t step_of(const plan *P, const tg_buffer *b) {
+    for (int32_t i = 0; i < P->n; i++)
+        if (P->order[i] == b) return i;
+    return -1;
+}
+
+static bool visit(plan *P, tg_buffer *b) { /* caller holds tg_graph_lock */
+    if (!b->node || step_of(P, b) >= 0) return true;
+    for (int32_t i = 0; i < b->node->ninputs; i++)
+        if (!visit(P, b->node->inputs[i])) return false;
+    if (P->n == P->cap) {
+        int32_t cap = P->cap ? P->cap * 2 : 16;
+        tg_buffer **q = tg_realloc(P->order, sizeof *q * (size_t)cap);
+        if (!q) return false;
+        P->order = q, P->cap = cap;
+    }
+    P->order[P->n++] = b;
+    return true;
+}
+
+/* How many plan steps read b (with multiplicity), and the last one. */
+static int32_t readers(const plan *P, const tg_buffer *b, int32_t *last) {
+    int32_t count = 0;
+    *last = -1;
+    for (int32_t s = 0; s < P->n; s++)
+        for (int32_t i = 0; i < P->order[s]->node->ninputs; i++)
+            if (P->order[s]->node->inputs[i] == b) count++, *last = s;
+    return count;
+}
+
+static int64_t view_elems(const tg_view *v) {
+    int64_t n = 1;
+    for (int32_t i = 0; i < v->ndim; i++) n *= v->shape[i];
+    return n;
+}
+
+static void describe(text *t, const plan *P, const tg_buffer *target, const tg_view *tv, bool json) {
+    const char *name[] = { "none", "matmul", "copy" };
+    if (json) {
+        put(t, "{\"tensor\": {\"buffer\": %llu, \"shape\": ", (unsigned long long)target->id);
+        put_dims(t, tv->shape, tv->ndim, true);
+        put(t, ", \"strides\": ");
+        put_dims(t, tv->strides, tv->ndim, true);
+        put(t, ", \"offset\": %lld, \"realized\": %s", (long long)tv->offset, target->node ? "false" : "true");
+        if (!target->node) put(t, ", \"route\": \"%s\"", target->route);
+        put(t, "}, \"steps\": [");
+    } else if (!target->node) {
+        put(t, "realized: buf#%llu by %s; nothing to run\n", (unsigned long long)target->id, target->route);
+    } else {
+        put(t, "plan for buf#%llu: %d step%s\n", (unsigned long long)target->id, P->n, P->n == 1 ? "" : "s");
+    }
+    for (int32_t s = 0; s < P->n; s++) {
+        const tg_buffer *b = P->order[s];
+        const tg_node *n = b->node;
+        char route[48] = "cpu.copy";
+        if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
+        int64_t read = 0, written = b->numel * 2;
+        for (int32_t i = 0; i < n->ninputs; i++) read += view_elems(&n->views[i]) * 2;
+        if (json) put(t, "%s{\"step\": %d, \"op\": \"%s\", \"route\": \"%s\", \"output\": {\"buffer\": %llu, \"shape\": ",
+                      s ? ", " : "", s, name[n->op], route, (unsigned long long)b->id);
+        else put(t, "step %d: %s %s -> buf#%llu ", s, name[n->op], route, (unsigned long long)b->id);
+        put_dims(t, n->out.shape, n->out.ndim, json);
+        if (json) put(t, ", \"bytes\": %lld}, \"inputs\": [", (long long)written);
+        for (int32_t i = 0; i < n->ninputs; i++) {
+            const tg_buffer *in = n->inputs[i];
+            const tg_view *v = &n->views[i];
+            int32_t from = step_of(P, in);
+            /* Every kernel reads its operands through their views; a copy step is itself the
+             * materialization of a view. */
+            const char *load = n->op == TG_OP_COPY ? "materialized" : "composed";
+            char source[32];
+            if (from >= 0) snprintf(source, sizeof source, "step %d", from);
+            else snprintf(source, sizeof source, "%s", in->node ? "pending" : "realized");
+            if (json) {
+                put(t, "%s{\"operand\": \"%s\", \"buffer\": %llu, \"shape\": ", i ? ", " : "",
+                    n->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source", (unsigned long long)in->id);
+                put_dims(t, v->shape, v->ndim, true);
+                put(t, ", \"strides\": ");
+                put_dims(t, v->strides, v->ndim, true);
+                put(t, ", \"offset\": %lld, \"load\": \"%s\", \"from\": \"%s\"}", (long long)v->offset, load, source);
+            } else {
+                put(t, " | %s: buf#%llu%s ", n->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source",
+                    (unsigned long long)in->id, from >= 0 ? "" : (in->node ? "" : " (realized)"));
+                put_dims(t, v->shape, v->ndim, false);
+                put(t, " strides ");
+                put_dims(t, v->strides, v->ndim, false);
+                put(t, " offset %lld %s", (long long)v->offset, load);
+            }
+        }
+        /* buffers freed after this step: intermediates (and released inputs) whose last reader
+         * this is and that no handle holds (all their references are readers in this plan) */
+        if (json) put(t, "], \"bytes_read\": %lld, \"bytes_written\": %lld, \"alloc\": [%llu], \"free_after\": [",
+                      (long long)read, (long long)written, (unsigned long long)b->id);
+        else put(t, " | reads %lld B, writes %lld B | alloc buf#%llu (%lld B)", (long long)read, (long long)written,
+                 (unsigned long long)b->id, (long long)written);
+        int32_t nfree = 0;
+        for (int32_t i = 0; i < n->ninputs; i++) {
+            const tg_buffer *in = n->inputs[i];
+            if (i == 1 && in == n->inputs[0]) continue;
+            int32_t last, count = readers(P, in, &last);
+            if (last == s && (int64_t)count == (int64_t)atomic_load(&((tg_buffer *)in)->refs)) {
+                if (json) put(t, "%s%llu", nfree ? ", " : "", (unsigned long long)in->id);
+                else put(t, "%sbuf#%llu", nfree ? ", " : " | frees ", (unsigned long long)in->id);
+                nfree++;
+            }
+        }
+        put(t, json ? "]}" : "\n");
+    }
+    if (json) put(t, "]}");
+}
+
+static tgrad_status deliver(const char *src, size_t n, char *dst, size_t cap, size_t *len, const char *fn) {
+    *len = n;
+    if (!dst || cap <= n)
+        return tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "%s: %zu bytes needed (with the NUL), %zu given", fn, n + 1, dst ? cap : 0);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_explain(tgrad_tensor_t tensor, int32_t format, char *dst, size_t cap, size_t *len) {
+    if (!len) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_explain: len is NULL");
+    if (format != TGRAD_FORMAT_TEXT && format != TGRAD_FORMAT_JSON)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_explain: unknown format %d", format);
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    plan P = { 0 };
+    text out = { 0 };
+    pthread_mutex_lock(&tg_graph_lock);
+    bool ok = visit(&P, t.buf);
+    if (ok) describe(&out, &P, t.buf, &t.view, format == TGRAD_FORMAT_JSON);
+    pthread_mutex_unlock(&tg_graph_lock);
+    if (!ok || out.oom) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_explain: cannot allocate the description");
+    else s = deliver(out.p ? out.p : "", out.len, dst, cap, len, "tensor_explain");
+    free(out.p);
+    free(P.order);
+    tg_tensor_unref(&t);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_route(tgrad_tensor_t tensor, char *dst, size_t cap, size_t *len) {
+    if (!len) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_route: len is NULL");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    char route[48];
+    pthread_mutex_lock(&tg_graph_lock);
+    const tg_node *n = t.buf->node;
+    if (!n) snprintf(route, sizeof route, "%s", t.buf->route);
+    else if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
+    else snprintf(route, sizeof route, "cpu.copy");
+    pthread_mutex_unlock(&tg_graph_lock);
+    s = deliver(route, strlen(route), dst, cap, len, "tensor_route");
+    tg_tensor_unref(&t);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_buffer_id(tgrad_tensor_t tensor, uint64_t *id) {
+    if (!id) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_buffer_id: output pointer is NULL");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    *id = t.buf->id;
+    tg_tensor_unref(&t);
+    return TGRAD_OK;
+}

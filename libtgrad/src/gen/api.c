@@ -1,0 +1,145 @@
+/* The kernel-generation entry points of tgrad.h: argument checks, operand views read from tensor
+ * handles, then the renderer (render.c). Checks run in a fixed order (pointers, codes, handles,
+ * shapes, eligibility, capacity) and nothing is written on failure. */
+#include <string.h>
+
+#include "gen.h"
+#include "routes.h"
+
+TGRAD_API const char *tgrad_route_name(int32_t route) {
+    const tg_route *r = tg_route_find(route);
+    return r ? r->name : NULL;
+}
+
+TGRAD_API const char *tgrad_lang_name(int32_t lang) {
+    const tg_lang *l = tg_lang_find(lang);
+    return l ? l->name : NULL;
+}
+
+static tgrad_status find(int32_t route, int32_t lang, const tg_route **r, const tg_lang **l, const char *fn) {
+    if (!(*r = tg_route_find(route)))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: unknown route %d (known: 1 .. %d)", fn, (int)route,
+                       TGRAD_ROUTE_COUNT);
+    if (!(*l = tg_lang_find(lang)))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: unknown language %d (known: 1 .. %d)", fn, (int)lang,
+                       TGRAD_LANG_COUNT);
+    return TGRAD_OK;
+}
+
+/* The operands' views as a problem, with tgrad_matmul's checks and messages. */
+static tgrad_status matmul_problem(tgrad_tensor_t a, tgrad_tensor_t b, tg_gen_matmul *p, const char *fn) {
+    tg_tensor ta, tb;
+    tgrad_status s = tg_handle_get_tensor(a, &ta);
+    if (s) return s;
+    if ((s = tg_handle_get_tensor(b, &tb))) {
+        tg_tensor_unref(&ta);
+        return s;
+    }
+    char sa[160], sb[160];
+    tg_format_shape(sa, sizeof sa, &ta.view);
+    tg_format_shape(sb, sizeof sb, &tb.view);
+    if (ta.view.ndim != 2 || tb.view.ndim != 2) {
+        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "%s: %s @ %s: both operands must be 2-D (got %d-D and %d-D)", fn, sa,
+                    sb, ta.view.ndim, tb.view.ndim);
+    } else if (ta.view.shape[1] != tb.view.shape[0]) {
+        s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: %s @ %s: inner dimensions %lld and %lld differ", fn, sa, sb,
+                    (long long)ta.view.shape[1], (long long)tb.view.shape[0]);
+    } else {
+        int64_t shape[2] = { ta.view.shape[0], tb.view.shape[1] };
+        tg_view out;
+        if ((s = tg_view_contiguous(2, shape, &out))) {
+            tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
+        } else {
+            *p = (tg_gen_matmul){
+                .m = shape[0], .k = ta.view.shape[1], .n = shape[1],
+                .a = { ta.view.offset, { ta.view.strides[0], ta.view.strides[1] } },
+                .b = { tb.view.offset, { tb.view.strides[0], tb.view.strides[1] } },
+                .c = { 0, { out.strides[0], out.strides[1] } },
+            };
+        }
+    }
+    tg_tensor_unref(&ta);
+    tg_tensor_unref(&tb);
+    return s;
+}
+
+static tgrad_status check_dst(char *dst, size_t capacity, size_t *length, struct tgrad_launch *launch,
+                              const char *fn) {
+    if (!length) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: length pointer is NULL", fn);
+    if (!launch) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: launch pointer is NULL", fn);
+    if (!dst && capacity)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: dst is NULL but capacity is %zu (pass 0 to ask the length)",
+                       fn, capacity);
+    return TGRAD_OK;
+}
+
+/* Hand the text out (or only its length), then free it. */
+static tgrad_status deliver(tgrad_status s, tg_text *t, const struct tgrad_launch *made, char *dst, size_t capacity,
+                            size_t *length, struct tgrad_launch *launch, const char *fn) {
+    if (!s && dst && capacity < t->len + 1)
+        s = tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "%s: the kernel is %zu bytes plus its NUL, dst holds %zu", fn,
+                    t->len, capacity);
+    if (!s) {
+        if (dst) memcpy(dst, t->data, t->len + 1);
+        *length = t->len;
+        *launch = *made;
+    }
+    tg_text_free(t);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b) {
+    const tg_route *r;
+    const tg_lang *l;
+    tgrad_status s = find(route, lang, &r, &l, "route_check");
+    if (s) return s;
+    if (r->kind == TG_ROUTE_COPY) {
+        if (b != 0)
+            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "route_check: the copy route takes one tensor (pass b = 0)");
+        tg_tensor t;
+        if ((s = tg_handle_get_tensor(a, &t))) return s;
+        s = tg_gen_check_copy(l, &t.view);
+        tg_tensor_unref(&t);
+        return s;
+    }
+    tg_gen_matmul p;
+    if ((s = matmul_problem(a, b, &p, "route_check"))) return s;
+    return tg_gen_check_matmul(r, l, &p);
+}
+
+TGRAD_API tgrad_status tgrad_render_matmul(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b,
+                                           char *dst, size_t capacity, size_t *length,
+                                           struct tgrad_launch *launch) {
+    const char *fn = "render_matmul";
+    const tg_route *r;
+    const tg_lang *l;
+    tg_gen_matmul p;
+    tgrad_status s = check_dst(dst, capacity, length, launch, fn);
+    if (!s) s = find(route, lang, &r, &l, fn);
+    if (!s) s = matmul_problem(a, b, &p, fn);
+    if (!s) s = tg_gen_check_matmul(r, l, &p);
+    if (s) return s;
+    tg_text t = { 0 };
+    struct tgrad_launch made;
+    s = tg_gen_render_matmul(r, l, &p, &t, &made);
+    return deliver(s, &t, &made, dst, capacity, length, launch, fn);
+}
+
+TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char *dst, size_t capacity,
+                                         size_t *length, struct tgrad_launch *launch) {
+    const char *fn = "render_copy";
+    const tg_route *r;
+    const tg_lang *l;
+    tgrad_status s = check_dst(dst, capacity, length, launch, fn);
+    if (!s) s = find(TGRAD_ROUTE_COPY, lang, &r, &l, fn);
+    if (s) return s;
+    tg_tensor ts;
+    if ((s = tg_handle_get_tensor(src, &ts))) return s;
+    tg_view v = ts.view;
+    tg_tensor_unref(&ts);
+    if ((s = tg_gen_check_copy(l, &v))) return s;
+    tg_text t = { 0 };
+    struct tgrad_launch made;
+    s = tg_gen_render_copy(l, &v, &t, &made);
+    return deliver(s, &t, &made, dst, capacity, length, launch, fn);
+}

@@ -1,0 +1,91 @@
+/* Kernel generation (private): route declarations + a problem -> kernel source + launch.
+ *
+ * One emitter (render.c) writes every language; what differs between languages is data
+ * (lang.c): qualifiers, address spaces, barrier, thread-index builtins, bit casts. Rendering is a
+ * pure function of (route, language, problem): no clocks, no addresses, no locale, so the same
+ * problem gives the same bytes and tgrad_launch.source_hash can key a compiled-kernel cache. */
+#ifndef TGRAD_GEN_H
+#define TGRAD_GEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* ---- growing text (text.c) ---- */
+typedef struct tg_text {
+    char *data; /* NUL-terminated while !failed */
+    size_t len, cap;
+    bool failed; /* an allocation failed: the text is incomplete */
+} tg_text;
+
+TG_HIDDEN void tg_text_free(tg_text *t);
+TG_HIDDEN void tg_text_printf(tg_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* FNV-1a, 64 bits. */
+TG_HIDDEN uint64_t tg_fnv1a64(const void *data, size_t len);
+
+/* ---- languages (lang.c) ---- */
+/* Thread-position builtins the emitter may ask for; each becomes `const int <var> = ...;`. */
+enum tg_builtin {
+    TG_B_GROUP_X, TG_B_GROUP_Y, TG_B_LOCAL_X, TG_B_LOCAL_Y, TG_B_LOCAL_INDEX, TG_B_SIMDGROUP, TG_B_COUNT_
+};
+/* Kernel parameters that carry builtins (MSL); a builtin names the one it reads. */
+enum tg_builtin_param { TG_P_GROUP_POS, TG_P_LOCAL_POS, TG_P_LOCAL_INDEX, TG_P_SIMDGROUP_INDEX, TG_P_COUNT_ };
+
+typedef struct tg_lang {
+    int32_t id;
+    const char *name;
+    const char *preamble;         /* first lines of every kernel file */
+    const char *kernel_prefix;    /* before the entry point's name */
+    const char *function_prefix;  /* before helper functions */
+    const char *global_in;        /* address space of read-only buffers */
+    const char *global_out;       /* address space of the written buffer */
+    const char *buffer_suffix;    /* printf format with %d (binding index) after a buffer parameter */
+    const char *local_decl;       /* declares shared (threadgroup / work-group) arrays */
+    const char *barrier;          /* threadgroup barrier on shared memory, a statement */
+    const char *bits_to_float;    /* call that reinterprets a uint as float: NAME(x) */
+    const char *float_to_bits;    /* ... a float as uint */
+    const char *builtin_param[TG_P_COUNT_]; /* kernel parameter declaring it; NULL: not a parameter */
+    int32_t builtin_uses_param[TG_B_COUNT_]; /* which parameter each builtin reads (-1: none) */
+    const char *builtin_expr[TG_B_COUNT_];   /* expression of type uint; NULL: unavailable */
+    bool simdgroup_matrix;        /* 8x8 simdgroup matrices (the tc route) */
+    const char *matrix_type;      /* fp32 8x8 simdgroup matrix type */
+} tg_lang;
+
+TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);
+
+/* ---- routes (kernels/routes.h) ---- */
+typedef struct tg_route {
+    int32_t id;
+    const char *name;
+    int32_t kind;
+    int32_t tile_m, tile_n, tile_k, threads_x, threads_y;
+    int32_t min_m, min_k, min_n;
+    bool simdgroup_matrix;
+    const char *summary;
+} tg_route;
+
+TG_HIDDEN const tg_route *tg_route_find(int32_t id);
+
+/* ---- problems ---- */
+typedef struct tg_gen_operand {
+    int64_t offset;    /* elements from the buffer's first element */
+    int64_t stride[2]; /* elements per step along rows, columns (any sign, 0 for expanded axes) */
+} tg_gen_operand;
+
+typedef struct tg_gen_matmul {
+    int64_t m, k, n;
+    tg_gen_operand a, b, c; /* a [M, K], b [K, N], c [M, N] (the output's layout) */
+} tg_gen_matmul;
+
+/* Eligibility: TGRAD_OK or TGRAD_ERR_ROUTE_NOT_ELIGIBLE with the reason recorded. */
+TG_HIDDEN tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p);
+TG_HIDDEN tgrad_status tg_gen_check_copy(const tg_lang *l, const tg_view *src);
+/* Render (after a passing check). On success t holds the source and *launch is filled. */
+TG_HIDDEN tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p,
+                                            tg_text *t, struct tgrad_launch *launch);
+TG_HIDDEN tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t,
+                                          struct tgrad_launch *launch);
+
+#endif

@@ -1,0 +1,74 @@
+/* The kernel languages, as data. One emitter (render.c) writes all of them; a language is the
+ * table of spellings below (tinygrad's renderer/cstyle.py does the same for its devices).
+ *
+ * MSL: Metal Shading Language 2.3 (Apple GPU family 7+ for simdgroup matrices). bf16 lives in
+ * buffers as ushort bits and is widened by bit operations, which every Metal version runs
+ * (`bfloat` needs MSL 3.1). Builtins are kernel parameters with attributes.
+ * OpenCL C 1.2: the same kernels with OpenCL spellings; builtins are function calls; no
+ * simdgroup matrices, so no tc route. */
+#include "gen.h"
+
+static const tg_lang langs[] = {
+    {
+        .id = TGRAD_LANG_MSL,
+        .name = "msl",
+        .preamble = "#include <metal_stdlib>\nusing namespace metal;\n",
+        .kernel_prefix = "kernel void",
+        .function_prefix = "static inline",
+        .global_in = "device const",
+        .global_out = "device",
+        .buffer_suffix = " [[buffer(%d)]]",
+        .local_decl = "threadgroup",
+        .barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);",
+        .bits_to_float = "as_type<float>",
+        .float_to_bits = "as_type<uint>",
+        .builtin_param = {
+            [TG_P_GROUP_POS] = "uint3 group_pos [[threadgroup_position_in_grid]]",
+            [TG_P_LOCAL_POS] = "uint3 local_pos [[thread_position_in_threadgroup]]",
+            [TG_P_LOCAL_INDEX] = "uint local_index [[thread_index_in_threadgroup]]",
+            [TG_P_SIMDGROUP_INDEX] = "uint simdgroup_index [[simdgroup_index_in_threadgroup]]",
+        },
+        .builtin_uses_param = {
+            [TG_B_GROUP_X] = TG_P_GROUP_POS, [TG_B_GROUP_Y] = TG_P_GROUP_POS,
+            [TG_B_LOCAL_X] = TG_P_LOCAL_POS, [TG_B_LOCAL_Y] = TG_P_LOCAL_POS,
+            [TG_B_LOCAL_INDEX] = TG_P_LOCAL_INDEX, [TG_B_SIMDGROUP] = TG_P_SIMDGROUP_INDEX,
+        },
+        .builtin_expr = {
+            [TG_B_GROUP_X] = "group_pos.x", [TG_B_GROUP_Y] = "group_pos.y",
+            [TG_B_LOCAL_X] = "local_pos.x", [TG_B_LOCAL_Y] = "local_pos.y",
+            [TG_B_LOCAL_INDEX] = "local_index", [TG_B_SIMDGROUP] = "simdgroup_index",
+        },
+        .simdgroup_matrix = true,
+        .matrix_type = "simdgroup_float8x8",
+    },
+    {
+        .id = TGRAD_LANG_OPENCL,
+        .name = "opencl",
+        .preamble = "",
+        .kernel_prefix = "__kernel void",
+        .function_prefix = "static inline",
+        .global_in = "__global const",
+        .global_out = "__global",
+        .buffer_suffix = "",
+        .local_decl = "__local",
+        .barrier = "barrier(CLK_LOCAL_MEM_FENCE);",
+        .bits_to_float = "as_float",
+        .float_to_bits = "as_uint",
+        .builtin_param = { NULL, NULL, NULL, NULL },
+        .builtin_uses_param = { -1, -1, -1, -1, -1, -1 },
+        .builtin_expr = {
+            [TG_B_GROUP_X] = "get_group_id(0)", [TG_B_GROUP_Y] = "get_group_id(1)",
+            [TG_B_LOCAL_X] = "get_local_id(0)", [TG_B_LOCAL_Y] = "get_local_id(1)",
+            [TG_B_LOCAL_INDEX] = "(get_local_id(1) * get_local_size(0) + get_local_id(0))",
+            [TG_B_SIMDGROUP] = NULL,
+        },
+        .simdgroup_matrix = false,
+        .matrix_type = NULL,
+    },
+};
+
+const tg_lang *tg_lang_find(int32_t id) {
+    for (size_t i = 0; i < sizeof langs / sizeof langs[0]; i++)
+        if (langs[i].id == id) return &langs[i];
+    return NULL;
+}

@@ -1,0 +1,247 @@
+"""Compile generated MSL as C++17 against the emulator and run it on the CPU (DESIGN.md §5).
+
+``Emulator()`` builds the runtime (runtime.cpp) once and loads it; ``compile(source)`` turns one
+MSL kernel into a shared object and ``run(kernel, grid, threadgroup, buffers)`` launches it.
+Compiled objects are cached by a hash of everything that shapes them (the translated source, the
+emulator's own files, the compiler and its flags) in ``$MSL_EMU_CACHE`` or a per-user temporary
+directory, so a second run of the tier compiles nothing.
+
+What the driver does to the source (the rest is the header's work, see metal_emu.h):
+- reads the one ``kernel void name(...)`` signature: every parameter carries ``[[buffer(n)]]`` or
+  a thread-position builtin attribute; an entry stub passes buffers and builtins in that order;
+- rewrites ``threadgroup T name[N]...;`` at kernel scope to ``MSL_EMU_THREADGROUP(T, name, [N]...)``;
+- puts ``#line 1 "<name>.metal"`` first, so barrier and collective sites, and compiler errors,
+  carry the line numbers of the MSL text.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ORDERS = {"forward": 0, "reverse": 1, "shuffle": 2}
+MMA_ORDERS = {"fma": 0, "fma_reverse": 1, "exact": 2}
+
+# -Werror: the renderer's kernels must compile without a warning under -Wall -Wextra (a buffer
+# a kernel does not read, as a and b when K = 0, is fine). -fstack-clash-protection probes every
+# page of a large frame, so a thread overflowing its fiber stack hits the guard page below it
+# instead of the next fiber's stack.
+KERNEL_FLAGS = ["-std=c++17", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
+                "-fstack-clash-protection", "-Wall", "-Wextra", "-Werror", "-Wno-attributes",
+                "-Wno-unused-parameter"]
+RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra",
+                 "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"]
+
+BUILTINS = {
+    "thread_position_in_grid", "thread_position_in_threadgroup", "threadgroup_position_in_grid",
+    "threads_per_threadgroup", "threadgroups_per_grid", "threads_per_grid",
+    "thread_index_in_threadgroup", "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
+    "threads_per_simdgroup", "simdgroups_per_threadgroup",
+}
+
+
+class CompileError(RuntimeError):
+    """The C++ compiler refused a translated kernel (the message holds its diagnostics)."""
+
+
+class SubsetError(ValueError):
+    """The source is outside the MSL subset the emulator accepts (docs/msl-subset.md)."""
+
+
+class EmuError(RuntimeError):
+    """A launch failed a check: divergent barrier, deadlock, non-uniform collective argument,
+    out-of-bounds access, write to an input, stack overflow."""
+
+
+def find_cxx() -> str | None:
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate.split()[0]):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class Param:
+    type: str
+    name: str
+    attr: str
+    index: int | None
+
+
+_SIGNATURE = re.compile(r"\bkernel\s+void\s+(\w+)\s*\((.*?)\)\s*\{", re.S)
+_PARAM = re.compile(r"^(.*?)\b(\w+)\s*\[\[\s*(\w+)\s*(?:\(\s*(\d+)\s*\))?\s*\]\]$", re.S)
+_THREADGROUP = re.compile(r"^(\s*)threadgroup\s+(\w+)\s+(\w+)\s*((?:\[\s*\d+\s*\])+)\s*;", re.M)
+
+
+def parse_signature(source: str) -> tuple[str, list[Param]]:
+    found = _SIGNATURE.findall(source)
+    if len(found) != 1:
+        raise SubsetError(f"expected exactly one `kernel void name(...)`, found {len(found)}")
+    name, params_text = found[0]
+    params = []
+    for raw in params_text.split(","):
+        text = " ".join(raw.split())
+        m = _PARAM.match(text)
+        if not m:
+            raise SubsetError(f"kernel parameter {text!r} has no [[buffer(n)]] or builtin attribute")
+        type_, pname, attr, index = m.group(1).strip(), m.group(2), m.group(3), m.group(4)
+        if attr == "buffer":
+            if index is None:
+                raise SubsetError(f"parameter {pname}: [[buffer]] needs an index")
+        elif attr not in BUILTINS:
+            raise SubsetError(f"parameter {pname}: attribute [[{attr}]] is not supported")
+        params.append(Param(type_, pname, attr, int(index) if index is not None else None))
+    return name, params
+
+
+def translate(source: str) -> tuple[str, str]:
+    """(C++ translation unit, kernel name)."""
+    name, params = parse_signature(source)
+    body = _THREADGROUP.sub(lambda m: f"{m.group(1)}MSL_EMU_THREADGROUP({m.group(2)}, {m.group(3)}, {m.group(4)});",
+                            source)
+    args = []
+    for p in params:
+        if p.attr == "buffer":
+            if p.type.endswith("&"):
+                args.append(f"*({p.type[:-1].strip()} *)msl_emu_buffers[{p.index}]")
+            else:
+                args.append(f"({p.type})msl_emu_buffers[{p.index}]")
+        else:
+            args.append(f"msl_emu_t.{p.attr}")
+    stub = (
+        '#line 1 "msl_emu_entry"\n'
+        'extern "C" void msl_emu_entry(void *const *msl_emu_buffers) {\n'
+        "    const ::msl_emu::thread_ids &msl_emu_t = *msl_emu_ids();\n"
+        f"    {name}({', '.join(args)});\n"
+        "}\n"
+    )
+    return f'#line 1 "{name}.metal"\n{body}\n{stub}', name
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("MSL_EMU_CACHE")
+    path = Path(env) if env else Path(tempfile.gettempdir()) / f"msl-emu-cache-{os.getuid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass
+class Kernel:
+    name: str
+    path: Path
+    entry: ctypes._CFuncPtr  # type: ignore[name-defined]
+
+
+class Emulator:
+    def __init__(self, cache_dir: Path | None = None, cxx: str | None = None) -> None:
+        self.cxx = cxx or find_cxx()
+        if not self.cxx:
+            raise RuntimeError("no C++ compiler (g++, c++, clang++): the MSL emulator needs one")
+        self.cache = cache_dir or _cache_dir()
+        version = subprocess.run([*self.cxx.split(), "--version"], capture_output=True, text=True,
+                                 check=False).stdout
+        own = "".join((HERE / f).read_text() for f in ("metal_emu.h", "metal_stdlib", "runtime.cpp"))
+        self._salt = hashlib.sha256((version + own + self.cxx).encode()).hexdigest()
+        self._loaded: dict[Path, Kernel] = {}
+        self.compiled = 0  # objects actually compiled (not found in the cache) by this instance
+        runtime = self._build(own, "runtime", HERE / "runtime.cpp", RUNTIME_FLAGS)
+        self.runtime = ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
+        rt = self.runtime
+        rt.msl_emu_alloc.restype = ctypes.c_void_p
+        rt.msl_emu_alloc.argtypes = [ctypes.c_size_t]
+        rt.msl_emu_protect_readonly.argtypes = [ctypes.c_void_p]
+        rt.msl_emu_free.argtypes = [ctypes.c_void_p]
+        rt.msl_emu_launch.restype = ctypes.c_int
+        rt.msl_emu_launch.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+            ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
+            ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
+        ]
+
+    def _build(self, text: str, stem: str, source: Path, flags: list[str]) -> Path:
+        key = hashlib.sha256((self._salt + " ".join(flags) + text).encode()).hexdigest()[:24]
+        out = self.cache / f"{stem}-{key}.so"
+        if out.exists():
+            return out
+        tmp = out.with_suffix(f".{os.getpid()}.{id(text)}.tmp")
+        cmd = [*self.cxx.split(), *flags, "-I", str(HERE), "-o", str(tmp), str(source)]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise CompileError(f"{' '.join(cmd)}\n{result.stderr}")
+        os.replace(tmp, out)
+        self.compiled += 1
+        return out
+
+    def compile(self, source: str) -> Kernel:
+        tu, name = translate(source)
+        key = hashlib.sha256((self._salt + tu).encode()).hexdigest()[:24]
+        cpp = self.cache / f"{name}-{key}.cpp"
+        if not cpp.exists():
+            tmp = cpp.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(tu)
+            os.replace(tmp, cpp)
+        path = self._build(tu, name, cpp, KERNEL_FLAGS)
+        if path not in self._loaded:
+            lib = ctypes.CDLL(str(path))
+            self._loaded[path] = Kernel(name, path, lib.msl_emu_entry)
+        return self._loaded[path]
+
+    def compile_many(self, sources: Sequence[str], jobs: int | None = None) -> list[Kernel]:
+        """Compile in parallel (cached ones cost nothing); results in the order of `sources`."""
+        jobs = jobs or max(1, len(os.sched_getaffinity(0)))
+        unique = list(dict.fromkeys(sources))
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            built = dict(zip(unique, pool.map(self.compile, unique)))
+        return [built[s] for s in sources]
+
+    def run(self, kernel: Kernel, grid: Sequence[int], threadgroup: Sequence[int],
+            buffers: Sequence[np.ndarray], readonly: Sequence[bool], *, order: str = "forward",
+            seed: int = 0, workers: int | None = None, ftz: bool = False, mma: str = "fma") -> list[np.ndarray]:
+        """Launch `kernel`; returns every buffer's contents afterwards (copies).
+
+        Each buffer is placed so that it ends at a guard page; read-only ones are mapped
+        read-only. Raises EmuError when a check fails.
+        """
+        rt = self.runtime
+        ptrs: list[int] = []
+        try:
+            for arr, ro in zip(buffers, readonly):
+                arr = np.ascontiguousarray(arr)
+                ptr = rt.msl_emu_alloc(arr.nbytes)
+                if not ptr:
+                    raise MemoryError("msl_emu_alloc failed")
+                ptrs.append(ptr)
+                if arr.nbytes:
+                    ctypes.memmove(ptr, arr.ctypes.data, arr.nbytes)
+                if ro and rt.msl_emu_protect_readonly(ptr) != 0:
+                    raise RuntimeError("msl_emu_protect_readonly failed")
+            bufs = (ctypes.c_void_p * max(1, len(ptrs)))(*ptrs)
+            g = (ctypes.c_uint32 * 3)(*grid)
+            t = (ctypes.c_uint32 * 3)(*threadgroup)
+            err = ctypes.create_string_buffer(2048)
+            nworkers = workers if workers is not None else max(1, len(os.sched_getaffinity(0)))
+            rc = rt.msl_emu_launch(ctypes.cast(kernel.entry, ctypes.c_void_p), g, t, bufs, ORDERS[order],
+                                   seed, nworkers, int(ftz), MMA_ORDERS[mma], err, len(err))
+            if rc != 0:
+                raise EmuError(f"{kernel.name}: {err.value.decode(errors='replace')}")
+            out = []
+            for arr, ptr in zip(buffers, ptrs):
+                raw = ctypes.string_at(ptr, arr.nbytes) if arr.nbytes else b""
+                out.append(np.frombuffer(raw, dtype=arr.dtype).copy().reshape(arr.shape))
+            return out
+        finally:
+            for ptr in ptrs:
+                rt.msl_emu_free(ptr)

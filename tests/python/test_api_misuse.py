@@ -1,0 +1,196 @@
+"""Misuse of every exported function: NULL for each pointer argument, released, stale, forged and
+wrong-kind handles. Each must come back as a status (or a documented sentinel), never a crash.
+The list of functions is read from the cdef, which test_cdef keeps equal to tgrad.h, so a new
+function cannot skip this test: it needs an entry in EXEMPT or gets the sweep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tgrad
+from tgrad._ffi import ffi, lib
+
+# Functions that take no handle or pointer to check, or return a value rather than a status.
+EXEMPT = {
+    "tgrad_version": "no arguments",
+    "tgrad_version_string": "no arguments",
+    "tgrad_check_version": "integer argument only (tested in test_cdef)",
+    "tgrad_status_count": "no arguments",
+    "tgrad_status_name": "total over all codes (tested in test_errors)",
+    "tgrad_status_message": "total over all codes (tested in test_errors)",
+    "tgrad_status_category": "total over all codes (tested in test_errors)",
+    "tgrad_last_error": "no arguments",
+    "tgrad_last_status": "no arguments",
+    "tgrad_num_threads": "no arguments",
+    "tgrad_live_tensors": "no arguments",
+    "tgrad_live_buffers": "no arguments",
+    "tgrad_live_bytes": "no arguments",
+    "tgrad_cached_bytes": "no arguments",
+    "tgrad_release_cached": "no arguments",
+    "tgrad_cpu_isa": "no arguments",
+    "tgrad_cpu_isa_name": "returns NULL past the end; NULL available allowed (tested below)",
+    "tgrad_route_name": "returns NULL for unknown codes (tested with the generator)",
+    "tgrad_lang_name": "returns NULL for unknown codes (tested with the generator)",
+    "tgrad_tensor_release": "0 is a no-op; stale handles tested below",
+}
+
+
+def _const_pointer_params() -> set[tuple[str, int]]:
+    """(function, argument index) of every pointer-to-const parameter, read from the cdef with
+    pycparser (cffi's types drop const)."""
+    import pycparser
+    from pycparser import c_ast
+
+    from tgrad._cdef import CDEF
+
+    lines = [line for line in CDEF.splitlines() if not line.lstrip().startswith("#")]
+    prelude = "typedef int int32_t; typedef long int64_t; typedef unsigned long uint64_t; " \
+              "typedef unsigned int uint32_t; typedef unsigned short uint16_t; typedef unsigned long size_t;\n"
+    ast = pycparser.CParser().parse(prelude + "\n".join(lines).replace("...", "0"))
+    found = set()
+    for node in ast.ext:
+        if isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl) and node.type.args:
+            for i, param in enumerate(node.type.args.params):
+                t = getattr(param, "type", None)
+                if isinstance(t, c_ast.PtrDecl) and "const" in getattr(t.type, "quals", []):
+                    found.add((node.name, i))
+    return found
+
+
+CONST_POINTERS = _const_pointer_params()
+
+
+def _functions() -> list[str]:
+    return sorted(name for name in dir(lib) if name.startswith("tgrad_") and callable(getattr(lib, name)))
+
+
+def _signature(name: str) -> Any:
+    return ffi.typeof(getattr(lib, name))
+
+
+def _make_args(name: str, handle: int, null_index: int | None) -> list[Any]:
+    """Valid-looking arguments for `name`, with the pointer at null_index made NULL."""
+    args: list[Any] = []
+    keep: list[Any] = []
+    for i, t in enumerate(_signature(name).args):
+        if t.kind == "pointer":
+            if i == null_index:
+                args.append(ffi.NULL)
+                continue
+            target = t.item
+            if target.kind == "primitive" and target.cname == "char":
+                obj = ffi.new("char[]", b"auto" + bytes(252))
+            elif target.kind == "struct":
+                obj = ffi.new(t)
+            else:
+                obj = ffi.new(f"{target.cname}[]", 16)
+            keep.append(obj)
+            args.append(obj)
+        elif t.cname == "tgrad_tensor_t" or t.cname == "uint64_t":
+            args.append(handle)
+        elif t.cname in ("size_t",):
+            args.append(256)
+        else:
+            args.append(1 if "int" in t.cname else 0)
+    args.append(keep)  # keeps the buffers alive; stripped by the caller
+    return args
+
+
+def _call(name: str, args: list[Any]) -> Any:
+    result = getattr(lib, name)(*args[:-1])
+    if name == "tgrad_debug_fail_allocation":  # a fault-injection build was armed: disarm it
+        lib.tgrad_debug_fail_allocation(0, ffi.NULL)
+    if result == 0:  # a call that succeeded may have made tensors: release them
+        for i, t in enumerate(_signature(name).args):
+            if t.kind == "pointer" and t.item.cname == "uint64_t" and (name, i) not in CONST_POINTERS:
+                if args[i] != ffi.NULL and args[i][0]:
+                    lib.tgrad_tensor_release(args[i][0])
+    return result
+
+
+# Output pointers that may be NULL: the failure count of the fault-injection aid is optional.
+NULL_OUTPUT_ALLOWED = {("tgrad_debug_fail_allocation", 1)}
+
+
+def _status_functions() -> list[str]:
+    out = []
+    for name in _functions():
+        if name in EXEMPT:
+            continue
+        sig = _signature(name)
+        assert sig.result.cname in ("tgrad_status", "int32_t"), f"{name}: add it to EXEMPT or make it return a status"
+        out.append(name)
+    return out
+
+
+def _handle_params(name: str) -> bool:
+    # cffi resolves the typedef: a uint64_t passed by value is a tensor handle in this ABI
+    return any(t.cname == "uint64_t" for t in _signature(name).args)
+
+
+HANDLE_FUNCTIONS = [n for n in _status_functions() if _handle_params(n)]
+
+
+def test_the_sweeps_see_the_api() -> None:
+    assert len(HANDLE_FUNCTIONS) >= 20 and len(CONST_POINTERS) >= 8
+
+
+@pytest.fixture()
+def live_handle() -> Any:
+    t = tgrad.Tensor.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    yield t
+    t.release()
+
+
+@pytest.mark.parametrize("name", _status_functions())
+def test_every_function_refuses_null_pointers(name: str, live_handle: Any) -> None:
+    sig = _signature(name)
+    for i, t in enumerate(sig.args):
+        if t.kind != "pointer":
+            continue
+        status = _call(name, _make_args(name, live_handle._handle, i))
+        # NULL input data may be legitimate (an empty shape needs none); a NULL output pointer
+        # is refused, with a status, never written through
+        if (name, i) not in CONST_POINTERS and (name, i) not in NULL_OUTPUT_ALLOWED:
+            assert status != 0, f"{name} accepted NULL for argument {i} ({t.cname})"
+
+
+@pytest.mark.parametrize("name", HANDLE_FUNCTIONS)
+@pytest.mark.parametrize("kind", ["zero", "forged", "wrong_kind", "released", "stale"])
+def test_every_function_refuses_bad_handles(name: str, kind: str, live_handle: Any) -> None:
+    if kind == "zero":
+        handle = 0
+    elif kind == "forged":
+        handle = 0x1234
+    elif kind == "wrong_kind":
+        handle = (live_handle._handle & 0x00FFFFFFFFFFFFFF) | (2 << 56)
+    else:
+        t = tgrad.Tensor.from_numpy(np.zeros((2, 2), np.float32))
+        handle = t._handle
+        t.release()
+        if kind == "stale":  # the slot is reused by a new tensor with a new generation
+            again = tgrad.Tensor.from_numpy(np.zeros((2, 2), np.float32))
+            assert again._handle & 0xFFFFFFFF == handle & 0xFFFFFFFF and again._handle != handle
+    status = _call(name, _make_args(name, handle, None))
+    expected = {int(lib.TGRAD_ERR_INVALID_HANDLE), int(lib.TGRAD_ERR_WRONG_HANDLE_KIND)}
+    assert status in expected, f"{name} with a {kind} handle returned {status}"
+    if kind == "stale":
+        again.release()
+
+
+def test_release_twice_and_release_zero() -> None:
+    t = tgrad.Tensor.from_numpy(np.zeros((2, 2), np.float32))
+    h = t._handle
+    assert lib.tgrad_tensor_release(0) == 0
+    assert lib.tgrad_tensor_release(h) == 0
+    assert lib.tgrad_tensor_release(h) == lib.TGRAD_ERR_INVALID_HANDLE
+    t._handle = 0  # already released by hand
+
+
+def test_cpu_isa_name_is_total() -> None:
+    names = [lib.tgrad_cpu_isa_name(i, ffi.NULL) for i in range(64)]
+    assert names[0] != ffi.NULL and ffi.NULL in names
+    assert lib.tgrad_cpu_isa_name(-1, ffi.NULL) == ffi.NULL

@@ -1,0 +1,179 @@
+"""The conformance runner: scorecards (funnel, minimum, claim, attestation), the backends'
+outcomes, skips that are never passes, and `python -m conformance` (--write, --check, --require)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tgrad
+from conformance import __main__ as conformance_cli
+from conformance import runner
+from conformance.rosters import roster
+
+CASES = roster("ci")
+FEW = [c for c in CASES if c.family in ("below_tile", "empty")][:6] + \
+    [c for c in CASES if c.family == "views"][:3]
+
+
+@pytest.fixture(scope="module")
+def cpu_card() -> dict[str, Any]:
+    return runner.run("cpu", cases=FEW)
+
+
+def test_scorecard_has_every_field(cpu_card: dict[str, Any]) -> None:
+    assert set(cpu_card) == {"suite", "backend", "environment", "cases", "funnel", "min_executed",
+                             "claim", "claim_made", "attestation"}
+    assert cpu_card["suite"]["version"] == runner.SUITE_VERSION and cpu_card["backend"] == "cpu"
+    env = cpu_card["environment"]
+    for key in ("python", "numpy", "platform", "cpu_isa", "threads", "library_version"):
+        assert key in env, key
+    assert env["library_version"] == tgrad.version()
+    assert [c["id"] for c in cpu_card["cases"]] == [c.id for c in FEW]
+    for case, result in zip(FEW, cpu_card["cases"]):
+        assert set(result) == {"id", "family", "outcome", "detail"} and result["family"] == case.family
+
+
+def test_cpu_cases_pass_bit_exact_on_every_variant(cpu_card: dict[str, Any]) -> None:
+    assert {c["outcome"] for c in cpu_card["cases"]} == {"pass"}
+    assert cpu_card["funnel"] == {"requested": 9, "executed": 9, "passed": 9, "failed": 0, "skipped": 0}
+    assert cpu_card["claim"] == "bit-exact on 9 of 9 requested cases" and cpu_card["claim_made"]
+    runnable = [n for n, ok in tgrad.cpu_isas().items() if ok]
+    assert cpu_card["environment"]["cpu_isas_run"] == runnable
+
+
+def test_a_wrong_output_fails_the_case_naming_the_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The oracle disagreeing with one element is what a broken kernel looks like from here.
+    real = runner.matmul_bits
+
+    def off_by_one(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = real(a, b)
+        if out.size:
+            out.flat[0] ^= 1
+        return out
+
+    monkeypatch.setattr(runner, "matmul_bits", off_by_one)
+    card = runner.run("cpu", cases=FEW[:3])
+    failed = [c for c in card["cases"] if c["outcome"] == "fail"]
+    assert failed, card["cases"]
+    for isa in (n for n, ok in tgrad.cpu_isas().items() if ok):
+        assert f"{isa}: " in failed[0]["detail"]
+    assert "first C[0, 0]" in failed[0]["detail"]
+    assert card["claim"].startswith("no claim: ") and not card["claim_made"]
+    assert tgrad.cpu_isa() == next(n for n, ok in tgrad.cpu_isas().items() if ok)  # restored
+
+
+@pytest.mark.parametrize("backend", ["opencl", "metal"])
+def test_an_unavailable_backend_skips_everything_and_claims_nothing(backend: str) -> None:
+    row = next(b for b in tgrad.backends() if b.name == backend)
+    if row.available:  # pragma: no cover - a machine with that device
+        pytest.skip(f"{backend} is available here")
+    card = runner.run(backend, cases=FEW)
+    assert {c["outcome"] for c in card["cases"]} == {"skip"}
+    assert all(c["detail"] == f"backend_unavailable: {backend}: {row.device}" for c in card["cases"])
+    assert card["funnel"] == {"requested": 9, "executed": 0, "passed": 0, "failed": 0, "skipped": 9}
+    assert card["claim"].startswith("no claim: 0 of 9") and not card["claim_made"]
+
+
+def test_msl_emu_without_its_driver_skips_with_the_reason(tmp_path: pathlib.Path) -> None:
+    card = runner.run("msl-emu", cases=FEW[:2], emu_dir=tmp_path)
+    assert {c["outcome"] for c in card["cases"]} == {"skip"}
+    assert "no emulator driver" in card["cases"][0]["detail"]
+    assert not card["claim_made"]
+
+
+def _results(*outcomes: str) -> list[dict[str, str]]:
+    return [{"id": f"c{i}", "family": "f", "outcome": o, "detail": ""} for i, o in enumerate(outcomes)]
+
+
+def test_skips_count_against_the_claim() -> None:
+    ten = runner.scorecard("cpu", "ci", _results(*["pass"] * 9, "skip"), {})
+    assert ten["min_executed"] == 9
+    assert ten["claim"] == "bit-exact on 9 of 10 requested cases (1 skipped, not covered)"
+    eight = runner.scorecard("cpu", "ci", _results(*["pass"] * 8, "skip", "skip"), {})
+    assert eight["claim"] == "no claim: 8 of 10 requested cases executed, below the minimum of 9"
+    failed = runner.scorecard("cpu", "ci", _results(*["pass"] * 9, "fail"), {})
+    assert failed["claim"] == "no claim: 1 of 10 executed cases failed"
+
+
+def test_the_attestation_covers_everything_but_the_environment(cpu_card: dict[str, Any]) -> None:
+    assert runner.verify(cpu_card)
+    body = {k: v for k, v in cpu_card.items() if k not in ("environment", "attestation")}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    import hashlib
+
+    assert cpu_card["attestation"]["digest"] == hashlib.sha256(canonical.encode()).hexdigest()
+    moved = copy.deepcopy(cpu_card)
+    moved["environment"]["platform"] = "another machine"
+    assert runner.verify(moved)
+    for edit in (lambda c: c["cases"][0].update(outcome="fail"),
+                 lambda c: c["funnel"].update(passed=0),
+                 lambda c: c.update(claim="bit-exact on everything")):
+        tampered = copy.deepcopy(cpu_card)
+        edit(tampered)
+        assert not runner.verify(tampered)
+
+
+def test_check_reports_outcomes_and_funnel_not_environment(cpu_card: dict[str, Any]) -> None:
+    same = copy.deepcopy(cpu_card)
+    same["environment"] = {"python": "0.0"}
+    same["cases"][1]["detail"] = "details differ between machines"
+    assert runner.check(cpu_card, same) == []
+    changed = copy.deepcopy(cpu_card)
+    changed["cases"][0]["outcome"] = "fail"
+    changed["funnel"]["passed"] -= 1
+    changed["cases"].append({"id": "gone", "family": "f", "outcome": "pass", "detail": ""})
+    diffs = runner.check(cpu_card, changed)
+    assert f"case {FEW[0].id}: committed fail, now pass" in diffs
+    assert "case gone: in the committed scorecard, not run now" in diffs
+    assert "funnel passed: committed 8, now 9" in diffs
+
+
+def test_write_is_pretty_sorted_with_a_trailing_newline(cpu_card: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    path = runner.scorecard_path("cpu", tmp_path)
+    runner.write(cpu_card, path)
+    text = path.read_text()
+    assert text.endswith("}\n") and text == json.dumps(cpu_card, indent=2, sort_keys=True) + "\n"
+    assert runner.load(path) == cpu_card
+
+
+def test_cli_write_then_check(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert conformance_cli.main(["--backend", "cpu", "--write", "--scorecards", str(tmp_path)]) == 0
+    written = runner.load(tmp_path / "cpu.json")
+    assert written["funnel"]["requested"] == len(CASES) and runner.verify(written)
+    assert conformance_cli.main(["--backend", "cpu", "--check", "--scorecards", str(tmp_path)]) == 0
+    assert "check: outcomes and funnel equal" in capsys.readouterr().out
+    written["cases"][3]["outcome"] = "skip"
+    written["funnel"]["skipped"] = 1
+    runner.write(written, tmp_path / "cpu.json")
+    assert conformance_cli.main(["--backend", "cpu", "--check", "--scorecards", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"case {CASES[3].id}: committed skip, now pass" in err and "funnel skipped" in err
+
+
+def test_cli_check_without_a_committed_file_fails(tmp_path: pathlib.Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert conformance_cli.main(["--backend", "metal", "--check", "--scorecards", str(tmp_path)]) == 1
+    assert "no committed scorecard" in capsys.readouterr().err
+
+
+def test_cli_unavailable_backend_exits_0_unless_required(capsys: pytest.CaptureFixture[str]) -> None:
+    if next(b for b in tgrad.backends() if b.name == "opencl").available:  # pragma: no cover
+        pytest.skip("opencl is available here")
+    assert conformance_cli.main(["--backend", "opencl"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {len(CASES)}" in out and "claim: no claim" in out
+    assert conformance_cli.main(["--backend", "opencl", "--require"]) == 1
+    assert "executed no case" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_unknown_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        conformance_cli.main(["--backend", "cuda"])
+    assert info.value.code == 2
+    capsys.readouterr()

@@ -1,0 +1,49 @@
+"""CI keeps the committed scorecards true: the cpu and msl-emu scorecards are regenerated on the
+"ci" roster and every case outcome and the funnel must equal conformance/scorecards/<backend>.json
+(environment fields differ between machines and are not compared). When a change is meant to
+alter them, regenerate: python -m conformance --backend cpu --write (and msl-emu)."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+
+from conformance import runner
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCORECARDS = ROOT / "conformance" / "scorecards"
+EMU_DIR = ROOT / "tests" / "msl_emu"
+
+
+def _check(backend: str, **options: object) -> None:
+    path = runner.scorecard_path(backend, SCORECARDS)
+    assert path.is_file(), f"no committed scorecard: python -m conformance --backend {backend} --write"
+    committed = runner.load(path)
+    assert runner.verify(committed), f"{path}: the attestation does not match its content"
+    fresh = runner.run(backend, committed["suite"]["roster"], **options)  # type: ignore[arg-type]
+    diffs = runner.check(fresh, committed)
+    assert not diffs, (f"{backend} scorecard differs from {path} (regenerate with "
+                       f"python -m conformance --backend {backend} --write if intended):\n  "
+                       + "\n  ".join(diffs))
+
+
+def test_committed_cpu_scorecard_holds() -> None:
+    _check("cpu")
+
+
+def test_committed_msl_emu_scorecard_holds() -> None:
+    if not (EMU_DIR / "driver.py").is_file():
+        pytest.skip("no MSL emulator driver in this checkout")
+    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        pytest.skip("no C++ compiler for the MSL emulator")
+    _check("msl-emu", emu_dir=EMU_DIR)
+
+
+def test_committed_scorecards_make_their_claims() -> None:
+    for backend in ("cpu", "msl-emu"):
+        card = runner.load(runner.scorecard_path(backend, SCORECARDS))
+        assert card["backend"] == backend and card["suite"]["roster"] == "ci"
+        assert card["claim_made"], f"{backend}: {card['claim']}"
+        assert card["funnel"]["failed"] == 0 and card["funnel"]["skipped"] == 0

@@ -1,4 +1,8 @@
-"""``python -m tgrad bench``: output contract, byte check, exit statuses."""
+"""``python -m tgrad bench``: output contract, byte check, exit statuses, reports, statistics.
+
+No test here asserts a time or a ratio's value: timings only have to exist and be consistent
+with the raw samples they were computed from.
+"""
 
 from __future__ import annotations
 
@@ -9,37 +13,64 @@ import re
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
-
+import numpy as np
 import pytest
 
 import tgrad  # noqa: E402,F401  (a missing binding is a failure, not a skip)
+from tgrad import bench as bench_module
 
 FIRST_KEYS = ["py_shape", "py_dtype", "py_byte_match", "py_pipeline_ok", "py_median_s", "py_gflops"]
+RATIO_RE = re.compile(r"(\S+) \[(\S+), (\S+)\] (win|loss|tie)")
 
 
-def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    # The environment (TGRAD_LIB, PYTHONPATH) passes through unchanged.
-    return subprocess.run([sys.executable, "-m", "tgrad", "bench", *args], capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ))
+def _env(**extra: str | None) -> dict[str, str]:
+    env = dict(os.environ)  # TGRAD_LIB, PYTHONPATH pass through unchanged
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
-def parse(stdout: str) -> list[dict[str, str]]:
-    """Blocks of 'key: value' lines separated by blank lines, one per shape, keys in order."""
-    blocks: list[dict[str, str]] = []
+def bench(*args: str, out: Path | None = None, timeout: float = 120,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; its files go to `out` (a tmp dir) so that nothing lands in the source tree."""
+    argv = [sys.executable, "-m", "tgrad", "bench", *args]
+    if out is not None:
+        argv += ["--out", str(out)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else _env())
+
+
+def blocks(stdout: str) -> list[dict[str, str]]:
+    """Blocks of 'key: value' lines separated by blank lines, keys in order."""
+    result: list[dict[str, str]] = []
     for chunk in stdout.strip().split("\n\n"):
         block: dict[str, str] = {}
         for line in chunk.splitlines():
             key, sep, value = line.partition(": ")
             assert sep, f"not a 'key: value' line: {line!r}"
             block[key] = value
-        blocks.append(block)
-    return blocks
+        result.append(block)
+    return result
+
+
+def parse(stdout: str) -> list[dict[str, str]]:
+    """One block per shape (the closing block names the files written)."""
+    found = blocks(stdout)
+    assert "bench_markdown" in found[-1], found[-1]
+    return [b for b in found if "py_shape" in b]
+
+
+# ---- the per-shape contract -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("shape", ["64x64x64", "127x255x511"])
-def test_bench_bytes_match_the_oracle(shape):
-    proc = bench("--shape", shape, "--repeat", "5")
+def test_bench_bytes_match_the_oracle(shape, tmp_path):
+    proc = bench("--shape", shape, "--repeat", "5", out=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (block,) = parse(proc.stdout)
     assert list(block)[:6] == FIRST_KEYS
@@ -50,47 +81,62 @@ def test_bench_bytes_match_the_oracle(shape):
     assert float(block["py_median_s"]) > 0 and float(block["py_gflops"]) > 0
     assert float(block["py_call_median_s"]) > 0
     assert "peer_numpy_f32_median_s" in block
-    match = re.fullmatch(r"(\S+) \[(\S+), (\S+)\] (win|loss|tie)", block["ratio_numpy_f32"])
-    assert match, block["ratio_numpy_f32"]
-    value, lo, hi = (float(match.group(i)) for i in (1, 2, 3))
-    verdict = match.group(4)
-    assert 0 < lo <= hi and value > 0
-    assert verdict == ("win" if lo > 1 else "loss" if hi < 1 else "tie")
+    for key in ("ratio_numpy_f32", "ratio_call_numpy_f32"):
+        match = RATIO_RE.fullmatch(block[key])
+        assert match, block[key]
+        value, lo, hi = (float(match.group(i)) for i in (1, 2, 3))
+        assert 0 < lo <= hi and value > 0
+        assert match.group(4) == ("win" if lo > 1 else "loss" if hi < 1 else "tie")
 
 
-def test_bench_empty_shape_works():
-    proc = bench("--shape", "0x5x3", "--repeat", "3")
+def test_bench_empty_shape_works(tmp_path):
+    proc = bench("--shape", "0x5x3", "--repeat", "3", out=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (block,) = parse(proc.stdout)
     assert block["py_byte_match"] == "true" and block["py_pipeline_ok"] == "true"
 
 
-def test_bench_several_shapes_and_json(tmp_path):
-    out = tmp_path / "bench.json"
-    proc = bench("--shape", "4x4x4", "--shape", "4x0x3", "--repeat", "4", "--threads", "1",
-                 "--json", str(out))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    blocks = parse(proc.stdout)
-    assert [b["py_shape"] for b in blocks] == ["4x4x4", "4x0x3"]
-    assert all(b["py_threads"] == "1" for b in blocks)
-    report = json.loads(out.read_text())
-    first = report["results"][0]
-    assert first["byte_match"] is True and first["repeat"] == 4
-    assert len(first["samples"]["tgrad"]) == 4 == len(first["samples"]["numpy_f32"])
-    assert math.isclose(first["median_s"], statistics.median(first["samples"]["tgrad"]))
-
-
-def test_bench_skips_the_oracle_above_its_limit_only():
-    proc = bench("--shape", "1x1x1", "--repeat", "2", "--no-peers")
+def test_bench_skips_the_oracle_above_its_limit_only(tmp_path):
+    proc = bench("--shape", "1x1x1", "--repeat", "2", "--no-peers", out=tmp_path)
     assert parse(proc.stdout)[0]["py_byte_match"] == "true"
-    from tgrad import bench as bench_module
-
     assert bench_module.ORACLE_LIMIT_MACS >= 1024**3  # 1024^3 is always checked
 
 
-@pytest.mark.parametrize("bad", ["12x", "x", "1x2", "1x2x3x4", "-1x2x3", "axbxc", "1.5x2x3"])
+# ---- shapes: the default suite and lists --------------------------------------------------------
+
+
+def _listed(stdout: str) -> list[str]:
+    return [line.split()[0] for line in stdout.splitlines() if line.strip()]
+
+
+def test_default_suite_is_listed_without_running():
+    proc = bench("--list")
+    assert proc.returncode == 0, proc.stderr
+    shapes = _listed(proc.stdout)
+    for want in ["64x64x64", "127x255x511", "1024x1024x1024", "2048x2048x2048", "4096x4096x4096",
+                 "1x4096x4096", "4096x4096x1", "16x4096x4096", "4096x64x4096",
+                 "4096x1024x1024", "2048x1024x1024", "1024x1024x8192", "1024x1024x4096",
+                 "1024x1024x2048", "4x4x4", "8x8x4", "4x32x4", "6x32x6", "4x4x32"]:
+        assert want in shapes
+    assert len(shapes) == len(set(shapes))
+    assert "8192x8192x8192" not in shapes and "8192x1024x1024" not in shapes
+    assert "py_shape" not in proc.stdout  # nothing ran
+    full = _listed(bench("--list", "--full").stdout)
+    assert full[: len(shapes)] == shapes
+    assert {"8192x8192x8192", "8192x1024x1024"} <= set(full)
+
+
+def test_shape_lists_are_comma_separated_and_repeatable():
+    proc = bench("--shape", "4x4x4, 4x0x3", "--shape", "2x3x4", "--list")
+    assert proc.returncode == 0, proc.stderr
+    assert _listed(proc.stdout) == ["4x4x4", "4x0x3", "2x3x4"]
+    assert bench_module.parse_shape_list("1x2x3,4X5X6") == [(1, 2, 3), (4, 5, 6)]
+
+
+@pytest.mark.parametrize("bad", ["12x", "x", "1x2", "1x2x3x4", "-1x2x3", "axbxc", "1.5x2x3",
+                                 "1x2x3,", "1x2x3,,4x4x4", "1x2x3;4x4x4"])
 def test_bench_bad_shape_is_a_usage_error(bad):
-    proc = bench(f"--shape={bad}")
+    proc = bench(f"--shape={bad}", "--list")
     assert proc.returncode == 2
     assert "invalid shape" in proc.stderr and "MxKxN" in proc.stderr
 
@@ -101,11 +147,144 @@ def test_bench_only_accepts_bf16():
     assert "bf16" in proc.stderr
 
 
-def test_bench_needs_a_shape_and_a_command():
-    assert bench().returncode == 2
+def test_a_command_is_needed():
     proc = subprocess.run([sys.executable, "-m", "tgrad"], capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ))
+                          timeout=60, env=_env())
     assert proc.returncode == 2 and "bench" in proc.stderr
+
+
+# ---- reports: JSON, markdown, plot ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def report_run(tmp_path_factory):
+    """One small run whose reports several tests read (the re-exec path included: the spin
+    variables are removed from its environment, so the bench sets them itself)."""
+    out = tmp_path_factory.mktemp("bench-out")
+    extra = tmp_path_factory.mktemp("json") / "copy.json"
+    env = _env(**{k: None for k in bench_module.SPIN_ENV}, TGRAD_BENCH_REEXEC=None)
+    proc = bench("--shape", "4x4x4,64x64x64", "--shape", "4x0x3", "--repeat", "6",
+                 "--threads", "1", "--json", str(extra), out=out, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, out, extra
+
+
+def test_reports_are_written_and_named(report_run):
+    proc, out, extra = report_run
+    files = blocks(proc.stdout)[-1]
+    assert files["bench_markdown"] == str(out / "bench.md")
+    assert files["bench_json"].startswith(str(out / "bench.json"))
+    assert json.loads(extra.read_text()) == json.loads((out / "bench.json").read_text())
+    blocks_ = parse(proc.stdout)
+    assert [b["py_shape"] for b in blocks_] == ["4x4x4", "64x64x64", "4x0x3"]
+    assert all(b["py_threads"] == "1" for b in blocks_)
+
+
+def test_json_keeps_raw_paired_samples_and_ratios_recompute(report_run):
+    _, out, _ = report_run
+    report = json.loads((out / "bench.json").read_text())
+    assert report["schema"] == "tgrad-bench/2" and report["threads"] == 1
+    env = report["environment"]
+    for key in ("cpu_model", "cpu_flags", "tgrad_cpu_isa", "tgrad_threads", "versions", "env",
+                "threadpools", "unset_by_launcher", "set_by_reexec", "loadavg", "others_load"):
+        assert key in env
+    assert env["versions"]["numpy"] == np.__version__
+    assert sorted(env["set_by_reexec"]) == sorted(bench_module.SPIN_ENV)
+    for key, value in bench_module.SPIN_ENV.items():
+        assert env["env"][key] == value
+    assert report["limits"]["stream"]["copy_gbps"] > 0
+    assert "source" in report["limits"]["peak"]
+    boot = report["method"]["bootstrap"]
+    assert len(report["results"]) == 3
+    for res in report["results"]:
+        assert res["byte_match"] is True and res["repeat"] == 6
+        if res["load"] is not None:  # where /proc/stat exists
+            assert 0 <= res["load"]["others"] <= 1 and 0 <= res["load"]["steal"] <= 1
+        regions = res["regions"]
+        assert regions[0] == "tgrad" and "numpy_f32" in regions
+        assert set(res["samples"]) == set(regions)
+        assert all(len(res["samples"][r]) == 6 for r in regions)
+        # each repetition ran every region once, the order rotated by one per repetition
+        assert len(res["orders"]) == 6
+        for i, order in enumerate(res["orders"]):
+            shift = i % len(regions)
+            assert order == regions[shift:] + regions[:shift]
+        assert math.isclose(res["median_s"], statistics.median(res["samples"]["tgrad"]))
+        for name, peer in res["peers"].items():
+            ours = np.array(res["samples"]["tgrad"])
+            theirs = np.array(res["samples"][name])
+            assert math.isclose(peer["ratio"], float(np.median(theirs / ours)))
+            again = bench_module.bootstrap_ratio(theirs, ours, seed=boot["seed"],
+                                                 resamples=boot["resamples"])
+            assert again == pytest.approx((peer["ratio"], peer["lo"], peer["hi"]))
+            assert peer["verdict"] == bench_module.verdict(peer["lo"], peer["hi"])
+            call = np.array(res["samples"]["tgrad_call"])
+            assert math.isclose(peer["call"]["ratio"], float(np.median(theirs / call)))
+
+
+def test_markdown_table_has_a_row_per_shape(report_run):
+    _, out, _ = report_run
+    text = (out / "bench.md").read_text()
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("| shape | bytes"))
+    for column in ("tgrad GFLOP/s", "% of peak", "numpy f32 GFLOP/s", "numpy f32 / tgrad time"):
+        assert column in header
+    rows = [line for line in lines if line.startswith("| 4x4x4 |") or line.startswith("| 64x64x64 |")]
+    assert len(rows) == 4  # the speed table and the whole-call table
+    assert any(RATIO_RE.search(row) for row in rows)
+    assert "Command: `" in text and "Measured limits" in text
+
+
+def test_plot_is_a_png_when_matplotlib_is_there(report_run):
+    proc, out, _ = report_run
+    plot = blocks(proc.stdout)[-1]["bench_plot"]
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert plot.startswith("skipped") and not (out / "bench.png").exists()
+        pytest.skip("matplotlib is not installed")
+    assert plot == str(out / "bench.png")
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_runs_without_its_optional_packages(tmp_path):
+    """No torch, matplotlib, tqdm, threadpoolctl or tinygrad: the bench still runs and reports."""
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'matplotlib', 'tqdm', 'threadpoolctl', 'tinygrad'):\n"
+        "    sys.modules[name] = None\n"
+        "from tgrad.__main__ import main\n"
+        f"sys.exit(main(['bench', '--shape', '8x8x8', '--repeat', '3', '--progress', "
+        f"'--out', {str(tmp_path)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (block,) = parse(proc.stdout)
+    assert block["py_byte_match"] == "true" and "peer_torch_bf16_median_s" not in block
+    assert blocks(proc.stdout)[-1]["bench_plot"].startswith("skipped")
+    assert "[0/1] 8x8x8" in proc.stderr  # the plain progress line, forced by --progress
+    assert (tmp_path / "bench.md").exists() and not (tmp_path / "bench.png").exists()
+    report = json.loads((tmp_path / "bench.json").read_text())
+    (res,) = report["results"]
+    assert "torch_bf16" in res["peers_skipped"] and "torch_bf16" not in res["peers"]
+    assert report["environment"]["threadpools"] == "threadpoolctl not installed"
+
+
+def test_wait_quiet_is_bounded_and_recorded(tmp_path):
+    proc = bench("--shape", "4x4x4", "--repeat", "2", "--no-peers", "--wait-quiet", "0.6",
+                 out=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "bench.json").read_text())
+    for waited in (report["results"][0]["waited_for_quiet_s"],
+                   report["limits"]["waited_for_quiet_s"]):
+        assert waited is None or 0 < waited < 60
+
+
+def test_no_progress_on_a_pipe_unless_asked(tmp_path):
+    proc = bench("--shape", "8x8x8", "--repeat", "2", "--no-peers", out=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "[0/1]" not in proc.stderr and "shape/s" not in proc.stderr
 
 
 def test_bench_module_imports_without_torch():
@@ -115,5 +294,82 @@ def test_bench_module_imports_without_torch():
             "r = b.run_shape((8, 8, 8), repeat=3)\n"
             "assert r['byte_match'] is True and 'torch_bf16' not in r['peers']\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ))
+                          env=_env())
     assert proc.returncode == 0, proc.stderr
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("true_ratio", [0.6, 1.0, 1.5, 3.0])
+def test_bootstrap_interval_contains_the_true_ratio(true_ratio):
+    rng = np.random.default_rng(7)
+    n = 60
+    drift = rng.uniform(0.8, 1.6, n)  # load that hits both sides of a repetition
+    ours = 1e-3 * drift * rng.lognormal(0, 0.05, n)
+    theirs = true_ratio * 1e-3 * drift * rng.lognormal(0, 0.05, n)
+    ratio, lo, hi = bench_module.bootstrap_ratio(theirs, ours, seed=3)
+    assert lo <= true_ratio <= hi
+    assert lo <= ratio <= hi
+    assert hi / lo < 1.2  # pairing removes the shared drift
+    expected = "win" if true_ratio > 1 else "loss" if true_ratio < 1 else "tie"
+    assert bench_module.verdict(lo, hi) == expected
+    # seeded: the same samples give the same interval
+    assert bench_module.bootstrap_ratio(theirs, ours, seed=3) == (ratio, lo, hi)
+
+
+def test_verdict_claims_a_win_only_above_one():
+    verdict = bench_module.verdict
+    assert verdict(1.01, 1.5) == "win"
+    assert verdict(1.0, 1.5) == "tie"  # an interval touching 1 does not exclude it
+    assert verdict(0.5, 1.0) == "tie"
+    assert verdict(0.5, 0.99) == "loss"
+    assert verdict(0.9, 1.1) == "tie"
+
+
+def test_bootstrap_rejects_unpaired_samples():
+    with pytest.raises(ValueError):
+        bench_module.bootstrap_ratio([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        bench_module.bootstrap_ratio([], [])
+
+
+# ---- docs/performance.md ----------------------------------------------------------------------
+
+
+def test_doc_section_is_replaced_and_the_rest_kept(tmp_path):
+    doc = tmp_path / "perf.md"
+    doc.write_text(f"# Title\n\nintro\n\n{bench_module.DOC_BEGIN}\nold table\n"
+                   f"{bench_module.DOC_END}\n\nafter\n")
+    proc = bench("--shape", "4x4x4", "--repeat", "2", "--no-peers", "--doc", str(doc),
+                 out=tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = doc.read_text()
+    assert text.startswith("# Title\n\nintro\n\n" + bench_module.DOC_BEGIN + "\n### tgrad bench, ")
+    assert "old table" not in text and "| 4x4x4 |" in text
+    assert text.endswith(bench_module.DOC_END + "\n\nafter\n")
+
+
+def test_doc_without_markers_is_refused_before_running(tmp_path):
+    doc = tmp_path / "perf.md"
+    doc.write_text("no markers\n")
+    proc = bench("--shape", "4x4x4", "--doc", str(doc), out=tmp_path / "out")
+    assert proc.returncode == 2 and "bench:begin" in proc.stderr
+    assert "py_shape" not in proc.stdout and doc.read_text() == "no markers\n"
+
+
+def test_performance_doc_holds_a_generated_table():
+    doc = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
+    text = doc.read_text()
+    section = text[text.index(bench_module.DOC_BEGIN):text.index(bench_module.DOC_END)]
+    assert "Command: `" in section and "| shape | bytes |" in section
+    assert "nox -s bench" in text
+
+
+def test_load_of_other_processes_is_what_this_process_did_not_use():
+    before = (1000, 400, 0, 100)  # all ticks, idle ticks, stolen ticks, this process's ticks
+    after = (1200, 450, 20, 180)  # 200 ticks: 50 idle, 20 stolen, 80 ours -> 50 others
+    load = bench_module._others_load(before, after)
+    assert load == pytest.approx({"others": 0.25, "steal": 0.10})
+    assert bench_module._others_load(before, before) is None
+    assert bench_module._others_load(None, after) is None

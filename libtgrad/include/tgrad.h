@@ -86,7 +86,8 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view or language)") \
     X(20, ERR_TRACE_NO_OUTPUT, trace_no_output, "type", "the traced function returned no Tensor") \
     X(21, ERR_TRACE_NO_INPUT, trace_no_input, "type", "no Tensor was given to trace") \
-    X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option")
+    X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option") \
+    X(23, ERR_DEVICE_MISMATCH, device_mismatch, "value", "operands live on different devices")
 
 #define TGRAD_STATUS_ENUM_(code, NAME, name, category, message) TGRAD_##NAME = code,
 enum tgrad_status_code { TGRAD_STATUS_LIST(TGRAD_STATUS_ENUM_) TGRAD_STATUS_COUNT_ };
@@ -219,6 +220,27 @@ TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
  * `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+
+/* ---- devices ------------------------------------------------------------------------------ */
+/* Where a tensor's buffer lives. The numbers are tgrad_backend()'s indices. A GPU device runs the
+ * kernels libtgrad renders for it (tgrad_render_*): tiled and naive routes bit-identical to the
+ * CPU, the tc route within the bound of docs/kernels.md. */
+#define TGRAD_DEVICE_CPU 0
+#define TGRAD_DEVICE_METAL 1
+#define TGRAD_DEVICE_OPENCL 2
+/* Device number by name ("cpu", "metal", "opencl"); TGRAD_ERR_INVALID_ARGUMENT for others. */
+TGRAD_API tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
+TGRAD_API tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
+/* The tensor's values on `device`: a new handle on the same view when it is already there,
+ * otherwise the view realized and copied there as a compact row-major tensor (this realizes the
+ * source now). TGRAD_ERR_BACKEND_UNAVAILABLE, with the reason, for a device this machine cannot
+ * use. Operands of tgrad_matmul must share a device (else TGRAD_ERR_DEVICE_MISMATCH); the result
+ * lives there too, and reading it copies it back. */
+TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
+/* The route GPU matmuls take: 0 chooses (tc where the device and shape allow, else tiled);
+ * TGRAD_ROUTE_NAIVE / TILED / TC force one (a forced route a problem cannot take is refused when
+ * the result is realized, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE). Process-wide. */
+TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
 
 /* ---- testing aids --------------------------------------------------------------------------- */
 /* Fault injection, for tests: make the n-th heap allocation from now fail (n >= 1; 0 disarms),

@@ -32,12 +32,19 @@ tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
 static tgrad_status storage_alloc(tg_buffer *b) {
     if (b->numel == 0) return TGRAD_OK;
     size_t bytes = (size_t)b->numel * 2u;
+    if (b->device != TGRAD_DEVICE_CPU) {
+        tgrad_status s = tg_device_alloc(b->device, bytes, &b->dev_mem);
+        if (!s) atomic_fetch_add(&tg_live_bytes_, (int64_t)bytes);
+        return s;
+    }
     b->data = tg_storage_alloc(bytes, &b->capacity);
     if (!b->data)
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for a tensor", bytes);
     atomic_fetch_add(&tg_live_bytes_, (int64_t)bytes);
     return TGRAD_OK;
 }
+
+tgrad_status tg_buffer_storage(tg_buffer *b) { return storage_alloc(b); }
 
 static void node_free(tg_node *n) {
     if (!n) return;
@@ -49,8 +56,9 @@ void tg_buffer_retain(tg_buffer *b) { atomic_fetch_add(&b->refs, 1); }
 
 void tg_buffer_release(tg_buffer *b) {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
-    if (b->data) atomic_fetch_sub(&tg_live_bytes_, b->numel * 2);
+    if (b->data || b->dev_mem) atomic_fetch_sub(&tg_live_bytes_, b->numel * 2);
     tg_storage_free(b->data, b->capacity);
+    tg_device_free(b->device, b->dev_mem);
     node_free(b->node);
     pthread_mutex_destroy(&b->lock);
     free(b);
@@ -93,8 +101,8 @@ tgrad_status tg_buffer_realize(tg_buffer *b) {
     if (!atomic_load(&b->realized)) {
         tg_node *n = b->node;
         for (int32_t i = 0; i < n->ninputs && !s; i++) s = tg_buffer_realize(n->inputs[i]);
-        if (!s && !b->data) s = storage_alloc(b);
-        if (!s) s = execute(b);
+        if (!s && !b->data && !b->dev_mem) s = storage_alloc(b);
+        if (!s) s = b->device == TGRAD_DEVICE_CPU ? execute(b) : tg_device_execute(b);
         if (!s) {
             pthread_mutex_lock(&tg_graph_lock);
             b->node = NULL;

@@ -66,6 +66,8 @@ static void read_cpu_model(void) {
     fclose(f);
 }
 
+TG_HIDDEN void tg_device_describe(int32_t device, int32_t *built, int32_t *available, const char **text);
+
 TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int32_t *available,
                                      const char **device) {
     if (!name || !built || !available || !device)
@@ -75,11 +77,10 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
         pthread_once(&cpu_once, read_cpu_model);
         *name = "cpu", *built = 1, *available = 1, *device = cpu_device;
         return TGRAD_OK;
-    case 1:
-        *name = "metal", *built = 0, *available = 0, *device = "not built on this platform";
-        return TGRAD_OK;
-    case 2:
-        *name = "opencl", *built = 0, *available = 0, *device = "not built (no OpenCL backend in this version)";
+    case TGRAD_DEVICE_METAL:
+    case TGRAD_DEVICE_OPENCL:
+        *name = tg_device_name(index);
+        tg_device_describe(index, built, available, device);
         return TGRAD_OK;
     default:
         return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "backend: index %d outside 0..2", index);

@@ -98,7 +98,8 @@ static void describe(text *t, const plan *P, const tg_buffer *target, const tg_v
         const tg_buffer *b = P->order[s];
         const tg_node *n = b->node;
         char route[48] = "cpu.copy";
-        if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
+        if (b->device != TGRAD_DEVICE_CPU) tg_device_route(n, b->device, route, sizeof route);
+        else if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
         int64_t read = 0, written = b->numel * 2;
         for (int32_t i = 0; i < n->ninputs; i++) read += view_elems(&n->views[i]) * 2;
         if (json) put(t, "%s{\"step\": %d, \"op\": \"%s\", \"route\": \"%s\", \"output\": {\"buffer\": %llu, \"shape\": ",
@@ -193,6 +194,7 @@ TGRAD_API tgrad_status tgrad_tensor_route(tgrad_tensor_t tensor, char *dst, size
     pthread_mutex_lock(&tg_graph_lock);
     const tg_node *n = t.buf->node;
     if (!n) snprintf(route, sizeof route, "%s", t.buf->route);
+    else if (t.buf->device != TGRAD_DEVICE_CPU) tg_device_route(n, t.buf->device, route, sizeof route);
     else if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
     else snprintf(route, sizeof route, "cpu.copy");
     pthread_mutex_unlock(&tg_graph_lock);

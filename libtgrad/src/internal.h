@@ -96,6 +96,8 @@ typedef struct tg_buffer {
     size_t capacity;         /* bytes of the block behind data (tg_storage_alloc) */
     tg_node *node;           /* pending computation; NULL once realized */
     uint64_t id;             /* unique for the library's lifetime (explain's buf#id) */
+    int32_t device;          /* TGRAD_DEVICE_*; a GPU buffer keeps data NULL and uses dev_mem */
+    void *dev_mem;           /* the backend's memory handle (device != CPU) */
     char route[48];          /* what computed it, once realized ("host" for host data) */
 } tg_buffer;
 
@@ -106,6 +108,8 @@ TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **o
 TG_HIDDEN void tg_buffer_retain(tg_buffer *b);
 TG_HIDDEN void tg_buffer_release(tg_buffer *b);
 TG_HIDDEN tgrad_status tg_buffer_realize(tg_buffer *b);
+/* Allocate b's storage (host or device memory, by b->device). */
+TG_HIDDEN tgrad_status tg_buffer_storage(tg_buffer *b);
 
 /* ---- handles (handles.c) ---- */
 typedef struct tg_tensor {
@@ -124,6 +128,16 @@ static inline void tg_tensor_unref(tg_tensor *t) { tg_buffer_release(t->buf); t-
 
 /* ---- live counters (handles.c) ---- */
 extern TG_HIDDEN atomic_int_fast64_t tg_live_tensors_, tg_live_buffers_, tg_live_bytes_;
+
+/* ---- GPU devices (device.c; backends behind backend.h) ---- */
+TG_HIDDEN tgrad_status tg_device_ready(int32_t device);      /* usable now? (reason recorded) */
+TG_HIDDEN tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem);
+TG_HIDDEN void tg_device_free(int32_t device, void *mem);
+TG_HIDDEN tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes);
+TG_HIDDEN tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size_t bytes);
+TG_HIDDEN tgrad_status tg_device_execute(tg_buffer *b);     /* run b's node on b's device */
+TG_HIDDEN void tg_device_route(const tg_node *n, int32_t device, char *dst, size_t cap);
+TG_HIDDEN const char *tg_device_name(int32_t device);       /* "cpu", "metal", "opencl" */
 
 /* ---- CPU execution (cpu/) ---- */
 /* Name the route tg_cpu_matmul takes for these views now ("cpu.<variant>.gemm", ...). */

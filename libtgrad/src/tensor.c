@@ -77,17 +77,26 @@ static tgrad_status read_view(tgrad_tensor_t tensor, void *dst, size_t capacity,
         s = tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "%s: tensor has %lld elements, destination holds %zu",
                     fn, (long long)numel, capacity);
     if (!s) s = tg_buffer_realize(t.buf);
+    const uint16_t *host = t.buf->data;
+    uint16_t *staged = NULL;
+    if (!s && numel > 0 && t.buf->device != TGRAD_DEVICE_CPU) { /* bring the whole buffer over */
+        staged = tg_malloc((size_t)t.buf->numel * 2u);
+        if (!staged) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot stage %lld bytes", fn, (long long)t.buf->numel * 2);
+        else s = tg_device_download(t.buf->device, t.buf->dev_mem, staged, (size_t)t.buf->numel * 2u);
+        host = staged;
+    }
     if (!s && numel > 0) {
         if (dtype == TGRAD_DTYPE_BF16) {
-            tg_cpu_copy_view(t.buf->data, &t.view, dst);
+            tg_cpu_copy_view(host, &t.view, dst);
         } else {
             /* widen in place from the back: the bf16 gather fills the first half of dst */
             uint16_t *bits = (uint16_t *)dst;
-            tg_cpu_copy_view(t.buf->data, &t.view, bits);
+            tg_cpu_copy_view(host, &t.view, bits);
             float *f = dst;
             for (int64_t i = numel - 1; i >= 0; i--) f[i] = tg_bf16_to_f32(bits[i]);
         }
     }
+    free(staged);
     tg_tensor_unref(&t);
     return s;
 }
@@ -217,6 +226,7 @@ static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape
         tg_tensor_unref(t);
         return s;
     }
+    b->device = t->buf->device;
     t->buf = NULL; /* the node owns it now */
     if ((s = tg_handle_new_tensor(b, &dst, out))) tg_buffer_release(b);
     return s;
@@ -274,6 +284,9 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
     if (ta.view.ndim != 2 || tb.view.ndim != 2) {
         s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "matmul: %s @ %s: both operands must be 2-D (got %d-D and %d-D)",
                     sa, sb, ta.view.ndim, tb.view.ndim);
+    } else if (ta.buf->device != tb.buf->device) {
+        s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "matmul: %s on %s @ %s on %s: operands live on different devices", sa,
+                    tg_device_name(ta.buf->device), sb, tg_device_name(tb.buf->device));
     } else if (ta.view.shape[1] != tb.view.shape[0]) {
         s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "matmul: %s @ %s: inner dimensions %lld and %lld differ", sa, sb,
                     (long long)ta.view.shape[1], (long long)tb.view.shape[0]);
@@ -291,6 +304,7 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
         *n = (tg_node){ .op = TG_OP_MATMUL, .ninputs = 2, .inputs = { ta.buf, tb.buf },
                         .views = { ta.view, tb.view }, .out = ov };
         if ((s = tg_buffer_new(numel, n, &buf))) free(n);
+        else buf->device = ta.buf->device;
     }
     if (s) {
         tg_tensor_unref(&ta);
@@ -299,5 +313,59 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
     }
     /* the node owns both input references now */
     if ((s = tg_handle_new_tensor(buf, &ov, out))) tg_buffer_release(buf);
+    return s;
+}
+
+/* ---- devices --------------------------------------------------------------------------------- */
+PROPERTY(tgrad_tensor_device, int32_t, device, *device = t.buf->device)
+
+TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out) {
+    CHECK_OUT(out, "tensor_to");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    if ((s = tg_device_ready(device))) {
+        tg_tensor_unref(&t);
+        return s;
+    }
+    if (t.buf->device == device) { /* already there: the same view */
+        if ((s = tg_handle_new_tensor(t.buf, &t.view, out))) tg_tensor_unref(&t);
+        return s;
+    }
+    int64_t numel;
+    tg_view_numel(&t.view, &numel);
+    tg_view dst;
+    tg_view_contiguous(t.view.ndim, t.view.shape, &dst);
+    uint16_t *compact = NULL;
+    tg_buffer *b = NULL;
+    s = tg_buffer_realize(t.buf);
+    if (!s && numel > 0) { /* the view, compact, on the host */
+        compact = tg_malloc((size_t)numel * 2u);
+        if (!compact) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %lld bytes", (long long)numel * 2);
+    }
+    if (!s && numel > 0) {
+        if (t.buf->device == TGRAD_DEVICE_CPU) {
+            tg_cpu_copy_view(t.buf->data, &t.view, compact);
+        } else {
+            uint16_t *whole = tg_malloc((size_t)t.buf->numel * 2u);
+            if (!whole) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %lld bytes", (long long)t.buf->numel * 2);
+            if (!s) s = tg_device_download(t.buf->device, t.buf->dev_mem, whole, (size_t)t.buf->numel * 2u);
+            if (!s) tg_cpu_copy_view(whole, &t.view, compact);
+            free(whole);
+        }
+    }
+    if (!s) s = tg_buffer_new(numel, NULL, &b);
+    if (!s) {
+        b->device = device;
+        s = tg_buffer_storage(b);
+        if (!s && numel > 0) {
+            if (device == TGRAD_DEVICE_CPU) memcpy(b->data, compact, (size_t)numel * 2u);
+            else s = tg_device_upload(device, b->dev_mem, compact, (size_t)numel * 2u);
+        }
+        if (!s) s = tg_handle_new_tensor(b, &dst, out);
+        if (s) tg_buffer_release(b);
+    }
+    free(compact);
+    tg_tensor_unref(&t);
     return s;
 }

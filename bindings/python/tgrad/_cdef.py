@@ -44,7 +44,8 @@ enum tgrad_status_code {
     TGRAD_ERR_TRACE_NO_OUTPUT = 20,
     TGRAD_ERR_TRACE_NO_INPUT = 21,
     TGRAD_ERR_TRACE_OPTION_UNSUPPORTED = 22,
-    TGRAD_STATUS_COUNT_ = 23
+    TGRAD_ERR_DEVICE_MISMATCH = 23,
+    TGRAD_STATUS_COUNT_ = 24
 };
 #define TGRAD_STATUS_UNSTABLE_FROM 15
 
@@ -113,6 +114,13 @@ const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
 int64_t tgrad_cached_bytes(void);
 void tgrad_release_cached(void);
+#define TGRAD_DEVICE_CPU 0
+#define TGRAD_DEVICE_METAL 1
+#define TGRAD_DEVICE_OPENCL 2
+tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
+tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
+tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
+tgrad_status tgrad_set_device_route(int32_t route);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 
 #define TGRAD_FORMAT_TEXT 1

@@ -147,13 +147,23 @@ class Tensor:
     # ---- creation -------------------------------------------------------------------------------
     @classmethod
     @_reports("constant")
-    def from_numpy(cls, array: npt.NDArray[Any]) -> Tensor:
+    def from_numpy(cls, array: npt.NDArray[Any], device: str | None = None) -> Tensor:
         """A bf16 tensor from a numpy float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
 
         float32 and float64 round to nearest even in libtgrad (float64 rounds once, directly);
         bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
+        device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
+        usable; checked before anything is allocated).
         """
-        return cls._wrap(_from_numpy_handle(array))
+        if device is None or device == "cpu":
+            return cls._wrap(_from_numpy_handle(array))
+        target = _device_number(device)
+        _ready(target)
+        host = cls._wrap(_from_numpy_handle(array))
+        try:
+            return host.to(device)
+        finally:
+            host.release()
 
     @classmethod
     @_reports("constant")
@@ -170,6 +180,19 @@ class Tensor:
                 f"Tensor.from_bf16_bits: dtype {bits.dtype} is not supported (uint16 bit patterns)"
             )
         return cls._wrap(_bits_handle(bits))
+
+    # ---- devices -------------------------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        """Where the tensor's buffer lives: "cpu", "opencl" or "metal"."""
+        out = ffi.new("int32_t *")
+        _check(lib.tgrad_tensor_device(self._handle, out))
+        return _DEVICE_NAMES[int(out[0])]
+
+    def to(self, device: str) -> Tensor:
+        """The same values on `device` (this tensor's view when it is already there; otherwise
+        realized and copied now, compact row-major)."""
+        return Tensor._wrap(_new_handle(lib.tgrad_tensor_to, self._handle, _device_number(device)))
 
     # ---- lifetime -------------------------------------------------------------------------------
     def release(self) -> None:
@@ -535,6 +558,26 @@ def _bits_handle(bits: npt.NDArray[Any]) -> int:
         len(shape),
         _int64_array(shape, "from_bf16"),
     )
+
+
+_DEVICE_NAMES = {int(lib.TGRAD_DEVICE_CPU): "cpu", int(lib.TGRAD_DEVICE_METAL): "metal",
+                 int(lib.TGRAD_DEVICE_OPENCL): "opencl"}
+
+
+def _device_number(device: Any) -> int:
+    if not isinstance(device, str):
+        raise errors.InvalidArgumentError(f"device: expected a name (cpu, opencl, metal), got {type(device).__name__}")
+    out = ffi.new("int32_t *")
+    _check(lib.tgrad_device_by_name(device.encode(), out))
+    return int(out[0])
+
+
+def _ready(device: int) -> None:
+    """Raise BackendUnavailableError (with the backend's reason) unless `device` is usable."""
+    name, built, available, text = ffi.new("char **"), ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("char **")
+    _check(lib.tgrad_backend(device, name, built, available, text))
+    if not available[0]:
+        raise errors.BackendUnavailableError(f"{ffi.string(name[0]).decode()}: {ffi.string(text[0]).decode()}")
 
 
 def _from_numpy_handle(array: Any) -> int:

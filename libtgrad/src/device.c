@@ -1,0 +1,225 @@
+/* GPU devices, the portable side: which backend, device memory for buffers, route choice, kernel
+ * rendering (gen/), the compiled-program cache keyed by the source's hash, and launches. The
+ * backends (backend.h) hold only driver calls. Every call into one backend holds that backend's
+ * mutex. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "gen/gen.h"
+
+#if !defined(TGRAD_HAVE_OPENCL)
+const tg_backend *const tg_backend_opencl = NULL;
+#endif
+#if !defined(TGRAD_HAVE_METAL)
+const tg_backend *const tg_backend_metal = NULL;
+#endif
+
+enum { NDEVICES = 3, CACHE = 128 };
+static const char *const device_names[NDEVICES] = { "cpu", "metal", "opencl" };
+
+typedef struct {
+    uint64_t hash;
+    void *program;
+} cached_program;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_once_t once;
+    tgrad_status init_status;
+    char reason[256];
+    cached_program cache[CACHE];
+    int32_t next_slot; /* round-robin eviction */
+} device_state;
+
+static device_state states[NDEVICES] = {
+    [1] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0 },
+    [2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0 },
+};
+static _Atomic int32_t forced_route; /* 0: choose */
+
+const char *tg_device_name(int32_t device) {
+    return device >= 0 && device < NDEVICES ? device_names[device] : "unknown";
+}
+
+static const tg_backend *backend_of(int32_t device) {
+    return device == TGRAD_DEVICE_OPENCL ? tg_backend_opencl : device == TGRAD_DEVICE_METAL ? tg_backend_metal : NULL;
+}
+
+static void init_metal(void);
+static void init_opencl(void);
+static void init_device(int32_t device) {
+    device_state *st = &states[device];
+    const tg_backend *be = backend_of(device);
+    if (!be) {
+        st->init_status = TGRAD_ERR_BACKEND_UNAVAILABLE;
+        snprintf(st->reason, sizeof st->reason, "not built %s",
+                 device == TGRAD_DEVICE_METAL ? "on this platform" : "into this library");
+        return;
+    }
+    st->init_status = be->init();
+    if (st->init_status) snprintf(st->reason, sizeof st->reason, "%s", tgrad_last_error());
+}
+static void init_metal(void) { init_device(TGRAD_DEVICE_METAL); }
+static void init_opencl(void) { init_device(TGRAD_DEVICE_OPENCL); }
+
+tgrad_status tg_device_ready(int32_t device) {
+    if (device == TGRAD_DEVICE_CPU) return TGRAD_OK;
+    if (device != TGRAD_DEVICE_METAL && device != TGRAD_DEVICE_OPENCL)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device %d does not exist", device);
+    device_state *st = &states[device];
+    pthread_once(&st->once, device == TGRAD_DEVICE_METAL ? init_metal : init_opencl);
+    if (st->init_status) return tg_fail(st->init_status, "%s: %s", device_names[device], st->reason);
+    return TGRAD_OK;
+}
+
+/* Run one backend call under the device's lock. */
+#define LOCKED(device, expr)                                 \
+    do {                                                     \
+        pthread_mutex_lock(&states[device].lock);            \
+        expr;                                                \
+        pthread_mutex_unlock(&states[device].lock);          \
+    } while (0)
+
+tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem) {
+    tgrad_status s = tg_device_ready(device);
+    if (s) return s;
+    if (tg_fault()) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes on %s", bytes, device_names[device]);
+    LOCKED(device, s = backend_of(device)->alloc(bytes, mem));
+    return s;
+}
+
+void tg_device_free(int32_t device, void *mem) {
+    if (!mem || !backend_of(device)) return;
+    LOCKED(device, backend_of(device)->free(mem));
+}
+
+tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes) {
+    tgrad_status s;
+    LOCKED(device, s = backend_of(device)->copy_in(mem, 0, src, bytes));
+    return s;
+}
+
+tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size_t bytes) {
+    tgrad_status s;
+    LOCKED(device, s = backend_of(device)->copy_out(mem, 0, dst, bytes));
+    return s;
+}
+
+/* ---- routes ---- */
+static tg_gen_operand operand_of(const tg_view *v) {
+    return (tg_gen_operand){ v->offset, { v->strides[0], v->strides[1] } };
+}
+
+static tg_gen_matmul problem_of(const tg_node *n) {
+    const tg_view *a = &n->views[0], *b = &n->views[1];
+    return (tg_gen_matmul){ .m = a->shape[0], .k = a->shape[1], .n = b->shape[1], .a = operand_of(a),
+                            .b = operand_of(b), .c = { 0, { b->shape[1], 1 } } };
+}
+
+/* The route a matmul takes on `device`: the forced one, or tc where the device has matrices and
+ * the shape is eligible, else tiled (which takes every shape). Checks record no error here. */
+static const tg_route *choose_route(const tg_node *n, int32_t device) {
+    int32_t forced = atomic_load(&forced_route);
+    if (forced) return tg_route_find(forced);
+    const tg_backend *be = backend_of(device);
+    const tg_lang *l = be ? tg_lang_find(be->lang) : NULL;
+    tg_gen_matmul p = problem_of(n);
+    const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
+    if (l && be->has_matrix_route && be->has_matrix_route()) {
+        char saved[512];
+        snprintf(saved, sizeof saved, "%s", tgrad_last_error());
+        tgrad_status before = tgrad_last_status();
+        bool ok = tg_gen_check_matmul(tc, l, &p) == TGRAD_OK;
+        tg_fail(before, "%s", saved); /* an ineligible tc is not an error of this call */
+        if (ok) return tc;
+    }
+    return tg_route_find(TGRAD_ROUTE_TILED);
+}
+
+void tg_device_route(const tg_node *n, int32_t device, char *dst, size_t cap) {
+    if (n->op == TG_OP_COPY) {
+        snprintf(dst, cap, "%s.copy", tg_device_name(device));
+        return;
+    }
+    const tg_route *r = choose_route(n, device);
+    snprintf(dst, cap, "%s.%s", tg_device_name(device), r ? r->name : "unknown");
+}
+
+TGRAD_API tgrad_status tgrad_set_device_route(int32_t route) {
+    if (route != 0 && (route == TGRAD_ROUTE_COPY || !tg_route_find(route)))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_device_route: %d is not a matmul route (0, naive, tiled, tc)", route);
+    atomic_store(&forced_route, route);
+    return TGRAD_OK;
+}
+
+/* ---- execution ---- */
+/* Compile (or find in the cache) and launch. Caller holds the device's lock. */
+static tgrad_status run_text(int32_t device, const tg_text *t, const struct tgrad_launch *launch, void *const *buffers) {
+    const tg_backend *be = backend_of(device);
+    device_state *st = &states[device];
+    void *program = NULL;
+    for (int32_t i = 0; i < CACHE; i++)
+        if (st->cache[i].program && st->cache[i].hash == launch->source_hash) program = st->cache[i].program;
+    if (!program) {
+        tgrad_status s = be->compile(t->data, t->len, launch->kernel_name, &program);
+        if (s) return s;
+        cached_program *slot = &st->cache[st->next_slot];
+        if (slot->program) be->release_program(slot->program);
+        *slot = (cached_program){ launch->source_hash, program };
+        st->next_slot = (st->next_slot + 1) % CACHE;
+    }
+    if (!launch->grid[0] || !launch->grid[1] || !launch->grid[2]) return TGRAD_OK; /* nothing to run */
+    return be->launch(program, launch, buffers, launch->buffer_count);
+}
+
+tgrad_status tg_device_execute(tg_buffer *b) {
+    int32_t device = b->device;
+    const tg_node *n = b->node;
+    const tg_backend *be = backend_of(device);
+    const tg_lang *l = tg_lang_find(be->lang);
+    tg_text text = { 0 };
+    struct tgrad_launch launch;
+    memset(&launch, 0, sizeof launch);
+    tgrad_status s;
+    void *buffers[3];
+    if (n->op == TG_OP_MATMUL) {
+        const tg_route *r = choose_route(n, device);
+        tg_gen_matmul p = problem_of(n);
+        s = tg_gen_check_matmul(r, l, &p);
+        if (!s) s = tg_gen_render_matmul(r, l, &p, &text, &launch);
+        buffers[0] = n->inputs[0]->dev_mem, buffers[1] = n->inputs[1]->dev_mem, buffers[2] = b->dev_mem;
+    } else {
+        s = tg_gen_check_copy(l, &n->views[0]);
+        if (!s) s = tg_gen_render_copy(l, &n->views[0], &text, &launch);
+        buffers[0] = n->inputs[0]->dev_mem, buffers[1] = b->dev_mem;
+    }
+    if (!s && text.failed) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate kernel source");
+    if (!s && b->numel > 0) LOCKED(device, s = run_text(device, &text, &launch, buffers));
+    if (!s) tg_device_route(n, device, b->route, sizeof b->route);
+    tg_text_free(&text);
+    return s;
+}
+
+/* ---- public ---- */
+TGRAD_API tgrad_status tgrad_device_by_name(const char *name, int32_t *device) {
+    if (!name || !device) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device_by_name: NULL argument");
+    for (int32_t i = 0; i < NDEVICES; i++)
+        if (strcmp(name, device_names[i]) == 0) {
+            *device = i;
+            return TGRAD_OK;
+        }
+    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device_by_name: unknown device '%s' (cpu, metal, opencl)", name);
+}
+
+/* tgrad_backend() reports devices 1.. through these. */
+TG_HIDDEN void tg_device_describe(int32_t device, int32_t *built, int32_t *available, const char **text);
+void tg_device_describe(int32_t device, int32_t *built, int32_t *available, const char **text) {
+    *built = backend_of(device) != NULL;
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", tgrad_last_error());
+    tgrad_status before = tgrad_last_status();
+    *available = tg_device_ready(device) == TGRAD_OK;
+    tg_fail(before, "%s", saved);
+    *text = *available ? backend_of(device)->device_name() : states[device].reason;
+}

@@ -57,7 +57,11 @@ void tg_buffer_retain(tg_buffer *b) { atomic_fetch_add(&b->refs, 1); }
 void tg_buffer_release(tg_buffer *b) {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
     if (b->data || b->dev_mem) atomic_fetch_sub(&tg_live_bytes_, b->numel * 2);
-    tg_storage_free(b->data, b->capacity);
+    if (b->external) {
+        if (b->deleter) b->deleter(b->deleter_context); /* external memory: its owner frees it */
+    } else {
+        tg_storage_free(b->data, b->capacity);
+    }
     tg_device_free(b->device, b->dev_mem);
     node_free(b->node);
     pthread_mutex_destroy(&b->lock);

@@ -98,6 +98,9 @@ typedef struct tg_buffer {
     uint64_t id;             /* unique for the library's lifetime (explain's buf#id) */
     int32_t device;          /* TGRAD_DEVICE_*; a GPU buffer keeps data NULL and uses dev_mem */
     void *dev_mem;           /* the backend's memory handle (device != CPU) */
+    bool external;           /* data is memory libtgrad does not own (tgrad_tensor_from_external) */
+    void (*deleter)(void *); /* called when an external buffer is freed */
+    void *deleter_context;
     char route[48];          /* what computed it, once realized ("host" for host data) */
 } tg_buffer;
 

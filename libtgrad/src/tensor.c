@@ -1,5 +1,6 @@
 /* The public tensor API: creation from host data, reading back, properties, views and matmul.
  * Every entry point validates all arguments before it allocates anything. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -366,6 +367,68 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
         if (s) tg_buffer_release(b);
     }
     free(compact);
+    tg_tensor_unref(&t);
+    return s;
+}
+
+/* ---- sharing memory ------------------------------------------------------------------------- */
+TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
+                                                  const int64_t *shape, const int64_t *strides,
+                                                  tgrad_deleter deleter, void *context, tgrad_tensor_t *out) {
+    CHECK_OUT(out, "tensor_from_external");
+    if (ndim < 0 || ndim > TGRAD_MAX_DIMS)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: ndim %d outside 0..%d", ndim, TGRAD_MAX_DIMS);
+    if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: shape is NULL");
+    if (extent < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: extent is negative");
+    if (extent > 0 && !data) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: data is NULL");
+    tg_view v;
+    tgrad_status s = tg_view_contiguous(ndim, shape, &v);
+    if (s) return s;
+    int64_t numel;
+    tg_view_numel(&v, &numel);
+    if (strides) {
+        /* every element's offset must lie in [0, extent): check the two extreme corners */
+        int64_t lo = 0, hi = 0;
+        for (int32_t i = 0; i < ndim; i++) {
+            v.strides[i] = strides[i];
+            if (shape[i] == 0) continue;
+            int64_t span;
+            if (tg_mul_ovf(strides[i], shape[i] - 1, &span))
+                return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "tensor_from_external: stride arithmetic overflows");
+            if (span < 0) lo += span; else hi += span;
+        }
+        if (numel > 0) v.offset = -lo, hi -= lo;
+        if (numel > 0 && (hi >= extent || v.offset < 0))
+            return tg_fail(TGRAD_ERR_VIEW_NOT_EXPRESSIBLE,
+                           "tensor_from_external: the view reaches element %lld of a %lld-element buffer",
+                           (long long)hi, (long long)extent);
+    } else if (numel > extent) {
+        return tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "tensor_from_external: %lld elements in a %lld-element buffer",
+                       (long long)numel, (long long)extent);
+    }
+    tg_buffer *b = NULL;
+    if ((s = tg_buffer_new(extent, NULL, &b))) return s;
+    b->data = (uint16_t *)data; /* libtgrad never writes through it */
+    b->external = true, b->deleter = deleter, b->deleter_context = context;
+    if (data) atomic_fetch_add(&tg_live_bytes_, extent * 2);
+    snprintf(b->route, sizeof b->route, "external");
+    if ((s = tg_handle_new_tensor(b, &v, out))) {
+        b->deleter = NULL; /* refused: the caller keeps ownership */
+        tg_buffer_release(b);
+    }
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data) {
+    CHECK_OUT(data, "tensor_data");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(tensor, &t);
+    if (s) return s;
+    if (t.buf->device != TGRAD_DEVICE_CPU)
+        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "tensor_data: the tensor lives on %s; move it with tgrad_tensor_to",
+                    tg_device_name(t.buf->device));
+    if (!s) s = tg_buffer_realize(t.buf);
+    if (!s) *data = t.buf->data ? t.buf->data + t.view.offset : NULL;
     tg_tensor_unref(&t);
     return s;
 }

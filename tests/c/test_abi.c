@@ -385,6 +385,40 @@ static void test_capabilities_and_backends(void) {
     EXPECT(tgrad_backend(99, &name, &built, &available, &device), TGRAD_ERR_INDEX_OUT_OF_RANGE);
 }
 
+static int deleted;
+static void count_delete(void *ctx) { deleted += *(int *)ctx; }
+
+/* Memory the caller owns, viewed without a copy; freed through the deleter with the last view. */
+static void test_external_memory(void) {
+    static uint16_t mem[12];
+    for (int i = 0; i < 12; i++) mem[i] = (uint16_t)(0x3f80 + i); /* 1.0, 1.0078, ... */
+    int one = 1;
+    deleted = 0;
+    tgrad_tensor_t t = 0, tt = 0, bad = 0;
+    EXPECT(tgrad_tensor_from_external(mem, 12, 2, (int64_t[]){ 3, 4 }, NULL, count_delete, &one, &t), TGRAD_OK);
+    EXPECT(tgrad_tensor_transpose(t, 0, 1, &tt), TGRAD_OK);
+    const uint16_t *p = NULL;
+    EXPECT(tgrad_tensor_data(tt, &p), TGRAD_OK);
+    CHECK(p == mem); /* zero-copy both ways */
+    uint16_t out[12];
+    EXPECT(tgrad_tensor_read_bf16(tt, out, 12), TGRAD_OK);
+    CHECK(out[1] == mem[4] && out[3] == mem[1]);
+    EXPECT(tgrad_tensor_release(t), TGRAD_OK);
+    CHECK(deleted == 0); /* the transposed view still uses it */
+    EXPECT(tgrad_tensor_release(tt), TGRAD_OK);
+    CHECK(deleted == 1);
+    /* a view reaching past the buffer is refused, and the deleter is not called */
+    EXPECT(tgrad_tensor_from_external(mem, 12, 2, (int64_t[]){ 3, 4 }, (int64_t[]){ 5, 1 }, count_delete, &one, &bad),
+           TGRAD_ERR_VIEW_NOT_EXPRESSIBLE);
+    EXPECT(tgrad_tensor_from_external(mem, 11, 2, (int64_t[]){ 3, 4 }, NULL, count_delete, &one, &bad),
+           TGRAD_ERR_BUFFER_TOO_SMALL);
+    EXPECT(tgrad_tensor_from_external(mem, 12, 2, (int64_t[]){ 3, 4 }, (int64_t[]){ -4, 1 }, NULL, NULL, &t), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_bf16(t, out, 12), TGRAD_OK);
+    CHECK(out[0] == mem[8] && out[11] == mem[3]); /* rows reversed: data[0] is the lowest address */
+    tgrad_tensor_release(t);
+    CHECK(deleted == 1 && bad == 0);
+}
+
 int main(void) {
     test_version_and_registry();
     test_handles();
@@ -403,6 +437,7 @@ int main(void) {
     test_chain_frees_intermediates();
     test_explain_and_routes();
     test_capabilities_and_backends();
+    test_external_memory();
     CHECK(tgrad_live_tensors() == 0);
     CHECK(tgrad_live_buffers() == 0);
     CHECK(tgrad_live_bytes() == 0);

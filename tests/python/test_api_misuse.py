@@ -76,11 +76,17 @@ def _make_args(name: str, handle: int, null_index: int | None) -> list[Any]:
     args: list[Any] = []
     keep: list[Any] = []
     for i, t in enumerate(_signature(name).args):
+        if t.kind == "function":  # a callback: none
+            args.append(ffi.NULL)
+            continue
         if t.kind == "pointer":
             if i == null_index:
                 args.append(ffi.NULL)
                 continue
             target = t.item
+            if target.cname == "void":  # an opaque context pointer
+                args.append(ffi.NULL)
+                continue
             if target.kind == "primitive" and target.cname == "char":
                 obj = ffi.new("char[]", b"auto" + bytes(252))
             elif target.kind == "struct":
@@ -111,8 +117,9 @@ def _call(name: str, args: list[Any]) -> Any:
     return result
 
 
-# Output pointers that may be NULL: the failure count of the fault-injection aid is optional.
-NULL_OUTPUT_ALLOWED = {("tgrad_debug_fail_allocation", 1)}
+# Non-const pointers that may be NULL: the failure count of the fault-injection aid is optional,
+# and a deleter's context is the caller's opaque value.
+NULL_OUTPUT_ALLOWED = {("tgrad_debug_fail_allocation", 1), ("tgrad_tensor_from_external", 6)}
 
 
 def _status_functions() -> list[str]:

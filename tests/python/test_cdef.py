@@ -98,6 +98,11 @@ def type_str(node: Any) -> str:
         return " ".join([*sorted(node.quals), base])
     if isinstance(node, c_ast.Typename):
         return type_str(node.type)
+    if isinstance(node, c_ast.FuncDecl):  # a function type (behind a pointer: a callback)
+        params = [type_str(p.type) for p in (node.args.params if node.args else [])]
+        return f"{type_str(node.type)} ({', '.join(params)})"
+    if isinstance(node, c_ast.Decl):
+        return type_str(node.type)
     raise AssertionError(f"unexpected declarator {node!r}")
 
 
@@ -212,7 +217,8 @@ def test_header_parse_finds_the_whole_api(header: Api) -> None:
         "tgrad_status", ("tgrad_tensor_t", "tgrad_tensor_t", "tgrad_tensor_t *"))
     assert header.functions["tgrad_tensor_from_f32"][1] == (
         "const float *", "int32_t", "const int64_t *", "tgrad_tensor_t *")
-    assert header.typedefs == {"tgrad_status": "int32_t", "tgrad_tensor_t": "uint64_t"}
+    assert header.typedefs == {"tgrad_status": "int32_t", "tgrad_tensor_t": "uint64_t",
+                               "tgrad_deleter": "void (void *) *"}
     assert header.enumerators["TGRAD_ERR_SHAPE_MISMATCH"] == 4
     for name in ("TGRAD_MAX_DIMS", "TGRAD_DTYPE_BF16", "TGRAD_DTYPE_F32", "TGRAD_DTYPE_F64",
                  "TGRAD_SLICE_START_NONE", "TGRAD_SLICE_STOP_NONE", "TGRAD_VERSION_MAJOR",

@@ -121,6 +121,11 @@ tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
 tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
 tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
 tgrad_status tgrad_set_device_route(int32_t route);
+typedef void (*tgrad_deleter)(void *context);
+tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
+                                        const int64_t *shape, const int64_t *strides,
+                                        tgrad_deleter deleter, void *context, tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 
 #define TGRAD_FORMAT_TEXT 1

@@ -58,6 +58,26 @@ def sanitize(session: nox.Session) -> None:
                 env={"TSAN_OPTIONS": "halt_on_error=1"})
 
 
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """libFuzzer (clang) on the C API: random view chains and matmul arguments checked against an
+    independent model (tests/fuzz). `nox -s fuzz -- SECONDS` (default 300); CI runs 30. The library
+    is built with ASan+UBSan too, so a memory error anywhere fails the run."""
+    seconds = session.posargs[0] if session.posargs else "300"
+    session.install("meson>=1.1", "ninja")
+    build = (pathlib.Path(session.create_tmp()) / "build-fuzz").resolve()
+    shutil.rmtree(build, ignore_errors=True)
+    env = {"CC": "clang"}
+    session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfuzz=true",
+                "-Db_sanitize=address,undefined", "-Db_lundef=false", env=env)
+    session.run("ninja", "-C", str(build))
+    corpus = ROOT / "tests" / "fuzz" / "corpus" / "views"
+    scratch = pathlib.Path(session.create_tmp()) / "corpus-views"  # new finds stay out of the tree
+    scratch.mkdir(exist_ok=True)
+    session.run(str(build / "tests" / "fuzz" / "fuzz_views"), f"-max_total_time={seconds}", "-print_final_stats=1",
+                str(scratch), str(corpus), external=True)
+
+
 #: The peer the issue's targets are stated against; a CPU wheel of exactly this version.
 TORCH = "torch==2.13.0"
 #: Variables that make numpy's OpenBLAS use other kernels or cache sizes than it would pick on

@@ -21,9 +21,19 @@
     X("cpu", "view reshape (strides cannot)", "materialized", "a lazy bit-preserving copy; view() refuses instead") \
     X("cpu", "empty dimensions", "yes", "M or N = 0: empty result; K = 0: zeros")                           \
     X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
-    X("metal", "backend", "not built", "no Metal backend in this version (macOS only when it lands)")                          \
-    X("opencl", "backend", "not built", "planned: generated OpenCL C through a real driver")                 \
+    X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
+    X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
+    X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
+    X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json)") \
+    X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
+
+#if defined(TGRAD_HAVE_METAL)
+#define METAL_BUILT "built"
+#else
+#define METAL_BUILT "not built"
+#endif
 
 
 typedef struct { const char *backend, *capability, *value, *note; } row;

@@ -43,7 +43,8 @@ static char g_device_name[256];
 /* ---- a small buffer pool ----
  * A freed buffer waits here for the next allocation of exactly its length (a model runs the same
  * shapes again and again); anything beyond POOL_SLOTS buffers or POOL_MAX_BYTES is released at
- * once. A reused buffer is zeroed, so it never shows an earlier tensor's bytes. */
+ * once. newBufferWithLength:options: returns zeroed memory, so a reused buffer is zeroed too: the
+ * two are indistinguishable, and no earlier tensor's bytes show through. */
 enum { POOL_SLOTS = 16 };
 #define POOL_MAX_BYTES ((NSUInteger)256 << 20)
 static id<MTLBuffer> g_pool[POOL_SLOTS];
@@ -248,7 +249,7 @@ static tgrad_status metal_launch(void *program, const struct tgrad_launch *launc
         __builtin_mul_overflow((uint64_t)group[0], (uint64_t)group[1], &threads) ||
         __builtin_mul_overflow(threads, (uint64_t)group[2], &threads) || threads > max_threads)
         return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE,
-                       "metal: kernel %.*s wants a threadgroup of %u x %u x %u threads; this device runs at most %lu",
+                       "metal: kernel %.*s wants a threadgroup of %u x %u x %u threads; its pipeline allows %lu here",
                        name_max, launch->kernel_name, group[0], group[1], group[2], (unsigned long)max_threads);
     NSUInteger tg_memory = pipeline.staticThreadgroupMemoryLength;
     if (tg_memory > g_device.maxThreadgroupMemoryLength)

@@ -2,14 +2,45 @@
  * counter; the calling thread works too. Which worker runs a task never changes a result: tasks
  * write disjoint outputs and each output's arithmetic is fixed by the numerics contract. One job
  * runs at a time (callers from several threads queue on job_lock). Size: TGRAD_NUM_THREADS, else
- * the cores this process may use; tgrad_set_num_threads() changes it between jobs. */
+ * the cores this process may use; tgrad_set_num_threads() changes it between jobs.
+ *
+ * Waking a sleeping thread costs tens of microseconds on a virtual machine, more than a mid-size
+ * matmul takes; so a worker that just finished spins for a short while (SPIN_NS) watching for the
+ * next job before it sleeps, and the caller spins likewise for the workers to finish. A sleeping
+ * worker is woken through the condition variable; job_seq is read under state_lock before
+ * sleeping, so no wake-up is lost. */
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
 
 #include "internal.h"
 
 #define MAX_WORKERS 256
+#define SPIN_NS 200000 /* 0.2 ms */
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin until *seq differs from `seen` or SPIN_NS passed; returns the last value read. */
+static uint_fast64_t spin_while_equal(atomic_uint_fast64_t *seq, uint_fast64_t seen) {
+    int64_t deadline = now_ns() + SPIN_NS;
+    for (int i = 0;; i++) {
+        uint_fast64_t v = atomic_load_explicit(seq, memory_order_acquire);
+        if (v != seen) return v;
+        if ((i & 255) == 255 && now_ns() > deadline) return v;
+        CPU_RELAX();
+    }
+}
 
 static pthread_mutex_t job_lock = PTHREAD_MUTEX_INITIALIZER;   /* one job at a time */
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the fields below */
@@ -18,9 +49,11 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static int32_t nthreads = 1;  /* threads used per job, caller included */
 static int32_t nstarted;      /* worker threads created (nthreads - 1 at most are used) */
-static uint64_t job_id;
-static int32_t active;        /* workers still inside the current job */
-static int32_t job_workers;   /* workers taking part in the current job */
+/* The published job: its number (high bits) and how many workers take part (low 16 bits), in one
+ * word so that a worker's view of both is always consistent. */
+static atomic_uint_fast64_t job_seq;
+static atomic_int active;     /* workers still inside the current job */
+static int32_t sleepers;      /* workers blocked on `wake` (state_lock) */
 static tg_task_fn job_fn;
 static void *job_arg;
 static int64_t job_ntasks;
@@ -38,16 +71,24 @@ static void drain(int32_t worker) {
 
 static void *worker_main(void *arg) {
     int32_t id = (int32_t)(intptr_t)arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&state_lock);
+    uint_fast64_t seen = 0;
     for (;;) {
-        while (job_id == seen) pthread_cond_wait(&wake, &state_lock);
-        seen = job_id;
-        if (id > job_workers) continue; /* not needed for this job */
-        pthread_mutex_unlock(&state_lock);
+        uint_fast64_t cur = spin_while_equal(&job_seq, seen);
+        if (cur == seen) {
+            pthread_mutex_lock(&state_lock);
+            sleepers++;
+            while ((cur = atomic_load(&job_seq)) == seen) pthread_cond_wait(&wake, &state_lock);
+            sleepers--;
+            pthread_mutex_unlock(&state_lock);
+        }
+        seen = cur;
+        if (id > (int32_t)(cur & 0xffff)) continue; /* not needed for this job */
         drain(id);
-        pthread_mutex_lock(&state_lock);
-        if (--active == 0) pthread_cond_signal(&done);
+        if (atomic_fetch_sub(&active, 1) == 1) {
+            pthread_mutex_lock(&state_lock);
+            pthread_cond_signal(&done);
+            pthread_mutex_unlock(&state_lock);
+        }
     }
     return NULL;
 }
@@ -94,17 +135,24 @@ static void run(int64_t ntasks, tg_task_fn fn, void *arg, bool exact) {
     int32_t helpers = want - 1 < nstarted ? want - 1 : nstarted;
     job_fn = fn, job_arg = arg, job_ntasks = ntasks, job_exact = exact;
     atomic_store(&next_task, 0);
-    job_workers = helpers;
-    active = helpers;
+    atomic_store(&active, helpers);
     if (helpers > 0) {
-        job_id++;
-        pthread_cond_broadcast(&wake);
+        uint_fast64_t next = ((atomic_load(&job_seq) >> 16) + 1) << 16 | (uint_fast64_t)helpers;
+        atomic_store_explicit(&job_seq, next, memory_order_release); /* spinning workers start */
+        if (sleepers) pthread_cond_broadcast(&wake);
     }
     pthread_mutex_unlock(&state_lock);
     drain(0);
-    pthread_mutex_lock(&state_lock);
-    while (active > 0) pthread_cond_wait(&done, &state_lock);
-    pthread_mutex_unlock(&state_lock);
+    int64_t deadline = now_ns() + SPIN_NS;
+    for (int i = 0; atomic_load_explicit(&active, memory_order_acquire) > 0; i++) {
+        if ((i & 255) == 255 && now_ns() > deadline) {
+            pthread_mutex_lock(&state_lock);
+            while (atomic_load(&active) > 0) pthread_cond_wait(&done, &state_lock);
+            pthread_mutex_unlock(&state_lock);
+            break;
+        }
+        CPU_RELAX();
+    }
     pthread_mutex_unlock(&job_lock);
 }
 

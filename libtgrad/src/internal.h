@@ -55,6 +55,9 @@ TG_HIDDEN tgrad_status tg_view_resolve_shape(const tg_view *v, const int64_t *sh
 TG_HIDDEN tgrad_status tg_view_reshape_nocopy(const tg_view *v, const int64_t *shape, int32_t ndim,
                                               tg_view *out);
 TG_HIDDEN int tg_format_shape(char *dst, size_t cap, const tg_view *v);
+/* a [M, K] @ b [K, N]: rank and inner-dimension checks (messages name fn and both shapes) and the
+ * compact [M, N] result view. */
+TG_HIDDEN tgrad_status tg_view_matmul(const tg_view *a, const tg_view *b, const char *fn, tg_view *out);
 
 /* ---- conversions (convert.c) ---- */
 TG_HIDDEN uint16_t tg_f32_to_bf16(float f);

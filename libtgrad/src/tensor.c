@@ -277,27 +277,17 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
         tg_tensor_unref(&ta);
         return s;
     }
-    char sa[160], sb[160];
-    tg_format_shape(sa, sizeof sa, &ta.view);
-    tg_format_shape(sb, sizeof sb, &tb.view);
     int64_t numel = 0;
     tg_view ov;
-    if (ta.view.ndim != 2 || tb.view.ndim != 2) {
-        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "matmul: %s @ %s: both operands must be 2-D (got %d-D and %d-D)",
-                    sa, sb, ta.view.ndim, tb.view.ndim);
-    } else if (ta.buf->device != tb.buf->device) {
+    s = tg_view_matmul(&ta.view, &tb.view, "matmul", &ov);
+    if (!s && ta.buf->device != tb.buf->device) {
+        char sa[160], sb[160];
+        tg_format_shape(sa, sizeof sa, &ta.view);
+        tg_format_shape(sb, sizeof sb, &tb.view);
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "matmul: %s on %s @ %s on %s: operands live on different devices", sa,
                     tg_device_name(ta.buf->device), sb, tg_device_name(tb.buf->device));
-    } else if (ta.view.shape[1] != tb.view.shape[0]) {
-        s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "matmul: %s @ %s: inner dimensions %lld and %lld differ", sa, sb,
-                    (long long)ta.view.shape[1], (long long)tb.view.shape[0]);
-    } else {
-        int64_t shape[2] = { ta.view.shape[0], tb.view.shape[1] };
-        if ((s = tg_view_contiguous(2, shape, &ov)))
-            tg_fail(s, "matmul: %s @ %s: the result's size overflows 64 bits", sa, sb);
-        else
-            tg_view_numel(&ov, &numel);
     }
+    if (!s) tg_view_numel(&ov, &numel);
     tg_node *n = s ? NULL : tg_calloc(1, sizeof *n);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate a graph node");
     tg_buffer *buf = NULL;

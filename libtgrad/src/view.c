@@ -264,3 +264,19 @@ tgrad_status tg_view_reshape_nocopy(const tg_view *v, const int64_t *shape, int3
     *out = r;
     return TGRAD_OK;
 }
+
+tgrad_status tg_view_matmul(const tg_view *a, const tg_view *b, const char *fn, tg_view *out) {
+    char sa[160], sb[160];
+    tg_format_shape(sa, sizeof sa, a);
+    tg_format_shape(sb, sizeof sb, b);
+    if (a->ndim != 2 || b->ndim != 2)
+        return tg_fail(TGRAD_ERR_RANK_MISMATCH, "%s: %s @ %s: both operands must be 2-D (got %d-D and %d-D)", fn, sa,
+                       sb, a->ndim, b->ndim);
+    if (a->shape[1] != b->shape[0])
+        return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: %s @ %s: inner dimensions %lld and %lld differ", fn, sa, sb,
+                       (long long)a->shape[1], (long long)b->shape[0]);
+    int64_t shape[2] = { a->shape[0], b->shape[1] };
+    tgrad_status s = tg_view_contiguous(2, shape, out);
+    if (s) return tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
+    return TGRAD_OK;
+}

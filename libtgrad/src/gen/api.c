@@ -35,29 +35,15 @@ static tgrad_status matmul_problem(tgrad_tensor_t a, tgrad_tensor_t b, tg_gen_ma
         tg_tensor_unref(&ta);
         return s;
     }
-    char sa[160], sb[160];
-    tg_format_shape(sa, sizeof sa, &ta.view);
-    tg_format_shape(sb, sizeof sb, &tb.view);
-    if (ta.view.ndim != 2 || tb.view.ndim != 2) {
-        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "%s: %s @ %s: both operands must be 2-D (got %d-D and %d-D)", fn, sa,
-                    sb, ta.view.ndim, tb.view.ndim);
-    } else if (ta.view.shape[1] != tb.view.shape[0]) {
-        s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: %s @ %s: inner dimensions %lld and %lld differ", fn, sa, sb,
-                    (long long)ta.view.shape[1], (long long)tb.view.shape[0]);
-    } else {
-        int64_t shape[2] = { ta.view.shape[0], tb.view.shape[1] };
-        tg_view out;
-        if ((s = tg_view_contiguous(2, shape, &out))) {
-            tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
-        } else {
-            *p = (tg_gen_matmul){
-                .m = shape[0], .k = ta.view.shape[1], .n = shape[1],
-                .a = { ta.view.offset, { ta.view.strides[0], ta.view.strides[1] } },
-                .b = { tb.view.offset, { tb.view.strides[0], tb.view.strides[1] } },
-                .c = { 0, { out.strides[0], out.strides[1] } },
-            };
-        }
-    }
+    tg_view out;
+    s = tg_view_matmul(&ta.view, &tb.view, fn, &out);
+    if (!s)
+        *p = (tg_gen_matmul){
+            .m = out.shape[0], .k = ta.view.shape[1], .n = out.shape[1],
+            .a = { ta.view.offset, { ta.view.strides[0], ta.view.strides[1] } },
+            .b = { tb.view.offset, { tb.view.strides[0], tb.view.strides[1] } },
+            .c = { 0, { out.strides[0], out.strides[1] } },
+        };
     tg_tensor_unref(&ta);
     tg_tensor_unref(&tb);
     return s;

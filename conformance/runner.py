@@ -19,8 +19,10 @@ compares the output bits with ``conformance.oracle.matmul_bits``; it returns a s
 Backends: ``cpu`` (libtgrad; each case runs on every CPU variant this machine runs and passes only
 if every one is bit-exact), ``msl-emu`` (libtgrad's generated MSL, naive and tiled routes, compiled
 against the emulator of tests/msl_emu and run on the CPU; every case is skipped with the reason when
-the emulator or a C++ compiler is missing), ``opencl`` and ``metal`` (every case skipped with
-backend_unavailable until libtgrad dispatches to them). A skip is never a pass.
+the emulator or a C++ compiler is missing), ``opencl`` (libtgrad on device="opencl", naive and
+tiled routes, through the OpenCL driver: PoCL in CI; every case skipped with backend_unavailable
+and the reason where no OpenCL device is usable) and ``metal`` (every case skipped with
+backend_unavailable until libtgrad dispatches to it). A skip is never a pass.
 
 ``check(fresh, committed)`` lists the differences that matter (case outcomes, the funnel, the
 suite); ``write(card, path)`` writes pretty, sorted JSON with a trailing newline. Command line:
@@ -60,7 +62,8 @@ PASS_MEANS = {
     "cpu": "output bits equal the oracle's on every CPU variant this machine runs",
     "msl-emu": "output bits of the naive and tiled routes, generated MSL run on the emulator, "
                "equal the oracle's",
-    "opencl": "output bits equal the oracle's",
+    "opencl": "output bits of the naive and tiled routes, generated OpenCL C built and run by the "
+              "OpenCL driver on device=\"opencl\", equal the oracle's",
     "metal": "output bits equal the oracle's",
 }
 
@@ -250,6 +253,70 @@ def _load_driver(path: Path) -> Any:
     return module
 
 
+class _OpenCL:
+    """libtgrad on device="opencl": operands uploaded, views applied on the device, each case run
+    with the naive and the tiled route forced; it passes only if both are bit-exact."""
+
+    ROUTES = ("naive", "tiled")
+
+    def __init__(self) -> None:
+        self.unavailable = ""
+        try:
+            import tgrad
+            from tgrad._ffi import lib
+        except ImportError as exc:
+            self.unavailable = f"backend_unavailable: tgrad is not importable ({exc})"
+            return
+        row = next((b for b in tgrad.backends() if b.name == "opencl"), None)
+        if row is None:
+            self.unavailable = "backend_unavailable: libtgrad has no opencl backend"
+            return
+        if not row.built or not row.available:
+            self.unavailable = f"backend_unavailable: opencl: {row.device}"
+            return
+        self.tgrad, self.lib, self.device = tgrad, lib, row.device
+        self.codes = {"naive": int(lib.TGRAD_ROUTE_NAIVE), "tiled": int(lib.TGRAD_ROUTE_TILED)}
+
+    def run_case(self, case: Case) -> Outcome:
+        tgrad, lib = self.tgrad, self.lib
+        a_bits, b_bits, a_base, b_base, apply_view = _operands(case)
+        want = matmul_bits(a_bits, b_bits)
+        failures = []
+        with tgrad.Tensor.from_numpy(a_base, device="opencl") as a0, \
+                tgrad.Tensor.from_numpy(b_base, device="opencl") as b0:
+            a, b = apply_view(a0, "a"), apply_view(b0, "b")
+            try:
+                for route in self.ROUTES:
+                    # The device route is process-wide; tgrad has no Python setter for it yet.
+                    if lib.tgrad_set_device_route(self.codes[route]) != 0:
+                        failures.append(f"{route}: cannot force the route")
+                        continue
+                    try:
+                        with a @ b as c:
+                            got = c.numpy().view(np.uint16)
+                            taken = c.route
+                    except tgrad.TgradError as exc:
+                        failures.append(f"{route}: {exc.code}: {str(exc)[:300]}")
+                        continue
+                    if taken != f"opencl.{route}":
+                        failures.append(f"{route}: ran as {taken}")
+                    elif got.shape != want.shape or not np.array_equal(got, want):
+                        failures.append(f"{route}: {_first_difference(got, want)}")
+            finally:
+                lib.tgrad_set_device_route(0)
+                a.release()
+                b.release()
+        if failures:
+            return "fail", "; ".join(failures)
+        return "pass", ""
+
+    def environment(self) -> dict[str, Any]:
+        if self.unavailable:
+            return {}
+        return {"device": self.device, "cpu_isa": self.tgrad.cpu_isa(),
+                "library_version": self.tgrad.version()}
+
+
 class _Unavailable:
     """A backend libtgrad does not dispatch to here: every case is skipped with the reason."""
 
@@ -282,7 +349,9 @@ def _backend(name: str, emu_dir: Path | None) -> Any:
         return _Cpu()
     if name == "msl-emu":
         return _MslEmu(emu_dir)
-    if name in ("opencl", "metal"):
+    if name == "opencl":
+        return _OpenCL()
+    if name == "metal":
         return _Unavailable(name)
     raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
 

@@ -27,7 +27,7 @@ typedef struct {
     pthread_mutex_t lock;
     pthread_once_t once;
     tgrad_status init_status;
-    char reason[256];
+    char reason[512];
     cached_program cache[CACHE];
     int32_t next_slot; /* round-robin eviction */
 } device_state;

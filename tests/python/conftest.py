@@ -89,3 +89,19 @@ def bf16_bits() -> Callable[..., np.ndarray]:
         return np.ascontiguousarray(values).view(np.uint16)
 
     return make
+
+
+@pytest.fixture
+def opencl_device() -> str:
+    """The OpenCL device libtgrad uses here ("platform / device"). Skips where none is usable,
+    but fails under TGRAD_REQUIRE_OPENCL=1 (CI installs PoCL and sets it: a backend that went
+    missing must not pass as skipped)."""
+    import tgrad
+
+    row = next(b for b in tgrad.backends() if b.name == "opencl")
+    if row.built and row.available:
+        return row.device
+    reason = f"the opencl backend is unavailable: {row.device}"
+    if os.environ.get("TGRAD_REQUIRE_OPENCL") == "1":
+        pytest.fail(f"TGRAD_REQUIRE_OPENCL=1, but {reason}")
+    pytest.skip(reason)

@@ -1,7 +1,9 @@
-"""CI keeps the committed scorecards true: the cpu and msl-emu scorecards are regenerated on the
-"ci" roster and every case outcome and the funnel must equal conformance/scorecards/<backend>.json
-(environment fields differ between machines and are not compared). When a change is meant to
-alter them, regenerate: python -m conformance --backend cpu --write (and msl-emu)."""
+"""CI keeps the committed scorecards true: the cpu, msl-emu and opencl scorecards are regenerated on
+the "ci" roster and every case outcome and the funnel must equal
+conformance/scorecards/<backend>.json (environment fields differ between machines and are not
+compared). When a change is meant to alter them, regenerate: python -m conformance --backend cpu
+--write (and msl-emu, opencl). The opencl check needs a usable OpenCL device (PoCL in CI); it is
+skipped without one, unless TGRAD_REQUIRE_OPENCL=1."""
 
 from __future__ import annotations
 
@@ -41,8 +43,12 @@ def test_committed_msl_emu_scorecard_holds() -> None:
     _check("msl-emu", emu_dir=EMU_DIR)
 
 
+def test_committed_opencl_scorecard_holds(opencl_device: str) -> None:
+    _check("opencl")
+
+
 def test_committed_scorecards_make_their_claims() -> None:
-    for backend in ("cpu", "msl-emu"):
+    for backend in ("cpu", "msl-emu", "opencl"):
         card = runner.load(runner.scorecard_path(backend, SCORECARDS))
         assert card["backend"] == backend and card["suite"]["roster"] == "ci"
         assert card["claim_made"], f"{backend}: {card['claim']}"

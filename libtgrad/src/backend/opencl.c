@@ -34,7 +34,7 @@ static cl_context context;
 static cl_command_queue queue;
 static cl_ulong max_alloc, local_mem;
 static size_t max_group;
-static const char *build_options = "";
+static char build_options[256];
 
 typedef struct ocl_program {
     cl_program program;
@@ -81,6 +81,7 @@ typedef struct candidate {
     char platform_name[96], device_name[128];
 } candidate;
 
+/* Why init failed; without an "opencl:" prefix, which device.c and the backend listing add. */
 #define UNAVAILABLE(...) (snprintf(init_reason, sizeof init_reason, __VA_ARGS__), TGRAD_ERR_BACKEND_UNAVAILABLE)
 
 static tgrad_status open_loader(void) {
@@ -102,13 +103,13 @@ static tgrad_status open_loader(void) {
         if (!lib) why = dlerror();
     }
     if (!lib)
-        return UNAVAILABLE("opencl: no OpenCL ICD loader could be opened (%s%s: %s); install one and a driver, "
+        return UNAVAILABLE("no OpenCL ICD loader could be opened (%s%s: %s); install one and a driver, "
                            "e.g. the packages ocl-icd-libopencl1 and pocl-opencl-icd",
                            override && *override ? "TGRAD_OPENCL_LOADER=" : "tried libOpenCL.so.1, libOpenCL.so; last ",
                            path, why ? why : "");
 #define TG_CL_SYM(name)                                                                                      \
     if (!(*(void **)&cl.name = dlsym(lib, #name)))                                                           \
-        return UNAVAILABLE("opencl: the ICD loader %s lacks %s (not an OpenCL 1.2 loader)", path, #name);
+        return UNAVAILABLE("the ICD loader %s lacks %s (not an OpenCL 1.2 loader)", path, #name);
     TG_CL_FUNCTIONS(TG_CL_SYM)
 #undef TG_CL_SYM
     return TGRAD_OK; /* the loader stays open for the library's lifetime */
@@ -156,7 +157,7 @@ static bool contains_nocase(const char *hay, const char *needle) {
     return n == 0;
 }
 
-/* "0:0 PoCL / pthread-x (cpu); 0:1 ..." for messages that name what was there. */
+/* "0:0 Portable Computing Language / pthread-x; 0:1 ..." for messages that name what was there. */
 static void describe(const candidate *c, int n, char *dst, size_t cap) {
     size_t len = 0;
     dst[0] = 0;
@@ -194,7 +195,7 @@ static tgrad_status init_device(void) {
     cl_uint nplatforms = 0;
     int n = list_candidates(c, MAX_DEVICES, &nplatforms);
     if (nplatforms == 0)
-        return UNAVAILABLE("opencl: the ICD loader found no OpenCL platform (no driver is registered in "
+        return UNAVAILABLE("the ICD loader found no OpenCL platform (no driver is registered in "
                            "/etc/OpenCL/vendors; e.g. install pocl-opencl-icd)");
     char seen[320];
     describe(c, n, seen, sizeof seen);
@@ -202,14 +203,14 @@ static tgrad_status init_device(void) {
     const candidate *pick = choose(c, n, want);
     if (!pick) {
         if (want && *want)
-            return UNAVAILABLE("opencl: TGRAD_OPENCL_DEVICE=%s matches no device (\"P:D\" indices or part of a "
+            return UNAVAILABLE("TGRAD_OPENCL_DEVICE=%s matches no device (\"P:D\" indices or part of a "
                                "platform or device name); devices: %s", want, n ? seen : "none");
-        return UNAVAILABLE("opencl: no usable OpenCL device on %u platform(s); devices: %s", (unsigned)nplatforms,
+        return UNAVAILABLE("no usable OpenCL device on %u platform(s); devices: %s", (unsigned)nplatforms,
                            n ? seen : "none");
     }
     snprintf(device_label, sizeof device_label, "%s / %s", pick->platform_name, pick->device_name);
     if (!pick->usable)
-        return UNAVAILABLE("opencl: device %d:%d %s is not available or has no compiler", pick->p, pick->d,
+        return UNAVAILABLE("device %d:%d %s is not available or has no compiler", pick->p, pick->d,
                            device_label);
     device = pick->device;
     cl_device_fp_config fp = 0;
@@ -217,19 +218,31 @@ static tgrad_status init_device(void) {
     cl.clGetDeviceInfo(device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local_mem, &local_mem, NULL);
     cl.clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_group, &max_group, NULL);
     cl.clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    const char *extra = getenv("TGRAD_OPENCL_BUILD_OPTIONS");
+    extra = extra ? extra : "";
+    static const char *const relaxing[] = { "-cl-fast-relaxed-math", "-cl-mad-enable", "-cl-unsafe-math-optimizations",
+                                            "-cl-finite-math-only", "-cl-no-signed-zeros" };
+    for (size_t i = 0; i < sizeof relaxing / sizeof relaxing[0]; i++)
+        if (strstr(extra, relaxing[i]))
+            return UNAVAILABLE("TGRAD_OPENCL_BUILD_OPTIONS holds %s, which would break the bit-exact "
+                               "routes (docs/opencl.md)", relaxing[i]);
+    if (strlen(extra) > sizeof build_options - 64)
+        return UNAVAILABLE("TGRAD_OPENCL_BUILD_OPTIONS is longer than %zu characters", sizeof build_options - 64);
     /* No kernel divides or takes a square root today; if one ever does, it gets IEEE results
      * where the device offers them (OpenCL's default allows 2.5 ulp). */
-    if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) build_options = "-cl-fp32-correctly-rounded-divide-sqrt";
+    snprintf(build_options, sizeof build_options, "%s%s%s",
+             fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT ? "-cl-fp32-correctly-rounded-divide-sqrt" : "",
+             *extra && (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) ? " " : "", extra);
     cl_int err = CL_SUCCESS;
     const cl_context_properties props[] = { CL_CONTEXT_PLATFORM, (cl_context_properties)pick->platform, 0 };
     context = cl.clCreateContext(props, 1, &device, NULL, NULL, &err);
     if (!context || err != CL_SUCCESS)
-        return UNAVAILABLE("opencl: clCreateContext failed on %s: %s (%d)", device_label, cl_error_name(err), (int)err);
+        return UNAVAILABLE("clCreateContext failed on %s: %s (%d)", device_label, cl_error_name(err), (int)err);
     queue = cl.clCreateCommandQueue(context, device, 0, &err);
     if (!queue || err != CL_SUCCESS) {
         cl.clReleaseContext(context);
         context = NULL;
-        return UNAVAILABLE("opencl: clCreateCommandQueue failed on %s: %s (%d)", device_label, cl_error_name(err),
+        return UNAVAILABLE("clCreateCommandQueue failed on %s: %s (%d)", device_label, cl_error_name(err),
                            (int)err);
     }
     return TGRAD_OK;
@@ -305,8 +318,8 @@ static tgrad_status build_failed(cl_program program, cl_int err, const char *ker
         while (first_error > text && first_error[-1] != '\n') first_error--;
         text = first_error;
     }
-    tgrad_status s = tg_fail(TGRAD_ERR_KERNEL_COMPILE_FAILED, "opencl: building %s failed (%s) on %s; build log:\n%s",
-                             kernel_name, cl_error_name(err), device_label, text);
+    tgrad_status s = tg_fail(TGRAD_ERR_KERNEL_COMPILE_FAILED, "opencl: building %s failed (%s); build log:\n%s",
+                             kernel_name, cl_error_name(err), text);
     free(log);
     return s;
 }
@@ -381,6 +394,9 @@ static tgrad_status ocl_launch(void *program, const struct tgrad_launch *launch,
         if (err != CL_SUCCESS) return cl_fail(err, "clSetKernelArg");
     }
     cl_int err = cl.clEnqueueNDRangeKernel(queue, p->kernel, 3, NULL, global, local, 0, NULL, NULL);
+    if (err == CL_INVALID_WORK_GROUP_SIZE) /* a per-kernel limit below the device's */
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "opencl: %s refuses work-groups of %zu work-items for %s",
+                       device_label, group, launch->kernel_name);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueNDRangeKernel");
     err = cl.clFinish(queue);
     return err == CL_SUCCESS ? TGRAD_OK : cl_fail(err, "clFinish");

@@ -1,0 +1,187 @@
+"""The OpenCL backend on a real driver (PoCL in CI, which sets TGRAD_REQUIRE_OPENCL=1 so that a
+missing backend fails instead of skipping): the conformance roster bit-exact on device="opencl"
+for the naive and tiled routes, the copy kernel, the tc refusal, a broken kernel's build log as a
+typed error, device choice, and a machine without OpenCL reporting the backend unavailable
+without failing anything else. The backend interface itself is tested in tests/c/test_opencl.c."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tgrad
+from conformance.oracle import matmul_bits
+from conformance.rosters import Case, build_operands, roster
+from tgrad import errors
+from tgrad._ffi import lib
+
+CI_ROSTER = roster("ci")
+ROUTES = {"naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_ROUTE_TILED, "tc": lib.TGRAD_ROUTE_TC}
+
+
+@contextmanager
+def device_route(name: str) -> Iterator[None]:
+    """Force the route GPU matmuls take (process-wide), and restore the default choice."""
+    assert lib.tgrad_set_device_route(ROUTES[name]) == 0
+    try:
+        yield
+    finally:
+        lib.tgrad_set_device_route(0)
+
+
+def _bits(t: tgrad.Tensor) -> np.ndarray:
+    return t.numpy().view(np.uint16)
+
+
+# ---- the roster -------------------------------------------------------------------------------
+@pytest.mark.parametrize("route", ["naive", "tiled"])
+@pytest.mark.parametrize("case", CI_ROSTER, ids=[c.id for c in CI_ROSTER])
+def test_roster_case_is_bit_exact_on_opencl(case: Case, route: str, opencl_device: str) -> None:
+    a_base, b_base, apply_view = build_operands(case)
+    want = matmul_bits(np.asarray(apply_view(a_base, "a")).view(np.uint16),
+                       np.asarray(apply_view(b_base, "b")).view(np.uint16))
+    with tgrad.Tensor.from_numpy(a_base, device="opencl") as a0, \
+            tgrad.Tensor.from_numpy(b_base, device="opencl") as b0, device_route(route):
+        a, b = apply_view(a0, "a"), apply_view(b0, "b")  # views of device buffers, read in place
+        try:
+            with a @ b as c:
+                assert c.device == "opencl" and c.route == f"opencl.{route}"
+                got = _bits(c)
+        finally:
+            a.release()
+            b.release()
+    assert got.shape == want.shape
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, (f"{len(bad)} of {want.size} outputs differ; first C{list(bad[0])}: "
+                           f"got 0x{int(got[tuple(bad[0])]):04x}, want 0x{int(want[tuple(bad[0])]):04x}")
+
+
+def test_the_default_route_on_opencl_is_tiled(opencl_device: str) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with tgrad.Tensor.from_numpy(x, device="opencl") as a, a @ a.T as c:
+        assert c.route == "opencl.tiled"
+        assert np.array_equal(c.numpy().astype(np.float32), x @ x.T)  # small integers: exact
+
+
+def test_tc_is_refused_on_opencl_with_the_reason(opencl_device: str) -> None:
+    x = np.ones((64, 64), np.float32)
+    with tgrad.Tensor.from_numpy(x, device="opencl") as a, device_route("tc"):
+        with pytest.raises(errors.RouteNotEligibleError, match="opencl"):
+            with a @ a as c:
+                c.realize()
+
+
+# ---- the copy kernel ----------------------------------------------------------------------------
+@pytest.mark.parametrize("view", ["transpose", "negstep", "permute3"])
+def test_a_reshape_strides_cannot_express_runs_the_copy_kernel_on_the_device(view: str,
+                                                                             opencl_device: str) -> None:
+    gen = np.random.default_rng(3)
+    base = gen.standard_normal((6, 10, 4) if view == "permute3" else (9, 13)).astype(ml_dtypes.bfloat16)
+    bits = base.view(np.uint16)
+    with tgrad.Tensor.from_numpy(base, device="opencl") as t:
+        if view == "transpose":
+            v, want = t.T, bits.T
+        elif view == "negstep":
+            v, want = t[::-1, 1::2], bits[::-1, 1::2]
+        else:
+            v, want = t.permute(2, 0, 1), bits.transpose(2, 0, 1)
+        try:
+            with v.reshape(-1) as flat:
+                assert flat.device == "opencl" and flat.route == "opencl.copy"
+                assert np.array_equal(_bits(flat), want.reshape(-1))
+        finally:
+            v.release()
+
+
+# ---- errors and device choice: one process each (the device is chosen once per process) ---------
+_PROBE = r"""
+import json, sys
+import numpy as np
+import tgrad
+from tgrad import errors
+row = next(b for b in tgrad.backends() if b.name == "opencl")
+out = {"built": row.built, "available": row.available, "device": row.device}
+try:
+    a = tgrad.Tensor.from_numpy(np.ones((8, 8), np.float32), device="opencl")
+    with a @ a as c:
+        out["result"] = c.numpy().astype(np.float32).tolist()[0][:2]
+    a.release()
+except tgrad.TgradError as exc:
+    out["error"], out["code"], out["message"] = type(exc).__name__, exc.code, str(exc)
+# The CPU is unaffected either way.
+with tgrad.Tensor.from_numpy(np.eye(3, dtype=np.float32)) as e, e @ e as f:
+    out["cpu_ok"] = bool(np.array_equal(f.numpy().astype(np.float32), np.eye(3)))
+print(json.dumps(out))
+"""
+
+
+def _probe(**env: str) -> dict[str, object]:
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120, env=full)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def test_a_broken_kernel_reaches_the_user_as_kernel_compile_failed_with_the_build_log(opencl_device: str) -> None:
+    # Extra build options (a documented diagnostic knob) that turn every rendered kernel into
+    # invalid OpenCL C: the driver's compiler rejects it and its log is the error's text.
+    out = _probe(TGRAD_OPENCL_BUILD_OPTIONS="-D__kernel=tgrad_no_such_qualifier")
+    assert out["error"] == "KernelCompileFailedError" and out["code"] == "kernel_compile_failed", out
+    message = str(out["message"])
+    assert "build log" in message and "tgrad_no_such_qualifier" in message, message
+    assert out["cpu_ok"] is True
+
+
+def test_options_that_relax_fp_math_are_refused(opencl_device: str) -> None:
+    out = _probe(TGRAD_OPENCL_BUILD_OPTIONS="-cl-fast-relaxed-math")
+    assert out["available"] is False and "-cl-fast-relaxed-math" in str(out["device"])
+    assert out["error"] == "BackendUnavailableError" and out["cpu_ok"] is True
+
+
+def test_without_an_opencl_loader_the_backend_is_unavailable_and_nothing_else_fails() -> None:
+    out = _probe(TGRAD_OPENCL_LOADER="/nonexistent/libOpenCL.so.1")
+    assert out["built"] is True and out["available"] is False
+    assert "no OpenCL ICD loader" in str(out["device"]) and "TGRAD_OPENCL_LOADER" in str(out["device"])
+    assert out["error"] == "BackendUnavailableError" and out["code"] == "backend_unavailable"
+    assert "opencl" in str(out["message"])
+    assert out["cpu_ok"] is True
+
+
+def test_a_machine_without_opencl_skips_the_conformance_run_and_claims_nothing() -> None:
+    code = ("import json; from conformance import runner; from conformance.rosters import roster\n"
+            "card = runner.run('opencl', cases=roster('ci')[:5])\n"
+            "print(json.dumps([card['funnel'], card['claim_made'], card['cases'][0]['detail']]))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+               TGRAD_OPENCL_LOADER="/nonexistent/libOpenCL.so.1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    funnel, claim_made, detail = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert funnel["skipped"] == 5 and funnel["executed"] == 0 and claim_made is False
+    assert detail.startswith("backend_unavailable: opencl: no OpenCL ICD loader")
+
+
+@pytest.mark.parametrize(("choice", "chosen"), [("0:0", True), ("no-such-device-anywhere", False), ("7:3", False)])
+def test_the_device_is_chosen_by_index_or_name(choice: str, chosen: bool, opencl_device: str) -> None:
+    out = _probe(TGRAD_OPENCL_DEVICE=choice)
+    assert out["available"] is chosen, out
+    if chosen:
+        assert "result" in out and out["result"] == [8.0, 8.0]
+    else:
+        assert f"TGRAD_OPENCL_DEVICE={choice} matches no device" in str(out["device"])
+        assert out["error"] == "BackendUnavailableError"
+
+
+def test_the_device_can_be_named_by_any_part_of_its_name(opencl_device: str) -> None:
+    platform, _, device = opencl_device.partition(" / ")
+    for part in (platform[2:8].upper(), device[-6:].lower()):
+        out = _probe(TGRAD_OPENCL_DEVICE=part)
+        assert out["available"] is True, (part, out)

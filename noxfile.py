@@ -1,5 +1,6 @@
 """Sessions: `nox -s tests` (C ABI tests + the Python suite against the pip-installed package),
-`nox -s bench` (the benchmark suite with live peers)."""
+`nox -s bench` (the benchmark suite with live peers), `nox -s typecheck` (mypy --strict on the
+installed package)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,15 @@ def fuzz(session: nox.Session) -> None:
     scratch.mkdir(exist_ok=True)
     session.run(str(build / "tests" / "fuzz" / "fuzz_views"), f"-max_total_time={seconds}", "-print_final_stats=1",
                 str(scratch), str(corpus), external=True)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """`mypy --strict` on the package as `pip install .` builds it, with its optional typed
+    dependencies present: tests/python/test_typing.py (which `nox -s tests` runs too)."""
+    session.install(".[test,dask]")
+    session.chdir(ROOT / "tests")  # the installed package, not the source tree
+    session.run("pytest", "-q", "python/test_typing.py", *session.posargs, env={"TGRAD_LIB": ""})
 
 
 #: The peer the issue's targets are stated against; a CPU wheel of exactly this version.

@@ -87,7 +87,11 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(20, ERR_TRACE_NO_OUTPUT, trace_no_output, "type", "the traced function returned no Tensor") \
     X(21, ERR_TRACE_NO_INPUT, trace_no_input, "type", "no Tensor was given to trace") \
     X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option") \
-    X(23, ERR_DEVICE_MISMATCH, device_mismatch, "value", "operands live on different devices")
+    X(23, ERR_DEVICE_MISMATCH, device_mismatch, "value", "operands live on different devices") \
+    X(24, ERR_FILE_MALFORMED, file_malformed, "value", "a tensor file (safetensors, index) is malformed or unsafe to read") \
+    X(25, ERR_FILE_MISSING, file_missing, "lookup", "a file (a checkpoint or one of its shards) does not exist") \
+    X(26, ERR_TENSOR_NOT_FOUND, tensor_not_found, "lookup", "no tensor of this name in the file or checkpoint") \
+    X(27, ERR_DTYPE_CONVERSION_REFUSED, dtype_conversion_refused, "type", "the data is not bf16 and converting it was not asked for")
 
 #define TGRAD_STATUS_ENUM_(code, NAME, name, category, message) TGRAD_##NAME = code,
 enum tgrad_status_code { TGRAD_STATUS_LIST(TGRAD_STATUS_ENUM_) TGRAD_STATUS_COUNT_ };

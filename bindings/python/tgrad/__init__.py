@@ -15,6 +15,8 @@ from .errors import TgradError, _check
 from .tensor import Tensor, matmul
 from .introspect import Backend, Capability, backends, capabilities, explain
 from .trace import Trace, trace
+from . import safetensors
+from ._dlpack import from_dlpack as _from_dlpack
 
 __all__ = [
     "Backend",
@@ -31,6 +33,7 @@ __all__ = [
     "cpu_peak_gflops",
     "errors",
     "explain",
+    "from_dlpack",
     "include_dir",
     "library_path",
     "live_buffers",
@@ -38,6 +41,7 @@ __all__ = [
     "live_tensors",
     "matmul",
     "release_cached",
+    "safetensors",
     "num_threads",
     "pkgconfig_dir",
     "set_cpu_isa",
@@ -130,3 +134,12 @@ def cached_bytes() -> int:
 def release_cached() -> None:
     """Return every cached block to the operating system."""
     lib.tgrad_release_cached()
+
+
+def from_dlpack(x: object) -> Tensor:
+    """A Tensor over `x`'s memory without a copy when it is bf16 on the CPU (a torch bf16 tensor,
+    any `__dlpack__` producer, or an ml_dtypes.bfloat16 numpy array), else float16/32/64 data
+    rounded to bf16 (a copy). The producer's memory is held until the last tgrad tensor viewing it
+    is released; it must not be changed meanwhile. See docs/interop.md."""
+    out: Tensor = _from_dlpack(x)
+    return out

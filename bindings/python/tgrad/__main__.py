@@ -5,7 +5,8 @@ Commands: ``bench`` (bytes against the oracle, live timing against peers; see tg
 ``render`` (the GPU kernel source libtgrad generates for a shape; see tgrad.render),
 ``capabilities`` (libtgrad's capability table; ``--markdown`` writes docs/capabilities.md),
 ``doctor`` (versions, backends, CPU variant, threads, peak, capabilities, scorecards; see
-tgrad.doctor).
+tgrad.doctor), ``safetensors-stub`` (Protocol classes naming a checkpoint's tensors, for type
+checkers; see tgrad.safetensors).
 Exit status: 0 success, 1 a check failed, 2 bad command-line input.
 """
 
@@ -46,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_arguments(commands.add_parser(
         "doctor", help="check this installation: versions, backends, CPU, capabilities, scorecards",
         description=(doctor.__doc__ or "").split("\n\n")[0]))
+    from . import safetensors
+
+    safetensors.add_arguments(commands.add_parser(
+        "safetensors-stub", help="print a .pyi naming a checkpoint's tensors (python -m tgrad safetensors-stub ckpt/ > model.pyi)",
+        description="Protocol classes for the tensor names of a .safetensors file, sharded directory or index."))
     return parser
 
 

@@ -381,17 +381,20 @@ def _interleaved(timed: list[_Timed], repeat: int,
 # ---- peers and environment ------------------------------------------------------------------
 
 
-def _torch():
+def _torch() -> Any:
+    """torch, or None when it is not importable."""
     try:
-        import torch  # type: ignore[import-not-found]
+        # torch ships py.typed where it is installed; the module is handled as Any here.
+        import torch  # type: ignore[import-not-found, unused-ignore]
     except Exception:  # ImportError, or a broken install
         return None
     return torch
 
 
-def _tinygrad():
+def _tinygrad() -> Any:
+    """tinygrad, or None when it is not importable."""
     try:
-        import tinygrad  # type: ignore[import-not-found]
+        import tinygrad  # type: ignore[import-not-found, unused-ignore]
     except Exception:
         return None
     return tinygrad
@@ -405,7 +408,8 @@ def _set_peer_threads(threads: int) -> dict[str, str]:
     global _BLAS_LIMITS
     info = {"ml_dtypes_bf16": "1 (scalar loop)", "tinygrad_bf16": "its default (not controlled)"}
     try:
-        import threadpoolctl  # type: ignore[import-not-found]
+        # No stubs or py.typed: untyped where installed, missing where not.
+        import threadpoolctl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
         _BLAS_LIMITS = threadpoolctl.threadpool_limits(limits=threads)
         blas = [p for p in threadpoolctl.threadpool_info() if p.get("user_api") == "blas"]
@@ -477,7 +481,8 @@ def environment() -> dict[str, Any]:
         "set_by_reexec": [v for v in os.environ.get(REEXEC_MARK, "").split(",") if v],
     }
     try:
-        import threadpoolctl  # type: ignore[import-not-found]
+        # No stubs or py.typed: untyped where installed, missing where not.
+        import threadpoolctl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
         env["threadpools"] = threadpoolctl.threadpool_info()
     except ImportError:
@@ -574,14 +579,17 @@ def _peak(threads: int, tries: int = 3) -> dict[str, Any]:
     lowers it), when this libtgrad has one."""
     import tgrad
 
+    from ._ffi import ffi, lib
+    from .errors import _check
+
     probe = getattr(tgrad, "cpu_peak_gflops", None)
     source = "tgrad.cpu_peak_gflops"
-    if probe is None and hasattr(tgrad.lib, "tgrad_cpu_peak_gflops"):
+    if probe is None and hasattr(lib, "tgrad_cpu_peak_gflops"):
         source = "tgrad_cpu_peak_gflops"
 
         def probe(n: int) -> float:
-            out = tgrad.ffi.new("double *")
-            tgrad.errors._check(tgrad.lib.tgrad_cpu_peak_gflops(n, out))
+            out = ffi.new("double *")
+            _check(lib.tgrad_cpu_peak_gflops(n, out))
             return float(out[0])
 
     if probe is None:
@@ -638,8 +646,12 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
               tick: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Check and time one shape; returns a dict (one entry of the JSON's "results")."""
     import tgrad
-    from conformance.fills import fill_bits
-    from conformance.oracle import bf16_bits_to_f32, matmul_bits
+    from . import _conformance
+
+    fills, oracle = _conformance.module("fills"), _conformance.module("oracle")
+    fill_bits: Callable[[str, tuple[int, int], np.random.Generator], np.ndarray] = fills.fill_bits
+    bf16_bits_to_f32: Callable[[np.ndarray], np.ndarray] = oracle.bf16_bits_to_f32
+    matmul_bits: Callable[[np.ndarray, np.ndarray], np.ndarray] = oracle.matmul_bits
 
     m, k, n = shape
     macs = m * k * n
@@ -994,10 +1006,10 @@ def write_plot(report: dict[str, Any], path: Path) -> str:
     and for memory-bound shapes the roof that the copy bandwidth allows. Returns the path written,
     or why nothing was."""
     try:
-        import matplotlib  # type: ignore[import-not-found]
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # typed where installed
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
     except Exception as exc:
         return f"skipped (matplotlib not importable: {type(exc).__name__})"
     results = [r for r in report["results"] if math.isfinite(r["gflops"]) and r["gflops"] > 0]
@@ -1046,7 +1058,8 @@ class _Progress:
         self.label, self.shown = "", 0.0
         if enabled:
             try:
-                from tqdm import tqdm  # type: ignore[import-not-found]
+                # types-tqdm is not a dependency: untyped where installed, missing where not.
+                from tqdm import tqdm  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
                 self.bar = tqdm(total=total, file=sys.stderr, unit="shape", leave=False,
                                 dynamic_ncols=True)

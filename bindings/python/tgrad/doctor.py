@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import _conformance
 from ._ffi import _string, lib, library_path
 
 __all__ = ["Check", "Report", "collect", "main"]
@@ -156,15 +157,16 @@ def _scorecard_dir(directory: Path | None) -> Path | None:
     if directory is not None:
         return directory
     try:
-        from conformance import runner
+        runner = _conformance.module("runner")
     except ImportError:
         return None
-    return runner.SCORECARD_DIR
+    scorecards: Path = runner.SCORECARD_DIR
+    return scorecards
 
 
 def _check_scorecards(report: Report, directory: Path | None) -> None:
     try:
-        from conformance import runner
+        runner = _conformance.module("runner")
     except ImportError as exc:
         report.add("scorecards", "SKIP", f"the conformance package is not importable ({exc})")
         return

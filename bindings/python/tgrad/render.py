@@ -17,6 +17,7 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,7 +28,8 @@ from .tensor import Tensor
 __all__ = ["Kernel", "langs", "render_copy", "render_matmul", "route_check", "routes"]
 
 
-def _names(fn, count: int) -> dict[str, int]:
+def _names(fn: Callable[[int], Any], count: int) -> dict[str, int]:
+    """{name: code} for the codes 1..count that `fn` (a cffi ``const char *(int)``) names."""
     out: dict[str, int] = {}
     for code in range(1, count + 1):
         ptr = fn(code)
@@ -87,7 +89,7 @@ class Kernel:
         return "".join(f"// {line}\n" for line in lines)
 
 
-def _kernel(route: str, lang: str, call, *args) -> Kernel:
+def _kernel(route: str, lang: str, call: Callable[..., int], *args: Any) -> Kernel:
     length = ffi.new("size_t *")
     launch = ffi.new("struct tgrad_launch *")
     _check(call(*args, ffi.NULL, 0, length, launch))

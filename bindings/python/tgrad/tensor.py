@@ -497,6 +497,19 @@ class Tensor:
         """self @ other for 2-D tensors, lazily (computed when read or realized)."""
         return matmul(self, other)
 
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """A DLPack capsule over this tensor's memory, zero-copy and read-only (tgrad tensors are
+        immutable); the memory lives until the consumer releases it. Negative strides and GPU
+        tensors export a contiguous CPU copy (copy=False refuses them). See docs/interop.md."""
+        from . import _dlpack
+
+        return _dlpack.export(self, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(kDLCPU, 0): tgrad shares host memory (a GPU tensor exports a CPU copy)."""
+        return (1, 0)
+
     def __matmul__(self, other: Tensor) -> Tensor:
         if not isinstance(other, Tensor):  # Python then tries other.__rmatmul__, else TypeError
             return NotImplemented

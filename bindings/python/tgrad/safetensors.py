@@ -1,0 +1,521 @@
+"""safetensors checkpoints in and out, on the `safetensors` package, with a typed schema.
+
+    w = tgrad.safetensors.open("ckpt/")          # a file, a sharded directory or an index .json
+    w.schema["model.embed.weight"]               # TensorInfo(dtype='BF16', shape=(8, 4))
+    w.model.layers[0].self_attn.q_proj.weight    # that tensor, loaded on access
+    w.model.layers[0].load()                     # {full name: Tensor} of the subtree
+    tgrad.safetensors.save("out.safetensors", {"w": tensor})
+
+The package parses, validates and memory-maps; tgrad checks the header itself first (the bytes
+are read once, the JSON with a duplicate-key detector) so that every fault names the file and the
+tensor, and adds what the package lacks: duplicate tensor names, shard paths that are absolute or
+climb out with `..`, shards missing from disk and tensors an index names but its shard lacks.
+Every failure, the package's own included, is a tgrad typed error (docs/interop.md):
+FileMalformedError, FileMissingError, TensorNotFoundError, DtypeConversionRefusedError,
+DtypeUnsupportedError.
+
+bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True.
+`python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol classes for a checkpoint's
+names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight` is a Tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import os
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import errors
+from .tensor import Tensor
+
+__all__ = ["Checkpoint", "Node", "TensorInfo", "open", "read_header", "save", "stub"]
+
+#: Largest header accepted, as in the safetensors package (100 MB).
+MAX_HEADER_BYTES = 100_000_000
+#: Most tensors one file or checkpoint may declare.
+MAX_TENSORS = 100_000
+#: Longest tensor name, in UTF-8 bytes.
+MAX_NAME_BYTES = 1024
+#: Bits per element of each safetensors dtype.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+#: dtypes convert=True rounds to bf16.
+CONVERTIBLE = ("F32", "F16", "F64")
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+class TensorInfo(NamedTuple):
+    """What a header says of one tensor: its safetensors dtype name and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+class _Entry(NamedTuple):
+    info: TensorInfo
+    file: Path
+
+
+def _malformed(path: Path | str, what: str, tensor: str | None = None) -> errors.TgradError:
+    where = f"{path}" + (f": tensor {tensor!r}" if tensor is not None else "")
+    return errors.by_code["file_malformed"](f"{where}: {what}")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _malformed(path, f"duplicate key {key!r} in the JSON header")
+        seen[key] = value
+    return seen
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_name(name: str, path: Path) -> None:
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size == 0:
+        raise _malformed(path, "empty tensor name")
+    if size > MAX_NAME_BYTES:
+        raise _malformed(path, f"tensor name of {size} bytes (limit {MAX_NAME_BYTES})", name[:64] + "...")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in name):
+        raise _malformed(path, "tensor name holds control characters or lone surrogates", name)
+
+
+def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """Validate one .safetensors file's header against DESIGN.md §8 and return (name ->
+    TensorInfo in file order, metadata). Reads the 8-byte length and the header only."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise _malformed(p, f"file of {len(head)} bytes is shorter than the 8-byte header length")
+            (n,) = struct.unpack("<Q", head)
+            if n == 0:
+                raise _malformed(p, "header length 0")
+            if n > MAX_HEADER_BYTES:
+                raise _malformed(p, f"header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
+            if 8 + n > size:
+                raise _malformed(p, f"header length {n} reaches past the end of the {size}-byte file")
+            raw = f.read(n)
+    except FileNotFoundError:
+        raise errors.by_code["file_missing"](f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise _malformed(p, "is a directory, not a .safetensors file") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _malformed(p, f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        header = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, p))
+    except json.JSONDecodeError as exc:
+        raise _malformed(p, f"header is not JSON ({exc.msg} at character {exc.pos})") from None
+    except RecursionError:
+        raise _malformed(p, "header JSON nests too deeply") from None
+    if not isinstance(header, dict):
+        raise _malformed(p, f"header is a JSON {type(header).__name__}, not an object")
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise _malformed(p, "__metadata__ is not an object of strings")
+    if len(header) > MAX_TENSORS:
+        raise _malformed(p, f"{len(header)} tensors declared (limit {MAX_TENSORS})")
+    buffer = size - 8 - n
+    infos: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
+    for name, entry in header.items():
+        _check_name(name, p)
+        if not isinstance(entry, dict):
+            raise _malformed(p, f"entry is a JSON {type(entry).__name__}, not an object", name)
+        extra = set(entry) - {"dtype", "shape", "data_offsets"}
+        missing = {"dtype", "shape", "data_offsets"} - set(entry)
+        if missing or extra:
+            raise _malformed(p, f"fields missing {sorted(missing)} / unknown {sorted(extra)}", name)
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str):
+            raise _malformed(p, f"dtype is a {type(dtype).__name__}, not a string", name)
+        if dtype not in DTYPE_BITS:
+            raise _malformed(p, f"unknown dtype {dtype!r}", name)
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise _malformed(p, f"shape {shape!r} is not a list of non-negative integers", name)
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
+            raise _malformed(p, f"data_offsets {offsets!r} is not 2 non-negative integers", name)
+        begin, end = offsets
+        if begin > end:
+            raise _malformed(p, f"data_offsets begin {begin} > end {end}", name)
+        if end > buffer:
+            raise _malformed(p, f"data_offsets end {end} is beyond the {buffer}-byte data buffer", name)
+        numel = 1
+        for d in shape:
+            numel *= d
+        bits = numel * DTYPE_BITS[dtype]
+        if bits >= 1 << 67:  # more than 2^64 bytes: the package's checked product overflows
+            raise _malformed(p, f"shape {shape} overflows 64 bits in its byte size", name)
+        if bits % 8 or bits // 8 != end - begin:
+            raise _malformed(p, f"{end - begin} bytes for {dtype} {shape} (needs {bits / 8:g})", name)
+        infos[name] = TensorInfo(dtype, tuple(shape))
+        spans.append((begin, end, name))
+    at = 0
+    for begin, end, name in sorted(spans):
+        if begin < at:
+            raise _malformed(p, f"bytes [{begin}, {end}) overlap the previous tensor", name)
+        if begin > at:
+            raise _malformed(p, f"hole of {begin - at} bytes before this tensor", name)
+        at = end
+    if at != buffer:
+        raise _malformed(p, f"{buffer - at} trailing bytes after the last tensor")
+    return infos, {str(k): str(v) for k, v in meta.items()}
+
+
+def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
+    if not isinstance(shard, str) or not shard:
+        raise _malformed(index, f"shard {shard!r} is not a file name", name)
+    pure = Path(shard)
+    if pure.is_absolute() or shard.startswith(("/", "\\")) or (len(shard) > 1 and shard[1] == ":"):
+        raise _malformed(index, f"shard path {shard!r} is absolute", name)
+    if ".." in shard.replace("\\", "/").split("/"):
+        raise _malformed(index, f"shard path {shard!r} climbs out with '..'", name)
+    return root / pure
+
+
+def _read_index(index: Path) -> dict[str, Path]:
+    try:
+        raw = index.read_bytes()
+    except FileNotFoundError:
+        raise errors.by_code["file_missing"](f"{index}: no such file") from None
+    if len(raw) > MAX_HEADER_BYTES:
+        raise _malformed(index, f"index of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
+    try:
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _no_duplicates(pairs, index))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise _malformed(index, f"index is not UTF-8 JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
+        raise _malformed(index, "index has no 'weight_map' object")
+    weight_map: dict[str, Any] = doc["weight_map"]
+    if len(weight_map) > MAX_TENSORS:
+        raise _malformed(index, f"{len(weight_map)} tensors named (limit {MAX_TENSORS})")
+    out: dict[str, Path] = {}
+    for name, shard in weight_map.items():
+        _check_name(name, index)
+        out[name] = _shard_path(index.parent, shard, index, name)
+    return out
+
+
+def _entries(path: Path) -> dict[str, _Entry]:
+    """Every tensor of a file, an index or a directory, validated, with the file holding it."""
+    if path.is_dir():
+        indexes = sorted(path.glob("*" + INDEX_SUFFIX))
+        if len(indexes) > 1:
+            raise _malformed(path, f"{len(indexes)} index files: {[i.name for i in indexes]}")
+        if indexes:
+            return _entries(indexes[0])
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise errors.by_code["file_missing"](f"{path}: no .safetensors file in the directory")
+        out: dict[str, _Entry] = {}
+        for file in files:
+            infos, _ = read_header(file)
+            for name, info in infos.items():
+                if name in out:
+                    raise _malformed(file, f"also in {out[name].file.name}", name)
+                out[name] = _Entry(info, file)
+        return out
+    if path.name.endswith(".json"):
+        wanted = _read_index(path)
+        headers: dict[Path, dict[str, TensorInfo]] = {}
+        out = {}
+        for name, shard in wanted.items():
+            if shard not in headers:
+                if not shard.is_file():
+                    raise errors.by_code["file_missing"](
+                        f"{path}: shard {shard.name!r} (holding tensor {name!r}) is missing from disk")
+                headers[shard] = read_header(shard)[0]
+            found = headers[shard].get(name)
+            if found is None:
+                raise errors.by_code["tensor_not_found"](
+                    f"{path}: tensor {name!r} is named in the index but missing from shard {shard.name!r}")
+            out[name] = _Entry(found, shard)
+        return out
+    if not path.exists():
+        raise errors.by_code["file_missing"](f"{path}: no such file or directory")
+    return {name: _Entry(info, path) for name, info in read_header(path)[0].items()}
+
+
+def _package() -> Any:
+    try:
+        import safetensors
+    except ImportError:  # pragma: no cover - the extra is not installed
+        raise errors.by_code["backend_unavailable"](
+            "tgrad.safetensors needs the safetensors package: pip install 'tgrad[safetensors]'") from None
+    return safetensors
+
+
+def _load_array(file: Path, name: str) -> np.ndarray[Any, Any]:
+    st = _package()
+    import ml_dtypes  # noqa: F401  (makes the package yield bfloat16 arrays)
+
+    try:
+        with st.safe_open(str(file), framework="numpy") as f:
+            return np.asarray(f.get_tensor(name))
+    except st.SafetensorError as exc:
+        raise _malformed(file, f"safetensors: {exc}", name) from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _malformed(file, f"{type(exc).__name__}: {exc}", name) from None
+
+
+def _to_tensor(array: np.ndarray[Any, Any], info: TensorInfo, file: Path, name: str, convert: bool) -> Tensor:
+    if info.dtype == "BF16":
+        return Tensor.from_numpy(np.ascontiguousarray(array))
+    if info.dtype in CONVERTIBLE:
+        if not convert:
+            raise errors.by_code["dtype_conversion_refused"](
+                f"{file}: tensor {name!r} is {info.dtype}, not BF16; pass convert=True to round it to bf16")
+        if info.dtype == "F16":
+            array = array.astype(np.float32)  # exact widening; one rounding to bf16 follows
+        return Tensor.from_numpy(np.ascontiguousarray(array))
+    raise errors.by_code["dtype_unsupported"](
+        f"{file}: tensor {name!r} is {info.dtype}; tgrad reads BF16 (and F32/F16/F64 with convert=True)")
+
+
+class Checkpoint:
+    """A validated checkpoint (one file, a sharded directory or an index): its schema, and the
+    tensors, each loaded from its memory-mapped file when asked for."""
+
+    def __init__(self, path: str | os.PathLike[str], *, convert: bool = False) -> None:
+        self.path = Path(path)
+        self.convert = convert
+        self._entries = _entries(self.path)
+        #: name -> TensorInfo(dtype, shape), in file (or index) order.
+        self.schema: dict[str, TensorInfo] = {n: e.info for n, e in self._entries.items()}
+        self._root = Node(self, "")
+
+    def __repr__(self) -> str:
+        return f"<tgrad.safetensors.Checkpoint {str(self.path)!r}: {len(self.schema)} tensors>"
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
+    def __getitem__(self, name: str) -> Tensor:
+        """The tensor of that full name (loaded now)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise errors.by_code["tensor_not_found"](f"{self.path}: no tensor named {name!r}")
+        return _to_tensor(_load_array(entry.file, name), entry.info, entry.file, name, self.convert)
+
+    def load(self, names: Sequence[str] | None = None) -> dict[str, Tensor]:
+        """{name: Tensor} of the given names (default: all)."""
+        return {name: self[name] for name in (self.keys() if names is None else names)}
+
+    @property
+    def root(self) -> Node:
+        """The tree of names: root.model.layers[0] ..."""
+        return self._root
+
+    def __getattr__(self, part: str) -> Any:
+        if part.startswith("_"):
+            raise AttributeError(part)
+        return getattr(self._root, part)
+
+
+class Node:
+    """A prefix of tensor names: attributes and indices walk the name's dot-separated parts
+    (numbers become indices); a full name gives its Tensor, a prefix another Node."""
+
+    __slots__ = ("_ckpt", "_prefix")
+
+    def __init__(self, ckpt: Checkpoint, prefix: str) -> None:
+        self._ckpt = ckpt
+        self._prefix = prefix
+
+    def _full(self, part: str) -> str:
+        return f"{self._prefix}.{part}" if self._prefix else part
+
+    def names(self) -> list[str]:
+        """Full names of every tensor under this node."""
+        if not self._prefix:
+            return self._ckpt.keys()
+        lead = self._prefix + "."
+        return [n for n in self._ckpt.keys() if n.startswith(lead) or n == self._prefix]
+
+    def children(self) -> list[str]:
+        """The next name parts under this node, in first-seen order."""
+        cut = len(self._prefix) + 1 if self._prefix else 0
+        seen: dict[str, None] = {}
+        for n in self.names():
+            if n != self._prefix:
+                seen.setdefault(n[cut:].split(".", 1)[0], None)
+        return list(seen)
+
+    def _child(self, part: str) -> Tensor | Node:
+        full = self._full(part)
+        lead = full + "."
+        if any(n.startswith(lead) for n in self._ckpt.keys()):
+            return Node(self._ckpt, full)
+        if full in self._ckpt:
+            return self._ckpt[full]
+        raise errors.by_code["tensor_not_found"](f"{self._ckpt.path}: no tensor or prefix {full!r}")
+
+    def __getattr__(self, part: str) -> Any:
+        if part.startswith("__"):
+            raise AttributeError(part)
+        return self._child(part)
+
+    def __getitem__(self, key: int | str) -> Any:
+        if isinstance(key, int) and not isinstance(key, bool):
+            indices = self._indices()
+            if key < 0:
+                key += len(indices)
+            if not 0 <= key < len(indices):
+                raise errors.by_code["index_out_of_range"](
+                    f"{self._prefix or '<root>'}[{key}]: {len(indices)} entries")
+            return self._child(str(indices[key]))
+        return self._child(str(key))
+
+    def _indices(self) -> list[int]:
+        return sorted(int(c) for c in self.children() if c.isdigit())
+
+    def __len__(self) -> int:
+        return len(self._indices())
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __dir__(self) -> list[str]:
+        return [c for c in self.children() if c.isidentifier()]
+
+    def load(self) -> dict[str, Tensor]:
+        """{full name: Tensor} of every tensor under this node."""
+        return self._ckpt.load(self.names())
+
+    def __repr__(self) -> str:
+        return f"<tgrad.safetensors.Node {self._prefix or '<root>'!r}: {len(self.names())} tensors>"
+
+
+def open(path: str | os.PathLike[str], *, convert: bool = False) -> Checkpoint:  # noqa: A001
+    """Open a .safetensors file, a directory of shards (with or without an index) or a
+    `*.safetensors.index.json`; validate every header; load nothing yet."""
+    return Checkpoint(path, convert=convert)
+
+
+def save(path: str | os.PathLike[str], tensors: Mapping[str, Tensor],
+         metadata: Mapping[str, str] | None = None) -> None:
+    """Write tgrad tensors (bf16, logical view, row-major) to a .safetensors file with the
+    safetensors package."""
+    st = _package()
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise errors.by_code["invalid_argument"](f"save: tensor name {name!r} is not a str")
+        if not isinstance(t, Tensor):
+            raise errors.by_code["invalid_argument"](f"save: {name!r} is a {type(t).__name__}, not a tgrad.Tensor")
+        arrays[name] = np.ascontiguousarray(t.numpy())  # ml_dtypes.bfloat16: the bits as stored
+    from safetensors.numpy import save_file
+
+    try:
+        save_file(arrays, str(path), dict(metadata) if metadata else None)
+    except (st.SafetensorError, ValueError, TypeError) as exc:
+        raise errors.by_code["invalid_argument"](f"{path}: safetensors: {exc}") from None
+
+
+# ---- stubs ------------------------------------------------------------------------------------
+
+def _tree(names: Sequence[str]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for n in names:
+        node = root
+        parts = n.split(".")
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):  # a name that is also a prefix: keep the subtree
+                child = node[p] = {}
+            node = child
+        node.setdefault(parts[-1], None)
+    return root
+
+
+def _shape_key(tree: Any) -> Any:
+    if tree is None:
+        return None
+    return tuple(sorted((k, _shape_key(v)) for k, v in tree.items()))
+
+
+def stub(path: str | os.PathLike[str]) -> str:
+    """Python stub text (Protocol classes) for the names of a checkpoint."""
+    schema = open(path).schema
+    classes: list[str] = []
+    made: dict[Any, str] = {}
+
+    def cls_for(tree: dict[str, Any], hint: str) -> str:
+        key = _shape_key(tree)
+        if key in made:
+            return made[key]
+        name = "".join(p.capitalize() for p in hint.replace("-", "_").split("_") if p) or "Root"
+        base, k = name, 2
+        while name in made.values():
+            name, k = f"{base}{k}", k + 1
+        made[key] = name
+        lines = [f"class {name}(Protocol):"]
+        items = [c for c in tree if c.isdigit()]
+        if items and len(items) == len(tree):
+            shapes = {_shape_key(tree[c]) for c in items}
+            merged: dict[str, Any] = {}
+            for c in items:
+                if isinstance(tree[c], dict):
+                    merged.update(tree[c])
+            elem = "Tensor" if all(tree[c] is None for c in items) else cls_for(merged, hint + "_item")
+            note = "" if len(shapes) == 1 else "  # items differ: attributes merged"
+            lines.append(f"    def __getitem__(self, index: int) -> {elem}: ...{note}")
+            lines.append("    def __len__(self) -> int: ...")
+            lines.append(f"    def __iter__(self) -> Iterator[{elem}]: ...")
+        for child, sub in tree.items():
+            if child.isdigit():
+                continue
+            if not child.isidentifier() or keyword.iskeyword(child) or child in ("load", "names", "children"):
+                lines.append(f"    # {child!r}: not an identifier; use ['{child}']")
+                continue
+            kind = "Tensor" if sub is None else cls_for(sub, child)
+            lines.append(f"    {child}: {kind}")
+        lines.append("    def load(self) -> dict[str, Tensor]: ...")
+        classes.append("\n".join(lines))
+        return name
+
+    top = cls_for(_tree(list(schema)), "checkpoint")
+    head = (f'"""Names of {Path(path).name}: generated by `python -m tgrad safetensors-stub`.\n\n'
+            f"    w = cast({top}, tgrad.safetensors.open(path))\n\"\"\"\n\n"
+            "from collections.abc import Iterator\nfrom typing import Protocol\n\nfrom tgrad import Tensor\n")
+    return head + "\n\n" + "\n\n\n".join(classes) + "\n"
+
+
+def _stub_command(args: Any) -> int:
+    import sys
+
+    try:
+        sys.stdout.write(stub(args.path))
+    except errors.TgradError as exc:
+        print(f"tgrad safetensors-stub: {exc.code}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("path", help="a .safetensors file, a directory of shards or an index .json")
+    parser.set_defaults(func=_stub_command)

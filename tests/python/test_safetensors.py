@@ -1,0 +1,320 @@
+"""tgrad.safetensors: checkpoints written by the safetensors package load through the typed schema
+bit for bit, files tgrad writes load in the package, and every malformed-file case of DESIGN.md §8
+is refused with its typed error naming the file (and the tensor, where there is one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+safetensors = pytest.importorskip("safetensors")
+import safetensors.numpy as stnp  # noqa: E402
+
+import tgrad  # noqa: E402
+from tgrad import errors  # noqa: E402
+from tgrad import safetensors as tst  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+LAYERS = 3
+
+
+def _weights(seed: int = 5) -> dict[str, np.ndarray]:
+    gen = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {"model.embed_tokens.weight": gen.standard_normal((16, 8)).astype(BF16)}
+    for i in range(LAYERS):
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            out[f"model.layers.{i}.self_attn.{proj}.weight"] = gen.standard_normal((8, 8)).astype(BF16)
+        out[f"model.layers.{i}.mlp.up_proj.weight"] = gen.standard_normal((12, 8)).astype(BF16)
+        out[f"model.layers.{i}.input_layernorm.weight"] = gen.standard_normal(8).astype(np.float32)
+    out["lm_head.weight"] = gen.standard_normal((16, 8)).astype(BF16)
+    return out
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A sharded checkpoint as the safetensors package writes it, with an HF-style index."""
+    weights = _weights()
+    names = list(weights)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    weight_map = {}
+    for shard, part in shards.items():
+        stnp.save_file({n: weights[n] for n in part}, str(tmp_path / shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    return tmp_path, weights
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).view(np.uint16).tobytes()
+
+
+# ---- interop ----------------------------------------------------------------------------------
+
+def test_sharded_checkpoint_loads_through_the_schema_with_identical_bytes(checkpoint: Any) -> None:
+    root, weights = checkpoint
+    w = tst.open(root)
+    assert set(w.schema) == set(weights)
+    assert w.schema["model.layers.0.self_attn.q_proj.weight"] == ("BF16", (8, 8))
+    assert w.schema["model.layers.1.input_layernorm.weight"] == tst.TensorInfo("F32", (8,))
+    q = w.model.layers[0].self_attn.q_proj.weight
+    assert isinstance(q, tgrad.Tensor)
+    assert q.to_bytes() == _bits(weights["model.layers.0.self_attn.q_proj.weight"])
+    assert len(w.model.layers) == LAYERS
+    assert w.model.layers[-1].mlp.up_proj.weight.to_bytes() == _bits(weights[f"model.layers.{LAYERS - 1}.mlp.up_proj.weight"])
+    for name, array in weights.items():
+        if array.dtype == BF16:
+            assert w[name].to_bytes() == _bits(array), name
+
+
+def test_index_file_and_single_file_paths_open_too(checkpoint: Any) -> None:
+    root, weights = checkpoint
+    assert tst.open(root / "model.safetensors.index.json").keys() == list(json.loads(
+        (root / "model.safetensors.index.json").read_text())["weight_map"])
+    one = tst.open(root / "model-00001-of-00002.safetensors")
+    assert set(one.keys()) < set(weights)
+
+
+def test_subtree_load_returns_every_tensor_under_it(checkpoint: Any) -> None:
+    root, weights = checkpoint
+    w = tst.open(root, convert=True)
+    layer = w.model.layers[1].load()
+    assert set(layer) == {n for n in weights if n.startswith("model.layers.1.")}
+    assert layer["model.layers.1.self_attn.k_proj.weight"].to_bytes() == _bits(weights["model.layers.1.self_attn.k_proj.weight"])
+
+
+def test_f32_is_refused_unless_conversion_is_asked_for(checkpoint: Any) -> None:
+    root, weights = checkpoint
+    name = "model.layers.0.input_layernorm.weight"
+    with pytest.raises(errors.DtypeConversionRefusedError, match="input_layernorm"):
+        tst.open(root)[name]
+    got = tst.open(root, convert=True)[name]
+    assert got.to_bytes() == _bits(weights[name].astype(BF16))
+
+
+def test_f16_converts_through_an_exact_widening(tmp_path: Path) -> None:
+    a = np.random.default_rng(1).standard_normal(33).astype(np.float16)
+    stnp.save_file({"h": a}, str(tmp_path / "h.safetensors"))
+    got = tst.open(tmp_path / "h.safetensors", convert=True)["h"]
+    assert got.to_bytes() == _bits(a.astype(np.float32).astype(BF16))
+
+
+def test_integer_tensors_are_unsupported_even_with_convert(tmp_path: Path) -> None:
+    stnp.save_file({"i": np.arange(4, dtype=np.int32)}, str(tmp_path / "i.safetensors"))
+    with pytest.raises(errors.DtypeUnsupportedError, match="'i'"):
+        tst.open(tmp_path / "i.safetensors", convert=True)["i"]
+
+
+def test_files_tgrad_writes_load_in_the_package_with_identical_bytes(tmp_path: Path, bf16_bits: Any) -> None:
+    a = tgrad.Tensor.from_bf16_bits(bf16_bits(5, 7))
+    tensors = {"a": a, "a_t": a.T, "rev": a[::-1, 1::2]}
+    tst.save(tmp_path / "out.safetensors", tensors, metadata={"by": "tgrad"})
+    loaded = stnp.load_file(str(tmp_path / "out.safetensors"))
+    for name, t in tensors.items():
+        assert loaded[name].dtype == BF16 and loaded[name].shape == t.shape
+        assert _bits(loaded[name]) == t.to_bytes()
+    back = tst.open(tmp_path / "out.safetensors")
+    assert back["a_t"].to_bytes() == a.T.to_bytes()
+
+
+def test_torch_reads_what_tgrad_writes(tmp_path: Path, bf16_bits: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    a = tgrad.Tensor.from_bf16_bits(bf16_bits(4, 6))
+    tst.save(tmp_path / "t.safetensors", {"w": a})
+    t = load_file(str(tmp_path / "t.safetensors"))["w"]
+    assert t.dtype == torch.bfloat16
+    assert t.view(torch.int16).numpy().view(np.uint16).tobytes() == a.to_bytes()
+
+
+def test_missing_tensor_name_is_a_typed_lookup(checkpoint: Any) -> None:
+    w = tst.open(checkpoint[0])
+    with pytest.raises(errors.TensorNotFoundError, match="nope"):
+        w["nope"]
+    with pytest.raises(errors.TensorNotFoundError):
+        w.model.nope
+    with pytest.raises(LookupError):
+        w.model.layers[99]
+
+
+def test_stub_names_the_tensors_for_a_type_checker(checkpoint: Any, tmp_path: Path) -> None:
+    text = tst.stub(checkpoint[0])
+    compile(text, "model.pyi", "exec")
+    assert "q_proj: " in text and "weight: Tensor" in text
+    assert "def __getitem__(self, index: int) -> " in text
+    out = subprocess.run([sys.executable, "-m", "tgrad", "safetensors-stub", str(checkpoint[0])],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == text
+
+
+def test_stub_type_checks_a_use_of_the_names(checkpoint: Any, tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    pkg = tmp_path / "typed"
+    pkg.mkdir()
+    (pkg / "model.pyi").write_text(tst.stub(checkpoint[0]))
+    (pkg / "use.py").write_text(
+        "from typing import cast\nimport tgrad\nfrom model import Checkpoint\n"
+        "w = cast(Checkpoint, tgrad.safetensors.open('x'))\n"
+        "ok: tgrad.Tensor = w.model.layers[0].self_attn.q_proj.weight\n"
+        "bad = w.model.layers[0].self_attn.z_proj\n")
+    # A separate process: mypy's in-process state would slow every later test's gc.collect.
+    tgrad_dir = str(Path(tgrad.__file__).parents[1])
+    run = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--cache-dir", os.devnull,
+                          "--follow-imports=silent", "use.py"], cwd=pkg, capture_output=True, text=True,
+                         env={**os.environ, **({} if "-packages" in tgrad_dir else {"MYPYPATH": tgrad_dir})})
+    stdout, status = run.stdout, run.returncode
+    assert status == 1 and "z_proj" in stdout and stdout.count("error:") == 1, stdout
+
+
+# ---- additions over the package ----------------------------------------------------------------
+
+def _index(root: Path, weight_map: dict[str, str]) -> Path:
+    path = root / "model.safetensors.index.json"
+    path.write_text(json.dumps({"weight_map": weight_map}))
+    return path
+
+
+@pytest.mark.parametrize("shard", ["/etc/passwd", "../outside.safetensors", "sub/../../x.safetensors", "C:\\x.safetensors"])
+def test_shard_paths_absolute_or_climbing_out_are_refused(tmp_path: Path, shard: str) -> None:
+    _index(tmp_path, {"w": shard})
+    with pytest.raises(errors.FileMalformedError, match=r"shard path .*(absolute|climbs).*'w'|tensor 'w'"):
+        tst.open(tmp_path)
+
+
+def test_shard_missing_from_disk_is_named(tmp_path: Path) -> None:
+    _index(tmp_path, {"w": "gone.safetensors"})
+    with pytest.raises(errors.FileMissingError, match="gone.safetensors.*'w'"):
+        tst.open(tmp_path)
+
+
+def test_tensor_named_in_the_index_but_missing_from_its_shard_is_named(tmp_path: Path) -> None:
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "s.safetensors"))
+    _index(tmp_path, {"a": "s.safetensors", "b": "s.safetensors"})
+    with pytest.raises(errors.TensorNotFoundError, match="'b'.*s.safetensors"):
+        tst.open(tmp_path)
+
+
+def test_duplicate_names_in_an_index_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}')
+    with pytest.raises(errors.FileMalformedError, match="duplicate key 'a'"):
+        tst.open(tmp_path)
+
+
+def test_the_same_name_in_two_shards_is_refused(tmp_path: Path) -> None:
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "1.safetensors"))
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "2.safetensors"))
+    with pytest.raises(errors.FileMalformedError, match="'a'"):
+        tst.open(tmp_path)
+
+
+def test_missing_file_is_a_typed_lookup(tmp_path: Path) -> None:
+    with pytest.raises(errors.FileMissingError):
+        tst.open(tmp_path / "none.safetensors")
+
+
+def test_package_failures_become_typed_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ok.safetensors"
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(path))
+    w = tst.open(path)
+    path.write_bytes(b"\x00" * 4)  # the file changes between open and load: the package refuses it
+    with pytest.raises(errors.FileMalformedError, match="safetensors.*'a'"):
+        w["a"]
+
+
+# ---- DESIGN.md §8: malformed files, crafted byte by byte ---------------------------------------
+
+def _file(header: Any, data: bytes = b"", *, raw: bytes | None = None, length: int | None = None) -> bytes:
+    body = raw if raw is not None else json.dumps(header).encode()
+    return struct.pack("<Q", len(body) if length is None else length) + body + data
+
+
+def _one(dtype: Any = "BF16", shape: Any = (2,), offsets: Any = (0, 4)) -> dict[str, Any]:
+    return {"t": {"dtype": dtype, "shape": list(shape) if isinstance(shape, tuple) else shape,
+                  "data_offsets": list(offsets) if isinstance(offsets, tuple) else offsets}}
+
+
+MALFORMED: dict[str, tuple[bytes, str]] = {
+    "file_shorter_than_8_bytes": (b"\x01\x00\x00", "shorter than the 8-byte"),
+    "header_length_0": (_file(None, raw=b""), "header length 0"),
+    "header_length_over_100MB": (_file(None, raw=b"{}", length=100_000_001), "exceeds the limit"),
+    "header_length_2_64_minus_1": (_file(None, raw=b"{}", length=2**64 - 1), "exceeds the limit"),
+    "header_length_past_eof": (_file(None, raw=b"{}", length=1000), "past the end"),
+    "header_not_utf8": (_file(None, raw=b'{"\xff": 1}'), "not UTF-8"),
+    "header_not_json": (_file(None, raw=b"{not json"), "not JSON"),
+    "header_not_an_object": (_file([1, 2]), "not an object"),
+    "duplicate_keys": (_file(None, raw=b'{"t":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},'
+                                       b'"t":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}}', data=b"\0\0"),
+                       "duplicate key 't'"),
+    "entry_not_an_object": (_file({"t": [1]}), "tensor 't'.*not an object"),
+    "dtype_not_a_string": (_file(_one(dtype=5), b"\0" * 4), "tensor 't'.*dtype is a int"),
+    "shape_not_a_list": (_file(_one(shape="2"), b"\0" * 4), "tensor 't'.*shape"),
+    "shape_negative": (_file(_one(shape=[-2]), b"\0" * 4), "tensor 't'.*shape"),
+    "shape_float": (_file(_one(shape=[2.0]), b"\0" * 4), "tensor 't'.*shape"),
+    "missing_field": (_file({"t": {"dtype": "BF16", "shape": [2]}}, b"\0" * 4), "tensor 't'.*missing"),
+    "unknown_field": (_file({"t": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4], "x": 1}}, b"\0" * 4),
+                      "tensor 't'.*unknown"),
+    "metadata_not_strings": (_file({"__metadata__": {"a": 1}}), "__metadata__"),
+    "unknown_dtype": (_file(_one(dtype="BF17"), b"\0" * 4), "tensor 't'.*unknown dtype 'BF17'"),
+    "offsets_one_value": (_file(_one(offsets=[4]), b"\0" * 4), "tensor 't'.*data_offsets"),
+    "offsets_three_values": (_file(_one(offsets=[0, 2, 4]), b"\0" * 4), "tensor 't'.*data_offsets"),
+    "offsets_not_integers": (_file(_one(offsets=["0", "4"]), b"\0" * 4), "tensor 't'.*data_offsets"),
+    "offsets_begin_after_end": (_file(_one(offsets=[4, 0]), b"\0" * 4), "tensor 't'.*begin 4 > end 0"),
+    "offsets_beyond_buffer": (_file(_one(offsets=[0, 8]), b"\0" * 4), "tensor 't'.*beyond"),
+    "size_not_itemsize_times_shape": (_file(_one(shape=[3]), b"\0" * 4), "tensor 't'.*4 bytes for BF16"),
+    "shape_product_overflows": (_file(_one(shape=[2**32, 2**32, 2]), b"\0" * 4), "tensor 't'.*overflows"),
+    "overlapping_tensors": (_file({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},
+                                   "b": {"dtype": "BF16", "shape": [2], "data_offsets": [2, 6]}}, b"\0" * 6),
+                            "tensor 'b'.*overlap"),
+    "hole_between_tensors": (_file({"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]},
+                                    "b": {"dtype": "BF16", "shape": [1], "data_offsets": [4, 6]}}, b"\0" * 6),
+                             "tensor 'b'.*hole of 2 bytes"),
+    "trailing_bytes": (_file(_one(), b"\0" * 6), "2 trailing bytes"),
+    "empty_name": (_file({"": _one()["t"]}, b"\0" * 4), "empty tensor name"),
+    "absurd_name_length": (_file({"n" * 5000: _one()["t"]}, b"\0" * 4), "name of 5000 bytes"),
+    "control_characters_in_name": (_file({"a\nb": _one()["t"]}, b"\0" * 4), "control characters"),
+    "absurd_entry_count": (_file({f"t{i}": {"dtype": "BF16", "shape": [0], "data_offsets": [0, 0]}
+                                  for i in range(tst.MAX_TENSORS + 1)}), "tensors declared"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_file_is_a_typed_error_naming_the_file(tmp_path: Path, case: str) -> None:
+    data, pattern = MALFORMED[case]
+    path = tmp_path / f"{case}.safetensors"
+    path.write_bytes(data)
+    with pytest.raises(errors.FileMalformedError, match=pattern) as info:
+        tst.open(path)
+    assert str(path) in str(info.value)
+    assert info.value.code == "file_malformed" and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("case", sorted(set(MALFORMED) - {"duplicate_keys", "empty_name", "absurd_name_length",
+                                                          "control_characters_in_name", "absurd_entry_count",
+                                                          "unknown_field", "metadata_not_strings"}))
+def test_the_package_also_refuses_what_tgrad_refuses(tmp_path: Path, case: str) -> None:
+    """tgrad's own header check is a superset of the package's: what it refuses, the package
+    refuses too (the cases above the package accepts are tgrad's additions)."""
+    path = tmp_path / f"{case}.safetensors"
+    path.write_bytes(MALFORMED[case][0])
+    with pytest.raises(Exception):
+        with safetensors.safe_open(str(path), framework="numpy") as f:
+            for name in f.keys():
+                f.get_tensor(name)
+
+
+def test_a_well_formed_crafted_file_loads(tmp_path: Path) -> None:
+    bits = np.array([0x3F80, 0xC000], np.uint16)
+    path = tmp_path / "ok.safetensors"
+    path.write_bytes(_file(_one(), bits.tobytes()))
+    assert tst.open(path)["t"].to_bytes() == bits.tobytes()

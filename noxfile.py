@@ -23,7 +23,8 @@ def tests(session: nox.Session) -> None:
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfault_injection=true")
     session.run("meson", "test", "-C", str(build), "--print-errorlogs")
-    session.install(".[test,bench]", "pkgconf")
+    # torch (a CPU wheel of exactly this version) for the DLPack and safetensors interop tests
+    session.install(".[test,bench]", "pkgconf", TORCH)
     # Run from tests/ so that the source tree cannot shadow the installed packages.
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "python", *session.posargs, env={"TGRAD_LIB": ""})

@@ -8,13 +8,7 @@
 
 #include "tgrad.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (cond) passed++;                                                             \
-        else { failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed [%s]\n", __FILE__, __LINE__, #cond, tgrad_last_error()); } \
-    } while (0)
-#define EXPECT(call, status) CHECK((call) == (status))
+#include "check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t next_u32(void) {

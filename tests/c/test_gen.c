@@ -9,13 +9,7 @@
 
 #include "tgrad.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (cond) passed++;                                                             \
-        else { failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed [%s]\n", __FILE__, __LINE__, #cond, tgrad_last_error()); } \
-    } while (0)
-#define EXPECT(call, status) CHECK((call) == (status))
+#include "check.h"
 
 static tgrad_tensor_t zeros(int64_t rows, int64_t cols) {
     tgrad_tensor_t t = 0;

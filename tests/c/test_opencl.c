@@ -18,13 +18,7 @@
 #include "gen/gen.h"
 #include "tgrad.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (cond) passed++;                                                             \
-        else { failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed [%s]\n", __FILE__, __LINE__, #cond, tgrad_last_error()); } \
-    } while (0)
-#define EXPECT(call, status) CHECK((call) == (status))
+#include "check.h"
 
 static const tg_backend *be;
 

@@ -88,6 +88,13 @@ tgrad_status tg_handle_get_tensor(tgrad_tensor_t h, tg_tensor *out) {
     return st;
 }
 
+tgrad_status tg_handle_get_pair(tgrad_tensor_t a, tgrad_tensor_t b, tg_tensor *ta, tg_tensor *tb) {
+    tgrad_status s = tg_handle_get_tensor(a, ta);
+    if (s) return s;
+    if ((s = tg_handle_get_tensor(b, tb))) tg_tensor_unref(ta);
+    return s;
+}
+
 tgrad_status tg_handle_release(tgrad_tensor_t h) {
     if (h == 0) return TGRAD_OK;
     pthread_mutex_lock(&table_lock);

@@ -129,6 +129,8 @@ TG_HIDDEN tgrad_status tg_handle_new_tensor(tg_buffer *buf, const tg_view *view,
 /* Look up a handle: on success *out holds a copy with its own buffer reference (release with
  * tg_tensor_unref). */
 TG_HIDDEN tgrad_status tg_handle_get_tensor(tgrad_tensor_t h, tg_tensor *out);
+/* Both operands of a binary call; on failure neither reference is held. */
+TG_HIDDEN tgrad_status tg_handle_get_pair(tgrad_tensor_t a, tgrad_tensor_t b, tg_tensor *ta, tg_tensor *tb);
 TG_HIDDEN tgrad_status tg_handle_release(tgrad_tensor_t h);
 static inline void tg_tensor_unref(tg_tensor *t) { tg_buffer_release(t->buf); t->buf = NULL; }
 

@@ -132,12 +132,8 @@ PROPERTY(tgrad_tensor_is_realized, int32_t, realized, *realized = atomic_load(&t
 TGRAD_API tgrad_status tgrad_tensor_same_buffer(tgrad_tensor_t a, tgrad_tensor_t b, int32_t *same) {
     CHECK_OUT(same, "tensor_same_buffer");
     tg_tensor ta, tb;
-    tgrad_status s = tg_handle_get_tensor(a, &ta);
+    tgrad_status s = tg_handle_get_pair(a, b, &ta, &tb);
     if (s) return s;
-    if ((s = tg_handle_get_tensor(b, &tb))) {
-        tg_tensor_unref(&ta);
-        return s;
-    }
     *same = ta.buf == tb.buf;
     tg_tensor_unref(&ta);
     tg_tensor_unref(&tb);
@@ -271,12 +267,8 @@ TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tens
 TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out) {
     CHECK_OUT(out, "matmul");
     tg_tensor ta, tb;
-    tgrad_status s = tg_handle_get_tensor(a, &ta);
+    tgrad_status s = tg_handle_get_pair(a, b, &ta, &tb);
     if (s) return s;
-    if ((s = tg_handle_get_tensor(b, &tb))) {
-        tg_tensor_unref(&ta);
-        return s;
-    }
     int64_t numel = 0;
     tg_view ov;
     s = tg_view_matmul(&ta.view, &tb.view, "matmul", &ov);

@@ -29,12 +29,8 @@ static tgrad_status find(int32_t route, int32_t lang, const tg_route **r, const 
 /* The operands' views as a problem, with tgrad_matmul's checks and messages. */
 static tgrad_status matmul_problem(tgrad_tensor_t a, tgrad_tensor_t b, tg_gen_matmul *p, const char *fn) {
     tg_tensor ta, tb;
-    tgrad_status s = tg_handle_get_tensor(a, &ta);
+    tgrad_status s = tg_handle_get_pair(a, b, &ta, &tb);
     if (s) return s;
-    if ((s = tg_handle_get_tensor(b, &tb))) {
-        tg_tensor_unref(&ta);
-        return s;
-    }
     tg_view out;
     s = tg_view_matmul(&ta.view, &tb.view, fn, &out);
     if (!s)

@@ -90,4 +90,6 @@ static double peak(int64_t iters) {
     return (double)iters * 12 * 16;
 }
 
-const tg_ukernel tg_ukernel_avx2 = { "avx2", MR, NR, 8, 256, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };
+const tg_ukernel tg_ukernel_avx2 = {
+    .name = "avx2", .mr = MR, .nr = NR, .entry_bytes = 8, .kc = 256, .pack_a = pack_a, .pack_b = pack_b,
+    .kernel = kernel, .available = available, .peak = peak };

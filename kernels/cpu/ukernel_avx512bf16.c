@@ -25,15 +25,19 @@ static void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
                                             39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     int64_t kp = (kc + 1) / 2;
+    /* rows jump by 2*s0 per pair, which the hardware prefetcher does not follow: fetch ahead by
+     * ~64 panel steps' worth of pairs (a narrow block needs more pairs in flight) */
+    int64_t panels = (nb + NR - 1) / NR, ahead = 64 / panels < 4 ? 4 : 64 / panels > 32 ? 32 : 64 / panels;
     for (int64_t p = 0; p < kp; p++) {
         const uint16_t *even = B->base + (k0 + 2 * p) * B->s0 + n0;
+        const uint16_t *fetch = even + 2 * ahead * B->s0;
         bool has_odd = 2 * p + 1 < kc;
         uint32_t *d = dst + p * NR;
         for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
             int64_t w = nb - j0 < NR ? nb - j0 : NR;
             __mmask32 m = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
-            _mm_prefetch((const char *)(even + 8 * B->s0 + j0), _MM_HINT_T0); /* 4 pairs ahead */
-            _mm_prefetch((const char *)(even + 9 * B->s0 + j0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(fetch + j0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(fetch + B->s0 + j0), _MM_HINT_T0);
             __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
             __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
             _mm512_storeu_si512(d, _mm512_permutex2var_epi16(e, lo_idx, o));
@@ -100,6 +104,60 @@ static void pack_b_cols(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
     }
 }
 
+/* Row-major A (s1 == 1): a panel's pair p is word p of each of its rows, so 16 pairs of up to 16
+ * rows are one 16x16 word transpose; the first mr words of each transposed vector are stored. */
+static void pack_a_rows(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, uint32_t *dst) {
+    int64_t kp = (kc + 1) / 2, full = kc / 2;
+    __mmask16 keep = (__mmask16)((1u << mr) - 1u);
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+            int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;
+            int64_t whole = full - p0 < 16 ? full - p0 : 16;
+            __mmask16 words = (__mmask16)((1u << whole) - 1u);
+            __m512i r[16];
+            for (int64_t c = 0; c < 16; c++) {
+                if (c >= rows) {
+                    r[c] = _mm512_setzero_si512();
+                    continue;
+                }
+                const uint16_t *row = A->base + (m0 + i0 + c) * A->s0 + k0 + 2 * p0;
+                __m512i v = _mm512_maskz_loadu_epi32(words, row);
+                if (whole < pairs) /* odd K: the last pair has only its even element */
+                    v = _mm512_mask_set1_epi32(v, (__mmask16)(1u << whole), (int)row[2 * whole]);
+                r[c] = daz16(v);
+            }
+            transpose16(r);
+            for (int64_t p = 0; p < pairs; p++) _mm512_mask_storeu_epi32(dst + (p0 + p) * mr, keep, r[p]);
+        }
+    }
+}
+
+/* Column-major A (s0 == 1): the rows of a panel are adjacent in each column, so pair p is the
+ * interleave of columns 2p and 2p+1 (one permute). */
+static void pack_a_cols(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, uint32_t *dst) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    int64_t kp = (kc + 1) / 2;
+    __mmask16 keep = (__mmask16)((1u << mr) - 1u);
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        __mmask32 m = (__mmask32)((1u << rows) - 1u);
+        const uint16_t *col = A->base + (m0 + i0) + k0 * A->s1;
+        for (int64_t p = 0; p < kp; p++) {
+            __m512i e = daz16(_mm512_maskz_loadu_epi16(m, col + 2 * p * A->s1));
+            __m512i o = 2 * p + 1 < kc ? daz16(_mm512_maskz_loadu_epi16(m, col + (2 * p + 1) * A->s1)) : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dst + p * mr, keep, _mm512_permutex2var_epi16(e, lo_idx, o));
+        }
+    }
+}
+
+static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst) {
+    if (mr <= 16 && A->s1 == 1) pack_a_rows(A, m0, mb, k0, kc, mr, dst);
+    else if (mr <= 16 && A->s0 == 1) pack_a_cols(A, m0, mb, k0, kc, mr, dst);
+    else pack_a(A, m0, mb, k0, kc, mr, dst);
+}
+
 static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst) {
     if (B->s1 == 1) pack_b_rows(B, k0, kc, n0, nb, dst);
     else if (B->s0 == 1) pack_b_cols(B, k0, kc, n0, nb, dst);
@@ -146,6 +204,45 @@ DEFINE_KERNEL(kernel, MR)
 DEFINE_KERNEL(kernel_8, 8)
 DEFINE_KERNEL(kernel_4, 4)
 DEFINE_KERNEL(kernel_1, 1)
+
+/* The main tile reading A in place (row-major, even K): the same instruction stream with the
+ * broadcasts taken from four row bases (rows 3q, 3q+1, 3q+2 at base, base+lda, base+2*lda).
+ * vdpbf16ps ignores subnormal inputs, which is what packing's DAZ does. */
+static void kernel_direct(int64_t kpairs, const uint16_t *a, int64_t lda, const void *b_, const tg_tile *t) {
+    const uint32_t *b = b_;
+    const char *base[4];
+    int64_t ld = lda * 2; /* bytes */
+    for (int q = 0; q < 4; q++) base[q] = (const char *)a + 3 * q * ld;
+    __m512 acc[MR][2];
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = t->load ? _mm512_loadu_ps(t->acc + r * t->ldacc) : _mm512_setzero_ps();
+        acc[r][1] = t->load ? _mm512_loadu_ps(t->acc + r * t->ldacc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < kpairs; p++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR));
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR + 16));
+        for (int q = 0; q < 4; q++) {
+            for (int s = 0; s < 3; s++) {
+                int r = 3 * q + s;
+                __m512bh av = (__m512bh)_mm512_set1_epi32(*(const int *)(base[q] + s * ld + 4 * p));
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+            }
+        }
+    }
+    if (t->out) {
+        __mmask16 m0 = col_mask(t->cols), m1 = col_mask(t->cols - 16);
+        for (int r = 0; r < MR && r < t->rows; r++) {
+            store_bf16x16(t->out + r * t->ldout, acc[r][0], m0);
+            store_bf16x16(t->out + r * t->ldout + 16, acc[r][1], m1);
+        }
+    } else {
+        for (int r = 0; r < MR; r++) {
+            _mm512_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);
+            _mm512_storeu_ps(t->acc + r * t->ldacc + 16, acc[r][1]);
+        }
+    }
+}
 
 /* ---- one output row, B streamed once (M = 1, and N = 1 after the frame's transpose) ----
  * Memory-bound shapes want each byte of B read once, in long runs. vdpbf16ps treats subnormal
@@ -249,5 +346,6 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_avx512bf16 = {
-    "avx512bf16", MR, NR, 4, 512, pack_a, pack_b, kernel, { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } },
-    rowvec, available, peak };
+    .name = "avx512bf16", .mr = MR, .nr = NR, .entry_bytes = 4, .kc = 512, .pack_a = pack_a_fast, .pack_b = pack_b,
+    .kernel = kernel, .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec,
+    .kernel_direct = kernel_direct, .available = available, .peak = peak };

@@ -67,4 +67,6 @@ static double peak(int64_t iters) {
     return (double)iters * 24 * 32;
 }
 
-const tg_ukernel tg_ukernel_avx512f = { "avx512f", MR, NR, 8, 256, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, available, peak };
+const tg_ukernel tg_ukernel_avx512f = {
+    .name = "avx512f", .mr = MR, .nr = NR, .entry_bytes = 8, .kc = 256, .pack_a = pack_a, .pack_b = pack_b,
+    .kernel = kernel, .available = available, .peak = peak };

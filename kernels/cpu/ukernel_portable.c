@@ -9,7 +9,7 @@
 #define MR 4
 #define NR 16
 #include "pack_bf16_pairs.h"
-#define pack_b pack_b_generic
+
 
 static inline float lo_half(uint32_t w) { union { uint32_t u; float f; } x = { w << 16 }; return x.f; }
 static inline float hi_half(uint32_t w) { union { uint32_t u; float f; } x = { w & 0xffff0000u }; return x.f; }
@@ -63,4 +63,6 @@ static double peak(int64_t iters) {
     return (double)iters * 8 * 2 * MR * NR * 2;
 }
 
-const tg_ukernel tg_ukernel_portable = { "portable", MR, NR, 4, 512, pack_a, pack_b, kernel, { { 0, NULL } }, NULL, always, peak };
+const tg_ukernel tg_ukernel_portable = {
+    .name = "portable", .mr = MR, .nr = NR, .entry_bytes = 4, .kc = 512, .pack_a = pack_a, .pack_b = pack_b_generic,
+    .kernel = kernel, .available = always, .peak = peak };

@@ -270,6 +270,13 @@ TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t *
  * TGRAD_ERR_BACKEND_UNAVAILABLE. */
 TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 
+/* CPU blocking, for tests: send every CPU matmul through the shared-chunk path with packed chunks
+ * capped at chunk_bytes and K panels at most panel_k deep (even), so small shapes cover many
+ * chunks and K panels; flags TGRAD_DEBUG_CPU_NO_DIRECT_A packs A even where the variant could read
+ * it in place. (0, 0, 0) restores the automatic choice. Results never depend on these. */
+#define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
+TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
+
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

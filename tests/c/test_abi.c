@@ -238,6 +238,73 @@ static void test_variants_agree_on_shape_classes(void) {
     EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
 }
 
+/* The shared-chunk path under small caps (many row/column chunks, many K panels, A read in place
+ * or packed), every variant and 1-3 threads, A row-major, column-major and strided: the bytes of
+ * the portable variant on the per-block path (automatic choice at these sizes). */
+static void test_chunked_blocking_agrees(void) {
+    static const int64_t shapes[][3] = { { 200, 1030, 70 }, { 131, 517, 97 }, { 37, 64, 300 }, { 300, 2, 33 }, { 25, 9, 1 } };
+    static const int64_t blockings[][3] = { { 64 << 10, 256, 0 }, { 64 << 10, 256, TGRAD_DEBUG_CPU_NO_DIRECT_A },
+                                            { 16 << 10, 64, 0 }, { 8 << 10, 30, 0 }, { 1 << 20, 0, 0 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+        uint16_t *a = malloc(2 * (size_t)(2 * M * K)), *b = malloc(2 * (size_t)(K * N));
+        uint16_t *ref = malloc(2 * (size_t)(M * N)), *got = malloc(2 * (size_t)(M * N));
+        for (int64_t i = 0; i < 2 * M * K; i++) a[i] = special_bits();
+        for (int64_t i = 0; i < K * N; i++) b[i] = special_bits();
+        tgrad_tensor_t tb = 0, base = 0;
+        EXPECT(tgrad_tensor_from_bf16(b, 2, (int64_t[]){ K, N }, &tb), TGRAD_OK);
+        EXPECT(tgrad_tensor_from_bf16(a, 2, (int64_t[]){ 2 * M, K }, &base), TGRAD_OK);
+        for (int layout = 0; layout < 3; layout++) {
+            tgrad_tensor_t ta = 0, at = 0;
+            if (layout == 0) { /* row-major: the first M rows */
+                EXPECT(tgrad_tensor_slice(base, 0, 0, M, 1, 0, &ta), TGRAD_OK);
+            } else if (layout == 1) { /* column-major: the transpose of a [K, M] tensor */
+                EXPECT(tgrad_tensor_from_bf16(a, 2, (int64_t[]){ K, M }, &at), TGRAD_OK);
+                EXPECT(tgrad_tensor_transpose(at, 0, 1, &ta), TGRAD_OK);
+            } else { /* every other row */
+                EXPECT(tgrad_tensor_slice(base, 0, 0, 0, 2, TGRAD_SLICE_START_NONE | TGRAD_SLICE_STOP_NONE, &ta), TGRAD_OK);
+            }
+            EXPECT(tgrad_debug_cpu_blocking(0, 0, 0), TGRAD_OK);
+            EXPECT(tgrad_set_cpu_isa("portable"), TGRAD_OK);
+            EXPECT(tgrad_set_num_threads(1), TGRAD_OK);
+            tgrad_tensor_t c = 0;
+            EXPECT(tgrad_matmul(ta, tb, &c), TGRAD_OK);
+            EXPECT(tgrad_tensor_read_bf16(c, ref, (size_t)(M * N)), TGRAD_OK);
+            tgrad_tensor_release(c);
+            for (size_t bi = 0; bi < sizeof blockings / sizeof blockings[0]; bi++) {
+                EXPECT(tgrad_debug_cpu_blocking(blockings[bi][0], blockings[bi][1], (int32_t)blockings[bi][2]), TGRAD_OK);
+                for (int32_t vi = 0;; vi++) {
+                    int32_t avail = 0;
+                    const char *name = tgrad_cpu_isa_name(vi, &avail);
+                    if (!name) break;
+                    if (!avail) continue;
+                    EXPECT(tgrad_set_cpu_isa(name), TGRAD_OK);
+                    for (int32_t threads = 1; threads <= 3; threads++) {
+                        EXPECT(tgrad_set_num_threads(threads), TGRAD_OK);
+                        EXPECT(tgrad_matmul(ta, tb, &c), TGRAD_OK);
+                        EXPECT(tgrad_tensor_read_bf16(c, got, (size_t)(M * N)), TGRAD_OK);
+                        tgrad_tensor_release(c);
+                        bool same = memcmp(ref, got, 2 * (size_t)(M * N)) == 0;
+                        CHECK(same);
+                        if (!same)
+                            fprintf(stderr, "  %s, %d threads, blocking %zu, A layout %d differs at %lldx%lldx%lld\n", name,
+                                    threads, bi, layout, (long long)M, (long long)K, (long long)N);
+                    }
+                }
+            }
+            tgrad_tensor_release(ta), tgrad_tensor_release(at);
+        }
+        tgrad_tensor_release(tb), tgrad_tensor_release(base);
+        free(a), free(b), free(ref), free(got);
+    }
+    EXPECT(tgrad_debug_cpu_blocking(-1, 0, 0), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_cpu_blocking(0, 3, 0), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_cpu_blocking(0, 0, 2), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_cpu_blocking(0, 0, 0), TGRAD_OK);
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+    EXPECT(tgrad_set_num_threads(2), TGRAD_OK);
+}
+
 static void test_matmul_refusals(void) {
     static float z[32 * 768], big[512 * 768];
     tgrad_tensor_t a = make_f32(32, 768, z), b = make_f32(512, 768, big), c = 123;
@@ -427,6 +494,7 @@ int main(void) {
     test_variants_agree();
     tgrad_set_num_threads(2);
     test_variants_agree_on_shape_classes();
+    test_chunked_blocking_agrees();
     test_matmul_refusals();
     test_chain_frees_intermediates();
     test_explain_and_routes();

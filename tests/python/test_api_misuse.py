@@ -109,6 +109,8 @@ def _call(name: str, args: list[Any]) -> Any:
     result = getattr(lib, name)(*args[:-1])
     if name == "tgrad_debug_fail_allocation":  # a fault-injection build was armed: disarm it
         lib.tgrad_debug_fail_allocation(0, ffi.NULL)
+    if name == "tgrad_debug_cpu_blocking":  # back to the automatic CPU blocking
+        lib.tgrad_debug_cpu_blocking(0, 0, 0)
     if result == 0:  # a call that succeeded may have made tensors: release them
         for i, t in enumerate(_signature(name).args):
             if t.kind == "pointer" and t.item.cname == "uint64_t" and (name, i) not in CONST_POINTERS:

@@ -87,6 +87,37 @@ def test_case_matches_oracle_bit_for_bit(case):
                         + _describe(got, want, np.asarray(a_bits), np.asarray(b_bits)))
 
 
+# Small caps send every case through the shared-chunk path with many row/column chunks and K
+# panels; the second packs A where the variant would read it in place.
+BLOCKINGS = [(16 << 10, 64, 0), (4 << 10, 8, 0), (16 << 10, 64, 1)]
+LARGE_CASES = [c for c in CASES if c.m * c.k * c.n >= 4096]
+
+
+@pytest.mark.parametrize("blocking", BLOCKINGS, ids=[f"chunk{b[0]}-panel{b[1]}-flags{b[2]}" for b in BLOCKINGS])
+def test_shared_chunk_path_matches_oracle(blocking):
+    from tgrad._ffi import lib
+
+    assert lib.tgrad_debug_cpu_blocking(*blocking) == 0
+    try:
+        for case in LARGE_CASES:
+            a_base, b_base, view = build_operands(case)
+            a_bits = view(a_base, "a").view(np.uint16)
+            b_bits = view(b_base, "b").view(np.uint16)
+            want = matmul_bits(a_bits, b_bits)
+            a_t = view(tgrad.Tensor.from_numpy(a_base), "a")
+            b_t = view(tgrad.Tensor.from_numpy(b_base), "b")
+            for isa, threads in _configurations():
+                if isa is not None:
+                    tgrad.set_cpu_isa(isa)
+                tgrad.set_num_threads(threads)
+                got = _run(a_t, b_t)
+                if not np.array_equal(got, want):
+                    pytest.fail(f"{case.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}, blocking={blocking}]: "
+                                + _describe(got, want, np.asarray(a_bits), np.asarray(b_bits)))
+    finally:
+        lib.tgrad_debug_cpu_blocking(0, 0, 0)
+
+
 @pytest.mark.parametrize("example", CONTRACT_EXAMPLES, ids=[e.id for e in CONTRACT_EXAMPLES])
 def test_contract_example(example):
     a_bits, b_bits = example.bits()

@@ -131,6 +131,8 @@ tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, in
                                         tgrad_deleter deleter, void *context, tgrad_tensor_t *out);
 tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
+#define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
+tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

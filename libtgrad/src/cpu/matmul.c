@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 
 #include "../internal.h"
 #include "ukernel.h"
@@ -96,8 +97,13 @@ static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
 
 static bool ensure(void **buf, size_t *cap, size_t want) {
     if (*cap >= want) return true;
-    void *p = tg_aligned_alloc(64, (want + 63) / 64 * 64);
+    /* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
+    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64;
+    void *p = tg_aligned_alloc(align, (want + align - 1) / align * align);
     if (!p) return false;
+#ifdef MADV_HUGEPAGE
+    if (align > 64) madvise(p, (want + align - 1) / align * align, MADV_HUGEPAGE);
+#endif
     free(*buf);
     *buf = p, *cap = want;
     return true;
@@ -134,12 +140,12 @@ typedef struct {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Block sizes (at most MC_MAX x NC_MAX): each block is a task that packs its own A and B panels,
- * so the choice trades parallel balance against packing the same data again. A small model picks
- * it: the slowest thread's share of multiply-adds plus ~8 multiply-adds' worth per packed element
- * (measured on the AVX512-BF16 variant). Results do not depend on the choice. */
+/* Block sizes (at most MC_MAX x NC_MAX) for the tasks of one parallel loop: the slowest thread's
+ * share of multiply-adds plus `pack_weight` multiply-adds' worth per element a task packs itself
+ * (~8 measured on the AVX512-BF16 variant for the per-block path; the shared-chunk path packs
+ * outside its tasks and only breaks ties toward bigger blocks). Results do not depend on it. */
 static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t nr, int32_t threads,
-                          int64_t *mc_out, int64_t *nc_out) {
+                          double pack_weight, int64_t *mc_out, int64_t *nc_out) {
     int64_t tm0 = (M + MC_MAX - 1) / MC_MAX, tn0 = (N + NC_MAX - 1) / NC_MAX;
     int64_t tm_max = (M + mr - 1) / mr, tn_max = (N + nr - 1) / nr;
     double best = -1;
@@ -150,7 +156,7 @@ static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t n
             int64_t mb = round_up((M + tm - 1) / tm, mr), nb = round_up((N + tn - 1) / tn, nr);
             int64_t tasks = ((M + mb - 1) / mb) * ((N + nb - 1) / nb);
             int64_t waves = (tasks + threads - 1) / threads;
-            double cost = (double)waves * ((double)mb * (double)nb * (double)K + 8.0 * (double)K * (double)(mb + nb));
+            double cost = (double)waves * ((double)mb * (double)nb * (double)K + pack_weight * (double)K * (double)(mb + nb));
             if (best < 0 || cost < best) best = cost, *mc_out = mb, *nc_out = nb;
         }
     }
@@ -227,6 +233,150 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     }
 }
 
+/* ---- big problems: packed chunks shared by all threads ----
+ * When many row blocks would each pack the same B panels again, the frame packs a chunk of B
+ * (K panel x columns) and of A (rows x K panel) once, all threads together, then all threads
+ * compute the chunk's tiles from the shared panels (two pool jobs per chunk and panel). A K panel
+ * is up to KCB_MAX deep (a B micro-panel streams from L2 well on the machines measured), so
+ * K <= KCB_MAX carries no fp32 accumulators through memory; deeper K keeps the chunk's
+ * accumulators between panels, in order, as the per-block path does. Where the variant reads
+ * row-major A in place (kernel_direct, even K), only a short last row panel is packed and the
+ * row chunk is all of M, so B is packed exactly once. Chunks are capped at CHUNK_BYTES each. */
+enum { KCB_MAX = 4096 };
+#define CHUNK_BYTES ((int64_t)8 << 20)
+
+/* testing aid (tgrad_debug_cpu_blocking): force this path with smaller caps */
+static _Atomic int64_t dbg_chunk_bytes, dbg_panel_k;
+static atomic_int dbg_flags;
+
+TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags) {
+    if (chunk_bytes < 0 || panel_k < 0 || panel_k % 2 || (flags & ~TGRAD_DEBUG_CPU_NO_DIRECT_A))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT,
+                       "debug_cpu_blocking: chunk_bytes and panel_k must be >= 0, panel_k even, flags known");
+    atomic_store(&dbg_chunk_bytes, chunk_bytes);
+    atomic_store(&dbg_panel_k, panel_k);
+    atomic_store(&dbg_flags, flags);
+    return TGRAD_OK;
+}
+
+typedef struct {
+    const tg_ukernel *uk;
+    tg_ukernel_fn kernel;
+    int32_t mr;
+    bool direct;         /* full row panels read A in place (kernel_direct) */
+    tg_operand A, B;
+    int64_t N;           /* output row stride */
+    int64_t m0, mb, n0, nb, k0, kc; /* this chunk pair and K panel */
+    bool load, last;
+    char *apack, *bpack; /* direct: apack holds only the short last row panel */
+    float *acc;          /* chunk accumulators (multi-panel K only), row stride ldacc */
+    int64_t ldacc;
+    int64_t a_lo;        /* first chunk row that is packed (0, or the short panel's; mb: none) */
+    int64_t a_tasks, a_group, b_group; /* packing split, in micro-panels per task */
+    int64_t mc, nc, tiles_n;           /* compute split */
+    uint16_t *out;
+} chunk_job;
+
+static void chunk_pack(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    chunk_job *J = arg;
+    const tg_ukernel *uk = J->uk;
+    int64_t kp = (J->kc + 1) / 2;
+    if (task < J->a_tasks) {
+        int64_t r0 = J->a_lo + task * J->a_group * J->mr, rows = J->a_group * J->mr;
+        if (rows > J->mb - r0) rows = J->mb - r0;
+        uk->pack_a(&J->A, J->m0 + r0, rows, J->k0, J->kc, J->mr,
+                   J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->entry_bytes);
+    } else {
+        int64_t c0 = (task - J->a_tasks) * J->b_group * uk->nr, cols = J->b_group * uk->nr;
+        if (cols > J->nb - c0) cols = J->nb - c0;
+        uk->pack_b(&J->B, J->k0, J->kc, J->n0 + c0, cols, J->bpack + (size_t)(c0 * kp) * (size_t)uk->entry_bytes);
+    }
+}
+
+static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    chunk_job *J = arg;
+    const tg_ukernel *uk = J->uk;
+    int64_t kp = (J->kc + 1) / 2, mr = J->mr, nr = uk->nr, eb = uk->entry_bytes;
+    int64_t i_lo = (task / J->tiles_n) * J->mc, j_lo = (task % J->tiles_n) * J->nc;
+    int64_t i_hi = i_lo + J->mc < J->mb ? i_lo + J->mc : J->mb, j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
+    for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
+        const char *bp = J->bpack + (size_t)(j0 * kp * eb);
+        for (int64_t i0 = i_lo; i0 < i_hi; i0 += mr) {
+            tg_tile t = { .acc = J->acc ? J->acc + i0 * J->ldacc + j0 : NULL, .ldacc = J->ldacc, .load = J->load,
+                          .out = J->last ? J->out + (J->m0 + i0) * J->N + J->n0 + j0 : NULL, .ldout = J->N,
+                          .rows = (int32_t)(J->mb - i0 < mr ? J->mb - i0 : mr),
+                          .cols = (int32_t)(J->nb - j0 < nr ? J->nb - j0 : nr) };
+            if (i0 < J->a_lo)
+                uk->kernel_direct(kp, J->A.base + (J->m0 + i0) * J->A.s0 + J->k0, J->A.s0, bp, &t);
+            else
+                J->kernel(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * eb), bp, &t);
+        }
+    }
+}
+
+static void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {
+    if (threads == 1 || ntasks == 1) {
+        for (int64_t t = 0; t < ntasks; t++) fn(t, 0, arg);
+    } else {
+        tg_pool_run(ntasks, fn, arg);
+    }
+}
+
+static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, int32_t mr, const tg_operand *A,
+                                   const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
+                                   uint16_t *out) {
+    int64_t cap = atomic_load(&dbg_chunk_bytes), kcb_max = atomic_load(&dbg_panel_k);
+    if (!cap) cap = CHUNK_BYTES;
+    if (!kcb_max) kcb_max = KCB_MAX;
+    int64_t nr = uk->nr, kcb = K <= kcb_max ? round_up(K, 2) : kcb_max;
+    bool multi = K > kcb;
+    bool direct = uk->kernel_direct && mr == uk->mr && A->s1 == 1 && K % 2 == 0 &&
+                  !(atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A);
+    int64_t row_bytes = (kcb / 2) * uk->entry_bytes; /* one packed row (or column) of a K panel */
+    int64_t mch = cap / row_bytes / mr * mr, nch = cap / row_bytes / nr * nr;
+    if (mch < mr) mch = mr;
+    if (nch < nr) nch = nr;
+    if (direct && !multi) mch = M; /* nothing to hold: one row chunk, B packed once */
+    if (mch > round_up(M, mr)) mch = round_up(M, mr);
+    if (nch > round_up(N, nr)) nch = round_up(N, nr);
+    if (multi) { /* the fp32 accumulators of a chunk pair stay within 2 * cap too */
+        int64_t lim = 2 * cap / (4 * round_up(nch, nr)) / mr * mr;
+        if (mch > lim) mch = lim < mr ? mr : lim;
+    }
+    int64_t apanel_rows = direct ? mr : mch;
+    workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * round_up(nch, nr)) : 64,
+                          (size_t)(apanel_rows * row_bytes), (size_t)(nch * row_bytes));
+    if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
+    chunk_job J = { .uk = uk, .kernel = kernel, .mr = mr, .direct = direct, .A = *A, .B = *B, .N = N,
+                    .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out };
+    for (J.m0 = 0; J.m0 < M; J.m0 += mch) {
+        J.mb = M - J.m0 < mch ? M - J.m0 : mch;
+        J.a_lo = direct ? J.mb / mr * mr : 0;
+        for (J.n0 = 0; J.n0 < N; J.n0 += nch) {
+            J.nb = N - J.n0 < nch ? N - J.n0 : nch;
+            J.ldacc = round_up(J.nb, nr);
+            choose_blocks(J.mb, J.nb, kcb, mr, nr, threads, 0.5, &J.mc, &J.nc);
+            J.tiles_n = (J.nb + J.nc - 1) / J.nc;
+            int64_t tiles = ((J.mb + J.mc - 1) / J.mc) * J.tiles_n;
+            for (J.k0 = 0; J.k0 < K; J.k0 += kcb) {
+                J.kc = K - J.k0 < kcb ? K - J.k0 : kcb;
+                J.load = J.k0 > 0, J.last = J.k0 + kcb >= K;
+                /* with one K panel, the A chunk packed for the first B chunk serves them all */
+                bool pack_a = multi || J.n0 == 0;
+                int64_t a_panels = (J.mb - J.a_lo + mr - 1) / mr, b_panels = (J.nb + nr - 1) / nr;
+                int64_t want = 2 * (int64_t)threads;
+                J.a_group = a_panels ? (a_panels + want - 1) / want : 1, J.b_group = (b_panels + want - 1) / want;
+                J.a_tasks = pack_a ? (a_panels + J.a_group - 1) / J.a_group : 0;
+                run_tasks(J.a_tasks + (b_panels + J.b_group - 1) / J.b_group, threads, chunk_pack, &J);
+                run_tasks(tiles, threads, chunk_tiles, &J);
+            }
+        }
+    }
+    return TGRAD_OK;
+}
+
 /* The dispatch decision, shared by execution and by explain's route names. */
 typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_GEMM } cpu_path;
 typedef struct {
@@ -291,7 +441,10 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         if (round_up(M, h) - M < round_up(M, mr) - M && M < 4 * uk->mr) mr = h, kernel = uk->short_kernels[i].fn;
     }
     int64_t mc, nc;
-    choose_blocks(M, N, K, mr, uk->nr, P.threads, &mc, &nc);
+    choose_blocks(M, N, K, mr, uk->nr, P.threads, 8.0, &mc, &nc);
+    /* shared chunks once B would be packed again for more than two row blocks */
+    if ((M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes))
+        return matmul_chunked(uk, kernel, mr, &P.A, &P.B, M, N, K, P.threads, out);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .kernel = kernel, .mr = mr, .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };

@@ -31,6 +31,8 @@ typedef struct tg_tile {
     uint16_t *out;    /* last K panel: bf16 results here, row stride ldout */
     int64_t ldout;
     int32_t rows, cols; /* valid part of the tile (for out) */
+    int stream;       /* a hint: out is big and not read soon, so whole lines may bypass the caches
+                       * (non-temporal stores; the frame fences them before the job ends) */
 } tg_tile;
 
 /* Pack A rows [m0, m0+mb) x k [k0, k0+kc) into ceil(mb/mr) panels of kpairs x mr entries. */

@@ -11,12 +11,9 @@
 #define NR 32
 #include "pack_bf16_pairs.h"
 #include "store_bf16_avx512.h"
+#include "pack_avx512.h"
 
 /* ---- packing ---- */
-static inline __m512i daz16(__m512i v) { /* bf16 with a zero exponent -> signed zero */
-    __mmask32 sub = _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x7f80));
-    return _mm512_mask_mov_epi16(v, sub, _mm512_and_si512(v, _mm512_set1_epi16((short)0x8000)));
-}
 
 /* Row-major B: pair words for 32 columns from rows 2p and 2p+1, one permute per 16 columns.
  * Rows are walked whole (pair outer, panels inner) so memory is read in long runs. */
@@ -46,29 +43,6 @@ static void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
     }
 }
 
-/* 16x16 transpose of 32-bit words held in r[0..15]. */
-static inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 8; i++) { /* 128-bit blocks: (0,4), (1,5), ... then (0,8), ... */
-        int a = (i & 3) + (i & 4) * 2, b = a + 4;
-        t[a] = _mm512_shuffle_i32x4(r[a], r[b], 0x88);
-        t[b] = _mm512_shuffle_i32x4(r[a], r[b], 0xdd);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-    }
-}
 
 /* Column-major B (s0 == 1, even k0): column j's pair p is the word at column j + 2p, so a panel
  * is a transpose of 16-word runs from 16 columns at a time. */
@@ -112,22 +86,8 @@ static void pack_a_rows(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
     for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
         int64_t rows = mb - i0 < mr ? mb - i0 : mr;
         for (int64_t p0 = 0; p0 < kp; p0 += 16) {
-            int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;
-            int64_t whole = full - p0 < 16 ? full - p0 : 16;
-            __mmask16 words = (__mmask16)((1u << whole) - 1u);
             __m512i r[16];
-            for (int64_t c = 0; c < 16; c++) {
-                if (c >= rows) {
-                    r[c] = _mm512_setzero_si512();
-                    continue;
-                }
-                const uint16_t *row = A->base + (m0 + i0 + c) * A->s0 + k0 + 2 * p0;
-                __m512i v = _mm512_maskz_loadu_epi32(words, row);
-                if (whole < pairs) /* odd K: the last pair has only its even element */
-                    v = _mm512_mask_set1_epi32(v, (__mmask16)(1u << whole), (int)row[2 * whole]);
-                r[c] = daz16(v);
-            }
-            transpose16(r);
+            int64_t pairs = load_pairs_transposed(A->base + (m0 + i0) * A->s0 + k0, A->s0, rows, p0, kp, full, r);
             for (int64_t p = 0; p < pairs; p++) _mm512_mask_storeu_epi32(dst + (p0 + p) * mr, keep, r[p]);
         }
     }
@@ -187,11 +147,9 @@ static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int6
             }                                                                                       \
         }                                                                                           \
         if (t->out) {                                                                               \
-            __mmask16 m0 = col_mask(t->cols), m1 = col_mask(t->cols - 16);                          \
-            for (int r = 0; r < ROWS && r < t->rows; r++) {                                         \
-                store_bf16x16(t->out + r * t->ldout, acc[r][0], m0);                                \
-                store_bf16x16(t->out + r * t->ldout + 16, acc[r][1], m1);                           \
-            }                                                                                       \
+            __mmask32 m = col_mask32(t->cols);                                                      \
+            for (int r = 0; r < ROWS && r < t->rows; r++)                                           \
+                store_bf16x32(t->out + r * t->ldout, acc[r][0], acc[r][1], m, t->stream);                      \
         } else {                                                                                    \
             for (int r = 0; r < ROWS; r++) {                                                        \
                 _mm512_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);                                 \
@@ -231,11 +189,8 @@ static void kernel_direct(int64_t kpairs, const uint16_t *a, int64_t lda, const 
         }
     }
     if (t->out) {
-        __mmask16 m0 = col_mask(t->cols), m1 = col_mask(t->cols - 16);
-        for (int r = 0; r < MR && r < t->rows; r++) {
-            store_bf16x16(t->out + r * t->ldout, acc[r][0], m0);
-            store_bf16x16(t->out + r * t->ldout + 16, acc[r][1], m1);
-        }
+        __mmask32 m = col_mask32(t->cols);
+        for (int r = 0; r < MR && r < t->rows; r++) store_bf16x32(t->out + r * t->ldout, acc[r][0], acc[r][1], m, t->stream);
     } else {
         for (int r = 0; r < MR; r++) {
             _mm512_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);

@@ -24,6 +24,13 @@ static inline void *tg_malloc(size_t n) { return tg_fault() ? NULL : malloc(n); 
 static inline void *tg_calloc(size_t count, size_t n) { return tg_fault() ? NULL : calloc(count, n); }
 static inline void *tg_realloc(void *p, size_t n) { return tg_fault() ? NULL : realloc(p, n); }
 static inline void *tg_aligned_alloc(size_t align, size_t n) { return tg_fault() ? NULL : aligned_alloc(align, n); }
+/* Orders this thread's non-temporal stores before what follows (a kernel's streamed output before
+ * the task reports done). */
+static inline void tg_store_fence(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_sfence();
+#endif
+}
 
 /* ---- errors (status.c) ---- */
 /* Record a failure for tgrad_last_error() and return it, so callers write `return tg_fail(...)`. */

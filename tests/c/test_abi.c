@@ -305,6 +305,43 @@ static void test_chunked_blocking_agrees(void) {
     EXPECT(tgrad_set_num_threads(2), TGRAD_OK);
 }
 
+/* Outputs over 16 MiB are written with non-temporal stores where a line is whole and aligned:
+ * every variant still gives the portable variant's bytes (N = 2080: rows 64-byte aligned;
+ * N = 2050: mostly not). */
+static void test_streamed_output_agrees(void) {
+    static const int64_t shapes[][3] = { { 4100, 6, 2080 }, { 4100, 3, 2050 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+        uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));
+        uint16_t *ref = malloc(2 * (size_t)(M * N)), *got = malloc(2 * (size_t)(M * N));
+        for (int64_t i = 0; i < M * K; i++) a[i] = special_bits();
+        for (int64_t i = 0; i < K * N; i++) b[i] = special_bits();
+        tgrad_tensor_t ta = 0, tb = 0, c = 0;
+        EXPECT(tgrad_tensor_from_bf16(a, 2, (int64_t[]){ M, K }, &ta), TGRAD_OK);
+        EXPECT(tgrad_tensor_from_bf16(b, 2, (int64_t[]){ K, N }, &tb), TGRAD_OK);
+        EXPECT(tgrad_set_cpu_isa("portable"), TGRAD_OK);
+        EXPECT(tgrad_matmul(ta, tb, &c), TGRAD_OK);
+        EXPECT(tgrad_tensor_read_bf16(c, ref, (size_t)(M * N)), TGRAD_OK);
+        tgrad_tensor_release(c);
+        for (int32_t vi = 0;; vi++) {
+            int32_t avail = 0;
+            const char *name = tgrad_cpu_isa_name(vi, &avail);
+            if (!name) break;
+            if (!avail) continue;
+            EXPECT(tgrad_set_cpu_isa(name), TGRAD_OK);
+            EXPECT(tgrad_matmul(ta, tb, &c), TGRAD_OK);
+            EXPECT(tgrad_tensor_read_bf16(c, got, (size_t)(M * N)), TGRAD_OK);
+            tgrad_tensor_release(c);
+            bool same = memcmp(ref, got, 2 * (size_t)(M * N)) == 0;
+            CHECK(same);
+            if (!same) fprintf(stderr, "  %s differs at %lldx%lldx%lld\n", name, (long long)M, (long long)K, (long long)N);
+        }
+        tgrad_tensor_release(ta), tgrad_tensor_release(tb);
+        free(a), free(b), free(ref), free(got);
+    }
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+}
+
 static void test_matmul_refusals(void) {
     static float z[32 * 768], big[512 * 768];
     tgrad_tensor_t a = make_f32(32, 768, z), b = make_f32(512, 768, big), c = 123;
@@ -495,6 +532,7 @@ int main(void) {
     tgrad_set_num_threads(2);
     test_variants_agree_on_shape_classes();
     test_chunked_blocking_agrees();
+    test_streamed_output_agrees();
     test_matmul_refusals();
     test_chain_frees_intermediates();
     test_explain_and_routes();

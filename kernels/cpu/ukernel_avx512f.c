@@ -87,7 +87,9 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     }
     if (t->out) {
         __mmask32 m = col_mask32(t->cols);
-        for (int r = 0; r < MR && r < t->rows; r++) store_bf16x32(t->out + r * t->ldout, acc[r][0], acc[r][1], m, t->stream);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; r++)
+            if (r < t->rows) store_bf16x32(t->out + r * t->ldout, acc[r][0], acc[r][1], m, t->stream);
     } else {
         for (int r = 0; r < MR; r++) {
             _mm512_storeu_ps(t->acc + r * t->ldacc, acc[r][0]);

@@ -1,6 +1,6 @@
 """Sessions: `nox -s tests` (C ABI tests + the Python suite against the pip-installed package),
 `nox -s bench` (the benchmark suite with live peers), `nox -s typecheck` (mypy --strict on the
-installed package)."""
+installed package), `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,40 @@ def sanitize(session: nox.Session) -> None:
     session.run("meson", "setup", str(tsan), "--buildtype=debugoptimized", "-Db_sanitize=thread")
     session.run("meson", "test", "-C", str(tsan), "--print-errorlogs", "threads",
                 env={"TSAN_OPTIONS": "halt_on_error=1"})
+
+
+CROSS_FILE = """[binaries]
+c = 'aarch64-linux-gnu-gcc'
+ar = 'aarch64-linux-gnu-ar'
+strip = 'aarch64-linux-gnu-strip'
+exe_wrapper = ['qemu-aarch64', '-L', '/usr/aarch64-linux-gnu']
+
+[host_machine]
+system = 'linux'
+cpu_family = 'aarch64'
+cpu = 'aarch64'
+endian = 'little'
+"""
+
+
+@nox.session
+def cross(session: nox.Session) -> None:
+    """libtgrad for aarch64 (the NEON variant) cross-compiled, and its C tests run under qemu-user:
+    every variant against the portable one on special values, shape classes and forced blockings,
+    plus the thread and kernel-generation tests. Needs gcc-aarch64-linux-gnu and qemu-user (the
+    Debian packages .ci/run installs). The all-float32 conversion test is left to native runs (it
+    takes minutes under emulation)."""
+    for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
+        if not shutil.which(tool):
+            session.error(f"{tool} not found: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user")
+    session.install("meson>=1.1", "ninja")
+    tmp = pathlib.Path(session.create_tmp()).resolve()
+    cross_file, build = tmp / "aarch64.ini", tmp / "build-aarch64"
+    cross_file.write_text(CROSS_FILE)
+    shutil.rmtree(build, ignore_errors=True)
+    session.run("meson", "setup", str(build), "--cross-file", str(cross_file), "--buildtype=release")
+    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--timeout-multiplier", "5",
+                "abi", "threads", "gen")
 
 
 @nox.session

@@ -71,5 +71,8 @@ extern const tg_ukernel tg_ukernel_portable;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_avx2;
 #endif
+#if defined(TGRAD_HAVE_NEON_VARIANT)
+extern const tg_ukernel tg_ukernel_neon;
+#endif
 
 #endif

@@ -21,6 +21,9 @@ static const tg_ukernel *const variants[] = {
     &tg_ukernel_avx512f,
     &tg_ukernel_avx2,
 #endif
+#if defined(TGRAD_HAVE_NEON_VARIANT)
+    &tg_ukernel_neon,
+#endif
     &tg_ukernel_portable,
 };
 enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };

@@ -65,41 +65,6 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     }
 }
 
-/* The same tile reading row-major bf16 A in place (even K): each broadcast 32-bit word holds a
- * pair, widened in registers (odd: the high half, even: the low half shifted up). MXCSR DAZ makes
- * a subnormal element zero, as packing would. Rows 3q..3q+2 at base[q] + {0, 1, 2} * lda. */
-static void kernel_direct(int64_t kpairs, const uint16_t *a, int64_t lda, const void *b_, const tg_tile *t) {
-    const float *b = b_;
-    const char *a0 = (const char *)a, *a3 = a0 + 3 * 2 * lda;
-    int64_t ld = 2 * lda;
-    const __m256i hi_mask = _mm256_set1_epi32((int)0xffff0000u);
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
-    ROWS(DECL)
-    for (int64_t p = 0; p < kpairs; p++) {
-        const float *bp = b + p * 2 * NR;
-        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8); /* odd elements */
-#define WORD(r) _mm256_set1_epi32(*(const int *)((r < 3 ? a0 : a3) + (r % 3) * ld + 4 * p))
-#define DODD(r) { __m256 x = _mm256_castsi256_ps(_mm256_and_si256(WORD(r), hi_mask));                      \
-                  c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
-        ROWS(DODD)
-        b0 = _mm256_loadu_ps(bp + NR), b1 = _mm256_loadu_ps(bp + NR + 8); /* then the even ones */
-/* the even pass loads the word again (keeping six widened words would spill accumulators):
- * an asm load, which the compiler cannot merge with the first one */
-#define WORD_AGAIN(r) ({ __m256i w_; __asm__ volatile("vpbroadcastd %1, %0" : "=x"(w_)                          \
-                         : "m"(*(const int *)((r < 3 ? a0 : a3) + (r % 3) * ld + 4 * p))); w_; })
-#define DEVEN(r) { __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(WORD_AGAIN(r), 16));                    \
-                   c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
-        ROWS(DEVEN)
-    }
-    _mm_setcsr(csr);
-    if (t->out) {
-        ROWS(OUT)
-    } else {
-        ROWS(ACC)
-    }
-}
-
 static int available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -127,4 +92,4 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_avx2 = {
     .name = "avx2", .mr = MR, .nr = NR, .entry_bytes = 8, .kc = 256, .pack_a = pack_a, .pack_b = pack_b,
-    .kernel = kernel, .kernel_direct = kernel_direct, .available = available, .peak = peak };
+    .kernel = kernel, .available = available, .peak = peak };

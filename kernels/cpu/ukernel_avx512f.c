@@ -105,25 +105,6 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
 #undef ODD
 #undef EVEN
 
-/* Row-major bf16 A read in place (even K): the broadcast word holds the pair, widened in
- * registers; MXCSR DAZ makes a subnormal element zero, as packing would. The even pass loads the
- * word again through an asm the compiler cannot merge with the first load (keeping twelve
- * widened words would spill accumulators). */
-#define WORD(r) (base[(r) / 3] + ((r) % 3) * ld + 4 * p)
-#define ODD(r) _mm512_castsi512_ps(_mm512_and_si512(_mm512_set1_epi32(*(const int *)WORD(r)), hi_mask))
-#define EVEN(r) ({ __m512i w_; __asm__ volatile("vpbroadcastd %1, %0" : "=v"(w_) : "m"(*(const int *)WORD(r)));    \
-                   _mm512_castsi512_ps(_mm512_slli_epi32(w_, 16)); })
-static void kernel_direct(int64_t kpairs, const uint16_t *a, int64_t lda, const void *b_, const tg_tile *t) {
-    const float *b = b_;
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
-    const char *base[4];
-    int64_t ld = lda * 2; /* bytes */
-    for (int q = 0; q < 4; q++) base[q] = (const char *)a + 3 * q * ld;
-    TILE_BODY
-}
-#undef ODD
-#undef EVEN
-
 static int available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -150,4 +131,4 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_avx512f = {
     .name = "avx512f", .mr = MR, .nr = NR, .entry_bytes = 8, .kc = 256, .pack_a = pack_a_fast, .pack_b = pack_b_fast,
-    .kernel = kernel, .kernel_direct = kernel_direct, .available = available, .peak = peak };
+    .kernel = kernel, .available = available, .peak = peak };

@@ -48,7 +48,7 @@ def sanitize(session: nox.Session) -> None:
     # preloaded into the interpreter). CPython's own allocations are not ours: leaks are checked
     # by the C tests above and the live-object counters here.
     session.install(".[test]")
-    libasan = session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True).strip()
+    libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-x", "python", "-k", "not msl_emu and not bench and not render",
                 *session.posargs,

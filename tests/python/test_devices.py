@@ -51,3 +51,12 @@ def test_the_device_route_can_be_forced_and_reset() -> None:
     assert lib.tgrad_set_device_route(lib.TGRAD_ROUTE_COPY) == lib.TGRAD_ERR_INVALID_ARGUMENT
     assert lib.tgrad_set_device_route(99) == lib.TGRAD_ERR_INVALID_ARGUMENT
     assert lib.tgrad_set_device_route(0) == 0
+
+
+def test_set_device_route_from_python() -> None:
+    for name in ("naive", "tiled", "tc", "auto"):
+        tgrad.set_device_route(name)
+    with pytest.raises(errors.InvalidArgumentError, match="expected one of 'auto', 'naive', 'tiled', 'tc', got 'copy'"):
+        tgrad.set_device_route("copy")
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.set_device_route(1)  # type: ignore[arg-type]

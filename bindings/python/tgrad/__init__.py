@@ -45,6 +45,7 @@ __all__ = [
     "num_threads",
     "pkgconfig_dir",
     "set_cpu_isa",
+    "set_device_route",
     "set_num_threads",
     "trace",
     "version",
@@ -102,6 +103,19 @@ def set_cpu_isa(name: str) -> None:
     if not isinstance(name, str):
         raise errors.InvalidArgumentError(f"set_cpu_isa: expected a str, got {type(name).__name__}")
     _check(lib.tgrad_set_cpu_isa(name.encode()))
+
+
+_DEVICE_ROUTES = {"auto": 0, "naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_ROUTE_TILED, "tc": lib.TGRAD_ROUTE_TC}
+
+
+def set_device_route(route: str) -> None:
+    """The kernel route GPU matmuls take, process-wide: "auto" (tc where the device and shape
+    allow, else tiled), or force "naive", "tiled" or "tc". A forced route a problem cannot take
+    raises RouteNotEligibleError when the result is read. Every route gives the same bytes."""
+    if not isinstance(route, str) or route not in _DEVICE_ROUTES:
+        raise errors.InvalidArgumentError(
+            f"set_device_route: expected one of {', '.join(map(repr, _DEVICE_ROUTES))}, got {route!r}")
+    _check(lib.tgrad_set_device_route(_DEVICE_ROUTES[route]))
 
 
 def cpu_isas() -> dict[str, bool]:

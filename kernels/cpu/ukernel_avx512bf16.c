@@ -173,7 +173,7 @@ DEFINE_KERNEL(kernel_4, 4, R4)
 DEFINE_KERNEL(kernel_1, 1, R1)
 #undef BCAST
 
-/* The main tile reading A in place (row-major, even K): the broadcasts come from four row bases
+/* The main tile reading A in place (row-major, whole pairs): the broadcasts come from four row bases
  * (rows 3q, 3q+1, 3q+2 at base[q], base[q] + lda, base[q] + 2*lda: one address register each).
  * vdpbf16ps ignores subnormal inputs, which is what packing's DAZ does. */
 #define BCAST(r) *(const int *)(base[(r) / 3] + ((r) % 3) * ld + 4 * p)

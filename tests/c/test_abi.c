@@ -206,14 +206,14 @@ static uint16_t special_bits(void) {
 }
 
 /* Every shape class the frame treats specially (one row, one column, short M, odd K, block
- * edges, outputs over 16 MiB that are streamed past the caches: N = 2080 has 64-byte aligned rows,
- * 2050 mostly not), with row- and column-major B and special values: every variant gives the
- * portable variant's bytes. */
+ * edges, odd K with A read in place, outputs over 16 MiB that are streamed past the caches:
+ * N = 2080 has 64-byte aligned rows, 2050 mostly not), with row- and column-major B and special
+ * values: every variant gives the portable variant's bytes. */
 static void test_variants_agree_on_shape_classes(void) {
     static const int64_t shapes[][3] = { { 1, 4097, 1000 }, { 1, 33, 3 }, { 777, 1025, 1 }, { 5, 1, 7 },
                                          { 16, 515, 300 }, { 9, 64, 1025 }, { 200, 1030, 70 }, { 1, 2, 1 },
                                          { 13, 7, 33 }, { 3, 1031, 520 }, { 1, 5, 64 }, { 77, 9, 1 }, { 1, 3, 50 },
-                                         { 4100, 6, 2080 }, { 4100, 3, 2050 } };
+                                         { 127, 255, 511 }, { 24, 255, 300 }, { 4100, 6, 2080 }, { 4100, 3, 2050 } };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
         uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));

@@ -135,6 +135,7 @@ typedef struct {
     const tg_ukernel *uk;
     tg_ukernel_fn kernel; /* uk->kernel, or the short kernel of height mr */
     int32_t mr;
+    bool direct; /* full row panels read A in place (kernel_direct) */
     tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
     uint16_t *out;
@@ -198,6 +199,33 @@ static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, con
     return TGRAD_OK;
 }
 
+/* One full-height tile whose A rows are read in place (kernel_direct) over kp pairs of the K
+ * panel starting at k0 (kc elements). Direct reads take whole pairs, so for an odd kc the last pair
+ * (element kc-1 and the +0 pad) is packed here and run by the packed kernel after the in-place
+ * pairs, the accumulators passing between the two through a stack tile (exact: fp32 in, fp32 out),
+ * which gives the packed kernel's bytes. */
+enum { TILE_FLOATS = 16 * 64 }; /* room for any variant's mr x nr */
+static void direct_tile(const tg_ukernel *uk, tg_ukernel_fn kernel, const tg_operand *A, int64_t row0, int64_t k0,
+                        int64_t kc, const char *bp, const tg_tile *t) {
+    int64_t kp = (kc + 1) / 2;
+    const uint16_t *arow = A->base + row0 * A->s0 + k0;
+    if (kc % 2 == 0) {
+        uk->kernel_direct(kp, arow, A->s0, bp, t);
+        return;
+    }
+    int64_t mr = uk->mr, nr = uk->nr;
+    _Alignas(64) float acc[TILE_FLOATS];
+    _Alignas(64) uint32_t atail[16 * 2]; /* one pair of mr rows (entries of up to 8 bytes) */
+    if (t->load)
+        for (int64_t r = 0; r < mr; r++) memcpy(acc + r * nr, t->acc + r * t->ldacc, sizeof(float) * (size_t)nr);
+    tg_tile mid = { .acc = acc, .ldacc = nr, .load = t->load };
+    if (kp > 1) uk->kernel_direct(kp - 1, arow, A->s0, bp, &mid);
+    uk->pack_a(A, row0, mr, k0 + kc - 1, 1, (int32_t)mr, atail);
+    tg_tile last = *t;
+    last.acc = acc, last.ldacc = nr, last.load = t->load || kp > 1;
+    kernel(1, atail, bp + (size_t)((kp - 1) * nr * uk->entry_bytes), &last);
+}
+
 static void run_block(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     job *J = arg;
@@ -218,19 +246,21 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     }
     char *ap = w->apack, *bp = w->bpack;
     float *acc = w->acc;
+    int64_t a_lo = J->direct ? mb / mr * mr : 0; /* rows below a_lo are read in place */
     for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
         int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = (kc + 1) / 2;
         bool last = k0 + KC >= J->K;
         uk->pack_b(&J->B, k0, kc, n0, nb, bp);
-        uk->pack_a(&J->A, m0, mb, k0, kc, (int32_t)mr, ap);
+        if (a_lo < mb) uk->pack_a(&J->A, m0 + a_lo, mb - a_lo, k0, kc, (int32_t)mr, ap);
         for (int64_t j0 = 0; j0 < nb; j0 += uk->nr) {
+            const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->entry_bytes;
             for (int64_t i0 = 0; i0 < mb; i0 += mr) {
                 tg_tile t = { .acc = acc + i0 * ldacc + j0, .ldacc = ldacc, .load = k0 > 0,
                               .out = last ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
                               .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
                               .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
-                J->kernel(kp, ap + (size_t)(i0 * kp) * (size_t)uk->entry_bytes,
-                           bp + (size_t)(j0 * kp) * (size_t)uk->entry_bytes, &t);
+                if (i0 < a_lo) direct_tile(uk, J->kernel, &J->A, m0 + i0, k0, kc, bj, &t);
+                else J->kernel(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->entry_bytes, bj, &t);
             }
         }
     }
@@ -243,8 +273,9 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
  * is up to KCB_MAX deep (a B micro-panel streams from L2 well on the machines measured), so
  * K <= KCB_MAX carries no fp32 accumulators through memory; deeper K keeps the chunk's
  * accumulators between panels, in order, as the per-block path does. Where the variant reads
- * row-major A in place (kernel_direct, even K), only a short last row panel is packed and the
- * row chunk is all of M, so B is packed exactly once. Chunks are capped at CHUNK_BYTES each. */
+ * row-major A in place (kernel_direct; an odd K's last pair through direct_tile), only a short
+ * last row panel is packed and the row chunk is all of M, so B is packed exactly once. Chunks
+ * are capped at CHUNK_BYTES each. */
 enum { KCB_MAX = 4096 };
 #define CHUNK_BYTES ((int64_t)8 << 20)
 /* An output bigger than this will not be in cache when it is read: whole lines bypass the caches
@@ -263,6 +294,11 @@ TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t pan
     atomic_store(&dbg_panel_k, panel_k);
     atomic_store(&dbg_flags, flags);
     return TGRAD_OK;
+}
+
+/* Full-height row panels read row-major A in place where the variant can (kernel_direct). */
+static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_operand *A) {
+    return uk->kernel_direct && mr == uk->mr && A->s1 == 1 && !(atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A);
 }
 
 typedef struct {
@@ -315,7 +351,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
                           .rows = (int32_t)(J->mb - i0 < mr ? J->mb - i0 : mr),
                           .cols = (int32_t)(J->nb - j0 < nr ? J->nb - j0 : nr), .stream = J->stream };
             if (i0 < J->a_lo)
-                uk->kernel_direct(kp, J->A.base + (J->m0 + i0) * J->A.s0 + J->k0, J->A.s0, bp, &t);
+                direct_tile(uk, J->kernel, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
             else
                 J->kernel(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * eb), bp, &t);
         }
@@ -339,8 +375,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, i
     if (!kcb_max) kcb_max = KCB_MAX;
     int64_t nr = uk->nr, kcb = K <= kcb_max ? round_up(K, 2) : kcb_max;
     bool multi = K > kcb;
-    bool direct = uk->kernel_direct && mr == uk->mr && A->s1 == 1 && K % 2 == 0 &&
-                  !(atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A);
+    bool direct = can_read_a_in_place(uk, mr, A);
     int64_t row_bytes = (kcb / 2) * uk->entry_bytes; /* one packed row (or column) of a K panel */
     int64_t mch = cap / row_bytes / mr * mr, nch = cap / row_bytes / nr * nr;
     if (mch < mr) mch = mr;
@@ -454,7 +489,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     if ((M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes))
         return matmul_chunked(uk, kernel, mr, &P.A, &P.B, M, N, K, P.threads, out);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
-    job J = { .uk = uk, .kernel = kernel, .mr = mr, .M = M, .N = N, .K = K,
+    job J = { .uk = uk, .kernel = kernel, .mr = mr, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
     atomic_init(&J.failed, 0);
     if (P.threads == 1) {

@@ -126,14 +126,16 @@ class Tensor:
     collected, on ``release()``, or at the end of a ``with`` block.
     """
 
-    __slots__ = ("_handle", "__weakref__")
+    __slots__ = ("_handle", "_shape", "__weakref__")
     # numpy must not turn a Tensor into an array behind an operator (ndarray @ Tensor): refuse.
     __array_ufunc__ = None
     _handle: int
+    _shape: tuple[int, ...] | None  # read once from libtgrad: a tensor's shape never changes
 
     def __init__(self, array: npt.NDArray[Any]) -> None:
         """Same as Tensor.from_numpy(array)."""
         self._handle = 0
+        self._shape = None
         self._handle = _from_numpy_handle(array)
         if (recorder := _RECORDER.get()) is not None:
             recorder.report("constant", self, (), {})
@@ -142,6 +144,7 @@ class Tensor:
     def _wrap(cls, handle: int) -> Tensor:
         tensor = object.__new__(cls)
         tensor._handle = handle
+        tensor._shape = None
         return tensor
 
     # ---- creation -------------------------------------------------------------------------------
@@ -231,17 +234,19 @@ class Tensor:
     # ---- properties -----------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
-        out = ffi.new("int32_t *")
-        _check(lib.tgrad_tensor_ndim(self._h, out))
-        return int(out[0])
+        return len(self.shape)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        h = self._h
-        ndim = self.ndim
-        out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
-        _check(lib.tgrad_tensor_shape(h, out))
-        return tuple(int(out[i]) for i in range(ndim))
+        h = self._h  # a released tensor raises, cached shape or not
+        shape = self._shape
+        if shape is None:
+            ndim = ffi.new("int32_t *")
+            _check(lib.tgrad_tensor_ndim(h, ndim))
+            out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+            _check(lib.tgrad_tensor_shape(h, out))
+            shape = self._shape = tuple(out[0:ndim[0]])
+        return shape
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -626,4 +631,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             raise errors.InvalidArgumentError(
                 f"matmul: operand {name} must be a Tensor, got {type(operand).__name__}"
             )
-    return Tensor._wrap(_new_handle(lib.tgrad_matmul, a._h, b._h))
+    c = Tensor._wrap(_new_handle(lib.tgrad_matmul, a._h, b._h))
+    if a._shape is not None and b._shape is not None:  # libtgrad checked [M, K] @ [K, N]
+        c._shape = (a._shape[0], b._shape[1])
+    return c

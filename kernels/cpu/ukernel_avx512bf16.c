@@ -176,7 +176,9 @@ DEFINE_KERNEL(kernel_1, 1, R1)
 /* The main tile reading A in place (row-major, whole pairs): the broadcasts come from four row bases
  * (rows 3q, 3q+1, 3q+2 at base[q], base[q] + lda, base[q] + 2*lda: one address register each).
  * vdpbf16ps ignores subnormal inputs, which is what packing's DAZ does. */
-#define BCAST(r) *(const int *)(base[(r) / 3] + ((r) % 3) * ld + 4 * p)
+/* A row may start at any element, so a pair word is only 2-byte aligned: read it as such. */
+typedef int unaligned_int __attribute__((aligned(1), may_alias));
+#define BCAST(r) *(const unaligned_int *)(base[(r) / 3] + ((r) % 3) * ld + 4 * p)
 static void kernel_direct(int64_t kpairs, const uint16_t *a, int64_t lda, const void *b_, const tg_tile *t) {
     const uint32_t *b = b_;
     const char *base[4];

@@ -32,10 +32,12 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
-/* Pairs [p0, p0 + 16) of up to 16 rows of a row-major operand (row i at base + i * ld, pair p =
- * elements 2p and 2p+1), DAZ applied, transposed: r[p] holds pair p0 + p of every row in word i
- * (rows past `rows` are zero). kp pairs in all, the first `full` of them whole (odd K: the last
- * pair has only its even element, the odd one +0). Returns how many of r are pairs. */
+/* Pairs [p0, p0 + 16) of up to 16 lines whose pairs are adjacent (rows of a row-major A, columns
+ * of a column-major B; line i at base + i * ld, pair p = elements 2p and 2p+1), DAZ applied
+ * (harmless where vdpbf16ps reads the result: it ignores subnormal inputs itself), transposed:
+ * r[p] holds pair p0 + p of every line in word i (lines past `rows` are zero). kp pairs in all,
+ * the first `full` of them whole (odd K: the last pair has only its even element, the odd one
+ * +0). Returns how many of r are pairs. */
 static inline int64_t load_pairs_transposed(const uint16_t *base, int64_t ld, int64_t rows, int64_t p0, int64_t kp,
                                             int64_t full, __m512i r[16]) {
     int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;

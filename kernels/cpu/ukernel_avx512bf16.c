@@ -52,25 +52,10 @@ static void pack_b_cols(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
         for (int64_t h = 0; h < NR; h += 16) {
             int64_t cols = nb - j0 - h;
             cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
+            const uint16_t *first = cols ? B->base + (n0 + j0 + h) * B->s1 + k0 : B->base;
             for (int64_t p0 = 0; p0 < kp; p0 += 16) {
-                int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;
-                int64_t whole = full - p0 < 0 ? 0 : full - p0 < 16 ? full - p0 : 16;
-                __mmask16 words = (__mmask16)((1u << whole) - 1u);
                 __m512i r[16];
-                for (int64_t c = 0; c < 16; c++) {
-                    if (c >= cols) {
-                        r[c] = _mm512_setzero_si512();
-                        continue;
-                    }
-                    const uint16_t *col = B->base + (n0 + j0 + h + c) * B->s1 + k0 + 2 * p0;
-                    __m512i v = _mm512_maskz_loadu_epi32(words, col);
-                    if (whole < pairs) { /* odd K: the last pair has only its even element */
-                        uint32_t last = col[2 * whole];
-                        v = _mm512_mask_set1_epi32(v, (__mmask16)(1u << whole), (int)last);
-                    }
-                    r[c] = daz16(v);
-                }
-                transpose16(r);
+                int64_t pairs = load_pairs_transposed(first, B->s1, cols, p0, kp, full, r);
                 for (int64_t p = 0; p < pairs; p++) _mm512_storeu_si512(dst + (p0 + p) * NR + h, r[p]);
             }
         }
@@ -232,21 +217,9 @@ static void rowvec_rows(const uint32_t *apairs, const tg_operand *B, int64_t K, 
  * stream prefetched ahead; the edges take the masked path. */
 static inline void cols_block_masked(const uint32_t *apairs, const tg_operand *B, int64_t n0, int64_t nb, int64_t col0,
                                      int64_t p0, int64_t kp, int64_t full, __m512 *acc) {
-    int64_t pairs = kp - p0 < 16 ? kp - p0 : 16;
-    int64_t whole = full - p0 < 16 ? full - p0 : 16;
-    __mmask16 words = (__mmask16)((1u << whole) - 1u);
+    int64_t cols = nb - col0 < 0 ? 0 : nb - col0 > 16 ? 16 : nb - col0;
     __m512i r[16];
-    for (int c = 0; c < 16; c++) {
-        int64_t col = col0 + c;
-        if (col >= nb) {
-            r[c] = _mm512_setzero_si512();
-            continue;
-        }
-        const uint16_t *src = B->base + (n0 + col) * B->s1 + 2 * p0;
-        r[c] = _mm512_maskz_loadu_epi32(words, src);
-        if (whole < pairs) r[c] = _mm512_mask_set1_epi32(r[c], (__mmask16)(1u << whole), (int)src[2 * whole]);
-    }
-    transpose16(r);
+    int64_t pairs = load_pairs_transposed(cols ? B->base + (n0 + col0) * B->s1 : B->base, B->s1, cols, p0, kp, full, r);
     for (int64_t p = 0; p < pairs; p++)
         *acc = _mm512_dpbf16_ps(*acc, (__m512bh)_mm512_set1_epi32((int)apairs[p0 + p]), (__m512bh)r[p]);
 }

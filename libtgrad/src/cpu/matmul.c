@@ -166,6 +166,16 @@ static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t n
     }
 }
 
+/* Tasks [0, ntasks) on the pool, or on this thread alone when one thread (or one task) is all
+ * there is. */
+static void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {
+    if (threads == 1 || ntasks == 1) {
+        for (int64_t t = 0; t < ntasks; t++) fn(t, 0, arg);
+    } else {
+        tg_pool_run(ntasks, fn, arg);
+    }
+}
+
 /* One-row problems on a variant that streams B: column strips as tasks, A's row packed once. */
 typedef struct {
     const tg_ukernel *uk;
@@ -190,12 +200,7 @@ static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, con
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
     if (strip < 256) strip = 256;
     rowvec_job R = { uk, w->apack, *B, K, N, strip, out };
-    int64_t tasks = (N + strip - 1) / strip;
-    if (threads == 1 || tasks == 1) {
-        for (int64_t t = 0; t < tasks; t++) run_strip(t, 0, &R);
-    } else {
-        tg_pool_run(tasks, run_strip, &R);
-    }
+    run_tasks((N + strip - 1) / strip, threads, run_strip, &R);
     return TGRAD_OK;
 }
 
@@ -305,7 +310,6 @@ typedef struct {
     const tg_ukernel *uk;
     tg_ukernel_fn kernel;
     int32_t mr;
-    bool direct;         /* full row panels read A in place (kernel_direct) */
     tg_operand A, B;
     int64_t N;           /* output row stride */
     int64_t m0, mb, n0, nb, k0, kc; /* this chunk pair and K panel */
@@ -313,7 +317,7 @@ typedef struct {
     char *apack, *bpack; /* direct: apack holds only the short last row panel */
     float *acc;          /* chunk accumulators (multi-panel K only), row stride ldacc */
     int64_t ldacc;
-    int64_t a_lo;        /* first chunk row that is packed (0, or the short panel's; mb: none) */
+    int64_t a_lo;        /* rows below it are read in place (direct), the rest packed from apack */
     int64_t a_tasks, a_group, b_group; /* packing split, in micro-panels per task */
     int64_t mc, nc, tiles_n;           /* compute split */
     uint16_t *out;
@@ -359,14 +363,6 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     if (J->stream && J->last) tg_store_fence();
 }
 
-static void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {
-    if (threads == 1 || ntasks == 1) {
-        for (int64_t t = 0; t < ntasks; t++) fn(t, 0, arg);
-    } else {
-        tg_pool_run(ntasks, fn, arg);
-    }
-}
-
 static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, int32_t mr, const tg_operand *A,
                                    const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
                                    uint16_t *out) {
@@ -384,14 +380,14 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, i
     if (mch > round_up(M, mr)) mch = round_up(M, mr);
     if (nch > round_up(N, nr)) nch = round_up(N, nr);
     if (multi) { /* the fp32 accumulators of a chunk pair stay within 2 * cap too */
-        int64_t lim = 2 * cap / (4 * round_up(nch, nr)) / mr * mr;
+        int64_t lim = 2 * cap / (4 * nch) / mr * mr;
         if (mch > lim) mch = lim < mr ? mr : lim;
     }
     int64_t apanel_rows = direct ? mr : mch;
-    workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * round_up(nch, nr)) : 64,
+    workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
                           (size_t)(apanel_rows * row_bytes), (size_t)(nch * row_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
-    chunk_job J = { .uk = uk, .kernel = kernel, .mr = mr, .direct = direct, .A = *A, .B = *B, .N = N,
+    chunk_job J = { .uk = uk, .kernel = kernel, .mr = mr, .A = *A, .B = *B, .N = N,
                     .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,
                     .stream = (double)M * (double)N * 2.0 > STREAM_BYTES };
     for (J.m0 = 0; J.m0 < M; J.m0 += mch) {
@@ -492,11 +488,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     job J = { .uk = uk, .kernel = kernel, .mr = mr, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
     atomic_init(&J.failed, 0);
-    if (P.threads == 1) {
-        for (int64_t t = 0; t < tiles_m * tiles_n; t++) run_block(t, 0, &J);
-    } else {
-        tg_pool_run(tiles_m * tiles_n, run_block, &J);
-    }
+    run_tasks(tiles_m * tiles_n, P.threads, run_block, &J);
     if (atomic_load(&J.failed))
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     return TGRAD_OK;

@@ -62,20 +62,16 @@ def _run(a_tensor, b_tensor) -> np.ndarray:
     return (a_tensor @ b_tensor).numpy().view(np.uint16)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_case_matches_oracle_bit_for_bit(case):
+def _operands(case):
+    """(tgrad a, tgrad b, a bits, b bits, oracle bits) for a roster case, built through views."""
     a_base, b_base, view = build_operands(case)
-    a_np, b_np = view(a_base, "a"), view(b_base, "b")
-    a_bits, b_bits = a_np.view(np.uint16), b_np.view(np.uint16)
-    want = matmul_bits(a_bits, b_bits)
-
+    a_bits, b_bits = view(a_base, "a").view(np.uint16), view(b_base, "b").view(np.uint16)
     a_t = view(tgrad.Tensor.from_numpy(a_base), "a")
     b_t = view(tgrad.Tensor.from_numpy(b_base), "b")
-    assert a_t.shape == (case.m, case.k) and b_t.shape == (case.k, case.n)
-    # The tgrad views must hold the same elements as the numpy views.
-    assert np.array_equal(a_t.numpy().view(np.uint16), a_bits)
-    assert np.array_equal(b_t.numpy().view(np.uint16), b_bits)
+    return a_t, b_t, a_bits, b_bits, matmul_bits(a_bits, b_bits)
 
+
+def _check_every_configuration(case, a_t, b_t, a_bits, b_bits, want, label=""):
     for isa, threads in _configurations():
         if isa is not None:
             tgrad.set_cpu_isa(isa)
@@ -83,8 +79,18 @@ def test_case_matches_oracle_bit_for_bit(case):
         got = _run(a_t, b_t)
         assert got.shape == want.shape
         if not np.array_equal(got, want):
-            pytest.fail(f"{case.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: "
+            pytest.fail(f"{case.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}{label}]: "
                         + _describe(got, want, np.asarray(a_bits), np.asarray(b_bits)))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_case_matches_oracle_bit_for_bit(case):
+    a_t, b_t, a_bits, b_bits, want = _operands(case)
+    assert a_t.shape == (case.m, case.k) and b_t.shape == (case.k, case.n)
+    # The tgrad views must hold the same elements as the numpy views.
+    assert np.array_equal(a_t.numpy().view(np.uint16), a_bits)
+    assert np.array_equal(b_t.numpy().view(np.uint16), b_bits)
+    _check_every_configuration(case, a_t, b_t, a_bits, b_bits, want)
 
 
 # Small caps send every case through the shared-chunk path with many row/column chunks and K
@@ -100,20 +106,7 @@ def test_shared_chunk_path_matches_oracle(blocking):
     assert lib.tgrad_debug_cpu_blocking(*blocking) == 0
     try:
         for case in LARGE_CASES:
-            a_base, b_base, view = build_operands(case)
-            a_bits = view(a_base, "a").view(np.uint16)
-            b_bits = view(b_base, "b").view(np.uint16)
-            want = matmul_bits(a_bits, b_bits)
-            a_t = view(tgrad.Tensor.from_numpy(a_base), "a")
-            b_t = view(tgrad.Tensor.from_numpy(b_base), "b")
-            for isa, threads in _configurations():
-                if isa is not None:
-                    tgrad.set_cpu_isa(isa)
-                tgrad.set_num_threads(threads)
-                got = _run(a_t, b_t)
-                if not np.array_equal(got, want):
-                    pytest.fail(f"{case.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}, blocking={blocking}]: "
-                                + _describe(got, want, np.asarray(a_bits), np.asarray(b_bits)))
+            _check_every_configuration(case, *_operands(case), label=f", blocking={blocking}")
     finally:
         lib.tgrad_debug_cpu_blocking(0, 0, 0)
 

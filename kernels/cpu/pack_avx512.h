@@ -1,7 +1,14 @@
 /* AVX512BW helpers for packing bf16 operands, shared by the AVX-512 variants (each includes this
- * file and compiles it with its own target flags). */
+ * file and compiles it with its own target flags), and their B packer: bf16 pair words
+ * (pack_bf16_pairs.h's layout) for NR = 32 columns, with vector paths for row-major B
+ * (interleave two rows with one permute) and column-major B (pairs are already adjacent: 16x16
+ * word transposes). */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "pack_bf16_pairs.h"
+_Static_assert(NR == 32, "the AVX-512 B packer writes 32-column panels");
 
 static inline __m512i daz16(__m512i v) { /* bf16 with a zero exponent -> signed zero */
     __mmask32 sub = _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x7f80));
@@ -55,4 +62,58 @@ static inline int64_t load_pairs_transposed(const uint16_t *base, int64_t ld, in
     }
     transpose16(r);
     return pairs;
+}
+
+/* Row-major B: pair words for 32 columns from rows 2p and 2p+1, one permute per 16 columns.
+ * Rows are walked whole (pair outer, panels inner) so memory is read in long runs. */
+static inline void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    int64_t kp = (kc + 1) / 2;
+    /* rows jump by 2*s0 per pair, which the hardware prefetcher does not follow: fetch ahead by
+     * ~64 panel steps' worth of pairs (a narrow block needs more pairs in flight) */
+    int64_t panels = (nb + NR - 1) / NR, ahead = 64 / panels < 4 ? 4 : 64 / panels > 32 ? 32 : 64 / panels;
+    for (int64_t p = 0; p < kp; p++) {
+        const uint16_t *even = B->base + (k0 + 2 * p) * B->s0 + n0;
+        const uint16_t *fetch = even + 2 * ahead * B->s0;
+        bool has_odd = 2 * p + 1 < kc;
+        uint32_t *d = dst + p * NR;
+        for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
+            int64_t w = nb - j0 < NR ? nb - j0 : NR;
+            __mmask32 m = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
+            _mm_prefetch((const char *)(fetch + j0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(fetch + B->s0 + j0), _MM_HINT_T0);
+            __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
+            __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
+            _mm512_storeu_si512(d, _mm512_permutex2var_epi16(e, lo_idx, o));
+            _mm512_storeu_si512(d + 16, _mm512_permutex2var_epi16(e, hi_idx, o));
+        }
+    }
+}
+
+
+/* Column-major B (s0 == 1, even k0): column j's pair p is the word at column j + 2p, so a panel
+ * is a transpose of 16-word runs from 16 columns at a time. */
+static inline void pack_b_cols(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    int64_t kp = (kc + 1) / 2, full = kc / 2;
+    for (int64_t j0 = 0; j0 < nb; j0 += NR) {
+        for (int64_t h = 0; h < NR; h += 16) {
+            int64_t cols = nb - j0 - h;
+            cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
+            const uint16_t *first = cols ? B->base + (n0 + j0 + h) * B->s1 + k0 : B->base;
+            for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+                __m512i r[16];
+                int64_t pairs = load_pairs_transposed(first, B->s1, cols, p0, kp, full, r);
+                for (int64_t p = 0; p < pairs; p++) _mm512_storeu_si512(dst + (p0 + p) * NR + h, r[p]);
+            }
+        }
+        dst += kp * NR;
+    }
+}
+
+TG_PACK_FN void pack_b_bf16_avx512(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst) {
+    if (B->s1 == 1) pack_b_rows(B, k0, kc, n0, nb, dst);
+    else if (B->s0 == 1) pack_b_cols(B, k0, kc, n0, nb, dst);
+    else pack_b_bf16(B, k0, kc, n0, nb, dst);
 }

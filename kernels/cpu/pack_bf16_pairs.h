@@ -1,13 +1,16 @@
 /* Packing into bf16 pair words (even k in the low half, odd k in the high half): the layout
- * vdpbf16ps reads, also used by the portable kernel. Included by each variant's file so the same
- * code is compiled with that variant's target flags (and vectorized for it). Define NR before
- * including; the A panel height is the mr argument. A variant may wrap pack_b_generic with fast
+ * vdpbf16ps reads, also used by the portable kernel, and the B layout of the x86 FMA variants
+ * (which widen it to fp32 in the kernel). Included by each variant's file so the same code is
+ * compiled with that variant's target flags (and vectorized for it). Define NR before
+ * including; the A panel height is the mr argument. A variant may wrap pack_b_bf16 with fast
  * paths for common layouts. */
+#ifndef TGRAD_CPU_PACK_BF16_PAIRS_H
+#define TGRAD_CPU_PACK_BF16_PAIRS_H
 #include "ukernel.h"
 
 static inline uint32_t tg_daz(uint16_t h) { return (h & 0x7f80u) ? h : (uint32_t)(h & 0x8000u); }
 
-static void pack_a(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
+TG_PACK_FN void pack_a_bf16(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
     uint32_t *dst = dst_;
     int64_t kp = (kc + 1) / 2, full = kc / 2;
     for (int64_t i0 = 0; i0 < mb; i0 += mr) {
@@ -28,7 +31,7 @@ static void pack_a(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int6
     }
 }
 
-static void pack_b_generic(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
+TG_PACK_FN void pack_b_bf16(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
     uint32_t *dst = dst_;
     int64_t kp = (kc + 1) / 2;
     for (int64_t j0 = 0; j0 < nb; j0 += NR) {
@@ -51,3 +54,5 @@ static void pack_b_generic(const tg_operand *B, int64_t k0, int64_t kc, int64_t 
         dst += kp * NR;
     }
 }
+
+#endif

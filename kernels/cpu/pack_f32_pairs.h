@@ -3,6 +3,8 @@
  * mr rows high). For B the
  * entries of one pair are laid out as NR odd floats then NR even floats, so a vector load gets
  * one of them for NR columns. Define NR before including. */
+#ifndef TGRAD_CPU_PACK_F32_PAIRS_H
+#define TGRAD_CPU_PACK_F32_PAIRS_H
 #include "ukernel.h"
 
 static inline float tg_widen_daz(uint16_t h) {
@@ -10,7 +12,7 @@ static inline float tg_widen_daz(uint16_t h) {
     return x.f;
 }
 
-static void pack_a(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
+TG_PACK_FN void pack_a_f32(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
     float *dst = dst_;
     int64_t kp = (kc + 1) / 2;
     for (int64_t i0 = 0; i0 < mb; i0 += mr) {
@@ -28,7 +30,7 @@ static void pack_a(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int6
     }
 }
 
-static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
+TG_PACK_FN void pack_b_f32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
     float *dst = dst_;
     int64_t kp = (kc + 1) / 2;
     for (int64_t j0 = 0; j0 < nb; j0 += NR) {
@@ -46,3 +48,5 @@ static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int6
         dst += kp * 2 * NR;
     }
 }
+
+#endif

@@ -45,7 +45,8 @@ typedef void (*tg_ukernel_fn)(int64_t kpairs, const void *a, const void *b, cons
 typedef struct tg_ukernel {
     const char *name;       /* variant name; its file is ukernel_<name>.c */
     int32_t mr, nr;
-    int32_t entry_bytes;    /* bytes of one packed (pair, row) or (pair, column) entry */
+    int32_t a_entry_bytes;  /* bytes of one packed (pair, row) entry of A */
+    int32_t b_entry_bytes;  /* bytes of one packed (pair, column) entry of B */
     int32_t kc;             /* K panel depth (even): a B micro-panel of kc/2 x nr entries stays in L1 */
     tg_pack_a_fn pack_a;
     tg_pack_b_fn pack_b;
@@ -67,6 +68,10 @@ typedef struct tg_ukernel {
      * thread; returns the floating-point operations done (2 per multiply-add). */
     double (*peak)(int64_t iters);
 } tg_ukernel;
+
+/* Packing helpers live in headers that a variant's file includes (compiled with its target
+ * flags); a variant uses some of them. */
+#define TG_PACK_FN static __attribute__((unused))
 
 extern const tg_ukernel tg_ukernel_portable;
 #if defined(TGRAD_HAVE_X86_VARIANTS)

@@ -1,11 +1,13 @@
 /* AVX2+FMA variant: 6 rows x 16 columns of fp32 FMAs (12 ymm accumulators), two per k-pair in
- * the contract's order (odd product, then even); exact fp32 operands, MXCSR FTZ|DAZ for the
- * kernel's duration. */
+ * the contract's order (odd product, then even); exact fp32 operands (A packed as fp32, B as
+ * bf16 pair words widened in the kernel, as on AVX512F), MXCSR FTZ|DAZ for the kernel's
+ * duration. */
 #include <immintrin.h>
 
 #define MR 6
 #define NR 16
 #include "pack_f32_pairs.h"
+#include "pack_bf16_pairs.h"
 
 static inline void store_bf16x8(uint16_t *dst, __m256 v, int32_t cols) {
     float f[8];
@@ -40,18 +42,24 @@ static inline void store_row(uint16_t *o, __m256 lo, __m256 hi, int32_t cols) {
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
-    const float *a = a_, *b = b_;
+    const float *a = a_;
+    const uint32_t *b = b_;
+    const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
     unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
 #define DECL(r) __m256 c##r##0 = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps(), \
                      c##r##1 = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc + 8) : _mm256_setzero_ps();
     ROWS(DECL)
     for (int64_t p = 0; p < kpairs; p++) {
-        const float *bp = b + p * 2 * NR, *ap = a + p * 2 * MR;
-        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8); /* odd elements */
+        const uint32_t *bp = b + p * NR;
+        const float *ap = a + p * 2 * MR;
+        /* the odd elements are the words' high halves; the even ones, shifted up */
+        __m256 b0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)bp), odd_mask));
+        __m256 b1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(bp + 8)), odd_mask));
 #define ODD(r) { __m256 x = _mm256_broadcast_ss(ap + 2 * r); c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
         ROWS(ODD)
-        b0 = _mm256_loadu_ps(bp + NR), b1 = _mm256_loadu_ps(bp + NR + 8); /* then the even ones */
+        b0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)bp), 16));
+        b1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(bp + 8)), 16));
 #define EVEN(r) { __m256 x = _mm256_broadcast_ss(ap + 2 * r + 1); c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
         ROWS(EVEN)
     }
@@ -91,5 +99,5 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_avx2 = {
-    .name = "avx2", .mr = MR, .nr = NR, .entry_bytes = 8, .kc = 256, .pack_a = pack_a, .pack_b = pack_b,
+    .name = "avx2", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 4, .kc = 256, .pack_a = pack_a_f32, .pack_b = pack_b_bf16,
     .kernel = kernel, .available = available, .peak = peak };

@@ -2,8 +2,7 @@
  * lane, acc + odd product (rounded, flushed) + even product (rounded, flushed), with subnormal
  * inputs as zero: exactly the contract's step order, so this kernel is the contract in hardware.
  * Compiled alone with -mavx512bf16 (meson) and chosen at run time by cpuid.
- * B packing has vector paths for row-major B (interleave two rows with one permute) and
- * column-major B (pairs are already adjacent: 16x16 word transposes). */
+ * B packing (pack_avx512.h) has vector paths for row-major and column-major B. */
 #include <immintrin.h>
 #include <stdbool.h>
 
@@ -14,54 +13,6 @@
 #include "pack_avx512.h"
 
 /* ---- packing ---- */
-
-/* Row-major B: pair words for 32 columns from rows 2p and 2p+1, one permute per 16 columns.
- * Rows are walked whole (pair outer, panels inner) so memory is read in long runs. */
-static void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-    int64_t kp = (kc + 1) / 2;
-    /* rows jump by 2*s0 per pair, which the hardware prefetcher does not follow: fetch ahead by
-     * ~64 panel steps' worth of pairs (a narrow block needs more pairs in flight) */
-    int64_t panels = (nb + NR - 1) / NR, ahead = 64 / panels < 4 ? 4 : 64 / panels > 32 ? 32 : 64 / panels;
-    for (int64_t p = 0; p < kp; p++) {
-        const uint16_t *even = B->base + (k0 + 2 * p) * B->s0 + n0;
-        const uint16_t *fetch = even + 2 * ahead * B->s0;
-        bool has_odd = 2 * p + 1 < kc;
-        uint32_t *d = dst + p * NR;
-        for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
-            int64_t w = nb - j0 < NR ? nb - j0 : NR;
-            __mmask32 m = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
-            _mm_prefetch((const char *)(fetch + j0), _MM_HINT_T0);
-            _mm_prefetch((const char *)(fetch + B->s0 + j0), _MM_HINT_T0);
-            __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
-            __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
-            _mm512_storeu_si512(d, _mm512_permutex2var_epi16(e, lo_idx, o));
-            _mm512_storeu_si512(d + 16, _mm512_permutex2var_epi16(e, hi_idx, o));
-        }
-    }
-}
-
-
-/* Column-major B (s0 == 1, even k0): column j's pair p is the word at column j + 2p, so a panel
- * is a transpose of 16-word runs from 16 columns at a time. */
-static void pack_b_cols(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
-    int64_t kp = (kc + 1) / 2, full = kc / 2;
-    for (int64_t j0 = 0; j0 < nb; j0 += NR) {
-        for (int64_t h = 0; h < NR; h += 16) {
-            int64_t cols = nb - j0 - h;
-            cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
-            const uint16_t *first = cols ? B->base + (n0 + j0 + h) * B->s1 + k0 : B->base;
-            for (int64_t p0 = 0; p0 < kp; p0 += 16) {
-                __m512i r[16];
-                int64_t pairs = load_pairs_transposed(first, B->s1, cols, p0, kp, full, r);
-                for (int64_t p = 0; p < pairs; p++) _mm512_storeu_si512(dst + (p0 + p) * NR + h, r[p]);
-            }
-        }
-        dst += kp * NR;
-    }
-}
 
 /* Row-major A (s1 == 1): a panel's pair p is word p of each of its rows, so 16 pairs of up to 16
  * rows are one 16x16 word transpose; the first mr words of each transposed vector are stored. */
@@ -100,14 +51,9 @@ static void pack_a_cols(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
 static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst) {
     if (mr <= 16 && A->s1 == 1) pack_a_rows(A, m0, mb, k0, kc, mr, dst);
     else if (mr <= 16 && A->s0 == 1) pack_a_cols(A, m0, mb, k0, kc, mr, dst);
-    else pack_a(A, m0, mb, k0, kc, mr, dst);
+    else pack_a_bf16(A, m0, mb, k0, kc, mr, dst);
 }
 
-static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst) {
-    if (B->s1 == 1) pack_b_rows(B, k0, kc, n0, nb, dst);
-    else if (B->s0 == 1) pack_b_cols(B, k0, kc, n0, nb, dst);
-    else pack_b_generic(B, k0, kc, n0, nb, dst);
-}
 
 /* ---- micro-kernels ----
  * One body for every tile height: ROWS x 32 columns, 2*ROWS zmm accumulators. 12 rows is the main
@@ -293,6 +239,6 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_avx512bf16 = {
-    .name = "avx512bf16", .mr = MR, .nr = NR, .entry_bytes = 4, .kc = 512, .pack_a = pack_a_fast, .pack_b = pack_b,
+    .name = "avx512bf16", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 512, .pack_a = pack_a_fast, .pack_b = pack_b_bf16_avx512,
     .kernel = kernel, .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec,
     .kernel_direct = kernel_direct, .available = available, .peak = peak };

@@ -123,5 +123,5 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_neon = {
-    .name = "neon", .mr = MR, .nr = NR, .entry_bytes = 8, .kc = 256, .pack_a = pack_a, .pack_b = pack_b,
+    .name = "neon", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 8, .kc = 256, .pack_a = pack_a_f32, .pack_b = pack_b_f32,
     .kernel = kernel, .available = available, .peak = peak };

@@ -45,5 +45,5 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_portable = {
-    .name = "portable", .mr = MR, .nr = NR, .entry_bytes = 4, .kc = 512, .pack_a = pack_a, .pack_b = pack_b_generic,
+    .name = "portable", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 512, .pack_a = pack_a_bf16, .pack_b = pack_b_bf16,
     .kernel = kernel, .available = always, .peak = peak };

@@ -194,7 +194,7 @@ static void run_strip(int64_t task, int32_t worker, void *arg) {
 
 static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
                                   int64_t N, int32_t threads, uint16_t *out) {
-    workspace *w = ws_get(64, (size_t)uk->entry_bytes * (size_t)(K / 2 + 1), 64);
+    workspace *w = ws_get(64, (size_t)uk->a_entry_bytes * (size_t)(K / 2 + 1), 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     uk->pack_a(A, 0, 1, 0, K, 1, w->apack);
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
@@ -228,7 +228,7 @@ static void direct_tile(const tg_ukernel *uk, tg_ukernel_fn kernel, const tg_ope
     uk->pack_a(A, row0, mr, k0 + kc - 1, 1, (int32_t)mr, atail);
     tg_tile last = *t;
     last.acc = acc, last.ldacc = nr, last.load = t->load || kp > 1;
-    kernel(1, atail, bp + (size_t)((kp - 1) * nr * uk->entry_bytes), &last);
+    kernel(1, atail, bp + (size_t)((kp - 1) * nr * uk->b_entry_bytes), &last);
 }
 
 static void run_block(int64_t task, int32_t worker, void *arg) {
@@ -243,8 +243,8 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     int64_t kc_max = J->K < KC ? round_up(J->K, 2) : KC;
     bool multi_panel = J->K > KC;
     workspace *w = ws_get(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
-                          (size_t)uk->entry_bytes * (size_t)(round_up(mb, mr) * (kc_max / 2)),
-                          (size_t)uk->entry_bytes * (size_t)(ldacc * (kc_max / 2)));
+                          (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * (kc_max / 2)),
+                          (size_t)uk->b_entry_bytes * (size_t)(ldacc * (kc_max / 2)));
     if (!w) {
         atomic_store(&J->failed, 1);
         return;
@@ -258,14 +258,14 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
         uk->pack_b(&J->B, k0, kc, n0, nb, bp);
         if (a_lo < mb) uk->pack_a(&J->A, m0 + a_lo, mb - a_lo, k0, kc, (int32_t)mr, ap);
         for (int64_t j0 = 0; j0 < nb; j0 += uk->nr) {
-            const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->entry_bytes;
+            const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->b_entry_bytes;
             for (int64_t i0 = 0; i0 < mb; i0 += mr) {
                 tg_tile t = { .acc = acc + i0 * ldacc + j0, .ldacc = ldacc, .load = k0 > 0,
                               .out = last ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
                               .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
                               .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
                 if (i0 < a_lo) direct_tile(uk, J->kernel, &J->A, m0 + i0, k0, kc, bj, &t);
-                else J->kernel(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->entry_bytes, bj, &t);
+                else J->kernel(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
             }
         }
     }
@@ -332,11 +332,11 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
         int64_t r0 = J->a_lo + task * J->a_group * J->mr, rows = J->a_group * J->mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
         uk->pack_a(&J->A, J->m0 + r0, rows, J->k0, J->kc, J->mr,
-                   J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->entry_bytes);
+                   J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
     } else {
         int64_t c0 = (task - J->a_tasks) * J->b_group * uk->nr, cols = J->b_group * uk->nr;
         if (cols > J->nb - c0) cols = J->nb - c0;
-        uk->pack_b(&J->B, J->k0, J->kc, J->n0 + c0, cols, J->bpack + (size_t)(c0 * kp) * (size_t)uk->entry_bytes);
+        uk->pack_b(&J->B, J->k0, J->kc, J->n0 + c0, cols, J->bpack + (size_t)(c0 * kp) * (size_t)uk->b_entry_bytes);
     }
 }
 
@@ -344,11 +344,11 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
     const tg_ukernel *uk = J->uk;
-    int64_t kp = (J->kc + 1) / 2, mr = J->mr, nr = uk->nr, eb = uk->entry_bytes;
+    int64_t kp = (J->kc + 1) / 2, mr = J->mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
     int64_t i_lo = (task / J->tiles_n) * J->mc, j_lo = (task % J->tiles_n) * J->nc;
     int64_t i_hi = i_lo + J->mc < J->mb ? i_lo + J->mc : J->mb, j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
     for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
-        const char *bp = J->bpack + (size_t)(j0 * kp * eb);
+        const char *bp = J->bpack + (size_t)(j0 * kp * beb);
         for (int64_t i0 = i_lo; i0 < i_hi; i0 += mr) {
             tg_tile t = { .acc = J->acc ? J->acc + i0 * J->ldacc + j0 : NULL, .ldacc = J->ldacc, .load = J->load,
                           .out = J->last ? J->out + (J->m0 + i0) * J->N + J->n0 + j0 : NULL, .ldout = J->N,
@@ -357,7 +357,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
             if (i0 < J->a_lo)
                 direct_tile(uk, J->kernel, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
             else
-                J->kernel(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * eb), bp, &t);
+                J->kernel(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
         }
     }
     if (J->stream && J->last) tg_store_fence();
@@ -372,8 +372,9 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, i
     int64_t nr = uk->nr, kcb = K <= kcb_max ? round_up(K, 2) : kcb_max;
     bool multi = K > kcb;
     bool direct = can_read_a_in_place(uk, mr, A);
-    int64_t row_bytes = (kcb / 2) * uk->entry_bytes; /* one packed row (or column) of a K panel */
-    int64_t mch = cap / row_bytes / mr * mr, nch = cap / row_bytes / nr * nr;
+    /* one packed row of A, one packed column of B, over a K panel */
+    int64_t a_row_bytes = (kcb / 2) * uk->a_entry_bytes, b_col_bytes = (kcb / 2) * uk->b_entry_bytes;
+    int64_t mch = cap / a_row_bytes / mr * mr, nch = cap / b_col_bytes / nr * nr;
     if (mch < mr) mch = mr;
     if (nch < nr) nch = nr;
     if (direct && !multi) mch = M; /* nothing to hold: one row chunk, B packed once */
@@ -385,7 +386,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, i
     }
     int64_t apanel_rows = direct ? mr : mch;
     workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
-                          (size_t)(apanel_rows * row_bytes), (size_t)(nch * row_bytes));
+                          (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     chunk_job J = { .uk = uk, .kernel = kernel, .mr = mr, .A = *A, .B = *B, .N = N,
                     .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,

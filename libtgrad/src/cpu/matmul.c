@@ -374,16 +374,17 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, i
     bool direct = can_read_a_in_place(uk, mr, A);
     /* one packed row of A, one packed column of B, over a K panel */
     int64_t a_row_bytes = (kcb / 2) * uk->a_entry_bytes, b_col_bytes = (kcb / 2) * uk->b_entry_bytes;
-    int64_t mch = cap / a_row_bytes / mr * mr, nch = cap / b_col_bytes / nr * nr;
-    if (mch < mr) mch = mr;
-    if (nch < nr) nch = nr;
-    if (direct && !multi) mch = M; /* nothing to hold: one row chunk, B packed once */
-    if (mch > round_up(M, mr)) mch = round_up(M, mr);
-    if (nch > round_up(N, nr)) nch = round_up(N, nr);
-    if (multi) { /* the fp32 accumulators of a chunk pair stay within 2 * cap too */
-        int64_t lim = 2 * cap / (4 * nch) / mr * mr;
-        if (mch > lim) mch = lim < mr ? mr : lim;
-    }
+    /* The most rows (columns) the cap allows, then as many chunks as that asks for, of even sizes
+     * in whole tiles (so a chunk may pass the cap by less than a tile): 1020 + 1020 + 8 rows would
+     * pack all of B a third time for 8 rows. */
+    int64_t cols_cap = cap / b_col_bytes > 0 ? cap / b_col_bytes : 1, nchunks = (N + cols_cap - 1) / cols_cap;
+    int64_t nch = round_up((N + nchunks - 1) / nchunks, nr);
+    int64_t rows_cap = direct && !multi ? M /* nothing to hold: one row chunk, B packed once */
+                                        : cap / a_row_bytes;
+    if (multi && rows_cap > 2 * cap / (4 * nch)) rows_cap = 2 * cap / (4 * nch); /* fp32 accumulators too */
+    if (rows_cap < 1) rows_cap = 1;
+    int64_t mchunks = (M + rows_cap - 1) / rows_cap;
+    int64_t mch = round_up((M + mchunks - 1) / mchunks, mr);
     int64_t apanel_rows = direct ? mr : mch;
     workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
                           (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));

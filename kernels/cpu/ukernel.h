@@ -57,12 +57,13 @@ typedef struct tg_ukernel {
      * arrives packed as k-pair words (one panel of height 1); false when B's layout is not one
      * the variant streams (the frame then packs as usual). */
     bool (*rowvec)(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out);
-    /* optional: the main kernel (mr rows) reading row-major A in place instead of packed, whole
-     * pairs only (the frame runs an odd K's last pair through `kernel`): row r's pair p is the
-     * 32-bit word at a + r * lda + 2p (lda in elements). Only for a variant whose hardware treats
-     * subnormal inputs as zero, so the result is the packed kernel's. Spares packing A: B is then
-     * packed once per call. */
-    void (*kernel_direct)(int64_t kpairs, const uint16_t *a, int64_t lda, const void *b, const tg_tile *tile);
+    /* optional: the main kernel (mr rows) reading row-major A in place instead of packed, over
+     * kc elements of each row ((kc + 1) / 2 pairs of the packed B panel): row r's pair p is the
+     * 32-bit word at a + r * lda + 2p (lda in elements); for an odd kc the last pair is element
+     * kc - 1 with +0 as its odd half, as packing makes it (nothing past the row is read). Only
+     * for a variant whose hardware treats subnormal inputs as zero, so the result is the packed
+     * kernel's. Spares packing A: B is then packed once per call. */
+    void (*kernel_direct)(int64_t kc, const uint16_t *a, int64_t lda, const void *b, const tg_tile *tile);
     int (*available)(void); /* does this CPU (and OS) run it */
     /* Peak probe: run the variant's core instruction stream for `iters` iterations on this
      * thread; returns the floating-point operations done (2 per multiply-add). */

@@ -68,14 +68,16 @@ static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
 
 #define K_DECL(r) __m512 c##r##a = _mm512_setzero_ps(), c##r##b = _mm512_setzero_ps();
 #define K_LOAD(r) c##r##a = _mm512_loadu_ps(t->acc + r * t->ldacc), c##r##b = _mm512_loadu_ps(t->acc + r * t->ldacc + 16);
-#define K_STEP(r)                                                                                   \
+#define K_STEP_WORD(r, WORD)                                                                        \
     {                                                                                               \
-        __m512bh av = (__m512bh)_mm512_set1_epi32(BCAST(r));                                        \
+        __m512bh av = (__m512bh)_mm512_set1_epi32(WORD);                                            \
         c##r##a = _mm512_dpbf16_ps(c##r##a, av, b0), c##r##b = _mm512_dpbf16_ps(c##r##b, av, b1);  \
     }
+#define K_STEP(r) K_STEP_WORD(r, BCAST(r))
 #define K_OUT(r) if (r < t->rows) store_bf16x32(t->out + r * t->ldout, c##r##a, c##r##b, m, t->stream);
 #define K_ACC(r) _mm512_storeu_ps(t->acc + r * t->ldacc, c##r##a), _mm512_storeu_ps(t->acc + r * t->ldacc + 16, c##r##b);
-#define TILE_BODY(ROWLIST)                                                                          \
+/* TAIL: after the whole pairs, code with p = kpairs (empty for packed A) */
+#define TILE_BODY(ROWLIST, TAIL)                                                                    \
     ROWLIST(K_DECL)                                                                                 \
     if (t->load) { ROWLIST(K_LOAD) }                                                                \
     for (int64_t p = 0; p < kpairs; p++) {                                                          \
@@ -83,6 +85,7 @@ static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
         __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR + 16));                \
         ROWLIST(K_STEP)                                                                             \
     }                                                                                               \
+    TAIL                                                                                            \
     if (t->out) {                                                                                   \
         __mmask32 m = col_mask32(t->cols);                                                          \
         ROWLIST(K_OUT)                                                                              \
@@ -96,7 +99,7 @@ static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
     static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {           \
         enum { TILE_ROWS = ROWS };                                                                  \
         const uint32_t *a = a_, *b = b_;                                                            \
-        TILE_BODY(ROWLIST)                                                                          \
+        TILE_BODY(ROWLIST, )                                                                        \
     }
 DEFINE_KERNEL(kernel, MR, R12)
 DEFINE_KERNEL(kernel_8, 8, R8)
@@ -104,20 +107,34 @@ DEFINE_KERNEL(kernel_4, 4, R4)
 DEFINE_KERNEL(kernel_1, 1, R1)
 #undef BCAST
 
-/* The main tile reading A in place (row-major, whole pairs): the broadcasts come from four row bases
- * (rows 3q, 3q+1, 3q+2 at base[q], base[q] + lda, base[q] + 2*lda: one address register each).
- * vdpbf16ps ignores subnormal inputs, which is what packing's DAZ does. */
+/* The main tile reading A in place (row-major): the broadcasts come from four row bases (rows 3q,
+ * 3q+1, 3q+2 at base[q], base[q] + lda, base[q] + 2*lda: one address register each). vdpbf16ps
+ * ignores subnormal inputs, which is what packing's DAZ does. An odd kc's last element is read
+ * alone and zero-extended: the pair word packing makes (odd half +0), without reading past the
+ * row. */
 /* A row may start at any element, so a pair word is only 2-byte aligned: read it as such. */
 typedef int unaligned_int __attribute__((aligned(1), may_alias));
-#define BCAST(r) *(const unaligned_int *)(base[(r) / 3] + ((r) % 3) * ld + 4 * p)
-static void kernel_direct(int64_t kpairs, const uint16_t *a, int64_t lda, const void *b_, const tg_tile *t) {
+#define ROW_AT(r) (base[(r) / 3] + ((r) % 3) * ld + 4 * p)
+#define BCAST(r) *(const unaligned_int *)ROW_AT(r)
+#define K_LAST(r) K_STEP_WORD(r, (int)*(const uint16_t *)ROW_AT(r))
+#define ODD_TAIL                                                                                    \
+    if (kc & 1) {                                                                                   \
+        int64_t p = kpairs;                                                                         \
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR));                     \
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void *)(b + p * NR + 16));                \
+        R12(K_LAST)                                                                                 \
+    }
+static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void *b_, const tg_tile *t) {
     const uint32_t *b = b_;
     const char *base[4];
-    int64_t ld = lda * 2; /* bytes */
+    int64_t ld = lda * 2, kpairs = kc / 2; /* bytes; whole pairs */
     for (int q = 0; q < 4; q++) base[q] = (const char *)a + 3 * q * ld;
-    TILE_BODY(R12)
+    TILE_BODY(R12, ODD_TAIL)
 }
+#undef ODD_TAIL
+#undef K_LAST
 #undef BCAST
+#undef ROW_AT
 
 /* ---- one output row, B streamed once (M = 1, and N = 1 after the frame's transpose) ----
  * Memory-bound shapes want each byte of B read once, in long runs. vdpbf16ps treats subnormal

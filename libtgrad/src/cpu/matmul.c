@@ -204,31 +204,11 @@ static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, con
     return TGRAD_OK;
 }
 
-/* One full-height tile whose A rows are read in place (kernel_direct) over kp pairs of the K
- * panel starting at k0 (kc elements). Direct reads take whole pairs, so for an odd kc the last pair
- * (element kc-1 and the +0 pad) is packed here and run by the packed kernel after the in-place
- * pairs, the accumulators passing between the two through a stack tile (exact: fp32 in, fp32 out),
- * which gives the packed kernel's bytes. */
-enum { TILE_FLOATS = 16 * 64 }; /* room for any variant's mr x nr */
-static void direct_tile(const tg_ukernel *uk, tg_ukernel_fn kernel, const tg_operand *A, int64_t row0, int64_t k0,
-                        int64_t kc, const char *bp, const tg_tile *t) {
-    int64_t kp = (kc + 1) / 2;
-    const uint16_t *arow = A->base + row0 * A->s0 + k0;
-    if (kc % 2 == 0) {
-        uk->kernel_direct(kp, arow, A->s0, bp, t);
-        return;
-    }
-    int64_t mr = uk->mr, nr = uk->nr;
-    _Alignas(64) float acc[TILE_FLOATS];
-    _Alignas(64) uint32_t atail[16 * 2]; /* one pair of mr rows (entries of up to 8 bytes) */
-    if (t->load)
-        for (int64_t r = 0; r < mr; r++) memcpy(acc + r * nr, t->acc + r * t->ldacc, sizeof(float) * (size_t)nr);
-    tg_tile mid = { .acc = acc, .ldacc = nr, .load = t->load };
-    if (kp > 1) uk->kernel_direct(kp - 1, arow, A->s0, bp, &mid);
-    uk->pack_a(A, row0, mr, k0 + kc - 1, 1, (int32_t)mr, atail);
-    tg_tile last = *t;
-    last.acc = acc, last.ldacc = nr, last.load = t->load || kp > 1;
-    kernel(1, atail, bp + (size_t)((kp - 1) * nr * uk->b_entry_bytes), &last);
+/* One full-height tile whose A rows are read in place (kernel_direct) over the K panel of kc
+ * elements starting at k0. */
+static void direct_tile(const tg_ukernel *uk, const tg_operand *A, int64_t row0, int64_t k0, int64_t kc,
+                        const char *bp, const tg_tile *t) {
+    uk->kernel_direct(kc, A->base + row0 * A->s0 + k0, A->s0, bp, t);
 }
 
 static void run_block(int64_t task, int32_t worker, void *arg) {
@@ -264,7 +244,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
                               .out = last ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
                               .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
                               .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
-                if (i0 < a_lo) direct_tile(uk, J->kernel, &J->A, m0 + i0, k0, kc, bj, &t);
+                if (i0 < a_lo) direct_tile(uk, &J->A, m0 + i0, k0, kc, bj, &t);
                 else J->kernel(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
             }
         }
@@ -278,9 +258,9 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
  * is up to KCB_MAX deep (a B micro-panel streams from L2 well on the machines measured), so
  * K <= KCB_MAX carries no fp32 accumulators through memory; deeper K keeps the chunk's
  * accumulators between panels, in order, as the per-block path does. Where the variant reads
- * row-major A in place (kernel_direct; an odd K's last pair through direct_tile), only a short
- * last row panel is packed and the row chunk is all of M, so B is packed exactly once. Chunks
- * are capped at CHUNK_BYTES each. */
+ * row-major A in place (kernel_direct, odd K included), only a short last row panel is packed
+ * and the row chunk is all of M, so B is packed exactly once. Chunks are capped at CHUNK_BYTES
+ * each. */
 enum { KCB_MAX = 4096 };
 #define CHUNK_BYTES ((int64_t)8 << 20)
 /* An output bigger than this will not be in cache when it is read: whole lines bypass the caches
@@ -355,7 +335,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
                           .rows = (int32_t)(J->mb - i0 < mr ? J->mb - i0 : mr),
                           .cols = (int32_t)(J->nb - j0 < nr ? J->nb - j0 : nr), .stream = J->stream };
             if (i0 < J->a_lo)
-                direct_tile(uk, J->kernel, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
+                direct_tile(uk, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
             else
                 J->kernel(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
         }

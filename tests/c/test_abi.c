@@ -205,15 +205,16 @@ static uint16_t special_bits(void) {
     }
 }
 
-/* Every shape class the frame treats specially (one row, one column, short M, odd K, block
- * edges, odd K with A read in place, outputs over 16 MiB that are streamed past the caches:
+/* Every shape class the frame treats specially (one row, one column, short M, M's tail panel on
+ * a shorter kernel, odd K, block edges, odd K with A read in place, outputs over 16 MiB that are streamed past the caches:
  * N = 2080 has 64-byte aligned rows, 2050 mostly not), with row- and column-major B and special
  * values: every variant gives the portable variant's bytes. */
 static void test_variants_agree_on_shape_classes(void) {
     static const int64_t shapes[][3] = { { 1, 4097, 1000 }, { 1, 33, 3 }, { 777, 1025, 1 }, { 5, 1, 7 },
                                          { 16, 515, 300 }, { 9, 64, 1025 }, { 200, 1030, 70 }, { 1, 2, 1 },
                                          { 13, 7, 33 }, { 3, 1031, 520 }, { 1, 5, 64 }, { 77, 9, 1 }, { 1, 3, 50 },
-                                         { 127, 255, 511 }, { 24, 255, 300 }, { 4100, 6, 2080 }, { 4100, 3, 2050 } };
+                                         { 127, 255, 511 }, { 24, 255, 300 }, { 4100, 6, 2080 }, { 4100, 3, 2050 },
+                                         { 49, 70, 90 }, { 63, 33, 65 } }; /* tail panels of 1 and 3 rows */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
         uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));
@@ -246,7 +247,8 @@ static void test_variants_agree_on_shape_classes(void) {
  * or packed), every variant and 1-3 threads, A row-major, column-major and strided: the bytes of
  * the portable variant on the per-block path (automatic choice at these sizes). */
 static void test_chunked_blocking_agrees(void) {
-    static const int64_t shapes[][3] = { { 200, 1030, 70 }, { 131, 517, 97 }, { 37, 64, 300 }, { 300, 2, 33 }, { 25, 9, 1 } };
+    static const int64_t shapes[][3] = { { 200, 1030, 70 }, { 131, 517, 97 }, { 37, 64, 300 }, { 300, 2, 33 }, { 25, 9, 1 },
+                                         { 61, 41, 65 }, { 51, 40, 40 } };
     static const int64_t blockings[][3] = { { 64 << 10, 256, 0 }, { 64 << 10, 256, TGRAD_DEBUG_CPU_NO_DIRECT_A },
                                             { 16 << 10, 64, 0 }, { 8 << 10, 30, 0 }, { 1 << 20, 0, 0 } };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

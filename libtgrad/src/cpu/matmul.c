@@ -131,10 +131,31 @@ static workspace *ws_get(size_t acc, size_t a, size_t b) {
 enum { MC_MAX = 192, NC_MAX = 512 }; /* K panels: the variant's kc (even: only the last panel has an odd tail) */
 #define SMALL_MNK (1 << 21) /* below this many multiply-adds the calling thread works alone */
 
+/* The packed kernels of a call: `fn` for panels of mr rows (uk->kernel, or a short kernel when
+ * all of M is short), `tail` for M's last panel when it has fewer rows (the shortest kernel that
+ * holds them: 127 rows compute 10 x 12 + 8, not 11 x 12). Every block and chunk starts at a
+ * multiple of mr, so only the last rows of M form a tail panel. */
+typedef struct {
+    tg_ukernel_fn fn, tail;
+    int32_t mr, tail_mr;
+} kernels;
+
+static tg_ukernel_fn pick(const kernels *k, int32_t rows) { return rows < k->mr ? k->tail : k->fn; }
+
+/* Rows [r0, r0 + rows) of A packed into panels of mr rows, a tail panel of tail_mr rows. */
+static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *A, int64_t r0, int64_t rows,
+                      int64_t k0, int64_t kc, char *dst) {
+    int64_t full = rows / k->mr * k->mr;
+    if (full) uk->pack_a(A, r0, full, k0, kc, k->mr, dst);
+    if (rows > full)
+        uk->pack_a(A, r0 + full, rows - full, k0, kc, k->tail_mr,
+                   dst + (size_t)(full * ((kc + 1) / 2)) * (size_t)uk->a_entry_bytes);
+}
+
 typedef struct {
     const tg_ukernel *uk;
-    tg_ukernel_fn kernel; /* uk->kernel, or the short kernel of height mr */
-    int32_t mr;
+    kernels k;
+    int32_t mr;  /* k.mr */
     bool direct; /* full row panels read A in place (kernel_direct) */
     tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
@@ -236,7 +257,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
         int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = (kc + 1) / 2;
         bool last = k0 + KC >= J->K;
         uk->pack_b(&J->B, k0, kc, n0, nb, bp);
-        if (a_lo < mb) uk->pack_a(&J->A, m0 + a_lo, mb - a_lo, k0, kc, (int32_t)mr, ap);
+        if (a_lo < mb) pack_rows(uk, &J->k, &J->A, m0 + a_lo, mb - a_lo, k0, kc, ap);
         for (int64_t j0 = 0; j0 < nb; j0 += uk->nr) {
             const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->b_entry_bytes;
             for (int64_t i0 = 0; i0 < mb; i0 += mr) {
@@ -245,7 +266,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
                               .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
                               .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
                 if (i0 < a_lo) direct_tile(uk, &J->A, m0 + i0, k0, kc, bj, &t);
-                else J->kernel(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
+                else pick(&J->k, t.rows)(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
             }
         }
     }
@@ -288,8 +309,8 @@ static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_opera
 
 typedef struct {
     const tg_ukernel *uk;
-    tg_ukernel_fn kernel;
-    int32_t mr;
+    kernels k;
+    int32_t mr; /* k.mr */
     tg_operand A, B;
     int64_t N;           /* output row stride */
     int64_t m0, mb, n0, nb, k0, kc; /* this chunk pair and K panel */
@@ -311,8 +332,8 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
     if (task < J->a_tasks) {
         int64_t r0 = J->a_lo + task * J->a_group * J->mr, rows = J->a_group * J->mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
-        uk->pack_a(&J->A, J->m0 + r0, rows, J->k0, J->kc, J->mr,
-                   J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
+        pack_rows(uk, &J->k, &J->A, J->m0 + r0, rows, J->k0, J->kc,
+                  J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
     } else {
         int64_t c0 = (task - J->a_tasks) * J->b_group * uk->nr, cols = J->b_group * uk->nr;
         if (cols > J->nb - c0) cols = J->nb - c0;
@@ -337,15 +358,16 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
             if (i0 < J->a_lo)
                 direct_tile(uk, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
             else
-                J->kernel(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
+                pick(&J->k, t.rows)(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
         }
     }
     if (J->stream && J->last) tg_store_fence();
 }
 
-static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, int32_t mr, const tg_operand *A,
+static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const tg_operand *A,
                                    const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
                                    uint16_t *out) {
+    int32_t mr = k->mr;
     int64_t cap = atomic_load(&dbg_chunk_bytes), kcb_max = atomic_load(&dbg_panel_k);
     if (!cap) cap = CHUNK_BYTES;
     if (!kcb_max) kcb_max = KCB_MAX;
@@ -369,7 +391,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, tg_ukernel_fn kernel, i
     workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
                           (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
-    chunk_job J = { .uk = uk, .kernel = kernel, .mr = mr, .A = *A, .B = *B, .N = N,
+    chunk_job J = { .uk = uk, .k = *k, .mr = mr, .A = *A, .B = *B, .N = N,
                     .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,
                     .stream = (double)M * (double)N * 2.0 > STREAM_BYTES };
     for (J.m0 = 0; J.m0 < M; J.m0 += mch) {
@@ -454,20 +476,26 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     const tg_ukernel *uk = P.uk;
     if (P.path == PATH_ROWVEC) return matmul_rowvec(uk, &P.A, &P.B, P.K, P.N, P.threads, out);
     int64_t M = P.M, N = P.N, K = P.K;
-    /* Tile height: the main one, or a shorter kernel when it computes fewer padded rows. */
-    int32_t mr = uk->mr;
-    tg_ukernel_fn kernel = uk->kernel;
+    /* Tile height: the main one, or a shorter kernel when it computes fewer padded rows; then the
+     * tail panel's. */
+    kernels k = { .fn = uk->kernel, .mr = uk->mr };
     for (int i = 0; i < 3 && uk->short_kernels[i].fn; i++) {
         int32_t h = uk->short_kernels[i].rows;
-        if (round_up(M, h) - M < round_up(M, mr) - M && M < 4 * uk->mr) mr = h, kernel = uk->short_kernels[i].fn;
+        if (round_up(M, h) - M < round_up(M, k.mr) - M && M < 4 * uk->mr) k.mr = h, k.fn = uk->short_kernels[i].fn;
     }
+    k.tail = k.fn, k.tail_mr = k.mr;
+    for (int i = 0; i < 3 && uk->short_kernels[i].fn && M % k.mr; i++) {
+        int32_t h = uk->short_kernels[i].rows;
+        if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
+    }
+    int32_t mr = k.mr;
     int64_t mc, nc;
     choose_blocks(M, N, K, mr, uk->nr, P.threads, 8.0, &mc, &nc);
     /* shared chunks once B would be packed again for more than two row blocks */
     if ((M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes))
-        return matmul_chunked(uk, kernel, mr, &P.A, &P.B, M, N, K, P.threads, out);
+        return matmul_chunked(uk, &k, &P.A, &P.B, M, N, K, P.threads, out);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
-    job J = { .uk = uk, .kernel = kernel, .mr = mr, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
+    job J = { .uk = uk, .k = k, .mr = mr, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
     atomic_init(&J.failed, 0);
     run_tasks(tiles_m * tiles_n, P.threads, run_block, &J);

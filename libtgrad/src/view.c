@@ -266,7 +266,12 @@ tgrad_status tg_view_reshape_nocopy(const tg_view *v, const int64_t *shape, int3
 }
 
 tgrad_status tg_view_matmul(const tg_view *a, const tg_view *b, const char *fn, tg_view *out) {
-    char sa[160], sb[160];
+    tgrad_status s = TGRAD_OK;
+    if (a->ndim == 2 && b->ndim == 2 && a->shape[1] == b->shape[0]) {
+        int64_t shape[2] = { a->shape[0], b->shape[1] };
+        if (!(s = tg_view_contiguous(2, shape, out))) return TGRAD_OK;
+    }
+    char sa[160], sb[160]; /* the shapes are formatted for the message only: a matmul is made often */
     tg_format_shape(sa, sizeof sa, a);
     tg_format_shape(sb, sizeof sb, b);
     if (a->ndim != 2 || b->ndim != 2)
@@ -275,8 +280,5 @@ tgrad_status tg_view_matmul(const tg_view *a, const tg_view *b, const char *fn, 
     if (a->shape[1] != b->shape[0])
         return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: %s @ %s: inner dimensions %lld and %lld differ", fn, sa, sb,
                        (long long)a->shape[1], (long long)b->shape[0]);
-    int64_t shape[2] = { a->shape[0], b->shape[1] };
-    tgrad_status s = tg_view_contiguous(2, shape, out);
-    if (s) return tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
-    return TGRAD_OK;
+    return tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
 }

@@ -248,7 +248,7 @@ static void test_variants_agree_on_shape_classes(void) {
  * the portable variant on the per-block path (automatic choice at these sizes). */
 static void test_chunked_blocking_agrees(void) {
     static const int64_t shapes[][3] = { { 200, 1030, 70 }, { 131, 517, 97 }, { 37, 64, 300 }, { 300, 2, 33 }, { 25, 9, 1 },
-                                         { 61, 41, 65 }, { 51, 40, 40 } };
+                                         { 61, 41, 65 }, { 51, 40, 40 }, { 200, 64, 600 } };
     static const int64_t blockings[][3] = { { 64 << 10, 256, 0 }, { 64 << 10, 256, TGRAD_DEBUG_CPU_NO_DIRECT_A },
                                             { 16 << 10, 64, 0 }, { 8 << 10, 30, 0 }, { 1 << 20, 0, 0 } };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

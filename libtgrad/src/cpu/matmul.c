@@ -394,11 +394,19 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
     chunk_job J = { .uk = uk, .k = *k, .mr = mr, .A = *A, .B = *B, .N = N,
                     .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,
                     .stream = (double)M * (double)N * 2.0 > STREAM_BYTES };
-    for (J.m0 = 0; J.m0 < M; J.m0 += mch) {
-        J.mb = M - J.m0 < mch ? M - J.m0 : mch;
-        J.a_lo = direct ? J.mb / mr * mr : 0;
-        for (J.n0 = 0; J.n0 < N; J.n0 += nch) {
-            J.nb = N - J.n0 < nch ? N - J.n0 : nch;
+    /* With one K panel, the outer loop's chunk is packed once and serves every chunk of the inner
+     * loop, which is packed again each time: rows outer (B packed per row chunk) unless packing A
+     * per column chunk moves fewer bytes (FMA variants at 2048^3: B twice vs A once). */
+    int64_t mcount = (M + mch - 1) / mch, ncount = (N + nch - 1) / nch;
+    bool n_outer = !multi && !direct && (double)ncount * (double)M * (double)a_row_bytes <
+                                            (double)mcount * (double)N * (double)b_col_bytes;
+    int64_t outer = n_outer ? ncount : mcount, inner = n_outer ? mcount : ncount;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t in = 0; in < inner; in++) {
+            int64_t mi = n_outer ? in : o, ni = n_outer ? o : in;
+            J.m0 = mi * mch, J.mb = M - J.m0 < mch ? M - J.m0 : mch;
+            J.n0 = ni * nch, J.nb = N - J.n0 < nch ? N - J.n0 : nch;
+            J.a_lo = direct ? J.mb / mr * mr : 0;
             J.ldacc = round_up(J.nb, nr);
             choose_blocks(J.mb, J.nb, kcb, mr, nr, threads, 0.5, &J.mc, &J.nc);
             J.tiles_n = (J.nb + J.nc - 1) / J.nc;
@@ -406,13 +414,13 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
             for (J.k0 = 0; J.k0 < K; J.k0 += kcb) {
                 J.kc = K - J.k0 < kcb ? K - J.k0 : kcb;
                 J.load = J.k0 > 0, J.last = J.k0 + kcb >= K;
-                /* with one K panel, the A chunk packed for the first B chunk serves them all */
-                bool pack_a = multi || J.n0 == 0;
+                bool pack_a = multi || n_outer || ni == 0, pack_b = multi || !n_outer || mi == 0;
                 int64_t a_panels = (J.mb - J.a_lo + mr - 1) / mr, b_panels = (J.nb + nr - 1) / nr;
                 int64_t want = 2 * (int64_t)threads;
                 J.a_group = a_panels ? (a_panels + want - 1) / want : 1, J.b_group = (b_panels + want - 1) / want;
                 J.a_tasks = pack_a ? (a_panels + J.a_group - 1) / J.a_group : 0;
-                run_tasks(J.a_tasks + (b_panels + J.b_group - 1) / J.b_group, threads, chunk_pack, &J);
+                int64_t b_tasks = pack_b ? (b_panels + J.b_group - 1) / J.b_group : 0;
+                if (J.a_tasks + b_tasks) run_tasks(J.a_tasks + b_tasks, threads, chunk_pack, &J);
                 run_tasks(tiles, threads, chunk_tiles, &J);
             }
         }

@@ -398,8 +398,8 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
      * loop, which is packed again each time: rows outer (B packed per row chunk) unless packing A
      * per column chunk moves fewer bytes (FMA variants at 2048^3: B twice vs A once). */
     int64_t mcount = (M + mch - 1) / mch, ncount = (N + nch - 1) / nch;
-    bool n_outer = !multi && !direct && (double)ncount * (double)M * (double)a_row_bytes <
-                                            (double)mcount * (double)N * (double)b_col_bytes;
+    bool n_outer = !multi && !direct && (double)(ncount - 1) * (double)M * (double)a_row_bytes <
+                                            (double)(mcount - 1) * (double)N * (double)b_col_bytes;
     int64_t outer = n_outer ? ncount : mcount, inner = n_outer ? mcount : ncount;
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t in = 0; in < inner; in++) {

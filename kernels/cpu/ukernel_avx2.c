@@ -9,6 +9,78 @@
 #include "pack_f32_pairs.h"
 #include "pack_bf16_pairs.h"
 
+/* ---- packing: vector paths for row-major A and row-major B ---- */
+
+static inline __m256i daz16(__m256i w) { /* bf16 with a zero exponent -> signed zero */
+    __m256i sub = _mm256_cmpeq_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f80)), _mm256_setzero_si256());
+    return _mm256_blendv_epi8(w, _mm256_and_si256(w, _mm256_set1_epi16((short)0x8000)), sub);
+}
+
+/* Row-major A: 8 pairs of a row per load, widened to (odd, even) fp32 entries, one 8-byte store
+ * per pair; the pairs past the last multiple of 8 (and an odd K's last element) go one by one. */
+static void pack_a_rows(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, float *dst) {
+    int64_t kp = (kc + 1) / 2, full = kc / 2, vec = full / 8 * 8, step = 2 * mr;
+    const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * step) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        for (int64_t r = 0; r < mr; r++) {
+            float *d = dst + 2 * r;
+            if (r >= rows) {
+                for (int64_t p = 0; p < kp; p++) d[p * step] = d[p * step + 1] = 0.0f;
+                continue;
+            }
+            const uint16_t *row = A->base + (m0 + i0 + r) * A->s0 + k0;
+            for (int64_t p = 0; p < vec; p += 8) {
+                __m256i w = daz16(_mm256_loadu_si256((const __m256i *)(row + 2 * p)));
+                __m256 o = _mm256_castsi256_ps(_mm256_and_si256(w, odd_mask));
+                __m256 e = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+                /* (odd, even) of pairs 0 1 4 5 and 2 3 6 7 */
+                __m256d lo = _mm256_castps_pd(_mm256_unpacklo_ps(o, e)), hi = _mm256_castps_pd(_mm256_unpackhi_ps(o, e));
+                __m128d l0 = _mm256_castpd256_pd128(lo), l1 = _mm256_extractf128_pd(lo, 1);
+                __m128d h0 = _mm256_castpd256_pd128(hi), h1 = _mm256_extractf128_pd(hi, 1);
+                float *q = d + p * step;
+                _mm_storel_pd((double *)q, l0), _mm_storeh_pd((double *)(q + step), l0);
+                _mm_storel_pd((double *)(q + 2 * step), h0), _mm_storeh_pd((double *)(q + 3 * step), h0);
+                _mm_storel_pd((double *)(q + 4 * step), l1), _mm_storeh_pd((double *)(q + 5 * step), l1);
+                _mm_storel_pd((double *)(q + 6 * step), h1), _mm_storeh_pd((double *)(q + 7 * step), h1);
+            }
+            for (int64_t p = vec; p < kp; p++) {
+                d[p * step] = 2 * p + 1 < kc ? tg_widen_daz(row[2 * p + 1]) : 0.0f;
+                d[p * step + 1] = tg_widen_daz(row[2 * p]);
+            }
+        }
+    }
+}
+
+/* Row-major B: the pair words of 16 columns from rows 2p and 2p+1 (two unpacks, one lane fix). */
+static void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    int64_t kp = (kc + 1) / 2;
+    for (int64_t j0 = 0; j0 + NR <= nb; j0 += NR, dst += kp * NR) {
+        for (int64_t p = 0; p < kp; p++) {
+            const uint16_t *even = B->base + (k0 + 2 * p) * B->s0 + n0 + j0;
+            __m256i e = daz16(_mm256_loadu_si256((const __m256i *)even));
+            __m256i o = 2 * p + 1 < kc ? daz16(_mm256_loadu_si256((const __m256i *)(even + B->s0))) : _mm256_setzero_si256();
+            __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o); /* columns 0-3 8-11, 4-7 12-15 */
+            _mm256_storeu_si256((__m256i *)(dst + p * NR), _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(dst + p * NR + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+    }
+    int64_t done = nb / NR * NR;
+    if (done < nb) pack_b_bf16(B, k0, kc, n0 + done, nb - done, dst);
+}
+
+static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst) {
+    if (A->s1 == 1) pack_a_rows(A, m0, mb, k0, kc, mr, dst);
+    else pack_a_f32(A, m0, mb, k0, kc, mr, dst);
+}
+
+static void pack_b_fast(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst) {
+    if (B->s1 == 1) pack_b_rows(B, k0, kc, n0, nb, dst);
+    else pack_b_bf16(B, k0, kc, n0, nb, dst);
+}
+
+/* ---- micro-kernel ---- */
+
 static inline void store_bf16x8(uint16_t *dst, __m256 v, int32_t cols) {
     float f[8];
     _mm256_storeu_ps(f, v);
@@ -99,5 +171,5 @@ static double peak(int64_t iters) {
 }
 
 const tg_ukernel tg_ukernel_avx2 = {
-    .name = "avx2", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 4, .kc = 256, .pack_a = pack_a_f32, .pack_b = pack_b_bf16,
+    .name = "avx2", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 4, .kc = 256, .pack_a = pack_a_fast, .pack_b = pack_b_fast,
     .kernel = kernel, .available = available, .peak = peak };

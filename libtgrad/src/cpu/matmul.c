@@ -176,11 +176,16 @@ static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t n
     double best = -1;
     *mc_out = round_up((M + tm0 - 1) / tm0, mr), *nc_out = round_up((N + tn0 - 1) / tn0, nr);
     if (threads == 1) return;
+    /* the column splits once (this runs on every call: divisions add up) */
+    int64_t nbs[16], ncounts[16], tns = 0;
+    for (int64_t tn = tn0; tn <= tn_max && tn < tn0 + 16; tn++, tns++) {
+        nbs[tns] = round_up((N + tn - 1) / tn, nr);
+        ncounts[tns] = (N + nbs[tns] - 1) / nbs[tns];
+    }
     for (int64_t tm = tm0; tm <= tm_max && tm < tm0 + 16; tm++) {
-        for (int64_t tn = tn0; tn <= tn_max && tn < tn0 + 16; tn++) {
-            int64_t mb = round_up((M + tm - 1) / tm, mr), nb = round_up((N + tn - 1) / tn, nr);
-            int64_t tasks = ((M + mb - 1) / mb) * ((N + nb - 1) / nb);
-            int64_t waves = (tasks + threads - 1) / threads;
+        int64_t mb = round_up((M + tm - 1) / tm, mr), mcount = (M + mb - 1) / mb;
+        for (int64_t i = 0; i < tns; i++) {
+            int64_t nb = nbs[i], waves = (mcount * ncounts[i] + threads - 1) / threads;
             double cost = (double)waves * ((double)mb * (double)nb * (double)K + pack_weight * (double)K * (double)(mb + nb));
             if (best < 0 || cost < best) best = cost, *mc_out = mb, *nc_out = nb;
         }

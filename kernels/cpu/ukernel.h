@@ -57,6 +57,12 @@ typedef struct tg_ukernel {
      * arrives packed as k-pair words (one panel of height 1); false when B's layout is not one
      * the variant streams (the frame then packs as usual). */
     bool (*rowvec)(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out);
+    /* optional: out rows [0, rows) (rows <= 16), columns [0, cols) of a short-M
+     * problem over all of K, reading row-major B in place at b (row stride ldb) and A from one
+     * pack_a panel of 16 rows (a, zero-padded). B is streamed once for all the rows. Same results
+     * as the packed kernels (only for a variant whose hardware treats subnormal inputs as zero). */
+    void (*skinny)(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                   uint16_t *out, int64_t ldout);
     /* optional: the main kernel (mr rows) reading row-major A in place instead of packed, over
      * kc elements of each row ((kc + 1) / 2 pairs of the packed B panel): row r's pair p is the
      * 32-bit word at a + r * lda + 2p (lda in elements); for an odd kc the last pair is element

@@ -136,41 +136,142 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 #undef BCAST
 #undef ROW_AT
 
+/* ---- a few rows (2..16), row-major B streamed once, unpacked ----
+ * A short M leaves too little arithmetic per byte of B to hide packing it: B is read in place
+ * (vdpbf16ps ignores subnormal inputs, so no DAZ pass is needed, as on the in-place A path), two
+ * rows' pair interleaved in registers. A strip of up to 256 columns is walked in K chunks of 32
+ * pairs, 32 columns at a time: each chunk's rows are whole 512-byte runs, fetched while the
+ * previous chunk computes (two prefetches per pair step), so memory streams while the tiles run.
+ * Rows 0-11 accumulate in registers between chunks' L1 spills; rows 12-15 stay in L1 (the
+ * register file holds 24 accumulators next to the B vectors). The A panel is packed once (16
+ * rows, zero-padded). */
+enum { SK_STRIP = 256, SK_CHUNK = 32 };
+#define BCAST(r) (int)a[p * 16 + (r)]
+static void skinny_regs(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                        uint16_t *out, int64_t ldout) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    __attribute__((aligned(64))) float acc[16 * SK_STRIP];
+    int64_t kp = (K + 1) / 2, full = K / 2;
+    int32_t tiles = (cols + 31) / 32;
+    for (int64_t c0 = 0; c0 < kp; c0 += SK_CHUNK) {
+        int64_t c1 = c0 + SK_CHUNK < kp ? c0 + SK_CHUNK : kp;
+        bool first = c0 == 0, last = c1 == kp;
+        /* the next chunk's rows (2 * SK_CHUNK of them, `tiles` lines each), two per pair step */
+        const char *next = (const char *)(b + 2 * c1 * ldb);
+        int64_t next_rows = 2 * (kp - c1 < SK_CHUNK ? kp - c1 : SK_CHUNK);
+        for (int32_t tl = 0; tl < tiles; tl++) {
+            int32_t j = 32 * tl, w = cols - j < 32 ? cols - j : 32;
+            __mmask32 m = col_mask32(w);
+            tg_tile tile = { .acc = acc + j, .ldacc = SK_STRIP, .load = !first, .out = out + j, .ldout = ldout,
+                             .rows = rows, .cols = w }, *t = &tile;
+            if (first)
+                for (int32_t r = 12; r < rows; r++)
+                    _mm512_store_ps(acc + r * SK_STRIP + j, _mm512_setzero_ps()),
+                        _mm512_store_ps(acc + r * SK_STRIP + j + 16, _mm512_setzero_ps());
+            R12(K_DECL)
+            if (t->load) { R12(K_LOAD) }
+            for (int64_t p = c0; p < c1; p++) {
+                int64_t q = 2 * (p - c0);
+                if (q < next_rows) {
+                    _mm_prefetch(next + q * ldb * 2 + 64 * tl, _MM_HINT_T0);
+                    _mm_prefetch(next + (q + 1) * ldb * 2 + 64 * tl, _MM_HINT_T0);
+                }
+                const uint16_t *even = b + 2 * p * ldb + j;
+                __m512i e = _mm512_maskz_loadu_epi16(m, even);
+                __m512i o = p < full ? _mm512_maskz_loadu_epi16(m, even + ldb) : _mm512_setzero_si512();
+                __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o);
+                __m512bh b1 = (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o);
+                R12(K_STEP)
+                for (int32_t r = 12; r < rows; r++) {
+                    __m512bh av = (__m512bh)_mm512_set1_epi32(BCAST(r));
+                    float *c = acc + r * SK_STRIP + j;
+                    _mm512_store_ps(c, _mm512_dpbf16_ps(_mm512_load_ps(c), av, b0));
+                    _mm512_store_ps(c + 16, _mm512_dpbf16_ps(_mm512_load_ps(c + 16), av, b1));
+                }
+            }
+            if (last) {
+                R12(K_OUT)
+                for (int32_t r = 12; r < rows; r++)
+                    store_bf16x32(out + r * ldout + j, _mm512_load_ps(acc + r * SK_STRIP + j),
+                                  _mm512_load_ps(acc + r * SK_STRIP + j + 16), m, 0);
+            } else {
+                R12(K_ACC)
+            }
+        }
+    }
+}
+#undef BCAST
+
 /* ---- one output row, B streamed once (M = 1, and N = 1 after the frame's transpose) ----
  * Memory-bound shapes want each byte of B read once, in long runs. vdpbf16ps treats subnormal
  * inputs as zero itself, so these paths read B unpacked. */
 
-/* Row-major B: a strip of up to 512 columns, fp32 accumulators in L1, rows read whole. */
-static void rowvec_rows(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+/* Row-major B for 1 to 8 output rows: a strip of up to 1024 columns (512 for more than 4 rows),
+ * fp32 accumulators in L1, B's rows read whole (long runs the prefetchers follow: the memory-
+ * bound shapes run at the streaming rate). Row r's pair p is a[p * astride + r]. */
+static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uint16_t *b, int64_t ldb, int64_t K,
+                     int64_t nb, uint16_t *out, int64_t ldout) {
     const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                             39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-    enum { STRIP = 1024, PREFETCH_PAIRS = 4 };
-    __attribute__((aligned(64))) float acc[STRIP];
-    for (int64_t s0 = 0; s0 < nb; s0 += STRIP) {
-        int64_t w = nb - s0 < STRIP ? nb - s0 : STRIP;
+    enum { ACC = 4096, PREFETCH_PAIRS = 4 };
+    __attribute__((aligned(64))) float acc[ACC];
+    int64_t strip = rows <= 4 ? 1024 : 512;
+    for (int64_t s0 = 0; s0 < nb; s0 += strip) {
+        int64_t w = nb - s0 < strip ? nb - s0 : strip;
         int64_t groups = (w + 31) / 32;
-        for (int64_t g = 0; g < groups * 32; g += 16) _mm512_store_ps(acc + g, _mm512_setzero_ps());
+        for (int32_t r = 0; r < rows; r++)
+            for (int64_t g = 0; g < groups * 32; g += 16) _mm512_store_ps(acc + r * strip + g, _mm512_setzero_ps());
         for (int64_t p = 0; p < (K + 1) / 2; p++) {
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)apairs[p]);
-            const uint16_t *even = B->base + 2 * p * B->s0 + n0 + s0;
-            const uint16_t *odd = even + B->s0;
+            __m512bh av[8];
+            for (int32_t r = 0; r < rows; r++) av[r] = (__m512bh)_mm512_set1_epi32((int)a[p * astride + r]);
+            const uint16_t *even = b + 2 * p * ldb + s0;
+            const uint16_t *odd = even + ldb;
             bool has_odd = 2 * p + 1 < K;
             for (int64_t g = 0; g < groups; g++) {
                 int64_t left = w - 32 * g;
                 __mmask32 m = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
-                /* rows jump by 2*s0 per pair: fetch a few pairs ahead, the prefetcher does not */
-                _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * B->s0 + 32 * g), _MM_HINT_T0);
-                _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * B->s0 + 32 * g), _MM_HINT_T0);
+                /* rows jump by 2*ldb per pair: fetch a few pairs ahead, the prefetcher does not */
+                _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 32 * g), _MM_HINT_T0);
+                _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * ldb + 32 * g), _MM_HINT_T0);
                 __m512i e = _mm512_maskz_loadu_epi16(m, even + 32 * g);
                 __m512i o = has_odd ? _mm512_maskz_loadu_epi16(m, odd + 32 * g) : _mm512_setzero_si512();
-                float *c = acc + 32 * g;
-                _mm512_store_ps(c, _mm512_dpbf16_ps(_mm512_load_ps(c), av, (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o)));
-                _mm512_store_ps(c + 16, _mm512_dpbf16_ps(_mm512_load_ps(c + 16), av, (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o)));
+                __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o);
+                __m512bh b1 = (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o);
+                for (int32_t r = 0; r < rows; r++) {
+                    float *c = acc + r * strip + 32 * g;
+                    _mm512_store_ps(c, _mm512_dpbf16_ps(_mm512_load_ps(c), av[r], b0));
+                    _mm512_store_ps(c + 16, _mm512_dpbf16_ps(_mm512_load_ps(c + 16), av[r], b1));
+                }
             }
         }
-        for (int64_t g = 0; g < w; g += 16) store_bf16x16(out + s0 + g, _mm512_load_ps(acc + g), col_mask((int32_t)(w - g)));
+        for (int32_t r = 0; r < rows; r++)
+            for (int64_t g = 0; g < w; g += 16)
+                store_bf16x16(out + r * ldout + s0 + g, _mm512_load_ps(acc + r * strip + g), col_mask((int32_t)(w - g)));
     }
+}
+
+static void rowvec_rows(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    few_rows(apairs, 1, 1, B->base + n0, B->s0, K, nb, out, 0);
+}
+
+/* Which of the two: B streamed row by row into L1 accumulators (few_rows: bound by L1 stores,
+ * two per row per 32 columns, but reading memory at the streaming rate) or 12 rows in registers
+ * over 256-column strips (skinny_regs: compute at the instruction's rate, memory at the rate its
+ * 64-byte runs allow). Measured on Zen 5, 2 threads: up to 4 rows few_rows wins everywhere
+ * (2x4096x4096 0.37 vs 0.60 ms... 1.25 ms packed); 5-8 rows only when a thread's share of B is
+ * far from cache (8x4096x4096 1.01 vs 1.22 ms; 8x1024x1024 76 vs 35 us the other way). */
+#define FEW_ROWS_BYTES ((int64_t)4 << 20) /* a thread's share of B */
+static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                   uint16_t *out, int64_t ldout) {
+    if (rows <= 4 || (rows <= 8 && K * cols * 2 > FEW_ROWS_BYTES)) {
+        few_rows(a, 16, rows, b, ldb, K, cols, out, ldout);
+        return;
+    }
+    for (int32_t j = 0; j < cols; j += SK_STRIP)
+        skinny_regs(K, a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
 }
 
 /* Column-major B (column j's k-pairs are adjacent words): 16 columns x 16 pairs per transpose,
@@ -257,5 +358,5 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_avx512bf16 = {
     .name = "avx512bf16", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 512, .pack_a = pack_a_fast, .pack_b = pack_b_bf16_avx512,
-    .kernel = kernel, .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec,
+    .kernel = kernel, .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec, .skinny = skinny,
     .kernel_direct = kernel_direct, .available = available, .peak = peak };

@@ -106,7 +106,10 @@ def test_route_names_what_computed_the_buffer(rng: np.random.Generator) -> None:
     a, b = _t(rng, 4, 6), _t(rng, 6, 5)
     assert a.route == "host" and a.T.route == "host"
     out = a @ b
-    assert out.route == f"cpu.{tgrad.cpu_isa()}.gemm"  # pending: the route it would take now
+    # pending: the route it would take now (4 rows: skinny on a variant that has it)
+    assert out.route in (f"cpu.{tgrad.cpu_isa()}.skinny", f"cpu.{tgrad.cpu_isa()}.gemm")
+    big = tgrad.Tensor.from_numpy(np.ones((17, 6), np.float32)) @ b
+    assert big.route == f"cpu.{tgrad.cpu_isa()}.gemm"
     out.realize()
     assert out.route.startswith(f"cpu.{tgrad.cpu_isa()}.")
     empty_k = tgrad.Tensor.from_numpy(np.ones((3, 0), np.float32)) @ \
@@ -165,3 +168,18 @@ def test_text_that_grows_between_length_and_read_is_asked_again() -> None:
 
     assert _c_text(fake) == "a longer text"
     assert calls == [0, 6, 14]
+
+
+@pytest.mark.skipif(not tgrad.cpu_isas().get("avx512bf16"), reason="this CPU has no AVX512-BF16")
+def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
+    b = tgrad.Tensor.from_numpy(np.ones((40, 70), np.float32))
+    try:
+        tgrad.set_cpu_isa("avx512bf16")
+        for m, route in ((1, "rowvec"), (2, "skinny"), (16, "skinny"), (17, "gemm")):
+            a = tgrad.Tensor.from_numpy(np.ones((m, 40), np.float32))
+            assert (a @ b).route == f"cpu.avx512bf16.{route}"
+        # B read through a transpose is not row-major: the GEMM frame packs it
+        bt = tgrad.Tensor.from_numpy(np.ones((70, 40), np.float32)).T
+        assert (tgrad.Tensor.from_numpy(np.ones((4, 40), np.float32)) @ bt).route == "cpu.avx512bf16.gemm"
+    finally:
+        tgrad.set_cpu_isa("auto")

@@ -230,6 +230,34 @@ static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, con
     return TGRAD_OK;
 }
 
+/* Short M (2..16) on a variant that streams row-major B: column strips as tasks, A packed once
+ * into one 16-row panel. */
+typedef struct {
+    const tg_ukernel *uk;
+    const uint32_t *apanel;
+    tg_operand B;
+    int64_t M, K, N, strip;
+    uint16_t *out;
+} skinny_job;
+
+static void run_skinny_strip(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    skinny_job *S = arg;
+    int64_t n0 = task * S->strip, n1 = n0 + S->strip < S->N ? n0 + S->strip : S->N;
+    S->uk->skinny(S->K, S->apanel, (int32_t)S->M, S->B.base + n0, S->B.s0, (int32_t)(n1 - n0), S->out + n0, S->N);
+}
+
+static tgrad_status matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,
+                                  int64_t N, int32_t threads, uint16_t *out) {
+    workspace *w = ws_get(64, (size_t)uk->a_entry_bytes * 16u * (size_t)(K / 2 + 1), 64);
+    if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
+    uk->pack_a(A, 0, M, 0, K, 16, w->apack);
+    int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), uk->nr);
+    skinny_job S = { uk, w->apack, *B, M, K, N, strip, out };
+    run_tasks((N + strip - 1) / strip, threads, run_skinny_strip, &S);
+    return TGRAD_OK;
+}
+
 /* One full-height tile whose A rows are read in place (kernel_direct) over the K panel of kc
  * elements starting at k0. */
 static void direct_tile(const tg_ukernel *uk, const tg_operand *A, int64_t row0, int64_t k0, int64_t kc,
@@ -434,7 +462,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
 }
 
 /* The dispatch decision, shared by execution and by explain's route names. */
-typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_GEMM } cpu_path;
+typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_SKINNY, PATH_GEMM } cpu_path;
 typedef struct {
     cpu_path path;
     const tg_ukernel *uk;
@@ -467,13 +495,15 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
     }
     bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
     P->threads = small ? 1 : tg_pool_threads();
-    P->path = (P->M == 1 && P->uk->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) ? PATH_ROWVEC : PATH_GEMM;
+    if (P->M == 1 && P->uk->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC;
+    else if (P->M <= 16 && P->uk->skinny && P->B.s1 == 1) P->path = PATH_SKINNY;
+    else P->path = PATH_GEMM;
 }
 
 void tg_cpu_matmul_route(const tg_view *av, const tg_view *bv, char *dst, size_t cap) {
     cpu_plan P;
     plan_matmul(NULL, av, NULL, bv, &P);
-    static const char *const names[] = { "empty", "zeros", "rowvec", "gemm" };
+    static const char *const names[] = { "empty", "zeros", "rowvec", "skinny", "gemm" };
     if (P.path == PATH_EMPTY || P.path == PATH_ZEROS) snprintf(dst, cap, "cpu.%s", names[P.path]);
     else snprintf(dst, cap, "cpu.%s.%s", P.uk->name, names[P.path]);
 }
@@ -488,6 +518,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     }
     const tg_ukernel *uk = P.uk;
     if (P.path == PATH_ROWVEC) return matmul_rowvec(uk, &P.A, &P.B, P.K, P.N, P.threads, out);
+    if (P.path == PATH_SKINNY) return matmul_skinny(uk, &P.A, &P.B, P.M, P.K, P.N, P.threads, out);
     int64_t M = P.M, N = P.N, K = P.K;
     /* Tile height: the main one, or a shorter kernel when it computes fewer padded rows; then the
      * tail panel's. */

@@ -139,28 +139,39 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 /* ---- a few rows (2..16), row-major B streamed once, unpacked ----
  * A short M leaves too little arithmetic per byte of B to hide packing it: B is read in place
  * (vdpbf16ps ignores subnormal inputs, so no DAZ pass is needed, as on the in-place A path), two
- * rows' pair interleaved in registers. A strip of up to 256 columns is walked in K chunks of 32
- * pairs, 32 columns at a time: each chunk's rows are whole 512-byte runs, fetched while the
- * previous chunk computes (two prefetches per pair step), so memory streams while the tiles run.
- * Rows 0-11 accumulate in registers between chunks' L1 spills; rows 12-15 stay in L1 (the
- * register file holds 24 accumulators next to the B vectors). The A panel is packed once (16
- * rows, zero-padded). */
-enum { SK_STRIP = 256, SK_CHUNK = 32 };
+ * rows' pairs interleaved in registers, the A panel packed once (16 rows, zero-padded). A strip
+ * of up to 512 columns is walked in K chunks of 32 pairs, tile by tile, the accumulators in
+ * registers within a chunk (spilled to an L1 strip buffer between chunks). While a chunk
+ * computes, the next one is prefetched line by line in row order: each row a run of whole lines,
+ * which the memory system streams (prefetching tile by tile instead ran at half the rate). A tile
+ * is 12 rows x 32 columns in registers (24 accumulators); rows 12-15 accumulate in L1 (a second
+ * pass over the chunk for them, or 16 x 16 tiles, measured slower: ~1.0 vs ~0.9 ms at 16x4096x4096). */
+enum { SK_STRIP = 512, SK_CHUNK = 32 };
 #define BCAST(r) (int)a[p * 16 + (r)]
-static void skinny_regs(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
-                        uint16_t *out, int64_t ldout) {
+
+/* The next two lines of the next chunk (`lines` lines per row, `rows` rows from `next`), in row
+ * order from (*row, *line): a chunk's steps (tiles x pairs) cover the next chunk's lines. */
+static inline void sk_prefetch2(const char *next, int64_t *row, int64_t *line, int64_t lines, int64_t rows,
+                                int64_t row_bytes) {
+    for (int i = 0; i < 2 && *row < rows; i++) {
+        _mm_prefetch(next + *row * row_bytes + 64 * *line, _MM_HINT_T0);
+        if (++*line == lines) *line = 0, ++*row;
+    }
+}
+
+static void skinny_tiles(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                         uint16_t *out, int64_t ldout) {
     const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                             39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     __attribute__((aligned(64))) float acc[16 * SK_STRIP];
     int64_t kp = (K + 1) / 2, full = K / 2;
     int32_t tiles = (cols + 31) / 32;
-    for (int64_t c0 = 0; c0 < kp; c0 += SK_CHUNK) {
-        int64_t c1 = c0 + SK_CHUNK < kp ? c0 + SK_CHUNK : kp;
-        bool first = c0 == 0, last = c1 == kp;
-        /* the next chunk's rows (2 * SK_CHUNK of them, `tiles` lines each), two per pair step */
-        const char *next = (const char *)(b + 2 * c1 * ldb);
-        int64_t next_rows = 2 * (kp - c1 < SK_CHUNK ? kp - c1 : SK_CHUNK);
+    for (int64_t q0 = 0; q0 < kp; q0 += SK_CHUNK) {
+        int64_t q1 = q0 + SK_CHUNK < kp ? q0 + SK_CHUNK : kp;
+        bool first = q0 == 0, last = q1 == kp;
+        const char *next = (const char *)(b + 2 * q1 * ldb);
+        int64_t next_rows = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK), pf_row = 0, pf_line = 0;
         for (int32_t tl = 0; tl < tiles; tl++) {
             int32_t j = 32 * tl, w = cols - j < 32 ? cols - j : 32;
             __mmask32 m = col_mask32(w);
@@ -172,19 +183,15 @@ static void skinny_regs(int64_t K, const uint32_t *a, int32_t rows, const uint16
                         _mm512_store_ps(acc + r * SK_STRIP + j + 16, _mm512_setzero_ps());
             R12(K_DECL)
             if (t->load) { R12(K_LOAD) }
-            for (int64_t p = c0; p < c1; p++) {
-                int64_t q = 2 * (p - c0);
-                if (q < next_rows) {
-                    _mm_prefetch(next + q * ldb * 2 + 64 * tl, _MM_HINT_T0);
-                    _mm_prefetch(next + (q + 1) * ldb * 2 + 64 * tl, _MM_HINT_T0);
-                }
+            for (int64_t p = q0; p < q1; p++) {
+                sk_prefetch2(next, &pf_row, &pf_line, tiles, next_rows, ldb * 2);
                 const uint16_t *even = b + 2 * p * ldb + j;
                 __m512i e = _mm512_maskz_loadu_epi16(m, even);
                 __m512i o = p < full ? _mm512_maskz_loadu_epi16(m, even + ldb) : _mm512_setzero_si512();
                 __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o);
                 __m512bh b1 = (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o);
                 R12(K_STEP)
-                for (int32_t r = 12; r < rows; r++) {
+                for (int32_t r = 12; r < rows; r++) { /* rows 12-15 accumulate in L1 */
                     __m512bh av = (__m512bh)_mm512_set1_epi32(BCAST(r));
                     float *c = acc + r * SK_STRIP + j;
                     _mm512_store_ps(c, _mm512_dpbf16_ps(_mm512_load_ps(c), av, b0));
@@ -208,9 +215,10 @@ static void skinny_regs(int64_t K, const uint32_t *a, int32_t rows, const uint16
  * Memory-bound shapes want each byte of B read once, in long runs. vdpbf16ps treats subnormal
  * inputs as zero itself, so these paths read B unpacked. */
 
-/* Row-major B for 1 to 8 output rows: a strip of up to 1024 columns (512 for more than 4 rows),
- * fp32 accumulators in L1, B's rows read whole (long runs the prefetchers follow: the memory-
- * bound shapes run at the streaming rate). Row r's pair p is a[p * astride + r]. */
+/* Row-major B for 1 to 8 output rows (the one-row path, and the skinny path up to 3 rows): a strip
+ * of up to 1024 columns (512 for more than 4 rows), fp32 accumulators in L1, B's rows read whole
+ * (long runs the prefetchers follow: the memory-bound shapes run at the streaming rate). Row r's
+ * pair p is a[p * astride + r]. */
 static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uint16_t *b, int64_t ldb, int64_t K,
                      int64_t nb, uint16_t *out, int64_t ldout) {
     const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
@@ -257,21 +265,17 @@ static void rowvec_rows(const uint32_t *apairs, const tg_operand *B, int64_t K, 
     few_rows(apairs, 1, 1, B->base + n0, B->s0, K, nb, out, 0);
 }
 
-/* Which of the two: B streamed row by row into L1 accumulators (few_rows: bound by L1 stores,
- * two per row per 32 columns, but reading memory at the streaming rate) or 12 rows in registers
- * over 256-column strips (skinny_regs: compute at the instruction's rate, memory at the rate its
- * 64-byte runs allow). Measured on Zen 5, 2 threads: up to 4 rows few_rows wins everywhere
- * (2x4096x4096 0.37 vs 0.60 ms... 1.25 ms packed); 5-8 rows only when a thread's share of B is
- * far from cache (8x4096x4096 1.01 vs 1.22 ms; 8x1024x1024 76 vs 35 us the other way). */
-#define FEW_ROWS_BYTES ((int64_t)4 << 20) /* a thread's share of B */
+/* Up to 3 rows, B streamed row by row into L1 accumulators (few_rows: two L1 stores per row per
+ * 32 columns, cheap for so few rows); more, the register tiles. Measured on Zen 5, 2 threads:
+ * 2x4096x4096 0.36 vs 0.55 ms, 3x 0.50 vs 0.54; 4x 0.62 vs 0.54, 8x 0.98 vs 0.55. */
 static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                    uint16_t *out, int64_t ldout) {
-    if (rows <= 4 || (rows <= 8 && K * cols * 2 > FEW_ROWS_BYTES)) {
+    if (rows <= 3) {
         few_rows(a, 16, rows, b, ldb, K, cols, out, ldout);
         return;
     }
     for (int32_t j = 0; j < cols; j += SK_STRIP)
-        skinny_regs(K, a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
+        skinny_tiles(K, a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
 }
 
 /* Column-major B (column j's k-pairs are adjacent words): 16 columns x 16 pairs per transpose,

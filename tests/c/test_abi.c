@@ -219,7 +219,8 @@ static void test_variants_agree_on_shape_classes(void) {
                                          { 13, 7, 33 }, { 3, 1031, 520 }, { 1, 5, 64 }, { 77, 9, 1 }, { 1, 3, 50 },
                                          { 127, 255, 511 }, { 24, 255, 300 }, { 4100, 6, 2080 }, { 4100, 3, 2050 },
                                          { 49, 70, 90 }, { 63, 33, 65 }, /* tail panels of 1 and 3 rows */
-                                         { 7, 8200, 1100 } }; /* short M streaming B row by row */
+                                         { 7, 8200, 1100 }, /* short M streaming B row by row */
+                                         { 30, 1100, 1000 } }; /* short M in passes of 12 rows */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
         uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));

@@ -178,6 +178,11 @@ def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
         for m, route in ((1, "rowvec"), (2, "skinny"), (16, "skinny"), (17, "gemm")):
             a = tgrad.Tensor.from_numpy(np.ones((m, 40), np.float32))
             assert (a @ b).route == f"cpu.avx512bf16.{route}"
+        # 17 to 48 rows take the skinny path (in passes) only when B is not small
+        big_b = tgrad.Tensor.from_numpy(np.ones((1024, 1024), np.float32))
+        for m, route in ((48, "skinny"), (49, "gemm")):
+            a = tgrad.Tensor.from_numpy(np.ones((m, 1024), np.float32))
+            assert (a @ big_b).route == f"cpu.avx512bf16.{route}"
         # B read through a transpose is not row-major: the GEMM frame packs it
         bt = tgrad.Tensor.from_numpy(np.ones((70, 40), np.float32)).T
         assert (tgrad.Tensor.from_numpy(np.ones((4, 40), np.float32)) @ bt).route == "cpu.avx512bf16.gemm"

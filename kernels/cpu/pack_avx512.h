@@ -15,6 +15,15 @@ static inline __m512i daz16(__m512i v) { /* bf16 with a zero exponent -> signed 
     return _mm512_mask_mov_epi16(v, sub, _mm512_and_si512(v, _mm512_set1_epi16((short)0x8000)));
 }
 
+/* Pair words of two rows' 32 columns (the even k row's element in each low half, the odd k row's
+ * in the high half: the layout vdpbf16ps reads): columns 0-15 in *lo, 16-31 in *hi. */
+static inline void interleave_rows(__m512i even, __m512i odd, __m512i *lo, __m512i *hi) {
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    *lo = _mm512_permutex2var_epi16(even, lo_idx, odd);
+    *hi = _mm512_permutex2var_epi16(even, _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16)), odd);
+}
+
 /* 16x16 transpose of 32-bit words held in r[0..15]. */
 static inline void transpose16(__m512i r[16]) {
     __m512i t[16];
@@ -67,9 +76,6 @@ static inline int64_t load_pairs_transposed(const uint16_t *base, int64_t ld, in
 /* Row-major B: pair words for 32 columns from rows 2p and 2p+1, one permute per 16 columns.
  * Rows are walked whole (pair outer, panels inner) so memory is read in long runs. */
 static inline void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     int64_t kp = (kc + 1) / 2;
     /* rows jump by 2*s0 per pair, which the hardware prefetcher does not follow: fetch ahead by
      * ~64 panel steps' worth of pairs (a narrow block needs more pairs in flight) */
@@ -86,8 +92,10 @@ static inline void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int6
             _mm_prefetch((const char *)(fetch + B->s0 + j0), _MM_HINT_T0);
             __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
             __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
-            _mm512_storeu_si512(d, _mm512_permutex2var_epi16(e, lo_idx, o));
-            _mm512_storeu_si512(d + 16, _mm512_permutex2var_epi16(e, hi_idx, o));
+            __m512i lo, hi;
+            interleave_rows(e, o, &lo, &hi);
+            _mm512_storeu_si512(d, lo);
+            _mm512_storeu_si512(d + 16, hi);
         }
     }
 }

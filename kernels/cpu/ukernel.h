@@ -76,6 +76,22 @@ typedef struct tg_ukernel {
     double (*peak)(int64_t iters);
 } tg_ukernel;
 
+/* A walk over the whole 64-byte lines of `runs` runs (rows or columns) `run_stride` bytes apart,
+ * `lines` lines each from `base`, in run order (one run's lines back to back: the order memory
+ * streams best): software prefetch for blocks the hardware prefetcher would not follow.
+ * tg_prefetch_lines issues the next n. Prefetching never faults, so a run's edges may overshoot. */
+typedef struct {
+    const char *base;
+    int64_t run_stride, lines, runs, run, line;
+} tg_line_walk;
+
+static inline void tg_prefetch_lines(tg_line_walk *w, int64_t n) {
+    for (int64_t i = 0; i < n && w->run < w->runs; i++) {
+        __builtin_prefetch(w->base + w->run * w->run_stride + 64 * w->line, 0, 3);
+        if (++w->line == w->lines) w->line = 0, w->run++;
+    }
+}
+
 /* Packing helpers live in headers that a variant's file includes (compiled with its target
  * flags); a variant uses some of them. */
 #define TG_PACK_FN static __attribute__((unused))

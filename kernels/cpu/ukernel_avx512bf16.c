@@ -32,8 +32,6 @@ static void pack_a_rows(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
 /* Column-major A (s0 == 1): the rows of a panel are adjacent in each column, so pair p is the
  * interleave of columns 2p and 2p+1 (one permute). */
 static void pack_a_cols(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, uint32_t *dst) {
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     int64_t kp = (kc + 1) / 2;
     __mmask16 keep = (__mmask16)((1u << mr) - 1u);
     for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
@@ -43,7 +41,9 @@ static void pack_a_cols(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
         for (int64_t p = 0; p < kp; p++) {
             __m512i e = daz16(_mm512_maskz_loadu_epi16(m, col + 2 * p * A->s1));
             __m512i o = 2 * p + 1 < kc ? daz16(_mm512_maskz_loadu_epi16(m, col + (2 * p + 1) * A->s1)) : _mm512_setzero_si512();
-            _mm512_mask_storeu_epi32(dst + p * mr, keep, _mm512_permutex2var_epi16(e, lo_idx, o));
+            __m512i lo, hi;
+            interleave_rows(e, o, &lo, &hi); /* mr <= 16 rows: the low half */
+            _mm512_mask_storeu_epi32(dst + p * mr, keep, lo);
         }
     }
 }
@@ -150,29 +150,17 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 enum { SK_STRIP = 512, SK_CHUNK = 32 };
 #define BCAST(r) (int)a[p * 16 + (r)]
 
-/* The next two lines of the next chunk (`lines` lines per row, `rows` rows from `next`), in row
- * order from (*row, *line): a chunk's steps (tiles x pairs) cover the next chunk's lines. */
-static inline void sk_prefetch2(const char *next, int64_t *row, int64_t *line, int64_t lines, int64_t rows,
-                                int64_t row_bytes) {
-    for (int i = 0; i < 2 && *row < rows; i++) {
-        _mm_prefetch(next + *row * row_bytes + 64 * *line, _MM_HINT_T0);
-        if (++*line == lines) *line = 0, ++*row;
-    }
-}
-
 static void skinny_tiles(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                          uint16_t *out, int64_t ldout) {
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     __attribute__((aligned(64))) float acc[16 * SK_STRIP];
     int64_t kp = (K + 1) / 2, full = K / 2;
     int32_t tiles = (cols + 31) / 32;
     for (int64_t q0 = 0; q0 < kp; q0 += SK_CHUNK) {
         int64_t q1 = q0 + SK_CHUNK < kp ? q0 + SK_CHUNK : kp;
         bool first = q0 == 0, last = q1 == kp;
-        const char *next = (const char *)(b + 2 * q1 * ldb);
-        int64_t next_rows = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK), pf_row = 0, pf_line = 0;
+        /* the next chunk's rows, `tiles` lines each: two per step cover them */
+        tg_line_walk next = { .base = (const char *)(b + 2 * q1 * ldb), .run_stride = ldb * 2, .lines = tiles,
+                              .runs = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK) };
         for (int32_t tl = 0; tl < tiles; tl++) {
             int32_t j = 32 * tl, w = cols - j < 32 ? cols - j : 32;
             __mmask32 m = col_mask32(w);
@@ -188,12 +176,13 @@ static void skinny_tiles(int64_t K, const uint32_t *a, int32_t rows, const uint1
              * per round trip made their store-to-load chain the loop's critical path. */
             __m512bh x0 = { 0 }, x1 = { 0 }; /* the previous pair's B vectors */
             for (int64_t p = q0; p < q1; p++) {
-                sk_prefetch2(next, &pf_row, &pf_line, tiles, next_rows, ldb * 2);
+                tg_prefetch_lines(&next, 2);
                 const uint16_t *even = b + 2 * p * ldb + j;
                 __m512i e = _mm512_maskz_loadu_epi16(m, even);
                 __m512i o = p < full ? _mm512_maskz_loadu_epi16(m, even + ldb) : _mm512_setzero_si512();
-                __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o);
-                __m512bh b1 = (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o);
+                __m512i w0, w1;
+                interleave_rows(e, o, &w0, &w1);
+                __m512bh b0 = (__m512bh)w0, b1 = (__m512bh)w1;
                 R12(K_STEP)
                 bool second = (p - q0) & 1;
                 if (!second && p + 1 < q1) {
@@ -235,9 +224,6 @@ static void skinny_tiles(int64_t K, const uint32_t *a, int32_t rows, const uint1
  * pair p is a[p * astride + r]. */
 static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uint16_t *b, int64_t ldb, int64_t K,
                      int64_t nb, uint16_t *out, int64_t ldout) {
-    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
-                                            39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     enum { ACC = 4096, PREFETCH_PAIRS = 4 };
     __attribute__((aligned(64))) float acc[ACC];
     int64_t strip = rows <= 4 ? 1024 : 512;
@@ -253,15 +239,15 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
             const uint16_t *odd = even + ldb;
             bool has_odd = 2 * p + 1 < K;
             for (int64_t g = 0; g < groups; g++) {
-                int64_t left = w - 32 * g;
-                __mmask32 m = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
+                __mmask32 m = col_mask32((int32_t)(w - 32 * g));
                 /* rows jump by 2*ldb per pair: fetch a few pairs ahead, the prefetcher does not */
                 _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 32 * g), _MM_HINT_T0);
                 _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * ldb + 32 * g), _MM_HINT_T0);
                 __m512i e = _mm512_maskz_loadu_epi16(m, even + 32 * g);
                 __m512i o = has_odd ? _mm512_maskz_loadu_epi16(m, odd + 32 * g) : _mm512_setzero_si512();
-                __m512bh b0 = (__m512bh)_mm512_permutex2var_epi16(e, lo_idx, o);
-                __m512bh b1 = (__m512bh)_mm512_permutex2var_epi16(e, hi_idx, o);
+                __m512i w0, w1;
+                interleave_rows(e, o, &w0, &w1);
+                __m512bh b0 = (__m512bh)w0, b1 = (__m512bh)w1;
                 for (int32_t r = 0; r < rows; r++) {
                     float *c = acc + r * strip + 32 * g;
                     _mm512_store_ps(c, _mm512_dpbf16_ps(_mm512_load_ps(c), av[r], b0));

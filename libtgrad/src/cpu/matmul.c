@@ -155,7 +155,6 @@ static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *
 typedef struct {
     const tg_ukernel *uk;
     kernels k;
-    int32_t mr;  /* k.mr */
     bool direct; /* full row panels read A in place (kernel_direct) */
     tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
@@ -277,17 +276,16 @@ static void direct_tile(const tg_ukernel *uk, const tg_operand *A, int64_t row0,
 
 /* Software prefetch of the next K panel's B block while this one computes, so its packing reads
  * cache instead of memory and the memory traffic overlaps the arithmetic (without it, packing B
- * from memory was ~23% of 128x4096x4096). Lines go in run order (whole runs of the contiguous
- * axis, one after another: the order the memory streams best), a few per kernel call so the
- * requests spread over the panel. Prefetching never faults, so a run's edges may overshoot. */
+ * from memory was ~23% of 128x4096x4096): the block's runs of the contiguous axis, a few lines
+ * per kernel call so the requests spread over the panel. */
 typedef struct {
-    const char *base;
-    int64_t run_stride, lines, runs, run, line, per_call; /* bytes, lines per run, runs */
+    tg_line_walk walk;
+    int64_t per_call;
 } b_prefetch;
 
 static void b_prefetch_init(b_prefetch *P, const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb,
                             int64_t calls) {
-    *P = (b_prefetch){ .runs = 0 };
+    *P = (b_prefetch){ .per_call = 0 };
     if (kc <= 0 || calls <= 0) return;
     const uint16_t *first = B->base + k0 * B->s0 + n0 * B->s1;
     int64_t run_elems, runs, stride;
@@ -295,18 +293,9 @@ static void b_prefetch_init(b_prefetch *P, const tg_operand *B, int64_t k0, int6
     else if (B->s0 == 1) run_elems = kc, runs = nb, stride = B->s1; /* column-major: columns */
     else return;
     uintptr_t start = (uintptr_t)first & ~(uintptr_t)63;
-    P->base = (const char *)start;
-    P->run_stride = stride * 2;
-    P->lines = ((uintptr_t)first - start + (uintptr_t)run_elems * 2u + 63) / 64;
-    P->runs = runs;
-    P->per_call = (runs * P->lines + calls - 1) / calls;
-}
-
-static inline void b_prefetch_step(b_prefetch *P) {
-    for (int64_t i = 0; i < P->per_call && P->run < P->runs; i++) {
-        __builtin_prefetch(P->base + P->run * P->run_stride + 64 * P->line, 0, 3);
-        if (++P->line == P->lines) P->line = 0, P->run++;
-    }
+    P->walk = (tg_line_walk){ .base = (const char *)start, .run_stride = stride * 2, .runs = runs,
+                              .lines = (int64_t)(((uintptr_t)first - start + (uintptr_t)run_elems * 2u + 63) / 64) };
+    P->per_call = (runs * P->walk.lines + calls - 1) / calls;
 }
 
 static void run_block(int64_t task, int32_t worker, void *arg) {
@@ -316,7 +305,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     int64_t m0 = (task / J->tiles_n) * J->mc, n0 = (task % J->tiles_n) * J->nc;
     int64_t mb = J->M - m0 < J->mc ? J->M - m0 : J->mc;
     int64_t nb = J->N - n0 < J->nc ? J->N - n0 : J->nc;
-    int64_t ldacc = round_up(nb, uk->nr), mr = J->mr;
+    int64_t ldacc = round_up(nb, uk->nr), mr = J->k.mr;
     int64_t KC = uk->kc;
     int64_t kc_max = J->K < KC ? round_up(J->K, 2) : KC;
     bool multi_panel = J->K > KC;
@@ -345,7 +334,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
                               .out = last ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
                               .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
                               .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
-                b_prefetch_step(&next);
+                tg_prefetch_lines(&next.walk, next.per_call);
                 if (i0 < a_lo) direct_tile(uk, &J->A, m0 + i0, k0, kc, bj, &t);
                 else pick(&J->k, t.rows)(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
             }
@@ -391,7 +380,6 @@ static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_opera
 typedef struct {
     const tg_ukernel *uk;
     kernels k;
-    int32_t mr; /* k.mr */
     tg_operand A, B;
     int64_t N;           /* output row stride */
     int64_t m0, mb, n0, nb, k0, kc; /* this chunk pair and K panel */
@@ -411,7 +399,7 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
     const tg_ukernel *uk = J->uk;
     int64_t kp = (J->kc + 1) / 2;
     if (task < J->a_tasks) {
-        int64_t r0 = J->a_lo + task * J->a_group * J->mr, rows = J->a_group * J->mr;
+        int64_t r0 = J->a_lo + task * J->a_group * J->k.mr, rows = J->a_group * J->k.mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
         pack_rows(uk, &J->k, &J->A, J->m0 + r0, rows, J->k0, J->kc,
                   J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
@@ -426,7 +414,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
     const tg_ukernel *uk = J->uk;
-    int64_t kp = (J->kc + 1) / 2, mr = J->mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
+    int64_t kp = (J->kc + 1) / 2, mr = J->k.mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
     int64_t i_lo = (task / J->tiles_n) * J->mc, j_lo = (task % J->tiles_n) * J->nc;
     int64_t i_hi = i_lo + J->mc < J->mb ? i_lo + J->mc : J->mb, j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
     for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
@@ -472,7 +460,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
     workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
                           (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
-    chunk_job J = { .uk = uk, .k = *k, .mr = mr, .A = *A, .B = *B, .N = N,
+    chunk_job J = { .uk = uk, .k = *k, .A = *A, .B = *B, .N = N,
                     .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,
                     .stream = (double)M * (double)N * 2.0 > STREAM_BYTES };
     /* With one K panel, the outer loop's chunk is packed once and serves every chunk of the inner
@@ -589,7 +577,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     if ((M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes))
         return matmul_chunked(uk, &k, &P.A, &P.B, M, N, K, P.threads, out);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
-    job J = { .uk = uk, .k = k, .mr = mr, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
+    job J = { .uk = uk, .k = k, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
     atomic_init(&J.failed, 0);
     run_tasks(tiles_m * tiles_n, P.threads, run_block, &J);

@@ -353,6 +353,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
  * and the row chunk is all of M, so B is packed exactly once, by the tasks that use it (own_cols).
  * Chunks are capped at CHUNK_BYTES each. */
 enum { KCB_MAX = 4096 };
+#define CHUNKED_B_BYTES ((double)(2 << 20)) /* see tg_cpu_matmul */
 #define CHUNK_BYTES ((int64_t)8 << 20)
 /* An output bigger than this will not be in cache when it is read: whole lines bypass the caches
  * (no read-for-ownership traffic; 4096x64x4096 went from ~700 to ~840 GFLOP/s). */
@@ -594,9 +595,16 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     int32_t mr = k.mr;
     int64_t mc, nc;
     choose_blocks(M, N, K, mr, uk->nr, P.threads, 8.0, &mc, &nc);
-    /* shared chunks once B would be packed again for more than two row blocks */
-    if ((M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes))
-        return matmul_chunked(uk, &k, &P.A, &P.B, M, N, K, P.threads, out);
+    /* Shared chunks once B would be packed again for more than two row blocks; and where A is
+     * read in place and B is 2 MiB or more, when K is at most 1024 or (up to 2048) B would be
+     * packed twice: there the chunk tasks pack each B micro-panel right before using it, with no
+     * barrier, in one K panel (C loop, 2 threads, paired: 64 to 384 x 1024 x 1024 +7-10%,
+     * 256x2048x2048 +7%; 64 to 192 x 2048 x 2048, one row block, 1-3% slower that way, and
+     * below 2 MiB of B the per-block path's single job is faster). */
+    bool chunked = (M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes) ||
+                   (can_read_a_in_place(uk, mr, &P.A) && (double)K * (double)N * 2.0 >= CHUNKED_B_BYTES &&
+                    (K <= 1024 || (K <= 2048 && M > mc)));
+    if (chunked) return matmul_chunked(uk, &k, &P.A, &P.B, M, N, K, P.threads, out);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };

@@ -164,13 +164,13 @@ typedef struct {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Block sizes (at most MC_MAX x NC_MAX) for the tasks of one parallel loop: the slowest thread's
+/* Block sizes (at most mc_max x NC_MAX) for the tasks of one parallel loop: the slowest thread's
  * share of multiply-adds plus `pack_weight` multiply-adds' worth per element a task packs itself
  * (~8 measured on the AVX512-BF16 variant for the per-block path; the shared-chunk path packs
  * outside its tasks and only breaks ties toward bigger blocks). Results do not depend on it. */
-static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t nr, int32_t threads,
+static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t nr, int32_t threads, int64_t mc_max,
                           double pack_weight, int64_t *mc_out, int64_t *nc_out) {
-    int64_t tm0 = (M + MC_MAX - 1) / MC_MAX, tn0 = (N + NC_MAX - 1) / NC_MAX;
+    int64_t tm0 = (M + mc_max - 1) / mc_max, tn0 = (N + NC_MAX - 1) / NC_MAX;
     int64_t tm_max = (M + mr - 1) / mr, tn_max = (N + nr - 1) / nr;
     double best = -1;
     *mc_out = round_up((M + tm0 - 1) / tm0, mr), *nc_out = round_up((N + tn0 - 1) / tn0, nr);
@@ -485,7 +485,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
             J.n0 = ni * nch, J.nb = N - J.n0 < nch ? N - J.n0 : nch;
             J.a_lo = direct ? J.mb / mr * mr : 0;
             J.ldacc = round_up(J.nb, nr);
-            choose_blocks(J.mb, J.nb, kcb, mr, nr, threads, 0.5, &J.mc, &J.nc);
+            choose_blocks(J.mb, J.nb, kcb, mr, nr, threads, MC_MAX, 0.5, &J.mc, &J.nc);
             J.tiles_n = (J.nb + J.nc - 1) / J.nc;
             int64_t tiles = ((J.mb + J.mc - 1) / J.mc) * J.tiles_n;
             for (J.k0 = 0; J.k0 < K; J.k0 += kcb) {
@@ -593,18 +593,22 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
     }
     int32_t mr = k.mr;
-    int64_t mc, nc;
-    choose_blocks(M, N, K, mr, uk->nr, P.threads, 8.0, &mc, &nc);
-    /* Shared chunks once B would be packed again for more than two row blocks; and where A is
-     * read in place and B is 2 MiB or more, when K is at most 1024 or (up to 2048) B would be
-     * packed twice: there the chunk tasks pack each B micro-panel right before using it, with no
-     * barrier, in one K panel (C loop, 2 threads, paired: 64 to 384 x 1024 x 1024 +7-10%,
-     * 256x2048x2048 +7%; 64 to 192 x 2048 x 2048, one row block, 1-3% slower that way, and
+    /* Shared chunks once B would be packed again for more than one row block of up to
+     * 2 x MC_MAX rows; and where A is read in place and B is 2 MiB or more, when K is at most
+     * 1024 or (up to 2048) M is past MC_MAX: there the chunk tasks pack each B micro-panel right
+     * before using it, with no barrier, in one K panel (C loop, 2 threads, paired: 64 to 384 x
+     * 1024 x 1024 +7-10%, 256x2048x2048 +7%; 64 to 192 x 2048 x 2048 1-3% slower that way, and
      * below 2 MiB of B the per-block path's single job is faster). */
-    bool chunked = (M + mc - 1) / mc > 2 || atomic_load(&dbg_chunk_bytes) ||
+    bool chunked = M > 2 * MC_MAX || atomic_load(&dbg_chunk_bytes) ||
                    (can_read_a_in_place(uk, mr, &P.A) && (double)K * (double)N * 2.0 >= CHUNKED_B_BYTES &&
-                    (K <= 1024 || (K <= 2048 && M > mc)));
+                    (K <= 1024 || (K <= 2048 && M > MC_MAX)));
     if (chunked) return matmul_chunked(uk, &k, &P.A, &P.B, M, N, K, P.threads, out);
+    /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
+     * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
+     * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
+     * 300^3 +5%). */
+    int64_t mc, nc;
+    choose_blocks(M, N, K, mr, uk->nr, P.threads, 2 * MC_MAX, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };

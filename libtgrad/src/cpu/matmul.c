@@ -164,13 +164,13 @@ typedef struct {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Block sizes (at most mc_max x NC_MAX) for the tasks of one parallel loop: the slowest thread's
+/* Block sizes (at most mc_max x nc_max) for the tasks of one parallel loop: the slowest thread's
  * share of multiply-adds plus `pack_weight` multiply-adds' worth per element a task packs itself
  * (~8 measured on the AVX512-BF16 variant for the per-block path; the shared-chunk path packs
  * outside its tasks and only breaks ties toward bigger blocks). Results do not depend on it. */
 static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t nr, int32_t threads, int64_t mc_max,
-                          double pack_weight, int64_t *mc_out, int64_t *nc_out) {
-    int64_t tm0 = (M + mc_max - 1) / mc_max, tn0 = (N + NC_MAX - 1) / NC_MAX;
+                          int64_t nc_max, double pack_weight, int64_t *mc_out, int64_t *nc_out) {
+    int64_t tm0 = (M + mc_max - 1) / mc_max, tn0 = (N + nc_max - 1) / nc_max;
     int64_t tm_max = (M + mr - 1) / mr, tn_max = (N + nr - 1) / nr;
     double best = -1;
     *mc_out = round_up((M + tm0 - 1) / tm0, mr), *nc_out = round_up((N + tn0 - 1) / tn0, nr);
@@ -354,6 +354,8 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
  * Chunks are capped at CHUNK_BYTES each. */
 enum { KCB_MAX = 4096 };
 #define CHUNKED_B_BYTES ((double)(2 << 20)) /* see tg_cpu_matmul */
+#define STREAMED_B_BYTES ((double)(8 << 20))
+#define PACKED_B_BLOCK_BYTES ((int64_t)256 << 10)
 #define CHUNK_BYTES ((int64_t)8 << 20)
 /* An output bigger than this will not be in cache when it is read: whole lines bypass the caches
  * (no read-for-ownership traffic; 4096x64x4096 went from ~700 to ~840 GFLOP/s). */
@@ -485,7 +487,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
             J.n0 = ni * nch, J.nb = N - J.n0 < nch ? N - J.n0 : nch;
             J.a_lo = direct ? J.mb / mr * mr : 0;
             J.ldacc = round_up(J.nb, nr);
-            choose_blocks(J.mb, J.nb, kcb, mr, nr, threads, MC_MAX, 0.5, &J.mc, &J.nc);
+            choose_blocks(J.mb, J.nb, kcb, mr, nr, threads, MC_MAX, NC_MAX, 0.5, &J.mc, &J.nc);
             J.tiles_n = (J.nb + J.nc - 1) / J.nc;
             int64_t tiles = ((J.mb + J.mc - 1) / J.mc) * J.tiles_n;
             for (J.k0 = 0; J.k0 < K; J.k0 += kcb) {
@@ -606,9 +608,17 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
      * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
      * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
-     * 300^3 +5%). */
-    int64_t mc, nc;
-    choose_blocks(M, N, K, mr, uk->nr, P.threads, 2 * MC_MAX, 8.0, &mc, &nc);
+     * 300^3 +5%); and where B streams from memory (8 MiB or more), a K panel's packed B block
+     * at most 256 KiB, so that it and the next one's prefetched source fit L2 together
+     * (AVX512-BF16, 256 columns: 64 to 256 x 4096 x 4096, 96x2048x4096, 64x8192x1024 +2-5%;
+     * 128 columns measured slower, and for a B in cache the extra column blocks cost more,
+     * 200x1030x700 -6%; the FMA variants' 256-deep panels are that size at 512 columns). */
+    int64_t mc, nc, nc_max = NC_MAX;
+    if ((double)K * (double)N * 2.0 >= STREAMED_B_BYTES) {
+        nc_max = PACKED_B_BLOCK_BYTES / ((uk->kc / 2) * uk->b_entry_bytes) / uk->nr * uk->nr;
+        nc_max = nc_max < uk->nr ? uk->nr : nc_max > NC_MAX ? NC_MAX : nc_max;
+    }
+    choose_blocks(M, N, K, mr, uk->nr, P.threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };

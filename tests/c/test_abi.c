@@ -209,7 +209,8 @@ static uint16_t special_bits(int64_t K) {
 }
 
 /* Every shape class the frame treats specially (one row, one column, short M on the skinny path,
- * M's tail panel on a shorter kernel, odd K, block edges, odd K with A read in place, outputs over
+ * M's tail panel on a shorter kernel, odd K, block edges, odd K with A read in place, row blocks
+ * taller than MC_MAX, the chunked path chosen for a small K with A in place, outputs over
  * 16 MiB that are streamed past the caches: N = 2080 has 64-byte aligned rows, 2050 mostly not),
  * with row- and column-major B and special values: every variant gives the portable variant's
  * bytes. */
@@ -220,7 +221,9 @@ static void test_variants_agree_on_shape_classes(void) {
                                          { 127, 255, 511 }, { 24, 255, 300 }, { 4100, 6, 2080 }, { 4100, 3, 2050 },
                                          { 49, 70, 90 }, { 63, 33, 65 }, /* tail panels of 1 and 3 rows */
                                          { 7, 8200, 1100 }, /* short M streaming B row by row */
-                                         { 30, 1100, 1000 } }; /* short M in passes of 12 rows */
+                                         { 30, 1100, 1000 }, /* short M in passes of 12 rows */
+                                         { 250, 1100, 300 }, /* one 250-row block over three K panels */
+                                         { 100, 1000, 1100 } }; /* A in place, B over 2 MiB: chunked */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int64_t M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
         uint16_t *a = malloc(2 * (size_t)(M * K)), *b = malloc(2 * (size_t)(K * N));

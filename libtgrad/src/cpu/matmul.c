@@ -443,7 +443,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     if (J->stream && J->last) tg_store_fence();
 }
 
-static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const tg_operand *A,
+static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool direct, const tg_operand *A,
                                    const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
                                    uint16_t *out) {
     int32_t mr = k->mr;
@@ -452,7 +452,6 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, const
     if (!kcb_max) kcb_max = KCB_MAX;
     int64_t nr = uk->nr, kcb = K <= kcb_max ? round_up(K, 2) : kcb_max;
     bool multi = K > kcb;
-    bool direct = can_read_a_in_place(uk, mr, A);
     /* one packed row of A, one packed column of B, over a K panel */
     int64_t a_row_bytes = (kcb / 2) * uk->a_entry_bytes, b_col_bytes = (kcb / 2) * uk->b_entry_bytes;
     /* The most rows (columns) the cap allows, then as many chunks as that asks for, of even sizes
@@ -595,6 +594,8 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
     }
     int32_t mr = k.mr;
+    bool direct = can_read_a_in_place(uk, mr, &P.A);
+    double b_bytes = (double)K * (double)N * 2.0;
     /* Shared chunks once B would be packed again for more than one row block of up to
      * 2 x MC_MAX rows; and where A is read in place and B is 2 MiB or more, when K is at most
      * 1024 or (up to 2048) M is past MC_MAX: there the chunk tasks pack each B micro-panel right
@@ -602,9 +603,9 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
      * 1024 x 1024 +7-10%, 256x2048x2048 +7%; 64 to 192 x 2048 x 2048 1-3% slower that way, and
      * below 2 MiB of B the per-block path's single job is faster). */
     bool chunked = M > 2 * MC_MAX || atomic_load(&dbg_chunk_bytes) ||
-                   (can_read_a_in_place(uk, mr, &P.A) && (double)K * (double)N * 2.0 >= CHUNKED_B_BYTES &&
+                   (direct && b_bytes >= CHUNKED_B_BYTES &&
                     (K <= 1024 || (K <= 2048 && M > MC_MAX)));
-    if (chunked) return matmul_chunked(uk, &k, &P.A, &P.B, M, N, K, P.threads, out);
+    if (chunked) return matmul_chunked(uk, &k, direct, &P.A, &P.B, M, N, K, P.threads, out);
     /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
      * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
      * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
@@ -614,13 +615,13 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
      * 128 columns measured slower, and for a B in cache the extra column blocks cost more,
      * 200x1030x700 -6%; the FMA variants' 256-deep panels are that size at 512 columns). */
     int64_t mc, nc, nc_max = NC_MAX;
-    if ((double)K * (double)N * 2.0 >= STREAMED_B_BYTES) {
+    if (b_bytes >= STREAMED_B_BYTES) {
         nc_max = PACKED_B_BLOCK_BYTES / ((uk->kc / 2) * uk->b_entry_bytes) / uk->nr * uk->nr;
         nc_max = nc_max < uk->nr ? uk->nr : nc_max > NC_MAX ? NC_MAX : nc_max;
     }
     choose_blocks(M, N, K, mr, uk->nr, P.threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
-    job J = { .uk = uk, .k = k, .direct = can_read_a_in_place(uk, mr, &P.A), .M = M, .N = N, .K = K,
+    job J = { .uk = uk, .k = k, .direct = direct, .M = M, .N = N, .K = K,
               .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
     atomic_init(&J.failed, 0);
     run_tasks(tiles_m * tiles_n, P.threads, run_block, &J);

@@ -211,14 +211,17 @@ def test_json_keeps_raw_paired_samples_and_ratios_recompute(report_run):
             assert order == regions[shift:] + regions[:shift]
         assert math.isclose(res["median_s"], statistics.median(res["samples"]["tgrad"]))
         for name, peer in res["peers"].items():
-            ours = np.array(res["samples"]["tgrad"])
-            theirs = np.array(res["samples"][name])
+            # a peer of the separate phase pairs with that phase's tgrad samples
+            separate = peer.get("phase") == "separate"
+            paired = res["separate"][name]["samples"] if separate else res["samples"]
+            ours = np.array(paired["tgrad"])
+            theirs = np.array(paired[name])
             assert math.isclose(peer["ratio"], float(np.median(theirs / ours)))
             again = bench_module.bootstrap_ratio(theirs, ours, seed=boot["seed"],
                                                  resamples=boot["resamples"])
             assert again == pytest.approx((peer["ratio"], peer["lo"], peer["hi"]))
             assert peer["verdict"] == bench_module.verdict(peer["lo"], peer["hi"])
-            call = np.array(res["samples"]["tgrad_call"])
+            call = np.array(paired["tgrad_call"])
             assert math.isclose(peer["call"]["ratio"], float(np.median(theirs / call)))
 
 
@@ -269,6 +272,87 @@ def test_bench_runs_without_its_optional_packages(tmp_path):
     (res,) = report["results"]
     assert "torch_bf16" in res["peers_skipped"] and "torch_bf16" not in res["peers"]
     assert report["environment"]["threadpools"] == "threadpoolctl not installed"
+
+
+# A stand-in for tinygrad with its setup surface (Tensor, dtypes, helpers.DEV and
+# NUM_CPU_THREADS): the matmul is numpy's on bf16-rounded values; compiling fails (as clang
+# before 15 does on __bf16) for the targets listed in FAKE_TINYGRAD_FAILS.
+FAKE_TINYGRAD = {
+    "tinygrad/__init__.py": """
+import os, subprocess
+import ml_dtypes, numpy as np
+from . import helpers
+class dtypes:
+    bfloat16 = "bfloat16"
+class Tensor:
+    def __init__(self, data, device=None):
+        self.data, self.device = np.asarray(data, np.float32), device
+    def cast(self, dtype):
+        return Tensor(self.data.astype(ml_dtypes.bfloat16).astype(np.float32), self.device)
+    def realize(self):
+        if helpers.DEV.value in os.environ.get("FAKE_TINYGRAD_FAILS", "").split(","):
+            raise subprocess.CalledProcessError(1, ["/usr/bin/clang", "-c", "-x", "c", "-"])
+        return self
+    def __matmul__(self, other):
+        return Tensor(self.data @ other.data, self.device)
+    def float(self):
+        return self
+    def numpy(self):
+        return self.data
+""",
+    "tinygrad/helpers.py": """
+class _Var:
+    def __init__(self, value):
+        self.value = value
+DEV, NUM_CPU_THREADS = _Var(""), _Var(0)
+""",
+}
+
+
+def _fake_tinygrad_run(tmp_path, fails: str) -> dict:
+    pkg = tmp_path / "fake"
+    for rel, text in FAKE_TINYGRAD.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    path = os.pathsep.join(p for p in (str(pkg), os.environ.get("PYTHONPATH", "")) if p)
+    out = tmp_path / "out"
+    proc = bench("--shape", "8x8x8,16x8x4", "--repeat", "4", "--threads", "1", out=out,
+                 env=_env(PYTHONPATH=path, FAKE_TINYGRAD_FAILS=fails, DEV=None))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((out / "bench.json").read_text())
+
+
+def test_tinygrad_is_timed_in_its_own_phase_on_the_renderer_that_runs(tmp_path):
+    """The default CPU renderer fails, the x86 one runs: tinygrad is timed there, after the other
+    regions, paired with tgrad samples of its own phase, and the report says so and why."""
+    report = _fake_tinygrad_run(tmp_path, fails="CPU")
+    note = report["peer_threads"]["tinygrad_bf16"]
+    assert note.startswith("1 (NUM_CPU_THREADS; DEV=CPU:X86")
+    assert "default renderer failed: CPU: CalledProcessError: clang exited with status 1" in note
+    for res in report["results"]:
+        assert "tinygrad_bf16" not in res["regions"] and "tinygrad_bf16" not in res["samples"]
+        phase = res["separate"]["tinygrad_bf16"]
+        assert phase["regions"] == ["tgrad", "tgrad_call", "tinygrad_bf16"] and phase["repeat"] == 4
+        assert all(len(v) == 4 for v in phase["samples"].values())
+        for i, order in enumerate(phase["orders"]):
+            shift = i % 3
+            assert order == phase["regions"][shift:] + phase["regions"][:shift]
+        peer = res["peers"]["tinygrad_bf16"]
+        assert peer["phase"] == "separate" and "phase" not in res["peers"]["numpy_f32"]
+        theirs = np.array(phase["samples"]["tinygrad_bf16"])
+        ours = np.array(phase["samples"]["tgrad"])
+        assert math.isclose(peer["ratio"], float(np.median(theirs / ours)))
+    assert "tinygrad bf16 / tgrad time" in (tmp_path / "out" / "bench.md").read_text()
+
+
+def test_tinygrad_that_cannot_run_bf16_is_named_not_timed(tmp_path):
+    report = _fake_tinygrad_run(tmp_path, fails="CPU,CPU:X86")
+    assert "tinygrad_bf16" not in report["peer_threads"]
+    for res in report["results"]:
+        assert "tinygrad_bf16" not in res["peers"] and res["separate"] == {}
+        why = res["peers_skipped"]["tinygrad_bf16"]
+        assert why.startswith("tinygrad cannot run a bf16 matmul here: CPU: CalledProcessError")
+        assert "; CPU:X86: CalledProcessError: clang exited with status 1" in why
 
 
 def test_wait_quiet_is_bounded_and_recorded(tmp_path):

@@ -12,7 +12,8 @@ then tgrad and its peers are timed live, interleaved in this one process (DESIGN
 - peers, same inputs resident, output computed into host memory, same thread count: numpy
   float32 ``a @ b`` (BLAS threads limited with threadpoolctl), torch bf16 ``torch.matmul`` with
   ``torch.set_num_threads`` (when torch imports), ml_dtypes bfloat16 ``a @ b`` (small shapes only:
-  a scalar loop), tinygrad bf16 ``(a @ b).realize()`` (when it imports; not above 2^30);
+  a scalar loop), tinygrad bf16 ``(a @ b).realize()`` on its CPU device (when it imports; not
+  above 2^30; timed after the others, paired with tgrad samples of its own phase: SEPARATE_PEERS);
 - garbage collection is off while timing; each repetition runs every timed region once, in an
   order rotated by one per repetition; the raw samples are kept, paired by repetition; before a
   region the bench waits until no other thread of the process runs, and a short region gets an
@@ -105,7 +106,8 @@ SPIN_ENV = {"OPENBLAS_THREAD_TIMEOUT": "19", "GOMP_SPINCOUNT": "10000"}
 REEXEC_MARK = "TGRAD_BENCH_REEXEC"
 #: Environment variables recorded in the JSON (by prefix) because they change a peer's speed.
 ENV_PREFIXES = ("TGRAD_", "OPENBLAS_", "OMP_", "MKL_", "GOTO", "BLIS_", "KMP_", "DNNL_",
-                "ONEDNN_", "TORCH_", "ATEN_", "PYTHONHASHSEED", "CPU", "CLANG", "TINYGRAD_", "GOMP_")
+                "ONEDNN_", "TORCH_", "ATEN_", "PYTHONHASHSEED", "CPU", "CLANG", "TINYGRAD_",
+                "GOMP_", "DEV", "NUM_CPU_THREADS", "CC")
 #: Variables that make numpy's OpenBLAS pick other kernels or block sizes; ``nox -s bench``
 #: unsets them (and says so through TGRAD_BENCH_UNSET, recorded in the JSON).
 OPENBLAS_TUNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -391,13 +393,79 @@ def _torch() -> Any:
     return torch
 
 
-def _tinygrad() -> Any:
-    """tinygrad, or None when it is not importable."""
+#: Peers timed in a phase of their own after the others, each paired with tgrad samples of that
+#: phase: a tinygrad call is milliseconds of Python and waits, after which every region ran
+#: slower even with its untimed call first (tgrad 64^3 3.5 -> 5.1 us, torch 127x255x511 629 ->
+#: 535 GFLOP/s), and its seconds per call would have cut every region's repetitions to the minimum.
+SEPARATE_PEERS = ("tinygrad_bf16",)
+#: tinygrad is timed on its CPU device (DESIGN §7's anchors are tinygrad CPU), with its default
+#: renderer where that runs a bf16 matmul, else with its x86 renderer (which needs no compiler):
+#: the default one compiles C with clang, and clang before 15 has no __bf16 on x86. A DEV set in
+#: the environment is tinygrad's own choice and is left as it is.
+TINYGRAD_TARGETS = ("CPU", "CPU:X86")
+_TINYGRAD: tuple[Any, str | None, str] | None = None  # (module or None, device, note), once
+
+
+class _QuietStderr:
+    """File descriptor 2 to /dev/null for a while: tinygrad's compiler subprocess writes there."""
+
+    def __enter__(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc: object) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+
+
+def _tinygrad(threads: int) -> tuple[Any, str | None, str]:
+    """tinygrad set up for the bench: (the module or None, the device to put tensors on, a note:
+    where it runs, or why it does not). Decided once per process: a 5x7x3 bf16 matmul must give
+    the right values on the target before any shape uses it."""
+    global _TINYGRAD
+    if _TINYGRAD is not None:
+        return _TINYGRAD
     try:
         import tinygrad  # type: ignore[import-not-found, unused-ignore]
+        from tinygrad.helpers import (  # type: ignore[import-not-found, unused-ignore]
+            DEV, NUM_CPU_THREADS)
     except Exception:
-        return None
-    return tinygrad
+        _TINYGRAD = (None, None, "tinygrad not importable")
+        return _TINYGRAD
+    NUM_CPU_THREADS.value = threads
+    env_dev = os.environ.get("DEV")
+    targets: tuple[str | None, ...] = (None,) if env_dev else TINYGRAD_TARGETS
+    failed: list[str] = []
+    for target in targets:
+        if target is not None:
+            DEV.value = target
+        device = None if target is None else target.split(":")[0]
+        try:
+            with _QuietStderr():  # as the timed region uses it: bf16 operands realized, then @
+                tt, bf16 = tinygrad.Tensor, tinygrad.dtypes.bfloat16
+                x = tt(np.full((5, 7), 1.5, np.float32), device=device).cast(bf16).realize()
+                y = tt(np.full((7, 3), -2.0, np.float32), device=device).cast(bf16).realize()
+                got = (x @ y).realize().float().numpy()
+            if not np.array_equal(got, np.full((5, 3), -21.0, np.float32)):
+                raise RuntimeError(f"a 5x7x3 check gave {got.ravel()[:3]}")
+        except Exception as exc:
+            cmd = getattr(exc, "cmd", None)  # a compiler subprocess: name it, not its argv
+            if isinstance(cmd, (list, tuple)) and cmd:
+                status = getattr(exc, "returncode", "?")
+                why = f"{os.path.basename(str(cmd[0]))} exited with status {status}"
+            else:
+                why = (str(exc).splitlines() or [""])[0][:120]
+            failed.append(f"{target or env_dev}: {type(exc).__name__}: {why}")
+            continue
+        where = f"DEV={env_dev} (from the environment)" if target is None else f"DEV={target}"
+        note = where + (f" (default renderer failed: {failed[0]})" if failed else "")
+        _TINYGRAD = (tinygrad, device, note)
+        return _TINYGRAD
+    _TINYGRAD = (None, None, "tinygrad cannot run a bf16 matmul here: " + "; ".join(failed))
+    return _TINYGRAD
 
 
 _BLAS_LIMITS: Any = None  # keeps threadpoolctl's limit alive for the process
@@ -406,7 +474,10 @@ _BLAS_LIMITS: Any = None  # keeps threadpoolctl's limit alive for the process
 def _set_peer_threads(threads: int) -> dict[str, str]:
     """Give every peer `threads` threads where it can be set; report what each one uses."""
     global _BLAS_LIMITS
-    info = {"ml_dtypes_bf16": "1 (scalar loop)", "tinygrad_bf16": "its default (not controlled)"}
+    info = {"ml_dtypes_bf16": "1 (scalar loop)"}
+    tinygrad, _, note = _tinygrad(threads)
+    if tinygrad is not None:
+        info["tinygrad_bf16"] = f"{threads} (NUM_CPU_THREADS; {note})"
     try:
         # No stubs or py.typed: untyped where installed, missing where not.
         import threadpoolctl  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -713,6 +784,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
     timed = [_Timed("tgrad", lambda: (ta @ tb).realize())]
     if macs <= CALL_LIMIT_MACS:
         timed.append(_Timed("tgrad_call", lambda: (ta @ tb).numpy()))
+    separate: list[_Timed] = []  # SEPARATE_PEERS, timed after the others
     peer_threads: dict[str, str] = {}
     if peers:
         peer_threads = _set_peer_threads(tgrad.num_threads() if threads is None else threads)
@@ -734,17 +806,17 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
             timed.append(_Timed("ml_dtypes_bf16", lambda: a16 @ b16))
         else:
             res["peers_skipped"]["ml_dtypes_bf16"] = "above its size limit (a scalar loop)"
-        tinygrad = _tinygrad()
+        tinygrad, tdev, tnote = _tinygrad(tgrad.num_threads() if threads is None else threads)
         if tinygrad is None:
-            res["peers_skipped"]["tinygrad_bf16"] = "tinygrad not importable"
+            res["peers_skipped"]["tinygrad_bf16"] = tnote
         elif macs > TINYGRAD_LIMIT_MACS:
             res["peers_skipped"]["tinygrad_bf16"] = "above its size limit (too slow)"
         else:
             try:
                 tt, dtypes = tinygrad.Tensor, tinygrad.dtypes
-                ag = tt(a32).cast(dtypes.bfloat16).realize()
-                bg = tt(b32).cast(dtypes.bfloat16).realize()
-                timed.append(_Timed("tinygrad_bf16", lambda: (ag @ bg).realize()))
+                ag = tt(a32, device=tdev).cast(dtypes.bfloat16).realize()
+                bg = tt(b32, device=tdev).cast(dtypes.bfloat16).realize()
+                separate.append(_Timed("tinygrad_bf16", lambda: (ag @ bg).realize()))
             except Exception as exc:
                 res["peers_skipped"]["tinygrad_bf16"] = f"{type(exc).__name__}: {exc}"
 
@@ -771,6 +843,13 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
         res["pipeline_ok"] = False
         return res
 
+    res["separate"] = {}
+    for peer in separate:
+        try:
+            res["separate"][peer.name] = _separate_phase(peer, timed, repeat, budget_s)
+        except Exception as exc:
+            res["peers_skipped"][peer.name] = f"timing: {type(exc).__name__}: {exc}"
+
     res["quiet"] = {t.name: {"median_wait_s": float(np.median(t.quiet_waits)),
                              "max_wait_s": float(np.max(t.quiet_waits)),
                              "timeouts": t.quiet_timeouts} for t in timed}
@@ -786,23 +865,49 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
     call = samples.get("tgrad_call")
     if call is not None:
         res["call_median_s"] = float(np.median(call))
-    for t in timed:
-        if t.name in ("tgrad", "tgrad_call"):
-            continue
-        s = samples[t.name]
+    phases: list[tuple[str, dict[str, np.ndarray], str | None]] = [
+        (t.name, samples, None) for t in timed if t.name not in ("tgrad", "tgrad_call")]
+    phases += [(name, {k: np.array(v) for k, v in phase["samples"].items()}, "separate")
+               for name, phase in res["separate"].items()]
+    for name, paired, phase in phases:
+        s, ours, call = paired[name], paired["tgrad"], paired.get("tgrad_call")
         ratio, lo, hi = bootstrap_ratio(s, ours, seed=bootstrap_seed)
         med = float(np.median(s))
         entry: dict[str, Any] = {
             "median_s": med, "gflops": 2.0 * macs / med / 1e9 if med > 0 else math.nan,
             "ratio": ratio, "lo": lo, "hi": hi, "verdict": verdict(lo, hi),
-            "threads": peer_threads.get(t.name, "?"),
+            "threads": peer_threads.get(name, "?"),
         }
+        if phase is not None:  # paired with tgrad's samples in res["separate"][name]
+            entry["phase"] = phase
         if call is not None:
             c_ratio, c_lo, c_hi = bootstrap_ratio(s, call, seed=bootstrap_seed)
             entry["call"] = {"ratio": c_ratio, "lo": c_lo, "hi": c_hi,
                              "verdict": verdict(c_lo, c_hi)}
-        res["peers"][t.name] = entry
+        res["peers"][name] = entry
     return res
+
+
+def _separate_phase(peer: _Timed, timed: list[_Timed], repeat: int | None,
+                    budget_s: float) -> dict[str, Any]:
+    """Time `peer` interleaved with tgrad's regions only (new samples of them, same calls),
+    `repeat` rounds or as many as the budget allows (at least AUTO_MIN_REPEAT)."""
+    ours = [t for t in timed if t.name in ("tgrad", "tgrad_call")]
+    regions = [_Timed(t.name, t.call, hot=t.hot) for t in ours]
+    _wait_quiet()
+    peer.once()  # warm-up (its compiler, caches), not recorded
+    _wait_quiet()
+    once = peer.once()
+    peer.hot = once < HOT_LIMIT_S
+    if repeat is None:
+        round_s = once * (2 if peer.hot else 1) + sum(2 * float(np.median(t.samples)) for t in ours)
+        wanted = math.ceil(budget_s / max(round_s, 1e-9))
+        repeat = int(min(AUTO_MAX_REPEAT, max(AUTO_MIN_REPEAT, wanted)))
+    regions.append(peer)
+    orders = _interleaved(regions, repeat)
+    return {"repeat": repeat, "regions": [t.name for t in regions], "orders": orders,
+            "samples": {t.name: list(t.samples) for t in regions},
+            "hot": {t.name: t.hot for t in regions}}
 
 
 def format_shape(res: dict[str, Any], limits: dict[str, Any] | None = None) -> list[str]:
@@ -953,7 +1058,9 @@ def format_markdown(report: dict[str, Any]) -> str:
         "resident). A ratio is the median of peer time / tgrad time over paired repetitions, "
         "> 1 means tgrad is faster, with a 95% bootstrap interval; **win** only when the interval "
         "is above 1, loss when below, else tie. GB/s (memory-bound shapes only) counts the bf16 "
-        "operands read once and the output written once.",
+        "operands read once and the output written once. tinygrad is timed in a phase of its own "
+        "after the others, paired with tgrad samples of that phase (its calls slowed whatever "
+        "ran after them).",
         "",
     ]
     head = ["shape", "bytes", "reps", "others' CPU", "tgrad time", "tgrad GFLOP/s", "% of peak",
@@ -1241,6 +1348,10 @@ def run(args: argparse.Namespace) -> int:
             },
             "interleave": "per repetition every region once, order rotated by one per repetition "
                           "(see each result's 'orders'); two warm-up rounds first; gc disabled",
+            "separate": f"{', '.join(SEPARATE_PEERS)}: timed after the others, interleaved with "
+                        "new samples of tgrad and tgrad_call only (each result's 'separate'; the "
+                        "peer's entry has phase 'separate' and its ratios pair with those "
+                        "samples): its calls slowed every region timed after them",
             "quiet": f"before each region, wait until no other thread of the process runs "
                      f"(polled in /proc/self/task every {QUIET_POLL_S * 1e3:g} ms, at most "
                      f"{QUIET_TIMEOUT_S:g} s; see each result's 'quiet'): OpenBLAS and OpenMP "

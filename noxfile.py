@@ -125,6 +125,8 @@ def typecheck(session: nox.Session) -> None:
 
 #: The peer the issue's targets are stated against; a CPU wheel of exactly this version.
 TORCH = "torch==2.13.0"
+#: The tinygrad of DESIGN §7's anchors; pure Python (its CPU device compiles its own kernels).
+TINYGRAD = "tinygrad==0.14.0"
 #: Variables that make numpy's OpenBLAS use other kernels or cache sizes than it would pick on
 #: this CPU (they slow numpy down): unset for the bench, and recorded in its JSON as unset.
 OPENBLAS_TUNING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -136,10 +138,11 @@ def bench(session: nox.Session) -> None:
     `--` go to `python -m tgrad bench`; e.g. `--full`, `--shape 1024x1024x1024`, `--out DIR`).
     Writes bench-out/bench.md, bench.json and bench.png."""
     session.install(".[bench]")
-    try:
-        session.install(TORCH)
-    except nox.command.CommandFailed:
-        session.log(f"{TORCH} is not installable here: torch is left out of the peers")
+    for peer in (TORCH, TINYGRAD):
+        try:
+            session.install(peer)
+        except nox.command.CommandFailed:
+            session.log(f"{peer} is not installable here: it is left out of the peers")
     session.chdir(ROOT)
     was = {name: os.environ[name] for name in OPENBLAS_TUNING if name in os.environ}
     env: dict[str, str | None] = {name: None for name in OPENBLAS_TUNING}  # None: unset

@@ -342,7 +342,9 @@ def test_tinygrad_is_timed_in_its_own_phase_on_the_renderer_that_runs(tmp_path):
         theirs = np.array(phase["samples"]["tinygrad_bf16"])
         ours = np.array(phase["samples"]["tgrad"])
         assert math.isclose(peer["ratio"], float(np.median(theirs / ours)))
-    assert "tinygrad bf16 / tgrad time" in (tmp_path / "out" / "bench.md").read_text()
+    text = (tmp_path / "out" / "bench.md").read_text()
+    assert "tinygrad bf16 / tgrad time" in text
+    assert "tinygrad bf16 is timed in a phase of its own" in text
 
 
 def test_tinygrad_that_cannot_run_bf16_is_named_not_timed(tmp_path):
@@ -353,6 +355,7 @@ def test_tinygrad_that_cannot_run_bf16_is_named_not_timed(tmp_path):
         why = res["peers_skipped"]["tinygrad_bf16"]
         assert why.startswith("tinygrad cannot run a bf16 matmul here: CPU: CalledProcessError")
         assert "; CPU:X86: CalledProcessError: clang exited with status 1" in why
+    assert "phase of its own" not in (tmp_path / "out" / "bench.md").read_text()
 
 
 def test_wait_quiet_is_bounded_and_recorded(tmp_path):

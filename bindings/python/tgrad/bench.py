@@ -733,7 +733,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
         "byte_match": None, "byte_check": "skipped", "pipeline_ok": False, "errors": [],
         "median_s": math.nan, "gflops": math.nan, "gbps": math.nan, "call_median_s": math.nan,
         "repeat": 0, "regions": [], "orders": [], "samples": {}, "peers": {}, "load": None,
-        "peers_skipped": {},
+        "peers_skipped": {}, "separate": {},
     }
     rng = np.random.default_rng([seed, m, k, n])
     a_bits = fill_bits("normal", (m, k), rng)
@@ -784,7 +784,6 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
     timed = [_Timed("tgrad", lambda: (ta @ tb).realize())]
     if macs <= CALL_LIMIT_MACS:
         timed.append(_Timed("tgrad_call", lambda: (ta @ tb).numpy()))
-    separate: list[_Timed] = []  # SEPARATE_PEERS, timed after the others
     peer_threads: dict[str, str] = {}
     if peers:
         peer_threads = _set_peer_threads(tgrad.num_threads() if threads is None else threads)
@@ -816,10 +815,12 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
                 tt, dtypes = tinygrad.Tensor, tinygrad.dtypes
                 ag = tt(a32, device=tdev).cast(dtypes.bfloat16).realize()
                 bg = tt(b32, device=tdev).cast(dtypes.bfloat16).realize()
-                separate.append(_Timed("tinygrad_bf16", lambda: (ag @ bg).realize()))
+                timed.append(_Timed("tinygrad_bf16", lambda: (ag @ bg).realize()))
             except Exception as exc:
                 res["peers_skipped"]["tinygrad_bf16"] = f"{type(exc).__name__}: {exc}"
 
+    separate = [t for t in timed if t.name in SEPARATE_PEERS]  # timed after the others
+    timed = [t for t in timed if t.name not in SEPARATE_PEERS]
     try:
         for t in timed:  # warm-up (first touch, thread pools, caches, JIT), not recorded
             _wait_quiet()
@@ -843,7 +844,6 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
         res["pipeline_ok"] = False
         return res
 
-    res["separate"] = {}
     for peer in separate:
         try:
             res["separate"][peer.name] = _separate_phase(peer, timed, repeat, budget_s)
@@ -1058,9 +1058,11 @@ def format_markdown(report: dict[str, Any]) -> str:
         "resident). A ratio is the median of peer time / tgrad time over paired repetitions, "
         "> 1 means tgrad is faster, with a 95% bootstrap interval; **win** only when the interval "
         "is above 1, loss when below, else tie. GB/s (memory-bound shapes only) counts the bf16 "
-        "operands read once and the output written once. tinygrad is timed in a phase of its own "
-        "after the others, paired with tgrad samples of that phase (its calls slowed whatever "
-        "ran after them).",
+        "operands read once and the output written once."
+        + "".join(f" {PEER_LABELS.get(p, p)} is timed in a phase of its own after the others, "
+                  "paired with tgrad samples of that phase (its calls slowed whatever ran after "
+                  "them)." for p in SEPARATE_PEERS
+                  if any(p in r.get("separate", {}) for r in results)),
         "",
     ]
     head = ["shape", "bytes", "reps", "others' CPU", "tgrad time", "tgrad GFLOP/s", "% of peak",

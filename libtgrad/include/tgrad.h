@@ -224,6 +224,11 @@ TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
  * `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+/* Bytes the CPU kernels hold for packing and fp32 accumulator tiles, all threads together. Each
+ * thread keeps its own buffers, grown to the largest block it has worked on and reused after
+ * (never allocated per call, never in proportion to M*N*K: docs/performance.md gives the bound);
+ * a thread's are freed when it exits. */
+TGRAD_API int64_t tgrad_cpu_scratch_bytes(void);
 
 /* ---- devices ------------------------------------------------------------------------------ */
 /* Where a tensor's buffer lives. The numbers are tgrad_backend()'s indices. A GPU device runs the

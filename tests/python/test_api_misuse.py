@@ -29,6 +29,7 @@ EXEMPT = {
     "tgrad_live_buffers": "no arguments",
     "tgrad_live_bytes": "no arguments",
     "tgrad_cached_bytes": "no arguments",
+    "tgrad_cpu_scratch_bytes": "no arguments",
     "tgrad_release_cached": "no arguments",
     "tgrad_cpu_isa": "no arguments",
     "tgrad_cpu_isa_name": "returns NULL past the end; NULL available allowed (tested below)",

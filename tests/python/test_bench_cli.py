@@ -186,8 +186,10 @@ def test_json_keeps_raw_paired_samples_and_ratios_recompute(report_run):
     assert report["schema"] == "tgrad-bench/2" and report["threads"] == 1
     env = report["environment"]
     for key in ("cpu_model", "cpu_flags", "tgrad_cpu_isa", "tgrad_threads", "versions", "env",
-                "threadpools", "unset_by_launcher", "set_by_reexec", "loadavg", "others_load"):
+                "threadpools", "unset_by_launcher", "set_by_reexec", "loadavg", "others_load",
+                "tgrad_cpu_scratch_bytes", "process_peak_rss_kib"):
         assert key in env
+    assert env["tgrad_cpu_scratch_bytes"] >= 0
     assert env["versions"]["numpy"] == np.__version__
     assert sorted(env["set_by_reexec"]) == sorted(bench_module.SPIN_ENV)
     for key, value in bench_module.SPIN_ENV.items():
@@ -235,7 +237,7 @@ def test_markdown_table_has_a_row_per_shape(report_run):
     rows = [line for line in lines if line.startswith("| 4x4x4 |") or line.startswith("| 64x64x64 |")]
     assert len(rows) == 4  # the speed table and the whole-call table
     assert any(RATIO_RE.search(row) for row in rows)
-    assert "Command: `" in text and "Measured limits" in text
+    assert "Command: `" in text and "Measured limits" in text and "tgrad's CPU scratch" in text
 
 
 def test_plot_is_a_png_when_matplotlib_is_there(report_run):

@@ -246,3 +246,53 @@ def test_random_normal_and_views_match_the_oracle(bf16_bits: Callable[..., np.nd
     for name, ta, tb, na, nb in cases:
         got = bits_of(ta @ tb)
         np.testing.assert_array_equal(got, matmul_bits(na, nb), err_msg=name)
+
+
+MIB = 1 << 20
+#: The CPU kernels' scratch bound (docs/performance.md, "Memory"): on the calling thread a chunk of
+#: packed B and one of packed A (8 MiB each, plus a tile), fp32 accumulators for K past one panel
+#: (16 MiB), each rounded up to 2 MiB pages; per thread a per-block task's panels and tile (under
+#: 4 MiB); and 16 packed rows of A, 64 bytes per element of K, on the one-row and few-rows paths.
+SCRATCH_CALLER = 40 * MIB
+SCRATCH_PER_THREAD = 4 * MIB
+SCRATCH_PER_K = 64
+
+
+def _every_cpu_path(rng: np.random.Generator) -> int:
+    """One product per CPU path (one row, one column, few rows, per-block tasks, chunks over two
+    K panels, chunks in one panel, small K) and one whose A (96 MiB) would not fit the bound if
+    it were packed whole; returns the largest K."""
+    shapes = [(1, 9000, 700), (700, 9000, 1), (12, 9000, 600), (40, 4000, 1300), (300, 3000, 700),
+              (1100, 5000, 1500), (2100, 2048, 2100), (4000, 64, 4000), (6000, 8192, 100)]
+    for m, k, n in shapes:
+        a = Tensor.from_bf16_bits(rng.integers(0x3c00, 0x4000, (m, k), dtype=np.uint16))
+        b = Tensor.from_bf16_bits(rng.integers(0x3c00, 0x4000, (k, n), dtype=np.uint16))
+        (a @ b).realize()
+    return max(k for _, k, _ in shapes)
+
+
+# The SIMD variants (the portable one shares their frame, at a speed too slow for these sizes).
+SIMD_VARIANTS = [name for name, ok in tgrad.cpu_isas().items() if ok and name != "portable"]
+
+
+@pytest.mark.parametrize("variant", SIMD_VARIANTS)
+def test_cpu_scratch_is_bounded_by_the_blocking_and_reused(rng: np.random.Generator,
+                                                           variant: str) -> None:
+    """Packing buffers and accumulator tiles grow to the largest block a thread has worked on and
+    are reused: a second round of the same products holds no more, and what is held stays under
+    a bound set by the blocking constants, whatever M*N*K was (up to 2^33 here)."""
+    threads = tgrad.num_threads()
+    try:
+        tgrad.set_cpu_isa(variant)
+        tgrad.set_num_threads(1)  # the calling thread only: which worker runs which block varies
+        _every_cpu_path(rng)
+        held = tgrad.cpu_scratch_bytes()
+        _every_cpu_path(rng)
+        assert tgrad.cpu_scratch_bytes() == held  # reused: nothing grew
+        tgrad.set_num_threads(threads)
+        k_max = _every_cpu_path(rng)
+    finally:
+        tgrad.set_num_threads(threads)
+        tgrad.set_cpu_isa("auto")
+    held = tgrad.cpu_scratch_bytes()
+    assert 0 < held <= SCRATCH_CALLER + threads * SCRATCH_PER_THREAD + SCRATCH_PER_K * k_max

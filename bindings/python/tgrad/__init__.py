@@ -31,6 +31,7 @@ __all__ = [
     "cpu_isa",
     "cpu_isas",
     "cpu_peak_gflops",
+    "cpu_scratch_bytes",
     "errors",
     "explain",
     "from_dlpack",
@@ -138,6 +139,13 @@ def cpu_peak_gflops(threads: int = 0) -> float:
     out = ffi.new("double *")
     _check(lib.tgrad_cpu_peak_gflops(int(threads), out))
     return float(out[0])
+
+
+def cpu_scratch_bytes() -> int:
+    """Bytes the CPU kernels hold for packing and accumulator tiles, all threads together: each
+    thread's buffers grow to the largest block it has worked on and are reused (bounded, never in
+    proportion to M*N*K; docs/performance.md)."""
+    return int(lib.tgrad_cpu_scratch_bytes())
 
 
 def cached_bytes() -> int:

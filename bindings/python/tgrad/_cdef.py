@@ -116,6 +116,7 @@ const char *tgrad_cpu_isa(void);
 tgrad_status tgrad_set_cpu_isa(const char *name);
 const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+int64_t tgrad_cpu_scratch_bytes(void);
 int64_t tgrad_cached_bytes(void);
 void tgrad_release_cached(void);
 #define TGRAD_DEVICE_CPU 0

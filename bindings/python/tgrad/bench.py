@@ -1016,6 +1016,18 @@ def _bytes_cell(res: dict[str, Any]) -> str:
     return "not checked"
 
 
+def _memory_line(env: dict[str, Any]) -> str:
+    scratch, rss = env.get("tgrad_cpu_scratch_bytes"), env.get("process_peak_rss_kib")
+    parts = []
+    if scratch is not None:
+        parts.append(f"tgrad's CPU scratch (packing buffers and accumulator tiles, all threads, "
+                     f"reused from call to call) after the run: {scratch / 2**20:.1f} MiB")
+    if rss is not None:
+        parts.append(f"peak RSS of the whole bench process (peers, oracle and inputs included): "
+                     f"{rss / 1024:.0f} MiB")
+    return "Memory: " + ("; ".join(parts) if parts else "not measured")
+
+
 def format_markdown(report: dict[str, Any]) -> str:
     """bench.md: how it was run, the limits, the speed table and the whole-call table."""
     env = report["environment"]
@@ -1050,7 +1062,8 @@ def format_markdown(report: dict[str, Any]) -> str:
         "Measured limits: compute "
         + (f"{peak:.0f} GFLOP/s ({limits['peak']['source']})" if peak else
            f"not measured ({limits['peak']['source']})")
-        + f"; memory {stream:.1f} GB/s ({limits['stream']['method']})",
+        + f"; memory {stream:.1f} GB/s ({limits['stream']['method']})  ",
+        _memory_line(env),
         "",
         _load_line(env.get("others_load")),
         "",
@@ -1326,6 +1339,9 @@ def run(args: argparse.Namespace) -> int:
         env["process_peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     except ImportError:  # not on this OS
         env["process_peak_rss_kib"] = None
+    # the packing buffers and accumulator tiles tgrad holds after every shape ran (they only grow
+    # to the largest block each thread worked on: this is the run's most)
+    env["tgrad_cpu_scratch_bytes"] = tgrad.cpu_scratch_bytes()
     report = {
         "schema": "tgrad-bench/2",
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),

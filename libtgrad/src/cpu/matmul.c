@@ -89,24 +89,36 @@ typedef struct {
 
 static pthread_key_t ws_key;
 static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
+static _Atomic int64_t scratch_bytes; /* all threads' buffers, as allocated (tgrad_cpu_scratch_bytes) */
+
+static size_t alloc_size(size_t want) {
+    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64;
+    return (want + align - 1) / align * align;
+}
 
 static void ws_free(void *p) {
     workspace *w = p;
     if (!w) return;
+    size_t held = (w->acc ? alloc_size(w->acc_cap) : 0) + (w->apack ? alloc_size(w->a_cap) : 0) +
+                  (w->bpack ? alloc_size(w->b_cap) : 0);
+    atomic_fetch_sub(&scratch_bytes, (int64_t)held);
     free(w->acc), free(w->apack), free(w->bpack), free(w);
 }
+
+TGRAD_API int64_t tgrad_cpu_scratch_bytes(void) { return atomic_load(&scratch_bytes); }
 
 static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
 
 static bool ensure(void **buf, size_t *cap, size_t want) {
     if (*cap >= want) return true;
     /* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
-    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64;
-    void *p = tg_aligned_alloc(align, (want + align - 1) / align * align);
+    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64, size = alloc_size(want);
+    void *p = tg_aligned_alloc(align, size);
     if (!p) return false;
 #ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p, (want + align - 1) / align * align, MADV_HUGEPAGE);
+    if (align > 64) madvise(p, size, MADV_HUGEPAGE);
 #endif
+    atomic_fetch_add(&scratch_bytes, (int64_t)size - (int64_t)(*buf ? alloc_size(*cap) : 0));
     free(*buf);
     *buf = p, *cap = want;
     return true;

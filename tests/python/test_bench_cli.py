@@ -283,7 +283,6 @@ FAKE_TINYGRAD = {
     "tinygrad/__init__.py": """
 import os, subprocess
 import ml_dtypes, numpy as np
-from . import helpers
 class dtypes:
     bfloat16 = "bfloat16"
 class Tensor:
@@ -292,6 +291,7 @@ class Tensor:
     def cast(self, dtype):
         return Tensor(self.data.astype(ml_dtypes.bfloat16).astype(np.float32), self.device)
     def realize(self):
+        from . import helpers
         if helpers.DEV.value in os.environ.get("FAKE_TINYGRAD_FAILS", "").split(","):
             raise subprocess.CalledProcessError(1, ["/usr/bin/clang", "-c", "-x", "c", "-"])
         return self
@@ -311,9 +311,11 @@ DEV, NUM_CPU_THREADS = _Var(""), _Var(0)
 }
 
 
-def _fake_tinygrad_run(tmp_path, fails: str) -> dict:
+def _fake_tinygrad_run(tmp_path, fails: str, without: tuple[str, ...] = ()) -> dict:
     pkg = tmp_path / "fake"
     for rel, text in FAKE_TINYGRAD.items():
+        if rel in without:
+            continue
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     path = os.pathsep.join(p for p in (str(pkg), os.environ.get("PYTHONPATH", "")) if p)
@@ -358,6 +360,13 @@ def test_tinygrad_that_cannot_run_bf16_is_named_not_timed(tmp_path):
         assert why.startswith("tinygrad cannot run a bf16 matmul here: CPU: CalledProcessError")
         assert "; CPU:X86: CalledProcessError: clang exited with status 1" in why
     assert "phase of its own" not in (tmp_path / "out" / "bench.md").read_text()
+
+
+def test_a_tinygrad_without_the_settings_the_bench_uses_is_named_not_timed(tmp_path):
+    report = _fake_tinygrad_run(tmp_path, fails="", without=("tinygrad/helpers.py",))
+    for res in report["results"]:
+        assert "tinygrad_bf16" not in res["peers"]
+        assert "lacks the settings the bench uses" in res["peers_skipped"]["tinygrad_bf16"]
 
 
 def test_wait_quiet_is_bounded_and_recorded(tmp_path):

@@ -430,10 +430,15 @@ def _tinygrad(threads: int) -> tuple[Any, str | None, str]:
         return _TINYGRAD
     try:
         import tinygrad  # type: ignore[import-not-found, unused-ignore]
-        from tinygrad.helpers import (  # type: ignore[import-not-found, unused-ignore]
-            DEV, NUM_CPU_THREADS)
     except Exception:
         _TINYGRAD = (None, None, "tinygrad not importable")
+        return _TINYGRAD
+    try:
+        from tinygrad.helpers import (  # type: ignore[import-not-found, unused-ignore]
+            DEV, NUM_CPU_THREADS)
+    except Exception as exc:
+        _TINYGRAD = (None, None, f"tinygrad {_version('tinygrad') or '?'} lacks the settings the "
+                                 f"bench uses (DEV, NUM_CPU_THREADS; written for 0.14): {exc}")
         return _TINYGRAD
     NUM_CPU_THREADS.value = threads
     env_dev = os.environ.get("DEV")

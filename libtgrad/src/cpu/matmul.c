@@ -91,10 +91,9 @@ static pthread_key_t ws_key;
 static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
 static _Atomic int64_t scratch_bytes; /* all threads' buffers, as allocated (tgrad_cpu_scratch_bytes) */
 
-static size_t alloc_size(size_t want) {
-    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64;
-    return (want + align - 1) / align * align;
-}
+/* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
+static size_t alloc_align(size_t want) { return want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64; }
+static size_t alloc_size(size_t want) { return (want + alloc_align(want) - 1) / alloc_align(want) * alloc_align(want); }
 
 static void ws_free(void *p) {
     workspace *w = p;
@@ -111,8 +110,7 @@ static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
 
 static bool ensure(void **buf, size_t *cap, size_t want) {
     if (*cap >= want) return true;
-    /* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
-    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64, size = alloc_size(want);
+    size_t align = alloc_align(want), size = alloc_size(want);
     void *p = tg_aligned_alloc(align, size);
     if (!p) return false;
 #ifdef MADV_HUGEPAGE

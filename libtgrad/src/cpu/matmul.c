@@ -91,16 +91,10 @@ static pthread_key_t ws_key;
 static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
 static _Atomic int64_t scratch_bytes; /* all threads' buffers, as allocated (tgrad_cpu_scratch_bytes) */
 
-/* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
-static size_t alloc_align(size_t want) { return want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64; }
-static size_t alloc_size(size_t want) { return (want + alloc_align(want) - 1) / alloc_align(want) * alloc_align(want); }
-
 static void ws_free(void *p) {
     workspace *w = p;
     if (!w) return;
-    size_t held = (w->acc ? alloc_size(w->acc_cap) : 0) + (w->apack ? alloc_size(w->a_cap) : 0) +
-                  (w->bpack ? alloc_size(w->b_cap) : 0);
-    atomic_fetch_sub(&scratch_bytes, (int64_t)held);
+    atomic_fetch_sub(&scratch_bytes, (int64_t)(w->acc_cap + w->a_cap + w->b_cap));
     free(w->acc), free(w->apack), free(w->bpack), free(w);
 }
 
@@ -108,17 +102,19 @@ TGRAD_API int64_t tgrad_cpu_scratch_bytes(void) { return atomic_load(&scratch_by
 
 static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
 
+/* *cap is the size *buf was allocated with (0 while it is NULL) */
 static bool ensure(void **buf, size_t *cap, size_t want) {
     if (*cap >= want) return true;
-    size_t align = alloc_align(want), size = alloc_size(want);
+    /* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
+    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64, size = (want + align - 1) / align * align;
     void *p = tg_aligned_alloc(align, size);
     if (!p) return false;
 #ifdef MADV_HUGEPAGE
     if (align > 64) madvise(p, size, MADV_HUGEPAGE);
 #endif
-    atomic_fetch_add(&scratch_bytes, (int64_t)size - (int64_t)(*buf ? alloc_size(*cap) : 0));
+    atomic_fetch_add(&scratch_bytes, (int64_t)size - (int64_t)*cap);
     free(*buf);
-    *buf = p, *cap = want;
+    *buf = p, *cap = size;
     return true;
 }
 

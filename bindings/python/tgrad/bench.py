@@ -839,8 +839,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
             hot_s += once if t.hot else 0.0
         round_s = time.perf_counter() - start + hot_s
         if repeat is None:
-            wanted = math.ceil(budget_s / max(round_s, 1e-9))
-            repeat = int(min(AUTO_MAX_REPEAT, max(AUTO_MIN_REPEAT, wanted)))
+            repeat = _auto_repeat(round_s, budget_s)
         cpu_before = _cpu_sample()
         res["orders"] = _interleaved(timed, repeat, tick)
         res["load"] = _others_load(cpu_before, _cpu_sample())
@@ -893,6 +892,11 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
     return res
 
 
+def _auto_repeat(round_s: float, budget_s: float) -> int:
+    """Rounds that fill about `budget_s` at `round_s` each, within AUTO_MIN/MAX_REPEAT."""
+    return int(min(AUTO_MAX_REPEAT, max(AUTO_MIN_REPEAT, math.ceil(budget_s / max(round_s, 1e-9)))))
+
+
 def _separate_phase(peer: _Timed, timed: list[_Timed], repeat: int | None,
                     budget_s: float) -> dict[str, Any]:
     """Time `peer` interleaved with tgrad's regions only (new samples of them, same calls),
@@ -906,8 +910,7 @@ def _separate_phase(peer: _Timed, timed: list[_Timed], repeat: int | None,
     peer.hot = once < HOT_LIMIT_S
     if repeat is None:
         round_s = once * (2 if peer.hot else 1) + sum(2 * float(np.median(t.samples)) for t in ours)
-        wanted = math.ceil(budget_s / max(round_s, 1e-9))
-        repeat = int(min(AUTO_MAX_REPEAT, max(AUTO_MIN_REPEAT, wanted)))
+        repeat = _auto_repeat(round_s, budget_s)
     regions.append(peer)
     orders = _interleaved(regions, repeat)
     return {"repeat": repeat, "regions": [t.name for t in regions], "orders": orders,

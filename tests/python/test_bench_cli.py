@@ -296,6 +296,8 @@ class Tensor:
             raise subprocess.CalledProcessError(1, ["/usr/bin/clang", "-c", "-x", "c", "-"])
         return self
     def __matmul__(self, other):
+        import time
+        time.sleep(float(os.environ.get("FAKE_TINYGRAD_SLEEP", "0")))
         return Tensor(self.data @ other.data, self.device)
     def float(self):
         return self
@@ -311,7 +313,8 @@ DEV, NUM_CPU_THREADS = _Var(""), _Var(0)
 }
 
 
-def _fake_tinygrad_run(tmp_path, fails: str, without: tuple[str, ...] = ()) -> dict:
+def _fake_tinygrad_run(tmp_path, fails: str, without: tuple[str, ...] = (),
+                       args: tuple[str, ...] = ("--repeat", "4"), sleep: float = 0.0) -> dict:
     pkg = tmp_path / "fake"
     for rel, text in FAKE_TINYGRAD.items():
         if rel in without:
@@ -320,8 +323,9 @@ def _fake_tinygrad_run(tmp_path, fails: str, without: tuple[str, ...] = ()) -> d
         (pkg / rel).write_text(text)
     path = os.pathsep.join(p for p in (str(pkg), os.environ.get("PYTHONPATH", "")) if p)
     out = tmp_path / "out"
-    proc = bench("--shape", "8x8x8,16x8x4", "--repeat", "4", "--threads", "1", out=out,
-                 env=_env(PYTHONPATH=path, FAKE_TINYGRAD_FAILS=fails, DEV=None))
+    proc = bench("--shape", "8x8x8,16x8x4", *args, "--threads", "1", out=out,
+                 env=_env(PYTHONPATH=path, FAKE_TINYGRAD_FAILS=fails, DEV=None,
+                          FAKE_TINYGRAD_SLEEP=str(sleep)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads((out / "bench.json").read_text())
 
@@ -349,6 +353,15 @@ def test_tinygrad_is_timed_in_its_own_phase_on_the_renderer_that_runs(tmp_path):
     text = (tmp_path / "out" / "bench.md").read_text()
     assert "tinygrad bf16 / tgrad time" in text
     assert "tinygrad bf16 is timed in a phase of its own" in text
+
+
+def test_tinygrads_phase_is_sized_by_the_budget_on_its_own(tmp_path):
+    """Without --repeat, the separate phase gets the repetitions its own calls fit in the budget,
+    not the main loop's (which fast regions push to the maximum)."""
+    report = _fake_tinygrad_run(tmp_path, fails="", args=("--budget", "0.2"), sleep=0.03)
+    for res in report["results"]:
+        assert res["repeat"] > bench_module.AUTO_MIN_REPEAT
+        assert res["separate"]["tinygrad_bf16"]["repeat"] == bench_module.AUTO_MIN_REPEAT
 
 
 def test_tinygrad_that_cannot_run_bf16_is_named_not_timed(tmp_path):

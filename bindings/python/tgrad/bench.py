@@ -826,6 +826,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
 
     separate = [t for t in timed if t.name in SEPARATE_PEERS]  # timed after the others
     timed = [t for t in timed if t.name not in SEPARATE_PEERS]
+    asked_repeat = repeat  # None: each phase sized by the budget on its own
     try:
         for t in timed:  # warm-up (first touch, thread pools, caches, JIT), not recorded
             _wait_quiet()
@@ -850,7 +851,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
 
     for peer in separate:
         try:
-            res["separate"][peer.name] = _separate_phase(peer, timed, repeat, budget_s)
+            res["separate"][peer.name] = _separate_phase(peer, timed, asked_repeat, budget_s)
         except Exception as exc:
             res["peers_skipped"][peer.name] = f"timing: {type(exc).__name__}: {exc}"
 

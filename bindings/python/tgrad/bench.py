@@ -225,7 +225,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-peers", action="store_true", help="time tgrad only")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="before each shape, wait up to S seconds for other processes to "
-                        f"use under {DISTURBED:.0%} of the CPUs (default 0: do not wait)")
+                        f"use under {DISTURBED * 100:.0f}%% of the CPUs (default 0: do not wait)")
     parser.add_argument("--no-reexec", action="store_true",
                         help="do not re-execute the bench with the peers' idle spinning shortened "
                         f"({', '.join(f'{k}={v}' for k, v in SPIN_ENV.items())}, where unset)")

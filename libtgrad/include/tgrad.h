@@ -211,11 +211,18 @@ TGRAD_API int64_t tgrad_live_bytes(void);
 TGRAD_API int64_t tgrad_cached_bytes(void);
 TGRAD_API void tgrad_release_cached(void);
 /* CPU kernel variants ("avx512bf16", "portable", ...). Every variant produces the same bytes.
- * tgrad_cpu_isa() names the one in use: the best this CPU supports, or TGRAD_CPU_ISA's choice at
- * start-up, or the last tgrad_set_cpu_isa(). "auto" returns to the best. A variant this CPU cannot
- * run is refused with TGRAD_ERR_BACKEND_UNAVAILABLE, an unknown name with
- * TGRAD_ERR_INVALID_ARGUMENT. */
+ * tgrad_cpu_isa() names the one packed products (route gemm) use, tgrad_cpu_stream_isa() the one
+ * one-row and few-row products (routes rowvec, skinny) use. Automatic choice (the default, and
+ * "auto"): streaming from the first variant this CPU runs (the list is in order of capability);
+ * packed products from the same one unless another variant's core instruction measured at least
+ * 1.3x its flops per second on this CPU at first use, then the fastest (fp32 FMA beats vdpbf16ps
+ * on Intel Xeons with AVX512-BF16: docs/performance.md). TGRAD_CPU_ISA at start-up or
+ * tgrad_set_cpu_isa() force one variant for both; tgrad_cpu_isa_forced() is 1 while one is
+ * forced, 0 under the automatic choice. A variant this CPU cannot run is refused with
+ * TGRAD_ERR_BACKEND_UNAVAILABLE, an unknown name with TGRAD_ERR_INVALID_ARGUMENT. */
 TGRAD_API const char *tgrad_cpu_isa(void);
+TGRAD_API const char *tgrad_cpu_stream_isa(void);
+TGRAD_API int32_t tgrad_cpu_isa_forced(void);
 TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, best first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
@@ -281,6 +288,12 @@ TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures)
  * it in place. (0, 0, 0) restores the automatic choice. Results never depend on these. */
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
 TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
+
+/* CPU variant choice, for tests: the automatic choice uses these flops-per-second figures (one per
+ * variant, in tgrad_cpu_isa_name's order; 0 = not measured) instead of measuring, from the next
+ * tgrad_set_cpu_isa("auto") on; count 0 measures again. TGRAD_ERR_INVALID_ARGUMENT unless count is
+ * 0 or the number of variants and every rate is >= 0. Results never depend on the choice. */
+TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
 #define TGRAD_FORMAT_TEXT 1

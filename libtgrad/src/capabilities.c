@@ -8,7 +8,7 @@
 
 #define TG_CAPABILITIES(X)                                                                                  \
     X("cpu", "matmul bf16 -> bf16", "bit-exact", "fp32 accumulation in the documented order on every variant and thread count") \
-    X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, neon, portable)") \
+    X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, neon, portable); the fastest measured at first use") \
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large): B read in place and streamed, only A packed (avx512bf16)") \
     X("cpu", "route copy", "bit-exact", "bit-preserving gather that materializes a view")                   \
@@ -26,7 +26,7 @@
     X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
-    X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json)") \
+    X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

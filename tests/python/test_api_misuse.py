@@ -32,6 +32,8 @@ EXEMPT = {
     "tgrad_cpu_scratch_bytes": "no arguments",
     "tgrad_release_cached": "no arguments",
     "tgrad_cpu_isa": "no arguments",
+    "tgrad_cpu_stream_isa": "no arguments",
+    "tgrad_cpu_isa_forced": "no arguments",
     "tgrad_cpu_isa_name": "returns NULL past the end; NULL available allowed (tested below)",
     "tgrad_route_name": "returns NULL for unknown codes (tested with the generator)",
     "tgrad_lang_name": "returns NULL for unknown codes (tested with the generator)",
@@ -112,6 +114,9 @@ def _call(name: str, args: list[Any]) -> Any:
         lib.tgrad_debug_fail_allocation(0, ffi.NULL)
     if name == "tgrad_debug_cpu_blocking":  # back to the automatic CPU blocking
         lib.tgrad_debug_cpu_blocking(0, 0, 0)
+    if name == "tgrad_debug_cpu_isa_rates":  # back to the measured rates and the automatic choice
+        lib.tgrad_debug_cpu_isa_rates(ffi.NULL, 0)
+        lib.tgrad_set_cpu_isa(b"auto")
     if result == 0:  # a call that succeeded may have made tensors: release them
         for i, t in enumerate(_signature(name).args):
             if t.kind == "pointer" and t.item.cname == "uint64_t" and (name, i) not in CONST_POINTERS:

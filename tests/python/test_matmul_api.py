@@ -296,3 +296,76 @@ def test_cpu_scratch_is_bounded_by_the_blocking_and_reused(rng: np.random.Genera
         tgrad.set_cpu_isa("auto")
     held = tgrad.cpu_scratch_bytes()
     assert 0 < held <= SCRATCH_CALLER + threads * SCRATCH_PER_THREAD + SCRATCH_PER_K * k_max
+
+
+# ---- the automatic variant choice ------------------------------------------------------------
+
+
+def _set_rates(rates: list[float] | None) -> None:
+    from tgrad._ffi import ffi, lib
+
+    if rates is None:
+        assert lib.tgrad_debug_cpu_isa_rates(ffi.NULL, 0) == 0
+    else:
+        assert lib.tgrad_debug_cpu_isa_rates(ffi.new("double[]", rates), len(rates)) == 0
+    tgrad.set_cpu_isa("auto")
+
+
+def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
+        bf16_bits: Callable[..., np.ndarray]) -> None:
+    """Where another SIMD variant's core instruction runs >= 1.3x the flops of the most capable
+    one's (avx512f's FMA against vdpbf16ps on Intel Xeons), packed products take it and one-row
+    and few-row products keep the most capable variant's streaming routes; bytes are the oracle's
+    either way. The rates are set through the testing aid, so this runs on any CPU with two SIMD
+    variants."""
+    from conformance.oracle import matmul_bits
+
+    if len(SIMD_VARIANTS) < 2:
+        pytest.skip(f"needs two SIMD variants; this CPU runs {SIMD_VARIANTS or 'none'}")
+    names = list(tgrad.cpu_isas())
+    first, second = SIMD_VARIANTS[0], SIMD_VARIANTS[1]
+    rates = [0.0] * len(names)
+    try:
+        rates[names.index(first)], rates[names.index(second)] = 100e9, 125e9  # 1.25x: not enough
+        _set_rates(rates)
+        assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()) == (first, first, False)
+
+        rates[names.index(second)] = 200e9
+        _set_rates(rates)
+        assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()) == (second, first, False)
+        paths: set[str] = set()
+        for m, k, n in [(1, 300, 70), (5, 300, 70), (70, 300, 1), (40, 300, 70), (33, 129, 65)]:
+            xa, xb = bf16_bits(m, k), bf16_bits(k, n)
+            c = Tensor.from_bf16_bits(xa) @ Tensor.from_bf16_bits(xb)
+            route = c.route
+            isa, path = route.split(".")[1:]
+            assert isa == (first if path in ("rowvec", "skinny") else second), route
+            paths.add(path)
+            np.testing.assert_array_equal(bits_of(c), matmul_bits(xa, xb), err_msg=route)
+        assert "gemm" in paths and len(paths) >= 2, paths
+
+        tgrad.set_cpu_isa(second)  # forcing one variant uses it for every route
+        assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()) == (second, second, True)
+        one_row = Tensor.from_bf16_bits(bf16_bits(1, 300)) @ Tensor.from_bf16_bits(bf16_bits(300, 70))
+        assert one_row.route.split(".")[1] == second
+    finally:
+        _set_rates(None)
+    assert tgrad.cpu_stream_isa() == first and not tgrad.cpu_isa_forced()
+
+
+@pytest.mark.parametrize("rates,count", [(None, 3), ([1.0], -1), ([-1.0], None), ([float("nan")], None)])
+def test_the_rates_testing_aid_refuses_bad_input(rates: list[float] | None, count: int | None) -> None:
+    from tgrad._ffi import ffi, lib
+    from tgrad.errors import _check
+
+    n = len(tgrad.cpu_isas())
+    if count == -1:  # one rate too many
+        rates, count = [1.0] * (n + 1), n + 1
+    before = (tgrad.cpu_isa(), tgrad.cpu_stream_isa())
+    if rates is not None and count is None:  # a bad value among the right number of rates
+        rates, count = rates + [1.0] * (n - 1), n
+    arg = ffi.NULL if rates is None else ffi.new("double[]", rates)
+    with pytest.raises(errors.InvalidArgumentError):
+        _check(lib.tgrad_debug_cpu_isa_rates(arg, count))
+    tgrad.set_cpu_isa("auto")
+    assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa()) == before  # nothing changed

@@ -29,9 +29,11 @@ __all__ = [
     "capabilities",
     "cached_bytes",
     "cpu_isa",
+    "cpu_isa_forced",
     "cpu_isas",
     "cpu_peak_gflops",
     "cpu_scratch_bytes",
+    "cpu_stream_isa",
     "errors",
     "explain",
     "from_dlpack",
@@ -91,12 +93,34 @@ def live_bytes() -> int:
 
 
 def cpu_isa() -> str:
-    """Name of the CPU kernel variant in use ("avx512bf16", "avx2", "portable", ...)."""
+    """Name of the CPU kernel variant packed products (route gemm) use ("avx512bf16", "avx512f",
+    "avx2", "portable", ...). Automatically the most capable variant this CPU runs, unless another
+    one's core instruction measured at least 1.3x its flops per second here (see cpu_stream_isa)."""
     return _string(lib.tgrad_cpu_isa())
 
 
+def cpu_stream_isa() -> str:
+    """Name of the CPU kernel variant one-row and few-row products (routes rowvec, skinny) use:
+    the most capable variant this CPU runs, or the forced one. It differs from cpu_isa() where
+    the automatic choice took a faster packed kernel from another variant (fp32 FMA on Intel Xeons
+    with AVX512-BF16: avx512f for packed products, avx512bf16 for streaming ones)."""
+    return _string(lib.tgrad_cpu_stream_isa())
+
+
+def cpu_isa_forced() -> bool:
+    """True while TGRAD_CPU_ISA or set_cpu_isa forces one variant, False under the automatic
+    choice."""
+    return bool(lib.tgrad_cpu_isa_forced())
+
+
+def _cpu_isa_setting() -> str:
+    """What set_cpu_isa takes to restore the present choice: the forced name, or "auto"."""
+    return cpu_isa() if cpu_isa_forced() else "auto"
+
+
 def set_cpu_isa(name: str) -> None:
-    """Choose the CPU kernel variant by name ("auto" for the best this CPU runs).
+    """Force one CPU kernel variant by name, for every route ("auto" returns to the automatic
+    choice; see cpu_isa and cpu_stream_isa).
 
     Every variant produces the same bytes. Unknown names raise InvalidArgumentError; a variant
     this CPU cannot run raises BackendUnavailableError.

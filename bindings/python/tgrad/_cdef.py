@@ -113,6 +113,8 @@ int64_t tgrad_live_tensors(void);
 int64_t tgrad_live_buffers(void);
 int64_t tgrad_live_bytes(void);
 const char *tgrad_cpu_isa(void);
+const char *tgrad_cpu_stream_isa(void);
+int32_t tgrad_cpu_isa_forced(void);
 tgrad_status tgrad_set_cpu_isa(const char *name);
 const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
@@ -134,6 +136,7 @@ tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
 tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
+tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

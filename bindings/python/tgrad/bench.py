@@ -547,6 +547,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "tgrad_library": tgrad.version(),
         "tgrad_cpu_isa": tgrad.cpu_isa(),
+        "tgrad_cpu_stream_isa": tgrad.cpu_stream_isa(),
         "tgrad_cpu_isas": tgrad.cpu_isas(),
         "tgrad_threads": tgrad.num_threads(),
         "versions": {name: _version(name) for name in
@@ -734,7 +735,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
     res: dict[str, Any] = {
         "shape": f"{m}x{k}x{n}", "m": m, "k": k, "n": n, "dtype": "bf16", "flops": 2 * macs,
         "bytes": _bytes_moved(m, k, n), "memory_bound": is_memory_bound(m, k, n),
-        "threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(),
+        "threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(), "route": None,
         "byte_match": None, "byte_check": "skipped", "pipeline_ok": False, "errors": [],
         "median_s": math.nan, "gflops": math.nan, "gbps": math.nan, "call_median_s": math.nan,
         "repeat": 0, "regions": [], "orders": [], "samples": {}, "peers": {}, "load": None,
@@ -753,6 +754,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
         tc = ta @ tb
         stage = "realize"
         tc.realize()
+        res["route"] = tc.route
         stage = "read"
         got = np.frombuffer(tc.to_bytes(), dtype="<u2").reshape(tc.shape)
         stage = "shape"
@@ -938,6 +940,7 @@ def format_shape(res: dict[str, Any], limits: dict[str, Any] | None = None) -> l
         f"py_repeat: {res['repeat']}",
         f"py_threads: {res['threads']}",
         f"py_cpu_isa: {res['cpu_isa']}",
+        f"py_route: {res.get('route') or 'none'}",
     ]
     peak = ((limits or {}).get("peak") or {}).get("gflops")
     if peak and math.isfinite(res["gflops"]):
@@ -1052,7 +1055,10 @@ def format_markdown(report: dict[str, Any]) -> str:
         f"CPU: {env['cpu_model']} ({env['cpus_usable']} usable CPUs; "
         f"{', '.join(env['cpu_flags']) or 'no flags read'}), load average at start "
         f"{', '.join(f'{x:.2f}' for x in env['loadavg'] or [])}  ",
-        f"tgrad {env['tgrad_library']}, ISA `{env['tgrad_cpu_isa']}`, {env['tgrad_threads']} "
+        f"tgrad {env['tgrad_library']}, ISA `{env['tgrad_cpu_isa']}`"
+        + (f" (packed products; `{env['tgrad_cpu_stream_isa']}` for one-row and few-row ones)"
+           if env.get("tgrad_cpu_stream_isa", env["tgrad_cpu_isa"]) != env["tgrad_cpu_isa"] else "")
+        + f", {env['tgrad_threads']} "
         f"threads; peers' threads: "
         + ", ".join(f"{PEER_LABELS.get(p, p)} {report['peer_threads'].get(p, '?')}"
                     for p in peers) + "  ",

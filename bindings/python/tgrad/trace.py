@@ -438,7 +438,7 @@ def trace(fn: Callable[..., Any], *tensors: Any, **options: Any) -> Trace:
     among tensors), TraceOptionUnsupportedError (an unknown option or one the runtime cannot
     honour); after fn ran but before anything is realized: TraceNoOutputError (fn returned no
     Tensor)."""
-    from . import cpu_isa, num_threads, set_cpu_isa, set_num_threads, version
+    from . import _cpu_isa_setting, cpu_isa, num_threads, set_cpu_isa, set_num_threads, version
 
     if not callable(fn):
         raise errors.InvalidArgumentError(f"tgrad.trace: fn must be callable, got {type(fn).__name__}")
@@ -467,8 +467,8 @@ def trace(fn: Callable[..., Any], *tensors: Any, **options: Any) -> Trace:
                 f"tgrad.trace: fn returned {type(result).__name__}, not a Tensor (or a tuple, list "
                 "or dict of them)")
         output_ids = [recorder.op_of(t) for t in outputs]
-        saved_isa, saved_threads = cpu_isa(), num_threads()
-        resolved.setdefault("cpu_isa", saved_isa)
+        saved_isa, saved_threads = _cpu_isa_setting(), num_threads()
+        resolved.setdefault("cpu_isa", cpu_isa())
         resolved.setdefault("threads", saved_threads)
         try:
             set_cpu_isa(resolved["cpu_isa"])

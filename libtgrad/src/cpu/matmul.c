@@ -28,7 +28,19 @@ static const tg_ukernel *const variants[] = {
 };
 enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };
 
-static _Atomic(const tg_ukernel *) selected;
+/* Packed products (the gemm route) run the "gemm" variant; one-row and few-row products (the
+ * rowvec and skinny routes, which stream B in place) run the "stream" variant. A variant forced by
+ * TGRAD_CPU_ISA or tgrad_set_cpu_isa is both. The automatic choice: stream = the first variant
+ * this CPU runs (the list is in order of capability); gemm = the same, unless another SIMD
+ * variant's core instruction runs at least PREFER_RATE times as many flops per second on this CPU
+ * (measured once, below), then the fastest. Every variant gives the same bytes, so the choice is
+ * about speed only. Why it is measured: on Intel Xeons with AVX512-BF16 (an Emerald Rapids here)
+ * fp32 FMA runs 2.0x the flops of vdpbf16ps, so avx512f's packed kernel is 1.6x faster there,
+ * while on AMD Zen 4/5 vdpbf16ps runs 2x the FMA's flops (docs/performance.md). */
+#define PREFER_RATE 1.3
+/* Selection, encoded (gemm index + 1) * 64 + stream index; 0 until first use. */
+static atomic_int selection;
+static atomic_int forced; /* 1 when the selection came from TGRAD_CPU_ISA or tgrad_set_cpu_isa */
 
 static const tg_ukernel *find_variant(const char *name) {
     for (int i = 0; i < NVARIANTS; i++)
@@ -36,39 +48,116 @@ static const tg_ukernel *find_variant(const char *name) {
     return NULL;
 }
 
-static const tg_ukernel *best_variant(void) {
+static int variant_index(const tg_ukernel *k) {
     for (int i = 0; i < NVARIANTS; i++)
-        if (variants[i]->available()) return variants[i];
-    return &tg_ukernel_portable;
+        if (variants[i] == k) return i;
+    return NVARIANTS - 1;
 }
 
-static const tg_ukernel *current(void) {
-    const tg_ukernel *k = atomic_load(&selected);
-    if (k) return k;
-    k = best_variant();
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Flops per second of each variant's core instruction on the calling thread (0: not measured:
+ * unavailable, or the portable variant), best of 5 short runs taken in turn (well under 1 ms in
+ * all), measured once per process; or the rates a test set with tgrad_debug_cpu_isa_rates. */
+static double measured_rate[NVARIANTS], dbg_rates[NVARIANTS];
+static atomic_int dbg_rates_set;
+static pthread_once_t rates_once = PTHREAD_ONCE_INIT;
+
+static bool simd_available(int i) { return variants[i] != &tg_ukernel_portable && variants[i]->available(); }
+
+static void measure_rates(void) {
+    enum { ITERS = 2000, REPS = 5 };
+    for (int i = 0; i < NVARIANTS; i++)
+        if (simd_available(i)) variants[i]->peak(ITERS / 4); /* wake the vector units up */
+    for (int rep = 0; rep < REPS; rep++)
+        for (int i = 0; i < NVARIANTS; i++) {
+            if (!simd_available(i)) continue;
+            double t0 = now_s(), f = variants[i]->peak(ITERS), dt = now_s() - t0;
+            if (dt > 0 && f / dt > measured_rate[i]) measured_rate[i] = f / dt;
+        }
+}
+
+static int auto_selection(void) {
+    int first = NVARIANTS - 1, simd = 0;
+    for (int i = NVARIANTS - 1; i >= 0; i--)
+        if (variants[i]->available()) first = i, simd += simd_available(i);
+    int gemm = first;
+    if (simd >= 2) {
+        double rate[NVARIANTS];
+        if (atomic_load(&dbg_rates_set)) {
+            memcpy(rate, dbg_rates, sizeof rate);
+        } else {
+            pthread_once(&rates_once, measure_rates);
+            memcpy(rate, measured_rate, sizeof rate);
+        }
+        for (int i = 0; i < NVARIANTS; i++)
+            if (variants[i]->available() && rate[i] >= PREFER_RATE * rate[first] && rate[i] > rate[gemm]) gemm = i;
+    }
+    return (gemm + 1) * 64 + first;
+}
+
+static int selected(void) {
+    int sel = atomic_load(&selection);
+    if (sel) return sel;
     const char *env = getenv("TGRAD_CPU_ISA");
+    int pick = 0, by_env = 0;
     if (env && *env && strcmp(env, "auto") != 0) {
         const tg_ukernel *want = find_variant(env);
-        if (want && want->available()) k = want; /* an unusable request falls back to the best */
+        if (want && want->available()) { /* an unusable request falls back to the automatic choice */
+            int i = variant_index(want);
+            pick = (i + 1) * 64 + i, by_env = 1;
+        }
     }
-    const tg_ukernel *expected = NULL;
-    atomic_compare_exchange_strong(&selected, &expected, k);
-    return atomic_load(&selected);
+    if (!pick) pick = auto_selection();
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&selection, &expected, pick)) atomic_store(&forced, by_env);
+    return atomic_load(&selection);
 }
 
+static const tg_ukernel *current(void) { return variants[selected() / 64 - 1]; }
+static const tg_ukernel *current_stream(void) { return variants[selected() % 64]; }
+
 TGRAD_API const char *tgrad_cpu_isa(void) { return current()->name; }
+TGRAD_API const char *tgrad_cpu_stream_isa(void) { return current_stream()->name; }
+TGRAD_API int32_t tgrad_cpu_isa_forced(void) {
+    (void)selected();
+    return atomic_load(&forced);
+}
 
 TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name) {
     if (!name) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_cpu_isa: name is NULL");
     if (strcmp(name, "auto") == 0) {
-        atomic_store(&selected, best_variant());
+        atomic_store(&selection, auto_selection());
+        atomic_store(&forced, 0);
         return TGRAD_OK;
     }
     const tg_ukernel *k = find_variant(name);
     if (!k) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_cpu_isa: unknown variant '%s'", name);
     if (!k->available())
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "set_cpu_isa: this CPU cannot run '%s'", name);
-    atomic_store(&selected, k);
+    int i = variant_index(k);
+    atomic_store(&selection, (i + 1) * 64 + i);
+    atomic_store(&forced, 1);
+    return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count) {
+    if (count == 0) {
+        atomic_store(&dbg_rates_set, 0);
+        return TGRAD_OK;
+    }
+    if (!rates || count != NVARIANTS)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_cpu_isa_rates: need %d rates (one per variant), got %d%s",
+                       NVARIANTS, count, rates ? "" : " and a NULL pointer");
+    for (int i = 0; i < NVARIANTS; i++)
+        if (!(rates[i] >= 0))
+            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_cpu_isa_rates: rate %d is negative or NaN", i);
+    memcpy(dbg_rates, rates, sizeof dbg_rates);
+    atomic_store(&dbg_rates_set, 1);
     return TGRAD_OK;
 }
 
@@ -560,9 +649,10 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
     }
     bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
     P->threads = small ? 1 : tg_pool_threads();
-    if (P->M == 1 && P->uk->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC;
-    else if (P->uk->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= SKINNY_PASS_ROWS && (double)K * P->N >= SKINNY_PASS_B)))
-        P->path = PATH_SKINNY;
+    const tg_ukernel *S = current_stream();
+    if (P->M == 1 && S->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
+    else if (S->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= SKINNY_PASS_ROWS && (double)K * P->N >= SKINNY_PASS_B)))
+        P->path = PATH_SKINNY, P->uk = S;
     else P->path = PATH_GEMM;
 }
 
@@ -647,12 +737,6 @@ static void probe_task(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     probe_job *P = arg;
     P->flops[task] = P->uk->peak(P->iters);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {

@@ -369,3 +369,19 @@ def test_the_rates_testing_aid_refuses_bad_input(rates: list[float] | None, coun
         _check(lib.tgrad_debug_cpu_isa_rates(arg, count))
     tgrad.set_cpu_isa("auto")
     assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa()) == before  # nothing changed
+
+
+@pytest.mark.parametrize("variant", SIMD_VARIANTS)
+def test_outputs_with_rows_4k_apart_bypass_the_caches_exactly(variant: str,
+                                                              bf16_bits: Callable[..., np.ndarray]) -> None:
+    """N = 2048 puts output rows 4 KiB apart; from 1 MiB of output the kernels write whole lines
+    past the caches (non-temporal stores). Bytes are the oracle's, over two K panels too."""
+    from conformance.oracle import matmul_bits
+
+    xa, xb = bf16_bits(300, 1100), bf16_bits(1100, 2048)
+    try:
+        tgrad.set_cpu_isa(variant)
+        got = bits_of(Tensor.from_bf16_bits(xa) @ Tensor.from_bf16_bits(xb))
+    finally:
+        tgrad.set_cpu_isa("auto")
+    np.testing.assert_array_equal(got, matmul_bits(xa, xb))

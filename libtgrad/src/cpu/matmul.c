@@ -455,6 +455,15 @@ enum { KCB_MAX = 4096 };
 /* An output bigger than this will not be in cache when it is read: whole lines bypass the caches
  * (no read-for-ownership traffic; 4096x64x4096 went from ~700 to ~840 GFLOP/s). */
 #define STREAM_BYTES (16.0 * 1024 * 1024)
+/* Rows a multiple of 4 KiB apart put a tile's output lines (12 rows) in one L1 set, where they
+ * evict the B micro-panel's lines of that set at every tile; bypassing the caches avoids that from
+ * this size on (1024x512x8192: 780-850 -> 870-910 GFLOP/s; N = 8160: ~930 either way). */
+#define STREAM_ALIASED_BYTES (1.0 * 1024 * 1024)
+
+static bool stream_output(int64_t M, int64_t N) {
+    double bytes = (double)M * (double)N * 2.0;
+    return bytes > STREAM_BYTES || ((N * 2) % 4096 == 0 && bytes >= STREAM_ALIASED_BYTES);
+}
 
 /* testing aid (tgrad_debug_cpu_blocking): force this path with smaller caps */
 static _Atomic int64_t dbg_chunk_bytes, dbg_panel_k;
@@ -566,7 +575,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     chunk_job J = { .uk = uk, .k = *k, .A = *A, .B = *B, .N = N,
                     .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,
-                    .stream = (double)M * (double)N * 2.0 > STREAM_BYTES };
+                    .stream = stream_output(M, N) };
     /* With one K panel, the outer loop's chunk is packed once and serves every chunk of the inner
      * loop, which is packed again each time: rows outer (B packed per row chunk) unless packing A
      * per column chunk moves fewer bytes (FMA variants at 2048^3: B twice vs A once). */

@@ -224,7 +224,7 @@ TGRAD_API const char *tgrad_cpu_isa(void);
 TGRAD_API const char *tgrad_cpu_stream_isa(void);
 TGRAD_API int32_t tgrad_cpu_isa_forced(void);
 TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
-/* Variant names, best first, for index 0 .. count-1 (NULL past the end); *available tells
+/* Variant names, most capable first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
 TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 /* Measured peak of the variant in use: its core instruction (vdpbf16ps, FMA, ...) run on

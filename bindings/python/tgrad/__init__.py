@@ -144,7 +144,7 @@ def set_device_route(route: str) -> None:
 
 
 def cpu_isas() -> dict[str, bool]:
-    """Every CPU kernel variant built in, best first, mapped to whether this CPU can run it."""
+    """Every CPU kernel variant built in, most capable first, mapped to whether this CPU can run it."""
     variants: dict[str, bool] = {}
     available = ffi.new("int32_t *")
     index = 0

@@ -227,8 +227,9 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, most capable first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
 TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
-/* Measured peak of the packed products' variant (tgrad_cpu_isa()): its core instruction (vdpbf16ps, FMA, ...) run on
- * `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s counting a multiply-add as 2.
+/* Measured peak of the packed products' variant (tgrad_cpu_isa()): its core instruction
+ * (vdpbf16ps, FMA, ...) run on `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s
+ * counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
 /* Bytes the CPU kernels hold for packing and fp32 accumulator tiles, all threads together. Each

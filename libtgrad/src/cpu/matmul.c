@@ -36,7 +36,7 @@ enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };
  * (measured once, below), then the fastest. Every variant gives the same bytes, so the choice is
  * about speed only. Why it is measured: on Intel Xeons with AVX512-BF16 (an Emerald Rapids here)
  * fp32 FMA runs 2.0x the flops of vdpbf16ps, so avx512f's packed kernel is 1.6x faster there,
- * while on AMD Zen 4/5 vdpbf16ps runs 2x the FMA's flops (docs/performance.md). */
+ * while on AMD Zen 5 vdpbf16ps runs 2x the FMA's flops (docs/performance.md). */
 #define PREFER_RATE 1.3
 /* Selection, encoded (gemm index + 1) * 64 + stream index; 0 until first use. */
 static atomic_int selection;

@@ -119,7 +119,7 @@ class _Cpu:
         a_bits, b_bits, a_base, b_base, apply_view = _operands(case)
         want = matmul_bits(a_bits, b_bits)
         failures = []
-        saved = tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto"
+        saved = tgrad._cpu_isa_setting()
         with tgrad.Tensor.from_numpy(a_base) as a0, tgrad.Tensor.from_numpy(b_base) as b0:
             a, b = apply_view(a0, "a"), apply_view(b0, "b")
             try:

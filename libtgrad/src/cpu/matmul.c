@@ -38,9 +38,17 @@ enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };
  * fp32 FMA runs 2.0x the flops of vdpbf16ps, so avx512f's packed kernel is 1.6x faster there,
  * while on AMD Zen 5 vdpbf16ps runs 2x the FMA's flops (docs/performance.md). */
 #define PREFER_RATE 1.3
-/* Selection, encoded (gemm index + 1) * 64 + stream index; 0 until first use. */
+/* The selection in one word, so that readers see the gemm variant, the stream variant and
+ * whether it was forced together: (gemm index + 1) * 64 + stream index, plus FORCED when it came
+ * from TGRAD_CPU_ISA or tgrad_set_cpu_isa; 0 until first use. */
+enum { FORCED = 1 << 12 };
 static atomic_int selection;
-static atomic_int forced; /* 1 when the selection came from TGRAD_CPU_ISA or tgrad_set_cpu_isa */
+
+static int encode_selection(int gemm, int stream, bool forced) {
+    return (gemm + 1) * 64 + stream + (forced ? FORCED : 0);
+}
+static const tg_ukernel *gemm_variant(int sel) { return variants[(sel & (FORCED - 1)) / 64 - 1]; }
+static const tg_ukernel *stream_variant(int sel) { return variants[sel % 64]; }
 
 static const tg_ukernel *find_variant(const char *name) {
     for (int i = 0; i < NVARIANTS; i++)
@@ -97,42 +105,37 @@ static int auto_selection(void) {
         for (int i = 0; i < NVARIANTS; i++)
             if (variants[i]->available() && rate[i] >= PREFER_RATE * rate[first] && rate[i] > rate[gemm]) gemm = i;
     }
-    return (gemm + 1) * 64 + first;
+    return encode_selection(gemm, first, false);
 }
 
 static int selected(void) {
     int sel = atomic_load(&selection);
     if (sel) return sel;
     const char *env = getenv("TGRAD_CPU_ISA");
-    int pick = 0, by_env = 0;
+    int pick = 0;
     if (env && *env && strcmp(env, "auto") != 0) {
         const tg_ukernel *want = find_variant(env);
         if (want && want->available()) { /* an unusable request falls back to the automatic choice */
             int i = variant_index(want);
-            pick = (i + 1) * 64 + i, by_env = 1;
+            pick = encode_selection(i, i, true);
         }
     }
     if (!pick) pick = auto_selection();
     int expected = 0;
-    if (atomic_compare_exchange_strong(&selection, &expected, pick)) atomic_store(&forced, by_env);
+    atomic_compare_exchange_strong(&selection, &expected, pick);
     return atomic_load(&selection);
 }
 
-static const tg_ukernel *current(void) { return variants[selected() / 64 - 1]; }
-static const tg_ukernel *current_stream(void) { return variants[selected() % 64]; }
+static const tg_ukernel *current(void) { return gemm_variant(selected()); }
 
 TGRAD_API const char *tgrad_cpu_isa(void) { return current()->name; }
-TGRAD_API const char *tgrad_cpu_stream_isa(void) { return current_stream()->name; }
-TGRAD_API int32_t tgrad_cpu_isa_forced(void) {
-    (void)selected();
-    return atomic_load(&forced);
-}
+TGRAD_API const char *tgrad_cpu_stream_isa(void) { return stream_variant(selected())->name; }
+TGRAD_API int32_t tgrad_cpu_isa_forced(void) { return (selected() & FORCED) != 0; }
 
 TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name) {
     if (!name) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_cpu_isa: name is NULL");
     if (strcmp(name, "auto") == 0) {
         atomic_store(&selection, auto_selection());
-        atomic_store(&forced, 0);
         return TGRAD_OK;
     }
     const tg_ukernel *k = find_variant(name);
@@ -140,8 +143,7 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name) {
     if (!k->available())
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "set_cpu_isa: this CPU cannot run '%s'", name);
     int i = variant_index(k);
-    atomic_store(&selection, (i + 1) * 64 + i);
-    atomic_store(&forced, 1);
+    atomic_store(&selection, encode_selection(i, i, true));
     return TGRAD_OK;
 }
 
@@ -636,7 +638,8 @@ typedef struct {
 
 static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, cpu_plan *P) {
     int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
-    *P = (cpu_plan){ .uk = current(), .M = M, .N = N, .K = K,
+    int sel = selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
+    *P = (cpu_plan){ .uk = gemm_variant(sel), .M = M, .N = N, .K = K,
                      .A = { a ? a + av->offset : NULL, av->strides[0], av->strides[1] },
                      .B = { b ? b + bv->offset : NULL, bv->strides[0], bv->strides[1] } };
     if (M == 0 || N == 0) {
@@ -658,7 +661,7 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
     }
     bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
     P->threads = small ? 1 : tg_pool_threads();
-    const tg_ukernel *S = current_stream();
+    const tg_ukernel *S = stream_variant(sel);
     if (P->M == 1 && S->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
     else if (S->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= SKINNY_PASS_ROWS && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;

@@ -232,6 +232,15 @@ TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
  * counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+/* Limits to time beside a matmul, round by round (the bench's paired "% of peak" and "% of read
+ * bw": docs/performance.md), so that a clock or a neighbour that slows one slows the other too.
+ * tgrad_cpu_peak_run does `flops` floating-point operations of tgrad_cpu_peak_gflops's instruction
+ * stream, split evenly over `threads` threads (0: the pool's count; at most 256). tgrad_cpu_read_run
+ * reads the `bytes` bytes at `data` once, in `threads` contiguous parts, one per thread: the plain
+ * streaming read of a memory-bound matmul's operands. TGRAD_ERR_INVALID_ARGUMENT for a thread count
+ * outside 0..256, flops outside 0..1e15, negative bytes, or NULL data with bytes > 0. */
+TGRAD_API tgrad_status tgrad_cpu_peak_run(int32_t threads, double flops);
+TGRAD_API tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32_t threads);
 /* Bytes the CPU kernels hold for packing and fp32 accumulator tiles, all threads together. Each
  * thread keeps its own buffers, grown to the largest block it has worked on and reused after
  * (never allocated per call, never in proportion to M*N*K: docs/performance.md gives the bound);

@@ -478,6 +478,38 @@ static void test_external_memory(void) {
     CHECK(deleted == 1 && bad == 0);
 }
 
+/* The bench's paired limits: refusals change nothing; reads of every size and split stay inside
+ * the buffer (the sanitizer build catches a byte past it: each buffer is allocated to size). */
+static void test_limit_runs(void) {
+    EXPECT(tgrad_cpu_peak_run(-1, 1e6), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_peak_run(257, 1e6), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_peak_run(1, -1.0), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_peak_run(1, NAN), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_peak_run(1, 1e16), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(tgrad_last_error(), "cpu_peak_run: flops") != NULL);
+    EXPECT(tgrad_cpu_peak_run(1, 0), TGRAD_OK);
+    EXPECT(tgrad_cpu_peak_run(0, 1e5), TGRAD_OK);
+    EXPECT(tgrad_cpu_peak_run(3, 1e6), TGRAD_OK);
+    char one = 7;
+    EXPECT(tgrad_cpu_read_run(NULL, 10, 1), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_read_run(&one, -1, 1), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_read_run(&one, 1, -1), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_cpu_read_run(&one, 1, 257), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(tgrad_last_error(), "cpu_read_run: threads 257") != NULL);
+    EXPECT(tgrad_cpu_read_run(NULL, 0, 1), TGRAD_OK);
+    static const int64_t sizes[] = { 1, 63, 64, 127, 129, 4097, 100003 };
+    static const int32_t splits[] = { 0, 1, 2, 3, 5 };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        unsigned char *buf = malloc((size_t)sizes[i]);
+        CHECK(buf != NULL);
+        if (!buf) continue;
+        memset(buf, 0x5a, (size_t)sizes[i]);
+        for (size_t j = 0; j < sizeof splits / sizeof *splits; j++)
+            EXPECT(tgrad_cpu_read_run(buf, sizes[i], splits[j]), TGRAD_OK);
+        free(buf);
+    }
+}
+
 int main(void) {
     test_version_and_registry();
     test_handles();
@@ -498,6 +530,7 @@ int main(void) {
     test_explain_and_routes();
     test_capabilities_and_backends();
     test_external_memory();
+    test_limit_runs();
     CHECK(tgrad_live_tensors() == 0);
     CHECK(tgrad_live_buffers() == 0);
     CHECK(tgrad_live_bytes() == 0);

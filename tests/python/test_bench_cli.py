@@ -409,6 +409,61 @@ def test_bench_module_imports_without_torch():
     assert proc.returncode == 0, proc.stderr
 
 
+# ---- limits timed beside the shapes -----------------------------------------------------------
+
+SHARE_RE = re.compile(r"^(\d+\.\d) \[(\d+\.\d), (\d+\.\d)\]$")
+
+
+@pytest.mark.parametrize("shape, limit, other", [((1, 2048, 512), "limit_read", "limit_peak"),
+                                                 ((512, 512, 256), "limit_peak", "limit_read")])
+def test_limits_are_timed_beside_the_shapes_they_judge(shape, limit, other):
+    """A memory-bound shape gets a plain read of its operands in every round, a big other one its
+    flops on the peak probe's instruction stream: a paired share whose interval recomputes from
+    the raw samples, reported apart from the peers."""
+    res = bench_module.run_shape(shape, repeat=5, peers=False)
+    assert res["byte_match"] is True
+    assert limit in res["regions"] and other not in res["regions"]
+    assert set(res["paired_limits"]) == {limit} and limit not in res["peers"]
+    lim = res["paired_limits"][limit]
+    ours, theirs = np.array(res["samples"]["tgrad"]), np.array(res["samples"][limit])
+    assert len(theirs) == 5 and math.isclose(lim["median_s"], float(np.median(theirs)))
+    assert math.isclose(lim["share"], float(np.median(theirs / ours)))
+    assert bench_module.bootstrap_ratio(theirs, ours) == pytest.approx(
+        (lim["share"], lim["lo"], lim["hi"]))
+    assert 0 < lim["lo"] <= lim["share"] <= lim["hi"]
+    m, k, n = shape
+    if limit == "limit_read":
+        assert res["read_bytes"] == 2 * (m * k + k * n)
+        assert math.isclose(lim["gbps"], res["read_bytes"] / lim["median_s"] / 1e9)
+    else:
+        assert math.isclose(lim["gflops"], 2 * m * k * n / lim["median_s"] / 1e9)
+    key = "py_read_pct_paired" if limit == "limit_read" else "py_peak_pct_paired"
+    line = next(x for x in bench_module.format_shape(res) if x.startswith(key + ": "))
+    pct, lo, hi = (float(v) for v in SHARE_RE.match(line.split(": ", 1)[1]).groups())
+    assert lo <= pct <= hi and pct == pytest.approx(100 * lim["share"], abs=0.05)
+
+
+def test_small_shapes_and_the_opt_out_time_no_limit():
+    for res in (bench_module.run_shape((8, 8, 8), repeat=3, peers=False),
+                bench_module.run_shape((1, 2048, 512), repeat=3, peers=False,
+                                       limits_paired=False)):
+        assert res["paired_limits"] == {}
+        assert not set(res["regions"]) & set(bench_module.LIMIT_REGIONS)
+        assert not any("pct_paired" in x for x in bench_module.format_shape(res))
+
+
+def test_markdown_gives_the_paired_share_and_the_copy_share(tmp_path):
+    proc = bench("--shape", "1x2048x512", "--repeat", "3", "--no-peers", out=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "bench.md").read_text()
+    header = next(x for x in text.splitlines() if x.startswith("| shape | bytes"))
+    assert "% of the paired read [95%]; of copy bw" in header
+    row = next(x for x in text.splitlines() if x.startswith("| 1x2048x512 |"))
+    assert re.search(r"\| [\d.]+ \(\d+% \[\d+, \d+\]; \d+%\) \|", row), row
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert "limit_read" in report["method"]["regions"]
+
+
 # ---- statistics -------------------------------------------------------------------------------
 
 

@@ -118,6 +118,8 @@ int32_t tgrad_cpu_isa_forced(void);
 tgrad_status tgrad_set_cpu_isa(const char *name);
 const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
+tgrad_status tgrad_cpu_peak_run(int32_t threads, double flops);
+tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32_t threads);
 int64_t tgrad_cpu_scratch_bytes(void);
 int64_t tgrad_cached_bytes(void);
 void tgrad_release_cached(void);

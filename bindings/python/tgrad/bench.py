@@ -87,6 +87,11 @@ AUTO_MIN_REPEAT, AUTO_MAX_REPEAT = 10, 200
 #: Regions whose call takes less than this get an untimed call right before each timed one, so
 #: that the library's own threads are awake as in a loop of calls.
 HOT_LIMIT_S = 0.05
+#: Shapes of at least this many multiply-adds that are not memory-bound get the compute limit
+#: timed beside them (region "limit_peak"); memory-bound ones get the read limit ("limit_read").
+PAIRED_PEAK_MIN_MACS = 1 << 26
+#: Regions that time a limit, not a peer: paired with tgrad like a peer, reported apart.
+LIMIT_REGIONS = ("limit_peak", "limit_read")
 #: Before each region: wait (polling every QUIET_POLL_S) until no other thread of the process
 #: QUIET_TIMEOUT_S. Busy polling: sleeping would let the idle vCPU be descheduled.
 QUIET_TIMEOUT_S, QUIET_POLL_S = 0.25, 0.0
@@ -720,8 +725,11 @@ def is_memory_bound(m: int, k: int, n: int) -> bool:
 def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: int = 0,
               check_all: bool = False, peers: bool = True, threads: int | None = None,
               bootstrap_seed: int = BOOTSTRAP_SEED, budget_s: float = AUTO_BUDGET_S,
-              tick: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Check and time one shape; returns a dict (one entry of the JSON's "results")."""
+              tick: Callable[[int, int], None] | None = None,
+              limits_paired: bool = True) -> dict[str, Any]:
+    """Check and time one shape; returns a dict (one entry of the JSON's "results").
+    With `limits_paired`, the shape's limit (compute or read, see _limit_regions) is timed in
+    every round beside the matmul and reported as the matmul's share of it, with an interval."""
     import tgrad
     from . import _conformance
 
@@ -739,7 +747,7 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
         "byte_match": None, "byte_check": "skipped", "pipeline_ok": False, "errors": [],
         "median_s": math.nan, "gflops": math.nan, "gbps": math.nan, "call_median_s": math.nan,
         "repeat": 0, "regions": [], "orders": [], "samples": {}, "peers": {}, "load": None,
-        "peers_skipped": {}, "separate": {},
+        "peers_skipped": {}, "separate": {}, "paired_limits": {},
     }
     rng = np.random.default_rng([seed, m, k, n])
     a_bits = fill_bits("normal", (m, k), rng)
@@ -826,6 +834,9 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
             except Exception as exc:
                 res["peers_skipped"]["tinygrad_bf16"] = f"{type(exc).__name__}: {exc}"
 
+    if limits_paired:
+        timed += _limit_regions(res, ta, tb, tgrad.num_threads())
+
     separate = [t for t in timed if t.name in SEPARATE_PEERS]  # timed after the others
     timed = [t for t in timed if t.name not in SEPARATE_PEERS]
     asked_repeat = repeat  # None: each phase sized by the budget on its own
@@ -872,8 +883,12 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
     call = samples.get("tgrad_call")
     if call is not None:
         res["call_median_s"] = float(np.median(call))
+    for t in timed:
+        if t.name in LIMIT_REGIONS:
+            res["paired_limits"][t.name] = _paired_limit(t.name, samples, res, bootstrap_seed)
     phases: list[tuple[str, dict[str, np.ndarray], str | None]] = [
-        (t.name, samples, None) for t in timed if t.name not in ("tgrad", "tgrad_call")]
+        (t.name, samples, None) for t in timed
+        if t.name not in ("tgrad", "tgrad_call") and t.name not in LIMIT_REGIONS]
     phases += [(name, {k: np.array(v) for k, v in phase["samples"].items()}, "separate")
                for name, phase in res["separate"].items()]
     for name, paired, phase in phases:
@@ -893,6 +908,51 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
                              "verdict": verdict(c_lo, c_hi)}
         res["peers"][name] = entry
     return res
+
+
+def _limit_regions(res: dict[str, Any], ta: Any, tb: Any, threads: int) -> list[_Timed]:
+    """The limit a shape is judged by, as a region timed in every round beside the matmul: for a
+    memory-bound shape, a plain read of both operands' bytes (libtgrad's tgrad_cpu_read_run: each
+    of `threads` threads streams one contiguous part); for a big enough other one, the shape's
+    flops done by the peak probe's instruction stream (tgrad_cpu_peak_run). Pairing them round by
+    round makes "% of the limit" a paired ratio: a clock change or a neighbour that slows one
+    sample slows its partner too, where a limit measured once, elsewhere in the run, does not."""
+    from ._ffi import ffi, lib
+    from .errors import _check
+
+    m, k, n = res["m"], res["k"], res["n"]
+    if res["memory_bound"]:
+        parts = []
+        for t, count in ((ta, m * k), (tb, k * n)):
+            ptr = ffi.new("const uint16_t **")
+            _check(lib.tgrad_tensor_data(t._h, ptr))
+            parts.append((ptr[0], 2 * count))
+        res["read_bytes"] = sum(nbytes for _, nbytes in parts)
+
+        def read() -> None:
+            for data, nbytes in parts:
+                _check(lib.tgrad_cpu_read_run(data, nbytes, threads))
+
+        return [_Timed("limit_read", read)]
+    if m * k * n >= PAIRED_PEAK_MIN_MACS:
+        flops = float(res["flops"])
+        return [_Timed("limit_peak", lambda: _check(lib.tgrad_cpu_peak_run(threads, flops)))]
+    return []
+
+
+def _paired_limit(name: str, samples: dict[str, np.ndarray], res: dict[str, Any],
+                  seed: int) -> dict[str, Any]:
+    """tgrad's share of a limit: the median over rounds of limit time / tgrad time (1.0: as fast as
+    the limit), with its bootstrap interval, and the limit's own rate."""
+    s = samples[name]
+    share, lo, hi = bootstrap_ratio(s, samples["tgrad"], seed=seed)
+    med = float(np.median(s))
+    entry: dict[str, Any] = {"median_s": med, "share": share, "lo": lo, "hi": hi}
+    if name == "limit_peak":
+        entry["gflops"] = res["flops"] / med / 1e9 if med > 0 else math.nan
+    else:
+        entry["gbps"] = res["read_bytes"] / med / 1e9 if med > 0 else math.nan
+    return entry
 
 
 def _auto_repeat(round_s: float, budget_s: float) -> int:
@@ -947,6 +1007,11 @@ def format_shape(res: dict[str, Any], limits: dict[str, Any] | None = None) -> l
         lines.append(f"py_peak_pct: {100 * res['gflops'] / peak:.1f}")
     if res.get("memory_bound") and math.isfinite(res["gbps"]):
         lines.append(f"py_gbps: {res['gbps']:.2f}")
+    for name, key in (("limit_peak", "py_peak_pct_paired"), ("limit_read", "py_read_pct_paired")):
+        lim = res.get("paired_limits", {}).get(name)
+        if lim and math.isfinite(lim["share"]):
+            lines.append(f"{key}: {100 * lim['share']:.1f} [{100 * lim['lo']:.1f}, "
+                         f"{100 * lim['hi']:.1f}]")
     if res.get("load"):
         lines.append(f"py_others_cpu: {res['load']['others']:.3f}")
     if "mismatches" in res:
@@ -989,6 +1054,13 @@ def _fmt_ratio(p: dict[str, Any] | None) -> str:
     if not p or p.get("ratio") is None or not math.isfinite(p["ratio"]):
         return "—"
     return f"{p['ratio']:.2f} [{p['lo']:.2f}, {p['hi']:.2f}] {p['verdict']}"
+
+
+def _fmt_share(lim: dict[str, Any]) -> str:
+    """A paired share of a limit: "91% [90, 92]"."""
+    if not math.isfinite(lim["share"]):
+        return "—"
+    return f"{100 * lim['share']:.0f}% [{100 * lim['lo']:.0f}, {100 * lim['hi']:.0f}]"
 
 
 def _fmt_load(load: dict[str, float] | None) -> str:
@@ -1086,24 +1158,37 @@ def format_markdown(report: dict[str, Any]) -> str:
         "resident). A ratio is the median of peer time / tgrad time over paired repetitions, "
         "> 1 means tgrad is faster, with a 95% bootstrap interval; **win** only when the interval "
         "is above 1, loss when below, else tie. GB/s (memory-bound shapes only) counts the bf16 "
-        "operands read once and the output written once."
+        "operands read once and the output written once. \"% of peak: paired\" is the median "
+        "over repetitions of (time of the shape's flops on the peak probe's instruction stream, "
+        "`tgrad_cpu_peak_run`) / (tgrad's time), both timed in the same repetition, with a 95% "
+        "bootstrap interval; \"of the best probe\" divides by the best compute limit of the run "
+        "instead. \"% of the paired read\" is the same for a plain read of both operands' bytes "
+        "(`tgrad_cpu_read_run`: one contiguous part per thread); \"of copy bw\" divides by the "
+        "copy bandwidth above."
         + "".join(f" {PEER_LABELS.get(p, p)} is timed in a phase of its own after the others, "
                   "paired with tgrad samples of that phase (its calls slowed whatever ran after "
                   "them)." for p in SEPARATE_PEERS
                   if any(p in r.get("separate", {}) for r in results)),
         "",
     ]
-    head = ["shape", "bytes", "reps", "others' CPU", "tgrad time", "tgrad GFLOP/s", "% of peak",
-            "GB/s (% of copy bw)"]
+    head = ["shape", "bytes", "reps", "others' CPU", "tgrad time", "tgrad GFLOP/s",
+            "% of peak: paired [95%]; of the best probe",
+            "GB/s: % of the paired read [95%]; of copy bw"]
     for p in peers:
         head += [f"{PEER_LABELS.get(p, p)} GFLOP/s", f"{PEER_LABELS.get(p, p)} / tgrad time"]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for res in results:
+        limits_paired = res.get("paired_limits", {})
         pct = (f"{100 * res['gflops'] / peak:.0f}%" if peak and math.isfinite(res["gflops"])
                else "—")
+        if "limit_peak" in limits_paired:
+            pct = _fmt_share(limits_paired["limit_peak"]) + "; " + pct
         gbps = "—"
         if res.get("memory_bound") and math.isfinite(res["gbps"]):
-            gbps = f"{res['gbps']:.1f}" + (f" ({100 * res['gbps'] / stream:.0f}%)" if stream else "")
+            shares = [_fmt_share(limits_paired["limit_read"])] if "limit_read" in limits_paired else []
+            if stream:
+                shares.append(f"{100 * res['gbps'] / stream:.0f}%")
+            gbps = f"{res['gbps']:.1f}" + (f" ({'; '.join(shares)})" if shares else "")
         row = [res["shape"], _bytes_cell(res), str(res["repeat"]), _fmt_load(res.get("load")),
                _fmt_time(res["median_s"]),
                _fmt_gflops(res["gflops"]), pct, gbps]
@@ -1378,7 +1463,15 @@ def run(args: argparse.Namespace) -> int:
                 "torch_bf16": "torch.matmul(a, b) on bfloat16 tensors sharing the input memory",
                 "ml_dtypes_bf16": "a @ b on ml_dtypes.bfloat16 arrays",
                 "tinygrad_bf16": "(a @ b).realize() on bfloat16 tinygrad tensors",
+                "limit_peak": "tgrad_cpu_peak_run(threads, flops): the shape's flops on the peak "
+                              "probe's instruction stream (shapes of at least "
+                              f"{PAIRED_PEAK_MIN_MACS} multiply-adds that are not memory-bound)",
+                "limit_read": "tgrad_cpu_read_run over each operand's bytes: a plain read, one "
+                              "contiguous part per thread (memory-bound shapes)",
             },
+            "paired_limits": "median over repetitions i of samples[limit][i] / samples[tgrad][i] "
+                             "(1.0: tgrad as fast as the limit), bootstrap as for the ratios; in "
+                             "each result's 'paired_limits'",
             "interleave": "per repetition every region once, order rotated by one per repetition "
                           "(see each result's 'orders'); two warm-up rounds first; gc disabled",
             "separate": f"{', '.join(SEPARATE_PEERS)}: timed after the others, interleaved with "

@@ -778,6 +778,67 @@ TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
     return TGRAD_OK;
 }
 
+/* ---- limits to pair with a matmul ---- */
+TGRAD_API tgrad_status tgrad_cpu_peak_run(int32_t threads, double flops) {
+    if (threads < 0 || threads > 256)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_run: threads %d outside 0..256", threads);
+    if (!(flops >= 0) || flops > 1e15)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_run: flops %g outside 0..1e15", flops);
+    int32_t n = threads ? threads : tg_pool_threads();
+    probe_job P = { .uk = current() };
+    double per_iter = P.uk->peak(1);
+    double iters = flops / n / per_iter;
+    P.iters = (int64_t)iters + ((double)(int64_t)iters < iters);
+    if (P.iters == 0) return TGRAD_OK;
+    if (n == 1) probe_task(0, 0, &P);
+    else tg_pool_run_exact(n, probe_task, &P);
+    return TGRAD_OK;
+}
+
+typedef uint64_t read_vec __attribute__((vector_size(32)));
+typedef struct {
+    const unsigned char *data;
+    int64_t bytes, part;
+    uint64_t sink[256];
+} read_job;
+
+static void read_task(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    read_job *R = arg;
+    int64_t lo = task * R->part, hi = lo + R->part < R->bytes ? lo + R->part : R->bytes;
+    const unsigned char *p = R->data;
+    read_vec x0 = { 0 }, x1 = { 0 }, x2 = { 0 }, x3 = { 0 }, v;
+    int64_t i = lo;
+    for (; i + 128 <= hi; i += 128) { /* four independent chains: loads, not XORs, set the pace */
+        memcpy(&v, p + i, 32), x0 ^= v;
+        memcpy(&v, p + i + 32, 32), x1 ^= v;
+        memcpy(&v, p + i + 64, 32), x2 ^= v;
+        memcpy(&v, p + i + 96, 32), x3 ^= v;
+    }
+    x0 ^= x1 ^ x2 ^ x3;
+    uint64_t s = x0[0] ^ x0[1] ^ x0[2] ^ x0[3];
+    for (; i < hi; i++) s ^= p[i];
+    R->sink[task] = s; /* the loads have a use */
+}
+
+TGRAD_API tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32_t threads) {
+    if (threads < 0 || threads > 256)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: threads %d outside 0..256", threads);
+    if (bytes < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: bytes %lld is negative", (long long)bytes);
+    if (!data && bytes) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: data is NULL");
+    if (!bytes) return TGRAD_OK;
+    int32_t n = threads ? threads : tg_pool_threads();
+    read_job job, *R = &job;
+    /* contiguous parts, whole 64-byte lines each (the last takes the rest) */
+    int64_t part = (bytes + n - 1) / n;
+    part = (part + 63) / 64 * 64;
+    *R = (read_job){ .data = data, .bytes = bytes, .part = part };
+    int32_t tasks = (int32_t)((bytes + part - 1) / part);
+    if (tasks == 1) read_task(0, 0, R);
+    else tg_pool_run_exact(tasks, read_task, R);
+    return TGRAD_OK;
+}
+
 /* ---- bit-preserving view copy ---- */
 void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst) {
     int64_t idx[TGRAD_MAX_DIMS] = { 0 };

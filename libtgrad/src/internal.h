@@ -162,6 +162,13 @@ TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const
                                      const tg_view *bv, uint16_t *out);
 /* Bit-preserving gather of a view into a compact row-major destination. */
 TG_HIDDEN void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst);
+/* The CPU frame's choice to read A in place, as a function of the L1 data cache (tested in
+ * tests/c/test_cpu_plan.c for caches this machine may not have): how many of `rows` rows
+ * `stride_bytes` apart fall in one L1 set as a kernel walks them together (0: geometry unknown),
+ * and whether that is within the cache's ways (an unknown geometry allows it). */
+typedef struct { int32_t ways, sets, line; } tg_l1d_geometry;
+TG_HIDDEN int32_t tg_cpu_rows_per_l1_set(int32_t rows, int64_t stride_bytes, const tg_l1d_geometry *g);
+TG_HIDDEN bool tg_cpu_direct_a_fits_l1(int32_t mr, int64_t stride_bytes, const tg_l1d_geometry *g);
 
 /* Thread pool (cpu/pool.c): run fn(task, arg) for task in [0, ntasks) on the workers and wait. */
 typedef void (*tg_task_fn)(int64_t task, int32_t worker, void *arg);

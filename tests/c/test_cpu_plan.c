@@ -1,0 +1,34 @@
+/* The CPU frame's cache-dependent choices, for caches this machine may not have: linked from
+ * libtgrad's objects (the functions are hidden in the shared library). Prints "N passed, N failed". */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../../libtgrad/src/internal.h"
+#include "check.h"
+
+int main(void) {
+    const tg_l1d_geometry zen4 = { .ways = 8, .sets = 64, .line = 64 };   /* 32 KiB, 8 ways */
+    const tg_l1d_geometry zen5 = { .ways = 12, .sets = 64, .line = 64 };  /* 48 KiB, 12 ways */
+    const tg_l1d_geometry unknown = { 0, 0, 0 };
+    /* 12 rows of A at K = 2048 (4 KiB apart) and K = 4096 (8 KiB) all share one set */
+    CHECK(tg_cpu_rows_per_l1_set(12, 4096, &zen4) == 12);
+    CHECK(tg_cpu_rows_per_l1_set(12, 8192, &zen4) == 12);
+    CHECK(tg_cpu_rows_per_l1_set(12, -8192, &zen4) == 12); /* rows in reverse: the same sets */
+    /* 2 KiB apart (K = 1024, 3072): two sets of 6; 1 KiB (K = 512): four of 3 */
+    CHECK(tg_cpu_rows_per_l1_set(12, 2048, &zen4) == 6);
+    CHECK(tg_cpu_rows_per_l1_set(12, 6144, &zen4) == 6);
+    CHECK(tg_cpu_rows_per_l1_set(12, 1024, &zen4) == 3);
+    /* strides that are not a power of two spread the rows: K = 1000 (2000 bytes) */
+    CHECK(tg_cpu_rows_per_l1_set(12, 2000, &zen4) == 1);
+    CHECK(tg_cpu_rows_per_l1_set(12, 4096, &unknown) == 0);
+    /* read in place where the rows fit the ways: not at 4 KiB on Zen 4, still on Zen 5 */
+    CHECK(!tg_cpu_direct_a_fits_l1(12, 4096, &zen4));
+    CHECK(!tg_cpu_direct_a_fits_l1(12, 16384, &zen4));
+    CHECK(tg_cpu_direct_a_fits_l1(12, 2048, &zen4));
+    CHECK(tg_cpu_direct_a_fits_l1(12, 2000, &zen4));
+    CHECK(tg_cpu_direct_a_fits_l1(12, 4096, &zen5));
+    CHECK(tg_cpu_direct_a_fits_l1(12, 4096, &unknown));
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

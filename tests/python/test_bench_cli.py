@@ -414,16 +414,22 @@ def test_bench_module_imports_without_torch():
 SHARE_RE = re.compile(r"^(\d+\.\d) \[(\d+\.\d), (\d+\.\d)\]$")
 
 
-@pytest.mark.parametrize("shape, limit, other", [((1, 2048, 512), "limit_read", "limit_peak"),
-                                                 ((512, 512, 256), "limit_peak", "limit_read")])
-def test_limits_are_timed_beside_the_shapes_they_judge(shape, limit, other):
-    """A memory-bound shape gets a plain read of its operands in every round, a big other one its
-    flops on the peak probe's instruction stream: a paired share whose interval recomputes from
-    the raw samples, reported apart from the peers."""
+@pytest.mark.parametrize("shape, limits", [((1, 2048, 512), {"limit_read"}),
+                                           ((512, 512, 256), {"limit_peak"}),
+                                           ((16, 4096, 1024), {"limit_read", "limit_peak"})])
+def test_limits_are_timed_beside_the_shapes_they_judge(shape, limits):
+    """A memory-bound shape gets a plain read of its operands in every round, a big one its flops
+    on the peak probe's instruction stream (a big memory-bound one both): a paired share whose
+    interval recomputes from the raw samples, reported apart from the peers."""
     res = bench_module.run_shape(shape, repeat=5, peers=False)
     assert res["byte_match"] is True
-    assert limit in res["regions"] and other not in res["regions"]
-    assert set(res["paired_limits"]) == {limit} and limit not in res["peers"]
+    assert set(res["regions"]) & set(bench_module.LIMIT_REGIONS) == limits
+    assert set(res["paired_limits"]) == limits and not limits & set(res["peers"])
+    for limit in limits:
+        _check_paired_limit(res, limit, shape)
+
+
+def _check_paired_limit(res, limit, shape):
     lim = res["paired_limits"][limit]
     ours, theirs = np.array(res["samples"]["tgrad"]), np.array(res["samples"][limit])
     assert len(theirs) == 5 and math.isclose(lim["median_s"], float(np.median(theirs)))

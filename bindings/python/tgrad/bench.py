@@ -87,8 +87,8 @@ AUTO_MIN_REPEAT, AUTO_MAX_REPEAT = 10, 200
 #: Regions whose call takes less than this get an untimed call right before each timed one, so
 #: that the library's own threads are awake as in a loop of calls.
 HOT_LIMIT_S = 0.05
-#: Shapes of at least this many multiply-adds that are not memory-bound get the compute limit
-#: timed beside them (region "limit_peak"); memory-bound ones get the read limit ("limit_read").
+#: Shapes of at least this many multiply-adds get the compute limit timed beside them (region
+#: "limit_peak"); memory-bound ones get the read limit ("limit_read"), and may get both.
 PAIRED_PEAK_MIN_MACS = 1 << 26
 #: Regions that time a limit, not a peer: paired with tgrad like a peer, reported apart.
 LIMIT_REGIONS = ("limit_peak", "limit_read")
@@ -911,16 +911,18 @@ def run_shape(shape: tuple[int, int, int], *, repeat: int | None = None, seed: i
 
 
 def _limit_regions(res: dict[str, Any], ta: Any, tb: Any, threads: int) -> list[_Timed]:
-    """The limit a shape is judged by, as a region timed in every round beside the matmul: for a
+    """The limits a shape is judged by, as regions timed in every round beside the matmul: for a
     memory-bound shape, a plain read of both operands' bytes (libtgrad's tgrad_cpu_read_run: each
-    of `threads` threads streams one contiguous part); for a big enough other one, the shape's
-    flops done by the peak probe's instruction stream (tgrad_cpu_peak_run). Pairing them round by
+    of `threads` threads streams one contiguous part); for a shape of PAIRED_PEAK_MIN_MACS or more
+    (a memory-bound one too: with few cores, 16x4096x4096's flops can take as long as its bytes),
+    the shape's flops done by the peak probe's instruction stream (tgrad_cpu_peak_run). Pairing them round by
     round makes "% of the limit" a paired ratio: a clock change or a neighbour that slows one
     sample slows its partner too, where a limit measured once, elsewhere in the run, does not."""
     from ._ffi import ffi, lib
     from .errors import _check
 
     m, k, n = res["m"], res["k"], res["n"]
+    regions = []
     if res["memory_bound"]:
         parts = []
         for t, count in ((ta, m * k), (tb, k * n)):
@@ -933,11 +935,11 @@ def _limit_regions(res: dict[str, Any], ta: Any, tb: Any, threads: int) -> list[
             for data, nbytes in parts:
                 _check(lib.tgrad_cpu_read_run(data, nbytes, threads))
 
-        return [_Timed("limit_read", read)]
+        regions.append(_Timed("limit_read", read))
     if m * k * n >= PAIRED_PEAK_MIN_MACS:
         flops = float(res["flops"])
-        return [_Timed("limit_peak", lambda: _check(lib.tgrad_cpu_peak_run(threads, flops)))]
-    return []
+        regions.append(_Timed("limit_peak", lambda: _check(lib.tgrad_cpu_peak_run(threads, flops))))
+    return regions
 
 
 def _paired_limit(name: str, samples: dict[str, np.ndarray], res: dict[str, Any],
@@ -1465,7 +1467,7 @@ def run(args: argparse.Namespace) -> int:
                 "tinygrad_bf16": "(a @ b).realize() on bfloat16 tinygrad tensors",
                 "limit_peak": "tgrad_cpu_peak_run(threads, flops): the shape's flops on the peak "
                               "probe's instruction stream (shapes of at least "
-                              f"{PAIRED_PEAK_MIN_MACS} multiply-adds that are not memory-bound)",
+                              f"{PAIRED_PEAK_MIN_MACS} multiply-adds)",
                 "limit_read": "tgrad_cpu_read_run over each operand's bytes: a plain read, one "
                               "contiguous part per thread (memory-bound shapes)",
             },

@@ -68,7 +68,7 @@ static inline int64_t load_pairs_transposed(const uint16_t *base, int64_t ld, in
         /* 12-16 lines ld apart are more streams than the hardware prefetcher follows: each is
          * fetched 4 blocks (256 bytes) ahead (AVX512F's A packing went from ~5% to ~3% of
          * 1024^3, the whole call 2-3% faster) */
-        _mm_prefetch((const char *)(row + 2 * 16 * 4), _MM_HINT_T0);
+        _mm_prefetch((const char *)(row + 2 * 16 * 4), TG_PREFETCH_HINT);
         __m512i v = _mm512_maskz_loadu_epi32(words, row);
         if (whole < pairs) v = _mm512_mask_set1_epi32(v, (__mmask16)(1u << whole), (int)row[2 * whole]);
         r[c] = daz16(v);
@@ -92,8 +92,8 @@ static inline void pack_b_rows(const tg_operand *B, int64_t k0, int64_t kc, int6
         for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
             int64_t w = nb - j0 < NR ? nb - j0 : NR;
             __mmask32 m = w >= 32 ? 0xffffffffu : (__mmask32)((1u << w) - 1u);
-            _mm_prefetch((const char *)(fetch + j0), _MM_HINT_T0);
-            _mm_prefetch((const char *)(fetch + B->s0 + j0), _MM_HINT_T0);
+            _mm_prefetch((const char *)(fetch + j0), TG_PREFETCH_HINT);
+            _mm_prefetch((const char *)(fetch + B->s0 + j0), TG_PREFETCH_HINT);
             __m512i e = daz16(_mm512_maskz_loadu_epi16(m, even + j0));
             __m512i o = has_odd ? daz16(_mm512_maskz_loadu_epi16(m, even + B->s0 + j0)) : _mm512_setzero_si512();
             __m512i lo, hi;

@@ -241,8 +241,8 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
             for (int64_t g = 0; g < groups; g++) {
                 __mmask32 m = col_mask32((int32_t)(w - 32 * g));
                 /* rows jump by 2*ldb per pair: fetch a few pairs ahead, the prefetcher does not */
-                _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 32 * g), _MM_HINT_T0);
-                _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * ldb + 32 * g), _MM_HINT_T0);
+                _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 32 * g), TG_PREFETCH_HINT);
+                _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * ldb + 32 * g), TG_PREFETCH_HINT);
                 __m512i e = _mm512_maskz_loadu_epi16(m, even + 32 * g);
                 __m512i o = has_odd ? _mm512_maskz_loadu_epi16(m, odd + 32 * g) : _mm512_setzero_si512();
                 __m512i w0, w1;
@@ -299,7 +299,7 @@ static inline __attribute__((always_inline)) __m512 cols_block_whole(const uint3
 #pragma GCC unroll 16
     for (int c = 0; c < 16; c++) {
         const uint16_t *src = col + c * s1 + 2 * p0;
-        _mm_prefetch((const char *)(src + AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(src + AHEAD), TG_PREFETCH_HINT);
         r[c] = _mm512_loadu_si512((const void *)src);
     }
     transpose16(r);

@@ -150,67 +150,82 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 enum { SK_STRIP = 512, SK_CHUNK = 32 };
 #define BCAST(r) (int)a[p * 16 + (r)]
 
+#define SKINNY_TILES_BODY(ROWLIST, L1_ROWS)                                                                     \
+    __attribute__((aligned(64))) float acc[16 * SK_STRIP];                                                      \
+    int64_t kp = (K + 1) / 2, full = K / 2;                                                                     \
+    int32_t tiles = (cols + 31) / 32;                                                                           \
+    for (int64_t q0 = 0; q0 < kp; q0 += SK_CHUNK) {                                                             \
+        int64_t q1 = q0 + SK_CHUNK < kp ? q0 + SK_CHUNK : kp;                                                   \
+        bool first = q0 == 0, last = q1 == kp;                                                                  \
+        /* the next chunk's rows, `tiles` lines each: two per step cover them */                                \
+        tg_line_walk next = { .base = (const char *)(b + 2 * q1 * ldb), .run_stride = ldb * 2, .lines = tiles,  \
+                              .runs = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK) };                          \
+        for (int32_t tl = 0; tl < tiles; tl++) {                                                                \
+            int32_t j = 32 * tl, w = cols - j < 32 ? cols - j : 32;                                             \
+            __mmask32 m = col_mask32(w);                                                                        \
+            tg_tile tile = { .acc = acc + j, .ldacc = SK_STRIP, .load = !first, .out = out + j, .ldout = ldout, \
+                             .rows = rows, .cols = w }, *t = &tile;                                             \
+            if (first)                                                                                          \
+                for (int32_t r = 12; L1_ROWS && r < rows; r++)                                                  \
+                    _mm512_store_ps(acc + r * SK_STRIP + j, _mm512_setzero_ps()),                               \
+                        _mm512_store_ps(acc + r * SK_STRIP + j + 16, _mm512_setzero_ps());                      \
+            ROWLIST(K_DECL)                                                                                     \
+            if (t->load) { ROWLIST(K_LOAD) }                                                                    \
+            /* Rows 12-15 accumulate in L1, two pairs per load and store (in pair order): one pair              \
+             * per round trip made their store-to-load chain the loop's critical path. */                       \
+            __m512bh x0 = { 0 }, x1 = { 0 }; /* the previous pair's B vectors */                                \
+            for (int64_t p = q0; p < q1; p++) {                                                                 \
+                tg_prefetch_lines(&next, 2);                                                                    \
+                const uint16_t *even = b + 2 * p * ldb + j;                                                     \
+                __m512i e = _mm512_maskz_loadu_epi16(m, even);                                                  \
+                __m512i o = p < full ? _mm512_maskz_loadu_epi16(m, even + ldb) : _mm512_setzero_si512();        \
+                __m512i w0, w1;                                                                                 \
+                interleave_rows(e, o, &w0, &w1);                                                                \
+                __m512bh b0 = (__m512bh)w0, b1 = (__m512bh)w1;                                                  \
+                ROWLIST(K_STEP)                                                                                 \
+                bool second = (p - q0) & 1;                                                                     \
+                if (!second && p + 1 < q1) {                                                                    \
+                    x0 = b0, x1 = b1; /* held for the next pair */                                              \
+                    continue;                                                                                   \
+                }                                                                                               \
+                for (int32_t r = 12; L1_ROWS && r < rows; r++) {                                                \
+                    __m512bh av = (__m512bh)_mm512_set1_epi32(BCAST(r));                                        \
+                    float *c = acc + r * SK_STRIP + j;                                                          \
+                    __m512 lo = _mm512_load_ps(c), hi = _mm512_load_ps(c + 16);                                 \
+                    if (second) {                                                                               \
+                        __m512bh ap = (__m512bh)_mm512_set1_epi32((int)a[(p - 1) * 16 + r]);                    \
+                        lo = _mm512_dpbf16_ps(lo, ap, x0), hi = _mm512_dpbf16_ps(hi, ap, x1);                   \
+                    }                                                                                           \
+                    _mm512_store_ps(c, _mm512_dpbf16_ps(lo, av, b0));                                           \
+                    _mm512_store_ps(c + 16, _mm512_dpbf16_ps(hi, av, b1));                                      \
+                }                                                                                               \
+            }                                                                                                   \
+            if (last) {                                                                                         \
+                ROWLIST(K_OUT)                                                                                  \
+                for (int32_t r = 12; L1_ROWS && r < rows; r++)                                                  \
+                    store_bf16x32(out + r * ldout + j, _mm512_load_ps(acc + r * SK_STRIP + j),                  \
+                                  _mm512_load_ps(acc + r * SK_STRIP + j + 16), m, 0);                           \
+            } else {                                                                                            \
+                ROWLIST(K_ACC)                                                                                  \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
+/* A tile of 12 rows in registers, the rest of up to 16 in L1; and 4- and 8-row tiles for problems
+ * of that few rows, which paid for 12 before (Zen 4, 2 threads, paired in one process:
+ * 4x4096x4096 1.39 -> 0.92 ms, 6x 1.49 -> 1.11, 8x 1.56 -> 1.18, 4x1024x1024 77 -> 40 us,
+ * 8x2048x2048 314 -> 225 us). */
 static void skinny_tiles(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                          uint16_t *out, int64_t ldout) {
-    __attribute__((aligned(64))) float acc[16 * SK_STRIP];
-    int64_t kp = (K + 1) / 2, full = K / 2;
-    int32_t tiles = (cols + 31) / 32;
-    for (int64_t q0 = 0; q0 < kp; q0 += SK_CHUNK) {
-        int64_t q1 = q0 + SK_CHUNK < kp ? q0 + SK_CHUNK : kp;
-        bool first = q0 == 0, last = q1 == kp;
-        /* the next chunk's rows, `tiles` lines each: two per step cover them */
-        tg_line_walk next = { .base = (const char *)(b + 2 * q1 * ldb), .run_stride = ldb * 2, .lines = tiles,
-                              .runs = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK) };
-        for (int32_t tl = 0; tl < tiles; tl++) {
-            int32_t j = 32 * tl, w = cols - j < 32 ? cols - j : 32;
-            __mmask32 m = col_mask32(w);
-            tg_tile tile = { .acc = acc + j, .ldacc = SK_STRIP, .load = !first, .out = out + j, .ldout = ldout,
-                             .rows = rows, .cols = w }, *t = &tile;
-            if (first)
-                for (int32_t r = 12; r < rows; r++)
-                    _mm512_store_ps(acc + r * SK_STRIP + j, _mm512_setzero_ps()),
-                        _mm512_store_ps(acc + r * SK_STRIP + j + 16, _mm512_setzero_ps());
-            R12(K_DECL)
-            if (t->load) { R12(K_LOAD) }
-            /* Rows 12-15 accumulate in L1, two pairs per load and store (in pair order): one pair
-             * per round trip made their store-to-load chain the loop's critical path. */
-            __m512bh x0 = { 0 }, x1 = { 0 }; /* the previous pair's B vectors */
-            for (int64_t p = q0; p < q1; p++) {
-                tg_prefetch_lines(&next, 2);
-                const uint16_t *even = b + 2 * p * ldb + j;
-                __m512i e = _mm512_maskz_loadu_epi16(m, even);
-                __m512i o = p < full ? _mm512_maskz_loadu_epi16(m, even + ldb) : _mm512_setzero_si512();
-                __m512i w0, w1;
-                interleave_rows(e, o, &w0, &w1);
-                __m512bh b0 = (__m512bh)w0, b1 = (__m512bh)w1;
-                R12(K_STEP)
-                bool second = (p - q0) & 1;
-                if (!second && p + 1 < q1) {
-                    x0 = b0, x1 = b1; /* held for the next pair */
-                    continue;
-                }
-                for (int32_t r = 12; r < rows; r++) {
-                    __m512bh av = (__m512bh)_mm512_set1_epi32(BCAST(r));
-                    float *c = acc + r * SK_STRIP + j;
-                    __m512 lo = _mm512_load_ps(c), hi = _mm512_load_ps(c + 16);
-                    if (second) {
-                        __m512bh ap = (__m512bh)_mm512_set1_epi32((int)a[(p - 1) * 16 + r]);
-                        lo = _mm512_dpbf16_ps(lo, ap, x0), hi = _mm512_dpbf16_ps(hi, ap, x1);
-                    }
-                    _mm512_store_ps(c, _mm512_dpbf16_ps(lo, av, b0));
-                    _mm512_store_ps(c + 16, _mm512_dpbf16_ps(hi, av, b1));
-                }
-            }
-            if (last) {
-                R12(K_OUT)
-                for (int32_t r = 12; r < rows; r++)
-                    store_bf16x32(out + r * ldout + j, _mm512_load_ps(acc + r * SK_STRIP + j),
-                                  _mm512_load_ps(acc + r * SK_STRIP + j + 16), m, 0);
-            } else {
-                R12(K_ACC)
-            }
-        }
-    }
+    SKINNY_TILES_BODY(R12, 1)
+}
+static void skinny_tiles_8(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                         uint16_t *out, int64_t ldout) {
+    SKINNY_TILES_BODY(R8, 0)
+}
+static void skinny_tiles_4(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                         uint16_t *out, int64_t ldout) {
+    SKINNY_TILES_BODY(R4, 0)
 }
 #undef BCAST
 
@@ -274,8 +289,10 @@ static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b
         few_rows(a, 16, rows, b, ldb, K, cols, out, ldout);
         return;
     }
+    void (*tiles)(int64_t, const uint32_t *, int32_t, const uint16_t *, int64_t, int32_t, uint16_t *, int64_t) =
+        rows <= 4 ? skinny_tiles_4 : rows <= 8 ? skinny_tiles_8 : skinny_tiles;
     for (int32_t j = 0; j < cols; j += SK_STRIP)
-        skinny_tiles(K, a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
+        tiles(K, a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
 }
 
 /* Column-major B (column j's k-pairs are adjacent words): 16 columns x 16 pairs per transpose,

@@ -221,6 +221,7 @@ static void test_variants_agree_on_shape_classes(void) {
                                          { 127, 255, 511 }, { 24, 255, 300 }, { 4100, 6, 2080 }, { 4100, 3, 2050 },
                                          { 49, 70, 90 }, { 63, 33, 65 }, /* tail panels of 1 and 3 rows */
                                          { 7, 8200, 1100 }, /* short M streaming B row by row */
+                                         { 4, 1001, 1060 }, { 6, 130, 545 }, /* 4- and 8-row skinny tiles */
                                          { 30, 1100, 1000 }, /* short M in passes of 12 rows */
                                          { 250, 1100, 300 }, /* one 250-row block over three K panels */
                                          { 100, 1000, 1100 } }; /* A in place, B over 2 MiB: chunked */

@@ -159,8 +159,9 @@ def cpu_isas() -> dict[str, bool]:
 def cpu_peak_gflops(threads: int = 0) -> float:
     """Measured peak GFLOP/s of the packed products' CPU variant (cpu_isa()): its core
     instruction (vdpbf16ps, FMA) run on `threads` threads (0: the pool's count) for about 60 ms.
-    The bench's "% of peak" is judged against this, not an assumed clock. Meaningful only on an
-    otherwise idle machine."""
+    The bench's "% of the best probe" is judged against this, not an assumed clock; its paired
+    "% of peak" times the same instruction stream beside each matmul instead
+    (tgrad_cpu_peak_run). Meaningful only on an otherwise idle machine."""
     out = ffi.new("double *")
     _check(lib.tgrad_cpu_peak_gflops(int(threads), out))
     return float(out[0])

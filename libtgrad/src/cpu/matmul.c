@@ -509,11 +509,15 @@ static void read_l1d(void) {
 }
 
 int32_t tg_cpu_rows_per_l1_set(int32_t rows, int64_t stride_bytes, const tg_l1d_geometry *g) {
-    if (g->ways <= 0 || g->sets <= 0 || g->line <= 0) return 0;
-    int64_t span = (int64_t)g->sets * g->line, s = stride_bytes < 0 ? -stride_bytes : stride_bytes, most = 0;
+    if (g->ways <= 0 || g->sets <= 0 || g->line <= 0 || rows <= 0) return 0;
+    enum { MAX_ROWS = 64 }; /* a tile's rows; more are counted as the first 64 */
+    if (rows > MAX_ROWS) rows = MAX_ROWS;
+    int64_t span = (int64_t)g->sets * g->line, s = stride_bytes < 0 ? -stride_bytes : stride_bytes;
+    int64_t set[MAX_ROWS], most = 0; /* each row's set, computed once: this runs on every plan */
+    for (int32_t r = 0; r < rows; r++) set[r] = (r * s) % span / g->line;
     for (int32_t r = 0; r < rows; r++) {
-        int64_t set = (r * s) % span / g->line, same = 0;
-        for (int32_t q = 0; q < rows; q++) same += (q * s) % span / g->line == set;
+        int64_t same = 0;
+        for (int32_t q = 0; q < rows; q++) same += set[q] == set[r];
         if (same > most) most = same;
     }
     return (int32_t)most;

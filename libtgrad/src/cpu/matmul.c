@@ -804,11 +804,25 @@ static void probe_task(int64_t task, int32_t worker, void *arg) {
     P->flops[task] = P->uk->peak(P->iters);
 }
 
+/* The probes' thread count: 0 means the pool's; *n gets the count to run on. */
+static tgrad_status probe_threads(int32_t threads, const char *what, int32_t *n) {
+    if (threads < 0 || threads > 256)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: threads %d outside 0..256", what, threads);
+    *n = threads ? threads : tg_pool_threads();
+    return TGRAD_OK;
+}
+
+/* Tasks [0, n) of a probe, each on its own thread (the calling one alone for n == 1). */
+static void run_probe(int32_t n, tg_task_fn fn, void *arg) {
+    if (n == 1) fn(0, 0, arg);
+    else tg_pool_run_exact(n, fn, arg);
+}
+
 TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
     if (!gflops) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_gflops: output pointer is NULL");
-    if (threads < 0 || threads > 256)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_gflops: threads %d outside 0..256", threads);
-    int32_t n = threads ? threads : tg_pool_threads();
+    int32_t n = 1;
+    tgrad_status s = probe_threads(threads, "cpu_peak_gflops", &n);
+    if (s) return s;
     probe_job P = { .uk = current() };
     /* size the run to ~20 ms per thread, then measure the best of three */
     P.iters = 1000;
@@ -820,8 +834,7 @@ TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
         t0 = now_s();
-        if (n == 1) probe_task(0, 0, &P);
-        else tg_pool_run_exact(n, probe_task, &P);
+        run_probe(n, probe_task, &P);
         dt = now_s() - t0;
         double total = 0;
         for (int32_t i = 0; i < n; i++) total += P.flops[i];
@@ -833,18 +846,16 @@ TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
 
 /* ---- limits to pair with a matmul ---- */
 TGRAD_API tgrad_status tgrad_cpu_peak_run(int32_t threads, double flops) {
-    if (threads < 0 || threads > 256)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_run: threads %d outside 0..256", threads);
+    int32_t n = 1;
+    tgrad_status s = probe_threads(threads, "cpu_peak_run", &n);
+    if (s) return s;
     if (!(flops >= 0) || flops > 1e15)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_run: flops %g outside 0..1e15", flops);
-    int32_t n = threads ? threads : tg_pool_threads();
     probe_job P = { .uk = current() };
     double per_iter = P.uk->peak(1);
     double iters = flops / n / per_iter;
     P.iters = (int64_t)iters + ((double)(int64_t)iters < iters);
-    if (P.iters == 0) return TGRAD_OK;
-    if (n == 1) probe_task(0, 0, &P);
-    else tg_pool_run_exact(n, probe_task, &P);
+    if (P.iters > 0) run_probe(n, probe_task, &P);
     return TGRAD_OK;
 }
 
@@ -875,20 +886,18 @@ static void read_task(int64_t task, int32_t worker, void *arg) {
 }
 
 TGRAD_API tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32_t threads) {
-    if (threads < 0 || threads > 256)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: threads %d outside 0..256", threads);
+    int32_t n = 1;
+    tgrad_status s = probe_threads(threads, "cpu_read_run", &n);
+    if (s) return s;
     if (bytes < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: bytes %lld is negative", (long long)bytes);
     if (!data && bytes) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: data is NULL");
     if (!bytes) return TGRAD_OK;
-    int32_t n = threads ? threads : tg_pool_threads();
     read_job job, *R = &job;
     /* contiguous parts, whole 64-byte lines each (the last takes the rest) */
     int64_t part = (bytes + n - 1) / n;
     part = (part + 63) / 64 * 64;
     *R = (read_job){ .data = data, .bytes = bytes, .part = part };
-    int32_t tasks = (int32_t)((bytes + part - 1) / part);
-    if (tasks == 1) read_task(0, 0, R);
-    else tg_pool_run_exact(tasks, read_task, R);
+    run_probe((int32_t)((bytes + part - 1) / part), read_task, R);
     return TGRAD_OK;
 }
 

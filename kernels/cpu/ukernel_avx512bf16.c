@@ -183,12 +183,13 @@ enum { SK_STRIP = 512, SK_CHUNK = 32 };
                 interleave_rows(e, o, &w0, &w1);                                                                \
                 __m512bh b0 = (__m512bh)w0, b1 = (__m512bh)w1;                                                  \
                 ROWLIST(K_STEP)                                                                                 \
+                if (!L1_ROWS) continue; /* the 4- and 8-row tiles hold no rows in L1 */                         \
                 bool second = (p - q0) & 1;                                                                     \
                 if (!second && p + 1 < q1) {                                                                    \
                     x0 = b0, x1 = b1; /* held for the next pair */                                              \
                     continue;                                                                                   \
                 }                                                                                               \
-                for (int32_t r = 12; L1_ROWS && r < rows; r++) {                                                \
+                for (int32_t r = 12; r < rows; r++) {                                                           \
                     __m512bh av = (__m512bh)_mm512_set1_epi32(BCAST(r));                                        \
                     float *c = acc + r * SK_STRIP + j;                                                          \
                     __m512 lo = _mm512_load_ps(c), hi = _mm512_load_ps(c + 16);                                 \
@@ -220,11 +221,11 @@ static void skinny_tiles(int64_t K, const uint32_t *a, int32_t rows, const uint1
     SKINNY_TILES_BODY(R12, 1)
 }
 static void skinny_tiles_8(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
-                         uint16_t *out, int64_t ldout) {
+                           uint16_t *out, int64_t ldout) {
     SKINNY_TILES_BODY(R8, 0)
 }
 static void skinny_tiles_4(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
-                         uint16_t *out, int64_t ldout) {
+                           uint16_t *out, int64_t ldout) {
     SKINNY_TILES_BODY(R4, 0)
 }
 #undef BCAST

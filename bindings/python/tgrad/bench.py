@@ -915,9 +915,10 @@ def _limit_regions(res: dict[str, Any], ta: Any, tb: Any, threads: int) -> list[
     memory-bound shape, a plain read of both operands' bytes (libtgrad's tgrad_cpu_read_run: each
     of `threads` threads streams one contiguous part); for a shape of PAIRED_PEAK_MIN_MACS or more
     (a memory-bound one too: with few cores, 16x4096x4096's flops can take as long as its bytes),
-    the shape's flops done by the peak probe's instruction stream (tgrad_cpu_peak_run). Pairing them round by
-    round makes "% of the limit" a paired ratio: a clock change or a neighbour that slows one
-    sample slows its partner too, where a limit measured once, elsewhere in the run, does not."""
+    the shape's flops done by the peak probe's instruction stream (tgrad_cpu_peak_run). Pairing
+    them round by round makes "% of the limit" a paired ratio: a clock change or a neighbour that
+    slows one sample slows its partner too, where a limit measured once, elsewhere in the run,
+    does not."""
     from ._ffi import ffi, lib
     from .errors import _check
 
@@ -1187,7 +1188,8 @@ def format_markdown(report: dict[str, Any]) -> str:
             pct = _fmt_share(limits_paired["limit_peak"]) + "; " + pct
         gbps = "—"
         if res.get("memory_bound") and math.isfinite(res["gbps"]):
-            shares = [_fmt_share(limits_paired["limit_read"])] if "limit_read" in limits_paired else []
+            shares = ([_fmt_share(limits_paired["limit_read"])]
+                      if "limit_read" in limits_paired else [])
             if stream:
                 shares.append(f"{100 * res['gbps'] / stream:.0f}%")
             gbps = f"{res['gbps']:.1f}" + (f" ({'; '.join(shares)})" if shares else "")

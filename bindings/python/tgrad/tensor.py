@@ -137,6 +137,7 @@ class Tensor:
         self._handle = 0
         self._shape = None
         self._handle = _from_numpy_handle(array)
+        self._shape = tuple(array.shape)  # known now: reading a product back asks libtgrad for less
         if (recorder := _RECORDER.get()) is not None:
             recorder.report("constant", self, (), {})
 
@@ -158,15 +159,21 @@ class Tensor:
         device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
         """
+        # The shape is known here (array.shape once the handle exists: a non-array was refused);
+        # kept on the Tensor, a product of two such tensors is read back without a shape query.
         if device is None or device == "cpu":
-            return cls._wrap(_from_numpy_handle(array))
+            tensor = cls._wrap(_from_numpy_handle(array))
+            tensor._shape = tuple(array.shape)
+            return tensor
         target = _device_number(device)
         _ready(target)
         host = cls._wrap(_from_numpy_handle(array))
         try:
-            return host.to(device)
+            tensor = host.to(device)
         finally:
             host.release()
+        tensor._shape = tuple(array.shape)
+        return tensor
 
     @classmethod
     @_reports("constant")
@@ -182,7 +189,9 @@ class Tensor:
             raise errors.DtypeUnsupportedError(
                 f"Tensor.from_bf16_bits: dtype {bits.dtype} is not supported (uint16 bit patterns)"
             )
-        return cls._wrap(_bits_handle(bits))
+        tensor = cls._wrap(_bits_handle(bits))
+        tensor._shape = tuple(bits.shape)
+        return tensor
 
     # ---- devices -------------------------------------------------------------------------------
     @property

@@ -179,6 +179,32 @@ def test_shapes_from_0_to_8_dims_including_empty(shape: tuple[int, ...]) -> None
     np.testing.assert_array_equal(t.numpy(np.float32), x)
 
 
+def _libtgrad_shape(t: Tensor) -> tuple[int, ...]:
+    """The shape as libtgrad reports it, past the Python object's cached copy."""
+    from tgrad._ffi import ffi, lib  # type: ignore[attr-defined, unused-ignore]
+
+    ndim = ffi.new("int32_t *")
+    assert lib.tgrad_tensor_ndim(t._handle, ndim) == lib.TGRAD_OK
+    out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+    assert lib.tgrad_tensor_shape(t._handle, out) == lib.TGRAD_OK
+    return tuple(out[0 : ndim[0]])
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0), (1,) * 8, (2, 1, 1, 1, 1, 1, 1, 3), (5, 7)])
+def test_shape_kept_at_creation_is_libtgrad_s(shape: tuple[int, ...]) -> None:
+    # from_numpy, the constructor and from_bf16_bits keep the array's shape on the Tensor (so
+    # reading a product back skips a query); it must be the one libtgrad holds, products included.
+    x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    made = [Tensor.from_numpy(x), Tensor(x), Tensor.from_numpy(x.astype(np.float64)),
+            Tensor.from_numpy(np.array(x, order="F")), Tensor.from_bf16_bits(np.zeros(shape, np.uint16))]
+    for t in made:
+        assert t._shape == shape == _libtgrad_shape(t)
+    if len(shape) == 2:
+        c = made[0] @ Tensor.from_numpy(np.ascontiguousarray(x.T))
+        assert c._shape == (shape[0], shape[0]) == _libtgrad_shape(c)
+        assert c.numpy().shape == (shape[0], shape[0])
+
+
 def test_more_than_8_dims_is_refused() -> None:
     with pytest.raises(errors.InvalidArgumentError):
         Tensor.from_numpy(np.zeros((1,) * 9, np.float32))

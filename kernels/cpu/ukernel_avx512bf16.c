@@ -146,7 +146,7 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
  * which the memory system streams (prefetching tile by tile instead ran at half the rate). A tile
  * is 12 rows x 32 columns in registers (24 accumulators); rows 12-15 accumulate in L1, two pairs
  * per round trip (a second pass over the chunk for them, or 16 x 16 tiles, measured slower:
- * ~1.0 vs ~0.86 ms at 16x4096x4096). */
+ * ~1.0 vs ~0.86 ms at 16x4096x4096 on Zen 5; 16 x 16 tiles 12-17% slower on Zen 4). */
 /* Chunks of 64 pairs (two of them, the one computed and the one prefetched, 256 KiB of L2 at 512
  * columns) against 32: 8 to 32 x 4096 x 4096 and 16x1024x1024 3-6% faster on Zen 4 (2 threads,
  * paired in one process, 400 repetitions); 128 was faster for 16 rows and 9-10% slower for 4
@@ -155,8 +155,9 @@ enum { SK_STRIP = 512, SK_CHUNK = 64 };
 #define BCAST(r) (int)a[p * 16 + (r)]
 
 /* B's two rows are interleaved within 128-bit lanes (vpunpcklwd/vpunpckhwd), not across the
- * vector (two vpermt2w, which share Zen 4's FMA pipes: 16x4096x4096 and 32x4096x4096 5-8% slower,
- * 12 rows 8%, paired in one process). The first vector then holds columns 0-3 8-11 16-19 24-27,
+ * vector: two vpermt2w per pair took 5-8% of a register-only loop of 24 vdpbf16ps per pair on
+ * Zen 4, the unpacks ~1%, and with them 16x4096x4096 and 32x4096x4096 ran 5-8% slower, 12 rows
+ * 8% (2 threads, paired in one process). The first vector then holds columns 0-3 8-11 16-19 24-27,
  * the second 4-7 12-15 20-23 28-31; the accumulators (registers and the L1 strip) keep that
  * order, and the output restores it once per tile and chunk. */
 static inline void sk_interleave(__m512i e, __m512i o, __m512i *w0, __m512i *w1) {

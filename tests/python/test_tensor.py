@@ -192,11 +192,12 @@ def _libtgrad_shape(t: Tensor) -> tuple[int, ...]:
 
 @pytest.mark.parametrize("shape", [(), (0,), (3, 0), (1,) * 8, (2, 1, 1, 1, 1, 1, 1, 3), (5, 7)])
 def test_shape_kept_at_creation_is_libtgrad_s(shape: tuple[int, ...]) -> None:
-    # from_numpy, the constructor and from_bf16_bits keep the array's shape on the Tensor (so
-    # reading a product back skips a query); it must be the one libtgrad holds, products included.
+    # from_numpy, the constructor, from_bf16_bits and to() keep the shape on the Tensor (so reading
+    # a product back skips a query); it must be the one libtgrad holds, products included.
     x = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
     made = [Tensor.from_numpy(x), Tensor(x), Tensor.from_numpy(x.astype(np.float64)),
-            Tensor.from_numpy(np.array(x, order="F")), Tensor.from_bf16_bits(np.zeros(shape, np.uint16))]
+            Tensor.from_numpy(np.array(x, order="F")), Tensor.from_bf16_bits(np.zeros(shape, np.uint16)),
+            Tensor.from_numpy(x).to("cpu")]
     for t in made:
         assert t._shape == shape == _libtgrad_shape(t)
     if len(shape) == 2:

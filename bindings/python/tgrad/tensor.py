@@ -142,10 +142,12 @@ class Tensor:
             recorder.report("constant", self, (), {})
 
     @classmethod
-    def _wrap(cls, handle: int) -> Tensor:
+    def _wrap(cls, handle: int, shape: tuple[int, ...] | None = None) -> Tensor:
+        """A Tensor owning `handle`; `shape` where the caller knows it (then reading the tensor,
+        or a product of two such tensors, asks libtgrad for it no more), else None."""
         tensor = object.__new__(cls)
         tensor._handle = handle
-        tensor._shape = None
+        tensor._shape = shape
         return tensor
 
     # ---- creation -------------------------------------------------------------------------------
@@ -159,21 +161,16 @@ class Tensor:
         device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
         """
-        # The shape is known here (array.shape once the handle exists: a non-array was refused);
-        # kept on the Tensor, a product of two such tensors is read back without a shape query.
+        # array.shape is the tensor's once the handle exists (a non-array was refused)
         if device is None or device == "cpu":
-            tensor = cls._wrap(_from_numpy_handle(array))
-            tensor._shape = tuple(array.shape)
-            return tensor
+            return cls._wrap(_from_numpy_handle(array), tuple(array.shape))
         target = _device_number(device)
         _ready(target)
-        host = cls._wrap(_from_numpy_handle(array))
+        host = cls._wrap(_from_numpy_handle(array), tuple(array.shape))
         try:
-            tensor = host.to(device)
+            return host.to(device)
         finally:
             host.release()
-        tensor._shape = tuple(array.shape)
-        return tensor
 
     @classmethod
     @_reports("constant")
@@ -189,9 +186,7 @@ class Tensor:
             raise errors.DtypeUnsupportedError(
                 f"Tensor.from_bf16_bits: dtype {bits.dtype} is not supported (uint16 bit patterns)"
             )
-        tensor = cls._wrap(_bits_handle(bits))
-        tensor._shape = tuple(bits.shape)
-        return tensor
+        return cls._wrap(_bits_handle(bits), tuple(bits.shape))
 
     # ---- devices -------------------------------------------------------------------------------
     @property
@@ -204,7 +199,8 @@ class Tensor:
     def to(self, device: str) -> Tensor:
         """The same values on `device` (this tensor's view when it is already there; otherwise
         realized and copied now, compact row-major)."""
-        return Tensor._wrap(_new_handle(lib.tgrad_tensor_to, self._handle, _device_number(device)))
+        handle = _new_handle(lib.tgrad_tensor_to, self._handle, _device_number(device))
+        return Tensor._wrap(handle, self._shape)  # the same shape, on the device
 
     # ---- lifetime -------------------------------------------------------------------------------
     def release(self) -> None:

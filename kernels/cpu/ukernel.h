@@ -63,6 +63,9 @@ typedef struct tg_ukernel {
      * as the packed kernels (only for a variant whose hardware treats subnormal inputs as zero). */
     void (*skinny)(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                    uint16_t *out, int64_t ldout);
+    /* with skinny: the most rows the frame sends it where B is not small, past 16 in passes of 12
+     * rows (B streamed once per pass), as far as that measured faster than the packed frame */
+    int32_t skinny_rows;
     /* optional: the main kernel (mr rows) reading row-major A in place instead of packed, over
      * kc elements of each row ((kc + 1) / 2 pairs of the packed B panel): row r's pair p is the
      * 32-bit word at a + r * lda + 2p (lda in elements); for an odd kc the last pair is element

@@ -400,5 +400,5 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_avx512bf16 = {
     .name = "avx512bf16", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 512, .pack_a = pack_a_fast, .pack_b = pack_b_bf16_avx512,
-    .kernel = kernel, .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec, .skinny = skinny,
+    .kernel = kernel, .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec, .skinny = skinny, .skinny_rows = 48,
     .kernel_direct = kernel_direct, .available = available, .peak = peak };

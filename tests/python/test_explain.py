@@ -173,6 +173,30 @@ def test_text_that_grows_between_length_and_read_is_asked_again() -> None:
     assert calls == [0, 6, 14]
 
 
+@pytest.mark.parametrize(("variant", "most_rows"), [("avx512f", 48), ("avx2", 16)])
+def test_fma_variants_stream_one_row_and_short_m(variant: str, most_rows: int) -> None:
+    """The FMA variants have the one-row path (row- and column-major B, and a one-column product)
+    and the few-rows path; past 16 rows AVX2 packs (its passes of 12 rows measured slower)."""
+    if not tgrad.cpu_isas().get(variant):
+        pytest.skip(f"this CPU cannot run {variant}")
+    def ones(*shape: int) -> tgrad.Tensor:
+        return tgrad.Tensor.from_numpy(np.ones(shape, np.float32))
+
+    try:
+        tgrad.set_cpu_isa(variant)
+        b = ones(40, 70)
+        assert (ones(1, 40) @ b).route == f"cpu.{variant}.rowvec"
+        assert (ones(1, 40) @ ones(70, 40).T).route == f"cpu.{variant}.rowvec"
+        assert (ones(70, 40) @ ones(40, 1)).route == f"cpu.{variant}.rowvec"
+        for m, route in ((2, "skinny"), (16, "skinny"), (17, "gemm")):
+            assert (ones(m, 40) @ b).route == f"cpu.{variant}.{route}"
+        big_b = ones(1024, 1024)
+        assert (ones(most_rows, 1024) @ big_b).route == f"cpu.{variant}.skinny"
+        assert (ones(most_rows + 1, 1024) @ big_b).route == f"cpu.{variant}.gemm"
+    finally:
+        tgrad.set_cpu_isa("auto")
+
+
 @pytest.mark.skipif(not tgrad.cpu_isas().get("avx512bf16"), reason="this CPU has no AVX512-BF16")
 def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
     b = tgrad.Tensor.from_numpy(np.ones((40, 70), np.float32))

@@ -330,11 +330,11 @@ static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, con
 }
 
 /* Short M on a variant that streams row-major B: column strips as tasks, A packed into one
- * 16-row panel. Up to 16 rows in one pass over B; up to SKINNY_PASS_ROWS (when B is not small) in
- * passes of 12, B streamed once per pass: still ahead of packing B for the GEMM frame (C loop,
- * 2 threads: 24x4096x4096 1.79 -> 1.15 ms, 48x4096x4096 2.67 -> 2.27, 24x1024x1024 97 -> 66 us;
- * 32x512x512 24 vs 27 us and 96x4096x4096 4.4 vs 4.7 ms the other way). */
-#define SKINNY_PASS_ROWS 48
+ * 16-row panel. Up to 16 rows in one pass over B; up to the variant's skinny_rows (when B is not
+ * small) in passes of 12, B streamed once per pass, where that is still ahead of packing B for the
+ * GEMM frame (AVX512-BF16, C loop, 2 threads: 24x4096x4096 1.79 -> 1.15 ms, 48x4096x4096 2.67 ->
+ * 2.27, 24x1024x1024 97 -> 66 us; 32x512x512 24 vs 27 us and 96x4096x4096 4.4 vs 4.7 ms the other
+ * way). */
 #define SKINNY_PASS_B (1024.0 * 1024.0) /* K x N elements */
 typedef struct {
     const tg_ukernel *uk;
@@ -716,7 +716,7 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
     P->threads = small ? 1 : tg_pool_threads();
     const tg_ukernel *S = stream_variant(sel);
     if (P->M == 1 && S->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
-    else if (S->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= SKINNY_PASS_ROWS && (double)K * P->N >= SKINNY_PASS_B)))
+    else if (S->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;
     else P->path = PATH_GEMM;
 }

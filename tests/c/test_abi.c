@@ -223,6 +223,7 @@ static void test_variants_agree_on_shape_classes(void) {
                                          { 7, 8200, 1100 }, /* short M streaming B row by row */
                                          { 4, 1001, 1060 }, { 6, 130, 545 }, /* 4- and 8-row skinny tiles */
                                          { 30, 1100, 1000 }, /* short M in passes of 12 rows */
+                                         { 5, 300, 73 }, { 14, 77, 25 }, /* skinny tiles with 9 columns left */
                                          { 250, 1100, 300 }, /* one 250-row block over three K panels */
                                          { 100, 1000, 1100 } }; /* A in place, B over 2 MiB: chunked */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

@@ -147,13 +147,13 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     }
 }
 
-/* ---- one output row, B streamed once (M = 1, and N = 1 after the frame's transpose) ----
- * As on AVX512F: B read in place, its bf16 elements widened in registers (MXCSR's DAZ treats a
- * subnormal one as the signed zero packing makes of it, so each sum is the packed kernel's); A's
- * row arrives packed, pair p's (odd, even) fp32 entries at a[2p], a[2p + 1], an odd K's last pair
- * (+0, element) with its missing B row +0. Through the packed frame a one-row product computed a
- * 6-row tile per 16 columns and packed all of B (Zen 4, 2 threads: 1x4096x4096 2.8 ms,
- * 4096x4096x1 10.8 ms). */
+/* ---- one output row (M = 1, and N = 1 after the frame's transpose) and a few rows ----
+ * B streamed once, read in place (stream_fma.h says what is shared with AVX512F). Through the
+ * packed frame a one-row product computed a 6-row tile per 16 columns and packed all of B (Zen 4,
+ * 2 threads: 1x4096x4096 2.8 ms, 4096x4096x1 10.8 ms). */
+#define SK_TILE 16
+#include "stream_fma.h"
+
 static inline __m256 widen8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
@@ -230,7 +230,7 @@ static inline void transpose8(__m256i r[8]) {
  * 8x8 blocks are loaded as vectors, unrolled (indexing the transposed vectors with a variable
  * spills them), each column's stream prefetched ahead; the edges (columns past nb, pairs past K,
  * an odd K's last element alone) go through a zero-padded copy. */
-#define COL_STEP(acc, p, w)                                                                                   \
+#define COL_STEP(acc, p, w)                                                                         \
     acc = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2 * (p)), _mm256_castsi256_ps(_mm256_and_si256(w, odd_mask)), acc), \
     acc = _mm256_fmadd_ps(_mm256_broadcast_ss(a + 2 * (p) + 1), _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), acc)
 static inline __attribute__((always_inline)) __m256 cols_block_whole(const float *a, const uint16_t *col, int64_t s1,
@@ -286,36 +286,19 @@ static void rowvec_cols(const float *a, const tg_operand *B, int64_t K, int64_t 
     }
 }
 
-static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    const float *a = (const float *)apairs; /* this variant packs A as fp32 (odd, even) entries */
-    if (B->s1 != 1 && B->s0 != 1) return false;
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
-    if (B->s1 == 1) rowvec_rows(a, B->base + n0, B->s0, K, nb, out);
-    else rowvec_cols(a, B, K, n0, nb, out);
-    _mm_setcsr(csr);
-    return true;
-}
-
-/* ---- a few rows (2..16), row-major B streamed once, unpacked ----
- * As on AVX512F: B read in place and widened in registers, the A panel packed once (16 rows,
- * zero-padded: row r's pair p at a[(16p + r) * 2], odd then even), a strip of up to 512 columns
- * walked in K chunks of 64 pairs, the next chunk prefetched while one computes, accumulators in
- * registers within a chunk and in an L1 strip buffer between chunks. A tile is 16 columns of up
- * to 6 rows (12 accumulators, two widened B vectors, one A broadcast: the 16 registers); more
- * rows are further groups over the same chunk, in L2 by then. The last tile of a strip narrower
- * than 16 columns reads B through a zero-padded copy. Zen 4, 2 threads, against the packed frame
- * (the previous build and this one alternated in one process): 2 rows x 4096 x 4096 1.8x, 4 rows
- * 1.55x, 8 rows 1.19x, 12 rows 1.09x, 16 rows 0.97x (the three row groups each read the chunk
- * from L2, and 16 columns are half a line: ~60% of the FMA peak on one thread); passes of 12
- * rows for 24-48 rows measured 19-26% slower, so skinny_rows is 16. Widening with two in-lane
- * unpacks against zero instead of vpmovzxwd and a shift needs a register for the zero, and the
- * spill made it 1.6x slower. */
-enum { SK_STRIP = 512, SK_CHUNK = 64 };
+/* A few rows (2..16): a tile is 16 columns of up to 6 rows (12 accumulators, two widened B
+ * vectors, one A broadcast: the 16 registers); more rows are further groups over the same chunk,
+ * in L2 by then. The last tile of a strip narrower than 16 columns reads B through a zero-padded
+ * copy. Zen 4, 2 threads, against the packed frame (the previous build and this one alternated in
+ * one process): 2 rows x 4096 x 4096 1.8x, 4 rows 1.55x, 8 rows 1.19x, 12 rows 1.09x, 16 rows
+ * 0.97x (the three row groups each read the chunk from L2, and 16 columns are half a line: ~60% of
+ * the FMA peak on one thread); passes of 12 rows for 24-48 rows measured 19-26% slower, so
+ * skinny_rows is 16. Widening with two in-lane unpacks against zero instead of vpmovzxwd and a
+ * shift needs a register for the zero, and the spill made it 1.6x slower. */
 #define R2(X) X(0) X(1)
 #define R4(X) R2(X) X(2) X(3)
 #define SK_INIT(r)                                                                                  \
-    __m256 c##r##0 = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + (r0 + r) * SK_STRIP + j),  \
+    __m256 c##r##0 = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + (r0 + r) * SK_STRIP + j),   \
            c##r##1 = first ? _mm256_setzero_ps() : _mm256_load_ps(acc + (r0 + r) * SK_STRIP + j + 8);
 #define SK_ODD(r) { __m256 x = _mm256_broadcast_ss(ap + 2 * (r)); c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
 #define SK_EVEN(r) { __m256 x = _mm256_broadcast_ss(ap + 2 * (r) + 1); c##r##0 = _mm256_fmadd_ps(x, b0, c##r##0); c##r##1 = _mm256_fmadd_ps(x, b1, c##r##1); }
@@ -326,9 +309,8 @@ enum { SK_STRIP = 512, SK_CHUNK = 64 };
     }
 #define SK_SAVE(r) _mm256_store_ps(acc + (r0 + r) * SK_STRIP + j, c##r##0), _mm256_store_ps(acc + (r0 + r) * SK_STRIP + j + 8, c##r##1);
 #define DEFINE_SK_GROUP(NAME, ROWLIST)                                                              \
-    static void NAME(int64_t q0, int64_t q1, bool first, bool last, const float *a, int32_t r0, int32_t rows, \
-                     const uint16_t *b, int64_t ldb, int64_t full, int32_t j, int32_t w, float *acc,           \
-                     uint16_t *out, int64_t ldout, tg_line_walk *next) {                            \
+    static void NAME(int32_t r0, const sk_args *S) {                                                \
+        SK_UNPACK(S)                                                                                \
         bool whole = w - j >= 16;                                                                   \
         ROWLIST(SK_INIT)                                                                            \
         for (int64_t p = q0; p < q1; p++) {                                                         \
@@ -360,33 +342,11 @@ DEFINE_SK_GROUP(sk_group_6, ROWS)
 #undef SK_SAVE
 #undef DEFINE_SK_GROUP
 
-static void skinny_strip(int64_t K, const float *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t w,
-                         uint16_t *out, int64_t ldout) {
-    __attribute__((aligned(32))) float acc[16 * SK_STRIP];
-    int64_t kp = (K + 1) / 2, full = K / 2;
-    int32_t tiles = (w + 15) / 16;
-    for (int64_t q0 = 0; q0 < kp; q0 += SK_CHUNK) {
-        int64_t q1 = q0 + SK_CHUNK < kp ? q0 + SK_CHUNK : kp;
-        /* the next chunk's rows in whole lines: two per pair of the first group cover them */
-        tg_line_walk next = { .base = (const char *)(b + 2 * q1 * ldb), .run_stride = ldb * 2, .lines = (w + 31) / 32,
-                              .runs = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK) };
-        for (int32_t tl = 0; tl < tiles; tl++)
-            for (int32_t r0 = 0; r0 < rows; r0 += 6) { /* groups of 6 rows, then 2 or 4: never past row 16 */
-                int32_t g = rows - r0 < 6 ? rows - r0 : 6;
-                (g <= 2 ? sk_group_2 : g <= 4 ? sk_group_4 : sk_group_6)(q0, q1, q0 == 0, q1 == kp, a, r0, rows, b, ldb,
-                                                                         full, 16 * tl, w, acc, out, ldout,
-                                                                         r0 ? NULL : &next);
-            }
-    }
-}
-
-static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
-                   uint16_t *out, int64_t ldout) {
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
-    for (int32_t j = 0; j < cols; j += SK_STRIP)
-        skinny_strip(K, (const float *)a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
-    _mm_setcsr(csr);
+static int32_t sk_group(int32_t r0, const sk_args *S) { /* 6 rows, then 2 or 4: never past row 16 */
+    int32_t rest = S->rows - r0;
+    if (rest <= 2) return sk_group_2(r0, S), 2;
+    if (rest <= 4) return sk_group_4(r0, S), 4;
+    return sk_group_6(r0, S), 6;
 }
 
 static int available(void) {

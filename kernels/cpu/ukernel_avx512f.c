@@ -64,23 +64,23 @@ static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
 #define TILE_BODY(ROWLIST, SETUP, TAIL)                                                             \
     unsigned csr = _mm_getcsr();                                                                    \
     _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */                                                      \
-    ROWLIST(K_DECL)                                                                                     \
-    if (t->load) { ROWLIST(K_LOAD) }                                                                    \
+    ROWLIST(K_DECL)                                                                                 \
+    if (t->load) { ROWLIST(K_LOAD) }                                                                \
     for (int64_t p = 0; p < kpairs; p++) {                                                          \
         SETUP                                                                                       \
         __m512i w0 = _mm512_loadu_si512(b + p * NR), w1 = _mm512_loadu_si512(b + p * NR + 16);      \
         __m512 b0 = odd_f32(w0), b1 = odd_f32(w1);                                                  \
-        ROWLIST(K_ODD)                                                                                  \
+        ROWLIST(K_ODD)                                                                              \
         b0 = even_f32(w0), b1 = even_f32(w1);                                                       \
-        ROWLIST(K_EVEN)                                                                                 \
+        ROWLIST(K_EVEN)                                                                             \
     }                                                                                               \
     TAIL                                                                                            \
     _mm_setcsr(csr);                                                                                \
     if (t->out) {                                                                                   \
         __mmask32 m = col_mask32(t->cols);                                                          \
-        ROWLIST(K_OUT)                                                                                  \
+        ROWLIST(K_OUT)                                                                              \
     } else {                                                                                        \
-        ROWLIST(K_ACC)                                                                                  \
+        ROWLIST(K_ACC)                                                                              \
     }
 
 /* Packed A: each FMA broadcasts its A entry from memory itself (an embedded broadcast, written in
@@ -98,7 +98,7 @@ static inline __m512 fma_bcast(__m512 c, __m512 b, const float *x) {
  * 12-row tile before (Zen 4, 2 threads, paired in one process: 49x70x90 +16%, 64^3 and
  * 100x1000x1100 +6%, 127x255x511 +2%). */
 #define DEFINE_KERNEL(NAME, ROWS, ROWLIST)                                                          \
-    static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {           \
+    static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {            \
         enum { TILE_ROWS = ROWS };                                                                  \
         const float *a = a_;                                                                        \
         const uint32_t *b = b_;                                                                     \
@@ -165,14 +165,13 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 #undef K_ZERO
 #undef ODD_TAIL
 
-/* ---- one output row, B streamed once (M = 1, and N = 1 after the frame's transpose) ----
- * As on AVX512-BF16 (memory-bound shapes want each byte of B read once, in long runs), with FMAs:
- * B is read in place and its bf16 elements widened in registers; MXCSR's DAZ makes the FMAs treat
- * a subnormal one as the signed zero packing makes of it, so each sum is the packed kernel's. A's
- * row arrives packed: pair p's (odd, even) fp32 entries at a[2p], a[2p + 1]; an odd K's last pair
- * is (+0, element), and its missing B row is +0, as packing makes them. Through the packed frame
- * a one-row product computed a 12-row tile per 32 columns and packed all of B (Zen 4, 2 threads:
- * 1x4096x4096 3.4 ms, 4096x4096x1 3.4 ms). */
+/* ---- one output row (M = 1, and N = 1 after the frame's transpose) and a few rows ----
+ * B streamed once, read in place, as on AVX512-BF16 (stream_fma.h says what is shared with AVX2).
+ * Through the packed frame a one-row product computed a 12-row tile per 32 columns and packed all
+ * of B (Zen 4, 2 threads: 1x4096x4096 3.4 ms, 4096x4096x1 3.4 ms). */
+#define SK_TILE 32
+#include "stream_fma.h"
+
 static inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 /* Row-major B: a strip of up to 1024 columns, fp32 accumulators in L1, B's rows read whole. */
@@ -205,87 +204,28 @@ static void rowvec_rows(const float *a, const uint16_t *b, int64_t ldb, int64_t 
     }
 }
 
-/* Column-major B (column j's k-pairs are adjacent words): 16 columns x 16 pairs per transpose,
- * two 16-column groups in flight (each lane's sum is one chain in pair order, the contract's).
- * Whole 16x16 blocks take an unrolled path with each column's stream prefetched ahead (indexing
- * the transposed vectors with a variable spills them); the edges take the masked path. */
-#define COL_STEP(acc, p, w)                                                                         \
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * (p)]), odd_f32(w), acc),                             \
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * (p) + 1]), even_f32(w), acc)
-static inline void cols_block_masked(const float *a, const tg_operand *B, int64_t n0, int64_t nb, int64_t col0,
-                                     int64_t p0, int64_t kp, int64_t full, __m512 *acc) {
-    int64_t cols = nb - col0 < 0 ? 0 : nb - col0 > 16 ? 16 : nb - col0;
-    __m512i r[16];
-    int64_t pairs = load_pairs_transposed(cols ? B->base + (n0 + col0) * B->s1 : B->base, B->s1, cols, p0, kp, full, r);
-    for (int64_t p = 0; p < pairs; p++) COL_STEP(*acc, p0 + p, r[p]);
-}
-
-static inline __attribute__((always_inline)) __m512 cols_block_whole(const float *a, const uint16_t *col, int64_t s1,
-                                                                     int64_t p0, __m512 acc) {
-    enum { AHEAD = 256 }; /* elements: 512 bytes ahead in each column's stream */
-    __m512i r[16];
-#pragma GCC unroll 16
-    for (int c = 0; c < 16; c++) {
-        const uint16_t *src = col + c * s1 + 2 * p0;
-        _mm_prefetch((const char *)(src + AHEAD), TG_PREFETCH_HINT);
-        r[c] = _mm512_loadu_si512((const void *)src);
-    }
-    transpose16(r);
-#pragma GCC unroll 16
-    for (int p = 0; p < 16; p++) COL_STEP(acc, p0 + p, r[p]);
-    return acc;
-}
+/* Column-major B: rowvec_cols_avx512.h, with two FMAs per pair (odd, then even). */
+#define COL_A float
+#define COL_STEP(acc, a, p, w)                                                                      \
+    acc = _mm512_fmadd_ps(_mm512_set1_ps((a)[2 * (p)]), odd_f32(w), acc),                           \
+    acc = _mm512_fmadd_ps(_mm512_set1_ps((a)[2 * (p) + 1]), even_f32(w), acc)
+#include "rowvec_cols_avx512.h"
 #undef COL_STEP
+#undef COL_A
 
-static void rowvec_cols(const float *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    int64_t kp = (K + 1) / 2, full = K / 2, whole_blocks = full / 16 * 16;
-    for (int64_t j0 = 0; j0 < nb; j0 += 32) {
-        __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
-        int64_t p0 = 0;
-        if (j0 + 32 <= nb) {
-            const uint16_t *col = B->base + (n0 + j0) * B->s1;
-            for (; p0 < whole_blocks; p0 += 16) {
-                acc[0] = cols_block_whole(a, col, B->s1, p0, acc[0]);
-                acc[1] = cols_block_whole(a, col + 16 * B->s1, B->s1, p0, acc[1]);
-            }
-        }
-        for (; p0 < kp; p0 += 16)
-            for (int h = 0; h < 2; h++) cols_block_masked(a, B, n0, nb, j0 + 16 * h, p0, kp, full, &acc[h]);
-        store_bf16x16(out + j0, acc[0], col_mask((int32_t)(nb - j0)));
-        store_bf16x16(out + j0 + 16, acc[1], col_mask((int32_t)(nb - j0 - 16)));
-    }
-}
-
-static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    const float *a = (const float *)apairs; /* this variant packs A as fp32 (odd, even) entries */
-    if (B->s1 != 1 && B->s0 != 1) return false;
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
-    if (B->s1 == 1) rowvec_rows(a, B->base + n0, B->s0, K, nb, out);
-    else rowvec_cols(a, B, K, n0, nb, out);
-    _mm_setcsr(csr);
-    return true;
-}
-
-/* ---- a few rows (2..16), row-major B streamed once, unpacked ----
- * As on AVX512-BF16: B read in place (widened in registers, MXCSR's DAZ as above), the A panel
- * packed once (16 rows, zero-padded: row r's pair p at a[(16p + r) * 2], odd then even). A strip
- * of up to 512 columns is walked in K chunks of 64 pairs, tile by tile (32 columns), the
- * accumulators in registers within a chunk and in an L1 strip buffer between chunks; while a chunk
- * computes, the next one is prefetched line by line in row order. A tile computes up to 12 rows in
- * registers (24 accumulators, the four widened B vectors of a pair, A broadcast by the FMAs);
- * rows 12-15 are a second group over the same chunk, in L2 by then. Zen 4, 2 threads, against
- * the packed frame (the previous build and this one alternated in one process): 2 and 4 rows x
- * 4096 x 4096 2.7-2.8x, 8 rows 2.0x, 12 and 16 rows 1.6-1.7x, and in passes of 12 rows 24 and 32
- * rows 1.3x, 48 rows 1.07x, so skinny_rows is 48. */
-enum { SK_STRIP = 512, SK_CHUNK = 64 };
+/* A few rows (2..16): a tile is 32 columns of up to 12 rows in registers (24 accumulators, the
+ * four widened B vectors of a pair, A broadcast by the FMAs); rows 12-15 are a second group over
+ * the same chunk, in L2 by then. Zen 4, 2 threads, against the packed frame (the previous build
+ * and this one alternated in one process): 2 and 4 rows x 4096 x 4096 2.7-2.8x, 8 rows 2.0x, 12
+ * and 16 rows 1.6-1.7x, and in passes of 12 rows 24 and 32 rows 1.3x, 48 rows 1.07x, so
+ * skinny_rows is 48. */
 #define SK_INIT(r)                                                                                  \
-    __m512 c##r##a = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r0 + r) * SK_STRIP + j),  \
+    __m512 c##r##a = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r0 + r) * SK_STRIP + j),   \
            c##r##b = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r0 + r) * SK_STRIP + j + 16);
 #define SK_STEP(r)                                                                                  \
     {                                                                                               \
         const float *x = ap + 2 * (r);                                                              \
-        c##r##a = fma_bcast(c##r##a, bo0, x), c##r##b = fma_bcast(c##r##b, bo1, x);                \
+        c##r##a = fma_bcast(c##r##a, bo0, x), c##r##b = fma_bcast(c##r##b, bo1, x);                 \
         c##r##a = fma_bcast(c##r##a, be0, x + 1), c##r##b = fma_bcast(c##r##b, be1, x + 1);         \
     }
 #define SK_OUT(r)                                                                                   \
@@ -293,10 +233,9 @@ enum { SK_STRIP = 512, SK_CHUNK = 64 };
                        store_bf16x16(out + (r0 + r) * ldout + j + 16, c##r##b, m1);
 #define SK_SAVE(r) _mm512_store_ps(acc + (r0 + r) * SK_STRIP + j, c##r##a), _mm512_store_ps(acc + (r0 + r) * SK_STRIP + j + 16, c##r##b);
 #define DEFINE_SK_GROUP(NAME, ROWLIST)                                                              \
-    static void NAME(int64_t q0, int64_t q1, bool first, bool last, const float *a, int32_t r0, int32_t rows, \
-                     const uint16_t *b, int64_t ldb, int64_t full, int32_t j, int32_t w, float *acc,           \
-                     uint16_t *out, int64_t ldout, tg_line_walk *next) {                            \
-        __mmask16 m0 = col_mask(w - j), m1 = col_mask(w - j - 16);                                 \
+    static void NAME(int32_t r0, const sk_args *S) {                                                \
+        SK_UNPACK(S)                                                                                \
+        __mmask16 m0 = col_mask(w - j), m1 = col_mask(w - j - 16);                                  \
         ROWLIST(SK_INIT)                                                                            \
         for (int64_t p = q0; p < q1; p++) {                                                         \
             if (next) tg_prefetch_lines(next, 2);                                                   \
@@ -322,33 +261,11 @@ DEFINE_SK_GROUP(sk_group_12, R12)
 #undef SK_SAVE
 #undef DEFINE_SK_GROUP
 
-static void skinny_strip(int64_t K, const float *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t w,
-                         uint16_t *out, int64_t ldout) {
-    __attribute__((aligned(64))) float acc[16 * SK_STRIP];
-    int64_t kp = (K + 1) / 2, full = K / 2;
-    int32_t tiles = (w + 31) / 32;
-    for (int64_t q0 = 0; q0 < kp; q0 += SK_CHUNK) {
-        int64_t q1 = q0 + SK_CHUNK < kp ? q0 + SK_CHUNK : kp;
-        /* the next chunk's rows, `tiles` lines each: two per pair of the first group cover them */
-        tg_line_walk next = { .base = (const char *)(b + 2 * q1 * ldb), .run_stride = ldb * 2, .lines = tiles,
-                              .runs = 2 * (kp - q1 < SK_CHUNK ? kp - q1 : SK_CHUNK) };
-        for (int32_t tl = 0; tl < tiles; tl++)
-            for (int32_t r0 = 0; r0 < rows; r0 += 12) {
-                int32_t g = rows - r0 < 12 ? rows - r0 : 12;
-                (g <= 4 ? sk_group_4 : g <= 8 ? sk_group_8 : sk_group_12)(q0, q1, q0 == 0, q1 == kp, a, r0, rows, b, ldb,
-                                                                          full, 32 * tl, w, acc, out, ldout,
-                                                                          r0 ? NULL : &next);
-            }
-    }
-}
-
-static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
-                   uint16_t *out, int64_t ldout) {
-    unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
-    for (int32_t j = 0; j < cols; j += SK_STRIP)
-        skinny_strip(K, (const float *)a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
-    _mm_setcsr(csr);
+static int32_t sk_group(int32_t r0, const sk_args *S) {
+    int32_t rest = S->rows - r0;
+    if (rest <= 4) return sk_group_4(r0, S), 4;
+    if (rest <= 8) return sk_group_8(r0, S), 8;
+    return sk_group_12(r0, S), 12; /* 13-16 rows: 12, then 4 */
 }
 
 static int available(void) {

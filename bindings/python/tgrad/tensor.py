@@ -649,10 +649,8 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     status = lib.tgrad_matmul(ha, hb, out)
     if status:
         _check(status)
-    c = Tensor._wrap(int(out[0]))
-    sa, sb = a._shape, b._shape
-    if sa is not None and sb is not None:  # libtgrad checked [M, K] @ [K, N]
-        c._shape = (sa[0], sb[1])
+    sa, sb = a._shape, b._shape  # libtgrad checked [M, K] @ [K, N]
+    c = Tensor._wrap(int(out[0]), (sa[0], sb[1]) if sa is not None and sb is not None else None)
     if (recorder := _RECORDER.get()) is not None:
         recorder.report("matmul", c, (a, b), {})
     return c

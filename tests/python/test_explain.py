@@ -179,6 +179,7 @@ def test_fma_variants_stream_one_row_and_short_m(variant: str, most_rows: int) -
     and the few-rows path; past 16 rows AVX2 packs (its passes of 12 rows measured slower)."""
     if not tgrad.cpu_isas().get(variant):
         pytest.skip(f"this CPU cannot run {variant}")
+
     def ones(*shape: int) -> tgrad.Tensor:
         return tgrad.Tensor.from_numpy(np.ones(shape, np.float32))
 

@@ -259,6 +259,20 @@ def test_huge_slice_bounds_and_steps_clamp_like_numpy(bf16_bits: Bits) -> None:
         same(t[key], x[key])
 
 
+@pytest.mark.parametrize("n", [1, 2, 5])
+@pytest.mark.parametrize("step", [-1, -2, -3])
+def test_negative_step_slices_clamp_at_minus_len_like_numpy(bf16_bits: Bits, n: int, step: int) -> None:
+    """stop == -len with a negative step names the position before the first element: the slice
+    runs down to (and includes) element 0; -len - 1 clamps the same way; start == -len is element
+    0 itself (a one-element slice)."""
+    x = bf16_bits(n, n)
+    t = Tensor.from_bf16_bits(x)
+    for key in [slice(None, -n, step), slice(n - 1, -n, step), slice(None, -n - 1, step),
+                slice(-n, None, step), slice(-n, -n, step), slice(n, -n, step), slice(-1, -n, step)]:
+        same(t[key], x[key])
+        same(t[:, key], x[:, key])
+
+
 @pytest.mark.parametrize("index", [4, -5, 1 << 62, -(1 << 63), 10**30])
 def test_integer_index_out_of_range(index: int) -> None:
     t = Tensor.from_numpy(np.zeros((4, 3), np.float32))

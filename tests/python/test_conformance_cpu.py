@@ -8,6 +8,7 @@ this machine runs, and one thread as well as the default count, must give the sa
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 import pytest
@@ -136,3 +137,52 @@ def test_view_operands_share_their_base_buffer(case):
         base_t = tgrad.Tensor.from_numpy(base)
         viewed = view(base_t, which)
         assert viewed.shares_buffer(base_t), f"{case.id}: operand {which} was copied"
+
+
+# Products at or above libtgrad's single-thread threshold (cpu/matmul.c SMALL_MNK: 2^21
+# multiply-adds) split into tasks over the pool; thread counts that do not divide the row and
+# column blocks evenly (3, 5) leave uneven last tasks that the default count (2 on CI) and one
+# thread never exercise.
+SMALL_MNK = 1 << 21
+THREADED_CASES = [c for c in CASES if c.m * c.k * c.n >= SMALL_MNK]
+
+
+def test_roster_has_products_above_the_single_thread_threshold():
+    assert len(THREADED_CASES) >= 5, [c.id for c in THREADED_CASES]
+    assert {c.family for c in THREADED_CASES} >= {"sentinel", "odd_prime"}
+
+
+@pytest.mark.parametrize("threads", [3, 5])
+@pytest.mark.parametrize("case", THREADED_CASES, ids=[c.id for c in THREADED_CASES])
+def test_odd_thread_counts_above_the_threshold_match_oracle(case, threads):
+    a_t, b_t, a_bits, b_bits, want = _operands(case)
+    for isa in _variants():
+        if isa is not None:
+            tgrad.set_cpu_isa(isa)
+        tgrad.set_num_threads(threads)
+        got = _run(a_t, b_t)
+        if not np.array_equal(got, want):
+            pytest.fail(f"{case.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: "
+                        + _describe(got, want, np.asarray(a_bits), np.asarray(b_bits)))
+
+
+@pytest.mark.parametrize("threads", [3])
+@pytest.mark.parametrize("shape", [(1, 2048, 1024), (1024, 2048, 1), (12, 512, 1024), (40, 256, 1024)],
+                         ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else str(s))
+def test_streamed_routes_with_three_threads_match_oracle(shape, threads):
+    """The one-row (rowvec) and few-rows (skinny) routes split their columns into strips per thread:
+    with 3 threads above the threshold every strip must still be written."""
+    m, k, n = shape
+    rng = np.random.default_rng(m * 7 + n)
+    a_bits = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    b_bits = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    want = matmul_bits(a_bits, b_bits)
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    for isa in _variants():
+        if isa is not None:
+            tgrad.set_cpu_isa(isa)
+        tgrad.set_num_threads(threads)
+        got = _run(a_t, b_t)
+        if not np.array_equal(got, want):
+            pytest.fail(f"{m}x{k}x{n} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: "
+                        + _describe(got, want, a_bits, b_bits))

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable, Generator, Iterator
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,20 @@ def opencl_device() -> str:
     if os.environ.get("TGRAD_REQUIRE_OPENCL") == "1":
         pytest.fail(f"TGRAD_REQUIRE_OPENCL=1, but {reason}")
     pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Says, at the end of the run, which backends' tests were skipped and why: a machine without
+    an OpenCL driver skips the OpenCL suite, and that must be visible in the output rather than
+    hidden in the skip count (CI sets TGRAD_REQUIRE_OPENCL=1, which fails them instead)."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        if "backend is unavailable" in reason:
+            reason = reason.removeprefix("Skipped: ")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in sorted(reasons.items()):
+        terminalreporter.write_line(
+            f"tgrad: {count} test(s) skipped because {reason} "
+            "(set TGRAD_REQUIRE_OPENCL=1 to fail them instead)", yellow=True)

@@ -345,6 +345,13 @@ TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t pan
  * 0 or the number of variants and every rate is >= 0. Results never depend on the choice. */
 TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 
+/* Elementwise kernels, for tests (an independent check against an outside oracle): out[i] =
+ * op(a[i]) for a unary op (b must be NULL) or op(a[i], b[i]) for a binary one, over n bf16
+ * values, run by the CPU kernel tensors will use. TGRAD_ERR_INVALID_ARGUMENT for a code outside
+ * the registry, n < 0, a NULL array with n > 0, or b given to a unary op; out is then untouched. */
+TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
+                                               int64_t n);
+
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

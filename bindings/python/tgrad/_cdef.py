@@ -165,6 +165,8 @@ tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
 tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
+tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
+                                     int64_t n);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

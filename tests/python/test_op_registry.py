@@ -42,3 +42,11 @@ def test_codes_outside_the_registry_name_no_op() -> None:
         assert ffi.string(lib.tgrad_op_name(op)) == b"unknown_op"
         assert lib.tgrad_op_arity(op) == 0
     assert lib.TGRAD_OP_NONE == 0
+
+
+def test_numerics_doc_table_lists_every_op() -> None:
+    text = (HEADER.parents[2] / "docs" / "numerics.md").read_text()
+    section = text.split("## Elementwise ops", 1)[1].split("\n## ", 1)[0]
+    rows = {int(code): (name, int(arity))
+            for code, name, arity in re.findall(r"^\| (\d+) \| `(\w+)` \| (\d) \|", section, re.M)}
+    assert rows == registry()

@@ -90,6 +90,11 @@ static uint16_t tables[TGRAD_OP_END_][65536];
 static atomic_int built[TGRAD_OP_END_];
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* noinline: no evaluation is moved across the environment's install or restore */
+static __attribute__((noinline)) void evaluate_all(double (*f)(double), uint16_t *table) {
+    for (uint32_t i = 0; i < 65536; i++) table[i] = round_to_bf16(f((double)tg_bf16_to_f32((uint16_t)i)));
+}
+
 static void build(tgrad_op op, uint16_t *table) {
     if (!evaluate[op]) {
         uint16_t x[256];
@@ -100,7 +105,7 @@ static void build(tgrad_op op, uint16_t *table) {
         return;
     }
     tg_fp_env env = tg_fp_env_ieee();
-    for (uint32_t i = 0; i < 65536; i++) table[i] = round_to_bf16(evaluate[op]((double)tg_bf16_to_f32((uint16_t)i)));
+    evaluate_all(evaluate[op], table);
     tg_fp_env_restore(env);
 }
 

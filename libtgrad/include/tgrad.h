@@ -112,6 +112,46 @@ TGRAD_API const char *tgrad_last_error(void);
 /* Status of the last failed call on this thread (TGRAD_OK if none). */
 TGRAD_API tgrad_status tgrad_last_status(void);
 
+/* ---- op registry -------------------------------------------------------------------------- */
+/* The one registry of elementwise ops. X(code, NAME, name, arity): arity 1 (unary) or 2 (binary).
+ * Codes are frozen: never renumber, never reuse; new ops are appended. Code 0 names no op, so a
+ * zeroed field never means one. Every op returns the correctly rounded bf16 (round to nearest
+ * even) of the exact result of its bf16 inputs: gradual underflow, overflow to inf, every NaN
+ * out the canonical 0x7FC0; the special cases of each op are in docs/numerics.md. gelu is the
+ * exact erf form, gelu_tanh torch's approximate="tanh" (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ * x^3))), its constants taken as exact reals); maximum and minimum propagate NaN and order
+ * -0 < +0. */
+#define TGRAD_OP_LIST(X)                                                                            \
+    X(1, RELU, relu, 1)                                                                             \
+    X(2, GELU, gelu, 1)                                                                             \
+    X(3, GELU_TANH, gelu_tanh, 1)                                                                   \
+    X(4, SILU, silu, 1)                                                                             \
+    X(5, SIGMOID, sigmoid, 1)                                                                       \
+    X(6, TANH, tanh, 1)                                                                             \
+    X(7, EXP, exp, 1)                                                                               \
+    X(8, NEG, neg, 1)                                                                               \
+    X(9, ABS, abs, 1)                                                                               \
+    X(10, SQUARE, square, 1)                                                                        \
+    X(11, RSQRT, rsqrt, 1)                                                                          \
+    X(12, ADD, add, 2)                                                                              \
+    X(13, SUB, sub, 2)                                                                              \
+    X(14, MUL, mul, 2)                                                                              \
+    X(15, DIV, div, 2)                                                                              \
+    X(16, MAXIMUM, maximum, 2)                                                                      \
+    X(17, MINIMUM, minimum, 2)
+
+typedef int32_t tgrad_op;
+#define TGRAD_OP_ENUM_(code, NAME, name, arity) TGRAD_OP_##NAME = code,
+enum tgrad_op_code { TGRAD_OP_NONE = 0, TGRAD_OP_LIST(TGRAD_OP_ENUM_) TGRAD_OP_END_ };
+#undef TGRAD_OP_ENUM_
+
+/* Number of ops; their codes are 1 .. count. */
+TGRAD_API int32_t tgrad_op_count(void);
+/* Stable snake_case name ("gelu_tanh"); "unknown_op" for a code outside the registry. */
+TGRAD_API const char *tgrad_op_name(tgrad_op op);
+/* 1 for a unary op, 2 for a binary one, 0 for a code outside the registry. */
+TGRAD_API int32_t tgrad_op_arity(tgrad_op op);
+
 /* ---- limits and types --------------------------------------------------------------------- */
 #define TGRAD_MAX_DIMS 8
 
@@ -304,6 +344,13 @@ TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t pan
  * tgrad_set_cpu_isa("auto") on; count 0 measures again. TGRAD_ERR_INVALID_ARGUMENT unless count is
  * 0 or the number of variants and every rate is >= 0. Results never depend on the choice. */
 TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
+
+/* Elementwise kernels, for tests (an independent check against an outside oracle): out[i] =
+ * op(a[i]) for a unary op (b must be NULL) or op(a[i], b[i]) for a binary one, over n bf16
+ * values, run by the CPU kernel tensors will use. TGRAD_ERR_INVALID_ARGUMENT for a code outside
+ * the registry, n < 0, a NULL array with n > 0, or b given to a unary op; out is then untouched. */
+TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
+                                               int64_t n);
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
 #define TGRAD_FORMAT_TEXT 1

@@ -218,8 +218,10 @@ def test_header_parse_finds_the_whole_api(header: Api) -> None:
     assert header.functions["tgrad_tensor_from_f32"][1] == (
         "const float *", "int32_t", "const int64_t *", "tgrad_tensor_t *")
     assert header.typedefs == {"tgrad_status": "int32_t", "tgrad_tensor_t": "uint64_t",
-                               "tgrad_deleter": "void (void *) *"}
+                               "tgrad_deleter": "void (void *) *", "tgrad_op": "int32_t"}
     assert header.enumerators["TGRAD_ERR_SHAPE_MISMATCH"] == 4
+    assert header.enumerators["TGRAD_OP_GELU_TANH"] == 3
+    assert header.functions["tgrad_op_name"] == ("const char *", ("tgrad_op",))
     for name in ("TGRAD_MAX_DIMS", "TGRAD_DTYPE_BF16", "TGRAD_DTYPE_F32", "TGRAD_DTYPE_F64",
                  "TGRAD_SLICE_START_NONE", "TGRAD_SLICE_STOP_NONE", "TGRAD_VERSION_MAJOR",
                  "TGRAD_VERSION_MINOR", "TGRAD_VERSION_PATCH", "TGRAD_VERSION_NUMBER"):
@@ -263,6 +265,7 @@ ALTERATIONS = [
      "tgrad_tensor_t differs"),
     ("status renumbered", "TGRAD_ERR_BAD_EXPAND = 7", "TGRAD_ERR_BAD_EXPAND = 70",
      "TGRAD_ERR_BAD_EXPAND differs"),
+    ("op renumbered", "TGRAD_OP_SILU = 4", "TGRAD_OP_SILU = 40", "TGRAD_OP_SILU differs"),
 ]
 
 

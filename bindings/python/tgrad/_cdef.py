@@ -60,6 +60,32 @@ const char *tgrad_status_category(tgrad_status status);
 const char *tgrad_last_error(void);
 tgrad_status tgrad_last_status(void);
 
+typedef int32_t tgrad_op;
+enum tgrad_op_code {
+    TGRAD_OP_NONE = 0,
+    TGRAD_OP_RELU = 1,
+    TGRAD_OP_GELU = 2,
+    TGRAD_OP_GELU_TANH = 3,
+    TGRAD_OP_SILU = 4,
+    TGRAD_OP_SIGMOID = 5,
+    TGRAD_OP_TANH = 6,
+    TGRAD_OP_EXP = 7,
+    TGRAD_OP_NEG = 8,
+    TGRAD_OP_ABS = 9,
+    TGRAD_OP_SQUARE = 10,
+    TGRAD_OP_RSQRT = 11,
+    TGRAD_OP_ADD = 12,
+    TGRAD_OP_SUB = 13,
+    TGRAD_OP_MUL = 14,
+    TGRAD_OP_DIV = 15,
+    TGRAD_OP_MAXIMUM = 16,
+    TGRAD_OP_MINIMUM = 17,
+    TGRAD_OP_END_ = 18
+};
+int32_t tgrad_op_count(void);
+const char *tgrad_op_name(tgrad_op op);
+int32_t tgrad_op_arity(tgrad_op op);
+
 #define TGRAD_MAX_DIMS 8
 #define TGRAD_DTYPE_BF16 1
 #define TGRAD_DTYPE_F32 2
@@ -139,6 +165,8 @@ tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
 tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
+tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
+                                     int64_t n);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

@@ -1,0 +1,53 @@
+/* Elementwise ops over contiguous arrays: the variant choice, the table-or-kernel dispatch, and
+ * tgrad_debug_elementwise (the tests' way in from outside the library). */
+#include "elementwise.h"
+
+static const tg_ew_variant *const variants[] = {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    &tg_ew_avx2,
+#endif
+    &tg_ew_portable,
+};
+enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };
+
+int32_t tg_ew_variant_count(void) { return NVARIANTS; }
+const tg_ew_variant *tg_ew_variant_at(int32_t index) {
+    return index >= 0 && index < NVARIANTS ? variants[index] : NULL;
+}
+
+static _Atomic(const tg_ew_variant *) best;
+
+const tg_ew_variant *tg_ew_best(void) {
+    const tg_ew_variant *v = atomic_load_explicit(&best, memory_order_acquire);
+    if (!v) { /* a race only repeats the same answer */
+        int i = 0;
+        while (!variants[i]->available()) i++; /* the portable variant is always available */
+        v = variants[i];
+        atomic_store_explicit(&best, v, memory_order_release);
+    }
+    return v;
+}
+
+void tg_ew_unary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *x, uint16_t *y, int64_t n) {
+    if (tg_ew_from_table(op)) v->lookup(tg_ew_table(op), x, y, n);
+    else v->unary(op, x, y, n);
+}
+
+void tg_ew_binary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb,
+                     uint16_t *y, int64_t n) {
+    v->binary(op, a, sa, b, sb, y, n);
+}
+
+TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
+                                               int64_t n) {
+    int32_t arity = tgrad_op_arity(op);
+    if (arity == 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_elementwise: %d is not an op code", (int)op);
+    if (n < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_elementwise: n = %lld < 0", (long long)n);
+    if (arity == 1 && b)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_elementwise: %s is unary, b must be NULL", tgrad_op_name(op));
+    if (n > 0 && (!a || !out || (arity == 2 && !b)))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_elementwise: NULL array with n = %lld", (long long)n);
+    if (arity == 1) tg_ew_unary(op, a, out, n);
+    else tg_ew_binary(op, a, b, out, n);
+    return TGRAD_OK;
+}

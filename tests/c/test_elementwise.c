@@ -1,0 +1,644 @@
+/* Elementwise ops are correctly rounded: every output is the bf16 nearest (ties to even) the op's
+ * exact result, on every variant, under any floating-point environment of the caller. Linked from
+ * libtgrad's objects (the kernels are hidden in the shared library). Prints "N passed, N failed".
+ *
+ *   test_elementwise unary      every unary op on all 65,536 inputs against a long double
+ *                               reference, with a margin check (below)
+ *   test_elementwise specials   the IEEE special cases each op states, and the debug entry point
+ *   test_elementwise threads    first use of the tables from 8 threads at once
+ *   test_elementwise binary [--stride S] [--threads T] [--op NAME]
+ *                               every binary op (or one) on all a and every S-th b (plus special
+ *                               values), against a double reference; S = 1 is all 2^32 pairs
+ *
+ * Every variant this CPU runs is checked, each under the default environment and under a hostile
+ * one (x86: MXCSR DAZ, FTZ and round toward zero; aarch64: FPCR.FZ and round toward zero); the
+ * kernels must give the same bytes and leave the caller's environment as they found it.
+ *
+ * Unary reference: long double (x86-64: a 64-bit significand, 11 bits more than double), with
+ * formulations that keep its digits. It decides the rounding only where it lies further from a
+ * bf16 midpoint than its own error could reach: the test fails for any input whose reference is
+ * within 2^-36 bf16 ulp of a midpoint (glibc's long double functions are accurate to a few ulps of
+ * 2^-64, amplified at most ~2^8 by the ops' condition numbers: ~2^-48 ulp), and prints the closest
+ * input of each op. Near 0, gelu, gelu_tanh and silu are x/2 + c x^2 with c > 0 where x/2 can be a
+ * midpoint exactly; the reference carries c x^2 as a separate tail there and the rounding follows
+ * its sign (those inputs are counted, and checked against mpmath in
+ * tests/python/test_elementwise_reference.py).
+ *
+ * Binary reference: double, rounded to bf16 by its own arithmetic (not the kernels' bit trick).
+ * double is exact or harmlessly inexact for every pair:
+ *  - a * b: two 8-bit significands make a 16-bit product, with an exponent in [-266, 256]:
+ *    exact in double;
+ *  - a + b, a - b: both are multiples of the smaller operand's ulp; when their exponents differ
+ *    by at most 44 the exact sum has at most 53 significant bits: exact. Otherwise the smaller
+ *    is below 2^-44 of the larger a, while the bf16 midpoints nearest a are at least 2^-9 a
+ *    away: the exact sum and its double rounding (which lies between a and the exact sum) both
+ *    fall strictly between those midpoints, and both round to a;
+ *  - a / b: the double quotient q' = RN(q) rounds differently from q only if a bf16 midpoint m
+ *    lies within half a double ulp of q (|q - m| <= 2^-53 |m|) and q != m. With a = A 2^i,
+ *    b = B 2^j (A, B integers below 2^8) and m = M 2^k (M odd, below 2^9):
+ *    q - m = (A 2^i - M B 2^(j+k)) / (B 2^j), a nonzero multiple of 2^min(i, j+k) over B 2^j,
+ *    so |q - m| / |m| >= 2^-17 > 2^-53 (i >= j+k since A < M B). The same bound makes fp32
+ *    (2^-24) enough for the kernels, and covers the midpoints at the underflow (2^-134 between
+ *    0 and the smallest subnormal) and overflow (between the largest finite and 2^128) edges;
+ *  - maximum, minimum: an input, chosen by IEEE 754-2019's maximum and minimum (NaN
+ *    propagates, -0 < +0). */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../libtgrad/src/ops/elementwise.h"
+#include "check.h"
+
+/* ---- floating-point environments ------------------------------------------------------------ */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+static uint64_t env_get(void) { return _mm_getcsr(); }
+static void env_set(uint64_t v) { _mm_setcsr((unsigned)v); }
+#define ENV_HOSTILE 0xffc0u /* exceptions masked, FTZ, round toward zero, DAZ */
+#define HAVE_HOSTILE_ENV 1
+#elif defined(__aarch64__)
+static uint64_t env_get(void) { uint64_t v; __asm__ volatile("mrs %0, fpcr" : "=r"(v)); return v; }
+static void env_set(uint64_t v) { __asm__ volatile("msr fpcr, %0" : : "r"(v) : "memory"); }
+#define ENV_HOSTILE ((1u << 24) | (3u << 22)) /* FZ, round toward zero */
+#define HAVE_HOSTILE_ENV 1
+#else
+static uint64_t env_get(void) { return 0; }
+static void env_set(uint64_t v) { (void)v; }
+#define ENV_HOSTILE 0u
+#define HAVE_HOSTILE_ENV 0
+#endif
+
+typedef struct { const tg_ew_variant *v; bool hostile; } run_cfg;
+static atomic_int env_leaks; /* calls that returned with another environment than they found */
+
+static void run_unary(run_cfg c, tgrad_op op, const uint16_t *x, uint16_t *y, int64_t n) {
+    uint64_t saved = env_get();
+    if (c.hostile) env_set(ENV_HOSTILE);
+    uint64_t before = env_get();
+    tg_ew_unary_on(c.v, op, x, y, n);
+    if (env_get() != before) atomic_fetch_add(&env_leaks, 1);
+    env_set(saved);
+}
+
+static void run_binary(run_cfg c, tgrad_op op, const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb,
+                       uint16_t *y, int64_t n) {
+    uint64_t saved = env_get();
+    if (c.hostile) env_set(ENV_HOSTILE);
+    uint64_t before = env_get();
+    tg_ew_binary_on(c.v, op, a, sa, b, sb, y, n);
+    if (env_get() != before) atomic_fetch_add(&env_leaks, 1);
+    env_set(saved);
+}
+
+static float bf16_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- unary reference: long double --------------------------------------------------------- */
+/* The exact value is v + tail, |tail| far below an ulp of v (tail is 0 but near 0, see top);
+ * exact: v + tail is the exact value, not an approximation (a midpoint then is a true tie). */
+typedef struct { long double v, tail; bool exact; } ref_value;
+
+static const long double PI_L = 3.14159265358979323846264338327950288L;
+
+static ref_value exact(long double v) { return (ref_value){ v, 0, true }; }
+static ref_value approx(long double v) { return (ref_value){ v, 0, false }; }
+/* x/2 + c x^2 for tiny x (c x^2 cannot be added to x/2 even in long double) */
+static bool tiny(long double x) { return x != 0 && fabsl(x) < 0x1p-100L; }
+static ref_value half_plus(long double x, long double c) { return (ref_value){ x / 2, c * x * x, false }; }
+
+static ref_value ref_unary(tgrad_op op, long double x) {
+    const long double inv_sqrt_2pi = 1 / sqrtl(2 * PI_L);
+    switch (op) {
+    case TGRAD_OP_RELU: return exact(x < 0 ? 0.0L : x); /* -0 stays -0; NaN stays NaN */
+    case TGRAD_OP_NEG: return exact(-x);
+    case TGRAD_OP_ABS: return exact(fabsl(x));
+    case TGRAD_OP_SQUARE: return exact(x * x);
+    case TGRAD_OP_EXP: return approx(expl(x));
+    case TGRAD_OP_TANH: return approx(tanhl(x));
+    case TGRAD_OP_RSQRT: return approx(1 / sqrtl(x));
+    case TGRAD_OP_SIGMOID: /* e^x / (1 + e^x) below 0: no overflow, no cancellation */
+        return approx(x < 0 ? expl(x) / (1 + expl(x)) : 1 / (1 + expl(-x)));
+    case TGRAD_OP_SILU:
+        if (isinf(x)) return exact(x < 0 ? -0.0L : x);
+        if (tiny(x)) return half_plus(x, 0.25L);
+        return approx(x < 0 ? x * expl(x) / (1 + expl(x)) : x / (1 + expl(-x)));
+    case TGRAD_OP_GELU: /* x Phi(x) = x/2 erfc(-x / sqrt 2) */
+        if (isinf(x)) return exact(x < 0 ? -0.0L : x);
+        if (tiny(x)) return half_plus(x, inv_sqrt_2pi);
+        return approx(x / 2 * erfcl(-x / sqrtl(2.0L)));
+    case TGRAD_OP_GELU_TANH: {
+        if (isinf(x)) return exact(x < 0 ? -0.0L : x);
+        if (tiny(x)) return half_plus(x, inv_sqrt_2pi);
+        long double z = sqrtl(2 / PI_L) * (x + 0.044715L * x * x * x);
+        /* 0.5 x (1 + tanh z): as written where z >= 0, as x e^2z / (1 + e^2z) below */
+        return approx(z >= 0 ? x / 2 * (1 + tanhl(z)) : x * expl(2 * z) / (1 + expl(2 * z)));
+    }
+    default: return approx(NAN);
+    }
+}
+
+/* Round v + tail to bf16 (nearest, ties to even) by scaling to the bf16 ulp and splitting off
+ * the fraction; *margin receives the distance to the nearest midpoint in ulps (0.5 for an exact
+ * value: nothing to decide), *by_tail whether v sat exactly on a midpoint and the tail decided. */
+static uint16_t round_ld(ref_value r, double *margin, bool *by_tail) {
+    *margin = 0.5, *by_tail = false;
+    if (isnan(r.v)) return 0x7fc0u;
+    uint16_t sign = signbit(r.v) ? 0x8000u : 0;
+    long double a = fabsl(r.v), t = signbit(r.v) ? -r.tail : r.tail;
+    if (a >= 0x1p128L) return sign | 0x7f80u;
+    int e = -126;
+    if (a >= 0x1p-126L) frexpl(a, &e), e -= 1; /* 2^e <= a < 2^(e+1) */
+    long double ulp = ldexpl(1.0L, e - 7);
+    long double q = a / ulp, fl = floorl(q), frac = q - fl; /* all exact */
+    long double up;
+    if (frac > 0.5L) up = 1;
+    else if (frac < 0.5L) up = 0;
+    else if (t != 0) up = t > 0, *by_tail = true;
+    else up = fmodl(fl, 2) != 0; /* a tie: to even */
+    if (!r.exact) *margin = (double)fabsl(frac - 0.5L);
+    float f = (float)((fl + up) * ulp); /* a bf16 value: exact (2^128 becomes inf) */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return sign | (uint16_t)(u >> 16);
+}
+
+#define MARGIN_MIN 0x1p-36
+
+static int unary_ops[16], n_unary;
+static int binary_ops[16], n_binary;
+
+static void list_ops(void) {
+    for (tgrad_op op = 1; op <= tgrad_op_count(); op++) {
+        if (tgrad_op_arity(op) == 1) unary_ops[n_unary++] = op;
+        else binary_ops[n_binary++] = op;
+    }
+}
+
+/* Every variant this CPU runs, each under the hostile environment (first: the tables are built
+ * at first use, under the caller's environment) and the default one. */
+static run_cfg cfgs[32];
+static int ncfg;
+
+static void list_cfgs(void) {
+    for (int i = 0; i < tg_ew_variant_count(); i++) {
+        const tg_ew_variant *v = tg_ew_variant_at(i);
+        printf("variant %s: %s\n", v->name, v->available() ? "runs here" : "not on this CPU");
+        if (!v->available()) continue;
+        if (HAVE_HOSTILE_ENV) cfgs[ncfg++] = (run_cfg){ v, true };
+        cfgs[ncfg++] = (run_cfg){ v, false };
+    }
+}
+
+static int n_cfgs(void) { return ncfg; }
+static run_cfg cfg_at(int i) { return cfgs[i]; }
+
+static int test_unary(void) {
+    static uint16_t x[65536], want[65536], got[65536];
+    for (uint32_t i = 0; i < 65536; i++) x[i] = (uint16_t)i;
+    for (int k = 0; k < n_unary; k++) {
+        tgrad_op op = unary_ops[k];
+        double worst = 1;
+        uint16_t worst_x = 0;
+        int close = 0, by_tail = 0;
+        for (uint32_t i = 0; i < 65536; i++) {
+            double margin;
+            bool tail;
+            want[i] = round_ld(ref_unary(op, (long double)bf16_f32(x[i])), &margin, &tail);
+            if (tail) by_tail++;
+            else if (margin < worst) worst = margin, worst_x = x[i];
+            if (!tail && margin < MARGIN_MIN && close++ < 10)
+                fprintf(stderr, "%s(0x%04x): the reference is %.3g ulp from a midpoint: undecided\n", tgrad_op_name(op),
+                        x[i], margin);
+        }
+        CHECK(close == 0);
+        printf("%-10s closest to a midpoint: input 0x%04x at 2^%.1f ulp; %d inputs decided by the x^2 tail\n",
+               tgrad_op_name(op), worst_x, log2(worst), by_tail);
+        for (int c = 0; c < n_cfgs(); c++) {
+            run_cfg cfg = cfg_at(c);
+            run_unary(cfg, op, x, got, 65536);
+            int bad = 0;
+            for (uint32_t i = 0; i < 65536; i++) {
+                if (got[i] != want[i] && bad++ < 10)
+                    fprintf(stderr, "%s %s%s(0x%04x) = 0x%04x, expected 0x%04x\n", cfg.v->name,
+                            cfg.hostile ? "hostile env " : "", tgrad_op_name(op), x[i], got[i], want[i]);
+            }
+            CHECK(bad == 0);
+            memcpy(got, x, sizeof got); /* in place gives the same */
+            run_unary(cfg, op, got, got, 65536);
+            CHECK(memcmp(got, want, sizeof got) == 0);
+        }
+        /* the table GPU backends will upload is the same function */
+        CHECK(memcmp(tg_ew_table(op), want, sizeof want) == 0);
+    }
+    return 0;
+}
+
+/* ---- binary reference: double ------------------------------------------------------------- */
+/* double -> bf16, nearest with ties to even: scale the magnitude to units of its bf16 ulp
+ * (2^(e-7), at least 2^-133), round to an integer by adding and subtracting 2^52 (which rounds
+ * to nearest even in the default environment), scale back (exact) and narrow to float (exact
+ * for a bf16 value; 2^128 becomes inf). Written without branches, for the vectorizer. */
+static inline uint16_t round_double(double r) {
+    uint64_t u;
+    memcpy(&u, &r, sizeof u);
+    int64_t e = (int64_t)((u >> 52) & 0x7ff);
+    e = e < 1023 - 126 ? 1023 - 126 : e;
+    uint64_t to_units_bits = (uint64_t)(2 * 1023 + 7 - e) << 52, ulp_bits = (uint64_t)(e - 7) << 52;
+    double to_units, ulp;
+    memcpy(&to_units, &to_units_bits, sizeof to_units);
+    memcpy(&ulp, &ulp_bits, sizeof ulp);
+    double q = fabs(r) * to_units;
+    double n = (q + 0x1p52) - 0x1p52;
+    float f = (float)(n * ulp);
+    uint32_t fb;
+    memcpy(&fb, &f, sizeof fb);
+    uint16_t h = (uint16_t)((fb >> 16) | ((u >> 48) & 0x8000u));
+    return r != r ? 0x7fc0u : h;
+}
+
+/* IEEE 754-2019 maximum and minimum: NaN propagates, -0 < +0. Selects only, for the vectorizer. */
+static inline double ieee_maximum(double x, double y) {
+    double m = x > y ? x : y;
+    m = x == y ? (signbit(x) ? y : x) : m;
+    return x != x || y != y ? NAN : m;
+}
+
+static inline double ieee_minimum(double x, double y) {
+    double m = x < y ? x : y;
+    m = x == y ? (signbit(x) ? x : y) : m;
+    return x != x || y != y ? NAN : m;
+}
+
+/* The exhaustive sweep's cost is mostly its reference: an AVX2 clone where gcc makes one (not
+ * under ThreadSanitizer, whose runtime is not up yet when the clones' resolver runs) */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#define REF_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define REF_CLONES
+#endif
+
+#define REF_ROW(name, expr)                                                                        \
+    REF_CLONES static void name(uint16_t a, const uint16_t *b, uint16_t *out, int64_t n) {         \
+        const double x = (double)bf16_f32(a);                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const double y = (double)bf16_f32(b[i]);                                               \
+            out[i] = round_double(expr);                                                           \
+        }                                                                                          \
+    }
+REF_ROW(ref_add, x + y)
+REF_ROW(ref_sub, x - y)
+REF_ROW(ref_mul, x * y)
+REF_ROW(ref_div, x / y)
+REF_ROW(ref_maximum, ieee_maximum(x, y))
+REF_ROW(ref_minimum, ieee_minimum(x, y))
+
+static void ref_row(tgrad_op op, uint16_t a, const uint16_t *b, uint16_t *out, int64_t n) {
+    switch (op) {
+    case TGRAD_OP_ADD: ref_add(a, b, out, n); break;
+    case TGRAD_OP_SUB: ref_sub(a, b, out, n); break;
+    case TGRAD_OP_MUL: ref_mul(a, b, out, n); break;
+    case TGRAD_OP_DIV: ref_div(a, b, out, n); break;
+    case TGRAD_OP_MAXIMUM: ref_maximum(a, b, out, n); break;
+    case TGRAD_OP_MINIMUM: ref_minimum(a, b, out, n); break;
+    default: memset(out, 0xff, (size_t)n * sizeof *out);
+    }
+}
+
+/* Zeros, the subnormal and normal edges, one, the largest finite values, infinities, NaNs of
+ * both signs with several payloads: as b in the sampled sweep. */
+static const uint16_t special_values[] = {
+    0x0000, 0x8000, 0x0001, 0x8001, 0x0002, 0x0003, 0x007f, 0x807f, 0x0080, 0x8080, 0x0081, 0x00ff,
+    0x3f80, 0xbf80, 0x3f81, 0x3fff, 0x4000, 0x3f00, 0x4040, 0x7f00, 0x7f7f, 0xff7f, 0x7f7e, 0x7f80,
+    0xff80, 0x7fc0, 0xffc0, 0x7f81, 0xffff, 0x7fff, 0x0100, 0x3380, 0x4b80, 0x1f80, 0x5f80,
+};
+
+typedef struct {
+    tgrad_op op;
+    const uint16_t *b;
+    int64_t nb;
+    uint32_t a0, a1;     /* rows a in [a0, a1) */
+    const run_cfg *cfgs; /* each row's reference is computed once, for all of these */
+    int ncfgs;
+    bool broadcast;      /* also the a-broadcast form */
+    int64_t bad[32];     /* per configuration */
+} sweep_job;
+
+static void *sweep(void *arg) {
+    sweep_job *J = arg;
+    uint16_t *row_a = malloc((size_t)J->nb * 2), *got = malloc((size_t)J->nb * 2), *want = malloc((size_t)J->nb * 2);
+    for (uint32_t a = J->a0; a < J->a1; a++) {
+        const uint16_t scalar = (uint16_t)a;
+        for (int64_t i = 0; i < J->nb; i++) row_a[i] = scalar;
+        ref_row(J->op, scalar, J->b, want, J->nb);
+        for (int c = 0; c < J->ncfgs; c++) {
+            for (int form = 0; form < 1 + J->broadcast; form++) {
+                run_binary(J->cfgs[c], J->op, form ? &scalar : row_a, form ? 0 : 1, J->b, 1, got, J->nb);
+                if (memcmp(got, want, (size_t)J->nb * 2) == 0) continue;
+                for (int64_t i = 0; i < J->nb; i++) {
+                    if (got[i] != want[i] && J->bad[c]++ < 5)
+                        fprintf(stderr, "%s %s%s(0x%04x, 0x%04x)%s = 0x%04x, expected 0x%04x\n", J->cfgs[c].v->name,
+                                J->cfgs[c].hostile ? "hostile env " : "", tgrad_op_name(J->op), a, J->b[i],
+                                form ? " (a broadcast)" : "", got[i], want[i]);
+                }
+            }
+        }
+    }
+    free(row_a), free(got), free(want);
+    return NULL;
+}
+
+static void sweep_threads(tgrad_op op, const uint16_t *b, int64_t nb, const run_cfg *cfgs, int ncfgs, bool broadcast,
+                          int threads, int64_t *bad) {
+    sweep_job jobs[64];
+    pthread_t tid[64];
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = (sweep_job){ .op = op, .b = b, .nb = nb, .a0 = (uint32_t)(65536u * t / threads),
+                               .a1 = (uint32_t)(65536u * (t + 1) / threads), .cfgs = cfgs, .ncfgs = ncfgs,
+                               .broadcast = broadcast };
+        pthread_create(&tid[t], NULL, sweep, &jobs[t]);
+    }
+    for (int t = 0; t < threads; t++) {
+        pthread_join(tid[t], NULL);
+        for (int c = 0; c < ncfgs; c++) bad[c] += jobs[t].bad[c];
+    }
+}
+
+/* b broadcast: for each sampled b, all 65,536 a against it */
+static int64_t sweep_b_broadcast(tgrad_op op, const uint16_t *bs, int64_t nb, run_cfg cfg) {
+    static uint16_t a[65536], got[65536], want[65536];
+    int64_t bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) a[i] = (uint16_t)i;
+    for (int64_t j = 0; j < nb; j++) {
+        run_binary(cfg, op, a, 1, &bs[j], 0, got, 65536);
+        for (uint32_t i = 0; i < 65536; i++) {
+            ref_row(op, (uint16_t)i, &bs[j], &want[i], 1);
+            if (got[i] != want[i] && bad++ < 5)
+                fprintf(stderr, "%s %s(0x%04x, 0x%04x) (b broadcast) = 0x%04x, expected 0x%04x\n", cfg.v->name,
+                        tgrad_op_name(op), i, bs[j], got[i], want[i]);
+        }
+    }
+    return bad;
+}
+
+static int test_binary(int64_t stride, int threads, const char *only) {
+    uint16_t *b = malloc(65536 * 2 + sizeof special_values);
+    int64_t nb = 0;
+    for (int64_t v = 0; v < 65536; v += stride) b[nb++] = (uint16_t)v;
+    if (stride > 1)
+        for (size_t i = 0; i < sizeof special_values / 2; i++) b[nb++] = special_values[i];
+    /* all pairs: every variant under the hostile environment (the kernels install their own; the
+     * sampled sweep checks both environments and the broadcast forms) */
+    run_cfg sweep_cfgs[32];
+    int nsweep = 0;
+    for (int c = 0; c < n_cfgs(); c++)
+        if (stride > 1 || cfg_at(c).hostile || !HAVE_HOSTILE_ENV) sweep_cfgs[nsweep++] = cfg_at(c);
+    for (int k = 0; k < n_binary; k++) {
+        tgrad_op op = binary_ops[k];
+        if (only && strcmp(only, tgrad_op_name(op)) != 0) continue;
+        double t0 = now_s();
+        int64_t bad[32] = { 0 };
+        sweep_threads(op, b, nb, sweep_cfgs, nsweep, stride > 1, threads, bad);
+        for (int c = 0; c < nsweep && stride > 1; c++) bad[c] += sweep_b_broadcast(op, b, nb, sweep_cfgs[c]);
+        for (int c = 0; c < nsweep; c++) {
+            printf("%-8s %-9s %s: %lld pairs, %lld wrong\n", tgrad_op_name(op), sweep_cfgs[c].v->name,
+                   sweep_cfgs[c].hostile ? "hostile env" : "default env", (long long)(65536 * nb), (long long)bad[c]);
+            CHECK(bad[c] == 0);
+        }
+        printf("%-8s %.1f s (%d threads)\n", tgrad_op_name(op), now_s() - t0, threads);
+        fflush(stdout);
+    }
+    free(b);
+    return 0;
+}
+
+/* ---- the stated special cases --------------------------------------------------------------- */
+enum {
+    PZ = 0x0000, NZ = 0x8000, ONE = 0x3f80, MONE = 0xbf80, HALF = 0x3f00, TWO = 0x4000, PINF = 0x7f80,
+    NINF = 0xff80, QNAN = 0x7fc0, MAXF = 0x7f7f, SUB1 = 0x0001, NSUB1 = 0x8001,
+};
+typedef struct { tgrad_op op; uint16_t a, b, want; const char *why; } special;
+
+static const special specials[] = {
+    { TGRAD_OP_RELU, NZ, 0, NZ, "relu(-0) = -0 (-0 is not below 0; torch agrees)" },
+    { TGRAD_OP_RELU, 0xffc1, 0, QNAN, "relu(NaN) = NaN, canonical" },
+    { TGRAD_OP_RELU, NINF, 0, PZ, "relu(-inf) = +0" },
+    { TGRAD_OP_RELU, NSUB1, 0, PZ, "relu(-subnormal) = +0" },
+    { TGRAD_OP_RELU, SUB1, 0, SUB1, "relu keeps subnormals" },
+    { TGRAD_OP_NEG, 0xffff, 0, QNAN, "neg(NaN) = canonical NaN (torch flips the sign)" },
+    { TGRAD_OP_NEG, PZ, 0, NZ, "neg(+0) = -0" },
+    { TGRAD_OP_ABS, NZ, 0, PZ, "abs(-0) = +0" },
+    { TGRAD_OP_ABS, 0xffc0, 0, QNAN, "abs(-NaN) = canonical NaN" },
+    { TGRAD_OP_SQUARE, NZ, 0, PZ, "square(-0) = +0" },
+    { TGRAD_OP_SQUARE, SUB1, 0, PZ, "square underflows to +0" },
+    { TGRAD_OP_SQUARE, MAXF, 0, PINF, "square overflows to inf" },
+    { TGRAD_OP_RSQRT, PZ, 0, PINF, "rsqrt(+0) = +inf" },
+    { TGRAD_OP_RSQRT, NZ, 0, NINF, "rsqrt(-0) = -inf (IEEE 754 rSqrt; torch agrees)" },
+    { TGRAD_OP_RSQRT, MONE, 0, QNAN, "rsqrt(-1) = NaN" },
+    { TGRAD_OP_RSQRT, NINF, 0, QNAN, "rsqrt(-inf) = NaN" },
+    { TGRAD_OP_RSQRT, PINF, 0, PZ, "rsqrt(+inf) = +0" },
+    { TGRAD_OP_RSQRT, 0x4080, 0, HALF, "rsqrt(4) = 0.5 exactly" },
+    { TGRAD_OP_EXP, NINF, 0, PZ, "exp(-inf) = +0" },
+    { TGRAD_OP_EXP, PINF, 0, PINF, "exp(+inf) = +inf" },
+    { TGRAD_OP_EXP, NZ, 0, ONE, "exp(-0) = 1" },
+    { TGRAD_OP_EXP, 0x42b2, 0, PINF, "exp(89) overflows to inf" },
+    { TGRAD_OP_EXP, 0xc2b8, 0, 0x0001, "exp(-92) = 1.1e-40: gradual underflow to the smallest subnormal" },
+    { TGRAD_OP_EXP, 0xc2c0, 0, PZ, "exp(-96) underflows to +0" },
+    { TGRAD_OP_EXP, QNAN, 0, QNAN, "exp(NaN) = NaN" },
+    { TGRAD_OP_SIGMOID, NINF, 0, PZ, "sigmoid(-inf) = +0" },
+    { TGRAD_OP_SIGMOID, PINF, 0, ONE, "sigmoid(+inf) = 1" },
+    { TGRAD_OP_SIGMOID, NZ, 0, HALF, "sigmoid(-0) = 0.5" },
+    { TGRAD_OP_TANH, NINF, 0, MONE, "tanh(-inf) = -1" },
+    { TGRAD_OP_TANH, PINF, 0, ONE, "tanh(+inf) = 1" },
+    { TGRAD_OP_TANH, NZ, 0, NZ, "tanh(-0) = -0" },
+    { TGRAD_OP_TANH, 0xffff, 0, QNAN, "tanh(NaN) = canonical NaN (torch returns the input)" },
+    { TGRAD_OP_TANH, NSUB1, 0, NSUB1, "tanh(x) rounds to x for a subnormal x" },
+    { TGRAD_OP_GELU, NINF, 0, NZ, "gelu(-inf) = -0, the limit (torch: NaN)" },
+    { TGRAD_OP_GELU, PINF, 0, PINF, "gelu(+inf) = +inf" },
+    { TGRAD_OP_GELU, NZ, 0, NZ, "gelu(-0) = -0" },
+    { TGRAD_OP_GELU, SUB1, 0, SUB1, "gelu(2^-133) = 2^-134 + 2^-266/sqrt(2 pi): above the midpoint, up" },
+    { TGRAD_OP_GELU, 0x0003, 0, 0x0002, "gelu(3 * 2^-133): above 1.5 units, up to 2" },
+    { TGRAD_OP_GELU, 0x0005, 0, 0x0003, "gelu(5 * 2^-133): above 2.5 units, up to 3 (not to even)" },
+    { TGRAD_OP_GELU, NSUB1, 0, NZ, "gelu(-2^-133) = -2^-134 + tiny: toward zero, -0" },
+    { TGRAD_OP_GELU, 0x8003, 0, 0x8001, "gelu(-3 * 2^-133): below 1.5 units in magnitude, down to 1" },
+    { TGRAD_OP_GELU, 0xc1a0, 0, NZ, "gelu(-20) = -5.5e-88: underflows to -0" },
+    { TGRAD_OP_GELU_TANH, NINF, 0, NZ, "gelu_tanh(-inf) = -0, the limit (torch: NaN)" },
+    { TGRAD_OP_GELU_TANH, PINF, 0, PINF, "gelu_tanh(+inf) = +inf" },
+    { TGRAD_OP_GELU_TANH, 0x0005, 0, 0x0003, "gelu_tanh(5 * 2^-133): up to 3" },
+    { TGRAD_OP_SILU, NINF, 0, NZ, "silu(-inf) = -0, the limit (torch: NaN)" },
+    { TGRAD_OP_SILU, PINF, 0, PINF, "silu(+inf) = +inf" },
+    { TGRAD_OP_SILU, 0x8005, 0, 0x8002, "silu(-5 * 2^-133) = -2.5 units + tiny: down to 2 in magnitude" },
+    { TGRAD_OP_SILU, 0xc2c8, 0, NZ, "silu(-100) = -3.7e-42: rounds to -0" },
+    { TGRAD_OP_ADD, NZ, PZ, PZ, "-0 + +0 = +0" },
+    { TGRAD_OP_ADD, NZ, NZ, NZ, "-0 + -0 = -0" },
+    { TGRAD_OP_ADD, PINF, NINF, QNAN, "inf + -inf = NaN" },
+    { TGRAD_OP_ADD, MAXF, MAXF, PINF, "overflow to inf" },
+    { TGRAD_OP_ADD, SUB1, SUB1, 0x0002, "subnormals add exactly (no flush)" },
+    { TGRAD_OP_ADD, ONE, 0x3b80, ONE, "1 + 2^-8 is a tie: to even, 1" },
+    { TGRAD_OP_ADD, 0x3f81, 0x3b80, 0x3f82, "(1 + 2^-7) + 2^-8 is a tie: to even, up" },
+    { TGRAD_OP_SUB, ONE, ONE, PZ, "x - x = +0" },
+    { TGRAD_OP_SUB, NZ, PZ, NZ, "-0 - +0 = -0" },
+    { TGRAD_OP_SUB, PINF, PINF, QNAN, "inf - inf = NaN" },
+    { TGRAD_OP_SUB, 0x0080, 0x0001, 0x007f, "2^-126 - 2^-133: a subnormal result, kept" },
+    { TGRAD_OP_MUL, NZ, ONE, NZ, "-0 * 1 = -0" },
+    { TGRAD_OP_MUL, PINF, PZ, QNAN, "inf * 0 = NaN" },
+    { TGRAD_OP_MUL, SUB1, HALF, PZ, "2^-134 is a tie between 0 and 2^-133: to even, 0" },
+    { TGRAD_OP_MUL, 0x0003, HALF, 0x0002, "1.5 units: a tie, to even, 2" },
+    { TGRAD_OP_MUL, 0x0080, HALF, 0x0040, "2^-126 * 0.5: gradual underflow, exact" },
+    { TGRAD_OP_MUL, MAXF, TWO, PINF, "overflow to inf" },
+    { TGRAD_OP_DIV, ONE, PZ, PINF, "1 / +0 = +inf" },
+    { TGRAD_OP_DIV, ONE, NZ, NINF, "1 / -0 = -inf" },
+    { TGRAD_OP_DIV, PZ, PZ, QNAN, "0 / 0 = NaN" },
+    { TGRAD_OP_DIV, PINF, PINF, QNAN, "inf / inf = NaN" },
+    { TGRAD_OP_DIV, ONE, PINF, PZ, "1 / inf = +0" },
+    { TGRAD_OP_DIV, SUB1, TWO, PZ, "2^-134: a tie, to even, 0" },
+    { TGRAD_OP_DIV, 0x4040, 0x4040, ONE, "3 / 3 = 1" },
+    { TGRAD_OP_MAXIMUM, NZ, PZ, PZ, "maximum(-0, +0) = +0 (IEEE 754-2019; torch depends on the order)" },
+    { TGRAD_OP_MAXIMUM, PZ, NZ, PZ, "maximum(+0, -0) = +0" },
+    { TGRAD_OP_MAXIMUM, ONE, 0x7f81, QNAN, "maximum(x, NaN) = NaN, canonical" },
+    { TGRAD_OP_MAXIMUM, 0xffc0, ONE, QNAN, "maximum(NaN, x) = NaN" },
+    { TGRAD_OP_MAXIMUM, NINF, MONE, MONE, "maximum(-inf, -1) = -1" },
+    { TGRAD_OP_MINIMUM, PZ, NZ, NZ, "minimum(+0, -0) = -0" },
+    { TGRAD_OP_MINIMUM, NZ, PZ, NZ, "minimum(-0, +0) = -0" },
+    { TGRAD_OP_MINIMUM, PINF, QNAN, QNAN, "minimum(inf, NaN) = NaN" },
+    { TGRAD_OP_MINIMUM, NSUB1, SUB1, NSUB1, "minimum(-2^-133, 2^-133) = -2^-133" },
+};
+
+static void test_specials(void) {
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
+        const special *s = &specials[i];
+        for (int c = 0; c < n_cfgs(); c++) {
+            run_cfg cfg = cfg_at(c);
+            uint16_t got = 0x1234;
+            if (tgrad_op_arity(s->op) == 1) run_unary(cfg, s->op, &s->a, &got, 1);
+            else run_binary(cfg, s->op, &s->a, 1, &s->b, 1, &got, 1);
+            if (got != s->want)
+                fprintf(stderr, "%s%s: %s(0x%04x, 0x%04x) = 0x%04x, expected 0x%04x: %s\n", cfg.v->name,
+                        cfg.hostile ? " (hostile env)" : "", tgrad_op_name(s->op), s->a, s->b, got, s->want, s->why);
+            CHECK(got == s->want);
+        }
+        /* the references agree with the statement (so a wrong reference would show here too) */
+        uint16_t ref;
+        if (tgrad_op_arity(s->op) == 1) {
+            double margin;
+            bool tail;
+            ref = round_ld(ref_unary(s->op, (long double)bf16_f32(s->a)), &margin, &tail);
+        } else {
+            ref_row(s->op, s->a, &s->b, &ref, 1);
+        }
+        if (ref != s->want) fprintf(stderr, "reference: %s = 0x%04x, stated 0x%04x\n", s->why, ref, s->want);
+        CHECK(ref == s->want);
+    }
+    /* every NaN in gives the canonical NaN out, whatever its sign and payload */
+    for (int k = 0; k < n_unary; k++) {
+        const uint16_t nans[] = { 0x7f81, 0x7fc0, 0x7fff, 0xff81, 0xffc0, 0xffff };
+        uint16_t out[6];
+        tg_ew_unary(unary_ops[k], nans, out, 6);
+        for (int i = 0; i < 6; i++) CHECK(out[i] == QNAN);
+    }
+}
+
+static void test_debug_entry(void) {
+    const uint16_t a[3] = { ONE, NZ, 0x4040 }, b[3] = { TWO, PZ, 0x4040 };
+    uint16_t out[3] = { 1, 2, 3 }, want[3];
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_ADD, a, b, out, 3), TGRAD_OK);
+    tg_ew_binary(TGRAD_OP_ADD, a, b, want, 3);
+    CHECK(memcmp(out, want, sizeof out) == 0 && out[0] == 0x4040);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_EXP, a, NULL, out, 3), TGRAD_OK);
+    tg_ew_unary(TGRAD_OP_EXP, a, want, 3);
+    CHECK(memcmp(out, want, sizeof out) == 0);
+    /* refusals leave out untouched */
+    const uint16_t before[3] = { 7, 8, 9 };
+    memcpy(out, before, sizeof out);
+    EXPECT(tgrad_debug_elementwise(0, a, b, out, 3), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_elementwise(tgrad_op_count() + 1, a, b, out, 3), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_ADD, a, b, out, -1), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_ADD, a, NULL, out, 3), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_EXP, a, b, out, 3), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_EXP, NULL, NULL, out, 3), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_EXP, a, NULL, NULL, 3), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(memcmp(out, before, sizeof out) == 0);
+    EXPECT(tgrad_debug_elementwise(TGRAD_OP_MUL, NULL, NULL, NULL, 0), TGRAD_OK);
+    /* tables exist for unary ops only */
+    CHECK(tg_ew_table(TGRAD_OP_ADD) == NULL && tg_ew_table(0) == NULL && tg_ew_table(TGRAD_OP_RELU) != NULL);
+}
+
+/* First use from many threads at once: each table is built once, and every thread reads it
+ * whole (run under ThreadSanitizer too). */
+enum { RACERS = 8 };
+static uint16_t raced[RACERS][16][65536], race_x[65536];
+
+static void *race(void *arg) {
+    int t = (int)(intptr_t)arg;
+    for (int k = 0; k < n_unary; k++) {
+        int op = unary_ops[(k + t) % n_unary]; /* threads start on different ops */
+        tg_ew_unary(op, race_x, raced[t][(k + t) % n_unary], 65536);
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    for (uint32_t i = 0; i < 65536; i++) race_x[i] = (uint16_t)i;
+    pthread_t tid[RACERS];
+    for (int t = 0; t < RACERS; t++) pthread_create(&tid[t], NULL, race, (void *)(intptr_t)t);
+    for (int t = 0; t < RACERS; t++) pthread_join(tid[t], NULL);
+    for (int k = 0; k < n_unary; k++) {
+        for (int t = 1; t < RACERS; t++) CHECK(memcmp(raced[t][k], raced[0][k], sizeof raced[0][k]) == 0);
+        CHECK(memcmp(raced[0][k], tg_ew_table(unary_ops[k]), 65536 * 2) == 0);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    int64_t stride = 1;
+    const char *only = NULL;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--stride")) stride = strtoll(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--op")) only = argv[i + 1];
+    }
+    if (stride < 1 || threads < 1 || threads > 64) {
+        fprintf(stderr, "bad --stride or --threads\n");
+        return 2;
+    }
+    list_ops();
+    list_cfgs();
+    if (!strcmp(mode, "unary")) {
+        if (LDBL_MANT_DIG < 64) {
+            printf("long double has %d bits here: not a more precise reference; skipped\n", LDBL_MANT_DIG);
+            return 77;
+        }
+        test_unary();
+    } else if (!strcmp(mode, "specials")) {
+        test_specials();
+        test_debug_entry();
+    } else if (!strcmp(mode, "threads")) {
+        test_threads();
+    } else if (!strcmp(mode, "binary")) {
+        test_binary(stride, threads, only);
+    } else {
+        fprintf(stderr, "usage: %s unary | specials | threads | binary [--stride S] [--threads T] [--op NAME]\n", argv[0]);
+        return 2;
+    }
+    CHECK(atomic_load(&env_leaks) == 0);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

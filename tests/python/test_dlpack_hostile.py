@@ -1,11 +1,15 @@
-"""DLPack under attack: exports that outlive their tensor, consumers that fail, bad keyword values.
+"""DLPack under attack: exports that outlive their tensor, consumers that fail, bad keyword values,
+and forged capsules (non-CPU devices, bad dtypes, shapes, strides, offsets, pointers, versions).
 
-The contract: a consumer gets the data or a clean exception and nothing is reported as ignored.
+The contract: a consumer gets the data or a clean exception and nothing is reported as ignored; a
+refused capsule is left unconsumed, so the producer's deleter runs exactly once, through its
+capsule destructor; an adopted one runs it exactly once, when the last tgrad tensor goes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import sys
 from collections.abc import Iterator
@@ -19,6 +23,7 @@ import tgrad
 from tgrad import _dlpack, errors
 
 import dlpack_forge as forge
+from dlpack_forge import KDL_BFLOAT, KDL_CPU, KDL_FLOAT, CpuProducer, Forged, Producer
 
 try:
     import torch
@@ -247,3 +252,177 @@ def test_a_released_tensor_has_no_dlpack_device_and_no_capsule() -> None:
         t.__dlpack_device__()
     with pytest.raises(errors.InvalidHandleError):
         t.__dlpack__()
+
+
+# ---- import: forged capsules are checked before they are consumed (items 4, 5) ----------------------
+def _offer(producer: Producer, expected: bytes | None = None) -> BaseException | None:
+    """tgrad.from_dlpack(producer): None on success (the bytes must be `expected`: the model's,
+    taken before the producer's memory was handed over), else the exception; in both cases each
+    capsule's deleter must have run exactly once."""
+    live = tgrad.live_tensors()
+    try:
+        t = tgrad.from_dlpack(producer)
+    except Exception as exc:
+        assert producer.deleter_calls() == [1] * len(producer.made)
+        assert tgrad.live_tensors() == live
+        return exc
+    assert expected is not None and t.to_bytes() == expected
+    t.release()
+    assert producer.deleter_calls() == [1] * len(producer.made)
+    assert tgrad.live_tensors() == live
+    return None
+
+
+def _forged(**fields: Any) -> Forged:
+    base: dict[str, Any] = {"shape": [2, 3], "strides": [3, 1], "store_bytes": 12}
+    base.update(fields)
+    return Forged(**base)
+
+
+CUDA, VULKAN = 2, 7
+
+FAULTS = [
+    ("cuda device", _forged(device=(CUDA, 0)), errors.DeviceMismatchError),
+    ("cuda host device", _forged(device=(3, 0)), errors.DeviceMismatchError),
+    ("unknown device", _forged(device=(123456, 0)), errors.DeviceMismatchError),
+    ("cpu device 7", _forged(device=(KDL_CPU, 7)), errors.DeviceMismatchError),
+    ("int16", _forged(dtype=(0, 16, 1)), errors.DtypeUnsupportedError),
+    ("bf16 x2 lanes", _forged(dtype=(KDL_BFLOAT, 16, 2)), errors.DtypeUnsupportedError),
+    ("bf16 x0 lanes", _forged(dtype=(KDL_BFLOAT, 16, 0)), errors.DtypeUnsupportedError),
+    ("bf32", _forged(dtype=(KDL_BFLOAT, 32, 1)), errors.DtypeUnsupportedError),
+    ("float8", _forged(dtype=(KDL_FLOAT, 8, 1)), errors.DtypeUnsupportedError),
+    ("ndim 9", _forged(ndim=9), errors.InvalidArgumentError),
+    ("ndim -1", _forged(ndim=-1), errors.InvalidArgumentError),
+    ("ndim 2^31-1", _forged(ndim=2**31 - 1), errors.InvalidArgumentError),
+    ("NULL shape", _forged(shape=None, ndim=2), errors.InvalidArgumentError),
+    ("negative extent", _forged(shape=[2, -3]), errors.InvalidArgumentError),
+    ("strides 2^62", _forged(strides=[2**62, 2**62]), errors.SizeOverflowError),
+    ("strides -2^63", _forged(strides=[-2**63, 1]), errors.SizeOverflowError),
+    ("strides 2^63-1", _forged(strides=[3, 2**63 - 1]), errors.SizeOverflowError),
+    ("extents 2^40 x 2^40", _forged(shape=[2**40, 2**40], strides=[0, 0]), errors.SizeOverflowError),
+    ("extent 2^62", _forged(shape=[2**62, 1], strides=[0, 0]), errors.SizeOverflowError),
+    ("NULL data", _forged(data=None), errors.InvalidArgumentError),
+    ("misaligned bf16", _forged(byte_offset=1), errors.InvalidArgumentError),
+    ("misaligned f32", _forged(dtype=(KDL_FLOAT, 32, 1), data=2, store_bytes=32), errors.InvalidArgumentError),
+    ("byte_offset 2^64-2", _forged(byte_offset=2**64 - 2), errors.SizeOverflowError),
+    ("below address 0", _forged(data=8, absolute=True, strides=[-3, -1]), errors.SizeOverflowError),
+    ("version 0.9", _forged(version=(0, 9)), errors.VersionMismatchError),
+    ("version 2.0", _forged(version=(2, 0)), errors.VersionMismatchError),
+]
+
+
+@pytest.mark.parametrize("forged, refusal", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+def test_a_forged_capsule_is_refused_before_it_is_consumed(forged: Forged, refusal: type) -> None:
+    # __dlpack_device__ missing, lying (the CPU) or honest: the capsule's own fields decide.
+    for make in (Producer, functools.partial(CpuProducer, answer=(KDL_CPU, 0)), CpuProducer):
+        producer = make(forged, forge.store_for(forged, 0))
+        error = _offer(producer)
+        if producer.made == []:  # refused on an honest answer alone, before a capsule was made
+            assert isinstance(error, errors.DeviceMismatchError) and forged.device[0] != KDL_CPU
+            continue
+        assert isinstance(error, refusal), repr(error)
+        assert len(producer.made) == 1
+
+
+def test_item5_huge_strides_raise_a_tgrad_error_and_leak_nothing() -> None:
+    forged = _forged(strides=[2**62, 2**62])
+    producer = Producer(forged, forge.store_for(forged, 0))
+    imports = dict(_dlpack._imports)
+    assert isinstance(_offer(producer), errors.SizeOverflowError)
+    assert _dlpack._imports == imports
+
+
+@pytest.mark.parametrize("answer", ["x", (1,), None, (1, 0, 0), ("1", "0")], ids=repr)
+def test_a_garbled_dlpack_device_is_refused_without_asking_for_a_capsule(answer: Any) -> None:
+    forged = _forged()
+    producer = CpuProducer(forged, forge.store_for(forged, 0), answer=answer)
+    assert isinstance(_offer(producer), errors.InvalidArgumentError)
+    assert producer.made == []
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+@pytest.mark.parametrize("dtype", [(KDL_BFLOAT, 16, 1), (KDL_FLOAT, 16, 1), (KDL_FLOAT, 32, 1), (KDL_FLOAT, 64, 1)])
+def test_an_honest_capsule_comes_in_and_its_deleter_runs_once(versioned: bool, dtype: tuple[int, int, int]) -> None:
+    itemsize = dtype[1] // 8
+    forged = _forged(versioned=versioned, dtype=dtype, shape=[3, 2], strides=[1, -3], byte_offset=3 * itemsize,
+                     store_bytes=6 * itemsize)
+    store = forge.store_for(forged, 1)
+    expected = forge.gather(forged, store)
+    assert _offer(CpuProducer(forged, store), expected) is None
+
+
+def test_an_adopted_capsule_is_freed_by_the_last_tgrad_tensor() -> None:
+    forged = _forged(shape=[4, 4], strides=[4, 1], store_bytes=32)
+    store = forge.store_for(forged, 2)
+    expected = forge.gather(Forged(shape=[3, 4], strides=[1, 4], data=2, store_bytes=32), store)
+    producer = Producer(forged, store)
+    del store  # the capsule owns the memory: its deleter frees it
+    t = tgrad.from_dlpack(producer)
+    view = t.T[1:]
+    t.release()
+    assert producer.deleter_calls() == [0]
+    assert view.to_bytes() == expected
+    del view
+    gc.collect()
+    assert producer.deleter_calls() == [1]
+
+
+def test_a_legacy_only_producer_is_asked_again_without_max_version() -> None:
+    forged = _forged(versioned=False)
+    store = forge.store_for(forged, 3)
+    producer = Producer(forged, store, legacy_only=True)
+    assert _offer(producer, forge.gather(forged, store)) is None and len(producer.made) == 1
+
+
+def test_a_used_or_foreign_capsule_is_refused() -> None:
+    t = _tensor(16, 2, 2)
+    capsule = t.__dlpack__()
+    assert forge.capsule_rename(capsule, forge.USED_NAMES[b"dltensor"]) == 0
+
+    class Used:
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            return capsule
+
+    with pytest.raises(errors.InvalidArgumentError, match="already used"):
+        tgrad.from_dlpack(Used())
+    # Named back, so that its destructor frees the export (the name buffer outlives the capsule).
+    assert forge.capsule_rename(capsule, forge.NAMES[False]) == 0
+    del capsule
+
+    class NotACapsule:
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            return object()
+
+    with pytest.raises(errors.InvalidArgumentError, match="not a DLPack capsule"):
+        tgrad.from_dlpack(NotACapsule())
+
+
+def test_a_failing_producer_becomes_a_tgrad_error() -> None:
+    class Broken:
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            raise BufferError("cannot export")
+
+    with pytest.raises(errors.InvalidArgumentError, match="cannot export") as info:
+        tgrad.from_dlpack(Broken())
+    assert isinstance(info.value.__cause__, BufferError)
+
+
+def test_a_refusal_after_the_capsule_is_consumed_runs_the_deleter_once() -> None:
+    if tgrad.lib.tgrad_debug_fail_allocation(0, tgrad.ffi.NULL) != 0:
+        pytest.skip("libtgrad was built without fault injection")
+    failures = 0
+    for n in range(1, 6):  # each allocation libtgrad makes while adopting the memory, in turn
+        forged = _forged()
+        store = forge.store_for(forged, n)
+        producer, expected = Producer(forged, store), forge.gather(forged, store)
+        del store
+        tgrad.lib.tgrad_debug_fail_allocation(n, tgrad.ffi.NULL)
+        try:
+            error = _offer(producer, expected)
+        finally:
+            tgrad.lib.tgrad_debug_fail_allocation(0, tgrad.ffi.NULL)
+        if error is None:
+            break
+        assert isinstance(error, errors.OutOfMemoryError), repr(error)
+        failures += 1
+    assert failures >= 1

@@ -217,6 +217,18 @@ def test_copy_true_exports_an_independent_writable_copy() -> None:
     assert t.to_bytes() == expected
 
 
+def test_a_gpu_tensor_exports_a_cpu_copy_that_holds_no_handle(opencl_device: str) -> None:
+    t = _tensor(17, 3, 5).to("opencl")
+    expected = t.T.to_bytes()
+    live = tgrad.live_tensors()
+    consumer = _Consumer(t.T, max_version=(1, 0))
+    assert consumer.managed.flags & _dlpack.FLAG_IS_COPIED and tgrad.live_tensors() == live
+    assert consumer.bytes() == expected
+    consumer.close()
+    with pytest.raises(errors.ViewNotExpressibleError):
+        t.__dlpack__(copy=False)
+
+
 # ---- keyword values and released tensors (item 9) ----------------------------------------------------
 @pytest.mark.parametrize("kwargs", [
     {"max_version": "x"}, {"max_version": (1,)}, {"max_version": (1, 0, 0)}, {"max_version": (1.0, 0)},

@@ -230,18 +230,21 @@ def test_a_gpu_tensor_exports_a_cpu_copy_that_holds_no_handle(opencl_device: str
 
 
 # ---- keyword values and released tensors (item 9) ----------------------------------------------------
-@pytest.mark.parametrize("kwargs", [
+BAD_KEYWORD_VALUES = [
     {"max_version": "x"}, {"max_version": (1,)}, {"max_version": (1, 0, 0)}, {"max_version": (1.0, 0)},
     {"max_version": (-1, 0)}, {"max_version": (True, 0)}, {"max_version": 1},
     {"dl_device": 5}, {"dl_device": "cpu"}, {"dl_device": (1,)}, {"dl_device": (1, "0")},
     {"copy": "maybe"}, {"copy": 1}, {"stream": "s"}, {"stream": 1.5},
-], ids=repr)
-def test_bad_keyword_values_raise_invalid_argument(kwargs: dict[str, Any]) -> None:
+]
+
+
+def test_bad_keyword_values_raise_invalid_argument() -> None:
     t = _tensor(12, 2, 2)
     live = tgrad.live_tensors()
-    with pytest.raises(errors.InvalidArgumentError):
-        t.__dlpack__(**kwargs)
-    assert tgrad.live_tensors() == live
+    for kwargs in BAD_KEYWORD_VALUES:
+        with pytest.raises(errors.InvalidArgumentError):
+            t.__dlpack__(**kwargs)
+        assert tgrad.live_tensors() == live, kwargs
 
 
 def test_a_device_other_than_the_cpu_is_unavailable() -> None:
@@ -344,12 +347,12 @@ def test_item5_huge_strides_raise_a_tgrad_error_and_leak_nothing() -> None:
     assert _dlpack._imports == imports
 
 
-@pytest.mark.parametrize("answer", ["x", (1,), None, (1, 0, 0), ("1", "0")], ids=repr)
-def test_a_garbled_dlpack_device_is_refused_without_asking_for_a_capsule(answer: Any) -> None:
+def test_a_garbled_dlpack_device_is_refused_without_asking_for_a_capsule() -> None:
     forged = _forged()
-    producer = CpuProducer(forged, forge.store_for(forged, 0), answer=answer)
-    assert isinstance(_offer(producer), errors.InvalidArgumentError)
-    assert producer.made == []
+    for answer in ("x", (1,), None, (1, 0, 0), ("1", "0")):
+        producer = CpuProducer(forged, forge.store_for(forged, 0), answer=answer)
+        assert isinstance(_offer(producer), errors.InvalidArgumentError), answer
+        assert producer.made == []
 
 
 @pytest.mark.parametrize("versioned", [False, True])

@@ -125,26 +125,29 @@ def test_negative_strides_go_out_as_a_copy_or_are_refused(bf16_bits: Any) -> Non
 def test_tgrad_deleted_first_keeps_the_export_alive(bf16_bits: Any) -> None:
     a = (_tgrad(bf16_bits, 8, 8) @ _tgrad(bf16_bits, 8, 8))
     expected = a.to_bytes()
+    live = tgrad.live_tensors()
     x = torch.from_dlpack(a)
     del a
     gc.collect()
     assert x.view(torch.int16).numpy().tobytes() == expected
     del x
     gc.collect()
-    assert not _dlpack._exports
+    assert tgrad.live_tensors() == live - 1  # the export's own handle went with x
 
 
 @needs_torch
 def test_versioned_export_is_read_only(bf16_bits: Any) -> None:
     a = _tgrad(bf16_bits, 2, 3)
+    live = tgrad.live_tensors()
     capsule = a.__dlpack__(max_version=(1, 0))
     name = _dlpack._api.PyCapsule_GetName(capsule)
     assert name == b"dltensor_versioned"
-    managed = _dlpack.ffi.cast("DLManagedTensorVersioned *", _dlpack._api.PyCapsule_GetPointer(id(capsule), name))
+    managed = _dlpack.ffi.cast("DLManagedTensorVersioned *", _dlpack._api.PyCapsule_GetPointer(capsule, name))
     assert managed.flags & _dlpack.FLAG_READ_ONLY and managed.version.major == 1
+    assert (managed.dl_tensor.dtype.code, managed.dl_tensor.dtype.bits) == (_dlpack.KDL_BFLOAT, 16)
     del capsule, managed  # an unconsumed capsule frees its export
     gc.collect()
-    assert not _dlpack._exports
+    assert tgrad.live_tensors() == live
 
 
 @needs_torch

@@ -188,6 +188,13 @@ def from_dlpack(x: object) -> Tensor:
     """A Tensor over `x`'s memory without a copy when it is bf16 on the CPU (a torch bf16 tensor,
     any `__dlpack__` producer, or an ml_dtypes.bfloat16 numpy array), else float16/32/64 data
     rounded to bf16 (a copy). The producer's memory is held until the last tgrad tensor viewing it
-    is released; it must not be changed meanwhile. See docs/interop.md."""
+    is released; it must not be changed meanwhile.
+
+    Every field of the producer's capsule is checked before it is used: another device raises
+    DeviceMismatchError, another dtype or lanes DtypeUnsupportedError, a bad ndim, shape, data
+    pointer or alignment InvalidArgumentError, shapes, strides or offsets past 64 bits
+    SizeOverflowError, a DLPack major version other than 1 VersionMismatchError, a failing
+    producer InvalidArgumentError; a refused capsule is left to the producer to free. See
+    docs/interop.md."""
     out: Tensor = _from_dlpack(x)
     return out

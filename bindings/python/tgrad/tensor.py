@@ -514,14 +514,18 @@ class Tensor:
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
         """A DLPack capsule over this tensor's memory, zero-copy and read-only (tgrad tensors are
-        immutable); the memory lives until the consumer releases it. Negative strides and GPU
-        tensors export a contiguous CPU copy (copy=False refuses them). See docs/interop.md."""
+        immutable); the memory lives until the consumer releases it, even if this tensor is
+        released first. Negative strides, GPU tensors and copy=True export a fresh CPU copy
+        (copy=False refuses the first two). Bad values raise InvalidArgumentError, a device other
+        than the CPU BackendUnavailableError. See docs/interop.md."""
         from . import _dlpack
 
-        return _dlpack.export(self, max_version, dl_device, copy)
+        self._h  # a released tensor raises InvalidHandleError
+        return _dlpack.export(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCPU, 0): tgrad shares host memory (a GPU tensor exports a CPU copy)."""
+        self._h  # a released tensor raises InvalidHandleError
         return (1, 0)
 
     def __matmul__(self, other: Tensor) -> Tensor:

@@ -1,6 +1,7 @@
 """Sessions: `nox -s tests` (C ABI tests + the Python suite against the pip-installed package),
 `nox -s bench` (the benchmark suite with live peers), `nox -s typecheck` (mypy --strict on the
-installed package), `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user)."""
+installed package), `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user),
+`nox -s exhaustive` (the 2^32-pair elementwise sweeps)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def sanitize(session: nox.Session) -> None:
                      "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"]})
     session.chdir(ROOT)
     session.run("meson", "setup", str(tsan), "--buildtype=debugoptimized", "-Db_sanitize=thread")
-    session.run("meson", "test", "-C", str(tsan), "--print-errorlogs", "threads",
+    session.run("meson", "test", "-C", str(tsan), "--print-errorlogs", "threads", "elementwise-threads",
                 env={"TSAN_OPTIONS": "halt_on_error=1"})
 
 
@@ -94,7 +95,20 @@ def cross(session: nox.Session) -> None:
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--cross-file", str(cross_file), "--buildtype=release")
     session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--timeout-multiplier", "5",
-                "abi", "threads", "gen")
+                "abi", "threads", "gen", "elementwise-unary", "elementwise-specials", "elementwise-threads",
+                "elementwise-binary-sampled")
+
+
+@nox.session
+def exhaustive(session: nox.Session) -> None:
+    """The long sweeps: every binary elementwise op over all 2^32 bf16 input pairs on every CPU
+    variant against a double reference (tests/c/test_elementwise.c; about 1.5 minutes on 2 cores),
+    in the `exhaustive` meson suite that `nox -s tests` leaves out."""
+    session.install("meson>=1.1", "ninja")
+    build = (pathlib.Path(session.create_tmp()) / "build-exhaustive").resolve()
+    shutil.rmtree(build, ignore_errors=True)
+    session.run("meson", "setup", str(build), "--buildtype=release")
+    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--suite", "exhaustive")
 
 
 @nox.session

@@ -148,6 +148,16 @@ def test_missing_tensor_name_is_a_typed_lookup(checkpoint: Any) -> None:
         w.model.layers[99]
 
 
+def test_a_missing_attribute_is_an_attribute_error_so_getattr_defaults_work(checkpoint: Any) -> None:
+    w = tst.open(checkpoint[0])
+    assert getattr(w.model, "missing", "default") == "default"
+    assert getattr(w, "missing", None) is None
+    assert not hasattr(w.model.layers[0], "nope") and hasattr(w.model.layers[0], "mlp")
+    with pytest.raises(AttributeError, match="'model.nope'") as info:
+        w.model.nope
+    assert isinstance(info.value, errors.TensorNotFoundError) and info.value.code == "tensor_not_found"
+
+
 def test_stub_names_the_tensors_for_a_type_checker(checkpoint: Any, tmp_path: Path) -> None:
     text = tst.stub(checkpoint[0])
     compile(text, "model.pyi", "exec")

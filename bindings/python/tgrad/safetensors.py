@@ -34,7 +34,8 @@ import numpy as np
 from . import errors
 from .tensor import Tensor
 
-__all__ = ["Checkpoint", "Node", "TensorInfo", "open", "read_header", "save", "stub"]
+__all__ = ["Checkpoint", "Node", "TensorInfo", "TensorNotFoundAttributeError", "open", "read_header", "save",
+           "stub"]
 
 #: Largest header accepted, as in the safetensors package (100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -58,6 +59,14 @@ class TensorInfo(NamedTuple):
 
     dtype: str
     shape: tuple[int, ...]
+
+
+#: No tensor or prefix of that name, met as an attribute (``w.model.nope``): a TensorNotFoundError
+#: that is also an AttributeError, so that getattr(node, name, default) and hasattr work. Made like
+#: the registry's classes (tgrad.errors), whose bases static checkers cannot see.
+TensorNotFoundAttributeError: type[errors.TgradError] = type(
+    "TensorNotFoundAttributeError", (errors.by_code["tensor_not_found"], AttributeError),
+    {"__module__": __name__, "__doc__": "no tensor or prefix of that name (an AttributeError too)"})
 
 
 class _Entry(NamedTuple):
@@ -364,19 +373,19 @@ class Node:
                 seen.setdefault(n[cut:].split(".", 1)[0], None)
         return list(seen)
 
-    def _child(self, part: str) -> Tensor | Node:
+    def _child(self, part: str, missing: type[errors.TgradError] = errors.by_code["tensor_not_found"]) -> Tensor | Node:
         full = self._full(part)
         lead = full + "."
         if any(n.startswith(lead) for n in self._ckpt.keys()):
             return Node(self._ckpt, full)
         if full in self._ckpt:
             return self._ckpt[full]
-        raise errors.by_code["tensor_not_found"](f"{self._ckpt.path}: no tensor or prefix {full!r}")
+        raise missing(f"{self._ckpt.path}: no tensor or prefix {full!r}")
 
     def __getattr__(self, part: str) -> Any:
         if part.startswith("__"):
             raise AttributeError(part)
-        return self._child(part)
+        return self._child(part, TensorNotFoundAttributeError)
 
     def __getitem__(self, key: int | str) -> Any:
         if isinstance(key, int) and not isinstance(key, bool):

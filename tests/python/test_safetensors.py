@@ -328,3 +328,31 @@ def test_a_well_formed_crafted_file_loads(tmp_path: Path) -> None:
     path = tmp_path / "ok.safetensors"
     path.write_bytes(_file(_one(), bits.tobytes()))
     assert tst.open(path)["t"].to_bytes() == bits.tobytes()
+
+
+# ---- hostile files: every one a typed error naming the file, never a raw exception or a hang ---
+
+def _big_int(digits: int) -> bytes:
+    return b"7" * digits
+
+
+@pytest.mark.parametrize("where", ["shape", "data_offsets"])
+def test_integers_of_thousands_of_digits_are_refused(tmp_path: Path, where: str) -> None:
+    entry = {"shape": b"[" + _big_int(5000) + b"]", "data_offsets": b"[0, 2]"}
+    if where == "data_offsets":
+        entry = {"shape": b"[1]", "data_offsets": b"[0, " + _big_int(5000) + b"]"}
+    raw = b'{"t": {"dtype": "BF16", "shape": %s, "data_offsets": %s}}' % (entry["shape"], entry["data_offsets"])
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(_file(None, b"\0\0", raw=raw))
+    with pytest.raises(errors.FileMalformedError, match="integer of 5000 digits") as info:
+        tst.open(path)
+    assert str(path) in str(info.value)
+
+
+def test_an_index_total_size_of_thousands_of_digits_is_refused(tmp_path: Path) -> None:
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "s.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"metadata": {"total_size": %s}, "weight_map": {"a": "s.safetensors"}}' % ("9" * 5000))
+    with pytest.raises(errors.FileMalformedError, match="integer of 5000 digits") as info:
+        tst.open(tmp_path)
+    assert str(index) in str(info.value)

@@ -51,6 +51,9 @@ DTYPE_BITS: dict[str, int] = {
 }
 #: dtypes convert=True rounds to bf16.
 CONVERTIBLE = ("F32", "F16", "F64")
+#: Most digits an integer of a header or an index may have: sizes and offsets are below 2^64,
+#: which has 20 (Python refuses to parse past 4300 with a raw ValueError).
+MAX_INT_DIGITS = 20
 INDEX_SUFFIX = ".safetensors.index.json"
 
 
@@ -86,6 +89,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
             raise _malformed(path, f"duplicate key {key!r} in the JSON header")
         seen[key] = value
     return seen
+
+
+def _json(text: str, path: Path) -> Any:
+    """Parse a header or index: duplicate keys and integers of more than MAX_INT_DIGITS digits are
+    refused naming the file (the errors raised inside the parser reach the caller as they are)."""
+
+    def parse_int(digits: str) -> int:
+        count = len(digits.lstrip("-"))
+        if count > MAX_INT_DIGITS:
+            raise _malformed(path, f"integer of {count} digits (sizes and offsets have at most {MAX_INT_DIGITS})")
+        return int(digits)
+
+    return json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, path), parse_int=parse_int)
 
 
 def _is_int(value: Any) -> bool:
@@ -129,7 +145,7 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
     except UnicodeDecodeError as exc:
         raise _malformed(p, f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        header = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, p))
+        header = _json(text, p)
     except json.JSONDecodeError as exc:
         raise _malformed(p, f"header is not JSON ({exc.msg} at character {exc.pos})") from None
     except RecursionError:
@@ -207,7 +223,7 @@ def _read_index(index: Path) -> dict[str, Path]:
     if len(raw) > MAX_HEADER_BYTES:
         raise _malformed(index, f"index of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
     try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _no_duplicates(pairs, index))
+        doc = _json(raw.decode("utf-8"), index)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _malformed(index, f"index is not UTF-8 JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):

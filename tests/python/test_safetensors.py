@@ -356,3 +356,49 @@ def test_an_index_total_size_of_thousands_of_digits_is_refused(tmp_path: Path) -
     with pytest.raises(errors.FileMalformedError, match="integer of 5000 digits") as info:
         tst.open(tmp_path)
     assert str(index) in str(info.value)
+
+
+UNLOADABLE = sorted(set(tst.DTYPE_BITS) - {"BF16", "F32", "F16", "F64"})
+
+
+@pytest.mark.parametrize("convert", [False, True])
+@pytest.mark.parametrize("dtype", UNLOADABLE)
+def test_a_dtype_the_header_allows_but_tgrad_cannot_load_is_unsupported(tmp_path: Path, dtype: str, convert: bool) -> None:
+    size = tst.DTYPE_BITS[dtype]  # 8 elements: whole bytes for the 4- and 6-bit types too
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(_file(_one(dtype=dtype, shape=(8,), offsets=(0, size)), b"\0" * size))
+    w = tst.open(path, convert=convert)
+    assert w.schema["t"] == (dtype, (8,))
+    with pytest.raises(errors.DtypeUnsupportedError, match=f"'t' is {dtype}") as info:
+        w["t"]
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("rank", range(9))
+def test_save_and_load_round_trip_every_rank_including_0d(tmp_path: Path, rank: int) -> None:
+    shape = tuple(range(2, 2 + rank))
+    t = tgrad.Tensor.from_numpy(np.random.default_rng(rank).standard_normal(shape).astype(np.float32))
+    path = tmp_path / "r.safetensors"
+    tst.save(path, {"t": t})
+    w = tst.open(path)
+    assert w.schema["t"] == ("BF16", shape)
+    back = w["t"]
+    assert back.shape == shape and back.to_bytes() == t.to_bytes()
+    assert stnp.load_file(str(path))["t"].shape == shape
+
+
+def test_a_0d_tensor_the_package_wrote_loads_as_0d(tmp_path: Path) -> None:
+    path = tmp_path / "s.safetensors"
+    stnp.save_file({"s": np.array(1.5, BF16)}, str(path))
+    got = tst.open(path)["s"]
+    assert got.shape == () and got.to_bytes() == _bits(np.array(1.5, BF16))
+
+
+def test_a_tensor_of_more_dimensions_than_tgrad_holds_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "deep.safetensors"
+    stnp.save_file({"t": np.zeros((1,) * 9, BF16)}, str(path))
+    w = tst.open(path)
+    assert w.schema["t"].shape == (1,) * 9
+    with pytest.raises(errors.InvalidArgumentError, match="9 dimensions") as info:
+        w["t"]
+    assert str(path) in str(info.value) and "'t'" in str(info.value)

@@ -32,10 +32,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import errors
+from ._ffi import lib
 from .tensor import Tensor
 
-__all__ = ["Checkpoint", "Node", "TensorInfo", "TensorNotFoundAttributeError", "open", "read_header", "save",
-           "stub"]
+__all__ = ["Checkpoint", "LOADABLE", "Node", "TensorInfo", "TensorNotFoundAttributeError", "open", "read_header",
+           "save", "stub"]
 
 #: Largest header accepted, as in the safetensors package (100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -51,10 +52,14 @@ DTYPE_BITS: dict[str, int] = {
 }
 #: dtypes convert=True rounds to bf16.
 CONVERTIBLE = ("F32", "F16", "F64")
+#: dtypes tgrad loads: BF16 bit for bit, CONVERTIBLE with convert=True. The header check accepts
+#: every DTYPE_BITS name; reading a tensor of any other raises DtypeUnsupportedError.
+LOADABLE = ("BF16", *CONVERTIBLE)
 #: Most digits an integer of a header or an index may have: sizes and offsets are below 2^64,
 #: which has 20 (Python refuses to parse past 4300 with a raw ValueError).
 MAX_INT_DIGITS = 20
 INDEX_SUFFIX = ".safetensors.index.json"
+_MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
 
 class TensorInfo(NamedTuple):
@@ -300,18 +305,28 @@ def _load_array(file: Path, name: str) -> np.ndarray[Any, Any]:
         raise _malformed(file, f"{type(exc).__name__}: {exc}", name) from None
 
 
-def _to_tensor(array: np.ndarray[Any, Any], info: TensorInfo, file: Path, name: str, convert: bool) -> Tensor:
-    if info.dtype == "BF16":
-        return Tensor.from_numpy(np.ascontiguousarray(array))
-    if info.dtype in CONVERTIBLE:
-        if not convert:
-            raise errors.by_code["dtype_conversion_refused"](
-                f"{file}: tensor {name!r} is {info.dtype}, not BF16; pass convert=True to round it to bf16")
+def _check_loadable(entry: _Entry, name: str, convert: bool) -> None:
+    """Refuse, before reading anything, a tensor tgrad cannot hold."""
+    dtype, shape = entry.info
+    if dtype not in LOADABLE:
+        raise errors.by_code["dtype_unsupported"](
+            f"{entry.file}: tensor {name!r} is {dtype}; tgrad reads BF16 (and F32, F16, F64 with convert=True)")
+    if dtype != "BF16" and not convert:
+        raise errors.by_code["dtype_conversion_refused"](
+            f"{entry.file}: tensor {name!r} is {dtype}, not BF16; pass convert=True to round it to bf16")
+    if len(shape) > _MAX_DIMS:
+        raise errors.by_code["invalid_argument"](
+            f"{entry.file}: tensor {name!r} has {len(shape)} dimensions; a tgrad tensor has at most {_MAX_DIMS}")
+
+
+def _to_tensor(array: np.ndarray[Any, Any], info: TensorInfo, file: Path, name: str) -> Tensor:
+    # from_numpy copies any layout to row-major (np.ascontiguousarray would make a 0-d array 1-d)
+    try:
         if info.dtype == "F16":
             array = array.astype(np.float32)  # exact widening; one rounding to bf16 follows
-        return Tensor.from_numpy(np.ascontiguousarray(array))
-    raise errors.by_code["dtype_unsupported"](
-        f"{file}: tensor {name!r} is {info.dtype}; tgrad reads BF16 (and F32/F16/F64 with convert=True)")
+        return Tensor.from_numpy(array)
+    except errors.TgradError as exc:  # out of memory, say: name the tensor and its file
+        raise type(exc)(f"{file}: tensor {name!r}: {exc.detail or exc}") from None
 
 
 class Checkpoint:
@@ -343,7 +358,8 @@ class Checkpoint:
         entry = self._entries.get(name)
         if entry is None:
             raise errors.by_code["tensor_not_found"](f"{self.path}: no tensor named {name!r}")
-        return _to_tensor(_load_array(entry.file, name), entry.info, entry.file, name, self.convert)
+        _check_loadable(entry, name, self.convert)
+        return _to_tensor(_load_array(entry.file, name), entry.info, entry.file, name)
 
     def load(self, names: Sequence[str] | None = None) -> dict[str, Tensor]:
         """{name: Tensor} of the given names (default: all)."""
@@ -452,7 +468,7 @@ def save(path: str | os.PathLike[str], tensors: Mapping[str, Tensor],
             raise errors.by_code["invalid_argument"](f"save: tensor name {name!r} is not a str")
         if not isinstance(t, Tensor):
             raise errors.by_code["invalid_argument"](f"save: {name!r} is a {type(t).__name__}, not a tgrad.Tensor")
-        arrays[name] = np.ascontiguousarray(t.numpy())  # ml_dtypes.bfloat16: the bits as stored
+        arrays[name] = t.numpy()  # ml_dtypes.bfloat16, row-major (ascontiguousarray would make a 0-d array 1-d)
     from safetensors.numpy import save_file
 
     try:

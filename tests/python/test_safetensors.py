@@ -374,6 +374,81 @@ def test_a_dtype_the_header_allows_but_tgrad_cannot_load_is_unsupported(tmp_path
     assert str(path) in str(info.value)
 
 
+def test_a_shard_name_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    _index(tmp_path, {"w": "x" * 5000 + ".safetensors"})
+    with pytest.raises(errors.FileMalformedError, match="[Ff]ile name too long") as info:
+        tst.open(tmp_path)
+    assert str(tmp_path / ("x" * 5000 + ".safetensors")) in str(info.value)
+
+
+def test_a_path_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / ("y" * 5000 + ".safetensors")
+    with pytest.raises(errors.FileMalformedError, match="[Ff]ile name too long"):
+        tst.open(path)
+
+
+@pytest.mark.parametrize("which", ["index", "shard", "file"])
+def test_a_symlink_loop_is_refused(tmp_path: Path, which: str) -> None:
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "s.safetensors"))
+    name = {"index": "model.safetensors.index.json", "shard": "loop.safetensors", "file": "f.safetensors"}[which]
+    loop = tmp_path / name
+    loop.symlink_to(loop)
+    if which == "shard":
+        _index(tmp_path, {"a": "s.safetensors", "b": "loop.safetensors"})
+    with pytest.raises(errors.FileMalformedError, match="symbolic links") as info:
+        tst.open(tmp_path if which == "shard" else loop)
+    assert str(loop) in str(info.value)
+
+
+def test_a_dangling_symlink_shard_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "s.safetensors").symlink_to(tmp_path / "gone")
+    _index(tmp_path, {"a": "s.safetensors"})
+    with pytest.raises(errors.FileMissingError, match="s.safetensors.*'a'"):
+        tst.open(tmp_path)
+
+
+class _FifoWriter:
+    """Opens a FIFO for writing in a thread and closes it again at once. A reader that blocked
+    opening the FIFO is released by it (and then reads an empty file), so a regression fails its
+    test instead of hanging it; on exit the FIFO is opened for reading to release the writer."""
+
+    def __init__(self, fifo: Path) -> None:
+        import threading
+
+        self.fifo = fifo
+        self.thread = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+
+    def __enter__(self) -> _FifoWriter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.thread.is_alive():
+            reader = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
+            self.thread.join()
+            os.close(reader)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("which", ["file", "shard", "in_directory"])
+def test_a_fifo_is_refused_without_opening_it(tmp_path: Path, which: str) -> None:
+    fifo = tmp_path / ("model.safetensors" if which != "shard" else "pipe.safetensors")
+    os.mkfifo(fifo)
+    if which == "shard":
+        _index(tmp_path, {"a": "pipe.safetensors"})
+    with _FifoWriter(fifo), pytest.raises(errors.FileMalformedError, match="not a regular file") as info:
+        tst.open(fifo if which == "file" else tmp_path)
+    assert str(fifo) in str(info.value)
+
+
+def test_a_directory_named_like_a_shard_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "d.safetensors").mkdir()
+    _index(tmp_path, {"a": "d.safetensors"})
+    with pytest.raises(errors.FileMalformedError, match="not a regular file") as info:
+        tst.open(tmp_path)
+    assert str(tmp_path / "d.safetensors") in str(info.value)
+
+
 @pytest.mark.parametrize("rank", range(9))
 def test_save_and_load_round_trip_every_rank_including_0d(tmp_path: Path, rank: int) -> None:
     shape = tuple(range(2, 2 + rank))

@@ -21,9 +21,11 @@ names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight` is a Tenso
 
 from __future__ import annotations
 
+import io
 import json
 import keyword
 import os
+import stat
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -82,9 +84,12 @@ class _Entry(NamedTuple):
     file: Path
 
 
+def _where(path: Path | str, tensor: str | None) -> str:
+    return f"{path}" + (f": tensor {tensor!r}" if tensor is not None else "")
+
+
 def _malformed(path: Path | str, what: str, tensor: str | None = None) -> errors.TgradError:
-    where = f"{path}" + (f": tensor {tensor!r}" if tensor is not None else "")
-    return errors.by_code["file_malformed"](f"{where}: {what}")
+    return errors.by_code["file_malformed"](f"{_where(path, tensor)}: {what}")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
@@ -123,28 +128,72 @@ def _check_name(name: str, path: Path) -> None:
         raise _malformed(path, "tensor name holds control characters or lone surrogates", name)
 
 
+# ---- opening files: regular files only, every OS error typed ------------------------------------
+
+def _os_error(path: Path, exc: OSError, tensor: str | None = None) -> errors.TgradError:
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return errors.by_code["file_missing"](f"{_where(path, tensor)}: no such file")
+    return _malformed(path, f"cannot be read: {exc.strerror or exc}", tensor)  # a loop of links, a name too long
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(path: Path, mode: int, tensor: str | None) -> errors.TgradError:
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    return _malformed(path, f"is not a regular file ({kind})", tensor)
+
+
+def _open_regular(path: Path, tensor: str | None = None) -> tuple[io.BufferedReader, os.stat_result]:
+    """`path` open for reading, with its status; refused unless it is a regular file. Checked
+    before opening (opening a FIFO blocks until a writer comes) and again on the open file, which
+    may have been swapped in between (O_NONBLOCK keeps that open from blocking)."""
+    try:
+        before = os.stat(path)
+        if not stat.S_ISREG(before.st_mode):
+            raise _not_regular(path, before.st_mode, tensor)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _os_error(path, exc, tensor) from None
+    file = os.fdopen(fd, "rb")
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        file.close()
+        raise _not_regular(path, status.st_mode, tensor)
+    return file, status
+
+
+def _read(file: io.BufferedReader, path: Path, size: int) -> bytes:
+    try:
+        return file.read(size)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+
+
+# ---- headers and indexes ---------------------------------------------------------------------------
+
 def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Validate one .safetensors file's header against DESIGN.md §8 and return (name ->
     TensorInfo in file order, metadata). Reads the 8-byte length and the header only."""
     p = Path(path)
-    try:
-        size = p.stat().st_size
-        with p.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise _malformed(p, f"file of {len(head)} bytes is shorter than the 8-byte header length")
-            (n,) = struct.unpack("<Q", head)
-            if n == 0:
-                raise _malformed(p, "header length 0")
-            if n > MAX_HEADER_BYTES:
-                raise _malformed(p, f"header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
-            if 8 + n > size:
-                raise _malformed(p, f"header length {n} reaches past the end of the {size}-byte file")
-            raw = f.read(n)
-    except FileNotFoundError:
-        raise errors.by_code["file_missing"](f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise _malformed(p, "is a directory, not a .safetensors file") from None
+    file, status = _open_regular(p)
+    with file:
+        size = status.st_size
+        head = _read(file, p, 8)
+        if len(head) < 8:
+            raise _malformed(p, f"file of {len(head)} bytes is shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n == 0:
+            raise _malformed(p, "header length 0")
+        if n > MAX_HEADER_BYTES:
+            raise _malformed(p, f"header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
+        if 8 + n > size:
+            raise _malformed(p, f"header length {n} reaches past the end of the {size}-byte file")
+        raw = _read(file, p, n)
+    if len(raw) < n:
+        raise _malformed(p, "changed while its header was read (it is shorter now)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -221,12 +270,11 @@ def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
 
 
 def _read_index(index: Path) -> dict[str, Path]:
-    try:
-        raw = index.read_bytes()
-    except FileNotFoundError:
-        raise errors.by_code["file_missing"](f"{index}: no such file") from None
+    file, _ = _open_regular(index)
+    with file:
+        raw = _read(file, index, MAX_HEADER_BYTES + 1)
     if len(raw) > MAX_HEADER_BYTES:
-        raise _malformed(index, f"index of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
+        raise _malformed(index, f"index of more than {MAX_HEADER_BYTES} bytes")
     try:
         doc = _json(raw.decode("utf-8"), index)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -245,7 +293,11 @@ def _read_index(index: Path) -> dict[str, Path]:
 
 def _entries(path: Path) -> dict[str, _Entry]:
     """Every tensor of a file, an index or a directory, validated, with the file holding it."""
-    if path.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    if is_dir:
         indexes = sorted(path.glob("*" + INDEX_SUFFIX))
         if len(indexes) > 1:
             raise _malformed(path, f"{len(indexes)} index files: {[i.name for i in indexes]}")
@@ -268,18 +320,17 @@ def _entries(path: Path) -> dict[str, _Entry]:
         out = {}
         for name, shard in wanted.items():
             if shard not in headers:
-                if not shard.is_file():
+                try:
+                    headers[shard] = read_header(shard)[0]
+                except errors.FileMissingError:
                     raise errors.by_code["file_missing"](
-                        f"{path}: shard {shard.name!r} (holding tensor {name!r}) is missing from disk")
-                headers[shard] = read_header(shard)[0]
+                        f"{path}: shard {str(shard)!r} (holding tensor {name!r}) is missing from disk") from None
             found = headers[shard].get(name)
             if found is None:
                 raise errors.by_code["tensor_not_found"](
                     f"{path}: tensor {name!r} is named in the index but missing from shard {shard.name!r}")
             out[name] = _Entry(found, shard)
         return out
-    if not path.exists():
-        raise errors.by_code["file_missing"](f"{path}: no such file or directory")
     return {name: _Entry(info, path) for name, info in read_header(path)[0].items()}
 
 

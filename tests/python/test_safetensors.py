@@ -4,6 +4,7 @@ is refused with its typed error naming the file (and the tensor, where there is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -233,12 +234,12 @@ def test_missing_file_is_a_typed_lookup(tmp_path: Path) -> None:
         tst.open(tmp_path / "none.safetensors")
 
 
-def test_package_failures_become_typed_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_overwritten_with_garbage_after_open_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ok.safetensors"
     stnp.save_file({"a": np.zeros(2, BF16)}, str(path))
     w = tst.open(path)
-    path.write_bytes(b"\x00" * 4)  # the file changes between open and load: the package refuses it
-    with pytest.raises(errors.FileMalformedError, match="safetensors.*'a'"):
+    path.write_bytes(b"\x00" * 4)  # the file changes between open and load
+    with pytest.raises(errors.FileMalformedError, match="ok.safetensors.*'a'"):
         w["a"]
 
 
@@ -447,6 +448,65 @@ def test_a_directory_named_like_a_shard_is_refused(tmp_path: Path) -> None:
     with pytest.raises(errors.FileMalformedError, match="not a regular file") as info:
         tst.open(tmp_path)
     assert str(tmp_path / "d.safetensors") in str(info.value)
+
+
+def _rewrite_keeping_inode_and_mtime(path: Path, data: bytes) -> None:
+    before = path.stat()
+    with path.open("r+b") as f:
+        f.write(data)
+        f.truncate()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_a_file_rewritten_after_open_is_refused_not_read_with_the_new_header(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    stnp.save_file({"t": np.ones((2, 2), BF16)}, str(path))
+    w = tst.open(path)
+    stnp.save_file({"t": np.array([1, 2, 3], np.float32)}, str(path))
+    with pytest.raises(errors.FileMalformedError, match="changed since it was opened") as info:
+        w["t"]
+    assert str(path) in str(info.value) and "'t'" in str(info.value)
+
+
+def test_a_rewrite_of_the_same_size_inode_and_mtime_is_caught_by_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(_file(_one(shape=[2, 2], offsets=[0, 8]), b"\1" * 8))
+    w = tst.open(path)
+    _rewrite_keeping_inode_and_mtime(path, _file(_one(shape=[1, 4], offsets=[0, 8]), b"\2" * 8))
+    with pytest.raises(errors.FileMalformedError, match="changed since it was opened"):
+        w["t"]
+
+
+@pytest.mark.parametrize("change", ["truncated", "replaced", "removed", "fifo"])
+def test_a_file_changed_after_open_is_refused(tmp_path: Path, change: str) -> None:
+    path = tmp_path / "w.safetensors"
+    stnp.save_file({"t": np.ones((64,), BF16)}, str(path))
+    w = tst.open(path)
+    if change == "truncated":
+        os.truncate(path, path.stat().st_size - 2)
+    elif change == "replaced":  # another file renamed over it: same bytes, another inode
+        other = tmp_path / "other"
+        other.write_bytes(path.read_bytes())
+        os.replace(other, path)
+    else:
+        path.unlink()
+        if change == "fifo":
+            os.mkfifo(path)
+    wanted, says = {"truncated": (errors.FileMalformedError, "changed since it was opened"),
+                    "replaced": (errors.FileMalformedError, "changed since it was opened"),
+                    "removed": (errors.FileMissingError, "no such file"),
+                    "fifo": (errors.FileMalformedError, "not a regular file")}[change]
+    with _FifoWriter(path) if change == "fifo" else contextlib.nullcontext(), pytest.raises(wanted, match=says) as info:
+        w["t"]
+    assert str(path) in str(info.value) and "'t'" in str(info.value)
+
+
+def test_reading_many_tensors_gives_the_files_bytes(checkpoint: Any) -> None:
+    root, weights = checkpoint
+    loaded = tst.open(root).load([n for n, a in weights.items() if a.dtype == BF16])
+    assert {n: t.to_bytes() for n, t in loaded.items()} == {n: _bits(weights[n]) for n in loaded}
 
 
 @pytest.mark.parametrize("rank", range(9))

@@ -1,4 +1,4 @@
-"""safetensors checkpoints in and out, on the `safetensors` package, with a typed schema.
+"""safetensors checkpoints in and out, with a typed schema.
 
     w = tgrad.safetensors.open("ckpt/")          # a file, a sharded directory or an index .json
     w.schema["model.embed.weight"]               # TensorInfo(dtype='BF16', shape=(8, 4))
@@ -6,17 +6,22 @@
     w.model.layers[0].load()                     # {full name: Tensor} of the subtree
     tgrad.safetensors.save("out.safetensors", {"w": tensor})
 
-The package parses, validates and memory-maps; tgrad checks the header itself first (the bytes
-are read once, the JSON with a duplicate-key detector) so that every fault names the file and the
-tensor, and adds what the package lacks: duplicate tensor names, shard paths that are absolute or
-climb out with `..`, shards missing from disk and tensors an index names but its shard lacks.
-Every failure, the package's own included, is a tgrad typed error (docs/interop.md):
+tgrad reads checkpoints itself: it checks each header (the bytes are read once, the JSON with a
+duplicate-key detector and a bound on integer digits) so that every fault names the file and the
+tensor, and adds what the safetensors package lacks: duplicate tensor names, shard paths that are
+absolute or climb out with `..`, shards missing from disk and tensors an index names but its shard
+lacks. Only regular files are opened (a FIFO would block). A tensor is read from its file when
+asked for, with plain reads (no memory map, which a file cut short under it turns into SIGBUS),
+and only if the file is still the one whose header open() read: same inode, size, modification
+time and header bytes. Every failure is a tgrad typed error (docs/interop.md):
 FileMalformedError, FileMissingError, TensorNotFoundError, DtypeConversionRefusedError,
-DtypeUnsupportedError.
+DtypeUnsupportedError. `save` writes with the `safetensors` package.
 
-bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True.
-`python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol classes for a checkpoint's
-names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight` is a Tensor.
+bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True;
+the header check accepts every safetensors dtype, but reading any other raises
+DtypeUnsupportedError. `python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol
+classes for a checkpoint's names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight`
+is a Tensor.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ LOADABLE = ("BF16", *CONVERTIBLE)
 #: which has 20 (Python refuses to parse past 4300 with a raw ValueError).
 MAX_INT_DIGITS = 20
 INDEX_SUFFIX = ".safetensors.index.json"
+#: How the bytes of each loadable dtype are laid out (safetensors stores little-endian).
+_LAYOUT = {"BF16": "<u2", "F32": "<f4", "F16": "<f2", "F64": "<f8"}
 _MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
 
@@ -79,9 +86,29 @@ TensorNotFoundAttributeError: type[errors.TgradError] = type(
     {"__module__": __name__, "__doc__": "no tensor or prefix of that name (an AttributeError too)"})
 
 
+class _Stamp(NamedTuple):
+    """A file as open() read its header. A read refuses the file once any of it differs: the
+    schema was read from this file, and bytes of another one would not match it."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    head: bytes  # the 8-byte length and the JSON header
+
+
+class _Header(NamedTuple):
+    infos: dict[str, TensorInfo]
+    meta: dict[str, str]
+    spans: dict[str, tuple[int, int]]  # data_offsets, from the start of the data buffer
+    stamp: _Stamp
+
+
 class _Entry(NamedTuple):
     info: TensorInfo
     file: Path
+    span: tuple[int, int]
+    stamp: _Stamp
 
 
 def _where(path: Path | str, tensor: str | None) -> str:
@@ -177,7 +204,11 @@ def _read(file: io.BufferedReader, path: Path, size: int) -> bytes:
 def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Validate one .safetensors file's header against DESIGN.md §8 and return (name ->
     TensorInfo in file order, metadata). Reads the 8-byte length and the header only."""
-    p = Path(path)
+    header = _read_header(Path(path))
+    return header.infos, header.meta
+
+
+def _read_header(p: Path) -> _Header:
     file, status = _open_regular(p)
     with file:
         size = status.st_size
@@ -194,6 +225,7 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
         raw = _read(file, p, n)
     if len(raw) < n:
         raise _malformed(p, "changed while its header was read (it is shorter now)")
+    stamp = _Stamp(status.st_dev, status.st_ino, size, status.st_mtime_ns, head + raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -213,41 +245,11 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
         raise _malformed(p, f"{len(header)} tensors declared (limit {MAX_TENSORS})")
     buffer = size - 8 - n
     infos: dict[str, TensorInfo] = {}
-    spans: list[tuple[int, int, str]] = []
+    spans: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
-        _check_name(name, p)
-        if not isinstance(entry, dict):
-            raise _malformed(p, f"entry is a JSON {type(entry).__name__}, not an object", name)
-        extra = set(entry) - {"dtype", "shape", "data_offsets"}
-        missing = {"dtype", "shape", "data_offsets"} - set(entry)
-        if missing or extra:
-            raise _malformed(p, f"fields missing {sorted(missing)} / unknown {sorted(extra)}", name)
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str):
-            raise _malformed(p, f"dtype is a {type(dtype).__name__}, not a string", name)
-        if dtype not in DTYPE_BITS:
-            raise _malformed(p, f"unknown dtype {dtype!r}", name)
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise _malformed(p, f"shape {shape!r} is not a list of non-negative integers", name)
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
-            raise _malformed(p, f"data_offsets {offsets!r} is not 2 non-negative integers", name)
-        begin, end = offsets
-        if begin > end:
-            raise _malformed(p, f"data_offsets begin {begin} > end {end}", name)
-        if end > buffer:
-            raise _malformed(p, f"data_offsets end {end} is beyond the {buffer}-byte data buffer", name)
-        numel = 1
-        for d in shape:
-            numel *= d
-        bits = numel * DTYPE_BITS[dtype]
-        if bits >= 1 << 67:  # more than 2^64 bytes: the package's checked product overflows
-            raise _malformed(p, f"shape {shape} overflows 64 bits in its byte size", name)
-        if bits % 8 or bits // 8 != end - begin:
-            raise _malformed(p, f"{end - begin} bytes for {dtype} {shape} (needs {bits / 8:g})", name)
-        infos[name] = TensorInfo(dtype, tuple(shape))
-        spans.append((begin, end, name))
+        infos[name], spans[name] = _check_entry(name, entry, buffer, p)
     at = 0
-    for begin, end, name in sorted(spans):
+    for (begin, end), name in sorted((span, name) for name, span in spans.items()):
         if begin < at:
             raise _malformed(p, f"bytes [{begin}, {end}) overlap the previous tensor", name)
         if begin > at:
@@ -255,7 +257,41 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
         at = end
     if at != buffer:
         raise _malformed(p, f"{buffer - at} trailing bytes after the last tensor")
-    return infos, {str(k): str(v) for k, v in meta.items()}
+    return _Header(infos, {str(k): str(v) for k, v in meta.items()}, spans, stamp)
+
+
+def _check_entry(name: str, entry: Any, buffer: int, p: Path) -> tuple[TensorInfo, tuple[int, int]]:
+    """One tensor's header entry, checked against a data buffer of `buffer` bytes."""
+    _check_name(name, p)
+    if not isinstance(entry, dict):
+        raise _malformed(p, f"entry is a JSON {type(entry).__name__}, not an object", name)
+    extra = set(entry) - {"dtype", "shape", "data_offsets"}
+    missing = {"dtype", "shape", "data_offsets"} - set(entry)
+    if missing or extra:
+        raise _malformed(p, f"fields missing {sorted(missing)} / unknown {sorted(extra)}", name)
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        raise _malformed(p, f"dtype is a {type(dtype).__name__}, not a string", name)
+    if dtype not in DTYPE_BITS:
+        raise _malformed(p, f"unknown dtype {dtype!r}", name)
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise _malformed(p, f"shape {shape!r} is not a list of non-negative integers", name)
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
+        raise _malformed(p, f"data_offsets {offsets!r} is not 2 non-negative integers", name)
+    begin, end = offsets
+    if begin > end:
+        raise _malformed(p, f"data_offsets begin {begin} > end {end}", name)
+    if end > buffer:
+        raise _malformed(p, f"data_offsets end {end} is beyond the {buffer}-byte data buffer", name)
+    numel = 1
+    for d in shape:
+        numel *= d
+    bits = numel * DTYPE_BITS[dtype]
+    if bits >= 1 << 67:  # more than 2^64 bytes: the package's checked product overflows
+        raise _malformed(p, f"shape {shape} overflows 64 bits in its byte size", name)
+    if bits % 8 or bits // 8 != end - begin:
+        raise _malformed(p, f"{end - begin} bytes for {dtype} {shape} (needs {bits / 8:g})", name)
+    return TensorInfo(dtype, tuple(shape)), (begin, end)
 
 
 def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
@@ -308,52 +344,48 @@ def _entries(path: Path) -> dict[str, _Entry]:
             raise errors.by_code["file_missing"](f"{path}: no .safetensors file in the directory")
         out: dict[str, _Entry] = {}
         for file in files:
-            infos, _ = read_header(file)
-            for name, info in infos.items():
+            for name, entry in _file_entries(file, _read_header(file)).items():
                 if name in out:
                     raise _malformed(file, f"also in {out[name].file.name}", name)
-                out[name] = _Entry(info, file)
+                out[name] = entry
         return out
     if path.name.endswith(".json"):
-        wanted = _read_index(path)
-        headers: dict[Path, dict[str, TensorInfo]] = {}
-        out = {}
-        for name, shard in wanted.items():
-            if shard not in headers:
-                try:
-                    headers[shard] = read_header(shard)[0]
-                except errors.FileMissingError:
-                    raise errors.by_code["file_missing"](
-                        f"{path}: shard {str(shard)!r} (holding tensor {name!r}) is missing from disk") from None
-            found = headers[shard].get(name)
-            if found is None:
-                raise errors.by_code["tensor_not_found"](
-                    f"{path}: tensor {name!r} is named in the index but missing from shard {shard.name!r}")
-            out[name] = _Entry(found, shard)
-        return out
-    return {name: _Entry(info, path) for name, info in read_header(path)[0].items()}
+        return _index_entries(path)
+    return _file_entries(path, _read_header(path))
 
+
+def _file_entries(file: Path, header: _Header) -> dict[str, _Entry]:
+    return {name: _Entry(info, file, header.spans[name], header.stamp) for name, info in header.infos.items()}
+
+
+def _index_entries(index: Path) -> dict[str, _Entry]:
+    wanted = _read_index(index)
+    shards: dict[Path, dict[str, _Entry]] = {}
+    out: dict[str, _Entry] = {}
+    for name, shard in wanted.items():
+        if shard not in shards:
+            try:
+                shards[shard] = _file_entries(shard, _read_header(shard))
+            except errors.FileMissingError:
+                raise errors.by_code["file_missing"](
+                    f"{index}: shard {str(shard)!r} (holding tensor {name!r}) is missing from disk") from None
+        found = shards[shard].get(name)
+        if found is None:
+            raise errors.by_code["tensor_not_found"](
+                f"{index}: tensor {name!r} is named in the index but missing from shard {shard.name!r}")
+        out[name] = found
+    return out
+
+
+# ---- reading tensors ----------------------------------------------------------------------------
 
 def _package() -> Any:
     try:
         import safetensors
     except ImportError:  # pragma: no cover - the extra is not installed
         raise errors.by_code["backend_unavailable"](
-            "tgrad.safetensors needs the safetensors package: pip install 'tgrad[safetensors]'") from None
+            "tgrad.safetensors.save needs the safetensors package: pip install 'tgrad[safetensors]'") from None
     return safetensors
-
-
-def _load_array(file: Path, name: str) -> np.ndarray[Any, Any]:
-    st = _package()
-    import ml_dtypes  # noqa: F401  (makes the package yield bfloat16 arrays)
-
-    try:
-        with st.safe_open(str(file), framework="numpy") as f:
-            return np.asarray(f.get_tensor(name))
-    except st.SafetensorError as exc:
-        raise _malformed(file, f"safetensors: {exc}", name) from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise _malformed(file, f"{type(exc).__name__}: {exc}", name) from None
 
 
 def _check_loadable(entry: _Entry, name: str, convert: bool) -> None:
@@ -370,19 +402,60 @@ def _check_loadable(entry: _Entry, name: str, convert: bool) -> None:
             f"{entry.file}: tensor {name!r} has {len(shape)} dimensions; a tgrad tensor has at most {_MAX_DIMS}")
 
 
-def _to_tensor(array: np.ndarray[Any, Any], info: TensorInfo, file: Path, name: str) -> Tensor:
-    # from_numpy copies any layout to row-major (np.ascontiguousarray would make a 0-d array 1-d)
+def _unchanged(status: os.stat_result, stamp: _Stamp) -> bool:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == stamp[:4]
+
+
+def _read_tensors(file: Path, group: list[tuple[str, _Entry]]) -> dict[str, Tensor]:
+    """The tensors of `group`, all held by `file`, read through one open of it. That must still be
+    the file open() read the header of (device, inode, size, modification time and header bytes
+    before the reads; size and time again after them), else nothing is returned."""
+    stamp = group[0][1].stamp
+    changed = "changed since it was opened (its size, time, inode or header differ); open it again"
+    made: dict[str, Tensor] = {}
+    handle, status = _open_regular(file, group[0][0])
     try:
-        if info.dtype == "F16":
+        with handle:
+            if not _unchanged(status, stamp) or _read(handle, file, len(stamp.head)) != stamp.head:
+                raise _malformed(file, changed, group[0][0])
+            for name, entry in group:
+                made[name] = _read_tensor(handle, entry, name, changed)
+            if not _unchanged(os.fstat(handle.fileno()), stamp):
+                raise _malformed(file, changed, group[-1][0])
+    except BaseException:
+        for tensor in made.values():
+            tensor.release()
+        raise
+    return made
+
+
+def _read_tensor(handle: io.BufferedReader, entry: _Entry, name: str, changed: str) -> Tensor:
+    begin, end = entry.span
+    array = np.empty(entry.info.shape, dtype=_LAYOUT[entry.info.dtype])
+    view = array.reshape(-1).view(np.uint8).data
+    handle.seek(len(entry.stamp.head) + begin)
+    got = 0
+    try:
+        while got < end - begin:  # one read() returns at most about 2 GiB on Linux
+            count = handle.readinto(view[got:])
+            if not count:
+                raise _malformed(entry.file, changed, name)  # it ends early: it was cut short
+            got += count
+    except OSError as exc:
+        raise _os_error(entry.file, exc, name) from None
+    try:
+        if entry.info.dtype == "BF16":
+            return Tensor.from_bf16_bits(array)
+        if entry.info.dtype == "F16":
             array = array.astype(np.float32)  # exact widening; one rounding to bf16 follows
         return Tensor.from_numpy(array)
     except errors.TgradError as exc:  # out of memory, say: name the tensor and its file
-        raise type(exc)(f"{file}: tensor {name!r}: {exc.detail or exc}") from None
+        raise type(exc)(f"{entry.file}: tensor {name!r}: {exc.detail or exc}") from None
 
 
 class Checkpoint:
     """A validated checkpoint (one file, a sharded directory or an index): its schema, and the
-    tensors, each loaded from its memory-mapped file when asked for."""
+    tensors, each read from its file when asked for (refused if the file changed since open)."""
 
     def __init__(self, path: str | os.PathLike[str], *, convert: bool = False) -> None:
         self.path = Path(path)
@@ -406,15 +479,30 @@ class Checkpoint:
 
     def __getitem__(self, name: str) -> Tensor:
         """The tensor of that full name (loaded now)."""
-        entry = self._entries.get(name)
-        if entry is None:
-            raise errors.by_code["tensor_not_found"](f"{self.path}: no tensor named {name!r}")
-        _check_loadable(entry, name, self.convert)
-        return _to_tensor(_load_array(entry.file, name), entry.info, entry.file, name)
+        return self.load([name])[name]
 
     def load(self, names: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """{name: Tensor} of the given names (default: all)."""
-        return {name: self[name] for name in (self.keys() if names is None else names)}
+        """{name: Tensor} of the given names (default: all), in that order; each file is opened
+        and checked once."""
+        wanted: dict[str, _Entry] = {}
+        for name in self.keys() if names is None else names:
+            entry = self._entries.get(name)
+            if entry is None:
+                raise errors.by_code["tensor_not_found"](f"{self.path}: no tensor named {name!r}")
+            _check_loadable(entry, name, self.convert)
+            wanted[name] = entry
+        by_file: dict[Path, list[tuple[str, _Entry]]] = {}
+        for name, entry in wanted.items():
+            by_file.setdefault(entry.file, []).append((name, entry))
+        made: dict[str, Tensor] = {}
+        try:
+            for file, group in by_file.items():
+                made.update(_read_tensors(file, group))
+        except BaseException:
+            for tensor in made.values():
+                tensor.release()
+            raise
+        return {name: made[name] for name in wanted}
 
     @property
     def root(self) -> Node:

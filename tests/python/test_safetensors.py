@@ -537,3 +537,29 @@ def test_a_tensor_of_more_dimensions_than_tgrad_holds_is_refused_naming_the_file
     with pytest.raises(errors.InvalidArgumentError, match="9 dimensions") as info:
         w["t"]
     assert str(path) in str(info.value) and "'t'" in str(info.value)
+
+
+def test_a_hugging_face_cache_snapshot_of_symlinks_into_blobs_loads(tmp_path: Path) -> None:
+    """The Hub's cache keeps each file once in blobs/ (named by its hash) and links it from
+    snapshots/<revision>/ under its name: shards and index are symlinks (../../blobs/<sha>)."""
+    weights = _weights()
+    names = list(weights)
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "0123abcd"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    weight_map = {}
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        shard = f"model-0000{i + 1}-of-00002.safetensors"
+        stnp.save_file({n: weights[n] for n in part}, str(blobs / f"sha{i}"))
+        (snapshot / shard).symlink_to(Path("..", "..", "blobs", f"sha{i}"))
+        weight_map.update({n: shard for n in part})
+    (blobs / "shaindex").write_text(json.dumps({"metadata": {"total_size": 1234}, "weight_map": weight_map}))
+    (snapshot / "model.safetensors.index.json").symlink_to(Path("..", "..", "blobs", "shaindex"))
+    for path in (snapshot, snapshot / "model.safetensors.index.json"):
+        w = tst.open(path)
+        assert set(w.keys()) == set(weights)
+        for name, array in weights.items():
+            if array.dtype == BF16:
+                assert w[name].to_bytes() == _bits(array), name
+    single = tst.open(snapshot / "model-00001-of-00002.safetensors")
+    assert set(single.keys()) == set(names[: len(names) // 2])

@@ -216,6 +216,13 @@ def test_tensor_named_in_the_index_but_missing_from_its_shard_is_named(tmp_path:
         tst.open(tmp_path)
 
 
+def test_an_index_over_the_size_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = _index(tmp_path, {"a": "s.safetensors", "b": "s.safetensors"})
+    monkeypatch.setattr(tst, "MAX_HEADER_BYTES", len(index.read_bytes()) - 1)
+    with pytest.raises(errors.FileMalformedError, match="index of more than"):
+        tst.open(index)
+
+
 def test_duplicate_names_in_an_index_are_refused(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}')
     with pytest.raises(errors.FileMalformedError, match="duplicate key 'a'"):

@@ -306,9 +306,9 @@ def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
 
 
 def _read_index(index: Path) -> dict[str, Path]:
-    file, _ = _open_regular(index)
-    with file:
-        raw = _read(file, index, MAX_HEADER_BYTES + 1)
+    file, status = _open_regular(index)
+    with file:  # a read of the limit would allocate all of it up front: read what the file holds
+        raw = _read(file, index, min(status.st_size, MAX_HEADER_BYTES) + 1)
     if len(raw) > MAX_HEADER_BYTES:
         raise _malformed(index, f"index of more than {MAX_HEADER_BYTES} bytes")
     try:

@@ -4,6 +4,7 @@ is refused with its typed error naming the file (and the tensor, where there is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -148,6 +149,16 @@ def test_missing_tensor_name_is_a_typed_lookup(checkpoint: Any) -> None:
         w.model.layers[99]
 
 
+def test_a_missing_attribute_is_an_attribute_error_so_getattr_defaults_work(checkpoint: Any) -> None:
+    w = tst.open(checkpoint[0])
+    assert getattr(w.model, "missing", "default") == "default"
+    assert getattr(w, "missing", None) is None
+    assert not hasattr(w.model.layers[0], "nope") and hasattr(w.model.layers[0], "mlp")
+    with pytest.raises(AttributeError, match="'model.nope'") as info:
+        w.model.nope
+    assert isinstance(info.value, errors.TensorNotFoundError) and info.value.code == "tensor_not_found"
+
+
 def test_stub_names_the_tensors_for_a_type_checker(checkpoint: Any, tmp_path: Path) -> None:
     text = tst.stub(checkpoint[0])
     compile(text, "model.pyi", "exec")
@@ -205,6 +216,13 @@ def test_tensor_named_in_the_index_but_missing_from_its_shard_is_named(tmp_path:
         tst.open(tmp_path)
 
 
+def test_an_index_over_the_size_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = _index(tmp_path, {"a": "s.safetensors", "b": "s.safetensors"})
+    monkeypatch.setattr(tst, "MAX_HEADER_BYTES", len(index.read_bytes()) - 1)
+    with pytest.raises(errors.FileMalformedError, match="index of more than"):
+        tst.open(index)
+
+
 def test_duplicate_names_in_an_index_are_refused(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}')
     with pytest.raises(errors.FileMalformedError, match="duplicate key 'a'"):
@@ -223,12 +241,12 @@ def test_missing_file_is_a_typed_lookup(tmp_path: Path) -> None:
         tst.open(tmp_path / "none.safetensors")
 
 
-def test_package_failures_become_typed_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_overwritten_with_garbage_after_open_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ok.safetensors"
     stnp.save_file({"a": np.zeros(2, BF16)}, str(path))
     w = tst.open(path)
-    path.write_bytes(b"\x00" * 4)  # the file changes between open and load: the package refuses it
-    with pytest.raises(errors.FileMalformedError, match="safetensors.*'a'"):
+    path.write_bytes(b"\x00" * 4)  # the file changes between open and load
+    with pytest.raises(errors.FileMalformedError, match="ok.safetensors.*'a'"):
         w["a"]
 
 
@@ -318,3 +336,237 @@ def test_a_well_formed_crafted_file_loads(tmp_path: Path) -> None:
     path = tmp_path / "ok.safetensors"
     path.write_bytes(_file(_one(), bits.tobytes()))
     assert tst.open(path)["t"].to_bytes() == bits.tobytes()
+
+
+# ---- hostile files: every one a typed error naming the file, never a raw exception or a hang ---
+
+def _big_int(digits: int) -> bytes:
+    return b"7" * digits
+
+
+@pytest.mark.parametrize("where", ["shape", "data_offsets"])
+def test_integers_of_thousands_of_digits_are_refused(tmp_path: Path, where: str) -> None:
+    entry = {"shape": b"[" + _big_int(5000) + b"]", "data_offsets": b"[0, 2]"}
+    if where == "data_offsets":
+        entry = {"shape": b"[1]", "data_offsets": b"[0, " + _big_int(5000) + b"]"}
+    raw = b'{"t": {"dtype": "BF16", "shape": %s, "data_offsets": %s}}' % (entry["shape"], entry["data_offsets"])
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(_file(None, b"\0\0", raw=raw))
+    with pytest.raises(errors.FileMalformedError, match="integer of 5000 digits") as info:
+        tst.open(path)
+    assert str(path) in str(info.value)
+
+
+def test_an_index_total_size_of_thousands_of_digits_is_refused(tmp_path: Path) -> None:
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "s.safetensors"))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"metadata": {"total_size": %s}, "weight_map": {"a": "s.safetensors"}}' % ("9" * 5000))
+    with pytest.raises(errors.FileMalformedError, match="integer of 5000 digits") as info:
+        tst.open(tmp_path)
+    assert str(index) in str(info.value)
+
+
+UNLOADABLE = sorted(set(tst.DTYPE_BITS) - {"BF16", "F32", "F16", "F64"})
+
+
+@pytest.mark.parametrize("convert", [False, True])
+@pytest.mark.parametrize("dtype", UNLOADABLE)
+def test_a_dtype_the_header_allows_but_tgrad_cannot_load_is_unsupported(tmp_path: Path, dtype: str, convert: bool) -> None:
+    size = tst.DTYPE_BITS[dtype]  # 8 elements: whole bytes for the 4- and 6-bit types too
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(_file(_one(dtype=dtype, shape=(8,), offsets=(0, size)), b"\0" * size))
+    w = tst.open(path, convert=convert)
+    assert w.schema["t"] == (dtype, (8,))
+    with pytest.raises(errors.DtypeUnsupportedError, match=f"'t' is {dtype}") as info:
+        w["t"]
+    assert str(path) in str(info.value)
+
+
+def test_a_shard_name_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    _index(tmp_path, {"w": "x" * 5000 + ".safetensors"})
+    with pytest.raises(errors.FileMalformedError, match="[Ff]ile name too long") as info:
+        tst.open(tmp_path)
+    assert str(tmp_path / ("x" * 5000 + ".safetensors")) in str(info.value)
+
+
+def test_a_path_too_long_for_the_file_system_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / ("y" * 5000 + ".safetensors")
+    with pytest.raises(errors.FileMalformedError, match="[Ff]ile name too long"):
+        tst.open(path)
+
+
+@pytest.mark.parametrize("which", ["index", "shard", "file"])
+def test_a_symlink_loop_is_refused(tmp_path: Path, which: str) -> None:
+    stnp.save_file({"a": np.zeros(2, BF16)}, str(tmp_path / "s.safetensors"))
+    name = {"index": "model.safetensors.index.json", "shard": "loop.safetensors", "file": "f.safetensors"}[which]
+    loop = tmp_path / name
+    loop.symlink_to(loop)
+    if which == "shard":
+        _index(tmp_path, {"a": "s.safetensors", "b": "loop.safetensors"})
+    with pytest.raises(errors.FileMalformedError, match="symbolic links") as info:
+        tst.open(tmp_path if which == "shard" else loop)
+    assert str(loop) in str(info.value)
+
+
+def test_a_dangling_symlink_shard_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "s.safetensors").symlink_to(tmp_path / "gone")
+    _index(tmp_path, {"a": "s.safetensors"})
+    with pytest.raises(errors.FileMissingError, match="s.safetensors.*'a'"):
+        tst.open(tmp_path)
+
+
+class _FifoWriter:
+    """Opens a FIFO for writing in a thread and closes it again at once. A reader that blocked
+    opening the FIFO is released by it (and then reads an empty file), so a regression fails its
+    test instead of hanging it; on exit the FIFO is opened for reading to release the writer."""
+
+    def __init__(self, fifo: Path) -> None:
+        import threading
+
+        self.fifo = fifo
+        self.thread = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+
+    def __enter__(self) -> _FifoWriter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.thread.is_alive():
+            reader = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
+            self.thread.join()
+            os.close(reader)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("which", ["file", "shard", "in_directory"])
+def test_a_fifo_is_refused_without_opening_it(tmp_path: Path, which: str) -> None:
+    fifo = tmp_path / ("model.safetensors" if which != "shard" else "pipe.safetensors")
+    os.mkfifo(fifo)
+    if which == "shard":
+        _index(tmp_path, {"a": "pipe.safetensors"})
+    with _FifoWriter(fifo), pytest.raises(errors.FileMalformedError, match="not a regular file") as info:
+        tst.open(fifo if which == "file" else tmp_path)
+    assert str(fifo) in str(info.value)
+
+
+def test_a_directory_named_like_a_shard_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "d.safetensors").mkdir()
+    _index(tmp_path, {"a": "d.safetensors"})
+    with pytest.raises(errors.FileMalformedError, match="not a regular file") as info:
+        tst.open(tmp_path)
+    assert str(tmp_path / "d.safetensors") in str(info.value)
+
+
+def _rewrite_keeping_inode_and_mtime(path: Path, data: bytes) -> None:
+    before = path.stat()
+    with path.open("r+b") as f:
+        f.write(data)
+        f.truncate()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_a_file_rewritten_after_open_is_refused_not_read_with_the_new_header(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    stnp.save_file({"t": np.ones((2, 2), BF16)}, str(path))
+    w = tst.open(path)
+    stnp.save_file({"t": np.array([1, 2, 3], np.float32)}, str(path))
+    with pytest.raises(errors.FileMalformedError, match="changed since it was opened") as info:
+        w["t"]
+    assert str(path) in str(info.value) and "'t'" in str(info.value)
+
+
+def test_a_rewrite_of_the_same_size_inode_and_mtime_is_caught_by_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(_file(_one(shape=[2, 2], offsets=[0, 8]), b"\1" * 8))
+    w = tst.open(path)
+    _rewrite_keeping_inode_and_mtime(path, _file(_one(shape=[1, 4], offsets=[0, 8]), b"\2" * 8))
+    with pytest.raises(errors.FileMalformedError, match="changed since it was opened"):
+        w["t"]
+
+
+@pytest.mark.parametrize("change", ["truncated", "replaced", "removed", "fifo"])
+def test_a_file_changed_after_open_is_refused(tmp_path: Path, change: str) -> None:
+    path = tmp_path / "w.safetensors"
+    stnp.save_file({"t": np.ones((64,), BF16)}, str(path))
+    w = tst.open(path)
+    if change == "truncated":
+        os.truncate(path, path.stat().st_size - 2)
+    elif change == "replaced":  # another file renamed over it: same bytes, another inode
+        other = tmp_path / "other"
+        other.write_bytes(path.read_bytes())
+        os.replace(other, path)
+    else:
+        path.unlink()
+        if change == "fifo":
+            os.mkfifo(path)
+    wanted, says = {"truncated": (errors.FileMalformedError, "changed since it was opened"),
+                    "replaced": (errors.FileMalformedError, "changed since it was opened"),
+                    "removed": (errors.FileMissingError, "no such file"),
+                    "fifo": (errors.FileMalformedError, "not a regular file")}[change]
+    with _FifoWriter(path) if change == "fifo" else contextlib.nullcontext(), pytest.raises(wanted, match=says) as info:
+        w["t"]
+    assert str(path) in str(info.value) and "'t'" in str(info.value)
+
+
+def test_reading_many_tensors_gives_the_files_bytes(checkpoint: Any) -> None:
+    root, weights = checkpoint
+    loaded = tst.open(root).load([n for n, a in weights.items() if a.dtype == BF16])
+    assert {n: t.to_bytes() for n, t in loaded.items()} == {n: _bits(weights[n]) for n in loaded}
+
+
+@pytest.mark.parametrize("rank", range(9))
+def test_save_and_load_round_trip_every_rank_including_0d(tmp_path: Path, rank: int) -> None:
+    shape = tuple(range(2, 2 + rank))
+    t = tgrad.Tensor.from_numpy(np.random.default_rng(rank).standard_normal(shape).astype(np.float32))
+    path = tmp_path / "r.safetensors"
+    tst.save(path, {"t": t})
+    w = tst.open(path)
+    assert w.schema["t"] == ("BF16", shape)
+    back = w["t"]
+    assert back.shape == shape and back.to_bytes() == t.to_bytes()
+    assert stnp.load_file(str(path))["t"].shape == shape
+
+
+def test_a_0d_tensor_the_package_wrote_loads_as_0d(tmp_path: Path) -> None:
+    path = tmp_path / "s.safetensors"
+    stnp.save_file({"s": np.array(1.5, BF16)}, str(path))
+    got = tst.open(path)["s"]
+    assert got.shape == () and got.to_bytes() == _bits(np.array(1.5, BF16))
+
+
+def test_a_tensor_of_more_dimensions_than_tgrad_holds_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "deep.safetensors"
+    stnp.save_file({"t": np.zeros((1,) * 9, BF16)}, str(path))
+    w = tst.open(path)
+    assert w.schema["t"].shape == (1,) * 9
+    with pytest.raises(errors.InvalidArgumentError, match="9 dimensions") as info:
+        w["t"]
+    assert str(path) in str(info.value) and "'t'" in str(info.value)
+
+
+def test_a_hugging_face_cache_snapshot_of_symlinks_into_blobs_loads(tmp_path: Path) -> None:
+    """The Hub's cache keeps each file once in blobs/ (named by its hash) and links it from
+    snapshots/<revision>/ under its name: shards and index are symlinks (../../blobs/<sha>)."""
+    weights = _weights()
+    names = list(weights)
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "0123abcd"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    weight_map = {}
+    for i, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        shard = f"model-0000{i + 1}-of-00002.safetensors"
+        stnp.save_file({n: weights[n] for n in part}, str(blobs / f"sha{i}"))
+        (snapshot / shard).symlink_to(Path("..", "..", "blobs", f"sha{i}"))
+        weight_map.update({n: shard for n in part})
+    (blobs / "shaindex").write_text(json.dumps({"metadata": {"total_size": 1234}, "weight_map": weight_map}))
+    (snapshot / "model.safetensors.index.json").symlink_to(Path("..", "..", "blobs", "shaindex"))
+    for path in (snapshot, snapshot / "model.safetensors.index.json"):
+        w = tst.open(path)
+        assert set(w.keys()) == set(weights)
+        for name, array in weights.items():
+            if array.dtype == BF16:
+                assert w[name].to_bytes() == _bits(array), name
+    single = tst.open(snapshot / "model-00001-of-00002.safetensors")
+    assert set(single.keys()) == set(names[: len(names) // 2])

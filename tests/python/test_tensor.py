@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import math
+import pickle
 import re
 from collections.abc import Callable
 from typing import Any
@@ -387,6 +389,84 @@ def test_stale_handle_is_refused_by_the_library() -> None:
     assert lib.tgrad_matmul(stale, replacement._handle, out) == errors.InvalidHandleError.status
     assert out[0] == 0
     assert replacement.shape == (3,)
+
+
+# ---- copies and pickling -------------------------------------------------------------------------
+def _views_to_copy() -> dict[str, Tensor]:
+    base = Tensor.from_numpy(np.arange(24, dtype=np.float32).reshape(4, 6))
+    return {
+        "contiguous": base,
+        "transposed": base.T,
+        "negative_strides": base[::-1, ::-2],
+        "expanded": Tensor.from_numpy(np.arange(3, dtype=np.float32).reshape(1, 3)).expand(4, 3),
+        "selected_0d": base[2, 3],
+        "lazy_product": base @ base.T,
+        "empty": base[:0],
+    }
+
+
+COPIERS: dict[str, Callable[[Tensor], Tensor]] = {
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+    "pickle": lambda t: pickle.loads(pickle.dumps(t)),
+}
+
+
+@pytest.mark.parametrize("how", sorted(COPIERS))
+@pytest.mark.parametrize("view", sorted(_views_to_copy()))
+def test_a_copy_is_an_independent_owner_of_the_same_value(how: str, view: str) -> None:
+    original = _views_to_copy()[view]
+    want = (original.shape, original.device, original.to_bytes())
+    duplicate = COPIERS[how](original)
+    assert duplicate is not original
+    assert (duplicate.shape, duplicate.device, duplicate.to_bytes()) == want
+    duplicate.release()
+    assert (original.shape, original.device, original.to_bytes()) == want  # the original still reads
+    again = COPIERS[how](original)
+    original.release()
+    assert (again.shape, again.device, again.to_bytes()) == want  # and the copy outlives it
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy"])
+def test_copies_share_the_buffer_instead_of_copying_it(how: str) -> None:
+    t = Tensor.from_numpy(np.ones((64, 64), np.float32))
+    bytes_before = tgrad.live_bytes()
+    duplicate = COPIERS[how](t)
+    assert duplicate.shares_buffer(t) and tgrad.live_bytes() == bytes_before
+
+
+def test_deepcopy_keeps_one_copy_per_shared_tensor() -> None:
+    t = Tensor.from_numpy(np.ones(3, np.float32))
+    pair = copy.deepcopy([t, t])
+    assert pair[0] is pair[1] and pair[0] is not t
+
+
+def test_pickle_round_trips_every_bf16_pattern() -> None:
+    bits = np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)
+    back = pickle.loads(pickle.dumps(Tensor.from_bf16_bits(bits)))
+    assert back.shape == (256, 256) and bits_of(back).tobytes() == bits.tobytes()
+
+
+def test_pickle_round_trips_the_device(opencl_device: str) -> None:
+    t = Tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3), device="opencl")
+    back = pickle.loads(pickle.dumps(t))
+    assert back.device == "opencl" and back.to_bytes() == t.to_bytes()
+
+
+@pytest.mark.parametrize("how", sorted(COPIERS))
+def test_copying_a_released_tensor_is_invalid_handle(how: str) -> None:
+    t = Tensor.from_numpy(np.ones(3, np.float32))
+    t.release()
+    with pytest.raises(errors.InvalidHandleError):
+        COPIERS[how](t)
+
+
+@pytest.mark.parametrize("data, shape", [(b"\0" * 6, (2, 2)), (b"\0" * 3, (1,)), ("text", (2,)), (b"\0" * 4, (-2, -1))])
+def test_a_pickle_whose_bytes_do_not_fit_its_shape_is_refused(data: Any, shape: tuple[int, ...]) -> None:
+    from tgrad.tensor import _unpickle
+
+    with pytest.raises(errors.InvalidArgumentError, match="unpickle"):
+        _unpickle(data, shape, "cpu")
 
 
 def test_release_of_handle_zero_is_a_no_op() -> None:

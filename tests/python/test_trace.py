@@ -295,6 +295,76 @@ def test_a_stored_trace_validates_later(rng: np.random.Generator) -> None:
         Trace.from_json(json.dumps({"schema": "other/9", "ops": [], "outputs": []}))
 
 
+def _stored(rng: np.random.Generator) -> dict[str, Any]:
+    a, b = _operands(rng)
+    return json.loads(tgrad.trace(lambda x, y: x.T @ y, a, b).to_json(payloads=True))
+
+
+def _without(record: dict[str, Any], key: str) -> None:
+    del record[key]
+
+
+# (what is wrong, how to make it wrong, what the message names)
+BAD_DOCUMENTS: list[tuple[str, Any, str]] = [
+    ("not_an_object", lambda d: [d], "not a JSON object"),
+    ("no_ops", lambda d: _without(d, "ops"), "'ops'"),
+    ("no_outputs", lambda d: _without(d, "outputs"), "'outputs'"),
+    ("ops_not_a_list", lambda d: d.update(ops={}), "'ops'"),
+    ("outputs_not_integers", lambda d: d.update(outputs=["2"]), "'outputs'"),
+    ("output_out_of_range", lambda d: d.update(outputs=[4]), "output 4"),
+    ("options_not_an_object", lambda d: d.update(options=[1]), "'options'"),
+    ("plans_not_a_list", lambda d: d.update(plans="x"), "'plans'"),
+    ("library_version_not_a_string", lambda d: d.update(library_version=1), "'library_version'"),
+    ("op_not_an_object", lambda d: d["ops"].__setitem__(0, 5), "op 0"),
+    *[(f"op_without_{key}", lambda d, key=key: _without(d["ops"][2], key), f"op 2.*'{key}'")
+      for key in ("id", "kind", "inputs", "args", "shape", "strides", "offset", "buffer_id", "route")],
+    ("id_not_its_position", lambda d: d["ops"][1].update(id=0), "op 1.*'id'"),
+    ("id_a_string", lambda d: d["ops"][1].update(id="1"), "op 1.*'id'"),
+    ("kind_not_a_string", lambda d: d["ops"][2].update(kind=3), "op 2.*'kind'"),
+    ("inputs_not_a_list", lambda d: d["ops"][3].update(inputs=2), "op 3.*'inputs'"),
+    ("input_a_float", lambda d: d["ops"][3].update(inputs=[1.0, 2]), "op 3.*'inputs'"),
+    ("input_a_bool", lambda d: d["ops"][3].update(inputs=[True, 2]), "op 3.*'inputs'"),
+    ("input_not_an_earlier_op", lambda d: d["ops"][2].update(inputs=[3]), "op 2.*input 3"),
+    ("input_negative", lambda d: d["ops"][2].update(inputs=[-1]), "op 2.*input -1"),
+    ("args_not_an_object", lambda d: d["ops"][2].update(args=[]), "op 2.*'args'"),
+    ("shape_negative", lambda d: d["ops"][2].update(shape=[-6, -5]), "op 2.*'shape'"),
+    ("shape_not_a_list", lambda d: d["ops"][2].update(shape="6x8"), "op 2.*'shape'"),
+    ("strides_strings", lambda d: d["ops"][2].update(strides=["1", "6"]), "op 2.*'strides'"),
+    ("offset_null", lambda d: d["ops"][2].update(offset=None), "op 2.*'offset'"),
+    ("buffer_id_a_float", lambda d: d["ops"][2].update(buffer_id=1.5), "op 2.*'buffer_id'"),
+    ("route_not_a_string", lambda d: d["ops"][2].update(route=[]), "op 2.*'route'"),
+    ("origin_not_a_string", lambda d: d["ops"][2].update(origin=0), "op 2.*'origin'"),
+    ("payload_not_an_object", lambda d: d["ops"][2].update(payload=5), "op 2.*'payload'"),
+    ("payload_data_not_a_string", lambda d: d["ops"][2]["payload"].update(data=5), "op 2.*'data'"),
+    ("payload_data_not_base64", lambda d: d["ops"][2]["payload"].update(data="@@@@"), "op 2.*base64"),
+    ("payload_data_too_short", lambda d: d["ops"][2]["payload"].update(data="AAAA"), "op 2.*3 bytes"),
+]
+
+
+@pytest.mark.parametrize("case", [case for case, _, _ in BAD_DOCUMENTS])
+def test_a_malformed_stored_trace_is_refused_naming_the_field(rng: np.random.Generator, case: str) -> None:
+    _, spoil, names = next(entry for entry in BAD_DOCUMENTS if entry[0] == case)
+    document = _stored(rng)
+    spoilt = spoil(document)
+    with pytest.raises(errors.InvalidArgumentError, match=names):
+        Trace.from_json(json.dumps(document if spoilt is None else spoilt))
+
+
+@pytest.mark.parametrize("text", ["", "{", "[" * 100_000 + "]" * 100_000, '{"ops": [' + "9" * 5000 + "]}",
+                                  b"\xff{}", 42])
+def test_text_that_is_not_a_json_document_is_refused(text: Any) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="Trace.from_json"):
+        Trace.from_json(text)
+
+
+def test_a_stored_op_without_its_inputs_fails_validation_instead_of_raising(rng: np.random.Generator) -> None:
+    document = _stored(rng)
+    transpose = next(r for r in document["ops"] if r["kind"] == "transpose")
+    transpose["inputs"] = []
+    result = Trace.from_json(json.dumps(document)).validate()
+    assert result.state == "failed" and result.failed_ops == [transpose["id"]]
+
+
 def test_validate_says_clearly_when_the_oracle_is_missing(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = _operands(rng)
     tr = tgrad.trace(lambda x, y: x.T @ y, a, b)

@@ -7,13 +7,20 @@ Commands: ``bench`` (bytes against the oracle, live timing against peers; see tg
 ``doctor`` (versions, backends, CPU variant, threads, peak, capabilities, scorecards; see
 tgrad.doctor), ``safetensors-stub`` (Protocol classes naming a checkpoint's tensors, for type
 checkers; see tgrad.safetensors).
-Exit status: 0 success, 1 a check failed, 2 bad command-line input.
+Exit status: 0 success, 1 a check failed, 2 bad command-line input, 141 the reader of the output
+went away (``python -m tgrad render ... | head -3``; 128 + SIGPIPE, as a shell reports a process
+that signal ended), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+#: Exit status when the reader of stdout goes away: 128 + SIGPIPE, what a shell reports for a
+#: process that signal ended (Python ignores SIGPIPE, so writes raise BrokenPipeError instead).
+BROKEN_PIPE_STATUS = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,12 +77,37 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a reader that left shows up here at the latest, not at exit
+    except BrokenPipeError:
+        _discard_stdout()
+        return BROKEN_PIPE_STATUS
+
+
+def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
     return int(args.func(args))
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device: what is still buffered for the reader that left would
+    fail again when the interpreter flushes it at exit, with a traceback on stderr."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # not a file (captured): nothing flushes at exit
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""safetensors checkpoints in and out, on the `safetensors` package, with a typed schema.
+"""safetensors checkpoints in and out, with a typed schema.
 
     w = tgrad.safetensors.open("ckpt/")          # a file, a sharded directory or an index .json
     w.schema["model.embed.weight"]               # TensorInfo(dtype='BF16', shape=(8, 4))
@@ -6,24 +6,31 @@
     w.model.layers[0].load()                     # {full name: Tensor} of the subtree
     tgrad.safetensors.save("out.safetensors", {"w": tensor})
 
-The package parses, validates and memory-maps; tgrad checks the header itself first (the bytes
-are read once, the JSON with a duplicate-key detector) so that every fault names the file and the
-tensor, and adds what the package lacks: duplicate tensor names, shard paths that are absolute or
-climb out with `..`, shards missing from disk and tensors an index names but its shard lacks.
-Every failure, the package's own included, is a tgrad typed error (docs/interop.md):
+tgrad reads checkpoints itself: it checks each header (the bytes are read once, the JSON with a
+duplicate-key detector and a bound on integer digits) so that every fault names the file and the
+tensor, and adds what the safetensors package lacks: duplicate tensor names, shard paths that are
+absolute or climb out with `..`, shards missing from disk and tensors an index names but its shard
+lacks. Only regular files are opened (a FIFO would block). A tensor is read from its file when
+asked for, with plain reads (no memory map, which a file cut short under it turns into SIGBUS),
+and only if the file is still the one whose header open() read: same inode, size, modification
+time and header bytes. Every failure is a tgrad typed error (docs/interop.md):
 FileMalformedError, FileMissingError, TensorNotFoundError, DtypeConversionRefusedError,
-DtypeUnsupportedError.
+DtypeUnsupportedError. `save` writes with the `safetensors` package.
 
-bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True.
-`python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol classes for a checkpoint's
-names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight` is a Tensor.
+bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True;
+the header check accepts every safetensors dtype, but reading any other raises
+DtypeUnsupportedError. `python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol
+classes for a checkpoint's names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight`
+is a Tensor.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import keyword
 import os
+import stat
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -32,9 +39,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import errors
+from ._ffi import lib
 from .tensor import Tensor
 
-__all__ = ["Checkpoint", "Node", "TensorInfo", "open", "read_header", "save", "stub"]
+__all__ = ["Checkpoint", "LOADABLE", "Node", "TensorInfo", "TensorNotFoundAttributeError", "open", "read_header",
+           "save", "stub"]
 
 #: Largest header accepted, as in the safetensors package (100 MB).
 MAX_HEADER_BYTES = 100_000_000
@@ -50,7 +59,16 @@ DTYPE_BITS: dict[str, int] = {
 }
 #: dtypes convert=True rounds to bf16.
 CONVERTIBLE = ("F32", "F16", "F64")
+#: dtypes tgrad loads: BF16 bit for bit, CONVERTIBLE with convert=True. The header check accepts
+#: every DTYPE_BITS name; reading a tensor of any other raises DtypeUnsupportedError.
+LOADABLE = ("BF16", *CONVERTIBLE)
+#: Most digits an integer of a header or an index may have: sizes and offsets are below 2^64,
+#: which has 20 (Python refuses to parse past 4300 with a raw ValueError).
+MAX_INT_DIGITS = 20
 INDEX_SUFFIX = ".safetensors.index.json"
+#: How the bytes of each loadable dtype are laid out (safetensors stores little-endian).
+_LAYOUT = {"BF16": "<u2", "F32": "<f4", "F16": "<f2", "F64": "<f8"}
+_MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
 
 class TensorInfo(NamedTuple):
@@ -60,14 +78,45 @@ class TensorInfo(NamedTuple):
     shape: tuple[int, ...]
 
 
+#: No tensor or prefix of that name, met as an attribute (``w.model.nope``): a TensorNotFoundError
+#: that is also an AttributeError, so that getattr(node, name, default) and hasattr work. Made like
+#: the registry's classes (tgrad.errors), whose bases static checkers cannot see.
+TensorNotFoundAttributeError: type[errors.TgradError] = type(
+    "TensorNotFoundAttributeError", (errors.by_code["tensor_not_found"], AttributeError),
+    {"__module__": __name__, "__doc__": "no tensor or prefix of that name (an AttributeError too)"})
+
+
+class _Stamp(NamedTuple):
+    """A file as open() read its header. A read refuses the file once any of it differs: the
+    schema was read from this file, and bytes of another one would not match it."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    head: bytes  # the 8-byte length and the JSON header
+
+
+class _Header(NamedTuple):
+    infos: dict[str, TensorInfo]
+    meta: dict[str, str]
+    spans: dict[str, tuple[int, int]]  # data_offsets, from the start of the data buffer
+    stamp: _Stamp
+
+
 class _Entry(NamedTuple):
     info: TensorInfo
     file: Path
+    span: tuple[int, int]
+    stamp: _Stamp
+
+
+def _where(path: Path | str, tensor: str | None) -> str:
+    return f"{path}" + (f": tensor {tensor!r}" if tensor is not None else "")
 
 
 def _malformed(path: Path | str, what: str, tensor: str | None = None) -> errors.TgradError:
-    where = f"{path}" + (f": tensor {tensor!r}" if tensor is not None else "")
-    return errors.by_code["file_malformed"](f"{where}: {what}")
+    return errors.by_code["file_malformed"](f"{_where(path, tensor)}: {what}")
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
@@ -77,6 +126,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
             raise _malformed(path, f"duplicate key {key!r} in the JSON header")
         seen[key] = value
     return seen
+
+
+def _json(text: str, path: Path) -> Any:
+    """Parse a header or index: duplicate keys and integers of more than MAX_INT_DIGITS digits are
+    refused naming the file (the errors raised inside the parser reach the caller as they are)."""
+
+    def parse_int(digits: str) -> int:
+        count = len(digits.lstrip("-"))
+        if count > MAX_INT_DIGITS:
+            raise _malformed(path, f"integer of {count} digits (sizes and offsets have at most {MAX_INT_DIGITS})")
+        return int(digits)
+
+    return json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, path), parse_int=parse_int)
 
 
 def _is_int(value: Any) -> bool:
@@ -93,34 +155,83 @@ def _check_name(name: str, path: Path) -> None:
         raise _malformed(path, "tensor name holds control characters or lone surrogates", name)
 
 
+# ---- opening files: regular files only, every OS error typed ------------------------------------
+
+def _os_error(path: Path, exc: OSError, tensor: str | None = None) -> errors.TgradError:
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return errors.by_code["file_missing"](f"{_where(path, tensor)}: no such file")
+    return _malformed(path, f"cannot be read: {exc.strerror or exc}", tensor)  # a loop of links, a name too long
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(path: Path, mode: int, tensor: str | None) -> errors.TgradError:
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    return _malformed(path, f"is not a regular file ({kind})", tensor)
+
+
+def _open_regular(path: Path, tensor: str | None = None) -> tuple[io.BufferedReader, os.stat_result]:
+    """`path` open for reading, with its status; refused unless it is a regular file. Checked
+    before opening (opening a FIFO blocks until a writer comes) and again on the open file, which
+    may have been swapped in between (O_NONBLOCK keeps that open from blocking)."""
+    try:
+        before = os.stat(path)
+        if not stat.S_ISREG(before.st_mode):
+            raise _not_regular(path, before.st_mode, tensor)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _os_error(path, exc, tensor) from None
+    file = os.fdopen(fd, "rb")
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        file.close()
+        raise _not_regular(path, status.st_mode, tensor)
+    return file, status
+
+
+def _read(file: io.BufferedReader, path: Path, size: int) -> bytes:
+    try:
+        return file.read(size)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+
+
+# ---- headers and indexes ---------------------------------------------------------------------------
+
 def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Validate one .safetensors file's header against DESIGN.md §8 and return (name ->
     TensorInfo in file order, metadata). Reads the 8-byte length and the header only."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        with p.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise _malformed(p, f"file of {len(head)} bytes is shorter than the 8-byte header length")
-            (n,) = struct.unpack("<Q", head)
-            if n == 0:
-                raise _malformed(p, "header length 0")
-            if n > MAX_HEADER_BYTES:
-                raise _malformed(p, f"header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
-            if 8 + n > size:
-                raise _malformed(p, f"header length {n} reaches past the end of the {size}-byte file")
-            raw = f.read(n)
-    except FileNotFoundError:
-        raise errors.by_code["file_missing"](f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise _malformed(p, "is a directory, not a .safetensors file") from None
+    header = _read_header(Path(path))
+    return header.infos, header.meta
+
+
+def _read_header(p: Path) -> _Header:
+    file, status = _open_regular(p)
+    with file:
+        size = status.st_size
+        head = _read(file, p, 8)
+        if len(head) < 8:
+            raise _malformed(p, f"file of {len(head)} bytes is shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n == 0:
+            raise _malformed(p, "header length 0")
+        if n > MAX_HEADER_BYTES:
+            raise _malformed(p, f"header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes")
+        if 8 + n > size:
+            raise _malformed(p, f"header length {n} reaches past the end of the {size}-byte file")
+        raw = _read(file, p, n)
+    if len(raw) < n:
+        raise _malformed(p, "changed while its header was read (it is shorter now)")
+    stamp = _Stamp(status.st_dev, status.st_ino, size, status.st_mtime_ns, head + raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise _malformed(p, f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        header = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicates(pairs, p))
+        header = _json(text, p)
     except json.JSONDecodeError as exc:
         raise _malformed(p, f"header is not JSON ({exc.msg} at character {exc.pos})") from None
     except RecursionError:
@@ -134,41 +245,11 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
         raise _malformed(p, f"{len(header)} tensors declared (limit {MAX_TENSORS})")
     buffer = size - 8 - n
     infos: dict[str, TensorInfo] = {}
-    spans: list[tuple[int, int, str]] = []
+    spans: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
-        _check_name(name, p)
-        if not isinstance(entry, dict):
-            raise _malformed(p, f"entry is a JSON {type(entry).__name__}, not an object", name)
-        extra = set(entry) - {"dtype", "shape", "data_offsets"}
-        missing = {"dtype", "shape", "data_offsets"} - set(entry)
-        if missing or extra:
-            raise _malformed(p, f"fields missing {sorted(missing)} / unknown {sorted(extra)}", name)
-        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str):
-            raise _malformed(p, f"dtype is a {type(dtype).__name__}, not a string", name)
-        if dtype not in DTYPE_BITS:
-            raise _malformed(p, f"unknown dtype {dtype!r}", name)
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise _malformed(p, f"shape {shape!r} is not a list of non-negative integers", name)
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
-            raise _malformed(p, f"data_offsets {offsets!r} is not 2 non-negative integers", name)
-        begin, end = offsets
-        if begin > end:
-            raise _malformed(p, f"data_offsets begin {begin} > end {end}", name)
-        if end > buffer:
-            raise _malformed(p, f"data_offsets end {end} is beyond the {buffer}-byte data buffer", name)
-        numel = 1
-        for d in shape:
-            numel *= d
-        bits = numel * DTYPE_BITS[dtype]
-        if bits >= 1 << 67:  # more than 2^64 bytes: the package's checked product overflows
-            raise _malformed(p, f"shape {shape} overflows 64 bits in its byte size", name)
-        if bits % 8 or bits // 8 != end - begin:
-            raise _malformed(p, f"{end - begin} bytes for {dtype} {shape} (needs {bits / 8:g})", name)
-        infos[name] = TensorInfo(dtype, tuple(shape))
-        spans.append((begin, end, name))
+        infos[name], spans[name] = _check_entry(name, entry, buffer, p)
     at = 0
-    for begin, end, name in sorted(spans):
+    for (begin, end), name in sorted((span, name) for name, span in spans.items()):
         if begin < at:
             raise _malformed(p, f"bytes [{begin}, {end}) overlap the previous tensor", name)
         if begin > at:
@@ -176,7 +257,41 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
         at = end
     if at != buffer:
         raise _malformed(p, f"{buffer - at} trailing bytes after the last tensor")
-    return infos, {str(k): str(v) for k, v in meta.items()}
+    return _Header(infos, {str(k): str(v) for k, v in meta.items()}, spans, stamp)
+
+
+def _check_entry(name: str, entry: Any, buffer: int, p: Path) -> tuple[TensorInfo, tuple[int, int]]:
+    """One tensor's header entry, checked against a data buffer of `buffer` bytes."""
+    _check_name(name, p)
+    if not isinstance(entry, dict):
+        raise _malformed(p, f"entry is a JSON {type(entry).__name__}, not an object", name)
+    extra = set(entry) - {"dtype", "shape", "data_offsets"}
+    missing = {"dtype", "shape", "data_offsets"} - set(entry)
+    if missing or extra:
+        raise _malformed(p, f"fields missing {sorted(missing)} / unknown {sorted(extra)}", name)
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        raise _malformed(p, f"dtype is a {type(dtype).__name__}, not a string", name)
+    if dtype not in DTYPE_BITS:
+        raise _malformed(p, f"unknown dtype {dtype!r}", name)
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise _malformed(p, f"shape {shape!r} is not a list of non-negative integers", name)
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) and o >= 0 for o in offsets):
+        raise _malformed(p, f"data_offsets {offsets!r} is not 2 non-negative integers", name)
+    begin, end = offsets
+    if begin > end:
+        raise _malformed(p, f"data_offsets begin {begin} > end {end}", name)
+    if end > buffer:
+        raise _malformed(p, f"data_offsets end {end} is beyond the {buffer}-byte data buffer", name)
+    numel = 1
+    for d in shape:
+        numel *= d
+    bits = numel * DTYPE_BITS[dtype]
+    if bits >= 1 << 67:  # more than 2^64 bytes: the package's checked product overflows
+        raise _malformed(p, f"shape {shape} overflows 64 bits in its byte size", name)
+    if bits % 8 or bits // 8 != end - begin:
+        raise _malformed(p, f"{end - begin} bytes for {dtype} {shape} (needs {bits / 8:g})", name)
+    return TensorInfo(dtype, tuple(shape)), (begin, end)
 
 
 def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
@@ -191,14 +306,13 @@ def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
 
 
 def _read_index(index: Path) -> dict[str, Path]:
-    try:
-        raw = index.read_bytes()
-    except FileNotFoundError:
-        raise errors.by_code["file_missing"](f"{index}: no such file") from None
+    file, status = _open_regular(index)
+    with file:  # a read of the limit would allocate all of it up front: read what the file holds
+        raw = _read(file, index, min(status.st_size, MAX_HEADER_BYTES) + 1)
     if len(raw) > MAX_HEADER_BYTES:
-        raise _malformed(index, f"index of {len(raw)} bytes exceeds {MAX_HEADER_BYTES}")
+        raise _malformed(index, f"index of more than {MAX_HEADER_BYTES} bytes")
     try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _no_duplicates(pairs, index))
+        doc = _json(raw.decode("utf-8"), index)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise _malformed(index, f"index is not UTF-8 JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
@@ -215,7 +329,11 @@ def _read_index(index: Path) -> dict[str, Path]:
 
 def _entries(path: Path) -> dict[str, _Entry]:
     """Every tensor of a file, an index or a directory, validated, with the file holding it."""
-    if path.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    if is_dir:
         indexes = sorted(path.glob("*" + INDEX_SUFFIX))
         if len(indexes) > 1:
             raise _malformed(path, f"{len(indexes)} index files: {[i.name for i in indexes]}")
@@ -226,72 +344,118 @@ def _entries(path: Path) -> dict[str, _Entry]:
             raise errors.by_code["file_missing"](f"{path}: no .safetensors file in the directory")
         out: dict[str, _Entry] = {}
         for file in files:
-            infos, _ = read_header(file)
-            for name, info in infos.items():
+            for name, entry in _file_entries(file, _read_header(file)).items():
                 if name in out:
                     raise _malformed(file, f"also in {out[name].file.name}", name)
-                out[name] = _Entry(info, file)
+                out[name] = entry
         return out
     if path.name.endswith(".json"):
-        wanted = _read_index(path)
-        headers: dict[Path, dict[str, TensorInfo]] = {}
-        out = {}
-        for name, shard in wanted.items():
-            if shard not in headers:
-                if not shard.is_file():
-                    raise errors.by_code["file_missing"](
-                        f"{path}: shard {shard.name!r} (holding tensor {name!r}) is missing from disk")
-                headers[shard] = read_header(shard)[0]
-            found = headers[shard].get(name)
-            if found is None:
-                raise errors.by_code["tensor_not_found"](
-                    f"{path}: tensor {name!r} is named in the index but missing from shard {shard.name!r}")
-            out[name] = _Entry(found, shard)
-        return out
-    if not path.exists():
-        raise errors.by_code["file_missing"](f"{path}: no such file or directory")
-    return {name: _Entry(info, path) for name, info in read_header(path)[0].items()}
+        return _index_entries(path)
+    return _file_entries(path, _read_header(path))
 
+
+def _file_entries(file: Path, header: _Header) -> dict[str, _Entry]:
+    return {name: _Entry(info, file, header.spans[name], header.stamp) for name, info in header.infos.items()}
+
+
+def _index_entries(index: Path) -> dict[str, _Entry]:
+    wanted = _read_index(index)
+    shards: dict[Path, dict[str, _Entry]] = {}
+    out: dict[str, _Entry] = {}
+    for name, shard in wanted.items():
+        if shard not in shards:
+            try:
+                shards[shard] = _file_entries(shard, _read_header(shard))
+            except errors.FileMissingError:
+                raise errors.by_code["file_missing"](
+                    f"{index}: shard {str(shard)!r} (holding tensor {name!r}) is missing from disk") from None
+        found = shards[shard].get(name)
+        if found is None:
+            raise errors.by_code["tensor_not_found"](
+                f"{index}: tensor {name!r} is named in the index but missing from shard {shard.name!r}")
+        out[name] = found
+    return out
+
+
+# ---- reading tensors ----------------------------------------------------------------------------
 
 def _package() -> Any:
     try:
         import safetensors
     except ImportError:  # pragma: no cover - the extra is not installed
         raise errors.by_code["backend_unavailable"](
-            "tgrad.safetensors needs the safetensors package: pip install 'tgrad[safetensors]'") from None
+            "tgrad.safetensors.save needs the safetensors package: pip install 'tgrad[safetensors]'") from None
     return safetensors
 
 
-def _load_array(file: Path, name: str) -> np.ndarray[Any, Any]:
-    st = _package()
-    import ml_dtypes  # noqa: F401  (makes the package yield bfloat16 arrays)
+def _check_loadable(entry: _Entry, name: str, convert: bool) -> None:
+    """Refuse, before reading anything, a tensor tgrad cannot hold."""
+    dtype, shape = entry.info
+    if dtype not in LOADABLE:
+        raise errors.by_code["dtype_unsupported"](
+            f"{entry.file}: tensor {name!r} is {dtype}; tgrad reads BF16 (and F32, F16, F64 with convert=True)")
+    if dtype != "BF16" and not convert:
+        raise errors.by_code["dtype_conversion_refused"](
+            f"{entry.file}: tensor {name!r} is {dtype}, not BF16; pass convert=True to round it to bf16")
+    if len(shape) > _MAX_DIMS:
+        raise errors.by_code["invalid_argument"](
+            f"{entry.file}: tensor {name!r} has {len(shape)} dimensions; a tgrad tensor has at most {_MAX_DIMS}")
 
+
+def _unchanged(status: os.stat_result, stamp: _Stamp) -> bool:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == stamp[:4]
+
+
+def _read_tensors(file: Path, group: list[tuple[str, _Entry]]) -> dict[str, Tensor]:
+    """The tensors of `group`, all held by `file`, read through one open of it. That must still be
+    the file open() read the header of (device, inode, size, modification time and header bytes
+    before the reads; size and time again after them), else nothing is returned."""
+    stamp = group[0][1].stamp
+    changed = "changed since it was opened (its size, time, inode or header differ); open it again"
+    made: dict[str, Tensor] = {}
+    handle, status = _open_regular(file, group[0][0])
     try:
-        with st.safe_open(str(file), framework="numpy") as f:
-            return np.asarray(f.get_tensor(name))
-    except st.SafetensorError as exc:
-        raise _malformed(file, f"safetensors: {exc}", name) from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise _malformed(file, f"{type(exc).__name__}: {exc}", name) from None
+        with handle:
+            if not _unchanged(status, stamp) or _read(handle, file, len(stamp.head)) != stamp.head:
+                raise _malformed(file, changed, group[0][0])
+            for name, entry in group:
+                made[name] = _read_tensor(handle, entry, name, changed)
+            if not _unchanged(os.fstat(handle.fileno()), stamp):
+                raise _malformed(file, changed, group[-1][0])
+    except BaseException:
+        for tensor in made.values():
+            tensor.release()
+        raise
+    return made
 
 
-def _to_tensor(array: np.ndarray[Any, Any], info: TensorInfo, file: Path, name: str, convert: bool) -> Tensor:
-    if info.dtype == "BF16":
-        return Tensor.from_numpy(np.ascontiguousarray(array))
-    if info.dtype in CONVERTIBLE:
-        if not convert:
-            raise errors.by_code["dtype_conversion_refused"](
-                f"{file}: tensor {name!r} is {info.dtype}, not BF16; pass convert=True to round it to bf16")
-        if info.dtype == "F16":
+def _read_tensor(handle: io.BufferedReader, entry: _Entry, name: str, changed: str) -> Tensor:
+    begin, end = entry.span
+    array = np.empty(entry.info.shape, dtype=_LAYOUT[entry.info.dtype])
+    view = array.reshape(-1).view(np.uint8).data
+    handle.seek(len(entry.stamp.head) + begin)
+    got = 0
+    try:
+        while got < end - begin:  # one read() returns at most about 2 GiB on Linux
+            count = handle.readinto(view[got:])
+            if not count:
+                raise _malformed(entry.file, changed, name)  # it ends early: it was cut short
+            got += count
+    except OSError as exc:
+        raise _os_error(entry.file, exc, name) from None
+    try:
+        if entry.info.dtype == "BF16":
+            return Tensor.from_bf16_bits(array)
+        if entry.info.dtype == "F16":
             array = array.astype(np.float32)  # exact widening; one rounding to bf16 follows
-        return Tensor.from_numpy(np.ascontiguousarray(array))
-    raise errors.by_code["dtype_unsupported"](
-        f"{file}: tensor {name!r} is {info.dtype}; tgrad reads BF16 (and F32/F16/F64 with convert=True)")
+        return Tensor.from_numpy(array)
+    except errors.TgradError as exc:  # out of memory, say: name the tensor and its file
+        raise type(exc)(f"{entry.file}: tensor {name!r}: {exc.detail or exc}") from None
 
 
 class Checkpoint:
     """A validated checkpoint (one file, a sharded directory or an index): its schema, and the
-    tensors, each loaded from its memory-mapped file when asked for."""
+    tensors, each read from its file when asked for (refused if the file changed since open)."""
 
     def __init__(self, path: str | os.PathLike[str], *, convert: bool = False) -> None:
         self.path = Path(path)
@@ -315,14 +479,30 @@ class Checkpoint:
 
     def __getitem__(self, name: str) -> Tensor:
         """The tensor of that full name (loaded now)."""
-        entry = self._entries.get(name)
-        if entry is None:
-            raise errors.by_code["tensor_not_found"](f"{self.path}: no tensor named {name!r}")
-        return _to_tensor(_load_array(entry.file, name), entry.info, entry.file, name, self.convert)
+        return self.load([name])[name]
 
     def load(self, names: Sequence[str] | None = None) -> dict[str, Tensor]:
-        """{name: Tensor} of the given names (default: all)."""
-        return {name: self[name] for name in (self.keys() if names is None else names)}
+        """{name: Tensor} of the given names (default: all), in that order; each file is opened
+        and checked once."""
+        wanted: dict[str, _Entry] = {}
+        for name in self.keys() if names is None else names:
+            entry = self._entries.get(name)
+            if entry is None:
+                raise errors.by_code["tensor_not_found"](f"{self.path}: no tensor named {name!r}")
+            _check_loadable(entry, name, self.convert)
+            wanted[name] = entry
+        by_file: dict[Path, list[tuple[str, _Entry]]] = {}
+        for name, entry in wanted.items():
+            by_file.setdefault(entry.file, []).append((name, entry))
+        made: dict[str, Tensor] = {}
+        try:
+            for file, group in by_file.items():
+                made.update(_read_tensors(file, group))
+        except BaseException:
+            for tensor in made.values():
+                tensor.release()
+            raise
+        return {name: made[name] for name in wanted}
 
     @property
     def root(self) -> Node:
@@ -364,19 +544,19 @@ class Node:
                 seen.setdefault(n[cut:].split(".", 1)[0], None)
         return list(seen)
 
-    def _child(self, part: str) -> Tensor | Node:
+    def _child(self, part: str, missing: type[errors.TgradError] = errors.by_code["tensor_not_found"]) -> Tensor | Node:
         full = self._full(part)
         lead = full + "."
         if any(n.startswith(lead) for n in self._ckpt.keys()):
             return Node(self._ckpt, full)
         if full in self._ckpt:
             return self._ckpt[full]
-        raise errors.by_code["tensor_not_found"](f"{self._ckpt.path}: no tensor or prefix {full!r}")
+        raise missing(f"{self._ckpt.path}: no tensor or prefix {full!r}")
 
     def __getattr__(self, part: str) -> Any:
         if part.startswith("__"):
             raise AttributeError(part)
-        return self._child(part)
+        return self._child(part, TensorNotFoundAttributeError)
 
     def __getitem__(self, key: int | str) -> Any:
         if isinstance(key, int) and not isinstance(key, bool):
@@ -427,7 +607,7 @@ def save(path: str | os.PathLike[str], tensors: Mapping[str, Tensor],
             raise errors.by_code["invalid_argument"](f"save: tensor name {name!r} is not a str")
         if not isinstance(t, Tensor):
             raise errors.by_code["invalid_argument"](f"save: {name!r} is a {type(t).__name__}, not a tgrad.Tensor")
-        arrays[name] = np.ascontiguousarray(t.numpy())  # ml_dtypes.bfloat16: the bits as stored
+        arrays[name] = t.numpy()  # ml_dtypes.bfloat16, row-major (ascontiguousarray would make a 0-d array 1-d)
     from safetensors.numpy import save_file
 
     try:

@@ -236,6 +236,24 @@ class Tensor:
             raise errors.InvalidHandleError("tensor has been released")
         return self._handle
 
+    # ---- copies and pickling ------------------------------------------------------------------
+    # Without these, copy and pickle would duplicate the raw handle: two owners of one handle, and
+    # releasing either would break the other. A tensor is an immutable value, so a copy is a
+    # second handle on the same buffer and view; a pickle carries the value itself.
+    def __copy__(self) -> Tensor:
+        """A new owner of the same value: ``t[...]``, a second handle on the same buffer (no data
+        is copied; releasing either tensor leaves the other whole)."""
+        return self[...]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        # The buffer never changes, so sharing it is as deep as a copy needs to be.
+        return self[...]
+
+    def __reduce__(self) -> tuple[Callable[..., Tensor], tuple[bytes, tuple[int, ...], str]]:
+        """Pickle by value: the logical view as little-endian bf16 bytes, its shape and device
+        (unpickling where that device is unusable raises BackendUnavailableError)."""
+        return _unpickle, (self.to_bytes(), self.shape, self.device)
+
     # ---- properties -----------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
@@ -634,6 +652,28 @@ def _from_numpy_handle(array: Any) -> int:
             f"Tensor.from_numpy: dtype {dt} is not supported (float32, float64 or ml_dtypes.bfloat16)"
         )
     return _new_handle(call, ptr, len(shape), _int64_array(shape, "from_numpy"))
+
+
+def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
+    """The tensor Tensor.__reduce__ describes: little-endian bf16 `data` of `shape` on `device`."""
+    if not isinstance(data, bytes) or not isinstance(shape, tuple):
+        raise errors.InvalidArgumentError(
+            f"Tensor unpickle: expected bytes and a shape tuple, got {type(data).__name__} and "
+            f"{type(shape).__name__}")
+    extents = [_as_int(extent, "Tensor unpickle: shape") for extent in shape]
+    numel = 1
+    for extent in extents:
+        numel *= extent
+    if min(extents, default=0) < 0 or len(data) != 2 * numel:
+        raise errors.InvalidArgumentError(
+            f"Tensor unpickle: {len(data)} bytes do not hold a bf16 tensor of shape {shape}")
+    host = Tensor.from_bf16_bits(np.frombuffer(data, dtype="<u2").reshape(shape))
+    if device == "cpu":
+        return host
+    try:
+        return host.to(device)
+    finally:
+        host.release()
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:

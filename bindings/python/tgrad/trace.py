@@ -86,18 +86,81 @@ class TraceOp:
         return record
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> TraceOp:
-        payload = None
-        stored = record.get("payload")
-        if stored and "data" in stored:
-            raw = base64.b64decode(stored["data"])
-            payload = np.frombuffer(raw, dtype="<u2").astype(np.uint16).reshape(record["shape"])
-        return cls(id=int(record["id"]), kind=str(record["kind"]),
-                   inputs=tuple(int(i) for i in record["inputs"]), args=dict(record["args"]),
-                   shape=tuple(record["shape"]), strides=tuple(record["strides"]),
-                   offset=int(record["offset"]), buffer_id=int(record["buffer_id"]),
-                   route=str(record["route"]), origin=str(record.get("origin", "fn")),
-                   payload=payload)
+    def from_dict(cls, record: Any, *, where: str = "TraceOp.from_dict") -> TraceOp:
+        """The op of one record of Trace.to_dict()["ops"]; a missing field, a field of the wrong
+        type, an input that is not an earlier op or a payload that does not fit the shape raises
+        InvalidArgumentError naming it (`where` says which record)."""
+        if not isinstance(record, dict):
+            raise _refuse(where, f"is a JSON {type(record).__name__}, not an object")
+        op_id = _field(record, "id", "an integer", where)
+        shape = _field(record, "shape", "a list of non-negative integers", where)
+        inputs = _field(record, "inputs", "a list of integers", where)
+        for i in inputs:
+            if not 0 <= i < op_id:
+                raise _refuse(where, f"input {i} is not an earlier op (ops are stored in creation order)")
+        return cls(id=op_id, kind=_field(record, "kind", "a string", where), inputs=tuple(inputs),
+                   args=_field(record, "args", "an object", where), shape=tuple(shape),
+                   strides=tuple(_field(record, "strides", "a list of integers", where)),
+                   offset=_field(record, "offset", "an integer", where),
+                   buffer_id=_field(record, "buffer_id", "an integer", where),
+                   route=_field(record, "route", "a string", where),
+                   origin=_field(record, "origin", "a string", where, "fn"),
+                   payload=_stored_payload(record, shape, where))
+
+
+# ---- reading stored traces: every field checked, so a bad document is refused by name -----------
+def _stored_payload(record: Mapping[str, Any], shape: list[int], where: str) -> np.ndarray | None:
+    """A record's payload bits (uint16 of `shape`), or None when it holds only the digest."""
+    stored = _field(record, "payload", "an object or null", where, None)
+    if stored is None or "data" not in stored:
+        return None
+    data = _field(stored, "data", "a string", where)
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        raise _refuse(where, "payload data is not base64") from None
+    numel = 1
+    for extent in shape:
+        numel *= extent
+    if len(raw) != 2 * numel:
+        raise _refuse(where, f"payload data of {len(raw)} bytes does not hold bf16 of shape {shape}")
+    return np.frombuffer(raw, dtype="<u2").astype(np.uint16).reshape(shape)
+
+
+_REQUIRED: Any = object()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: The types a stored field may have, by the words the refusal uses.
+_FIELD_TYPES: dict[str, Callable[[Any], bool]] = {
+    "an integer": _is_int,
+    "a string": lambda v: isinstance(v, str),
+    "an object": lambda v: isinstance(v, dict),
+    "an object or null": lambda v: v is None or isinstance(v, dict),
+    "a list": lambda v: isinstance(v, list),
+    "a list of integers": lambda v: isinstance(v, list) and all(_is_int(i) for i in v),
+    "a list of non-negative integers": lambda v: isinstance(v, list) and all(_is_int(i) and i >= 0 for i in v),
+}
+
+
+def _refuse(where: str, what: str) -> errors.TgradError:
+    return errors.InvalidArgumentError(f"{where}: {what}")
+
+
+def _field(record: Mapping[str, Any], key: str, kind: str, where: str, default: Any = _REQUIRED) -> Any:
+    """record[key] when it is of `kind`; `default` when absent (else refused)."""
+    if key not in record:
+        if default is _REQUIRED:
+            raise _refuse(where, f"no {key!r} field")
+        return default
+    value = record[key]
+    if not _FIELD_TYPES[kind](value):
+        text = repr(value)
+        raise _refuse(where, f"field {key!r} is not {kind}: {text[:60]}{'...' if len(text) > 60 else ''}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -184,14 +247,31 @@ class Trace:
         return json.dumps(self.to_dict(payloads=payloads), sort_keys=True, indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> Trace:
-        data = json.loads(text)
+    def from_json(cls, text: str | bytes) -> Trace:
+        """The Trace of a `to_json` document (payloads=True to validate it later). Text that is
+        not JSON, another schema, a missing field or one of the wrong type raises
+        InvalidArgumentError naming what is wrong."""
+        where = "Trace.from_json"
+        try:
+            data = json.loads(text)
+        except (ValueError, TypeError, RecursionError) as exc:  # also bad UTF-8, ints of 4300+ digits
+            raise _refuse(where, f"not a JSON document ({type(exc).__name__}: {str(exc)[:100]})") from None
+        if not isinstance(data, dict):
+            raise _refuse(where, f"the document is a JSON {type(data).__name__}, not a JSON object")
         if data.get("schema") != SCHEMA:
-            raise errors.InvalidArgumentError(
-                f"Trace.from_json: schema {data.get('schema')!r} is not {SCHEMA!r}")
-        return cls([TraceOp.from_dict(r) for r in data["ops"]], data["outputs"],
-                   options=data.get("options"), plans=data.get("plans", ()),
-                   library_version=data.get("library_version", ""))
+            raise _refuse(where, f"schema {data.get('schema')!r} is not {SCHEMA!r}")
+        records = _field(data, "ops", "a list", where)
+        ops = [TraceOp.from_dict(r, where=f"{where}: op {i}") for i, r in enumerate(records)]
+        for i, op in enumerate(ops):
+            if op.id != i:
+                raise _refuse(f"{where}: op {i}", f"field 'id' is {op.id}, not its position {i}")
+        outputs = _field(data, "outputs", "a list of integers", where)
+        for i in outputs:
+            if not 0 <= i < len(ops):
+                raise _refuse(where, f"output {i} is not one of the {len(ops)} ops")
+        return cls(ops, outputs, options=_field(data, "options", "an object", where, {}),
+                   plans=_field(data, "plans", "a list", where, []),
+                   library_version=_field(data, "library_version", "a string", where, ""))
 
     # ---- replay ---------------------------------------------------------------------------------
     def validate(self) -> Validation:
@@ -273,6 +353,8 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], matmul_bits: Callable[..., np.n
     if op.payload is None:
         return result("skipped", "not on the path to an output and never realized: no payload")
     sources = [ops[i] for i in op.inputs]
+    if not sources:  # only a stored trace can say so; every op made by a call has its operand
+        return result("failed", f"a {op.kind} op has no input to replay it from")
     if any(s.payload is None for s in sources):
         return result("skipped", "an input has no payload")
     if op.kind in ZERO_COPY_KINDS and sources[0].buffer_id != op.buffer_id:

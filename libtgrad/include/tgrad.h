@@ -125,7 +125,10 @@ typedef uint64_t tgrad_tensor_t;
 
 /* ---- tensors: creation, release, reading --------------------------------------------------- */
 /* Create a bf16 tensor from contiguous row-major host data of ndim dimensions (0 <= ndim <=
- * TGRAD_MAX_DIMS, every extent >= 0). f32/f64 round to nearest even; NaN stays NaN, made quiet,
+ * TGRAD_MAX_DIMS, every extent >= 0). Every shape, here and in the view calls, obeys one size rule
+ * (numpy's): 2 bytes times the product of its non-zero extents fits in int64, else
+ * TGRAD_ERR_SIZE_OVERFLOW; so [INT64_MAX, 0, INT64_MAX] is refused although it holds no element,
+ * because its row-major strides would overflow. f32/f64 round to nearest even; NaN stays NaN, made quiet,
  * sign kept (f64 rounds once, directly to bf16). bf16 bits are copied unchanged. data may be NULL
  * only when the shape holds no element. The host data is copied; the caller keeps ownership. */
 TGRAD_API tgrad_status tgrad_tensor_from_f32(const float *data, int32_t ndim, const int64_t *shape,

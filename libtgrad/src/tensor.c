@@ -315,6 +315,8 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
         if ((s = tg_handle_new_tensor(t.buf, &t.view, out))) tg_tensor_unref(&t);
         return s;
     }
+    /* The view's shape obeys the size rule (view.c), so its contiguous layout exists and numel * 2
+     * fits in int64. */
     int64_t numel;
     tg_view_numel(&t.view, &numel);
     tg_view dst;

@@ -273,18 +273,25 @@ TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
 
 /* ---- sharing memory (DLPack and other zero-copy exchanges) ------------------------------------ */
 /* Host memory libtgrad does not own, viewed as a bf16 tensor without a copy: `data` holds `extent`
- * bf16 values; shape and strides (elements, any sign; NULL: row-major) describe the view, whose
- * lowest-addressed element is data[0] (with non-negative strides: element [0, ..., 0]); a view
- * reaching past extent is refused (TGRAD_ERR_VIEW_NOT_EXPRESSIBLE). When the last tensor using
- * it is released, libtgrad calls deleter(context) (if not NULL) from whichever thread releases it.
- * The caller must not change the memory while tgrad may read it (tensors are immutable values). */
+ * bf16 values (0 <= extent <= INT64_MAX / 2, else TGRAD_ERR_SIZE_OVERFLOW); shape and strides
+ * (elements, any sign; NULL: row-major) describe the view, whose lowest-addressed element is
+ * data[0] (with non-negative strides: element [0, ..., 0]). A view reaching past extent is refused
+ * (TGRAD_ERR_VIEW_NOT_EXPRESSIBLE; TGRAD_ERR_SIZE_OVERFLOW where the distance between its lowest
+ * and highest element, or a stride times an extent, overflows int64; row-major without strides:
+ * TGRAD_ERR_BUFFER_TOO_SMALL). A view with no element reaches nothing and takes any strides. The
+ * stride of an axis of extent 1 is never used: one outside (-extent, extent) is recorded as 0.
+ * The shape obeys the size rule of every shape (2 bytes times the product of its non-zero extents
+ * fits in int64, else TGRAD_ERR_SIZE_OVERFLOW). When the last tensor using the memory is
+ * released, libtgrad calls deleter(context) (if not NULL) from whichever thread releases it. The
+ * caller must not change the memory while tgrad may read it (tensors are immutable values). */
 typedef void (*tgrad_deleter)(void *context);
 TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
                                                   const int64_t *shape, const int64_t *strides,
                                                   tgrad_deleter deleter, void *context, tgrad_tensor_t *out);
 /* The address of the tensor's first viewed element in host memory (realizing it first), for
- * zero-copy export; strides come from tgrad_tensor_strides. The memory stays valid while any
- * handle to the tensor (or a view of it) lives, and must be treated as read-only.
+ * zero-copy export (a tensor with no element: its buffer's start); strides come from
+ * tgrad_tensor_strides. The memory stays valid while any handle to the tensor (or a view of it)
+ * lives, and must be treated as read-only.
  * TGRAD_ERR_BACKEND_UNAVAILABLE for a tensor on a GPU device (move it with tgrad_tensor_to). */
 TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 

@@ -180,5 +180,6 @@ TG_HIDDEN int32_t tg_pool_threads(void);
 /* Checked arithmetic. */
 static inline bool tg_mul_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
 static inline bool tg_add_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
+static inline bool tg_sub_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_sub_overflow(a, b, r); }
 
 #endif

@@ -198,7 +198,12 @@ tgrad_status tg_view_select(const tg_view *v, int32_t axis, int64_t index, tg_vi
     if (i < 0 || i >= len)
         return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "index %lld is out of range for axis %d with extent %lld",
                        (long long)index, axis, (long long)len);
-    tg_view r = { .ndim = v->ndim - 1, .offset = v->offset + i * v->strides[a] };
+    /* An empty view's strides and offset are arbitrary (nothing is read through them), so the new
+     * offset is checked; for a view with elements it lies inside the buffer. */
+    tg_view r = { .ndim = v->ndim - 1 };
+    int64_t off;
+    if (tg_mul_ovf(i, v->strides[a], &off) || tg_add_ovf(v->offset, off, &r.offset))
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "index: offset arithmetic overflows");
     for (int32_t d = 0, o = 0; d < v->ndim; d++) {
         if (d == a) continue;
         r.shape[o] = v->shape[d], r.strides[o] = v->strides[d], o++;

@@ -26,6 +26,50 @@ static tgrad_tensor_t external_at(int line, const uint16_t *data, int64_t extent
 }
 #define external(...) external_at(__LINE__, __VA_ARGS__)
 
+/* [2, 2] with strides [INT64_MAX, INT64_MAX] over 16 elements: the per-axis spans fit, their sum
+ * does not. And the neighbours: a span that fits but reaches past the buffer, spans whose
+ * difference overflows, a buffer whose byte count overflows. */
+static void test_external_views_reaching_outside_are_refused(void) {
+    static uint16_t mem[16];
+    const int64_t sq[2] = { 2, 2 }, one[1] = { 2 }, three[1] = { 3 };
+    external(mem, 16, 2, sq, (int64_t[]){ INT64_MAX, INT64_MAX }, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, 16, 2, sq, (int64_t[]){ INT64_MIN, 1 }, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, 16, 2, sq, (int64_t[]){ -INT64_MAX, INT64_MAX }, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, 16, 2, sq, (int64_t[]){ INT64_MIN, INT64_MIN }, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, 16, 1, three, (int64_t[]){ INT64_MAX }, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, 16, 1, one, (int64_t[]){ INT64_MAX }, TGRAD_ERR_VIEW_NOT_EXPRESSIBLE);
+    external(mem, 16, 1, one, (int64_t[]){ -INT64_MAX }, TGRAD_ERR_VIEW_NOT_EXPRESSIBLE);
+    external(mem, 16, 1, one, (int64_t[]){ INT64_MIN }, TGRAD_ERR_SIZE_OVERFLOW); /* 0 - INT64_MIN */
+    external(mem, 16, 2, sq, (int64_t[]){ 8, 8 }, TGRAD_ERR_VIEW_NOT_EXPRESSIBLE); /* reaches element 16 */
+    CHECK(strstr(tgrad_last_error(), "16-element buffer") != NULL);
+    external(mem, INT64_MAX, 1, one, NULL, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, HALF_MAX + 1, 1, one, NULL, TGRAD_ERR_SIZE_OVERFLOW);
+    external(mem, INT64_MIN, 1, one, NULL, TGRAD_ERR_INVALID_ARGUMENT);
+    external(mem, 16, 2, (int64_t[]){ 1 << 30, 1 << 30 }, NULL, TGRAD_ERR_BUFFER_TOO_SMALL);
+    external(mem, 16, 2, (int64_t[]){ BIG, BIG }, NULL, TGRAD_ERR_SIZE_OVERFLOW);
+    /* a view that fits, with a negative stride: element [0, 0] is data[8] */
+    for (int i = 0; i < 16; i++) mem[i] = (uint16_t)i;
+    tgrad_tensor_t t = external(mem, 16, 2, (int64_t[]){ 2, 3 }, (int64_t[]){ -8, 1 }, TGRAD_OK);
+    uint16_t out[6] = { 0 };
+    EXPECT(tgrad_tensor_read_bf16(t, out, 6), TGRAD_OK);
+    CHECK(out[0] == 8 && out[2] == 10 && out[3] == 0 && out[5] == 2);
+    tgrad_tensor_release(t);
+    /* the last element of the buffer, reached exactly */
+    t = external(mem, 16, 2, sq, (int64_t[]){ -15, 0 }, TGRAD_OK);
+    EXPECT(tgrad_tensor_read_bf16(t, out, 4), TGRAD_OK);
+    CHECK(out[0] == 15 && out[1] == 15 && out[2] == 0);
+    tgrad_tensor_release(t);
+    /* a view with no element reaches nothing, whatever its strides */
+    t = external(mem, 16, 3, (int64_t[]){ 2, 0, 2 }, (int64_t[]){ INT64_MAX, INT64_MIN, INT64_MAX }, TGRAD_OK);
+    int64_t numel = -1;
+    EXPECT(tgrad_tensor_numel(t, &numel), TGRAD_OK);
+    CHECK(numel == 0);
+    tgrad_tensor_release(t);
+    /* the largest buffer whose byte count fits (never read here) */
+    t = external(mem, HALF_MAX, 1, one, (int64_t[]){ HALF_MAX - 1 }, TGRAD_OK);
+    tgrad_tensor_release(t);
+}
+
 /* Empty shapes whose other extents are huge: the contiguous strides of [INT64_MAX, 0, INT64_MAX]
  * overflow, so such a shape is refused like numpy refuses it ("array is too big"). */
 static void test_huge_empty_shapes_are_refused(void) {
@@ -92,10 +136,101 @@ static void test_reshape_to_huge_empty_shape_is_refused(void) {
     tgrad_tensor_release(r), tgrad_tensor_release(t);
 }
 
+/* Integer index and slice of an empty view with extreme strides: the offset arithmetic overflows
+ * (nothing is read, but the computation itself was undefined). */
+static void test_select_and_slice_of_empty_views_with_extreme_strides(void) {
+    tgrad_tensor_t t = external(NULL, 0, 2, (int64_t[]){ 3, 0 }, (int64_t[]){ INT64_MAX, 1 }, TGRAD_OK), s = 0, u = 0;
+    EXPECT(tgrad_tensor_select(t, 0, 2, &s), TGRAD_ERR_SIZE_OVERFLOW);
+    EXPECT(tgrad_tensor_select(t, 0, -1, &s), TGRAD_ERR_SIZE_OVERFLOW);
+    EXPECT(tgrad_tensor_slice(t, 0, 2, 3, 1, 0, &s), TGRAD_ERR_SIZE_OVERFLOW);
+    EXPECT(tgrad_tensor_slice(t, 0, 1, 3, 1, 0, &s), TGRAD_OK); /* offset INT64_MAX */
+    int64_t off = 0;
+    EXPECT(tgrad_tensor_offset(s, &off), TGRAD_OK);
+    CHECK(off == INT64_MAX);
+    EXPECT(tgrad_tensor_select(s, 0, 1, &u), TGRAD_ERR_SIZE_OVERFLOW); /* INT64_MAX + INT64_MAX */
+    EXPECT(tgrad_tensor_select(s, 0, 0, &u), TGRAD_OK);
+    EXPECT(tgrad_tensor_offset(u, &off), TGRAD_OK);
+    CHECK(off == INT64_MAX);
+    tgrad_tensor_release(u), tgrad_tensor_release(s), tgrad_tensor_release(t);
+    t = external(NULL, 0, 2, (int64_t[]){ 3, 0 }, (int64_t[]){ INT64_MIN, 1 }, TGRAD_OK);
+    EXPECT(tgrad_tensor_select(t, 0, 1, &s), TGRAD_OK);
+    EXPECT(tgrad_tensor_select(t, 0, 2, &s), TGRAD_ERR_SIZE_OVERFLOW);
+    EXPECT(tgrad_tensor_slice(t, 0, 2, 0, -1, 0, &u), TGRAD_ERR_SIZE_OVERFLOW);
+    EXPECT(tgrad_tensor_slice(t, 0, 0, 3, INT64_MAX, 0, &u), TGRAD_OK); /* one element: no stride product */
+    tgrad_tensor_release(u), tgrad_tensor_release(s), tgrad_tensor_release(t);
+}
+
+/* A stride on an axis of extent 1 addresses nothing, so the caller may pass anything; one outside
+ * the buffer is recorded as 0, and kernels never form an address with it. */
+static void unit_axis_strides_on_the_current_variant(void) {
+    static uint16_t mem[40], ones[3] = { 0x3f80, 0x3f80, 0x3f80 };
+    for (int i = 0; i < 40; i++) mem[i] = (uint16_t)(0x3f80 + (i << 7)); /* 1, 2, 4, ... (powers of two) */
+    mem[39] = 0;
+    const int64_t wild[] = { INT64_MAX, INT64_MIN, 40, -40, 39 };
+    for (size_t w = 0; w < sizeof wild / sizeof *wild; w++) {
+        tgrad_tensor_t b = external(mem, 40, 2, (int64_t[]){ 1, 40 }, (int64_t[]){ wild[w], 1 }, TGRAD_OK), a = 0, c = 0;
+        int64_t strides[2];
+        EXPECT(tgrad_tensor_strides(b, strides), TGRAD_OK);
+        CHECK(strides[0] == (w == 4 ? 39 : 0) && strides[1] == 1);
+        EXPECT(tgrad_tensor_from_bf16(ones, 2, (int64_t[]){ 3, 1 }, &a), TGRAD_OK);
+        EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK); /* [3, 1] @ [1, 40]: every row is b */
+        uint16_t out[120];
+        EXPECT(tgrad_tensor_read_bf16(c, out, 120), TGRAD_OK);
+        CHECK(memcmp(out, mem, 80) == 0 && memcmp(out + 80, mem, 80) == 0);
+        tgrad_tensor_release(c), tgrad_tensor_release(a);
+        tgrad_tensor_t bt = 0;
+        EXPECT(tgrad_tensor_transpose(b, 0, 1, &bt), TGRAD_OK);
+        EXPECT(tgrad_tensor_from_bf16(ones, 2, (int64_t[]){ 1, 3 }, &a), TGRAD_OK);
+        EXPECT(tgrad_matmul(bt, a, &c), TGRAD_OK); /* [40, 1] @ [1, 3] */
+        EXPECT(tgrad_tensor_read_bf16(c, out, 120), TGRAD_OK);
+        CHECK(out[0] == mem[0] && out[3] == mem[1] && out[119] == mem[39]);
+        size_t len = 0;
+        struct tgrad_launch launch;
+        EXPECT(tgrad_render_matmul(TGRAD_ROUTE_TILED, TGRAD_LANG_OPENCL, bt, a, NULL, 0, &len, &launch), TGRAD_OK);
+        tgrad_tensor_release(c), tgrad_tensor_release(a), tgrad_tensor_release(bt), tgrad_tensor_release(b);
+    }
+}
+
+static void test_unit_axis_strides_outside_the_buffer(void) {
+    for (int32_t i = 0;; i++) {
+        int32_t available = 0;
+        const char *name = tgrad_cpu_isa_name(i, &available);
+        if (!name) break;
+        if (!available) continue;
+        EXPECT(tgrad_set_cpu_isa(name), TGRAD_OK);
+        unit_axis_strides_on_the_current_variant();
+    }
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+}
+
+/* Views of a buffer as large as the byte count allows (never read): strides near 2^61 chain in
+ * view() without overflow, and slices at the far end address it exactly. */
+static void test_views_near_the_largest_buffer(void) {
+    static uint16_t mem[1];
+    const int64_t s = (INT64_C(1) << 61) - 1;
+    tgrad_tensor_t t = external(mem, HALF_MAX, 1, (int64_t[]){ 3 }, (int64_t[]){ s }, TGRAD_OK), v = 0, w = 0;
+    EXPECT(tgrad_tensor_view(t, (int64_t[]){ 1, 3, 1 }, 3, &v), TGRAD_OK);
+    EXPECT(tgrad_tensor_slice(t, 0, 2, 3, 1, 0, &w), TGRAD_OK);
+    int64_t off = 0;
+    EXPECT(tgrad_tensor_offset(w, &off), TGRAD_OK);
+    CHECK(off == 2 * s);
+    tgrad_tensor_release(w), tgrad_tensor_release(v), tgrad_tensor_release(t);
+    t = external(mem, HALF_MAX, 2, (int64_t[]){ 2, 2 }, (int64_t[]){ -s, s }, TGRAD_OK);
+    EXPECT(tgrad_tensor_view(t, (int64_t[]){ 4 }, 1, &v), TGRAD_ERR_VIEW_NOT_EXPRESSIBLE);
+    EXPECT(tgrad_tensor_select(t, 0, 1, &v), TGRAD_OK);
+    EXPECT(tgrad_tensor_offset(v, &off), TGRAD_OK);
+    CHECK(off == 0);
+    tgrad_tensor_release(v), tgrad_tensor_release(t);
+}
+
 int main(void) {
+    test_external_views_reaching_outside_are_refused();
     test_huge_empty_shapes_are_refused();
     test_expand_to_huge_extents_is_refused();
     test_reshape_to_huge_empty_shape_is_refused();
+    test_select_and_slice_of_empty_views_with_extreme_strides();
+    test_unit_axis_strides_outside_the_buffer();
+    test_views_near_the_largest_buffer();
     CHECK(tgrad_live_tensors() == 0);
     CHECK(tgrad_live_buffers() == 0);
     CHECK(tgrad_live_bytes() == 0);

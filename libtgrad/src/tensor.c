@@ -429,7 +429,11 @@ TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t *
         s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "tensor_data: the tensor lives on %s; move it with tgrad_tensor_to",
                     tg_device_name(t.buf->device));
     if (!s) s = tg_buffer_realize(t.buf);
-    if (!s) *data = t.buf->data ? t.buf->data + t.view.offset : NULL;
+    /* A view with elements lies inside its buffer; an empty one may carry any offset (nothing is
+     * read through it), so its address is the buffer's. */
+    int64_t numel;
+    tg_view_numel(&t.view, &numel);
+    if (!s) *data = t.buf->data && numel > 0 ? t.buf->data + t.view.offset : t.buf->data;
     tg_tensor_unref(&t);
     return s;
 }

@@ -160,6 +160,31 @@ static void test_select_and_slice_of_empty_views_with_extreme_strides(void) {
     tgrad_tensor_release(u), tgrad_tensor_release(s), tgrad_tensor_release(t);
 }
 
+/* A matmul and a data pointer of empty views whose offset points far outside the buffer: the
+ * operand's address was formed before the emptiness was seen (pointer overflow). */
+static void test_empty_views_with_far_offsets_are_not_addressed(void) {
+    static uint16_t mem[1] = { 0x3f80 };
+    tgrad_tensor_t t = external(mem, 1, 2, (int64_t[]){ 3, 0 }, (int64_t[]){ -(INT64_C(1) << 61), 1 }, TGRAD_OK);
+    tgrad_tensor_t a = 0, at = 0, b = 0, c = 0, d = 0;
+    EXPECT(tgrad_tensor_slice(t, 0, 2, 3, 1, 0, &a), TGRAD_OK); /* [1, 0], offset -2^62 */
+    int64_t off = 0;
+    EXPECT(tgrad_tensor_offset(a, &off), TGRAD_OK);
+    CHECK(off == -(INT64_C(1) << 62));
+    const uint16_t *p = NULL;
+    EXPECT(tgrad_tensor_data(a, &p), TGRAD_OK);
+    CHECK(p == mem); /* an empty view's data pointer is its buffer's */
+    EXPECT(tgrad_tensor_from_bf16(NULL, 2, (int64_t[]){ 0, 2 }, &b), TGRAD_OK);
+    EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK); /* [1, 0] @ [0, 2]: zeros */
+    uint16_t out[2] = { 1, 1 };
+    EXPECT(tgrad_tensor_read_bf16(c, out, 2), TGRAD_OK);
+    CHECK(out[0] == 0 && out[1] == 0);
+    EXPECT(tgrad_tensor_transpose(a, 0, 1, &at), TGRAD_OK); /* [0, 1] @ [1, 0]... */
+    EXPECT(tgrad_matmul(at, a, &d), TGRAD_OK);            /* [0, 1] @ [1, 0]: empty */
+    EXPECT(tgrad_tensor_realize(d), TGRAD_OK);
+    tgrad_tensor_release(d), tgrad_tensor_release(c), tgrad_tensor_release(b);
+    tgrad_tensor_release(at), tgrad_tensor_release(a), tgrad_tensor_release(t);
+}
+
 /* A stride on an axis of extent 1 addresses nothing, so the caller may pass anything; one outside
  * the buffer is recorded as 0, and kernels never form an address with it. */
 static void unit_axis_strides_on_the_current_variant(void) {
@@ -229,6 +254,7 @@ int main(void) {
     test_expand_to_huge_extents_is_refused();
     test_reshape_to_huge_empty_shape_is_refused();
     test_select_and_slice_of_empty_views_with_extreme_strides();
+    test_empty_views_with_far_offsets_are_not_addressed();
     test_unit_axis_strides_outside_the_buffer();
     test_views_near_the_largest_buffer();
     CHECK(tgrad_live_tensors() == 0);

@@ -228,6 +228,27 @@ static void test_unit_axis_strides_outside_the_buffer(void) {
     EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
 }
 
+/* Rendering a kernel for an operand with no element and extreme strides: the naive route folds
+ * (K - 1) * stride into the offset for an odd K. */
+static void test_render_of_empty_operands_with_extreme_strides(void) {
+    uint16_t ones[6] = { 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80 };
+    tgrad_tensor_t a = external(NULL, 0, 2, (int64_t[]){ 0, 3 }, (int64_t[]){ 1, INT64_MAX }, TGRAD_OK), b = 0, bt = 0;
+    EXPECT(tgrad_tensor_from_bf16(ones, 2, (int64_t[]){ 3, 2 }, &b), TGRAD_OK);
+    tgrad_tensor_t e = external(NULL, 0, 2, (int64_t[]){ 3, 0 }, (int64_t[]){ INT64_MIN, INT64_MAX }, TGRAD_OK);
+    size_t len = 0;
+    struct tgrad_launch launch;
+    for (int32_t route = TGRAD_ROUTE_NAIVE; route <= TGRAD_ROUTE_TILED; route++) {
+        EXPECT(tgrad_render_matmul(route, TGRAD_LANG_OPENCL, a, b, NULL, 0, &len, &launch), TGRAD_OK);
+        CHECK(launch.grid[1] == 0);
+        EXPECT(tgrad_tensor_transpose(b, 0, 1, &bt), TGRAD_OK); /* [2, 3] @ [3, 0] */
+        EXPECT(tgrad_render_matmul(route, TGRAD_LANG_MSL, bt, e, NULL, 0, &len, &launch), TGRAD_OK);
+        CHECK(launch.grid[0] == 0);
+        tgrad_tensor_release(bt);
+    }
+    EXPECT(tgrad_render_copy(TGRAD_LANG_OPENCL, e, NULL, 0, &len, &launch), TGRAD_OK);
+    tgrad_tensor_release(e), tgrad_tensor_release(b), tgrad_tensor_release(a);
+}
+
 /* Views of a buffer as large as the byte count allows (never read): strides near 2^61 chain in
  * view() without overflow, and slices at the far end address it exactly. */
 static void test_views_near_the_largest_buffer(void) {
@@ -256,6 +277,7 @@ int main(void) {
     test_select_and_slice_of_empty_views_with_extreme_strides();
     test_empty_views_with_far_offsets_are_not_addressed();
     test_unit_axis_strides_outside_the_buffer();
+    test_render_of_empty_operands_with_extreme_strides();
     test_views_near_the_largest_buffer();
     CHECK(tgrad_live_tensors() == 0);
     CHECK(tgrad_live_buffers() == 0);

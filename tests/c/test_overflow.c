@@ -249,6 +249,25 @@ static void test_render_of_empty_operands_with_extreme_strides(void) {
     tgrad_tensor_release(e), tgrad_tensor_release(b), tgrad_tensor_release(a);
 }
 
+/* explain of a lazy matmul whose operands are huge expanded views: the bytes it reads pass 2^63
+ * (the sum overflowed). Nothing is allocated or run. */
+static void test_explain_counts_bytes_of_huge_operands(void) {
+    uint16_t v = 0x3f80;
+    tgrad_tensor_t one = 0, a = 0, b = 0, c = 0;
+    const int64_t m = INT64_C(1) << 30, k = (INT64_C(1) << 32) - 1;
+    EXPECT(tgrad_tensor_from_bf16(&v, 2, (int64_t[]){ 1, 1 }, &one), TGRAD_OK);
+    EXPECT(tgrad_tensor_expand(one, (int64_t[]){ m, k }, 2, &a), TGRAD_OK);
+    EXPECT(tgrad_tensor_expand(one, (int64_t[]){ k, m }, 2, &b), TGRAD_OK);
+    EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK);
+    static char text[8192];
+    size_t len = 0;
+    EXPECT(tgrad_tensor_explain(c, TGRAD_FORMAT_JSON, text, sizeof text, &len), TGRAD_OK);
+    CHECK(strstr(text, "\"bytes_read\": 18446744069414584320") != NULL); /* 2 operands * 2 bytes * 2^30 * (2^32 - 1) */
+    EXPECT(tgrad_tensor_explain(c, TGRAD_FORMAT_TEXT, text, sizeof text, &len), TGRAD_OK);
+    CHECK(strstr(text, "reads 18446744069414584320 B") != NULL);
+    tgrad_tensor_release(c), tgrad_tensor_release(b), tgrad_tensor_release(a), tgrad_tensor_release(one);
+}
+
 /* Views of a buffer as large as the byte count allows (never read): strides near 2^61 chain in
  * view() without overflow, and slices at the far end address it exactly. */
 static void test_views_near_the_largest_buffer(void) {
@@ -278,6 +297,7 @@ int main(void) {
     test_empty_views_with_far_offsets_are_not_addressed();
     test_unit_axis_strides_outside_the_buffer();
     test_render_of_empty_operands_with_extreme_strides();
+    test_explain_counts_bytes_of_huge_operands();
     test_views_near_the_largest_buffer();
     CHECK(tgrad_live_tensors() == 0);
     CHECK(tgrad_live_buffers() == 0);

@@ -101,7 +101,7 @@ typedef struct tg_buffer {
     atomic_int_fast64_t refs;
     pthread_mutex_t lock;    /* serializes realization */
     atomic_int realized;     /* 1 once data holds the values */
-    int64_t numel;           /* elements of storage */
+    int64_t numel;           /* elements of storage; at most INT64_MAX / 2 (the byte count fits) */
     uint16_t *data;          /* bf16 bits; NULL while pending (or when numel == 0) */
     size_t capacity;         /* bytes of the block behind data (tg_storage_alloc) */
     tg_node *node;           /* pending computation; NULL once realized */

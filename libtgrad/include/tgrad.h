@@ -302,6 +302,14 @@ TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t *
  * TGRAD_ERR_BACKEND_UNAVAILABLE. */
 TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 
+/* Handle generations, for tests: re-issue the live tensor's handle slot at `generation` (1 ..
+ * 2^24 - 1) and write the new handle to *out; `tensor` becomes stale. A test can then reach the
+ * generation's limit without 16.7 million releases (a slot whose generation is at the limit is
+ * retired on release, never reused). TGRAD_ERR_INVALID_ARGUMENT for a generation outside that
+ * range or a NULL out; only in a -Dfault_injection=true build, elsewhere
+ * TGRAD_ERR_BACKEND_UNAVAILABLE. */
+TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
+
 /* CPU blocking, for tests: send every CPU matmul through the shared-chunk path with packed chunks
  * capped at chunk_bytes and K panels at most panel_k deep (even), so small shapes cover many
  * chunks and K panels; flags TGRAD_DEBUG_CPU_NO_DIRECT_A packs A even where the variant could read

@@ -1,5 +1,8 @@
 /* Handle table. A handle is kind(8) | generation(24) | slot+1 (32). Slots are reused; the
- * generation counter makes every earlier handle of a reused slot stale. One mutex guards the
+ * generation counter makes every earlier handle of a reused slot stale. A slot whose generation
+ * reaches 2^24 - 1 is retired when released (never put back on the free list): a generation that
+ * wrapped would make a handle released 2^24 - 1 cycles ago name a live tensor again. That costs
+ * one slot per 16.7 million releases of it. One mutex guards the
  * table; lookups copy the tensor out with a buffer reference, so a concurrent release cannot pull
  * the buffer from under a caller. */
 #include <stdlib.h>
@@ -105,10 +108,11 @@ tgrad_status tg_handle_release(tgrad_tensor_t h) {
         buf = s->tensor.buf;
         s->used = false;
         s->tensor.buf = NULL;
-        s->generation = (s->generation + 1) & GEN_MASK;
-        if (s->generation == 0) s->generation = 1;
-        s->next_free = first_free;
-        first_free = (int32_t)(s - slots);
+        if (s->generation < GEN_MASK) { /* else retired: its handles stay stale forever */
+            s->generation++;
+            s->next_free = first_free;
+            first_free = (int32_t)(s - slots);
+        }
     }
     pthread_mutex_unlock(&table_lock);
     if (buf) {

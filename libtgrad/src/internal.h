@@ -37,6 +37,12 @@ static inline void tg_store_fence(void) {
 TG_HIDDEN tgrad_status tg_fail(tgrad_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A probe's failure is not the caller's (a device that is not available while listing backends,
+ * an ineligible route while choosing one): keep the calling thread's last error across it. */
+typedef struct { tgrad_status status; char detail[512]; } tg_error_saved;
+TG_HIDDEN void tg_error_save(tg_error_saved *saved);
+TG_HIDDEN void tg_error_restore(const tg_error_saved *saved);
+
 /* ---- views (view.c): pure shape/stride arithmetic, no allocation ---- */
 typedef struct tg_view {
     int32_t ndim;

@@ -87,9 +87,16 @@ static inline uint16_t tg_acc_to_bf16(float f) {
 }
 
 /* ---- tensor storage (alloc.c) ---- */
-/* Allocate at least `bytes`; *cap receives the block's real size, to be passed back to free. */
+/* Allocate at least `bytes`; *cap receives the block's real size, to be passed back to free.
+ * Under poisoning the first `bytes` hold TG_POISON_BF16 words. */
 TG_HIDDEN void *tg_storage_alloc(size_t bytes, size_t *cap);
 TG_HIDDEN void tg_storage_free(void *p, size_t cap);
+/* Poisoning (TGRAD_POISON_STORAGE=1, default in -Dfault_injection=true builds): new and reused
+ * tensor storage, host and device, starts filled with a NaN no kernel writes (NaN outputs are the
+ * canonical 0x7FC0), so that an element a kernel skips shows up in tests. */
+#define TG_POISON_BF16 0x7fa5u
+TG_HIDDEN bool tg_poison_enabled(void);
+TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
 /* ---- buffers and the lazy graph (tensor.c, realize.c) ---- */
 typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2 } tg_op;

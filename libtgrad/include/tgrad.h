@@ -165,7 +165,10 @@ typedef uint64_t tgrad_tensor_t;
 
 /* ---- tensors: creation, release, reading --------------------------------------------------- */
 /* Create a bf16 tensor from contiguous row-major host data of ndim dimensions (0 <= ndim <=
- * TGRAD_MAX_DIMS, every extent >= 0). f32/f64 round to nearest even; NaN stays NaN, made quiet,
+ * TGRAD_MAX_DIMS, every extent >= 0). Every shape, here and in the view calls, obeys one size rule
+ * (numpy's): 2 bytes times the product of its non-zero extents fits in int64, else
+ * TGRAD_ERR_SIZE_OVERFLOW; so [INT64_MAX, 0, INT64_MAX] is refused although it holds no element,
+ * because its row-major strides would overflow. f32/f64 round to nearest even; NaN stays NaN, made quiet,
  * sign kept (f64 rounds once, directly to bf16). bf16 bits are copied unchanged. data may be NULL
  * only when the shape holds no element. The host data is copied; the caller keeps ownership. */
 TGRAD_API tgrad_status tgrad_tensor_from_f32(const float *data, int32_t ndim, const int64_t *shape,
@@ -310,18 +313,25 @@ TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
 
 /* ---- sharing memory (DLPack and other zero-copy exchanges) ------------------------------------ */
 /* Host memory libtgrad does not own, viewed as a bf16 tensor without a copy: `data` holds `extent`
- * bf16 values; shape and strides (elements, any sign; NULL: row-major) describe the view, whose
- * lowest-addressed element is data[0] (with non-negative strides: element [0, ..., 0]); a view
- * reaching past extent is refused (TGRAD_ERR_VIEW_NOT_EXPRESSIBLE). When the last tensor using
- * it is released, libtgrad calls deleter(context) (if not NULL) from whichever thread releases it.
- * The caller must not change the memory while tgrad may read it (tensors are immutable values). */
+ * bf16 values (0 <= extent <= INT64_MAX / 2, else TGRAD_ERR_SIZE_OVERFLOW); shape and strides
+ * (elements, any sign; NULL: row-major) describe the view, whose lowest-addressed element is
+ * data[0] (with non-negative strides: element [0, ..., 0]). A view reaching past extent is refused
+ * (TGRAD_ERR_VIEW_NOT_EXPRESSIBLE; TGRAD_ERR_SIZE_OVERFLOW where the distance between its lowest
+ * and highest element, or a stride times an extent, overflows int64; row-major without strides:
+ * TGRAD_ERR_BUFFER_TOO_SMALL). A view with no element reaches nothing and takes any strides. The
+ * stride of an axis of extent 1 is never used: one outside (-extent, extent) is recorded as 0.
+ * The shape obeys the size rule of every shape (2 bytes times the product of its non-zero extents
+ * fits in int64, else TGRAD_ERR_SIZE_OVERFLOW). When the last tensor using the memory is
+ * released, libtgrad calls deleter(context) (if not NULL) from whichever thread releases it. The
+ * caller must not change the memory while tgrad may read it (tensors are immutable values). */
 typedef void (*tgrad_deleter)(void *context);
 TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
                                                   const int64_t *shape, const int64_t *strides,
                                                   tgrad_deleter deleter, void *context, tgrad_tensor_t *out);
 /* The address of the tensor's first viewed element in host memory (realizing it first), for
- * zero-copy export; strides come from tgrad_tensor_strides. The memory stays valid while any
- * handle to the tensor (or a view of it) lives, and must be treated as read-only.
+ * zero-copy export (a tensor with no element: its buffer's start); strides come from
+ * tgrad_tensor_strides. The memory stays valid while any handle to the tensor (or a view of it)
+ * lives, and must be treated as read-only.
  * TGRAD_ERR_BACKEND_UNAVAILABLE for a tensor on a GPU device (move it with tgrad_tensor_to). */
 TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 
@@ -331,6 +341,14 @@ TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t *
  * library built with -Dfault_injection=true injects; elsewhere this returns
  * TGRAD_ERR_BACKEND_UNAVAILABLE. */
 TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
+
+/* Handle generations, for tests: re-issue the live tensor's handle slot at `generation` (1 ..
+ * 2^24 - 1) and write the new handle to *out; `tensor` becomes stale. A test can then reach the
+ * generation's limit without 16.7 million releases (a slot whose generation is at the limit is
+ * retired on release, never reused). TGRAD_ERR_INVALID_ARGUMENT for a generation outside that
+ * range or a NULL out; only in a -Dfault_injection=true build, elsewhere
+ * TGRAD_ERR_BACKEND_UNAVAILABLE. */
+TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
 
 /* CPU blocking, for tests: send every CPU matmul through the shared-chunk path with packed chunks
  * capped at chunk_bytes and K panels at most panel_k deep (even), so small shapes cover many

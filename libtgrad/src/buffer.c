@@ -28,12 +28,29 @@ tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
     return TGRAD_OK;
 }
 
+/* Fill new device memory with the poison (internal.h): staged through a plain malloc, so that
+ * fault injection's count of allocations is the same with and without it (no staging memory:
+ * the memory stays as the driver gave it). */
+static tgrad_status poison_device(tg_buffer *b, size_t bytes) {
+    void *host = malloc(bytes);
+    if (!host) return TGRAD_OK;
+    tg_poison_fill(host, bytes);
+    tgrad_status s = tg_device_upload(b->device, b->dev_mem, host, bytes);
+    free(host);
+    if (s) {
+        tg_device_free(b->device, b->dev_mem);
+        b->dev_mem = NULL;
+    }
+    return s;
+}
+
 /* Allocate storage for numel bf16 elements (counted in tgrad_live_bytes). */
 static tgrad_status storage_alloc(tg_buffer *b) {
     if (b->numel == 0) return TGRAD_OK;
     size_t bytes = (size_t)b->numel * 2u;
     if (b->device != TGRAD_DEVICE_CPU) {
         tgrad_status s = tg_device_alloc(b->device, bytes, &b->dev_mem);
+        if (!s && tg_poison_enabled()) s = poison_device(b, bytes);
         if (!s) atomic_fetch_add(&tg_live_bytes_, (int64_t)bytes);
         return s;
     }

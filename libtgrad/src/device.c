@@ -57,8 +57,11 @@ static void init_device(int32_t device) {
                  device == TGRAD_DEVICE_METAL ? "on this platform" : "into this library");
         return;
     }
+    tg_error_saved saved; /* the first use of a device may be any call, a listing too */
+    tg_error_save(&saved);
     st->init_status = be->init();
     if (st->init_status) snprintf(st->reason, sizeof st->reason, "%s", tgrad_last_error());
+    tg_error_restore(&saved);
 }
 static void init_metal(void) { init_device(TGRAD_DEVICE_METAL); }
 static void init_opencl(void) { init_device(TGRAD_DEVICE_OPENCL); }
@@ -127,11 +130,10 @@ static const tg_route *choose_route(const tg_node *n, int32_t device) {
     tg_gen_matmul p = problem_of(n);
     const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
     if (l && be->has_matrix_route && be->has_matrix_route()) {
-        char saved[512];
-        snprintf(saved, sizeof saved, "%s", tgrad_last_error());
-        tgrad_status before = tgrad_last_status();
+        tg_error_saved saved;
+        tg_error_save(&saved);
         bool ok = tg_gen_check_matmul(tc, l, &p) == TGRAD_OK;
-        tg_fail(before, "%s", saved); /* an ineligible tc is not an error of this call */
+        tg_error_restore(&saved); /* an ineligible tc is not an error of this call */
         if (ok) return tc;
     }
     return tg_route_find(TGRAD_ROUTE_TILED);
@@ -216,10 +218,9 @@ TGRAD_API tgrad_status tgrad_device_by_name(const char *name, int32_t *device) {
 TG_HIDDEN void tg_device_describe(int32_t device, int32_t *built, int32_t *available, const char **text);
 void tg_device_describe(int32_t device, int32_t *built, int32_t *available, const char **text) {
     *built = backend_of(device) != NULL;
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", tgrad_last_error());
-    tgrad_status before = tgrad_last_status();
+    tg_error_saved saved;
+    tg_error_save(&saved);
     *available = tg_device_ready(device) == TGRAD_OK;
-    tg_fail(before, "%s", saved);
+    tg_error_restore(&saved); /* listing an unavailable device is not an error of this call */
     *text = *available ? backend_of(device)->device_name() : states[device].reason;
 }

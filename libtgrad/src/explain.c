@@ -73,10 +73,12 @@ static int32_t readers(const plan *P, const tg_buffer *b, int32_t *last) {
     return count;
 }
 
-static int64_t view_elems(const tg_view *v) {
-    int64_t n = 1;
-    for (int32_t i = 0; i < v->ndim; i++) n *= v->shape[i];
-    return n;
+/* Bytes an operand's view reads: at most INT64_MAX - 1 (views obey the size rule of view.c), so
+ * the two operands of a step sum to less than 2^64 in uint64_t (expanded views can pass 2^63). */
+static uint64_t view_bytes(const tg_view *v) {
+    int64_t n;
+    tg_view_numel(v, &n);
+    return (uint64_t)n * 2u;
 }
 
 static void describe(text *t, const plan *P, const tg_buffer *target, const tg_view *tv, bool json) {
@@ -100,8 +102,9 @@ static void describe(text *t, const plan *P, const tg_buffer *target, const tg_v
         char route[48] = "cpu.copy";
         if (b->device != TGRAD_DEVICE_CPU) tg_device_route(n, b->device, route, sizeof route);
         else if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
-        int64_t read = 0, written = b->numel * 2;
-        for (int32_t i = 0; i < n->ninputs; i++) read += view_elems(&n->views[i]) * 2;
+        uint64_t read = 0;
+        int64_t written = b->numel * 2; /* a buffer's byte count fits */
+        for (int32_t i = 0; i < n->ninputs; i++) read += view_bytes(&n->views[i]);
         if (json) put(t, "%s{\"step\": %d, \"op\": \"%s\", \"route\": \"%s\", \"output\": {\"buffer\": %llu, \"shape\": ",
                       s ? ", " : "", s, name[n->op], route, (unsigned long long)b->id);
         else put(t, "step %d: %s %s -> buf#%llu ", s, name[n->op], route, (unsigned long long)b->id);
@@ -135,9 +138,9 @@ static void describe(text *t, const plan *P, const tg_buffer *target, const tg_v
         }
         /* buffers freed after this step: intermediates (and released inputs) whose last reader
          * this is and that no handle holds (all their references are readers in this plan) */
-        if (json) put(t, "], \"bytes_read\": %lld, \"bytes_written\": %lld, \"alloc\": [%llu], \"free_after\": [",
-                      (long long)read, (long long)written, (unsigned long long)b->id);
-        else put(t, " | reads %lld B, writes %lld B | alloc buf#%llu (%lld B)", (long long)read, (long long)written,
+        if (json) put(t, "], \"bytes_read\": %llu, \"bytes_written\": %lld, \"alloc\": [%llu], \"free_after\": [",
+                      (unsigned long long)read, (long long)written, (unsigned long long)b->id);
+        else put(t, " | reads %llu B, writes %lld B | alloc buf#%llu (%lld B)", (unsigned long long)read, (long long)written,
                  (unsigned long long)b->id, (long long)written);
         int32_t nfree = 0;
         for (int32_t i = 0; i < n->ninputs; i++) {

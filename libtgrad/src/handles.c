@@ -1,5 +1,8 @@
 /* Handle table. A handle is kind(8) | generation(24) | slot+1 (32). Slots are reused; the
- * generation counter makes every earlier handle of a reused slot stale. One mutex guards the
+ * generation counter makes every earlier handle of a reused slot stale. A slot whose generation
+ * reaches 2^24 - 1 is retired when released (never put back on the free list): a generation that
+ * wrapped would make a handle released 2^24 - 1 cycles ago name a live tensor again. That costs
+ * one slot per 16.7 million releases of it. One mutex guards the
  * table; lookups copy the tensor out with a buffer reference, so a concurrent release cannot pull
  * the buffer from under a caller. */
 #include <stdlib.h>
@@ -105,10 +108,11 @@ tgrad_status tg_handle_release(tgrad_tensor_t h) {
         buf = s->tensor.buf;
         s->used = false;
         s->tensor.buf = NULL;
-        s->generation = (s->generation + 1) & GEN_MASK;
-        if (s->generation == 0) s->generation = 1;
-        s->next_free = first_free;
-        first_free = (int32_t)(s - slots);
+        if (s->generation < GEN_MASK) { /* else retired: its handles stay stale forever */
+            s->generation++;
+            s->next_free = first_free;
+            first_free = (int32_t)(s - slots);
+        }
     }
     pthread_mutex_unlock(&table_lock);
     if (buf) {
@@ -117,6 +121,29 @@ tgrad_status tg_handle_release(tgrad_tensor_t h) {
     }
     return st;
 }
+
+#if defined(TGRAD_FAULT_INJECTION)
+TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_handle_generation: output pointer is NULL");
+    if (generation == 0 || generation > GEN_MASK)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_handle_generation: generation %u outside 1..%u", generation,
+                       GEN_MASK);
+    pthread_mutex_lock(&table_lock);
+    slot *s = NULL;
+    tgrad_status st = find(tensor, &s);
+    if (!st) {
+        s->generation = generation;
+        *out = encode(TG_KIND_TENSOR, generation, (int32_t)(s - slots));
+    }
+    pthread_mutex_unlock(&table_lock);
+    return st;
+}
+#else
+TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out) {
+    (void)tensor, (void)generation, (void)out;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "debug_handle_generation: built without -Dfault_injection=true");
+}
+#endif
 
 TGRAD_API int64_t tgrad_live_tensors(void) { return atomic_load(&tg_live_tensors_); }
 TGRAD_API int64_t tgrad_live_buffers(void) { return atomic_load(&tg_live_buffers_); }

@@ -37,6 +37,12 @@ static inline void tg_store_fence(void) {
 TG_HIDDEN tgrad_status tg_fail(tgrad_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A probe's failure is not the caller's (a device that is not available while listing backends,
+ * an ineligible route while choosing one): keep the calling thread's last error across it. */
+typedef struct { tgrad_status status; char detail[512]; } tg_error_saved;
+TG_HIDDEN void tg_error_save(tg_error_saved *saved);
+TG_HIDDEN void tg_error_restore(const tg_error_saved *saved);
+
 /* ---- views (view.c): pure shape/stride arithmetic, no allocation ---- */
 typedef struct tg_view {
     int32_t ndim;
@@ -81,9 +87,16 @@ static inline uint16_t tg_acc_to_bf16(float f) {
 }
 
 /* ---- tensor storage (alloc.c) ---- */
-/* Allocate at least `bytes`; *cap receives the block's real size, to be passed back to free. */
+/* Allocate at least `bytes`; *cap receives the block's real size, to be passed back to free.
+ * Under poisoning the first `bytes` hold TG_POISON_BF16 words. */
 TG_HIDDEN void *tg_storage_alloc(size_t bytes, size_t *cap);
 TG_HIDDEN void tg_storage_free(void *p, size_t cap);
+/* Poisoning (TGRAD_POISON_STORAGE=1, default in -Dfault_injection=true builds): new and reused
+ * tensor storage, host and device, starts filled with a NaN no kernel writes (NaN outputs are the
+ * canonical 0x7FC0), so that an element a kernel skips shows up in tests. */
+#define TG_POISON_BF16 0x7fa5u
+TG_HIDDEN bool tg_poison_enabled(void);
+TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
 /* ---- buffers and the lazy graph (tensor.c, realize.c) ---- */
 typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2 } tg_op;
@@ -101,7 +114,7 @@ typedef struct tg_buffer {
     atomic_int_fast64_t refs;
     pthread_mutex_t lock;    /* serializes realization */
     atomic_int realized;     /* 1 once data holds the values */
-    int64_t numel;           /* elements of storage */
+    int64_t numel;           /* elements of storage; at most INT64_MAX / 2 (the byte count fits) */
     uint16_t *data;          /* bf16 bits; NULL while pending (or when numel == 0) */
     size_t capacity;         /* bytes of the block behind data (tg_storage_alloc) */
     tg_node *node;           /* pending computation; NULL once realized */
@@ -180,5 +193,6 @@ TG_HIDDEN int32_t tg_pool_threads(void);
 /* Checked arithmetic. */
 static inline bool tg_mul_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
 static inline bool tg_add_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
+static inline bool tg_sub_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_sub_overflow(a, b, r); }
 
 #endif

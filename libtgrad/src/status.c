@@ -1,6 +1,7 @@
 /* The status registry (expanded from TGRAD_STATUS_LIST in tgrad.h) and per-thread error detail. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -47,6 +48,18 @@ tgrad_status tg_fail(tgrad_status status, const char *fmt, ...) {
     va_end(ap);
     last_status = status;
     return status;
+}
+
+_Static_assert(sizeof last_detail == sizeof ((tg_error_saved *)0)->detail, "a saved detail holds a whole one");
+
+void tg_error_save(tg_error_saved *saved) {
+    saved->status = last_status;
+    memcpy(saved->detail, last_detail, sizeof last_detail);
+}
+
+void tg_error_restore(const tg_error_saved *saved) {
+    last_status = saved->status;
+    memcpy(last_detail, saved->detail, sizeof last_detail);
 }
 
 TGRAD_API uint32_t tgrad_version(void) { return TGRAD_VERSION_NUMBER; }

@@ -315,6 +315,8 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
         if ((s = tg_handle_new_tensor(t.buf, &t.view, out))) tg_tensor_unref(&t);
         return s;
     }
+    /* The view's shape obeys the size rule (view.c), so its contiguous layout exists and numel * 2
+     * fits in int64. */
     int64_t numel;
     tg_view_numel(&t.view, &numel);
     tg_view dst;
@@ -354,6 +356,19 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
 }
 
 /* ---- sharing memory ------------------------------------------------------------------------- */
+/* The lowest and highest element offsets of a view with elements, relative to element [0, ...],
+ * in checked arithmetic: the strides are the caller's, any int64. False when a span, their sums
+ * or the distance between the two ends overflows int64. */
+static bool external_span(int32_t ndim, const int64_t *shape, const int64_t *strides, int64_t *lo, int64_t *total) {
+    int64_t l = 0, h = 0, span;
+    for (int32_t i = 0; i < ndim; i++) {
+        if (tg_mul_ovf(strides[i], shape[i] - 1, &span)) return false;
+        if (tg_add_ovf(span < 0 ? l : h, span, span < 0 ? &l : &h)) return false;
+    }
+    *lo = l;
+    return !tg_sub_ovf(h, l, total);
+}
+
 TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
                                                   const int64_t *shape, const int64_t *strides,
                                                   tgrad_deleter deleter, void *context, tgrad_tensor_t *out) {
@@ -363,27 +378,31 @@ TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t 
     if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: shape is NULL");
     if (extent < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: extent is negative");
     if (extent > 0 && !data) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "tensor_from_external: data is NULL");
+    if (extent > INT64_MAX / 2) /* a buffer's byte count fits in int64, as for every other buffer */
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "tensor_from_external: the byte count of %lld elements overflows 64 bits",
+                       (long long)extent);
     tg_view v;
     tgrad_status s = tg_view_contiguous(ndim, shape, &v);
     if (s) return s;
     int64_t numel;
     tg_view_numel(&v, &numel);
     if (strides) {
-        /* every element's offset must lie in [0, extent): check the two extreme corners */
-        int64_t lo = 0, hi = 0;
-        for (int32_t i = 0; i < ndim; i++) {
-            v.strides[i] = strides[i];
-            if (shape[i] == 0) continue;
-            int64_t span;
-            if (tg_mul_ovf(strides[i], shape[i] - 1, &span))
-                return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "tensor_from_external: stride arithmetic overflows");
-            if (span < 0) lo += span; else hi += span;
-        }
-        if (numel > 0) v.offset = -lo, hi -= lo;
-        if (numel > 0 && (hi >= extent || v.offset < 0))
+        /* Every element's offset must lie in [0, extent). A view with no element reaches nothing,
+         * whatever its strides; otherwise data[0] is its lowest element. */
+        for (int32_t i = 0; i < ndim; i++) v.strides[i] = strides[i];
+        int64_t lo = 0, total = 0;
+        if (numel > 0 && !external_span(ndim, shape, strides, &lo, &total))
+            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "tensor_from_external: stride arithmetic overflows 64 bits");
+        if (numel > 0 && total >= extent)
             return tg_fail(TGRAD_ERR_VIEW_NOT_EXPRESSIBLE,
                            "tensor_from_external: the view reaches element %lld of a %lld-element buffer",
-                           (long long)hi, (long long)extent);
+                           (long long)total, (long long)extent);
+        v.offset = -lo; /* lo >= -total: fits */
+        /* An axis of extent 1 never moves along its stride, so the caller may pass any value; one
+         * reaching outside the buffer is recorded as 0, so that no kernel forms an address with it
+         * (a view with elements then has every stride inside its buffer). */
+        for (int32_t i = 0; i < ndim && numel > 0; i++)
+            if (shape[i] == 1 && (strides[i] >= extent || strides[i] <= -extent)) v.strides[i] = 0;
     } else if (numel > extent) {
         return tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "tensor_from_external: %lld elements in a %lld-element buffer",
                        (long long)numel, (long long)extent);
@@ -410,7 +429,11 @@ TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t *
         s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "tensor_data: the tensor lives on %s; move it with tgrad_tensor_to",
                     tg_device_name(t.buf->device));
     if (!s) s = tg_buffer_realize(t.buf);
-    if (!s) *data = t.buf->data ? t.buf->data + t.view.offset : NULL;
+    /* A view with elements lies inside its buffer; an empty one may carry any offset (nothing is
+     * read through it), so its address is the buffer's. */
+    int64_t numel;
+    tg_view_numel(&t.view, &numel);
+    if (!s) *data = t.buf->data && numel > 0 ? t.buf->data + t.view.offset : t.buf->data;
     tg_tensor_unref(&t);
     return s;
 }

@@ -19,38 +19,48 @@ static tgrad_status check_ndim(int32_t ndim, const char *what) {
     return TGRAD_OK;
 }
 
+/* The one size rule for a shape (numpy's, for 2-byte elements): 2 times the product of the
+ * non-zero extents fits in int64. Every view a handle holds obeys it, so that the element count,
+ * the byte count, every contiguous stride and every product of some of the extents fit in int64
+ * and can be computed without checks. An extent of 0 does not lift the rule: the contiguous
+ * strides of [INT64_MAX, 0, INT64_MAX] would overflow. Extents must be >= 0. */
+static tgrad_status check_size(int32_t ndim, const int64_t *shape, int64_t *numel, const char *what) {
+    int64_t product = 1, bytes;
+    bool empty = false;
+    for (int32_t i = 0; i < ndim; i++) {
+        if (shape[i] == 0) empty = true;
+        else if (tg_mul_ovf(product, shape[i], &product))
+            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: element count overflows 64 bits", what);
+    }
+    if (tg_mul_ovf(product, 2, &bytes))
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: byte count overflows 64 bits", what);
+    *numel = empty ? 0 : product;
+    return TGRAD_OK;
+}
+
 tgrad_status tg_view_contiguous(int32_t ndim, const int64_t *shape, tg_view *out) {
     tgrad_status s = check_ndim(ndim, "shape");
     if (s) return s;
     tg_view v = { .ndim = ndim };
-    int64_t numel = 1;
     for (int32_t i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "shape: extent %lld of axis %d is negative",
                            (long long)shape[i], i);
         v.shape[i] = shape[i];
-        if (tg_mul_ovf(numel, shape[i], &numel))
-            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "shape: element count overflows 64 bits");
     }
-    int64_t bytes;
-    if (tg_mul_ovf(numel, 2, &bytes))
-        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "shape: byte count overflows 64 bits");
+    int64_t numel;
+    if ((s = check_size(ndim, shape, &numel, "shape"))) return s;
     int64_t stride = 1;
     for (int32_t i = ndim - 1; i >= 0; i--) {
         v.strides[i] = stride;
-        stride *= shape[i] ? shape[i] : 1; /* cannot overflow: bounded by numel */
+        stride *= shape[i] ? shape[i] : 1; /* cannot overflow: a product of non-zero extents (check_size) */
     }
     *out = v;
     return TGRAD_OK;
 }
 
 tgrad_status tg_view_numel(const tg_view *v, int64_t *numel) {
-    int64_t n = 1;
-    for (int32_t i = 0; i < v->ndim; i++)
-        if (tg_mul_ovf(n, v->shape[i], &n))
-            return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "element count overflows 64 bits");
-    *numel = n;
-    return TGRAD_OK;
+    return check_size(v->ndim, v->shape, numel, "view");
 }
 
 bool tg_view_is_compact_rowmajor(const tg_view *v) {
@@ -58,7 +68,7 @@ bool tg_view_is_compact_rowmajor(const tg_view *v) {
     for (int32_t i = v->ndim - 1; i >= 0; i--) {
         if (v->shape[i] == 0) return true;
         if (v->shape[i] != 1 && v->strides[i] != expect) return false;
-        expect *= v->shape[i];
+        expect *= v->shape[i]; /* a product of non-zero extents: fits (check_size) */
     }
     return true;
 }
@@ -131,7 +141,7 @@ tgrad_status tg_view_expand(const tg_view *v, const int64_t *shape, int32_t ndim
         }
     }
     int64_t numel;
-    if ((s = tg_view_numel(&r, &numel))) return tg_fail(s, "expand: element count overflows 64 bits");
+    if ((s = check_size(r.ndim, r.shape, &numel, "expand"))) return s;
     *out = r;
     return TGRAD_OK;
 }
@@ -161,6 +171,8 @@ tgrad_status tg_view_slice(const tg_view *v, int32_t axis, int64_t start, int64_
     } else if (stop >= len) {
         stop = step < 0 ? len - 1 : len;
     }
+    /* start and stop now lie in [-1, len], so stop - start - 1 and start - stop - 1 are below len,
+     * and -step fits (step != INT64_MIN): the count needs no checks. */
     int64_t count = 0;
     if (step > 0 && start < stop) count = (stop - start - 1) / step + 1;
     if (step < 0 && stop < start) count = (start - stop - 1) / (-step) + 1;
@@ -186,7 +198,12 @@ tgrad_status tg_view_select(const tg_view *v, int32_t axis, int64_t index, tg_vi
     if (i < 0 || i >= len)
         return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "index %lld is out of range for axis %d with extent %lld",
                        (long long)index, axis, (long long)len);
-    tg_view r = { .ndim = v->ndim - 1, .offset = v->offset + i * v->strides[a] };
+    /* An empty view's strides and offset are arbitrary (nothing is read through them), so the new
+     * offset is checked; for a view with elements it lies inside the buffer. */
+    tg_view r = { .ndim = v->ndim - 1 };
+    int64_t off;
+    if (tg_mul_ovf(i, v->strides[a], &off) || tg_add_ovf(v->offset, off, &r.offset))
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "index: offset arithmetic overflows");
     for (int32_t d = 0, o = 0; d < v->ndim; d++) {
         if (d == a) continue;
         r.shape[o] = v->shape[d], r.strides[o] = v->strides[d], o++;
@@ -226,34 +243,38 @@ tgrad_status tg_view_resolve_shape(const tg_view *v, const int64_t *shape, int32
         return tg_fail(TGRAD_ERR_BAD_RESHAPE, "reshape: %s holds %lld elements, new shape holds %lld",
                        from, (long long)numel, (long long)known);
     }
-    return TGRAD_OK;
+    return check_size(ndim, resolved, &known, "reshape"); /* an empty shape's other extents too */
 }
 
 /* Express a new shape with strides over the same elements, when the old view's axes can be
  * grouped into runs that are each laid out like a compact block. Walk both shapes from the last
  * axis: each run of old axes whose strides chain (stride[d-1] == extent*stride[d]) is one
- * contiguous chunk, and the new axes that multiply to the chunk's size take strides inside it. */
+ * contiguous chunk, and the new axes that multiply to the chunk's size take strides inside it.
+ * `shape` has been through tg_view_resolve_shape (it obeys the size rule, with v's element count).
+ * Runs are products of some extents (they fit); a run times its chunk's stride is at most twice
+ * the chunk's span inside a buffer of at most INT64_MAX / 2 elements, so it fits too, but it is
+ * checked anyway: an overflow answers "not expressible". */
 tgrad_status tg_view_reshape_nocopy(const tg_view *v, const int64_t *shape, int32_t ndim, tg_view *out) {
     tg_view r = { .ndim = ndim, .offset = v->offset };
     for (int32_t i = 0; i < ndim; i++) r.shape[i] = shape[i];
-    int64_t numel = 1;
-    for (int32_t i = 0; i < v->ndim; i++) numel *= v->shape[i];
+    int64_t numel;
+    tg_view_numel(v, &numel);
     if (numel == 0 || v->ndim == 0) { /* no element or a single one: any strides do */
         tg_view c;
-        tg_view_contiguous(ndim, shape, &c);
+        if (tg_view_contiguous(ndim, shape, &c)) return TGRAD_ERR_VIEW_NOT_EXPRESSIBLE; /* not for a resolved shape */
         for (int32_t i = 0; i < ndim; i++) r.strides[i] = c.strides[i];
         *out = r;
         return TGRAD_OK;
     }
     int32_t nd = ndim - 1;
-    int64_t base = v->strides[v->ndim - 1], old_run = 1, new_run = 1;
+    int64_t base = v->strides[v->ndim - 1], old_run = 1, new_run = 1, chained;
     for (int32_t od = v->ndim - 1; od >= 0; od--) {
         old_run *= v->shape[od];
         bool chunk_ends = od == 0 ||
-            (v->shape[od - 1] != 1 && v->strides[od - 1] != old_run * base);
+            (v->shape[od - 1] != 1 && (tg_mul_ovf(old_run, base, &chained) || v->strides[od - 1] != chained));
         if (!chunk_ends) continue;
         while (nd >= 0 && (new_run < old_run || r.shape[nd] == 1)) {
-            r.strides[nd] = new_run * base;
+            if (tg_mul_ovf(new_run, base, &r.strides[nd])) return TGRAD_ERR_VIEW_NOT_EXPRESSIBLE;
             new_run *= r.shape[nd];
             nd--;
         }

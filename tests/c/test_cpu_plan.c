@@ -22,6 +22,10 @@ int main(void) {
     /* strides that are not a power of two spread the rows: K = 1000 (2000 bytes) */
     CHECK(tg_cpu_rows_per_l1_set(12, 2000, &zen4) == 1);
     CHECK(tg_cpu_rows_per_l1_set(12, 4096, &unknown) == 0);
+    /* any stride, without overflow: -2^63 is 0 mod 4 KiB (one set); 2^63 - 1 puts rows 1..11 in set 63 */
+    CHECK(tg_cpu_rows_per_l1_set(12, INT64_MIN, &zen4) == 12);
+    CHECK(tg_cpu_rows_per_l1_set(12, INT64_MAX, &zen4) == 11);
+    CHECK(tg_cpu_rows_per_l1_set(64, INT64_MAX - 1, &zen4) == 32);
     /* read in place where the rows fit the ways: not at 4 KiB on Zen 4, still on Zen 5 */
     CHECK(!tg_cpu_direct_a_fits_l1(12, 4096, &zen4));
     CHECK(!tg_cpu_direct_a_fits_l1(12, 16384, &zen4));

@@ -162,6 +162,7 @@ tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, in
                                         tgrad_deleter deleter, void *context, tgrad_tensor_t *out);
 tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
+tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
 tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);

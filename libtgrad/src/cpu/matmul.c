@@ -512,9 +512,12 @@ int32_t tg_cpu_rows_per_l1_set(int32_t rows, int64_t stride_bytes, const tg_l1d_
     if (g->ways <= 0 || g->sets <= 0 || g->line <= 0 || rows <= 0) return 0;
     enum { MAX_ROWS = 64 }; /* a tile's rows; more are counted as the first 64 */
     if (rows > MAX_ROWS) rows = MAX_ROWS;
-    int64_t span = (int64_t)g->sets * g->line, s = stride_bytes < 0 ? -stride_bytes : stride_bytes;
+    /* (r * |stride|) mod span, computed as (r * (|stride| mod span)) mod span: no product overflows,
+     * whatever the stride (the rows a tile would read need not exist in a short view). */
+    uint64_t span = (uint64_t)g->sets * (uint64_t)g->line;
+    uint64_t s = (stride_bytes < 0 ? (uint64_t)0 - (uint64_t)stride_bytes : (uint64_t)stride_bytes) % span;
     int64_t set[MAX_ROWS], most = 0; /* each row's set, computed once: this runs on every plan */
-    for (int32_t r = 0; r < rows; r++) set[r] = (r * s) % span / g->line;
+    for (int32_t r = 0; r < rows; r++) set[r] = (int64_t)((uint64_t)r * s % span / (uint64_t)g->line);
     for (int32_t r = 0; r < rows; r++) {
         int64_t same = 0;
         for (int32_t q = 0; q < rows; q++) same += set[q] == set[r];
@@ -536,7 +539,7 @@ bool tg_cpu_direct_a_fits_l1(int32_t mr, int64_t stride_bytes, const tg_l1d_geom
 static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_operand *A) {
     pthread_once(&l1d_once, read_l1d);
     return uk->kernel_direct && mr == uk->mr && A->s1 == 1 && !(atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A) &&
-           tg_cpu_direct_a_fits_l1(mr, A->s0 * 2, &l1d);
+           tg_cpu_direct_a_fits_l1(mr, A->s0 * 2, &l1d); /* |s0| < INT64_MAX / 2: inside A's buffer */
 }
 
 typedef struct {
@@ -693,8 +696,7 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
     int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
     int sel = selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
     *P = (cpu_plan){ .uk = gemm_variant(sel), .M = M, .N = N, .K = K,
-                     .A = { a ? a + av->offset : NULL, av->strides[0], av->strides[1] },
-                     .B = { b ? b + bv->offset : NULL, bv->strides[0], bv->strides[1] } };
+                     .A = { NULL, av->strides[0], av->strides[1] }, .B = { NULL, bv->strides[0], bv->strides[1] } };
     if (M == 0 || N == 0) {
         P->path = PATH_EMPTY;
         return;
@@ -703,6 +705,12 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
         P->path = PATH_ZEROS;
         return;
     }
+    /* Both operands have elements now, so their views lie inside their buffers: every address the
+     * kernels form, base + i * s0 + k * s1 for i, k inside the shape, is an element of the buffer
+     * (and each partial sum of the offset lies between the view's lowest and highest element). An
+     * empty operand may carry any offset: it is never addressed. */
+    P->A.base = a ? a + av->offset : NULL;
+    P->B.base = b ? b + bv->offset : NULL;
     if (N == 1 && M > 1) {
         /* Matrix-vector: C^T = B^T A^T computes the same sums (a product's operands commute
          * exactly) with the long side along the kernel's columns, and a [M, 1] result has the
@@ -902,6 +910,8 @@ TGRAD_API tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32
 }
 
 /* ---- bit-preserving view copy ---- */
+/* The view has an element (callers skip empty ones) and so lies inside src's buffer: each offset
+ * summed here is an element's, or a partial sum between the lowest and highest element's. */
 void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst) {
     int64_t idx[TGRAD_MAX_DIMS] = { 0 };
     int32_t nd = v->ndim;

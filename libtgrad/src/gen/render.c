@@ -50,11 +50,22 @@ static bool span_view(const tg_view *v, int64_t *lo, int64_t *hi) {
     return true;
 }
 
+/* offset + i * stride[axis]: for an operand with elements an element's offset (tg_gen_check_matmul
+ * checked its span). An operand without elements is never read (its kernel has an empty grid) and
+ * may carry any strides: there the sum can overflow, and the bare offset stands in for it. */
+static int64_t fold(const tg_gen_operand *o, int64_t i, int axis) {
+    int64_t t, r;
+    return tg_mul_ovf(i, o->stride[axis], &t) || tg_add_ovf(o->offset, t, &r) ? o->offset : r;
+}
+
 /* ---- index expressions ------------------------------------------------------------------------ */
+/* |s| for any int64, INT64_MIN included (an empty operand's strides may be anything). */
+static uint64_t magnitude(int64_t s) { return s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s; }
+
 /* Append " + var * |s|" (or "- ...", or the bare term first) to an expression being built. */
 static void add_term(char *dst, size_t cap, bool *first, const char *var, int64_t s) {
     size_t n = strlen(dst);
-    uint64_t mag = s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s;
+    uint64_t mag = magnitude(s);
     const char *sign = *first ? (s < 0 ? "-" : "") : (s < 0 ? " - " : " + ");
     if (mag == 1) snprintf(dst + n, cap - n, "%s%s", sign, var);
     else snprintf(dst + n, cap - n, "%s%s * %" PRIu64, sign, var, mag);
@@ -178,9 +189,7 @@ static void emit_stage(const emitter *e, const char *buf, const stage_axis ax[2]
                        int32_t nthreads) {
     char idx[256];
     int fast = 1; /* the axis consecutive threads walk */
-    if (ax[1].stride == 0 || (ax[0].stride != 0 && ax[0].extent > 1 &&
-                              (ax[0].stride < 0 ? -ax[0].stride : ax[0].stride) <
-                                  (ax[1].stride < 0 ? -ax[1].stride : ax[1].stride)))
+    if (ax[1].stride == 0 || (ax[0].stride != 0 && ax[0].extent > 1 && magnitude(ax[0].stride) < magnitude(ax[1].stride)))
         fast = 0;
     const stage_axis *f = &ax[fast], *s = &ax[1 - fast];
     E("        for (%s e = li; e < %d; e += %d) {\n", e->it, ax[0].size * ax[1].size, nthreads);
@@ -264,8 +273,8 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
         E("        // odd K: the last pair's odd element is the +0 padding of both operands\n");
         E("        acc = tg_step(acc, 0.0f, 0.0f);\n");
         /* k = K - 1 folded into the offsets */
-        index_expr(ia, sizeof ia, p->a.offset + (p->k - 1) * p->a.stride[1], "m", p->a.stride[0], p->m, "", 0, 1);
-        index_expr(ib, sizeof ib, p->b.offset + (p->k - 1) * p->b.stride[0], "", 0, 1, "n", p->b.stride[1], p->n);
+        index_expr(ia, sizeof ia, fold(&p->a, p->k - 1, 1), "m", p->a.stride[0], p->m, "", 0, 1);
+        index_expr(ib, sizeof ib, fold(&p->b, p->k - 1, 0), "", 0, 1, "n", p->b.stride[1], p->n);
         E("        acc = tg_step(acc, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", ia, ib);
         E("    }\n");
     }

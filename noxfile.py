@@ -29,8 +29,12 @@ def tests(session: nox.Session) -> None:
     # Run from tests/ so that the source tree cannot shadow the installed packages. One pytest
     # worker per core (pytest-xdist): most of the suite is single-threaded Python, subprocesses
     # and the oracle, so 2 workers on the CI machine's 2 cores halve its time (12 -> 6 minutes).
+    # TGRAD_POISON_STORAGE=1: every new or reused tensor block starts as the NaN 0x7FA5, so a kernel
+    # that leaves an output element unwritten shows up as a wrong byte instead of passing on the
+    # allocator's leftovers (the pip-installed library is a release build, where it is off).
     session.chdir(ROOT / "tests")
-    session.run("pytest", "-q", "-n", "auto", "python", *session.posargs, env={"TGRAD_LIB": ""})
+    session.run("pytest", "-q", "-n", "auto", "python", *session.posargs,
+                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1"})
 
 
 @nox.session
@@ -57,7 +61,8 @@ def sanitize(session: nox.Session) -> None:
                 "-k", "not msl_emu and not bench and not render",
                 *session.posargs,
                 env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan,
-                     "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"]})
+                     "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],
+                     "TGRAD_POISON_STORAGE": "1"})
     session.chdir(ROOT)
     session.run("meson", "setup", str(tsan), "--buildtype=debugoptimized", "-Db_sanitize=thread")
     session.run("meson", "test", "-C", str(tsan), "--print-errorlogs", "threads", "elementwise-threads",
@@ -95,7 +100,7 @@ def cross(session: nox.Session) -> None:
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--cross-file", str(cross_file), "--buildtype=release")
     session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--timeout-multiplier", "5",
-                "abi", "threads", "gen", "elementwise-unary", "elementwise-specials", "elementwise-threads",
+                "abi", "threads", "gen", "overflow", "elementwise-unary", "elementwise-specials", "elementwise-threads",
                 "elementwise-binary-sampled")
 
 
@@ -113,9 +118,12 @@ def exhaustive(session: nox.Session) -> None:
 
 @nox.session
 def fuzz(session: nox.Session) -> None:
-    """libFuzzer (clang) on the C API: random view chains and matmul arguments checked against an
-    independent model (tests/fuzz). `nox -s fuzz -- SECONDS` (default 300); CI runs 30. The library
-    is built with ASan+UBSan too, so a memory error anywhere fails the run."""
+    """libFuzzer (clang) on the C API, each target checked against an independent model
+    (tests/fuzz): random view chains and matmul arguments (`views`), and caller memory viewed
+    through tgrad_tensor_from_external (`external`). `nox -s fuzz -- SECONDS` per target (default
+    300); CI runs 30. The library is built with ASan+UBSan too, so a memory error anywhere fails
+    the run. Then the hypothesis properties over forged DLPack capsules and mutated safetensors
+    files, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
     seconds = session.posargs[0] if session.posargs else "300"
     session.install("meson>=1.1", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-fuzz").resolve()
@@ -124,11 +132,17 @@ def fuzz(session: nox.Session) -> None:
     session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfuzz=true",
                 "-Db_sanitize=address,undefined", "-Db_lundef=false", env=env)
     session.run("ninja", "-C", str(build))
-    corpus = ROOT / "tests" / "fuzz" / "corpus" / "views"
-    scratch = pathlib.Path(session.create_tmp()) / "corpus-views"  # new finds stay out of the tree
-    scratch.mkdir(exist_ok=True)
-    session.run(str(build / "tests" / "fuzz" / "fuzz_views"), f"-max_total_time={seconds}", "-print_final_stats=1",
-                str(scratch), str(corpus), external=True)
+    for target in ("views", "external"):
+        corpus = ROOT / "tests" / "fuzz" / "corpus" / target
+        scratch = pathlib.Path(session.create_tmp()) / f"corpus-{target}"  # new finds stay out of the tree
+        scratch.mkdir(exist_ok=True)
+        session.run(str(build / "tests" / "fuzz" / f"fuzz_{target}"), f"-max_total_time={seconds}",
+                    "-print_final_stats=1", str(scratch), str(corpus), external=True)
+    examples = str(max(200, 10 * int(seconds)))
+    session.install(".[test]")
+    session.chdir(ROOT / "tests")
+    session.run("pytest", "-q", "-n", "auto", "python/test_dlpack_fuzz.py", "python/test_safetensors_fuzz.py",
+                env={"TGRAD_LIB": "", "TGRAD_FUZZ_EXAMPLES": examples})
 
 
 @nox.session

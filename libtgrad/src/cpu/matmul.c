@@ -682,21 +682,16 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
     return TGRAD_OK;
 }
 
-/* The dispatch decision, shared by execution and by explain's route names. */
+/* The dispatch decision, made once per step by the scheduler (tg_cpu_matmul_plan_make): the
+ * route explain names and realize records is the one tg_cpu_matmul_run executes. */
 typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_SKINNY, PATH_GEMM } cpu_path;
-typedef struct {
-    cpu_path path;
-    const tg_ukernel *uk;
-    tg_operand A, B;
-    int64_t M, N, K;
-    int32_t threads;
-} cpu_plan;
 
-static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, cpu_plan *P) {
+void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, tg_cpu_matmul_plan *P) {
     int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
     int sel = selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
-    *P = (cpu_plan){ .uk = gemm_variant(sel), .M = M, .N = N, .K = K,
-                     .A = { NULL, av->strides[0], av->strides[1] }, .B = { NULL, bv->strides[0], bv->strides[1] } };
+    *P = (tg_cpu_matmul_plan){ .uk = gemm_variant(sel), .M = M, .N = N, .K = K,
+                               .a_strides = { av->strides[0], av->strides[1] },
+                               .b_strides = { bv->strides[0], bv->strides[1] } };
     if (M == 0 || N == 0) {
         P->path = PATH_EMPTY;
         return;
@@ -705,50 +700,59 @@ static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
         P->path = PATH_ZEROS;
         return;
     }
-    /* Both operands have elements now, so their views lie inside their buffers: every address the
-     * kernels form, base + i * s0 + k * s1 for i, k inside the shape, is an element of the buffer
-     * (and each partial sum of the offset lies between the view's lowest and highest element). An
-     * empty operand may carry any offset: it is never addressed. */
-    P->A.base = a ? a + av->offset : NULL;
-    P->B.base = b ? b + bv->offset : NULL;
     if (N == 1 && M > 1) {
         /* Matrix-vector: C^T = B^T A^T computes the same sums (a product's operands commute
          * exactly) with the long side along the kernel's columns, and a [M, 1] result has the
          * same memory layout as a [1, M] one. */
-        tg_operand T = { P->B.base, P->B.s1, P->B.s0 };
-        P->B = (tg_operand){ P->A.base, P->A.s1, P->A.s0 };
-        P->A = T;
+        int64_t a0 = P->a_strides[0], a1 = P->a_strides[1];
+        P->a_strides[0] = P->b_strides[1], P->a_strides[1] = P->b_strides[0];
+        P->b_strides[0] = a1, P->b_strides[1] = a0;
+        P->swapped = true;
         P->N = M, P->M = 1;
     }
     bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
     P->threads = small ? 1 : tg_pool_threads();
     const tg_ukernel *S = stream_variant(sel);
-    if (P->M == 1 && S->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
-    else if (S->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
+    int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
+    if (P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
+    else if (S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;
     else P->path = PATH_GEMM;
 }
 
-void tg_cpu_matmul_route(const tg_view *av, const tg_view *bv, char *dst, size_t cap) {
-    cpu_plan P;
-    plan_matmul(NULL, av, NULL, bv, &P);
+void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap) {
     static const char *const names[] = { "empty", "zeros", "rowvec", "skinny", "gemm" };
-    if (P.path == PATH_EMPTY || P.path == PATH_ZEROS) snprintf(dst, cap, "cpu.%s", names[P.path]);
-    else snprintf(dst, cap, "cpu.%s.%s", P.uk->name, names[P.path]);
+    if (P->path == PATH_EMPTY || P->path == PATH_ZEROS) snprintf(dst, cap, "cpu.%s", names[P->path]);
+    else snprintf(dst, cap, "cpu.%s.%s", P->uk->name, names[P->path]);
 }
 
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
-    cpu_plan P;
-    plan_matmul(a, av, b, bv, &P);
-    if (P.path == PATH_EMPTY) return TGRAD_OK;
-    if (P.path == PATH_ZEROS) {
-        memset(out, 0, (size_t)(P.M * P.N) * 2u);
+    tg_cpu_matmul_plan P;
+    tg_cpu_matmul_plan_make(av, bv, &P);
+    return tg_cpu_matmul_run(&P, a, av, b, bv, out);
+}
+
+_Thread_local const tg_ukernel *tg_cpu_matmul_ran;
+
+tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, const tg_view *av, const uint16_t *b,
+                               const tg_view *bv, uint16_t *out) {
+    tg_cpu_matmul_ran = P->uk;
+    if (P->path == PATH_EMPTY) return TGRAD_OK;
+    if (P->path == PATH_ZEROS) {
+        memset(out, 0, (size_t)(P->M * P->N) * 2u);
         return TGRAD_OK;
     }
-    const tg_ukernel *uk = P.uk;
-    if (P.path == PATH_ROWVEC) return matmul_rowvec(uk, &P.A, &P.B, P.K, P.N, P.threads, out);
-    if (P.path == PATH_SKINNY) return matmul_skinny(uk, &P.A, &P.B, P.M, P.K, P.N, P.threads, out);
-    int64_t M = P.M, N = P.N, K = P.K;
+    /* Both operands have elements now, so their views lie inside their buffers: every address the
+     * kernels form, base + i * s0 + k * s1 for i, k inside the shape, is an element of the buffer
+     * (and each partial sum of the offset lies between the view's lowest and highest element). An
+     * empty operand may carry any offset: it is never addressed. */
+    const uint16_t *abase = a + av->offset, *bbase = b + bv->offset;
+    tg_operand A = { P->swapped ? bbase : abase, P->a_strides[0], P->a_strides[1] };
+    tg_operand B = { P->swapped ? abase : bbase, P->b_strides[0], P->b_strides[1] };
+    const tg_ukernel *uk = P->uk;
+    if (P->path == PATH_ROWVEC) return matmul_rowvec(uk, &A, &B, P->K, P->N, P->threads, out);
+    if (P->path == PATH_SKINNY) return matmul_skinny(uk, &A, &B, P->M, P->K, P->N, P->threads, out);
+    int64_t M = P->M, N = P->N, K = P->K;
     /* Tile height: the main one, or for M below it the shortest kernel that holds all of M; then
      * the tail panel's. (Choosing the kernel with the fewest padded rows for every M < 48 ran
      * 17 rows on the one-row kernel: 17x4096x4096 took 4.3 ms.) */
@@ -763,7 +767,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
     }
     int32_t mr = k.mr;
-    bool direct = can_read_a_in_place(uk, mr, &P.A);
+    bool direct = can_read_a_in_place(uk, mr, &A);
     double b_bytes = (double)K * (double)N * 2.0;
     /* Shared chunks once B would be packed again for more than one row block of up to
      * 2 x MC_MAX rows; and where A is read in place and B is 2 MiB or more, when K is at most
@@ -774,7 +778,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     bool chunked = M > 2 * MC_MAX || atomic_load(&dbg_chunk_bytes) ||
                    (direct && b_bytes >= CHUNKED_B_BYTES &&
                     (K <= 1024 || (K <= 2048 && M > MC_MAX)));
-    if (chunked) return matmul_chunked(uk, &k, direct, &P.A, &P.B, M, N, K, P.threads, out);
+    if (chunked) return matmul_chunked(uk, &k, direct, &A, &B, M, N, K, P->threads, out);
     /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
      * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
      * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
@@ -788,12 +792,12 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         nc_max = PACKED_B_BLOCK_BYTES / ((uk->kc / 2) * uk->b_entry_bytes) / uk->nr * uk->nr;
         nc_max = nc_max < uk->nr ? uk->nr : nc_max > NC_MAX ? NC_MAX : nc_max;
     }
-    choose_blocks(M, N, K, mr, uk->nr, P.threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
+    choose_blocks(M, N, K, mr, uk->nr, P->threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = direct, .M = M, .N = N, .K = K,
-              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
+              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = A, .B = B };
     atomic_init(&J.failed, 0);
-    run_tasks(tiles_m * tiles_n, P.threads, run_block, &J);
+    run_tasks(tiles_m * tiles_n, P->threads, run_block, &J);
     if (atomic_load(&J.failed))
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     return TGRAD_OK;

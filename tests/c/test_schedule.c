@@ -1,0 +1,110 @@
+/* The scheduler decides each step's route once, and realize runs and records exactly that route:
+ * a tgrad_set_cpu_isa between planning and running (or racing with it) cannot make the recorded
+ * route name a variant other than the one that ran. Linked from libtgrad's objects (the scheduler
+ * is hidden in the shared library). Prints "N passed, N failed". */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "schedule.h"
+#include "ukernel.h"
+#include "check.h"
+
+static tgrad_tensor_t filled(int64_t rows, int64_t cols) {
+    static float v[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) v[i] = (float)(i % 11) * 0.5f - 2.0f;
+    tgrad_tensor_t t = 0;
+    EXPECT(tgrad_tensor_from_f32(v, 2, (int64_t[]){ rows, cols }, &t), TGRAD_OK);
+    return t;
+}
+
+static void route_of(tgrad_tensor_t t, char *dst, size_t cap) {
+    size_t len;
+    if (tgrad_tensor_route(t, dst, cap, &len)) snprintf(dst, cap, "(error)");
+}
+
+/* A variant other than portable that this CPU runs, or NULL. */
+static const char *other_variant(void) {
+    int32_t available;
+    const char *name;
+    for (int32_t i = 0; (name = tgrad_cpu_isa_name(i, &available)); i++)
+        if (available && strcmp(name, "portable") != 0) return name;
+    return NULL;
+}
+
+/* Planned under one variant, run after another was forced: the step's plan runs and is recorded. */
+static void test_step_runs_its_plan(const char *other) {
+    EXPECT(tgrad_set_cpu_isa("portable"), TGRAD_OK);
+    tgrad_tensor_t a = filled(8, 64), b = filled(64, 16), c = 0;
+    EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK);
+    tg_tensor t;
+    EXPECT(tg_handle_get_tensor(c, &t), TGRAD_OK);
+    tg_schedule S;
+    EXPECT(tg_schedule_build(t.buf, &S), TGRAD_OK);
+    CHECK(S.n == 1 && strncmp(S.steps[0].route, "cpu.portable.", 13) == 0);
+    char planned[48];
+    snprintf(planned, sizeof planned, "%s", S.n ? S.steps[0].route : "");
+    CHECK(S.n == 1 && S.steps[0].nfused == 0); /* no fusion yet */
+    EXPECT(tgrad_set_cpu_isa(other), TGRAD_OK);
+    EXPECT(tg_schedule_run(&S), TGRAD_OK);
+    tg_schedule_free(&S);
+    tg_tensor_unref(&t);
+    char route[48];
+    route_of(c, route, sizeof route);
+    CHECK(strcmp(route, planned) == 0);
+    CHECK(tg_cpu_matmul_ran && strcmp(tg_cpu_matmul_ran->name, "portable") == 0);
+    tgrad_tensor_release(c), tgrad_tensor_release(b), tgrad_tensor_release(a);
+}
+
+static atomic_int stop;
+static const char *flip_names[2];
+
+static void *flipper(void *arg) {
+    (void)arg;
+    for (int i = 0; !atomic_load(&stop); i++) tgrad_set_cpu_isa(flip_names[i & 1]);
+    return NULL;
+}
+
+/* While another thread flips the variant: every realized product's route names the variant that
+ * ran it (a product of [1, K] rows streams, the others pack: both kinds of variant choice). */
+static void test_route_names_what_ran(const char *other) {
+    flip_names[0] = "portable", flip_names[1] = other;
+    tgrad_tensor_t a = filled(8, 64), row = filled(1, 64), b = filled(64, 16);
+    pthread_t th;
+    pthread_create(&th, NULL, flipper, NULL);
+    int mismatches = 0;
+    for (int i = 0; i < 4000; i++) {
+        tgrad_tensor_t c = 0;
+        if (tgrad_matmul(i & 1 ? row : a, b, &c) || tgrad_tensor_realize(c)) {
+            mismatches++;
+            continue;
+        }
+        char route[48], want[48];
+        route_of(c, route, sizeof route);
+        snprintf(want, sizeof want, "cpu.%s.", tg_cpu_matmul_ran ? tg_cpu_matmul_ran->name : "?");
+        if (strncmp(route, want, strlen(want)) != 0) {
+            if (!mismatches) fprintf(stderr, "recorded %s, ran %s\n", route, want);
+            mismatches++;
+        }
+        tgrad_tensor_release(c);
+    }
+    atomic_store(&stop, 1);
+    pthread_join(th, NULL);
+    CHECK(mismatches == 0);
+    tgrad_tensor_release(b), tgrad_tensor_release(row), tgrad_tensor_release(a);
+}
+
+int main(void) {
+    const char *other = other_variant();
+    if (other) {
+        test_step_runs_its_plan(other);
+        test_route_names_what_ran(other);
+    } else {
+        printf("only the portable variant runs here: nothing to flip\n");
+    }
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+    CHECK(tgrad_live_tensors() == 0 && tgrad_live_buffers() == 0 && tgrad_live_bytes() == 0);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

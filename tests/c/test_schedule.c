@@ -95,7 +95,45 @@ static void test_route_names_what_ran(const char *other) {
     tgrad_tensor_release(b), tgrad_tensor_release(row), tgrad_tensor_release(a);
 }
 
+/* A node of three inputs (one buffer twice): the schedule orders both producers first, frees them
+ * after their last reader, and realizing runs it (a copy reads its first input). */
+static void test_node_of_three_inputs(void) {
+    tgrad_tensor_t a = filled(4, 8), b = filled(8, 6), p = 0, q = 0;
+    EXPECT(tgrad_matmul(a, b, &p), TGRAD_OK);
+    EXPECT(tgrad_matmul(a, b, &q), TGRAD_OK);
+    tg_tensor tp, tq;
+    EXPECT(tg_handle_get_tensor(p, &tp), TGRAD_OK);
+    EXPECT(tg_handle_get_tensor(q, &tq), TGRAD_OK);
+    tgrad_tensor_release(p), tgrad_tensor_release(q); /* only the node will hold them */
+    tg_node *n = tg_node_new(TG_OP_COPY, 3);
+    CHECK(n != NULL);
+    if (!n) return;
+    tg_buffer_retain(tp.buf);
+    n->inputs[0] = (tg_node_input){ tp.buf, tp.view };
+    n->inputs[1] = (tg_node_input){ tp.buf, tp.view }; /* the node's second reference to p */
+    n->inputs[2] = (tg_node_input){ tq.buf, tq.view };
+    n->out = tp.view;
+    tg_buffer *x = NULL;
+    EXPECT(tg_buffer_new(24, n, &x), TGRAD_OK);
+    tg_schedule S;
+    EXPECT(tg_schedule_build(x, &S), TGRAD_OK);
+    CHECK(S.n == 3 && S.steps[0].buf == tp.buf && S.steps[1].buf == tq.buf && S.steps[2].buf == x);
+    CHECK(S.n == 3 && S.steps[2].nfree == 2 && S.free[S.steps[2].first_free] == tp.buf &&
+          S.free[S.steps[2].first_free + 1] == tq.buf);
+    CHECK(S.n == 3 && S.steps[0].release_after == 2 && S.steps[1].release_after == 2 && S.steps[2].release_after == 2);
+    EXPECT(tg_schedule_run(&S), TGRAD_OK);
+    tg_schedule_free(&S);
+    CHECK(atomic_load(&x->realized) && x->node == NULL && tgrad_live_buffers() == 3); /* a, b, x */
+    uint16_t want[24];
+    EXPECT(tgrad_matmul(a, b, &p), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_bf16(p, want, 24), TGRAD_OK);
+    CHECK(x->data && memcmp(x->data, want, sizeof want) == 0);
+    tg_buffer_release(x);
+    tgrad_tensor_release(p), tgrad_tensor_release(b), tgrad_tensor_release(a);
+}
+
 int main(void) {
+    test_node_of_three_inputs();
     const char *other = other_variant();
     if (other) {
         test_step_runs_its_plan(other);

@@ -132,7 +132,39 @@ static void test_node_of_three_inputs(void) {
     tgrad_tensor_release(p), tgrad_tensor_release(b), tgrad_tensor_release(a);
 }
 
+/* Threads race to realize one lazy chain, some from its end, some from its middle: each step runs
+ * once, every thread reads the same bytes, and the intermediates die. */
+static tgrad_tensor_t chain_mid, chain_end;
+static uint16_t chain_got[4][8 * 8];
+
+static void *realize_chain(void *arg) {
+    int id = (int)(intptr_t)arg;
+    if (id % 2) tgrad_tensor_realize(chain_mid);
+    tgrad_tensor_read_bf16(chain_end, chain_got[id], 8 * 8);
+    return NULL;
+}
+
+static void test_threads_share_a_chain(void) {
+    tgrad_tensor_t a = filled(8, 8), m1 = 0, m2 = 0;
+    EXPECT(tgrad_matmul(a, a, &m1), TGRAD_OK);
+    EXPECT(tgrad_matmul(m1, a, &chain_mid), TGRAD_OK);
+    EXPECT(tgrad_matmul(chain_mid, a, &m2), TGRAD_OK);
+    EXPECT(tgrad_tensor_transpose(m2, 0, 1, &chain_end), TGRAD_OK);
+    tgrad_tensor_t end = 0;
+    EXPECT(tgrad_tensor_contiguous(chain_end, &end), TGRAD_OK);
+    tgrad_tensor_release(chain_end), chain_end = end;
+    tgrad_tensor_release(m1), tgrad_tensor_release(m2);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, realize_chain, (void *)(intptr_t)i);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 1; i < 4; i++) CHECK(memcmp(chain_got[0], chain_got[i], sizeof chain_got[0]) == 0);
+    tgrad_tensor_release(chain_mid);
+    CHECK(tgrad_live_buffers() == 2); /* a and the end */
+    tgrad_tensor_release(chain_end), tgrad_tensor_release(a);
+}
+
 int main(void) {
+    test_threads_share_a_chain();
     test_node_of_three_inputs();
     const char *other = other_variant();
     if (other) {

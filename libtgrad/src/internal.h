@@ -178,12 +178,12 @@ TG_HIDDEN tgrad_status tg_device_download(int32_t device, const void *mem, void 
 TG_HIDDEN const char *tg_device_name(int32_t device);       /* "cpu", "metal", "opencl" */
 
 /* ---- CPU execution (cpu/) ---- */
-/* A CPU matmul decided once (cpu/matmul.c): variant, path and operand order from the views and the
+/* A CPU matmul decided once (cpu/plan.c): variant, path and operand order from the views and the
  * selected variant at planning time. The scheduler makes it; explain names it and realize runs it,
  * so the route recorded is the route that ran. */
 struct tg_ukernel;
 typedef struct tg_cpu_matmul_plan {
-    int32_t path;                /* cpu/matmul.c's cpu_path */
+    int32_t path;                /* cpu/plan.c's cpu_path */
     int32_t threads;
     bool swapped;                /* [M, 1] computed as its transpose: A and B trade places */
     const struct tg_ukernel *uk; /* the variant that runs */

@@ -95,6 +95,39 @@ static void test_route_names_what_ran(const char *other) {
     tgrad_tensor_release(b), tgrad_tensor_release(row), tgrad_tensor_release(a);
 }
 
+/* A device product planned on one forced route and run after another was forced: the step's route
+ * runs and is recorded (OpenCL, where a device is available). */
+static void test_device_step_runs_its_route(void) {
+    tg_error_saved saved;
+    tg_error_save(&saved);
+    bool ready = tg_device_ready(TGRAD_DEVICE_OPENCL) == TGRAD_OK;
+    tg_error_restore(&saved);
+    if (!ready) {
+        printf("no OpenCL device: the device route is not checked\n");
+        return;
+    }
+    tgrad_tensor_t a = filled(8, 64), b = filled(64, 16), ga = 0, gb = 0, c = 0;
+    EXPECT(tgrad_tensor_to(a, TGRAD_DEVICE_OPENCL, &ga), TGRAD_OK);
+    EXPECT(tgrad_tensor_to(b, TGRAD_DEVICE_OPENCL, &gb), TGRAD_OK);
+    EXPECT(tgrad_set_device_route(TGRAD_ROUTE_NAIVE), TGRAD_OK);
+    EXPECT(tgrad_matmul(ga, gb, &c), TGRAD_OK);
+    tg_tensor t;
+    EXPECT(tg_handle_get_tensor(c, &t), TGRAD_OK);
+    tg_schedule S;
+    EXPECT(tg_schedule_build(t.buf, &S), TGRAD_OK);
+    CHECK(S.n == 1 && strcmp(S.steps[0].route, "opencl.naive") == 0);
+    EXPECT(tgrad_set_device_route(TGRAD_ROUTE_TILED), TGRAD_OK);
+    EXPECT(tg_schedule_run(&S), TGRAD_OK);
+    tg_schedule_free(&S);
+    tg_tensor_unref(&t);
+    char route[48];
+    route_of(c, route, sizeof route);
+    CHECK(strcmp(route, "opencl.naive") == 0);
+    EXPECT(tgrad_set_device_route(0), TGRAD_OK);
+    tgrad_tensor_release(c), tgrad_tensor_release(gb), tgrad_tensor_release(ga);
+    tgrad_tensor_release(b), tgrad_tensor_release(a);
+}
+
 /* A node of three inputs (one buffer twice): the schedule orders both producers first, frees them
  * after their last reader, and realizing runs it (a copy reads its first input). */
 static void test_node_of_three_inputs(void) {
@@ -164,6 +197,7 @@ static void test_threads_share_a_chain(void) {
 }
 
 int main(void) {
+    test_device_step_runs_its_route();
     test_threads_share_a_chain();
     test_node_of_three_inputs();
     const char *other = other_variant();

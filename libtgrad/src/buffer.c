@@ -1,11 +1,12 @@
 /* Buffers (reference-counted bf16 storage) and realization of the lazy graph. A pending buffer
- * holds the node that computes it; realizing runs its inputs first, computes, then drops the node
- * and with it the references to its inputs, so intermediates die as soon as nothing needs them. */
+ * holds the node that computes it; realizing runs the scheduler's steps (schedule.c) in order, each
+ * computing one buffer and then dropping its node and with it the references to its inputs, so
+ * intermediates die as soon as nothing needs them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "schedule.h"
 
 pthread_mutex_t tg_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t next_id = 1;
@@ -63,9 +64,15 @@ static tgrad_status storage_alloc(tg_buffer *b) {
 
 tgrad_status tg_buffer_storage(tg_buffer *b) { return storage_alloc(b); }
 
+tg_node *tg_node_new(tg_op op, int32_t ninputs) {
+    tg_node *n = tg_calloc(1, sizeof *n + sizeof n->inputs[0] * (size_t)ninputs);
+    if (n) n->op = op, n->ninputs = ninputs;
+    return n;
+}
+
 static void node_free(tg_node *n) {
     if (!n) return;
-    for (int32_t i = 0; i < n->ninputs; i++) tg_buffer_release(n->inputs[i]);
+    for (int32_t i = 0; i < n->ninputs; i++) tg_buffer_release(n->inputs[i].buf);
     free(n);
 }
 
@@ -100,31 +107,34 @@ tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out) {
     return TGRAD_OK;
 }
 
-static tgrad_status execute(tg_buffer *b) {
-    tg_node *n = b->node;
-    switch (n->op) {
+/* The CPU executor: run a decided step into its allocated buffer. */
+static tgrad_status cpu_execute(const tg_step *st) {
+    const tg_node_input *in = st->inputs;
+    uint16_t *out = st->buf->data;
+    switch (st->op) {
     case TG_OP_MATMUL:
-        tg_cpu_matmul_route(&n->views[0], &n->views[1], b->route, sizeof b->route);
-        return tg_cpu_matmul(n->inputs[0]->data, &n->views[0], n->inputs[1]->data, &n->views[1], b->data);
+        return tg_cpu_matmul_run(&st->cpu, in[0].buf->data, &in[0].view, in[1].buf->data, &in[1].view, out);
     case TG_OP_COPY:
-        snprintf(b->route, sizeof b->route, "cpu.copy");
-        if (b->numel) tg_cpu_copy_view(n->inputs[0]->data, &n->views[0], b->data);
+        if (st->buf->numel) tg_cpu_copy_view(in[0].buf->data, &in[0].view, out);
         return TGRAD_OK;
     default:
-        return tg_fail(TGRAD_ERR_INTERNAL, "unknown graph op %d", (int)n->op);
+        return tg_fail(TGRAD_ERR_INTERNAL, "unknown graph op %d", (int)st->op);
     }
 }
 
-tgrad_status tg_buffer_realize(tg_buffer *b) {
+/* One step under its buffer's lock: skipped when another thread realized the buffer meanwhile
+ * (its inputs were realized by the earlier steps, or by whoever realized them first). */
+static tgrad_status run_step(const tg_step *st) {
+    tg_buffer *b = st->buf;
     if (atomic_load_explicit(&b->realized, memory_order_acquire)) return TGRAD_OK;
     pthread_mutex_lock(&b->lock);
     tgrad_status s = TGRAD_OK;
     if (!atomic_load(&b->realized)) {
         tg_node *n = b->node;
-        for (int32_t i = 0; i < n->ninputs && !s; i++) s = tg_buffer_realize(n->inputs[i]);
-        if (!s && !b->data && !b->dev_mem) s = storage_alloc(b);
-        if (!s) s = b->device == TGRAD_DEVICE_CPU ? execute(b) : tg_device_execute(b);
+        if (!b->data && !b->dev_mem) s = storage_alloc(b);
+        if (!s) s = st->device == TGRAD_DEVICE_CPU ? cpu_execute(st) : tg_device_execute(st);
         if (!s) {
+            snprintf(b->route, sizeof b->route, "%s", st->route); /* what ran */
             pthread_mutex_lock(&tg_graph_lock);
             b->node = NULL;
             atomic_store_explicit(&b->realized, 1, memory_order_release);
@@ -133,5 +143,23 @@ tgrad_status tg_buffer_realize(tg_buffer *b) {
         }
     }
     pthread_mutex_unlock(&b->lock);
+    return s;
+}
+
+tgrad_status tg_schedule_run(tg_schedule *S) {
+    tgrad_status s = TGRAD_OK;
+    for (int32_t i = 0; i < S->n && !s; i++) {
+        s = run_step(&S->steps[i]);
+        tg_schedule_release_through(S, i);
+    }
+    return s;
+}
+
+tgrad_status tg_buffer_realize(tg_buffer *b) {
+    if (atomic_load_explicit(&b->realized, memory_order_acquire)) return TGRAD_OK;
+    tg_schedule S;
+    tgrad_status s = tg_schedule_build(b, &S);
+    if (!s) s = tg_schedule_run(&S);
+    tg_schedule_free(&S);
     return s;
 }

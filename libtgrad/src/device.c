@@ -1,12 +1,13 @@
-/* GPU devices, the portable side: which backend, device memory for buffers, route choice, kernel
- * rendering (gen/), the compiled-program cache keyed by the source's hash, and launches. The
- * backends (backend.h) hold only driver calls. Every call into one backend holds that backend's
- * mutex. */
+/* GPU devices, the portable side: which backend, device memory for buffers, route choice (asked
+ * once per step by the scheduler), kernel rendering (gen/), the compiled-program cache keyed by
+ * the source's hash, and launches of the steps it is given. The backends (backend.h) hold only
+ * driver calls. Every call into one backend holds that backend's mutex. */
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
 #include "gen/gen.h"
+#include "schedule.h"
 
 #if !defined(TGRAD_HAVE_OPENCL)
 const tg_backend *const tg_backend_opencl = NULL;
@@ -114,20 +115,20 @@ static tg_gen_operand operand_of(const tg_view *v) {
     return (tg_gen_operand){ v->offset, { v->strides[0], v->strides[1] } };
 }
 
-static tg_gen_matmul problem_of(const tg_node *n) {
-    const tg_view *a = &n->views[0], *b = &n->views[1];
+static tg_gen_matmul problem_of(const tg_view *a, const tg_view *b) {
     return (tg_gen_matmul){ .m = a->shape[0], .k = a->shape[1], .n = b->shape[1], .a = operand_of(a),
                             .b = operand_of(b), .c = { 0, { b->shape[1], 1 } } };
 }
 
 /* The route a matmul takes on `device`: the forced one, or tc where the device has matrices and
- * the shape is eligible, else tiled (which takes every shape). Checks record no error here. */
-static const tg_route *choose_route(const tg_node *n, int32_t device) {
+ * the shape is eligible, else tiled (which takes every shape). Checks record no error here. The
+ * scheduler asks once per step; the step runs what it was told. */
+const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device) {
     int32_t forced = atomic_load(&forced_route);
     if (forced) return tg_route_find(forced);
     const tg_backend *be = backend_of(device);
     const tg_lang *l = be ? tg_lang_find(be->lang) : NULL;
-    tg_gen_matmul p = problem_of(n);
+    tg_gen_matmul p = problem_of(a, b);
     const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
     if (l && be->has_matrix_route && be->has_matrix_route()) {
         tg_error_saved saved;
@@ -137,15 +138,6 @@ static const tg_route *choose_route(const tg_node *n, int32_t device) {
         if (ok) return tc;
     }
     return tg_route_find(TGRAD_ROUTE_TILED);
-}
-
-void tg_device_route(const tg_node *n, int32_t device, char *dst, size_t cap) {
-    if (n->op == TG_OP_COPY) {
-        snprintf(dst, cap, "%s.copy", tg_device_name(device));
-        return;
-    }
-    const tg_route *r = choose_route(n, device);
-    snprintf(dst, cap, "%s.%s", tg_device_name(device), r ? r->name : "unknown");
 }
 
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route) {
@@ -175,9 +167,10 @@ static tgrad_status run_text(int32_t device, const tg_text *t, const struct tgra
     return be->launch(program, launch, buffers, launch->buffer_count);
 }
 
-tgrad_status tg_device_execute(tg_buffer *b) {
-    int32_t device = b->device;
-    const tg_node *n = b->node;
+/* Run a step the scheduler decided (route included) into its allocated buffer. */
+tgrad_status tg_device_execute(const tg_step *step) {
+    int32_t device = step->device;
+    const tg_node_input *in = step->inputs;
     const tg_backend *be = backend_of(device);
     const tg_lang *l = tg_lang_find(be->lang);
     tg_text text = { 0 };
@@ -185,20 +178,20 @@ tgrad_status tg_device_execute(tg_buffer *b) {
     memset(&launch, 0, sizeof launch);
     tgrad_status s;
     void *buffers[3];
-    if (n->op == TG_OP_MATMUL) {
-        const tg_route *r = choose_route(n, device);
-        tg_gen_matmul p = problem_of(n);
-        s = tg_gen_check_matmul(r, l, &p);
-        if (!s) s = tg_gen_render_matmul(r, l, &p, &text, &launch);
-        buffers[0] = n->inputs[0]->dev_mem, buffers[1] = n->inputs[1]->dev_mem, buffers[2] = b->dev_mem;
+    if (step->op == TG_OP_MATMUL) {
+        tg_gen_matmul p = problem_of(&in[0].view, &in[1].view);
+        s = tg_gen_check_matmul(step->dev_route, l, &p);
+        if (!s) s = tg_gen_render_matmul(step->dev_route, l, &p, &text, &launch);
+        buffers[0] = in[0].buf->dev_mem, buffers[1] = in[1].buf->dev_mem, buffers[2] = step->buf->dev_mem;
+    } else if (step->op == TG_OP_COPY) {
+        s = tg_gen_check_copy(l, &in[0].view);
+        if (!s) s = tg_gen_render_copy(l, &in[0].view, &text, &launch);
+        buffers[0] = in[0].buf->dev_mem, buffers[1] = step->buf->dev_mem;
     } else {
-        s = tg_gen_check_copy(l, &n->views[0]);
-        if (!s) s = tg_gen_render_copy(l, &n->views[0], &text, &launch);
-        buffers[0] = n->inputs[0]->dev_mem, buffers[1] = b->dev_mem;
+        return tg_fail(TGRAD_ERR_INTERNAL, "%s: unknown graph op %d", tg_device_name(device), (int)step->op);
     }
     if (!s && text.failed) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate kernel source");
-    if (!s && b->numel > 0) LOCKED(device, s = run_text(device, &text, &launch, buffers));
-    if (!s) tg_device_route(n, device, b->route, sizeof b->route);
+    if (!s && step->buf->numel > 0) LOCKED(device, s = run_text(device, &text, &launch, buffers));
     tg_text_free(&text);
     return s;
 }

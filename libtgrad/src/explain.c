@@ -1,12 +1,13 @@
-/* explain, route and buffer ids: the plan that realizing a tensor runs, read off the pending graph
- * without running or changing it. The walk holds tg_graph_lock so that no node is detached (by a
- * realization finishing on another thread) while it is read. */
+/* explain, route and buffer ids: the plan that realizing a tensor runs, printed from the scheduler's
+ * steps (schedule.c) without running or changing anything. The schedule is built and read under
+ * tg_graph_lock so that no node is detached (by a realization finishing on another thread) while
+ * it is read. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "schedule.h"
 
 typedef struct {
     char *p;
@@ -37,42 +38,6 @@ static void put_dims(text *t, const int64_t *v, int32_t n, bool json) {
     put(t, json ? "]" : (n == 1 ? ",)" : ")"));
 }
 
-/* ---- the plan: pending buffers in execution (post) order ---- */
-typedef struct {
-    tg_buffer **order; /* steps */
-    int32_t n, cap;
-} plan;
-
-static int32_t step_of(const plan *P, const tg_buffer *b) {
-    for (int32_t i = 0; i < P->n; i++)
-        if (P->order[i] == b) return i;
-    return -1;
-}
-
-static bool visit(plan *P, tg_buffer *b) { /* caller holds tg_graph_lock */
-    if (!b->node || step_of(P, b) >= 0) return true;
-    for (int32_t i = 0; i < b->node->ninputs; i++)
-        if (!visit(P, b->node->inputs[i])) return false;
-    if (P->n == P->cap) {
-        int32_t cap = P->cap ? P->cap * 2 : 16;
-        tg_buffer **q = tg_realloc(P->order, sizeof *q * (size_t)cap);
-        if (!q) return false;
-        P->order = q, P->cap = cap;
-    }
-    P->order[P->n++] = b;
-    return true;
-}
-
-/* How many plan steps read b (with multiplicity), and the last one. */
-static int32_t readers(const plan *P, const tg_buffer *b, int32_t *last) {
-    int32_t count = 0;
-    *last = -1;
-    for (int32_t s = 0; s < P->n; s++)
-        for (int32_t i = 0; i < P->order[s]->node->ninputs; i++)
-            if (P->order[s]->node->inputs[i] == b) count++, *last = s;
-    return count;
-}
-
 /* Bytes an operand's view reads: at most INT64_MAX - 1 (views obey the size rule of view.c), so
  * the two operands of a step sum to less than 2^64 in uint64_t (expanded views can pass 2^63). */
 static uint64_t view_bytes(const tg_view *v) {
@@ -81,7 +46,7 @@ static uint64_t view_bytes(const tg_view *v) {
     return (uint64_t)n * 2u;
 }
 
-static void describe(text *t, const plan *P, const tg_buffer *target, const tg_view *tv, bool json) {
+static void describe(text *t, const tg_schedule *P, const tg_buffer *target, const tg_view *tv, bool json) {
     const char *name[] = { "none", "matmul", "copy" };
     if (json) {
         put(t, "{\"tensor\": {\"buffer\": %llu, \"shape\": ", (unsigned long long)target->id);
@@ -97,38 +62,36 @@ static void describe(text *t, const plan *P, const tg_buffer *target, const tg_v
         put(t, "plan for buf#%llu: %d step%s\n", (unsigned long long)target->id, P->n, P->n == 1 ? "" : "s");
     }
     for (int32_t s = 0; s < P->n; s++) {
-        const tg_buffer *b = P->order[s];
-        const tg_node *n = b->node;
-        char route[48] = "cpu.copy";
-        if (b->device != TGRAD_DEVICE_CPU) tg_device_route(n, b->device, route, sizeof route);
-        else if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
+        const tg_step *st = &P->steps[s];
+        const tg_buffer *b = st->buf;
+        const char *route = st->route;
         uint64_t read = 0;
         int64_t written = b->numel * 2; /* a buffer's byte count fits */
-        for (int32_t i = 0; i < n->ninputs; i++) read += view_bytes(&n->views[i]);
+        for (int32_t i = 0; i < st->ninputs; i++) read += view_bytes(&st->inputs[i].view);
         if (json) put(t, "%s{\"step\": %d, \"op\": \"%s\", \"route\": \"%s\", \"output\": {\"buffer\": %llu, \"shape\": ",
-                      s ? ", " : "", s, name[n->op], route, (unsigned long long)b->id);
-        else put(t, "step %d: %s %s -> buf#%llu ", s, name[n->op], route, (unsigned long long)b->id);
-        put_dims(t, n->out.shape, n->out.ndim, json);
+                      s ? ", " : "", s, name[st->op], route, (unsigned long long)b->id);
+        else put(t, "step %d: %s %s -> buf#%llu ", s, name[st->op], route, (unsigned long long)b->id);
+        put_dims(t, b->node->out.shape, b->node->out.ndim, json);
         if (json) put(t, ", \"bytes\": %lld}, \"inputs\": [", (long long)written);
-        for (int32_t i = 0; i < n->ninputs; i++) {
-            const tg_buffer *in = n->inputs[i];
-            const tg_view *v = &n->views[i];
-            int32_t from = step_of(P, in);
+        for (int32_t i = 0; i < st->ninputs; i++) {
+            const tg_buffer *in = st->inputs[i].buf;
+            const tg_view *v = &st->inputs[i].view;
+            int32_t from = tg_schedule_step_of(P, in);
             /* Every kernel reads its operands through their views; a copy step is itself the
              * materialization of a view. */
-            const char *load = n->op == TG_OP_COPY ? "materialized" : "composed";
+            const char *load = st->op == TG_OP_COPY ? "materialized" : "composed";
             char source[32];
             if (from >= 0) snprintf(source, sizeof source, "step %d", from);
             else snprintf(source, sizeof source, "%s", in->node ? "pending" : "realized");
             if (json) {
                 put(t, "%s{\"operand\": \"%s\", \"buffer\": %llu, \"shape\": ", i ? ", " : "",
-                    n->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source", (unsigned long long)in->id);
+                    st->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source", (unsigned long long)in->id);
                 put_dims(t, v->shape, v->ndim, true);
                 put(t, ", \"strides\": ");
                 put_dims(t, v->strides, v->ndim, true);
                 put(t, ", \"offset\": %lld, \"load\": \"%s\", \"from\": \"%s\"}", (long long)v->offset, load, source);
             } else {
-                put(t, " | %s: buf#%llu%s ", n->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source",
+                put(t, " | %s: buf#%llu%s ", st->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source",
                     (unsigned long long)in->id, from >= 0 ? "" : (in->node ? "" : " (realized)"));
                 put_dims(t, v->shape, v->ndim, false);
                 put(t, " strides ");
@@ -142,16 +105,10 @@ static void describe(text *t, const plan *P, const tg_buffer *target, const tg_v
                       (unsigned long long)read, (long long)written, (unsigned long long)b->id);
         else put(t, " | reads %llu B, writes %lld B | alloc buf#%llu (%lld B)", (unsigned long long)read, (long long)written,
                  (unsigned long long)b->id, (long long)written);
-        int32_t nfree = 0;
-        for (int32_t i = 0; i < n->ninputs; i++) {
-            const tg_buffer *in = n->inputs[i];
-            if (i == 1 && in == n->inputs[0]) continue;
-            int32_t last, count = readers(P, in, &last);
-            if (last == s && (int64_t)count == (int64_t)atomic_load(&((tg_buffer *)in)->refs)) {
-                if (json) put(t, "%s%llu", nfree ? ", " : "", (unsigned long long)in->id);
-                else put(t, "%sbuf#%llu", nfree ? ", " : " | frees ", (unsigned long long)in->id);
-                nfree++;
-            }
+        for (int32_t f = 0; f < st->nfree; f++) {
+            const tg_buffer *in = P->free[st->first_free + f];
+            if (json) put(t, "%s%llu", f ? ", " : "", (unsigned long long)in->id);
+            else put(t, "%sbuf#%llu", f ? ", " : " | frees ", (unsigned long long)in->id);
         }
         put(t, json ? "]}" : "\n");
     }
@@ -174,16 +131,16 @@ TGRAD_API tgrad_status tgrad_tensor_explain(tgrad_tensor_t tensor, int32_t forma
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(tensor, &t);
     if (s) return s;
-    plan P = { 0 };
+    tg_schedule P;
     text out = { 0 };
     pthread_mutex_lock(&tg_graph_lock);
-    bool ok = visit(&P, t.buf);
+    bool ok = tg_schedule_build_locked(t.buf, &P) == TGRAD_OK;
     if (ok) describe(&out, &P, t.buf, &t.view, format == TGRAD_FORMAT_JSON);
     pthread_mutex_unlock(&tg_graph_lock);
     if (!ok || out.oom) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_explain: cannot allocate the description");
     else s = deliver(out.p ? out.p : "", out.len, dst, cap, len, "tensor_explain");
     free(out.p);
-    free(P.order);
+    tg_schedule_free(&P);
     tg_tensor_unref(&t);
     return s;
 }
@@ -195,11 +152,8 @@ TGRAD_API tgrad_status tgrad_tensor_route(tgrad_tensor_t tensor, char *dst, size
     if (s) return s;
     char route[48];
     pthread_mutex_lock(&tg_graph_lock);
-    const tg_node *n = t.buf->node;
-    if (!n) snprintf(route, sizeof route, "%s", t.buf->route);
-    else if (t.buf->device != TGRAD_DEVICE_CPU) tg_device_route(n, t.buf->device, route, sizeof route);
-    else if (n->op == TG_OP_MATMUL) tg_cpu_matmul_route(&n->views[0], &n->views[1], route, sizeof route);
-    else snprintf(route, sizeof route, "cpu.copy");
+    if (!t.buf->node) snprintf(route, sizeof route, "%s", t.buf->route);
+    else tg_schedule_route(t.buf, route, sizeof route);
     pthread_mutex_unlock(&tg_graph_lock);
     s = deliver(route, strlen(route), dst, cap, len, "tensor_route");
     tg_tensor_unref(&t);

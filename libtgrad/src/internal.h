@@ -98,17 +98,28 @@ TG_HIDDEN void tg_storage_free(void *p, size_t cap);
 TG_HIDDEN bool tg_poison_enabled(void);
 TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
-/* ---- buffers and the lazy graph (tensor.c, realize.c) ---- */
+/* ---- buffers and the lazy graph (tensor.c, buffer.c; schedule.c orders it) ---- */
 typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2 } tg_op;
 
 struct tg_buffer;
+/* One operand of a node: the buffer (retained by the node) and how the op reads it. */
+typedef struct tg_node_input {
+    struct tg_buffer *buf;
+    tg_view view;
+} tg_node_input;
+
+/* A pending computation: any number of inputs, held inline after the header (tg_node_new). The
+ * node is immutable once its buffer exists; realizing the buffer frees it (and with it the
+ * references to its inputs). */
 typedef struct tg_node {
     tg_op op;
     int32_t ninputs;
-    struct tg_buffer *inputs[2]; /* retained */
-    tg_view views[2];            /* how the op reads each input */
-    tg_view out;                 /* the result's compact row-major view */
+    tg_view out;             /* the result's compact row-major view */
+    tg_node_input inputs[]; /* ninputs entries */
 } tg_node;
+
+/* A node for `ninputs` inputs, zeroed (inputs NULL); NULL when out of memory (nothing recorded). */
+TG_HIDDEN tg_node *tg_node_new(tg_op op, int32_t ninputs);
 
 typedef struct tg_buffer {
     atomic_int_fast64_t refs;
@@ -163,14 +174,33 @@ TG_HIDDEN tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem)
 TG_HIDDEN void tg_device_free(int32_t device, void *mem);
 TG_HIDDEN tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes);
 TG_HIDDEN tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size_t bytes);
-TG_HIDDEN tgrad_status tg_device_execute(tg_buffer *b);     /* run b's node on b's device */
-TG_HIDDEN void tg_device_route(const tg_node *n, int32_t device, char *dst, size_t cap);
+/* tg_device_execute and tg_device_matmul_route: schedule.h */
 TG_HIDDEN const char *tg_device_name(int32_t device);       /* "cpu", "metal", "opencl" */
 
 /* ---- CPU execution (cpu/) ---- */
-/* Name the route tg_cpu_matmul takes for these views now ("cpu.<variant>.gemm", ...). */
-TG_HIDDEN void tg_cpu_matmul_route(const tg_view *av, const tg_view *bv, char *dst, size_t cap);
-/* out = A @ B with A [M,K] and B [K,N] read through views over a and b; out is [M,N] row-major. */
+/* A CPU matmul decided once (cpu/plan.c): variant, path and operand order from the views and the
+ * selected variant at planning time. The scheduler makes it; explain names it and realize runs it,
+ * so the route recorded is the route that ran. */
+struct tg_ukernel;
+typedef struct tg_cpu_matmul_plan {
+    int32_t path;                /* cpu/plan.c's cpu_path */
+    int32_t threads;
+    bool swapped;                /* [M, 1] computed as its transpose: A and B trade places */
+    const struct tg_ukernel *uk; /* the variant that runs */
+    int64_t M, N, K;             /* as computed (after the swap) */
+    int64_t a_strides[2], b_strides[2];
+} tg_cpu_matmul_plan;
+TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, tg_cpu_matmul_plan *plan);
+/* The route's name: "cpu.<variant>.gemm", "cpu.<variant>.rowvec", "cpu.empty", ... */
+TG_HIDDEN void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *plan, char *dst, size_t cap);
+/* out = A @ B as planned, with A [M,K] and B [K,N] read through views over a and b (the views the
+ * plan was made from); out is [M,N] row-major. */
+TG_HIDDEN tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *plan, const uint16_t *a, const tg_view *av,
+                                         const uint16_t *b, const tg_view *bv, uint16_t *out);
+/* The variant the calling thread's last tg_cpu_matmul_run ran (NULL before any; tests check that
+ * the route a step records names it). */
+extern TG_HIDDEN _Thread_local const struct tg_ukernel *tg_cpu_matmul_ran;
+/* Plan and run in one call (tests). */
 TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
                                      const tg_view *bv, uint16_t *out);
 /* Bit-preserving gather of a view into a compact row-major destination. */

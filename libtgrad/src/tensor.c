@@ -210,13 +210,14 @@ static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape
     tgrad_status s = tg_view_contiguous(ndim, shape, &dst);
     int64_t numel = 0;
     if (!s) tg_view_numel(&dst, &numel);
-    tg_node *n = s ? NULL : tg_calloc(1, sizeof *n);
+    tg_node *n = s ? NULL : tg_node_new(TG_OP_COPY, 1);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a graph node");
     if (s) {
         tg_tensor_unref(t);
         return s;
     }
-    *n = (tg_node){ .op = TG_OP_COPY, .ninputs = 1, .inputs = { t->buf }, .views = { t->view }, .out = dst };
+    n->inputs[0] = (tg_node_input){ t->buf, t->view };
+    n->out = dst;
     tg_buffer *b = NULL;
     if ((s = tg_buffer_new(numel, n, &b))) {
         free(n);
@@ -280,12 +281,13 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
                     tg_device_name(ta.buf->device), sb, tg_device_name(tb.buf->device));
     }
     if (!s) tg_view_numel(&ov, &numel);
-    tg_node *n = s ? NULL : tg_calloc(1, sizeof *n);
+    tg_node *n = s ? NULL : tg_node_new(TG_OP_MATMUL, 2);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate a graph node");
     tg_buffer *buf = NULL;
     if (!s) {
-        *n = (tg_node){ .op = TG_OP_MATMUL, .ninputs = 2, .inputs = { ta.buf, tb.buf },
-                        .views = { ta.view, tb.view }, .out = ov };
+        n->inputs[0] = (tg_node_input){ ta.buf, ta.view };
+        n->inputs[1] = (tg_node_input){ tb.buf, tb.view };
+        n->out = ov;
         if ((s = tg_buffer_new(numel, n, &buf))) free(n);
         else buf->device = ta.buf->device;
     }

@@ -139,7 +139,7 @@ def test_view_operands_share_their_base_buffer(case):
         assert viewed.shares_buffer(base_t), f"{case.id}: operand {which} was copied"
 
 
-# Products at or above libtgrad's single-thread threshold (cpu/matmul.c SMALL_MNK: 2^21
+# Products at or above libtgrad's single-thread threshold (cpu/frame.h SMALL_MNK: 2^21
 # multiply-adds) split into tasks over the pool; thread counts that do not divide the row and
 # column blocks evenly (3, 5) leave uneven last tasks that the default count (2 on CI) and one
 # thread never exercise.

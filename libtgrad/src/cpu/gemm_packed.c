@@ -1,235 +1,16 @@
-/* The portable GEMM frame (BLIS-style): cache blocking, packing through views, threading. No ISA
- * code here: the micro-kernel comes from the selected variant (ukernel.h).
- *
- * Work split: the output is cut into blocks of mc x nc; each block is one pool task and owns an
- * fp32 accumulator tile that is carried across all K panels (so K blocking never changes the
- * order of additions), then rounded to bf16 once. Results do not depend on the split, the thread
- * count or which worker ran which block. */
+/* The packed path (route gemm): blocks or shared chunks of packed A and B, the variant's
+ * micro-kernel over them, L1-aware reading of A in place. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <sys/mman.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
-#include "../internal.h"
-#include "ukernel.h"
-
-/* ---- variant selection ---- */
-static const tg_ukernel *const variants[] = {
-#if defined(TGRAD_HAVE_X86_VARIANTS)
-    &tg_ukernel_avx512bf16,
-    &tg_ukernel_avx512f,
-    &tg_ukernel_avx2,
-#endif
-#if defined(TGRAD_HAVE_NEON_VARIANT)
-    &tg_ukernel_neon,
-#endif
-    &tg_ukernel_portable,
-};
-enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };
-
-/* Packed products (the gemm route) run the "gemm" variant; one-row and few-row products (the
- * rowvec and skinny routes, which stream B in place) run the "stream" variant. A variant forced by
- * TGRAD_CPU_ISA or tgrad_set_cpu_isa is both. The automatic choice: stream = the first variant
- * this CPU runs (the list is in order of capability); gemm = the same, unless another SIMD
- * variant's core instruction runs at least PREFER_RATE times as many flops per second on this CPU
- * (measured once, below), then the fastest. Every variant gives the same bytes, so the choice is
- * about speed only. Why it is measured: on Intel Xeons with AVX512-BF16 (an Emerald Rapids here)
- * fp32 FMA runs 2.0x the flops of vdpbf16ps, so avx512f's packed kernel is 1.6x faster there,
- * while on AMD Zen 5 vdpbf16ps runs 2x the FMA's flops (docs/performance.md). */
-#define PREFER_RATE 1.3
-/* The selection in one word, so that readers see the gemm variant, the stream variant and
- * whether it was forced together: (gemm index + 1) * 64 + stream index, plus FORCED when it came
- * from TGRAD_CPU_ISA or tgrad_set_cpu_isa; 0 until first use. */
-enum { FORCED = 1 << 12 };
-static atomic_int selection;
-
-static int encode_selection(int gemm, int stream, bool forced) {
-    return (gemm + 1) * 64 + stream + (forced ? FORCED : 0);
-}
-static const tg_ukernel *gemm_variant(int sel) { return variants[(sel & (FORCED - 1)) / 64 - 1]; }
-static const tg_ukernel *stream_variant(int sel) { return variants[sel % 64]; }
-
-static const tg_ukernel *find_variant(const char *name) {
-    for (int i = 0; i < NVARIANTS; i++)
-        if (strcmp(variants[i]->name, name) == 0) return variants[i];
-    return NULL;
-}
-
-static int variant_index(const tg_ukernel *k) {
-    for (int i = 0; i < NVARIANTS; i++)
-        if (variants[i] == k) return i;
-    return NVARIANTS - 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Flops per second of each variant's core instruction on the calling thread (0: not measured:
- * unavailable, or the portable variant), best of 5 short runs taken in turn (well under 1 ms in
- * all), measured once per process; or the rates a test set with tgrad_debug_cpu_isa_rates. */
-static double measured_rate[NVARIANTS], dbg_rates[NVARIANTS];
-static atomic_int dbg_rates_set;
-static pthread_once_t rates_once = PTHREAD_ONCE_INIT;
-
-static bool simd_available(int i) { return variants[i] != &tg_ukernel_portable && variants[i]->available(); }
-
-static void measure_rates(void) {
-    enum { ITERS = 2000, REPS = 5 };
-    for (int i = 0; i < NVARIANTS; i++)
-        if (simd_available(i)) variants[i]->peak(ITERS / 4); /* wake the vector units up */
-    for (int rep = 0; rep < REPS; rep++)
-        for (int i = 0; i < NVARIANTS; i++) {
-            if (!simd_available(i)) continue;
-            double t0 = now_s(), f = variants[i]->peak(ITERS), dt = now_s() - t0;
-            if (dt > 0 && f / dt > measured_rate[i]) measured_rate[i] = f / dt;
-        }
-}
-
-static int auto_selection(void) {
-    int first = NVARIANTS - 1, simd = 0;
-    for (int i = NVARIANTS - 1; i >= 0; i--)
-        if (variants[i]->available()) first = i, simd += simd_available(i);
-    int gemm = first;
-    if (simd >= 2) {
-        double rate[NVARIANTS];
-        if (atomic_load(&dbg_rates_set)) {
-            memcpy(rate, dbg_rates, sizeof rate);
-        } else {
-            pthread_once(&rates_once, measure_rates);
-            memcpy(rate, measured_rate, sizeof rate);
-        }
-        for (int i = 0; i < NVARIANTS; i++)
-            if (variants[i]->available() && rate[i] >= PREFER_RATE * rate[first] && rate[i] > rate[gemm]) gemm = i;
-    }
-    return encode_selection(gemm, first, false);
-}
-
-static int selected(void) {
-    int sel = atomic_load(&selection);
-    if (sel) return sel;
-    const char *env = getenv("TGRAD_CPU_ISA");
-    int pick = 0;
-    if (env && *env && strcmp(env, "auto") != 0) {
-        const tg_ukernel *want = find_variant(env);
-        if (want && want->available()) { /* an unusable request falls back to the automatic choice */
-            int i = variant_index(want);
-            pick = encode_selection(i, i, true);
-        }
-    }
-    if (!pick) pick = auto_selection();
-    int expected = 0;
-    atomic_compare_exchange_strong(&selection, &expected, pick);
-    return atomic_load(&selection);
-}
-
-static const tg_ukernel *current(void) { return gemm_variant(selected()); }
-
-TGRAD_API const char *tgrad_cpu_isa(void) { return current()->name; }
-TGRAD_API const char *tgrad_cpu_stream_isa(void) { return stream_variant(selected())->name; }
-TGRAD_API int32_t tgrad_cpu_isa_forced(void) { return (selected() & FORCED) != 0; }
-
-TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name) {
-    if (!name) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_cpu_isa: name is NULL");
-    if (strcmp(name, "auto") == 0) {
-        atomic_store(&selection, auto_selection());
-        return TGRAD_OK;
-    }
-    const tg_ukernel *k = find_variant(name);
-    if (!k) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_cpu_isa: unknown variant '%s'", name);
-    if (!k->available())
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "set_cpu_isa: this CPU cannot run '%s'", name);
-    int i = variant_index(k);
-    atomic_store(&selection, encode_selection(i, i, true));
-    return TGRAD_OK;
-}
-
-TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count) {
-    if (count == 0) {
-        atomic_store(&dbg_rates_set, 0);
-        return TGRAD_OK;
-    }
-    if (!rates || count != NVARIANTS)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_cpu_isa_rates: need %d rates (one per variant), got %d%s",
-                       NVARIANTS, count, rates ? "" : " and a NULL pointer");
-    for (int i = 0; i < NVARIANTS; i++)
-        if (!(rates[i] >= 0))
-            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_cpu_isa_rates: rate %d is negative or NaN", i);
-    memcpy(dbg_rates, rates, sizeof dbg_rates);
-    atomic_store(&dbg_rates_set, 1);
-    return TGRAD_OK;
-}
-
-TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available) {
-    if (index < 0 || index >= NVARIANTS) return NULL;
-    if (available) *available = variants[index]->available();
-    return variants[index]->name;
-}
-
-/* ---- per-thread workspace ----
- * Packing buffers and the fp32 accumulator tile live with the thread (pool workers and callers
- * alike), grow to the largest block seen and are reused: no allocation per call, none
- * proportional to M*N*K. Freed when the thread exits. */
-typedef struct {
-    void *acc, *apack, *bpack;
-    size_t acc_cap, a_cap, b_cap;
-} workspace;
-
-static pthread_key_t ws_key;
-static pthread_once_t ws_once = PTHREAD_ONCE_INIT;
-static _Atomic int64_t scratch_bytes; /* all threads' buffers, as allocated (tgrad_cpu_scratch_bytes) */
-
-static void ws_free(void *p) {
-    workspace *w = p;
-    if (!w) return;
-    atomic_fetch_sub(&scratch_bytes, (int64_t)(w->acc_cap + w->a_cap + w->b_cap));
-    free(w->acc), free(w->apack), free(w->bpack), free(w);
-}
-
-TGRAD_API int64_t tgrad_cpu_scratch_bytes(void) { return atomic_load(&scratch_bytes); }
-
-static void ws_init(void) { pthread_key_create(&ws_key, ws_free); }
-
-/* *cap is the size *buf was allocated with (0 while it is NULL) */
-static bool ensure(void **buf, size_t *cap, size_t want) {
-    if (*cap >= want) return true;
-    /* big buffers on 2 MiB pages where the OS allows: the kernels walk them in long runs */
-    size_t align = want >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64, size = (want + align - 1) / align * align;
-    void *p = tg_aligned_alloc(align, size);
-    if (!p) return false;
-#ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p, size, MADV_HUGEPAGE);
-#endif
-    atomic_fetch_add(&scratch_bytes, (int64_t)size - (int64_t)*cap);
-    free(*buf);
-    *buf = p, *cap = size;
-    return true;
-}
-
-static workspace *ws_get(size_t acc, size_t a, size_t b) {
-    pthread_once(&ws_once, ws_init);
-    workspace *w = pthread_getspecific(ws_key);
-    if (!w) {
-        if (!(w = tg_calloc(1, sizeof *w))) return NULL;
-        if (pthread_setspecific(ws_key, w)) {
-            free(w);
-            return NULL;
-        }
-    }
-    if (!ensure(&w->acc, &w->acc_cap, acc) || !ensure(&w->apack, &w->a_cap, a) || !ensure(&w->bpack, &w->b_cap, b))
-        return NULL;
-    return w;
-}
+#include "frame.h"
 
 /* ---- the frame ---- */
 enum { MC_MAX = 192, NC_MAX = 512 }; /* K panels: the variant's kc (even: only the last panel has an odd tail) */
-#define SMALL_MNK (1 << 21) /* below this many multiply-adds the calling thread works alone */
 
 /* The packed kernels of a call: `fn` for panels of mr rows (uk->kernel, or a short kernel when
  * all of M is short), `tail` for M's last panel when it has fewer rows (the shortest kernel that
@@ -262,8 +43,6 @@ typedef struct {
     atomic_int failed;
 } job;
 
-static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 /* Block sizes (at most mc_max x nc_max) for the tasks of one parallel loop: the slowest thread's
  * share of multiply-adds plus `pack_weight` multiply-adds' worth per element a task packs itself
  * (~8 measured on the AVX512-BF16 variant for the per-block path; the shared-chunk path packs
@@ -291,81 +70,6 @@ static void choose_blocks(int64_t M, int64_t N, int64_t K, int64_t mr, int64_t n
     }
 }
 
-/* Tasks [0, ntasks) on the pool, or on this thread alone when one thread (or one task) is all
- * there is. */
-static void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {
-    if (threads == 1 || ntasks == 1) {
-        for (int64_t t = 0; t < ntasks; t++) fn(t, 0, arg);
-    } else {
-        tg_pool_run(ntasks, fn, arg);
-    }
-}
-
-/* One-row problems on a variant that streams B: column strips as tasks, A's row packed once. */
-typedef struct {
-    const tg_ukernel *uk;
-    const uint32_t *apairs;
-    tg_operand B;
-    int64_t K, N, strip;
-    uint16_t *out;
-} rowvec_job;
-
-static void run_strip(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
-    rowvec_job *R = arg;
-    int64_t n0 = task * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
-    R->uk->rowvec(R->apairs, &R->B, R->K, n0, nb, R->out + n0);
-}
-
-static tgrad_status matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
-                                  int64_t N, int32_t threads, uint16_t *out) {
-    workspace *w = ws_get(64, (size_t)uk->a_entry_bytes * (size_t)(K / 2 + 1), 64);
-    if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
-    uk->pack_a(A, 0, 1, 0, K, 1, w->apack);
-    int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
-    if (strip < 256) strip = 256;
-    rowvec_job R = { uk, w->apack, *B, K, N, strip, out };
-    run_tasks((N + strip - 1) / strip, threads, run_strip, &R);
-    return TGRAD_OK;
-}
-
-/* Short M on a variant that streams row-major B: column strips as tasks, A packed into one
- * 16-row panel. Up to 16 rows in one pass over B; up to the variant's skinny_rows (when B is not
- * small) in passes of 12, B streamed once per pass, where that is still ahead of packing B for the
- * GEMM frame (AVX512-BF16, C loop, 2 threads: 24x4096x4096 1.79 -> 1.15 ms, 48x4096x4096 2.67 ->
- * 2.27, 24x1024x1024 97 -> 66 us; 32x512x512 24 vs 27 us and 96x4096x4096 4.4 vs 4.7 ms the other
- * way). */
-#define SKINNY_PASS_B (1024.0 * 1024.0) /* K x N elements */
-typedef struct {
-    const tg_ukernel *uk;
-    const uint32_t *apanel;
-    tg_operand B;
-    int64_t M, K, N, strip;
-    uint16_t *out;
-} skinny_job;
-
-static void run_skinny_strip(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
-    skinny_job *S = arg;
-    int64_t n0 = task * S->strip, n1 = n0 + S->strip < S->N ? n0 + S->strip : S->N;
-    S->uk->skinny(S->K, S->apanel, (int32_t)S->M, S->B.base + n0, S->B.s0, (int32_t)(n1 - n0), S->out + n0, S->N);
-}
-
-static tgrad_status matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,
-                                  int64_t N, int32_t threads, uint16_t *out) {
-    workspace *w = ws_get(64, (size_t)uk->a_entry_bytes * 16u * (size_t)(K / 2 + 1), 64);
-    if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
-    int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), uk->nr);
-    int64_t pass = M <= 16 ? M : 12; /* more rows: passes of 12 (register rows only), B streamed per pass */
-    for (int64_t r0 = 0; r0 < M; r0 += pass) {
-        int64_t h = M - r0 < pass ? M - r0 : pass;
-        tg_operand Ar = { A->base + r0 * A->s0, A->s0, A->s1 };
-        uk->pack_a(&Ar, 0, h, 0, K, 16, w->apack);
-        skinny_job S = { uk, w->apack, *B, h, K, N, strip, out + r0 * N };
-        run_tasks((N + strip - 1) / strip, threads, run_skinny_strip, &S);
-    }
-    return TGRAD_OK;
-}
 
 /* One full-height tile whose A rows are read in place (kernel_direct) over the K panel of kc
  * elements starting at k0. */
@@ -409,7 +113,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     int64_t KC = uk->kc;
     int64_t kc_max = J->K < KC ? round_up(J->K, 2) : KC;
     bool multi_panel = J->K > KC;
-    workspace *w = ws_get(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
+    workspace *w = tg_cpu_workspace(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
                           (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * (kc_max / 2)),
                           (size_t)uk->b_entry_bytes * (size_t)(ldacc * (kc_max / 2)));
     if (!w) {
@@ -453,7 +157,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
  * and the row chunk is all of M, so B is packed exactly once, by the tasks that use it (own_cols).
  * Chunks are capped at CHUNK_BYTES each. */
 enum { KCB_MAX = 4096 };
-#define CHUNKED_B_BYTES ((double)(2 << 20)) /* see tg_cpu_matmul */
+#define CHUNKED_B_BYTES ((double)(2 << 20)) /* see tg_cpu_gemm_packed */
 #define STREAMED_B_BYTES ((double)(8 << 20))
 #define PACKED_B_BLOCK_BYTES ((int64_t)256 << 10)
 #define CHUNK_BYTES ((int64_t)8 << 20)
@@ -628,7 +332,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
     int64_t mchunks = (M + rows_cap - 1) / rows_cap;
     int64_t mch = round_up((M + mchunks - 1) / mchunks, mr);
     int64_t apanel_rows = direct ? mr : mch;
-    workspace *w = ws_get(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
+    workspace *w = tg_cpu_workspace(multi ? sizeof(float) * (size_t)(mch * nch) : 64,
                           (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     chunk_job J = { .uk = uk, .k = *k, .A = *A, .B = *B, .N = N,
@@ -682,73 +386,10 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
     return TGRAD_OK;
 }
 
-/* The dispatch decision, shared by execution and by explain's route names. */
-typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_SKINNY, PATH_GEMM } cpu_path;
-typedef struct {
-    cpu_path path;
-    const tg_ukernel *uk;
-    tg_operand A, B;
-    int64_t M, N, K;
-    int32_t threads;
-} cpu_plan;
-
-static void plan_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, cpu_plan *P) {
-    int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
-    int sel = selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
-    *P = (cpu_plan){ .uk = gemm_variant(sel), .M = M, .N = N, .K = K,
-                     .A = { NULL, av->strides[0], av->strides[1] }, .B = { NULL, bv->strides[0], bv->strides[1] } };
-    if (M == 0 || N == 0) {
-        P->path = PATH_EMPTY;
-        return;
-    }
-    if (K == 0) {
-        P->path = PATH_ZEROS;
-        return;
-    }
-    /* Both operands have elements now, so their views lie inside their buffers: every address the
-     * kernels form, base + i * s0 + k * s1 for i, k inside the shape, is an element of the buffer
-     * (and each partial sum of the offset lies between the view's lowest and highest element). An
-     * empty operand may carry any offset: it is never addressed. */
-    P->A.base = a ? a + av->offset : NULL;
-    P->B.base = b ? b + bv->offset : NULL;
-    if (N == 1 && M > 1) {
-        /* Matrix-vector: C^T = B^T A^T computes the same sums (a product's operands commute
-         * exactly) with the long side along the kernel's columns, and a [M, 1] result has the
-         * same memory layout as a [1, M] one. */
-        tg_operand T = { P->B.base, P->B.s1, P->B.s0 };
-        P->B = (tg_operand){ P->A.base, P->A.s1, P->A.s0 };
-        P->A = T;
-        P->N = M, P->M = 1;
-    }
-    bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
-    P->threads = small ? 1 : tg_pool_threads();
-    const tg_ukernel *S = stream_variant(sel);
-    if (P->M == 1 && S->rowvec && (P->B.s1 == 1 || P->B.s0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
-    else if (S->skinny && P->B.s1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
-        P->path = PATH_SKINNY, P->uk = S;
-    else P->path = PATH_GEMM;
-}
-
-void tg_cpu_matmul_route(const tg_view *av, const tg_view *bv, char *dst, size_t cap) {
-    cpu_plan P;
-    plan_matmul(NULL, av, NULL, bv, &P);
-    static const char *const names[] = { "empty", "zeros", "rowvec", "skinny", "gemm" };
-    if (P.path == PATH_EMPTY || P.path == PATH_ZEROS) snprintf(dst, cap, "cpu.%s", names[P.path]);
-    else snprintf(dst, cap, "cpu.%s.%s", P.uk->name, names[P.path]);
-}
-
-tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
-    cpu_plan P;
-    plan_matmul(a, av, b, bv, &P);
-    if (P.path == PATH_EMPTY) return TGRAD_OK;
-    if (P.path == PATH_ZEROS) {
-        memset(out, 0, (size_t)(P.M * P.N) * 2u);
-        return TGRAD_OK;
-    }
-    const tg_ukernel *uk = P.uk;
-    if (P.path == PATH_ROWVEC) return matmul_rowvec(uk, &P.A, &P.B, P.K, P.N, P.threads, out);
-    if (P.path == PATH_SKINNY) return matmul_skinny(uk, &P.A, &P.B, P.M, P.K, P.N, P.threads, out);
-    int64_t M = P.M, N = P.N, K = P.K;
+/* The packed path (route gemm) for A [M, K] @ B [K, N] into out [M, N] row-major: per-block tasks
+ * or, for big problems, chunks packed by all threads together. */
+tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t N,
+                                int64_t K, int32_t threads, uint16_t *out) {
     /* Tile height: the main one, or for M below it the shortest kernel that holds all of M; then
      * the tail panel's. (Choosing the kernel with the fewest padded rows for every M < 48 ran
      * 17 rows on the one-row kernel: 17x4096x4096 took 4.3 ms.) */
@@ -763,7 +404,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
     }
     int32_t mr = k.mr;
-    bool direct = can_read_a_in_place(uk, mr, &P.A);
+    bool direct = can_read_a_in_place(uk, mr, A);
     double b_bytes = (double)K * (double)N * 2.0;
     /* Shared chunks once B would be packed again for more than one row block of up to
      * 2 x MC_MAX rows; and where A is read in place and B is 2 MiB or more, when K is at most
@@ -774,7 +415,7 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
     bool chunked = M > 2 * MC_MAX || atomic_load(&dbg_chunk_bytes) ||
                    (direct && b_bytes >= CHUNKED_B_BYTES &&
                     (K <= 1024 || (K <= 2048 && M > MC_MAX)));
-    if (chunked) return matmul_chunked(uk, &k, direct, &P.A, &P.B, M, N, K, P.threads, out);
+    if (chunked) return matmul_chunked(uk, &k, direct, A, B, M, N, K, threads, out);
     /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
      * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
      * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
@@ -788,152 +429,13 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
         nc_max = PACKED_B_BLOCK_BYTES / ((uk->kc / 2) * uk->b_entry_bytes) / uk->nr * uk->nr;
         nc_max = nc_max < uk->nr ? uk->nr : nc_max > NC_MAX ? NC_MAX : nc_max;
     }
-    choose_blocks(M, N, K, mr, uk->nr, P.threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
+    choose_blocks(M, N, K, mr, uk->nr, threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = direct, .M = M, .N = N, .K = K,
-              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = P.A, .B = P.B };
+              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = *A, .B = *B };
     atomic_init(&J.failed, 0);
-    run_tasks(tiles_m * tiles_n, P.threads, run_block, &J);
+    run_tasks(tiles_m * tiles_n, threads, run_block, &J);
     if (atomic_load(&J.failed))
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     return TGRAD_OK;
-}
-
-/* ---- measured peak ---- */
-typedef struct {
-    const tg_ukernel *uk;
-    int64_t iters;
-    double flops[256];
-} probe_job;
-
-static void probe_task(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
-    probe_job *P = arg;
-    P->flops[task] = P->uk->peak(P->iters);
-}
-
-/* The probes' thread count: 0 means the pool's; *n gets the count to run on. */
-static tgrad_status probe_threads(int32_t threads, const char *what, int32_t *n) {
-    if (threads < 0 || threads > 256)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: threads %d outside 0..256", what, threads);
-    *n = threads ? threads : tg_pool_threads();
-    return TGRAD_OK;
-}
-
-/* Tasks [0, n) of a probe, each on its own thread (the calling one alone for n == 1). */
-static void run_probe(int32_t n, tg_task_fn fn, void *arg) {
-    if (n == 1) fn(0, 0, arg);
-    else tg_pool_run_exact(n, fn, arg);
-}
-
-TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
-    if (!gflops) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_gflops: output pointer is NULL");
-    int32_t n = 1;
-    tgrad_status s = probe_threads(threads, "cpu_peak_gflops", &n);
-    if (s) return s;
-    probe_job P = { .uk = current() };
-    /* size the run to ~20 ms per thread, then measure the best of three */
-    P.iters = 1000;
-    double t0 = now_s();
-    double f = P.uk->peak(P.iters);
-    double dt = now_s() - t0;
-    if (dt > 0) P.iters = (int64_t)(P.iters * (0.02 / dt)) + 1;
-    (void)f;
-    double best = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        t0 = now_s();
-        run_probe(n, probe_task, &P);
-        dt = now_s() - t0;
-        double total = 0;
-        for (int32_t i = 0; i < n; i++) total += P.flops[i];
-        if (dt > 0 && total / dt > best) best = total / dt;
-    }
-    *gflops = best / 1e9;
-    return TGRAD_OK;
-}
-
-/* ---- limits to pair with a matmul ---- */
-TGRAD_API tgrad_status tgrad_cpu_peak_run(int32_t threads, double flops) {
-    int32_t n = 1;
-    tgrad_status s = probe_threads(threads, "cpu_peak_run", &n);
-    if (s) return s;
-    if (!(flops >= 0) || flops > 1e15)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_run: flops %g outside 0..1e15", flops);
-    probe_job P = { .uk = current() };
-    double per_iter = P.uk->peak(1);
-    double iters = flops / n / per_iter;
-    P.iters = (int64_t)iters + ((double)(int64_t)iters < iters);
-    if (P.iters > 0) run_probe(n, probe_task, &P);
-    return TGRAD_OK;
-}
-
-typedef uint64_t read_vec __attribute__((vector_size(32)));
-typedef struct {
-    const unsigned char *data;
-    int64_t bytes, part;
-    uint64_t sink[256];
-} read_job;
-
-static void read_task(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
-    read_job *R = arg;
-    int64_t lo = task * R->part, hi = lo + R->part < R->bytes ? lo + R->part : R->bytes;
-    const unsigned char *p = R->data;
-    read_vec x0 = { 0 }, x1 = { 0 }, x2 = { 0 }, x3 = { 0 }, v;
-    int64_t i = lo;
-    for (; i + 128 <= hi; i += 128) { /* four independent chains: loads, not XORs, set the pace */
-        memcpy(&v, p + i, 32), x0 ^= v;
-        memcpy(&v, p + i + 32, 32), x1 ^= v;
-        memcpy(&v, p + i + 64, 32), x2 ^= v;
-        memcpy(&v, p + i + 96, 32), x3 ^= v;
-    }
-    x0 ^= x1 ^ x2 ^ x3;
-    uint64_t s = x0[0] ^ x0[1] ^ x0[2] ^ x0[3];
-    for (; i < hi; i++) s ^= p[i];
-    R->sink[task] = s; /* the loads have a use */
-}
-
-TGRAD_API tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32_t threads) {
-    int32_t n = 1;
-    tgrad_status s = probe_threads(threads, "cpu_read_run", &n);
-    if (s) return s;
-    if (bytes < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: bytes %lld is negative", (long long)bytes);
-    if (!data && bytes) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_read_run: data is NULL");
-    if (!bytes) return TGRAD_OK;
-    read_job job, *R = &job;
-    /* contiguous parts, whole 64-byte lines each (the last takes the rest) */
-    int64_t part = (bytes + n - 1) / n;
-    part = (part + 63) / 64 * 64;
-    *R = (read_job){ .data = data, .bytes = bytes, .part = part };
-    run_probe((int32_t)((bytes + part - 1) / part), read_task, R);
-    return TGRAD_OK;
-}
-
-/* ---- bit-preserving view copy ---- */
-/* The view has an element (callers skip empty ones) and so lies inside src's buffer: each offset
- * summed here is an element's, or a partial sum between the lowest and highest element's. */
-void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst) {
-    int64_t idx[TGRAD_MAX_DIMS] = { 0 };
-    int32_t nd = v->ndim;
-    if (nd == 0) {
-        dst[0] = src[v->offset];
-        return;
-    }
-    for (int32_t d = 0; d < nd; d++)
-        if (v->shape[d] == 0) return;
-    int64_t inner = v->shape[nd - 1], inner_stride = v->strides[nd - 1];
-    for (;;) {
-        int64_t off = v->offset;
-        for (int32_t d = 0; d < nd - 1; d++) off += idx[d] * v->strides[d];
-        const uint16_t *s = src + off;
-        if (inner_stride == 1) {
-            memcpy(dst, s, (size_t)inner * 2u);
-        } else {
-            for (int64_t i = 0; i < inner; i++) dst[i] = s[i * inner_stride];
-        }
-        dst += inner;
-        int32_t d = nd - 2;
-        while (d >= 0 && ++idx[d] == v->shape[d]) idx[d--] = 0;
-        if (d < 0) return;
-    }
 }

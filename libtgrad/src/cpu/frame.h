@@ -1,0 +1,58 @@
+/* The portable GEMM frame (BLIS-style), shared by its files: cache blocking, packing through views,
+ * threading. No ISA code here: the micro-kernel comes from the selected variant (ukernel.h).
+ * variants.c chooses the variant, workspace.c holds the scratch, plan.c decides a product's path
+ * and dispatches it, gemm_packed.c is the packed path, stream.c the one-row and few-row paths,
+ * probes.c the peak and read probes, copy_view.c the view copy.
+ *
+ * Work split: the output is cut into blocks of mc x nc; each block is one pool task and owns an
+ * fp32 accumulator tile that is carried across all K panels (so K blocking never changes the
+ * order of additions), then rounded to bf16 once. Results do not depend on the split, the thread
+ * count or which worker ran which block. */
+#ifndef TGRAD_CPU_FRAME_H
+#define TGRAD_CPU_FRAME_H
+
+#include "../internal.h"
+#include "ukernel.h"
+
+#define SMALL_MNK (1 << 21) /* below this many multiply-adds the calling thread works alone */
+/* Few-row products stream B once per pass of 12 rows past 16 rows while B has at least this many
+ * elements (K x N): see stream.c. */
+#define SKINNY_PASS_B (1024.0 * 1024.0)
+
+static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Tasks [0, ntasks) on the pool, or on this thread alone when one thread (or one task) is all
+ * there is. */
+static inline void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {
+    if (threads == 1 || ntasks == 1) {
+        for (int64_t t = 0; t < ntasks; t++) fn(t, 0, arg);
+    } else {
+        tg_pool_run(ntasks, fn, arg);
+    }
+}
+
+/* ---- variant selection (variants.c) ---- */
+/* The selection in one word (variants.c), read once per plan. */
+TG_HIDDEN int tg_cpu_selected(void);
+TG_HIDDEN const tg_ukernel *tg_cpu_gemm_variant(int sel);
+TG_HIDDEN const tg_ukernel *tg_cpu_stream_variant(int sel);
+TG_HIDDEN const tg_ukernel *tg_cpu_current(void); /* the packed products' variant now */
+TG_HIDDEN double tg_cpu_now_s(void);
+
+/* ---- per-thread workspace (workspace.c) ---- */
+typedef struct {
+    void *acc, *apack, *bpack;
+    size_t acc_cap, a_cap, b_cap;
+} workspace;
+/* The calling thread's workspace with at least these bytes in each buffer; NULL when out of memory. */
+TG_HIDDEN workspace *tg_cpu_workspace(size_t acc, size_t a, size_t b);
+
+/* ---- the paths (stream.c, gemm_packed.c) ---- */
+TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
+                                            int64_t N, int32_t threads, uint16_t *out);
+TG_HIDDEN tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
+                                            int64_t K, int64_t N, int32_t threads, uint16_t *out);
+TG_HIDDEN tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
+                                          int64_t N, int64_t K, int32_t threads, uint16_t *out);
+
+#endif

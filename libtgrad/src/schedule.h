@@ -1,0 +1,70 @@
+/* The schedule: what realizing a buffer runs, in which order, decided once (schedule.c). Realize
+ * (buffer.c) runs its steps, explain (explain.c) prints them; the executors (buffer.c for the CPU,
+ * device.c for devices) only execute a step as it was decided here. */
+#ifndef TGRAD_SCHEDULE_H
+#define TGRAD_SCHEDULE_H
+
+#include "internal.h"
+#include "gen/gen.h"
+
+/* Elementwise ops a step applies to its result before storing it (its epilogue). */
+enum { TG_MAX_FUSED = 8 };
+
+typedef struct tg_step {
+    tg_buffer *buf;   /* what it computes; the schedule holds a reference until release_after */
+    tg_op op;
+    int32_t device;   /* buf->device */
+    /* The operands and how the op reads them: buf->node's inputs. Valid while buf is pending:
+     * under tg_graph_lock (explain), or under buf->lock with buf not yet realized (realize). */
+    int32_t ninputs;
+    const tg_node_input *inputs;
+    /* The route, decided once here: realize runs exactly this and records `route`. */
+    char route[48];
+    tg_cpu_matmul_plan cpu;      /* device CPU, op matmul */
+    const tg_route *dev_route;   /* other devices, op matmul */
+    /* Fused elementwise ops, applied in order to the finished bf16 result. Empty for now: the
+     * next step of issue 20 (elementwise graph nodes and fusion) fills them here. */
+    tgrad_op epilogue[TG_MAX_FUSED];
+    int32_t nfused;
+    /* Memory: the inputs whose last reader this is and that no handle holds (freed once this step
+     * detaches its node), as free[first_free .. first_free + nfree) of the schedule. They are
+     * named, not retained: only their ids may be read once the schedule is released. */
+    int32_t first_free, nfree;
+    /* The schedule's own reference to buf is dropped after this step runs (its last reader in
+     * the schedule, or itself for the target), so intermediates die when they did before. */
+    int32_t release_after;
+    bool released;
+} tg_step;
+
+typedef struct tg_schedule {
+    tg_step *steps; /* post order: every step after the steps it reads */
+    int32_t n, cap;
+    tg_buffer **free; /* see tg_step.first_free */
+    int32_t nfree_total, free_cap;
+} tg_schedule;
+
+/* Walk b's pending graph once (under tg_graph_lock) and decide every step. On failure (out of
+ * memory) nothing is held and *out is empty. A realized b has no steps. */
+TG_HIDDEN tgrad_status tg_schedule_build(tg_buffer *b, tg_schedule *out);
+/* The same for a caller that holds tg_graph_lock and reads the schedule before releasing it
+ * (explain): no references are taken. */
+TG_HIDDEN tgrad_status tg_schedule_build_locked(tg_buffer *b, tg_schedule *out);
+/* The step that computes b, or -1 (realized before, or not part of this schedule). */
+TG_HIDDEN int32_t tg_schedule_step_of(const tg_schedule *S, const tg_buffer *b);
+/* Run the steps in order (buffer.c), each under its buffer's lock and skipped when realized
+ * meanwhile; stops at the first failure. Every buffer a step computes records the step's route. */
+TG_HIDDEN tgrad_status tg_schedule_run(tg_schedule *S);
+/* Drop the references of steps up to and including `step` whose release_after is <= step. */
+TG_HIDDEN void tg_schedule_release_through(tg_schedule *S, int32_t step);
+/* Drop every reference the schedule still holds and free it. */
+TG_HIDDEN void tg_schedule_free(tg_schedule *S);
+/* The route realizing pending b would record now, for its own step only (tgrad_tensor_route).
+ * Caller holds tg_graph_lock. */
+TG_HIDDEN void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap);
+
+/* Device routes (device.c): the route a matmul of these operands takes on `device` now. */
+TG_HIDDEN const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device);
+/* Executors: run one decided step into its allocated buffer (the caller holds step->buf->lock). */
+TG_HIDDEN tgrad_status tg_device_execute(const tg_step *step);
+
+#endif

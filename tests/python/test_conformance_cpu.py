@@ -152,18 +152,21 @@ def test_roster_has_products_above_the_single_thread_threshold():
     assert {c.family for c in THREADED_CASES} >= {"sentinel", "odd_prime"}
 
 
-@pytest.mark.parametrize("threads", [3, 5])
-@pytest.mark.parametrize("case", THREADED_CASES, ids=[c.id for c in THREADED_CASES])
-def test_odd_thread_counts_above_the_threshold_match_oracle(case, threads):
-    a_t, b_t, a_bits, b_bits, want = _operands(case)
+def _check_every_variant_at(threads, label, a_t, b_t, a_bits, b_bits, want):
     for isa in _variants():
         if isa is not None:
             tgrad.set_cpu_isa(isa)
         tgrad.set_num_threads(threads)
         got = _run(a_t, b_t)
         if not np.array_equal(got, want):
-            pytest.fail(f"{case.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: "
+            pytest.fail(f"{label} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: "
                         + _describe(got, want, np.asarray(a_bits), np.asarray(b_bits)))
+
+
+@pytest.mark.parametrize("threads", [3, 5])
+@pytest.mark.parametrize("case", THREADED_CASES, ids=[c.id for c in THREADED_CASES])
+def test_odd_thread_counts_above_the_threshold_match_oracle(case, threads):
+    _check_every_variant_at(threads, case.id, *_operands(case))
 
 
 @pytest.mark.parametrize("threads", [3])
@@ -178,11 +181,4 @@ def test_streamed_routes_with_three_threads_match_oracle(shape, threads):
     b_bits = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16).view(np.uint16)
     want = matmul_bits(a_bits, b_bits)
     a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
-    for isa in _variants():
-        if isa is not None:
-            tgrad.set_cpu_isa(isa)
-        tgrad.set_num_threads(threads)
-        got = _run(a_t, b_t)
-        if not np.array_equal(got, want):
-            pytest.fail(f"{m}x{k}x{n} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: "
-                        + _describe(got, want, a_bits, b_bits))
+    _check_every_variant_at(threads, f"{m}x{k}x{n}", a_t, b_t, a_bits, b_bits, want)

@@ -346,8 +346,8 @@ TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures)
  * 2^24 - 1) and write the new handle to *out; `tensor` becomes stale. A test can then reach the
  * generation's limit without 16.7 million releases (a slot whose generation is at the limit is
  * retired on release, never reused). TGRAD_ERR_INVALID_ARGUMENT for a generation outside that
- * range or a NULL out; only in a -Dfault_injection=true build, elsewhere
- * TGRAD_ERR_BACKEND_UNAVAILABLE. */
+ * range or a NULL out, and a bad handle's status, in every build; a valid call moves the slot only
+ * in a -Dfault_injection=true build and returns TGRAD_ERR_BACKEND_UNAVAILABLE elsewhere. */
 TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
 
 /* CPU blocking, for tests: send every CPU matmul through the shared-chunk path with packed chunks

@@ -122,7 +122,8 @@ tgrad_status tg_handle_release(tgrad_tensor_t h) {
     return st;
 }
 
-#if defined(TGRAD_FAULT_INJECTION)
+/* The arguments are checked in every build (a bad handle gets its own status, as from every
+ * call); only a -Dfault_injection=true build then moves the slot. */
 TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out) {
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_handle_generation: output pointer is NULL");
     if (generation == 0 || generation > GEN_MASK)
@@ -131,19 +132,17 @@ TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint
     pthread_mutex_lock(&table_lock);
     slot *s = NULL;
     tgrad_status st = find(tensor, &s);
+#if defined(TGRAD_FAULT_INJECTION)
     if (!st) {
         s->generation = generation;
         *out = encode(TG_KIND_TENSOR, generation, (int32_t)(s - slots));
     }
+#else
+    if (!st) st = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "debug_handle_generation: built without -Dfault_injection=true");
+#endif
     pthread_mutex_unlock(&table_lock);
     return st;
 }
-#else
-TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out) {
-    (void)tensor, (void)generation, (void)out;
-    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "debug_handle_generation: built without -Dfault_injection=true");
-}
-#endif
 
 TGRAD_API int64_t tgrad_live_tensors(void) { return atomic_load(&tg_live_tensors_); }
 TGRAD_API int64_t tgrad_live_buffers(void) { return atomic_load(&tg_live_buffers_); }

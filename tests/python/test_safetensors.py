@@ -203,6 +203,15 @@ def test_shard_paths_absolute_or_climbing_out_are_refused(tmp_path: Path, shard:
         tst.open(tmp_path)
 
 
+@pytest.mark.parametrize("shard", ["\u0000", "a\u0000.safetensors", "\ud800.safetensors"])
+def test_shard_names_no_file_system_can_hold_are_refused(tmp_path: Path, shard: str) -> None:
+    # found by the fuzz session: a NUL from a JSON escape reached os.stat as a bare ValueError
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"w": shard}}))
+    with pytest.raises(errors.FileMalformedError, match=r"shard .*(NUL|file system).*'w'|tensor 'w'"):
+        tst.open(index)
+
+
 def test_shard_missing_from_disk_is_named(tmp_path: Path) -> None:
     _index(tmp_path, {"w": "gone.safetensors"})
     with pytest.raises(errors.FileMissingError, match="gone.safetensors.*'w'"):

@@ -297,6 +297,12 @@ def _check_entry(name: str, entry: Any, buffer: int, p: Path) -> tuple[TensorInf
 def _shard_path(root: Path, shard: Any, index: Path, name: str) -> Path:
     if not isinstance(shard, str) or not shard:
         raise _malformed(index, f"shard {shard!r} is not a file name", name)
+    try:
+        encoded = os.fsencode(shard)
+    except UnicodeError:  # a lone surrogate from a JSON escape: no file system can name it
+        raise _malformed(index, f"shard {shard!r} is not a name the file system can hold", name) from None
+    if b"\0" in encoded:
+        raise _malformed(index, f"shard {shard!r} holds a NUL byte", name)
     pure = Path(shard)
     if pure.is_absolute() or shard.startswith(("/", "\\")) or (len(shard) > 1 and shard[1] == ":"):
         raise _malformed(index, f"shard path {shard!r} is absolute", name)

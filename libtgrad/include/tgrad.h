@@ -240,6 +240,25 @@ TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tens
  * M, N or K may be 0 (K = 0 gives zeros). Checks happen here, before any allocation. */
 TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 
+/* ---- elementwise ops ------------------------------------------------------------------------ */
+/* out = op(x) for a unary op of the registry, lazily, with x's shape. out = op(a, b) for a binary
+ * one with numpy broadcasting: the shapes are aligned at their last axis (the shorter one padded
+ * with leading 1s) and each pair of extents must be equal or one of them 1 (a 0-d tensor is a
+ * scalar). Operands are read through their views (a broadcast is a stride-0 read, no copy); out
+ * is compact row-major. Each element is correctly rounded (docs/numerics.md). Checks happen here,
+ * before any allocation: an op code outside the registry or of the other arity is
+ * TGRAD_ERR_INVALID_ARGUMENT, shapes that do not broadcast TGRAD_ERR_SHAPE_MISMATCH (the message
+ * names both), operands on two devices TGRAD_ERR_DEVICE_MISMATCH. */
+TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+/* Fusion: when on (the default; TGRAD_FUSION=0 at start-up turns it off), realize runs an
+ * elementwise op that alone reads a pending matmul's or elementwise op's result inside that
+ * kernel (its epilogue) instead of storing the intermediate. It never changes a byte: the fused
+ * kernel rounds each op's result to bf16 exactly as the separate ops do. Process-wide; enabled
+ * is 0 or 1 (else TGRAD_ERR_INVALID_ARGUMENT). Realizations already scheduled are unaffected. */
+TGRAD_API tgrad_status tgrad_set_fusion(int32_t enabled);
+TGRAD_API int32_t tgrad_fusion_enabled(void);
+
 /* ---- runtime ------------------------------------------------------------------------------- */
 /* Worker threads used by CPU kernels (default: the machine's cores, or TGRAD_NUM_THREADS). n >= 1. */
 TGRAD_API tgrad_status tgrad_set_num_threads(int32_t n);

@@ -133,6 +133,11 @@ tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out)
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 
+tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);
+tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+tgrad_status tgrad_set_fusion(int32_t enabled);
+int32_t tgrad_fusion_enabled(void);
+
 tgrad_status tgrad_set_num_threads(int32_t n);
 int32_t tgrad_num_threads(void);
 int64_t tgrad_live_tensors(void);

@@ -11,7 +11,7 @@ enum { RUN = 1024 }; /* elements per call into the loops: two stack buffers of 2
 
 static void add_op(tg_chain *c, tgrad_op op, bool value_right, const tg_node_input *operand) {
     tg_chain_op *o = &c->ops[c->n++];
-    *o = (tg_chain_op){ .op = op, .value_right = value_right };
+    *o = (tg_chain_op){ .op = op, .binary = operand != NULL, .value_right = value_right };
     if (operand) o->data = operand->buf->data, o->view = operand->view;
 }
 
@@ -33,7 +33,7 @@ static void simplify(tg_chain *c) {
     int32_t nv = 0;
     views[nv++] = &c->first_view;
     for (int32_t k = 0; k < c->n; k++)
-        if (c->ops[k].data) views[nv++] = &c->ops[k].view;
+        if (c->ops[k].binary) views[nv++] = &c->ops[k].view;
     tg_view *shape = views[0];
     for (int32_t i = shape->ndim - 1; i >= 0; i--)
         if (shape->shape[i] == 1)
@@ -89,7 +89,7 @@ static void run_ops(const tg_chain *c, const int64_t *idx, uint16_t *val, int64_
     int64_t last = c->ndim - 1;
     for (int32_t k = 0; k < c->n; k++) {
         const tg_chain_op *o = &c->ops[k];
-        if (!o->data) {
+        if (!o->binary) {
             tg_ew_unary_on(c->v, o->op, val, val, n);
             continue;
         }

@@ -12,6 +12,7 @@ struct tg_ew_variant;
 
 typedef struct tg_chain_op {
     tgrad_op op;
+    bool binary;
     bool value_right;     /* binary: op(operand, value) */
     const uint16_t *data; /* binary: the operand's buffer, read through view (the output's shape) */
     tg_view view;

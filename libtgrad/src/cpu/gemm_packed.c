@@ -307,9 +307,12 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
                 else
                     pick(&J->k, t.rows)(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
             }
-            if (J->last) /* this column panel of the row block is finished, in L1/L2 */
-                tg_chain_apply_block(J->ep, J->out, J->N, J->m0 + ib, J->n0 + j0, ie - ib, J->nb - j0 < nr ? J->nb - j0 : nr);
         }
+        /* the row block is finished over the task's columns and still in L2: long runs for the
+         * epilogue (per column panel, runs of nr elements cost more in calls than in ops) */
+        if (J->last)
+            tg_chain_apply_block(J->ep, J->out, J->N, J->m0 + ib, J->n0 + j_lo,
+                                 (ib + J->mc < i_hi ? ib + J->mc : i_hi) - ib, j_hi - j_lo);
     }
     if (J->stream && J->last) tg_store_fence();
 }

@@ -179,6 +179,7 @@ static void run_case(const char *variant, int64_t M, int64_t K, int64_t N) {
 static const int64_t SHAPES[][3] = {
     { 1, 64, 300 }, { 1, 33, 7 }, { 5, 64, 300 }, { 16, 96, 130 }, { 40, 70, 33 }, { 100, 130, 260 },
     { 3, 0, 5 }, { 37, 50, 1 }, { 1, 1, 1 }, { 200, 300, 520 }, { 0, 4, 6 },
+    { 400, 200, 1100 }, /* shared chunks (M > 384) with many column tiles */
     { 40, 1024, 1024 }, /* skinny in passes of 12 rows where a variant takes 40 rows that way (avx512) */
 };
 

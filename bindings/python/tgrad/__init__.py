@@ -22,6 +22,7 @@ from .ops import (abs, add, div, exp, fusion_enabled, gelu, maximum, minimum, mu
 from .introspect import Backend, Capability, backends, capabilities, explain
 from .trace import Trace, trace
 from . import safetensors
+from . import nn
 from ._dlpack import from_dlpack as _from_dlpack
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "minimum",
     "mul",
     "neg",
+    "nn",
     "num_threads",
     "ops",
     "pkgconfig_dir",

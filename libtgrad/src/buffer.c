@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/epilogue.h"
 #include "schedule.h"
 
 pthread_mutex_t tg_graph_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -111,9 +112,16 @@ tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out) {
 static tgrad_status cpu_execute(const tg_step *st) {
     const tg_node_input *in = st->inputs;
     uint16_t *out = st->buf->data;
+    tg_chain chain;
     switch (st->op) {
     case TG_OP_MATMUL:
-        return tg_cpu_matmul_run(&st->cpu, in[0].buf->data, &in[0].view, in[1].buf->data, &in[1].view, out);
+        if (st->nfused) tg_chain_from_step(st, &chain);
+        return tg_cpu_matmul_run(&st->cpu, in[0].buf->data, &in[0].view, in[1].buf->data, &in[1].view, out,
+                                 st->nfused ? &chain : NULL);
+    case TG_OP_ELEMENTWISE:
+        tg_chain_from_step(st, &chain);
+        tg_chain_pass(&chain, out, st->buf->numel);
+        return TGRAD_OK;
     case TG_OP_COPY:
         if (st->buf->numel) tg_cpu_copy_view(in[0].buf->data, &in[0].view, out);
         return TGRAD_OK;

@@ -12,6 +12,8 @@
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large, except on avx2): B read in place and streamed, only A packed (avx512bf16, avx512f, avx2)") \
     X("cpu", "route copy", "bit-exact", "bit-preserving gather that materializes a view")                   \
+    X("cpu", "elementwise ops (17, tgrad_unary/tgrad_binary)", "correctly rounded", "numpy broadcasting through views; one threaded pass (avx2, portable loops)") \
+    X("cpu", "fusion", "bit-exact", "a matmul's consumer ops as its epilogue on every route and variant; elementwise chains in one pass; TGRAD_FUSION=0 turns it off") \
     X("cpu", "host input float32", "yes", "rounded to nearest even; NaN kept quiet with its sign")          \
     X("cpu", "host input float64", "yes", "one rounding straight to bf16")                                  \
     X("cpu", "host input bf16", "yes", "bits copied unchanged")                                             \
@@ -24,9 +26,11 @@
     X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
     X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
     X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "elementwise ops", "host", "computed on the host (operands copied down, the result up); no device kernel yet") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
     X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
+    X("opencl", "elementwise ops", "host", "computed on the host (operands copied down, the result up); no device kernel yet") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

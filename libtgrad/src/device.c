@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/epilogue.h"
 #include "gen/gen.h"
 #include "schedule.h"
 
@@ -168,8 +169,37 @@ static tgrad_status run_text(int32_t device, const tg_text *t, const struct tgra
 }
 
 /* Run a step the scheduler decided (route included) into its allocated buffer. */
+/* An elementwise op on device memory, computed on the host until device kernels for it exist
+ * (issue 21): the operands' buffers down, the CPU pass, the result up. The same bytes as on the
+ * CPU, by construction. Device steps fuse nothing (schedule.c), so the base op is all there is. */
+static tgrad_status host_elementwise(const tg_step *st) {
+    tg_chain c;
+    tg_chain_from_step(st, &c);
+    uint16_t *host[3] = { NULL, NULL, NULL };
+    tgrad_status s = TGRAD_OK;
+    for (int32_t i = 0; i < st->ninputs && !s; i++) {
+        const tg_buffer *b = st->inputs[i].buf;
+        size_t bytes = (size_t)b->numel * 2u;
+        if (!bytes) continue; /* an empty operand is never read (the result is empty too) */
+        if (!(host[i] = tg_malloc(bytes))) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "elementwise: cannot stage %zu bytes", bytes);
+        else s = tg_device_download(st->device, b->dev_mem, host[i], bytes);
+    }
+    size_t out_bytes = (size_t)st->buf->numel * 2u;
+    if (!s && out_bytes && !(host[2] = tg_malloc(out_bytes)))
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "elementwise: cannot stage %zu bytes", out_bytes);
+    if (!s && out_bytes) {
+        c.first = host[0];
+        if (st->ninputs == 2) c.ops[0].data = host[1];
+        tg_chain_pass(&c, host[2], st->buf->numel);
+        s = tg_device_upload(st->device, st->buf->dev_mem, host[2], out_bytes);
+    }
+    for (int i = 0; i < 3; i++) free(host[i]);
+    return s;
+}
+
 tgrad_status tg_device_execute(const tg_step *step) {
     int32_t device = step->device;
+    if (step->op == TG_OP_ELEMENTWISE) return host_elementwise(step);
     const tg_node_input *in = step->inputs;
     const tg_backend *be = backend_of(device);
     const tg_lang *l = tg_lang_find(be->lang);

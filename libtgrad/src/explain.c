@@ -46,8 +46,26 @@ static uint64_t view_bytes(const tg_view *v) {
     return (uint64_t)n * 2u;
 }
 
+/* The step's kernel: its base op, then each fused op ("matmul+add+gelu"). */
+static void kernel_name(const tg_step *st, char *dst, size_t cap) {
+    static const char *const name[] = { "none", "matmul", "copy" };
+    size_t n = (size_t)snprintf(dst, cap, "%s", st->op == TG_OP_ELEMENTWISE ? tgrad_op_name(st->ew) : name[st->op]);
+    for (int32_t i = 0; i < st->nfused && n < cap; i++)
+        n += (size_t)snprintf(dst + n, cap - n, "+%s", tgrad_op_name(st->epilogue[i].op));
+}
+
+/* What operand i of the step's reads is to its kernel: a matmul's a or b, an elementwise op's x
+ * (or a, b), a fused op's other operand by that op's name. */
+static const char *operand_name(const tg_step *st, int32_t i) {
+    if (st->op == TG_OP_COPY) return "source";
+    if (i < st->ninputs) return st->ninputs == 1 ? "x" : (i ? "b" : "a");
+    int32_t k = i - st->ninputs;
+    for (int32_t f = 0; f < st->nfused; f++)
+        if (st->epilogue[f].operand && k-- == 0) return tgrad_op_name(st->epilogue[f].op);
+    return "operand";
+}
+
 static void describe(text *t, const tg_schedule *P, const tg_buffer *target, const tg_view *tv, bool json) {
-    const char *name[] = { "none", "matmul", "copy" };
     if (json) {
         put(t, "{\"tensor\": {\"buffer\": %llu, \"shape\": ", (unsigned long long)target->id);
         put_dims(t, tv->shape, tv->ndim, true);
@@ -67,15 +85,25 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
         const char *route = st->route;
         uint64_t read = 0;
         int64_t written = b->numel * 2; /* a buffer's byte count fits */
-        for (int32_t i = 0; i < st->ninputs; i++) read += view_bytes(&st->inputs[i].view);
-        if (json) put(t, "%s{\"step\": %d, \"op\": \"%s\", \"route\": \"%s\", \"output\": {\"buffer\": %llu, \"shape\": ",
-                      s ? ", " : "", s, name[st->op], route, (unsigned long long)b->id);
-        else put(t, "step %d: %s %s -> buf#%llu ", s, name[st->op], route, (unsigned long long)b->id);
+        for (int32_t i = 0; i < st->nreads; i++) read += view_bytes(&st->reads[i]->view);
+        char kernel[160];
+        kernel_name(st, kernel, sizeof kernel);
+        if (json) {
+            put(t, "%s{\"step\": %d, \"op\": \"%s\", \"kernel\": \"%s\", \"fused\": [", s ? ", " : "", s,
+                st->op == TG_OP_ELEMENTWISE ? tgrad_op_name(st->ew) : (st->op == TG_OP_MATMUL ? "matmul" : "copy"), kernel);
+            for (int32_t f = 0; f < st->nfused; f++) put(t, "%s\"%s\"", f ? ", " : "", tgrad_op_name(st->epilogue[f].op));
+            put(t, "], \"not_fused\": ");
+            if (st->unfused) put(t, "\"%s\"", st->unfused);
+            else put(t, "null");
+            put(t, ", \"route\": \"%s\", \"output\": {\"buffer\": %llu, \"shape\": ", route, (unsigned long long)b->id);
+        } else {
+            put(t, "step %d: %s %s -> buf#%llu ", s, kernel, route, (unsigned long long)b->id);
+        }
         put_dims(t, b->node->out.shape, b->node->out.ndim, json);
         if (json) put(t, ", \"bytes\": %lld}, \"inputs\": [", (long long)written);
-        for (int32_t i = 0; i < st->ninputs; i++) {
-            const tg_buffer *in = st->inputs[i].buf;
-            const tg_view *v = &st->inputs[i].view;
+        for (int32_t i = 0; i < st->nreads; i++) {
+            const tg_buffer *in = st->reads[i]->buf;
+            const tg_view *v = &st->reads[i]->view;
             int32_t from = tg_schedule_step_of(P, in);
             /* Every kernel reads its operands through their views; a copy step is itself the
              * materialization of a view. */
@@ -85,13 +113,13 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
             else snprintf(source, sizeof source, "%s", in->node ? "pending" : "realized");
             if (json) {
                 put(t, "%s{\"operand\": \"%s\", \"buffer\": %llu, \"shape\": ", i ? ", " : "",
-                    st->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source", (unsigned long long)in->id);
+                    operand_name(st, i), (unsigned long long)in->id);
                 put_dims(t, v->shape, v->ndim, true);
                 put(t, ", \"strides\": ");
                 put_dims(t, v->strides, v->ndim, true);
                 put(t, ", \"offset\": %lld, \"load\": \"%s\", \"from\": \"%s\"}", (long long)v->offset, load, source);
             } else {
-                put(t, " | %s: buf#%llu%s ", st->op == TG_OP_MATMUL ? (i ? "b" : "a") : "source",
+                put(t, " | %s: buf#%llu%s ", operand_name(st, i),
                     (unsigned long long)in->id, from >= 0 ? "" : (in->node ? "" : " (realized)"));
                 put_dims(t, v->shape, v->ndim, false);
                 put(t, " strides ");
@@ -110,6 +138,7 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
             if (json) put(t, "%s%llu", f ? ", " : "", (unsigned long long)in->id);
             else put(t, "%sbuf#%llu", f ? ", " : " | frees ", (unsigned long long)in->id);
         }
+        if (!json && st->unfused) put(t, " | not fused into its reader: %s", st->unfused);
         put(t, json ? "]}" : "\n");
     }
     if (json) put(t, "]}");

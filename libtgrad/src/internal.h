@@ -99,7 +99,7 @@ TG_HIDDEN bool tg_poison_enabled(void);
 TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
 /* ---- buffers and the lazy graph (tensor.c, buffer.c; schedule.c orders it) ---- */
-typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2 } tg_op;
+typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2, TG_OP_ELEMENTWISE = 3 } tg_op;
 
 struct tg_buffer;
 /* One operand of a node: the buffer (retained by the node) and how the op reads it. */
@@ -113,6 +113,7 @@ typedef struct tg_node_input {
  * references to its inputs). */
 typedef struct tg_node {
     tg_op op;
+    tgrad_op ew;             /* TG_OP_ELEMENTWISE: the registry op (its arity is ninputs) */
     int32_t ninputs;
     tg_view out;             /* the result's compact row-major view */
     tg_node_input inputs[]; /* ninputs entries */
@@ -194,9 +195,11 @@ TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, tg_
 /* The route's name: "cpu.<variant>.gemm", "cpu.<variant>.rowvec", "cpu.empty", ... */
 TG_HIDDEN void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *plan, char *dst, size_t cap);
 /* out = A @ B as planned, with A [M,K] and B [K,N] read through views over a and b (the views the
- * plan was made from); out is [M,N] row-major. */
+ * plan was made from); out is [M,N] row-major. ep (NULL: none) is the epilogue, applied by the
+ * frame to each finished block of out (cpu/epilogue.h). */
+struct tg_chain;
 TG_HIDDEN tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *plan, const uint16_t *a, const tg_view *av,
-                                         const uint16_t *b, const tg_view *bv, uint16_t *out);
+                                         const uint16_t *b, const tg_view *bv, uint16_t *out, const struct tg_chain *ep);
 /* The variant the calling thread's last tg_cpu_matmul_run ran (NULL before any; tests check that
  * the route a step records names it). */
 extern TG_HIDDEN _Thread_local const struct tg_ukernel *tg_cpu_matmul_ran;

@@ -8,12 +8,80 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/elementwise.h"
 #include "schedule.h"
 
 int32_t tg_schedule_step_of(const tg_schedule *S, const tg_buffer *b) {
     for (int32_t i = 0; i < S->n; i++)
         if (S->steps[i].buf == b) return i;
     return -1;
+}
+
+/* ---- fusion ---------------------------------------------------------------------------------- */
+static atomic_int fusion = -1; /* -1: not read from the environment yet */
+
+bool tg_fusion_on(void) {
+    int f = atomic_load(&fusion);
+    if (f < 0) { /* a race only repeats the same answer */
+        const char *env = getenv("TGRAD_FUSION");
+        f = !(env && strcmp(env, "0") == 0);
+        int expected = -1;
+        atomic_compare_exchange_strong(&fusion, &expected, f);
+        f = atomic_load(&fusion);
+    }
+    return f == 1;
+}
+
+TGRAD_API tgrad_status tgrad_set_fusion(int32_t enabled) {
+    if (enabled != 0 && enabled != 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_fusion: enabled is %d, not 0 or 1", (int)enabled);
+    atomic_store(&fusion, enabled);
+    return TGRAD_OK;
+}
+
+TGRAD_API int32_t tgrad_fusion_enabled(void) { return tg_fusion_on(); }
+
+static bool same_shape(const tg_view *a, const tg_view *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int32_t i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+/* Why input i of elementwise node n cannot be computed inside the kernel that reads it (NULL: it
+ * can). Its value is then produced by its own step and stored. Caller holds tg_graph_lock. */
+static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
+    const tg_node_input *in = &n->inputs[i];
+    const tg_buffer *p = in->buf;
+    if (!p->node) return "realized";
+    if (!tg_fusion_on()) return "fusion is off";
+    if (device != TGRAD_DEVICE_CPU || p->device != TGRAD_DEVICE_CPU) return "device kernels take no epilogue yet";
+    if (p->node->op != TG_OP_MATMUL && p->node->op != TG_OP_ELEMENTWISE) return "a copy is not fused";
+    /* Only this node holds it: no handle, no other reader (a second read would need it stored). */
+    if (atomic_load(&p->refs) != 1) return "its result is also held by a handle or read by another op";
+    if (!same_shape(&in->view, &p->node->out) || in->view.offset || !tg_view_is_compact_rowmajor(&in->view))
+        return "read through a view other than the whole result";
+    return NULL;
+}
+
+/* The chain ending at b (an elementwise node): the ops fused into the kernel of its first
+ * buffer, innermost first, and that buffer (b itself when nothing fuses). */
+static const tg_buffer *collect_chain(tg_step *st, const tg_buffer *b) {
+    tg_fused_op rev[TG_MAX_FUSED];
+    int32_t k = 0;
+    const tg_buffer *cur = b;
+    while (cur->node->op == TG_OP_ELEMENTWISE && k < TG_MAX_FUSED) {
+        const tg_node *n = cur->node;
+        int32_t at = why_not_fused(n, 0, b->device) ? -1 : 0;
+        if (at < 0 && n->ninputs == 2 && !why_not_fused(n, 1, b->device)) at = 1;
+        if (at < 0) break;
+        rev[k++] = (tg_fused_op){ .op = n->ew, .value_right = at == 1,
+                                  .operand = n->ninputs == 2 ? &n->inputs[1 - at] : NULL };
+        cur = n->inputs[at].buf;
+    }
+    st->nfused = k;
+    for (int32_t i = 0; i < k; i++) st->epilogue[i] = rev[k - 1 - i];
+    return cur;
 }
 
 /* The one switch on op and device: how a step runs, named as realize records it. */
@@ -32,14 +100,24 @@ static void decide(tg_step *st) {
             snprintf(st->route, sizeof st->route, "%s.%s", dev, st->dev_route ? st->dev_route->name : "unknown");
         }
         return;
+    case TG_OP_ELEMENTWISE: /* device buffers: computed on the host (issue 21 brings device kernels) */
+        snprintf(st->route, sizeof st->route, "%s.%s.elementwise", dev,
+                 st->device == TGRAD_DEVICE_CPU ? st->ew_variant->name : "host");
+        return;
     default:
         snprintf(st->route, sizeof st->route, "%s.unknown", dev);
     }
 }
 
 static void step_init(tg_step *st, tg_buffer *b) {
-    const tg_node *n = b->node;
-    *st = (tg_step){ .buf = b, .op = n->op, .device = b->device, .ninputs = n->ninputs, .inputs = n->inputs };
+    *st = (tg_step){ .buf = b, .device = b->device, .out = &b->node->out };
+    const tg_buffer *base = b->node->op == TG_OP_ELEMENTWISE ? collect_chain(st, b) : b;
+    const tg_node *n = st->base = base->node;
+    st->op = n->op, st->ew = n->ew, st->ninputs = n->ninputs, st->inputs = n->inputs;
+    st->ew_variant = tg_ew_for_selection();
+    for (int32_t i = 0; i < st->ninputs; i++) st->reads[st->nreads++] = &st->inputs[i];
+    for (int32_t i = 0; i < st->nfused; i++)
+        if (st->epilogue[i].operand) st->reads[st->nreads++] = st->epilogue[i].operand;
     decide(st);
 }
 
@@ -49,19 +127,36 @@ void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap) {
     snprintf(dst, cap, "%s", st.route);
 }
 
-/* Post order from b: inputs first, each pending buffer once. Caller holds tg_graph_lock. */
+/* Post order from b: every operand's step first, each pending buffer once. Caller holds
+ * tg_graph_lock. */
 static bool visit(tg_schedule *S, tg_buffer *b) {
     if (!b->node || tg_schedule_step_of(S, b) >= 0) return true;
-    for (int32_t i = 0; i < b->node->ninputs; i++)
-        if (!visit(S, b->node->inputs[i].buf)) return false;
+    tg_step st;
+    step_init(&st, b);
+    for (int32_t i = 0; i < st.nreads; i++)
+        if (!visit(S, st.reads[i]->buf)) return false;
     if (S->n == S->cap) {
         int32_t cap = S->cap ? S->cap * 2 : 16;
         tg_step *q = tg_realloc(S->steps, sizeof *q * (size_t)cap);
         if (!q) return false;
         S->steps = q, S->cap = cap;
     }
-    step_init(&S->steps[S->n++], b);
+    S->steps[S->n++] = st;
     return true;
+}
+
+/* Record, on each step whose result the base op of a later elementwise step reads, why it was
+ * not fused there (explain prints it). */
+static void note_unfused(tg_schedule *S) {
+    for (int32_t s = 0; s < S->n; s++) {
+        const tg_step *st = &S->steps[s];
+        if (st->op != TG_OP_ELEMENTWISE) continue;
+        for (int32_t i = 0; i < st->ninputs; i++) {
+            int32_t from = tg_schedule_step_of(S, st->inputs[i].buf);
+            const char *why = st->nfused == TG_MAX_FUSED ? "the chain is at its longest" : why_not_fused(st->base, i, st->device);
+            if (from >= 0 && why && !S->steps[from].unfused) S->steps[from].unfused = why;
+        }
+    }
 }
 
 /* How many steps read b (with multiplicity), and the last one. */
@@ -69,14 +164,14 @@ static int32_t readers(const tg_schedule *S, const tg_buffer *b, int32_t *last) 
     int32_t count = 0;
     *last = -1;
     for (int32_t s = 0; s < S->n; s++)
-        for (int32_t i = 0; i < S->steps[s].ninputs; i++)
-            if (S->steps[s].inputs[i].buf == b) count++, *last = s;
+        for (int32_t i = 0; i < S->steps[s].nreads; i++)
+            if (S->steps[s].reads[i]->buf == b) count++, *last = s;
     return count;
 }
 
 static bool read_before(const tg_step *st, int32_t i) {
     for (int32_t j = 0; j < i; j++)
-        if (st->inputs[j].buf == st->inputs[i].buf) return true;
+        if (st->reads[j]->buf == st->reads[i]->buf) return true;
     return false;
 }
 
@@ -84,13 +179,13 @@ static bool read_before(const tg_step *st, int32_t i) {
  * schedule (no handle holds it); the schedule's own reference goes after that same step. */
 static bool plan_memory(tg_schedule *S) {
     int64_t total = 0;
-    for (int32_t s = 0; s < S->n; s++) total += S->steps[s].ninputs, S->steps[s].release_after = s;
+    for (int32_t s = 0; s < S->n; s++) total += S->steps[s].nreads, S->steps[s].release_after = s;
     if (total && !(S->free = tg_malloc(sizeof *S->free * (size_t)total))) return false;
     for (int32_t s = 0; s < S->n; s++) {
         tg_step *st = &S->steps[s];
         st->first_free = S->nfree_total;
-        for (int32_t i = 0; i < st->ninputs; i++) {
-            tg_buffer *in = st->inputs[i].buf;
+        for (int32_t i = 0; i < st->nreads; i++) {
+            tg_buffer *in = st->reads[i]->buf;
             if (read_before(st, i)) continue;
             int32_t last, count = readers(S, in, &last), from = tg_schedule_step_of(S, in);
             if (from >= 0) S->steps[from].release_after = last;
@@ -109,6 +204,7 @@ tgrad_status tg_schedule_build_locked(tg_buffer *b, tg_schedule *out) {
         *out = (tg_schedule){ 0 };
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate the schedule of a pending tensor");
     }
+    note_unfused(&S);
     for (int32_t s = 0; s < S.n; s++) S.steps[s].released = true; /* holds no references */
     *out = S;
     return TGRAD_OK;

@@ -8,24 +8,46 @@
 #include "gen/gen.h"
 
 /* Elementwise ops a step applies to its result before storing it (its epilogue). */
-enum { TG_MAX_FUSED = 8 };
+enum { TG_MAX_FUSED = 8, TG_MAX_READS = 2 + TG_MAX_FUSED };
+
+/* One fused op: the running value (the base op's result, then each fused op's) goes through op,
+ * as its only operand (unary) or with `operand` on the other side. */
+typedef struct tg_fused_op {
+    tgrad_op op;
+    bool value_right;               /* binary: op(operand, value) rather than op(value, operand) */
+    const tg_node_input *operand;   /* binary: the other operand (broadcast to the result); else NULL */
+} tg_fused_op;
+
+struct tg_ew_variant;
 
 typedef struct tg_step {
     tg_buffer *buf;   /* what it computes; the schedule holds a reference until release_after */
-    tg_op op;
+    tg_op op;         /* the base op: matmul, copy, or elementwise (then `ew` names it) */
+    tgrad_op ew;
     int32_t device;   /* buf->device */
-    /* The operands and how the op reads them: buf->node's inputs. Valid while buf is pending:
-     * under tg_graph_lock (explain), or under buf->lock with buf not yet realized (realize). */
+    /* The base op's operands and how it reads them: the node of the first buffer of the fused
+     * chain (buf's own node when nothing is fused). Valid while buf is pending: under
+     * tg_graph_lock (explain), or under buf->lock with buf not yet realized (realize). */
+    const tg_node *base;
     int32_t ninputs;
-    const tg_node_input *inputs;
+    const tg_node_input *inputs; /* base->inputs */
+    const tg_view *out; /* the result's compact view (buf->node->out) */
     /* The route, decided once here: realize runs exactly this and records `route`. */
     char route[48];
     tg_cpu_matmul_plan cpu;      /* device CPU, op matmul */
     const tg_route *dev_route;   /* other devices, op matmul */
-    /* Fused elementwise ops, applied in order to the finished bf16 result. Empty for now: the
-     * next step of issue 20 (elementwise graph nodes and fusion) fills them here. */
-    tgrad_op epilogue[TG_MAX_FUSED];
+    const struct tg_ew_variant *ew_variant; /* device CPU: the elementwise loops (base op or epilogue) */
+    /* Fused elementwise ops, applied in order to the finished bf16 result of the base op: each
+     * is an op of the graph whose intermediate result is never stored (fusion never changes a
+     * byte: every op still rounds to bf16). Empty when fusion is off or nothing qualifies. */
+    tg_fused_op epilogue[TG_MAX_FUSED];
     int32_t nfused;
+    /* Why the op reading this step's result was not fused into it (NULL: it was, or none reads
+     * it in this schedule); for explain. */
+    const char *unfused;
+    /* Every operand the step reads (the base inputs, then the fused ops' operands). */
+    int32_t nreads;
+    const tg_node_input *reads[TG_MAX_READS];
     /* Memory: the inputs whose last reader this is and that no handle holds (freed once this step
      * detaches its node), as free[first_free .. first_free + nfree) of the schedule. They are
      * named, not retained: only their ids may be read once the schedule is released. */
@@ -66,5 +88,8 @@ TG_HIDDEN void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap);
 TG_HIDDEN const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device);
 /* Executors: run one decided step into its allocated buffer (the caller holds step->buf->lock). */
 TG_HIDDEN tgrad_status tg_device_execute(const tg_step *step);
+
+/* Fusion on or off (tgrad_set_fusion; TGRAD_FUSION=0 at start-up turns it off). */
+TG_HIDDEN bool tg_fusion_on(void);
 
 #endif

@@ -17,16 +17,22 @@ static int passed, failed;
 enum { M = 37, K = 301, N = 530 };
 static float a[M * K], b[K * N];
 
-/* The scenario: creation, views, a chain of two matmuls, a materializing reshape, explain, read.
- * Returns the first failing status (the rest is skipped, as a careful caller would). */
+/* The scenario: creation, views, a chain of two matmuls with elementwise ops fused into the
+ * second and a broadcast elementwise pass, a materializing reshape, explain, read. Returns the
+ * first failing status (the rest is skipped, as a careful caller would). */
 static tgrad_status scenario(uint16_t *out, size_t cap, tgrad_tensor_t *result) {
-    tgrad_tensor_t ta = 0, tb = 0, bt = 0, ab = 0, r = 0, v = 0, c = 0;
+    tgrad_tensor_t ta = 0, tb = 0, bt = 0, ab = 0, r = 0, v = 0, c = 0, bias = 0, d = 0, g = 0, e = 0;
     tgrad_status s = tgrad_tensor_from_f32(a, 2, (int64_t[]){ M, K }, &ta);
     if (!s) s = tgrad_tensor_from_f32(b, 2, (int64_t[]){ K, N }, &tb);
+    if (!s) s = tgrad_tensor_from_f32(a, 1, (int64_t[]){ K }, &bias);
     if (!s) s = tgrad_matmul(ta, tb, &ab);                               /* [M, N] */
     if (!s) s = tgrad_tensor_transpose(tb, 0, 1, &bt);                   /* [N, K] */
     if (!s) s = tgrad_matmul(ab, bt, &c);                                /* [M, K] */
-    if (!s) s = tgrad_tensor_transpose(c, 0, 1, &v);
+    if (!s) s = tgrad_binary(TGRAD_OP_ADD, c, bias, &d);                 /* fused into the matmul: */
+    if (!s) s = tgrad_unary(TGRAD_OP_GELU, d, &g);
+    tgrad_tensor_release(c), tgrad_tensor_release(d), c = d = 0;         /* no handle holds them */
+    if (!s) s = tgrad_binary(TGRAD_OP_MUL, g, ta, &e);                   /* g is held: a pass */
+    if (!s) s = tgrad_tensor_transpose(e, 0, 1, &v);
     if (!s) s = tgrad_tensor_reshape(v, (int64_t[]){ -1 }, 1, &r);      /* materializes */
     size_t len = 0;
     if (!s) {
@@ -36,7 +42,8 @@ static tgrad_status scenario(uint16_t *out, size_t cap, tgrad_tensor_t *result) 
     if (!s) s = tgrad_tensor_read_bf16(r, out, cap);
     if (!s) *result = r, r = 0;
     tgrad_tensor_release(ta), tgrad_tensor_release(tb), tgrad_tensor_release(bt), tgrad_tensor_release(ab);
-    tgrad_tensor_release(v), tgrad_tensor_release(c), tgrad_tensor_release(r);
+    tgrad_tensor_release(v), tgrad_tensor_release(c), tgrad_tensor_release(r), tgrad_tensor_release(bias);
+    tgrad_tensor_release(d), tgrad_tensor_release(g), tgrad_tensor_release(e);
     return s;
 }
 

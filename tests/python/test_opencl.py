@@ -79,6 +79,32 @@ def test_tc_is_refused_on_opencl_with_the_reason(opencl_device: str) -> None:
                 c.realize()
 
 
+# ---- elementwise ops on device memory -----------------------------------------------------------
+def _ew(op: str, *tensors: tgrad.Tensor) -> tgrad.Tensor:
+    """The C call itself (the Python operators are tested in test_ops.py)."""
+    from tgrad._ffi import ffi
+    from tgrad.tensor import Tensor, _new_handle
+    code = next(c for c in range(1, lib.tgrad_op_count() + 1) if ffi.string(lib.tgrad_op_name(c)).decode() == op)
+    call = lib.tgrad_unary if len(tensors) == 1 else lib.tgrad_binary
+    return Tensor._wrap(_new_handle(call, code, *(t._handle for t in tensors)))
+
+
+def test_elementwise_ops_on_opencl_tensors_match_the_cpu_bytes(opencl_device: str) -> None:
+    # no device kernel yet: the op runs on the host between a download and an upload, so the
+    # bytes are the CPU's by construction; the broadcast operand's view travels along
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((50, 70)).astype(np.float32)
+    b = rng.standard_normal(70).astype(np.float32)
+    with tgrad.Tensor.from_numpy(x) as xc, tgrad.Tensor.from_numpy(b) as bc, \
+            tgrad.Tensor.from_numpy(x, device="opencl") as xd, tgrad.Tensor.from_numpy(b, device="opencl") as bd:
+        want = _ew("gelu", _ew("add", xc, bc)).numpy()
+        got = _ew("gelu", _ew("add", xd, bd))
+        assert got.route == "opencl.host.elementwise"
+        assert np.array_equal(got.numpy().view(np.uint16), want.view(np.uint16))
+        with pytest.raises(errors.DeviceMismatchError, match="cpu and opencl"):
+            _ew("add", xc, bd)
+
+
 # ---- the copy kernel ----------------------------------------------------------------------------
 @pytest.mark.parametrize("view", ["transpose", "negstep", "permute3"])
 def test_a_reshape_strides_cannot_express_runs_the_copy_kernel_on_the_device(view: str,

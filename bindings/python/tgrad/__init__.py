@@ -1,10 +1,13 @@
-"""tgrad: bf16 2-D matrix multiply on a small C runtime (libtgrad), bound with cffi.
+"""tgrad: bf16 matrix multiply and elementwise ops on a small C runtime (libtgrad), bound with cffi.
 
 >>> import numpy as np, tgrad
 >>> a = tgrad.Tensor.from_numpy(np.ones((2, 3), np.float32))
 >>> (a @ a.T).numpy(np.float32)
 array([[3., 3.],
        [3., 3.]], dtype=float32)
+>>> (2 * a - 1).relu().numpy(np.float32)
+array([[1., 1., 1.],
+       [1., 1., 1.]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from . import errors
 from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
 from .errors import TgradError, _check
 from .tensor import Tensor, matmul
+from . import ops
+from .ops import (abs, add, div, exp, fusion_enabled, gelu, maximum, minimum, mul, neg, relu, rsqrt,
+                  set_fusion, sigmoid, silu, square, sub, tanh)
 from .introspect import Backend, Capability, backends, capabilities, explain
 from .trace import Trace, trace
 from . import safetensors
+from . import nn
 from ._dlpack import from_dlpack as _from_dlpack
 
 __all__ = [
@@ -25,31 +32,51 @@ __all__ = [
     "TgradError",
     "Trace",
     "__version__",
+    "abs",
+    "add",
     "backends",
-    "capabilities",
     "cached_bytes",
+    "capabilities",
     "cpu_isa",
     "cpu_isa_forced",
     "cpu_isas",
     "cpu_peak_gflops",
     "cpu_scratch_bytes",
     "cpu_stream_isa",
+    "div",
     "errors",
+    "exp",
     "explain",
     "from_dlpack",
+    "fusion_enabled",
+    "gelu",
     "include_dir",
     "library_path",
     "live_buffers",
     "live_bytes",
     "live_tensors",
     "matmul",
-    "release_cached",
-    "safetensors",
+    "maximum",
+    "minimum",
+    "mul",
+    "neg",
+    "nn",
     "num_threads",
+    "ops",
     "pkgconfig_dir",
+    "release_cached",
+    "relu",
+    "rsqrt",
+    "safetensors",
     "set_cpu_isa",
     "set_device_route",
+    "set_fusion",
     "set_num_threads",
+    "sigmoid",
+    "silu",
+    "square",
+    "sub",
+    "tanh",
     "trace",
     "version",
 ]

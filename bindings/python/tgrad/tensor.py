@@ -1,6 +1,6 @@
 """Tensor: a Python handle on one libtgrad tensor.
 
-Thin by design: every conversion, view and product is a libtgrad call; Python only moves numpy
+Thin by design: every conversion, view, product and elementwise op is a libtgrad call; Python only moves numpy
 buffers in and out and turns statuses into exceptions. Input is numpy only (float32, float64 or
 ml_dtypes.bfloat16 arrays; wrap Python lists with numpy.asarray first).
 """
@@ -13,7 +13,7 @@ import json as _json
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType, TracebackType
-from typing import Any, SupportsIndex, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeVar, Union, cast
 
 import ml_dtypes
 import numpy as np
@@ -22,6 +22,9 @@ import numpy.typing as npt
 from . import errors
 from ._ffi import ffi, lib
 from .errors import _check
+
+if TYPE_CHECKING:
+    from .ops import Operand
 
 __all__ = ["Tensor", "matmul"]
 
@@ -121,8 +124,9 @@ def _new_handle(call: Callable[..., int], *args: Any) -> int:
 class Tensor:
     """An immutable bf16 tensor owned through one libtgrad handle.
 
-    Views (``.T``, ``permute``, ``expand``, slicing, ``view``) share the buffer; ``@`` is lazy and
-    computed when read (``numpy()``) or ``realize()``-d. The handle is released when the object is
+    Views (``.T``, ``permute``, ``expand``, slicing, ``view``) share the buffer; ``@`` and the
+    elementwise ops (``+ - * /``, ``relu()``, ``gelu()``, ...: tgrad.ops) are lazy and computed
+    when read (``numpy()``) or ``realize()``-d. The handle is released when the object is
     collected, on ``release()``, or at the end of a ``with`` block.
     """
 
@@ -554,6 +558,103 @@ class Tensor:
     def __rmatmul__(self, other: object) -> Tensor:
         return NotImplemented
 
+    # ---- elementwise ops (tgrad.ops: lazy, broadcasting, numbers as 0-d bf16 tensors) -----------
+    # An operand that is no number gives NotImplemented: Python asks the other operand, then
+    # raises TypeError, as numpy and torch do.
+    def __add__(self, other: Operand) -> Tensor:
+        return _ops.add(self, other) if _ops._is_operand(other) else NotImplemented
+
+    def __radd__(self, other: Operand) -> Tensor:
+        return _ops.add(other, self) if _ops._is_operand(other) else NotImplemented
+
+    def __sub__(self, other: Operand) -> Tensor:
+        return _ops.sub(self, other) if _ops._is_operand(other) else NotImplemented
+
+    def __rsub__(self, other: Operand) -> Tensor:
+        return _ops.sub(other, self) if _ops._is_operand(other) else NotImplemented
+
+    def __mul__(self, other: Operand) -> Tensor:
+        return _ops.mul(self, other) if _ops._is_operand(other) else NotImplemented
+
+    def __rmul__(self, other: Operand) -> Tensor:
+        return _ops.mul(other, self) if _ops._is_operand(other) else NotImplemented
+
+    def __truediv__(self, other: Operand) -> Tensor:
+        return _ops.div(self, other) if _ops._is_operand(other) else NotImplemented
+
+    def __rtruediv__(self, other: Operand) -> Tensor:
+        return _ops.div(other, self) if _ops._is_operand(other) else NotImplemented
+
+    def __neg__(self) -> Tensor:
+        return _ops.neg(self)
+
+    def __abs__(self) -> Tensor:
+        return _ops.abs(self)
+
+    def add(self, other: Operand) -> Tensor:
+        """tgrad.add(self, other) (tgrad.ops)."""
+        return _ops.add(self, other)
+
+    def sub(self, other: Operand) -> Tensor:
+        """tgrad.sub(self, other) (tgrad.ops)."""
+        return _ops.sub(self, other)
+
+    def mul(self, other: Operand) -> Tensor:
+        """tgrad.mul(self, other) (tgrad.ops)."""
+        return _ops.mul(self, other)
+
+    def div(self, other: Operand) -> Tensor:
+        """tgrad.div(self, other) (tgrad.ops)."""
+        return _ops.div(self, other)
+
+    def maximum(self, other: Operand) -> Tensor:
+        """tgrad.maximum(self, other) (tgrad.ops)."""
+        return _ops.maximum(self, other)
+
+    def minimum(self, other: Operand) -> Tensor:
+        """tgrad.minimum(self, other) (tgrad.ops)."""
+        return _ops.minimum(self, other)
+
+    def relu(self) -> Tensor:
+        """tgrad.relu(self) (tgrad.ops)."""
+        return _ops.relu(self)
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        """tgrad.gelu(self, approximate): "none" (erf) or "tanh" (tgrad.ops)."""
+        return _ops.gelu(self, approximate)
+
+    def silu(self) -> Tensor:
+        """tgrad.silu(self) (tgrad.ops)."""
+        return _ops.silu(self)
+
+    def sigmoid(self) -> Tensor:
+        """tgrad.sigmoid(self) (tgrad.ops)."""
+        return _ops.sigmoid(self)
+
+    def tanh(self) -> Tensor:
+        """tgrad.tanh(self) (tgrad.ops)."""
+        return _ops.tanh(self)
+
+    def exp(self) -> Tensor:
+        """tgrad.exp(self) (tgrad.ops)."""
+        return _ops.exp(self)
+
+    def neg(self) -> Tensor:
+        """tgrad.neg(self) (tgrad.ops)."""
+        return _ops.neg(self)
+
+    def abs(self) -> Tensor:
+        """tgrad.abs(self) (tgrad.ops)."""
+        return _ops.abs(self)
+
+    def square(self) -> Tensor:
+        """tgrad.square(self) (tgrad.ops)."""
+        return _ops.square(self)
+
+    def rsqrt(self) -> Tensor:
+        """tgrad.rsqrt(self) (tgrad.ops)."""
+        return _ops.rsqrt(self)
+
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:
     """A string from a libtgrad call with the (dst, cap, len) contract: ask the length with cap 0,
@@ -698,3 +799,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if (recorder := _RECORDER.get()) is not None:
         recorder.report("matmul", c, (a, b), {})
     return c
+
+
+# The ops are defined on Tensor, and Tensor's operators call them: imported last, once Tensor exists.
+from . import ops as _ops  # noqa: E402

@@ -12,6 +12,7 @@
 #define TGRAD_CPU_FRAME_H
 
 #include "../internal.h"
+#include "epilogue.h"
 #include "ukernel.h"
 
 #define SMALL_MNK (1 << 21) /* below this many multiply-adds the calling thread works alone */
@@ -47,12 +48,14 @@ typedef struct {
 /* The calling thread's workspace with at least these bytes in each buffer; NULL when out of memory. */
 TG_HIDDEN workspace *tg_cpu_workspace(size_t acc, size_t a, size_t b);
 
-/* ---- the paths (stream.c, gemm_packed.c) ---- */
+/* ---- the paths (stream.c, gemm_packed.c) ----
+ * Each applies the epilogue ep (NULL: none) to every block of out right after the worker that
+ * computed the block rounded it to bf16, while the block is still in cache. */
 TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
-                                            int64_t N, int32_t threads, uint16_t *out);
+                                            int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);
 TG_HIDDEN tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
-                                            int64_t K, int64_t N, int32_t threads, uint16_t *out);
+                                            int64_t K, int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);
 TG_HIDDEN tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
-                                          int64_t N, int64_t K, int32_t threads, uint16_t *out);
+                                          int64_t N, int64_t K, int32_t threads, uint16_t *out, const tg_chain *ep);
 
 #endif

@@ -40,6 +40,7 @@ typedef struct {
     tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
     uint16_t *out;
+    const tg_chain *ep;
     atomic_int failed;
 } job;
 
@@ -144,6 +145,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
             }
         }
     }
+    tg_chain_apply_block(J->ep, J->out, J->N, m0, n0, mb, nb); /* the block is finished and in L2 */
 }
 
 /* ---- big problems: packed chunks shared by all threads ----
@@ -261,6 +263,7 @@ typedef struct {
     int64_t mc, nc, tiles_n;           /* compute split */
     bool own_cols; /* a task owns nc columns over all rows and packs their B itself (see below) */
     uint16_t *out;
+    const tg_chain *ep;
 } chunk_job;
 
 static void chunk_pack(int64_t task, int32_t worker, void *arg) {
@@ -305,13 +308,18 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
                     pick(&J->k, t.rows)(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
             }
         }
+        /* the row block is finished over the task's columns and still in L2: long runs for the
+         * epilogue (per column panel, runs of nr elements cost more in calls than in ops) */
+        if (J->last)
+            tg_chain_apply_block(J->ep, J->out, J->N, J->m0 + ib, J->n0 + j_lo,
+                                 (ib + J->mc < i_hi ? ib + J->mc : i_hi) - ib, j_hi - j_lo);
     }
     if (J->stream && J->last) tg_store_fence();
 }
 
 static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool direct, const tg_operand *A,
                                    const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
-                                   uint16_t *out) {
+                                   uint16_t *out, const tg_chain *ep) {
     int32_t mr = k->mr;
     int64_t cap = atomic_load(&dbg_chunk_bytes), kcb_max = atomic_load(&dbg_panel_k);
     if (!cap) cap = CHUNK_BYTES;
@@ -336,8 +344,9 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
                           (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     chunk_job J = { .uk = uk, .k = *k, .A = *A, .B = *B, .N = N,
-                    .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out,
-                    .stream = stream_output(M, N) };
+                    .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out, .ep = ep,
+                    /* an epilogue reads the block back at once: keep it in cache */
+                    .stream = stream_output(M, N) && !(ep && ep->n) };
     /* With one K panel, the outer loop's chunk is packed once and serves every chunk of the inner
      * loop, which is packed again each time: rows outer (B packed per row chunk) unless packing A
      * per column chunk moves fewer bytes (FMA variants at 2048^3: B twice vs A once). */
@@ -389,7 +398,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
 /* The packed path (route gemm) for A [M, K] @ B [K, N] into out [M, N] row-major: per-block tasks
  * or, for big problems, chunks packed by all threads together. */
 tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t N,
-                                int64_t K, int32_t threads, uint16_t *out) {
+                                int64_t K, int32_t threads, uint16_t *out, const tg_chain *ep) {
     /* Tile height: the main one, or for M below it the shortest kernel that holds all of M; then
      * the tail panel's. (Choosing the kernel with the fewest padded rows for every M < 48 ran
      * 17 rows on the one-row kernel: 17x4096x4096 took 4.3 ms.) */
@@ -415,7 +424,7 @@ tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const
     bool chunked = M > 2 * MC_MAX || atomic_load(&dbg_chunk_bytes) ||
                    (direct && b_bytes >= CHUNKED_B_BYTES &&
                     (K <= 1024 || (K <= 2048 && M > MC_MAX)));
-    if (chunked) return matmul_chunked(uk, &k, direct, A, B, M, N, K, threads, out);
+    if (chunked) return matmul_chunked(uk, &k, direct, A, B, M, N, K, threads, out, ep);
     /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
      * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
      * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
@@ -432,7 +441,7 @@ tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const
     choose_blocks(M, N, K, mr, uk->nr, threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = direct, .M = M, .N = N, .K = K,
-              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .A = *A, .B = *B };
+              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .ep = ep, .A = *A, .B = *B };
     atomic_init(&J.failed, 0);
     run_tasks(tiles_m * tiles_n, threads, run_block, &J);
     if (atomic_load(&J.failed))

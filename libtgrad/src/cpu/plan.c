@@ -53,17 +53,18 @@ void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap)
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
     tg_cpu_matmul_plan P;
     tg_cpu_matmul_plan_make(av, bv, &P);
-    return tg_cpu_matmul_run(&P, a, av, b, bv, out);
+    return tg_cpu_matmul_run(&P, a, av, b, bv, out, NULL);
 }
 
 _Thread_local const tg_ukernel *tg_cpu_matmul_ran;
 
 tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, const tg_view *av, const uint16_t *b,
-                               const tg_view *bv, uint16_t *out) {
+                               const tg_view *bv, uint16_t *out, const tg_chain *ep) {
     tg_cpu_matmul_ran = P->uk;
     if (P->path == PATH_EMPTY) return TGRAD_OK;
     if (P->path == PATH_ZEROS) {
         memset(out, 0, (size_t)(P->M * P->N) * 2u);
+        tg_chain_apply_block(ep, out, P->N, 0, 0, P->M, P->N);
         return TGRAD_OK;
     }
     /* Both operands have elements now, so their views lie inside their buffers: every address the
@@ -74,7 +75,7 @@ tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, c
     tg_operand A = { P->swapped ? bbase : abase, P->a_strides[0], P->a_strides[1] };
     tg_operand B = { P->swapped ? abase : bbase, P->b_strides[0], P->b_strides[1] };
     const tg_ukernel *uk = P->uk;
-    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, P->threads, out);
-    if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, P->threads, out);
-    return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, P->threads, out);
+    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, P->threads, out, ep);
+    if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, P->threads, out, ep);
+    return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, P->threads, out, ep);
 }

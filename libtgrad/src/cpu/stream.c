@@ -12,6 +12,7 @@ typedef struct {
     tg_operand B;
     int64_t K, N, strip;
     uint16_t *out;
+    const tg_chain *ep;
 } rowvec_job;
 
 static void run_strip(int64_t task, int32_t worker, void *arg) {
@@ -19,16 +20,17 @@ static void run_strip(int64_t task, int32_t worker, void *arg) {
     rowvec_job *R = arg;
     int64_t n0 = task * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
     R->uk->rowvec(R->apairs, &R->B, R->K, n0, nb, R->out + n0);
+    tg_chain_apply_block(R->ep, R->out, R->N, 0, n0, 1, nb);
 }
 
 tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
-                                  int64_t N, int32_t threads, uint16_t *out) {
+                                  int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep) {
     workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * (size_t)(K / 2 + 1), 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     uk->pack_a(A, 0, 1, 0, K, 1, w->apack);
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
     if (strip < 256) strip = 256;
-    rowvec_job R = { uk, w->apack, *B, K, N, strip, out };
+    rowvec_job R = { uk, w->apack, *B, K, N, strip, out, ep };
     run_tasks((N + strip - 1) / strip, threads, run_strip, &R);
     return TGRAD_OK;
 }
@@ -45,6 +47,9 @@ typedef struct {
     tg_operand B;
     int64_t M, K, N, strip;
     uint16_t *out;
+    const tg_chain *ep;
+    uint16_t *ep_out; /* the whole output (out is this pass's first row) */
+    int64_t row0;
 } skinny_job;
 
 static void run_skinny_strip(int64_t task, int32_t worker, void *arg) {
@@ -52,10 +57,11 @@ static void run_skinny_strip(int64_t task, int32_t worker, void *arg) {
     skinny_job *S = arg;
     int64_t n0 = task * S->strip, n1 = n0 + S->strip < S->N ? n0 + S->strip : S->N;
     S->uk->skinny(S->K, S->apanel, (int32_t)S->M, S->B.base + n0, S->B.s0, (int32_t)(n1 - n0), S->out + n0, S->N);
+    tg_chain_apply_block(S->ep, S->ep_out, S->N, S->row0, n0, S->M, n1 - n0);
 }
 
 tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,
-                                  int64_t N, int32_t threads, uint16_t *out) {
+                                  int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep) {
     workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * 16u * (size_t)(K / 2 + 1), 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), uk->nr);
@@ -64,7 +70,7 @@ tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, con
         int64_t h = M - r0 < pass ? M - r0 : pass;
         tg_operand Ar = { A->base + r0 * A->s0, A->s0, A->s1 };
         uk->pack_a(&Ar, 0, h, 0, K, 16, w->apack);
-        skinny_job S = { uk, w->apack, *B, h, K, N, strip, out + r0 * N };
+        skinny_job S = { uk, w->apack, *B, h, K, N, strip, out + r0 * N, ep, out, r0 };
         run_tasks((N + strip - 1) / strip, threads, run_skinny_strip, &S);
     }
     return TGRAD_OK;

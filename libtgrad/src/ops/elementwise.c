@@ -1,5 +1,7 @@
 /* Elementwise ops over contiguous arrays: the variant choice, the table-or-kernel dispatch, and
  * tgrad_debug_elementwise (the tests' way in from outside the library). */
+#include <string.h>
+
 #include "elementwise.h"
 
 static const tg_ew_variant *const variants[] = {
@@ -26,6 +28,18 @@ const tg_ew_variant *tg_ew_best(void) {
         atomic_store_explicit(&best, v, memory_order_release);
     }
     return v;
+}
+
+/* The loops a step uses, decided with the step: a variant forced by TGRAD_CPU_ISA or
+ * tgrad_set_cpu_isa picks the elementwise variant of its name if there is one (avx512 ones,
+ * which have none yet, the best this CPU runs), "portable" the portable loops. Every variant
+ * gives the same bytes; forcing one is how tests run each. */
+const tg_ew_variant *tg_ew_for_selection(void) {
+    if (!tgrad_cpu_isa_forced()) return tg_ew_best();
+    const char *name = tgrad_cpu_isa();
+    for (int i = 0; i < NVARIANTS; i++)
+        if (strcmp(variants[i]->name, name) == 0 && variants[i]->available()) return variants[i];
+    return tg_ew_best();
 }
 
 void tg_ew_unary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *x, uint16_t *y, int64_t n) {

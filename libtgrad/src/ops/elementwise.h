@@ -23,6 +23,8 @@ TG_HIDDEN const uint16_t *tg_ew_table(tgrad_op op);
 TG_HIDDEN int32_t tg_ew_variant_count(void);
 TG_HIDDEN const tg_ew_variant *tg_ew_variant_at(int32_t index);
 TG_HIDDEN const tg_ew_variant *tg_ew_best(void);
+/* The variant matching the CPU variant selection now (tgrad_set_cpu_isa): see elementwise.c. */
+TG_HIDDEN const tg_ew_variant *tg_ew_for_selection(void);
 
 /* y[i] = op(x[i]) for a unary op; y may be x. */
 TG_HIDDEN void tg_ew_unary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *x, uint16_t *y, int64_t n);

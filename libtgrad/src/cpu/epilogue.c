@@ -1,0 +1,157 @@
+/* Elementwise chains on the CPU (epilogue.h): built from a decided step, applied to runs of the
+ * output by matmul workers (the epilogue) or by the elementwise pass. */
+#include <string.h>
+
+#include "../ops/elementwise.h"
+#include "epilogue.h"
+
+enum { RUN = 1024 }; /* elements per call into the loops: two stack buffers of 2 KiB */
+
+/* ---- building ----------------------------------------------------------------------------- */
+
+static void add_op(tg_chain *c, tgrad_op op, bool value_right, const tg_node_input *operand) {
+    tg_chain_op *o = &c->ops[c->n++];
+    *o = (tg_chain_op){ .op = op, .binary = operand != NULL, .value_right = value_right };
+    if (operand) o->data = operand->buf->data, o->view = operand->view;
+}
+
+/* Can axis i be merged into axis i + 1 for this view (one stride walks both)? */
+static bool merges(const tg_view *v, int32_t i) {
+    return v->strides[i] == v->strides[i + 1] * v->shape[i + 1];
+}
+
+static void drop_axis(tg_view *v, int32_t i, bool merge) {
+    if (merge) v->shape[i + 1] *= v->shape[i], v->strides[i + 1] = v->strides[i + 1];
+    for (int32_t j = i; j + 1 < v->ndim; j++) v->shape[j] = v->shape[j + 1], v->strides[j] = v->strides[j + 1];
+    v->ndim--;
+}
+
+/* Every view of the chain (same shape as the output), simplified together: size-1 axes dropped,
+ * then neighbours merged where all views allow it. */
+static void simplify(tg_chain *c) {
+    tg_view *views[2 + TG_MAX_FUSED];
+    int32_t nv = 0;
+    views[nv++] = &c->first_view;
+    for (int32_t k = 0; k < c->n; k++)
+        if (c->ops[k].binary) views[nv++] = &c->ops[k].view;
+    tg_view *shape = views[0];
+    for (int32_t i = shape->ndim - 1; i >= 0; i--)
+        if (shape->shape[i] == 1)
+            for (int32_t v = nv - 1; v >= 0; v--) drop_axis(views[v], i, false);
+    for (int32_t i = shape->ndim - 2; i >= 0; i--) {
+        bool all = true;
+        for (int32_t v = 0; v < nv && all; v++) all = merges(views[v], i);
+        if (all)
+            for (int32_t v = nv - 1; v >= 0; v--) drop_axis(views[v], i, true);
+    }
+    c->ndim = shape->ndim;
+    int64_t pitch = 1;
+    for (int32_t i = c->ndim - 1; i >= 0; i--) c->shape[i] = shape->shape[i], c->pitch[i] = pitch, pitch *= shape->shape[i];
+}
+
+void tg_chain_from_step(const tg_step *st, tg_chain *c) {
+    *c = (tg_chain){ .v = st->ew_variant };
+    /* a matmul's own result is the running value: its "first view" is the compact output */
+    tg_view_contiguous(st->out->ndim, st->out->shape, &c->first_view);
+    if (st->op == TG_OP_ELEMENTWISE) {
+        c->first = st->inputs[0].buf->data;
+        c->first_view = st->inputs[0].view;
+        add_op(c, st->ew, false, st->ninputs == 2 ? &st->inputs[1] : NULL);
+    }
+    for (int32_t i = 0; i < st->nfused; i++) add_op(c, st->epilogue[i].op, st->epilogue[i].value_right, st->epilogue[i].operand);
+    simplify(c);
+}
+
+/* ---- applying ----------------------------------------------------------------------------- */
+
+/* Element offset of position idx in v (the chain's simplified shape). */
+static int64_t offset_of(const tg_view *v, const int64_t *idx) {
+    int64_t off = v->offset;
+    for (int32_t i = 0; i < v->ndim; i++) off += idx[i] * v->strides[i];
+    return off;
+}
+
+/* n elements of data starting at off, stride s: in place when s is 0 or 1 (the loops broadcast a
+ * stride-0 operand), else gathered into tmp. Sets *stride to what the loops read with. */
+static const uint16_t *operand_run(const uint16_t *data, int64_t off, int64_t s, int64_t n, uint16_t *tmp,
+                                   int64_t *stride) {
+    if (s == 0 || s == 1) {
+        *stride = s;
+        return data + off;
+    }
+    for (int64_t i = 0; i < n; i++) tmp[i] = data[off + i * s];
+    *stride = 1;
+    return tmp;
+}
+
+static void run_ops(const tg_chain *c, const int64_t *idx, uint16_t *val, int64_t n) {
+    uint16_t tmp[RUN];
+    int64_t last = c->ndim - 1;
+    for (int32_t k = 0; k < c->n; k++) {
+        const tg_chain_op *o = &c->ops[k];
+        if (!o->binary) {
+            tg_ew_unary_on(c->v, o->op, val, val, n);
+            continue;
+        }
+        int64_t s;
+        const uint16_t *p = operand_run(o->data, offset_of(&o->view, idx), last < 0 ? 0 : o->view.strides[last], n, tmp, &s);
+        if (o->value_right) tg_ew_binary_on(c->v, o->op, p, s, val, 1, val, n);
+        else tg_ew_binary_on(c->v, o->op, val, 1, p, s, val, n);
+    }
+}
+
+/* The first operand's run into val (the elementwise pass). */
+static void gather_first(const tg_chain *c, const int64_t *idx, uint16_t *val, int64_t n) {
+    int64_t off = offset_of(&c->first_view, idx), s = c->ndim ? c->first_view.strides[c->ndim - 1] : 0;
+    if (s == 1) memcpy(val, c->first + off, (size_t)n * 2u);
+    else for (int64_t i = 0; i < n; i++) val[i] = c->first[off + i * s];
+}
+
+void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) {
+    while (n > 0) {
+        int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
+        for (int32_t i = 0; i < c->ndim; i++) idx[i] = rem / c->pitch[i], rem %= c->pitch[i];
+        if (c->ndim && run > c->shape[c->ndim - 1] - idx[c->ndim - 1]) run = c->shape[c->ndim - 1] - idx[c->ndim - 1];
+        if (run > RUN) run = RUN;
+        if (c->first) gather_first(c, idx, out + lin, run);
+        run_ops(c, idx, out + lin, run);
+        lin += run, n -= run;
+    }
+}
+
+void tg_chain_apply_block(const tg_chain *c, uint16_t *out, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
+                          int64_t cols) {
+    if (!c || !c->n) return;
+    for (int64_t r = 0; r < rows; r++) tg_chain_apply(c, out, (row0 + r) * ld + col0, cols);
+}
+
+/* ---- the pass ----------------------------------------------------------------------------- */
+
+enum { PASS_ALONE = 1 << 16, PASS_TASK_MIN = 1 << 14 };
+
+typedef struct {
+    const tg_chain *c;
+    uint16_t *out;
+    int64_t numel, per_task;
+} pass_job;
+
+static void pass_task(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const pass_job *J = arg;
+    int64_t lin = task * J->per_task, n = J->numel - lin < J->per_task ? J->numel - lin : J->per_task;
+    tg_chain_apply(J->c, J->out, lin, n);
+}
+
+void tg_chain_pass(const tg_chain *c, uint16_t *out, int64_t numel) {
+    int32_t threads = numel < PASS_ALONE ? 1 : tg_pool_threads();
+    if (threads == 1) {
+        tg_chain_apply(c, out, 0, numel);
+        return;
+    }
+    /* a few tasks per thread, whole cache lines each, so that threads never share a line */
+    int64_t per_task = (numel + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
+    if (per_task < PASS_TASK_MIN) per_task = PASS_TASK_MIN;
+    per_task = (per_task + 31) / 32 * 32;
+    pass_job J = { c, out, numel, per_task };
+    tg_pool_run((numel + per_task - 1) / per_task, pass_task, &J);
+}

@@ -1,0 +1,116 @@
+/* Elementwise graph nodes: tgrad_unary and tgrad_binary check their operands (op code, arity,
+ * devices, numpy broadcasting) before any allocation and record a lazy TG_OP_ELEMENTWISE node
+ * whose inputs are read through views already broadcast to the result's shape (stride 0 along a
+ * broadcast axis), so the executors only ever see same-shape operands. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../internal.h"
+
+static tgrad_status check_op(tgrad_op op, int32_t arity, const char *fn) {
+    int32_t have = tgrad_op_arity(op);
+    if (have == 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d is not an op code of the registry", fn, (int)op);
+    if (have != arity)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %s is a %s op", fn, tgrad_op_name(op),
+                       have == 1 ? "unary" : "binary");
+    return TGRAD_OK;
+}
+
+/* v read as a view of shape[ndim] (ndim >= v->ndim, broadcastable): leading axes and size-1
+ * axes read with stride 0. */
+static tg_view broadcast_view(const tg_view *v, int32_t ndim, const int64_t *shape) {
+    tg_view w = { .ndim = ndim, .offset = v->offset };
+    int32_t lead = ndim - v->ndim;
+    for (int32_t i = 0; i < ndim; i++) {
+        w.shape[i] = shape[i];
+        w.strides[i] = i < lead || v->shape[i - lead] == 1 ? 0 : v->strides[i - lead];
+    }
+    return w;
+}
+
+/* numpy's rule: aligned at the last axis, each pair equal or one of them 1. */
+static tgrad_status broadcast_shape(const tg_view *a, const tg_view *b, const char *fn, int32_t *ndim,
+                                    int64_t *shape) {
+    int32_t n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t ia = i - (n - a->ndim), ib = i - (n - b->ndim);
+        int64_t ea = ia < 0 ? 1 : a->shape[ia], eb = ib < 0 ? 1 : b->shape[ib];
+        if (ea != eb && ea != 1 && eb != 1) {
+            char sa[160], sb[160];
+            tg_format_shape(sa, sizeof sa, a);
+            tg_format_shape(sb, sizeof sb, b);
+            return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: shapes %s and %s do not broadcast (axis %d: %lld vs %lld)",
+                           fn, sa, sb, (int)(i - n), (long long)ea, (long long)eb);
+        }
+        shape[i] = ea == 1 ? eb : ea;
+    }
+    *ndim = n;
+    return TGRAD_OK;
+}
+
+static void unref_all(tg_tensor *t, int32_t count) {
+    for (int32_t i = 0; i < count; i++) tg_tensor_unref(&t[i]);
+}
+
+/* The node for op over operands t[0 .. arity), its buffer and the result's handle. Takes the
+ * operands' references in every case: to the node on success, released on failure. */
+static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view *out_view, const char *fn,
+                         tgrad_tensor_t *out) {
+    int64_t numel = 0;
+    tg_view_numel(out_view, &numel); /* out_view passed the size rule (tg_view_contiguous) */
+    tg_node *n = tg_node_new(TG_OP_ELEMENTWISE, arity);
+    if (!n) {
+        unref_all(t, arity);
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
+    }
+    n->ew = op;
+    n->out = *out_view;
+    for (int32_t i = 0; i < arity; i++)
+        n->inputs[i] = (tg_node_input){ t[i].buf, broadcast_view(&t[i].view, out_view->ndim, out_view->shape) };
+    tg_buffer *buf;
+    tgrad_status s = tg_buffer_new(numel, n, &buf);
+    if (s) {
+        free(n);
+        unref_all(t, arity);
+        return s;
+    }
+    buf->device = t[0].buf->device;
+    /* the node owns the operand references now */
+    if ((s = tg_handle_new_tensor(buf, out_view, out))) tg_buffer_release(buf);
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "unary: out is NULL");
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(x, &t);
+    if (s) return s;
+    tg_view ov;
+    if ((s = check_op(op, 1, "unary")) || (s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov))) {
+        tg_tensor_unref(&t);
+        return s;
+    }
+    return make(op, 1, &t, &ov, tgrad_op_name(op), out);
+}
+
+TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "binary: out is NULL");
+    tg_tensor t[2];
+    tgrad_status s = tg_handle_get_pair(a, b, &t[0], &t[1]);
+    if (s) return s;
+    const char *fn = tgrad_op_name(op);
+    int32_t ndim = 0;
+    int64_t shape[TGRAD_MAX_DIMS];
+    tg_view ov;
+    s = check_op(op, 2, "binary");
+    if (!s) s = broadcast_shape(&t[0].view, &t[1].view, fn, &ndim, shape);
+    if (!s && t[0].buf->device != t[1].buf->device)
+        s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: operands live on different devices (%s and %s)", fn,
+                    tg_device_name(t[0].buf->device), tg_device_name(t[1].buf->device));
+    if (!s) s = tg_view_contiguous(ndim, shape, &ov);
+    if (s) {
+        unref_all(t, 2);
+        return s;
+    }
+    return make(op, 2, t, &ov, fn, out);
+}

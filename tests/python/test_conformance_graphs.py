@@ -138,3 +138,19 @@ def test_only_the_cpu_is_asked_for_graph_cases(tmp_path: Any) -> None:
     if next(b for b in tgrad.backends() if b.name == "opencl").available:
         card = runner.run("opencl", cases=_pick("mlp", 1))
         assert card["cases"][0]["outcome"] == "skip" and "matmul cases only" in card["cases"][0]["detail"]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_graph_cases_hold_at_one_and_at_an_odd_thread_count(threads: int) -> None:
+    # the roster runs at the default count; the threaded MLP block (its matmuls above the
+    # single-thread threshold) and the widest elementwise pass, split another way
+    cases = [c for c in CI if c.family == "mlp" and c.operands[0][0] == (64, 256)] + [
+        c for c in CI if c.family == "elementwise" and "allbits" in c.id][:2]
+    assert len(cases) == 6
+    saved = tgrad.num_threads()
+    tgrad.set_num_threads(threads)
+    try:
+        card = runner.run("cpu", cases=cases)
+    finally:
+        tgrad.set_num_threads(saved)
+    assert [c["outcome"] for c in card["cases"]] == ["pass"] * len(cases), card["cases"]

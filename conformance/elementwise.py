@@ -164,8 +164,20 @@ TABLE_OPS = tuple(_F64_FORMS)
 _AT_MINUS_INF = {"gelu": 0x8000, "gelu_tanh": 0x8000, "silu": 0x8000}
 
 
+def _mpmath():
+    """mpmath (tgrad's `test` extra): only inputs whose float64 result is near a midpoint need it."""
+    try:
+        import mpmath
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            "conformance.elementwise decides an input whose float64 result lies within "
+            "2^-24 bf16 ulp of a rounding midpoint with mpmath, which is not importable "
+            f"({exc}); pip install mpmath (tgrad's `test` extra has it)", name="mpmath") from exc
+    return mpmath
+
+
 def _mp_forms() -> dict[str, Callable[[object], object]]:
-    import mpmath  # the `test` extra; only the few inputs near a midpoint need it
+    mpmath = _mpmath()
 
     def z(x: object) -> object:
         return mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf("0.044715") * x**3)
@@ -199,7 +211,7 @@ def midpoint_distance_ulps(values: np.ndarray) -> np.ndarray:
 
 def mpmath_bits(name: str, x_bits: int) -> int:
     """One input of a table op, in mpmath at MP_PRECISION bits, rounded to bf16 bits."""
-    import mpmath
+    mpmath = _mpmath()
 
     with mpmath.workprec(MP_PRECISION):
         x = mpmath.mpf(float(_f64(np.array([x_bits], np.uint16))[0]))

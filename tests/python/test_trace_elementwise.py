@@ -167,3 +167,16 @@ def test_the_docs_mlp_example_runs() -> None:
     namespace: dict[str, Any] = {}
     exec(compile(code, "docs/observability.md", "exec"), namespace)  # noqa: S102 - our own docs
     namespace.clear()  # its tensors go before the leak check
+
+
+def test_without_mpmath_validate_says_so_and_judges_what_needs_no_mpmath(
+        rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    normal = tgrad.trace(lambda a: a.gelu(), _t(rng, 3, 4))
+    tie = tgrad.trace(lambda a: a.gelu(), tgrad.Tensor.from_bf16_bits(np.array([0x0005, 0x3F80], np.uint16)))
+    monkeypatch.setitem(sys.modules, "mpmath", None)  # import mpmath now fails
+    assert normal.validate().passed  # float64 decides every ordinary input
+    # gelu of 5 * 2^-133: float64 gives the midpoint x/2 exactly; only mpmath can say which way
+    with pytest.raises(ModuleNotFoundError, match="mpmath"):
+        tie.validate()

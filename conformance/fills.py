@@ -12,6 +12,8 @@ Every fill takes a ``numpy.random.Generator`` so a case is reproduced from its s
   2^-126 (exercises tininess after rounding and signed zeros).
 - ``ties``: few-bit values over a narrow exponent window plus values 2^-24..2^-20, so that the
   f32 additions and the final bf16 rounding often meet exact ties.
+- ``allbits``: every one of the 65,536 bf16 patterns once per 65,536 elements, in a seeded order
+  (an elementwise op on a [256, 256] operand sees every input).
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ def _special(shape, rng):
     return pick.astype(np.uint16)
 
 
+def _allbits(shape, rng):
+    size = int(np.prod(shape, dtype=np.int64))
+    rounds = -(-size // 65536)
+    patterns = [rng.permutation(65536).astype(np.uint16) for _ in range(rounds)]
+    flat = np.concatenate(patterns) if patterns else np.zeros(0, np.uint16)
+    return flat[:size].reshape(shape)
+
+
 FILLS = {
     "normal": _normal,
     "smallint": _smallint,
@@ -94,6 +104,7 @@ FILLS = {
     "exponents": _exponents,
     "tiny": _tiny,
     "ties": _ties,
+    "allbits": _allbits,
 }
 
 
@@ -104,4 +115,5 @@ def fill_bits(kind: str, shape, rng: np.random.Generator) -> np.ndarray:
     except KeyError:
         raise ValueError(f"unknown fill {kind!r}; known: {sorted(FILLS)}") from None
     shape = tuple(int(s) for s in shape)
-    return np.ascontiguousarray(make(shape, rng), dtype=np.uint16)
+    # reshape: ascontiguousarray makes a 0-d array 1-d
+    return np.ascontiguousarray(make(shape, rng), dtype=np.uint16).reshape(shape)

@@ -39,7 +39,8 @@ import numpy as np
 
 from conformance.fills import FILLS, fill_bits
 
-__all__ = ["Case", "VIEW_KINDS", "build_operands", "roster", "roster_names", "view_ops"]
+__all__ = ["Case", "VIEW_KINDS", "apply_view_ops", "base_shape", "build_operands", "roster",
+           "roster_names", "view_ops"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class Case:
 # ---- views ----------------------------------------------------------------------------------
 
 
-def _base_shape(kind: str, r: int, c: int) -> tuple[int, ...]:
+def base_shape(kind: str, r: int, c: int) -> tuple[int, ...]:
+    """The shape of the base array that view `kind` turns into an [r, c] operand."""
     return {
         "plain": (r, c),
         "transpose": (c, r),
@@ -101,7 +103,8 @@ VIEW_KINDS = (
 )
 
 
-def _apply_ops(x, ops):
+def apply_view_ops(x, ops):
+    """Apply view_ops' operations to a numpy array or a tgrad Tensor (or a conformance Ref)."""
     is_numpy = isinstance(x, np.ndarray)
     for op in ops:
         if op[0] == "T":
@@ -132,12 +135,12 @@ def build_operands(case: Case):
 
     rng_a = np.random.default_rng([case.seed, 0])
     rng_b = np.random.default_rng([case.seed, 1])
-    a_base = fill_bits(case.fill, _base_shape(case.a_view, case.m, case.k), rng_a)
-    b_base = fill_bits(case.fill, _base_shape(case.b_view, case.k, case.n), rng_b)
+    a_base = fill_bits(case.fill, base_shape(case.a_view, case.m, case.k), rng_a)
+    b_base = fill_bits(case.fill, base_shape(case.b_view, case.k, case.n), rng_b)
     ops = {"a": view_ops(case.a_view, case.m, case.k), "b": view_ops(case.b_view, case.k, case.n)}
 
     def apply_view(x, which: str):
-        return _apply_ops(x, ops[which])
+        return apply_view_ops(x, ops[which])
 
     return a_base.view(ml_dtypes.bfloat16), b_base.view(ml_dtypes.bfloat16), apply_view
 

@@ -1,7 +1,10 @@
 """Conformance runner: a roster run on one backend, summed up as an attested scorecard.
 
 ``run(backend, roster)`` executes every case of a roster (conformance.rosters) on a backend and
-compares the output bits with ``conformance.oracle.matmul_bits``; it returns a scorecard dict:
+compares the output bits with ``conformance.oracle.matmul_bits``; a backend that runs graphs of ops
+(``cpu``) also runs the roster's graph cases (conformance.graphs: elementwise ops, broadcasting
+views, fused chains, MLP blocks), each with fusion on and off, against the same program run on
+the oracles (conformance.reference). It returns a scorecard dict:
 
 - ``suite``: name, version (SUITE_VERSION), roster, oracle, what a pass means on this backend;
 - ``backend``;
@@ -17,12 +20,16 @@ compares the output bits with ``conformance.oracle.matmul_bits``; it returns a s
   UTF-8) of everything but ``environment`` and ``attestation``.
 
 Backends: ``cpu`` (libtgrad; each case runs on every CPU variant this machine runs and passes only
-if every one is bit-exact), ``msl-emu`` (libtgrad's generated MSL, naive and tiled routes, compiled
+if every one is bit-exact; a graph case runs on each variant with fusion on and with fusion off,
+and passes only if both give the oracle's bytes, the same bytes, and fusion on fused something
+where the case says there is something to fuse), ``msl-emu`` (libtgrad's generated MSL, naive and tiled routes, compiled
 against the emulator of tests/msl_emu and run on the CPU; every case is skipped with the reason when
 the emulator or a C++ compiler is missing), ``opencl`` (libtgrad on device="opencl", naive and
 tiled routes, through the OpenCL driver: PoCL in CI; every case skipped with backend_unavailable
 and the reason where no OpenCL device is usable) and ``metal`` (every case skipped with
-backend_unavailable until libtgrad dispatches to it). A skip is never a pass.
+backend_unavailable until libtgrad dispatches to it). A skip is never a pass. The graph cases are
+requested from ``cpu`` only: the MSL and OpenCL generators render matmul kernels alone (a device
+tensor's elementwise op runs on the host for now), so those scorecards cover matmul.
 
 ``check(fresh, committed)`` lists the differences that matter (case outcomes, the funnel, the
 suite); ``write(card, path)`` writes pretty, sorted JSON with a trailing newline. Command line:
@@ -43,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.graphs import PROGRAMS, GraphCase, build_graph_operands, graph_roster, reference_bits
 from conformance.oracle import matmul_bits
 from conformance.rosters import Case, build_operands, roster
 
@@ -59,7 +67,8 @@ SCORECARD_DIR = Path(__file__).resolve().parent / "scorecards"
 DEFAULT_EMU_DIR = Path(__file__).resolve().parents[1] / "tests" / "msl_emu"
 #: What a pass means, per backend (part of the attested suite record).
 PASS_MEANS = {
-    "cpu": "output bits equal the oracle's on every CPU variant this machine runs",
+    "cpu": "output bits equal the oracle's on every CPU variant this machine runs; a graph case's "
+           "also with fusion on and with fusion off, the two identical",
     "msl-emu": "output bits of the naive and tiled routes, generated MSL run on the emulator, "
                "equal the oracle's",
     "opencl": "output bits of the naive and tiled routes, generated OpenCL C built and run by the "
@@ -67,7 +76,15 @@ PASS_MEANS = {
     "metal": "output bits equal the oracle's",
 }
 
+#: The oracles each backend's cases are judged by (part of the attested suite record).
+ORACLES = {
+    "cpu": "conformance.oracle.matmul_bits; graph cases: conformance.reference (matmul_bits and "
+           "conformance.elementwise.elementwise_bits, op by op)",
+}
+DEFAULT_ORACLE = "conformance.oracle.matmul_bits"
+
 Outcome = tuple[str, str]  # (outcome, detail)
+AnyCase = Case | GraphCase
 
 
 # ---- canonical JSON and the attestation -----------------------------------------------------------
@@ -107,6 +124,8 @@ def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
 class _Cpu:
     """libtgrad's CPU matmul; a case passes when every runnable CPU variant is bit-exact."""
 
+    runs_graphs = True
+
     def __init__(self) -> None:
         import tgrad
 
@@ -140,6 +159,67 @@ class _Cpu:
         if failures:
             return "fail", "; ".join(failures)
         return "pass", ""
+
+    def run_graph_case(self, case: GraphCase) -> Outcome:
+        """The case's program on every variant, fused and unfused, against the oracles'."""
+        tgrad = self.tgrad
+        want = reference_bits(case)
+        bases, apply_view = build_graph_operands(case)
+        tensors = [tgrad.Tensor.from_numpy(b) for b in bases]
+        saved_isa, saved_fusion = tgrad._cpu_isa_setting(), tgrad.fusion_enabled()
+        failures: list[str] = []
+        try:
+            for isa in self.variants:
+                tgrad.set_cpu_isa(isa)
+                failures += self._fused_and_unfused(case, isa, tensors, apply_view, want)
+        finally:
+            tgrad.set_cpu_isa(saved_isa)
+            tgrad.set_fusion(saved_fusion)
+            for t in tensors:
+                t.release()
+        if failures:
+            return "fail", "; ".join(failures)
+        return "pass", ""
+
+    def _fused_and_unfused(self, case: GraphCase, isa: str, tensors: list[Any], apply_view: Any,
+                           want: np.ndarray) -> list[str]:
+        failures, got = [], {}
+        for fusion in (True, False):
+            label = f"{isa}, fusion {'on' if fusion else 'off'}"
+            self.tgrad.set_fusion(fusion)
+            try:
+                got[fusion], fused = self._run_program(case, tensors, apply_view)
+            except self.tgrad.TgradError as exc:
+                failures.append(f"{label}: {exc.code}: {exc}")
+                continue
+            if got[fusion].shape != want.shape or not np.array_equal(got[fusion], want):
+                failures.append(f"{label}: {_first_difference(got[fusion], want)}")
+            if fusion and case.fuses and not fused:
+                failures.append(f"{label}: explain shows no fused op (nothing to compare unfused with)")
+            if not fusion and fused:
+                failures.append(f"{label}: explain shows fused kernels {fused}")
+        if len(got) == 2 and not (got[True].shape == got[False].shape
+                                  and np.array_equal(got[True], got[False])):
+            failures.append(f"{isa}: fused and unfused bytes differ: "
+                            f"{_first_difference(got[True], got[False])}")
+        return failures
+
+    def _run_program(self, case: GraphCase, tensors: list[Any], apply_view: Any) -> tuple[np.ndarray, list[str]]:
+        """(result bits, the fused kernels explain shows). The operands' views and the program's
+        intermediates are gone before realize, so only the result holds a handle (an
+        intermediate a handle holds is stored, not fused)."""
+        operands = [apply_view(t, i) for i, t in enumerate(tensors)]
+        out = PROGRAMS[case.program](self.tgrad, *operands)
+        for t in operands:
+            if all(t is not base for base in tensors):
+                t.release()
+        del operands
+        try:
+            steps = out.explain(json=True)["steps"]
+            fused = [s["kernel"] for s in steps if s.get("fused")]
+            return np.array(out.numpy().view(np.uint16)), fused
+        finally:
+            out.release()
 
     def environment(self) -> dict[str, Any]:
         tgrad = self.tgrad
@@ -358,17 +438,22 @@ def _backend(name: str, emu_dir: Path | None) -> Any:
 
 # ---- the run --------------------------------------------------------------------------------------
 def run(backend: str, roster_name: str = "ci", *, emu_dir: Path | str | None = None,
-        cases: Iterable[Case] | None = None,
-        progress: Callable[[int, int, Case, Outcome], None] | None = None) -> dict[str, Any]:
+        cases: Iterable[AnyCase] | None = None,
+        progress: Callable[[int, int, AnyCase, Outcome], None] | None = None) -> dict[str, Any]:
     """Run a roster (or the given cases) on a backend and return its attested scorecard."""
     impl = _backend(backend, Path(emu_dir) if emu_dir else None)
-    selected = list(cases) if cases is not None else roster(roster_name)
+    runs_graphs = getattr(impl, "runs_graphs", False)
+    selected: list[AnyCase] = list(cases) if cases is not None else [
+        *roster(roster_name), *(graph_roster(roster_name) if runs_graphs else [])]
     if not impl.unavailable and hasattr(impl, "prepare"):
-        impl.prepare(selected)
+        impl.prepare([c for c in selected if isinstance(c, Case)])
     results = []
     for i, case in enumerate(selected):
         if impl.unavailable:
             outcome: Outcome = ("skip", impl.unavailable)
+        elif isinstance(case, GraphCase):
+            outcome = (impl.run_graph_case(case) if runs_graphs else
+                       ("skip", f"{backend} runs matmul cases only, not graphs of ops"))
         else:
             outcome = impl.run_case(case)
         results.append({"id": case.id, "family": case.family, "outcome": outcome[0],
@@ -404,7 +489,7 @@ def scorecard(backend: str, roster_name: str, results: list[dict[str, str]],
             claim += f" ({funnel['skipped']} skipped, not covered)"
     card: dict[str, Any] = {
         "suite": {"name": "tgrad-conformance", "version": SUITE_VERSION, "roster": roster_name,
-                  "oracle": "conformance.oracle.matmul_bits", "pass_means": PASS_MEANS[backend]},
+                  "oracle": ORACLES.get(backend, DEFAULT_ORACLE), "pass_means": PASS_MEANS[backend]},
         "backend": backend,
         "environment": environment,
         "cases": results,

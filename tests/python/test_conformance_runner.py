@@ -14,6 +14,7 @@ import pytest
 import tgrad
 from conformance import __main__ as conformance_cli
 from conformance import runner
+from conformance.graphs import graph_roster
 from conformance.rosters import roster
 
 CASES = roster("ci")
@@ -145,7 +146,8 @@ def test_write_is_pretty_sorted_with_a_trailing_newline(cpu_card: dict[str, Any]
 def test_cli_write_then_check(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert conformance_cli.main(["--backend", "cpu", "--write", "--scorecards", str(tmp_path)]) == 0
     written = runner.load(tmp_path / "cpu.json")
-    assert written["funnel"]["requested"] == len(CASES) and runner.verify(written)
+    # the cpu backend runs the roster's graph cases too (conformance.graphs)
+    assert written["funnel"]["requested"] == len(CASES) + len(graph_roster("ci")) and runner.verify(written)
     assert conformance_cli.main(["--backend", "cpu", "--check", "--scorecards", str(tmp_path)]) == 0
     assert "check: outcomes and funnel equal" in capsys.readouterr().out
     written["cases"][3]["outcome"] = "skip"

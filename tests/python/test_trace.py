@@ -321,6 +321,7 @@ BAD_DOCUMENTS: list[tuple[str, Any, str]] = [
     ("id_not_its_position", lambda d: d["ops"][1].update(id=0), "op 1.*'id'"),
     ("id_a_string", lambda d: d["ops"][1].update(id="1"), "op 1.*'id'"),
     ("kind_not_a_string", lambda d: d["ops"][2].update(kind=3), "op 2.*'kind'"),
+    ("kind_unknown", lambda d: d["ops"][2].update(kind="getitem"), "op 2.*kind 'getitem'"),
     ("inputs_not_a_list", lambda d: d["ops"][3].update(inputs=2), "op 3.*'inputs'"),
     ("input_a_float", lambda d: d["ops"][3].update(inputs=[1.0, 2]), "op 3.*'inputs'"),
     ("input_a_bool", lambda d: d["ops"][3].update(inputs=[True, 2]), "op 3.*'inputs'"),

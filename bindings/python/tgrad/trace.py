@@ -1,14 +1,17 @@
 """Trace and replay validation: record what a function did with lazy tensors, then prove it.
 
 ``tgrad.trace(fn, *tensors, **options)`` calls ``fn(*tensors)``, realizes the Tensors it returns
-once, and returns a `Trace`: every op made while ``fn`` ran (matmul, transpose, permute, expand,
-slice, select, reshape, view, contiguous; ``constant`` for tensors made from host data inside
-``fn``; ``input`` for the given tensors and for tensors ``fn`` captured from outside), in creation
-order, each with its input op ids, shape, view (strides, offset), buffer id, route and payload (its
-output bits, read after the realization). ``trace.validate()`` replays every op through the
-oracle: a matmul through ``conformance.oracle.matmul_bits`` on its recorded input payloads, a view
-op through numpy on its input's payload; both compared bit for bit. So a wrong kernel output is
-pinned to the op that produced it.
+once, and returns a `Trace`: every op made while ``fn`` ran (matmul; the elementwise ops under
+their registry names, "add", "gelu_tanh", ...; transpose, permute, expand, slice, select, reshape,
+view, contiguous; ``constant`` for tensors made from host data inside ``fn``, numbers given to an
+elementwise op among them; ``input`` for the given tensors and for tensors ``fn`` captured from
+outside), in creation order, each with its input op ids, shape, view (strides, offset), buffer id,
+route and payload (its output bits, read after the realization). ``trace.validate()`` replays
+every op through the oracle: a matmul through ``conformance.oracle.matmul_bits`` and an
+elementwise op through ``conformance.elementwise.elementwise_bits`` on its recorded input
+payloads, a view op through numpy on its input's payload; each compared bit for bit. So a wrong
+kernel output is pinned to the op that produced it (fused or not: the trace holds a handle on
+every intermediate, so each op's result is stored and read).
 
 >>> import numpy as np, tgrad
 >>> a = tgrad.Tensor.from_numpy(np.ones((2, 3), np.float32))
@@ -50,6 +53,10 @@ SCHEMA = "tgrad.trace/1"
 ZERO_COPY_KINDS = frozenset({"transpose", "permute", "expand", "slice", "select", "view"})
 #: Kinds that are not replayed: their payload is the data the trace starts from.
 SOURCE_KINDS = frozenset({"input", "constant"})
+#: Kinds replayed as a numpy view (or copy) of their one input.
+VIEW_KINDS = ZERO_COPY_KINDS | {"reshape", "contiguous"}
+#: How many inputs each kind that is not an elementwise op replays from (those: their arity).
+_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS}}
 OPTIONS = ("device", "cpu_isa", "threads")
 
 
@@ -93,12 +100,16 @@ class TraceOp:
         if not isinstance(record, dict):
             raise _refuse(where, f"is a JSON {type(record).__name__}, not an object")
         op_id = _field(record, "id", "an integer", where)
+        kind = _field(record, "kind", "a string", where)
+        if kind not in known_kinds():
+            raise _refuse(where, f"kind {kind[:40]!r} is not an op tgrad records "
+                                 f"({', '.join(sorted(known_kinds()))})")
         shape = _field(record, "shape", "a list of non-negative integers", where)
         inputs = _field(record, "inputs", "a list of integers", where)
         for i in inputs:
             if not 0 <= i < op_id:
                 raise _refuse(where, f"input {i} is not an earlier op (ops are stored in creation order)")
-        return cls(id=op_id, kind=_field(record, "kind", "a string", where), inputs=tuple(inputs),
+        return cls(id=op_id, kind=kind, inputs=tuple(inputs),
                    args=_field(record, "args", "an object", where), shape=tuple(shape),
                    strides=tuple(_field(record, "strides", "a list of integers", where)),
                    offset=_field(record, "offset", "an integer", where),
@@ -161,6 +172,18 @@ def _field(record: Mapping[str, Any], key: str, kind: str, where: str, default: 
         text = repr(value)
         raise _refuse(where, f"field {key!r} is not {kind}: {text[:60]}{'...' if len(text) > 60 else ''}")
     return value
+
+
+def _elementwise_arity() -> dict[str, int]:
+    """The elementwise ops' names and arities, from libtgrad's registry (tgrad.ops reads it)."""
+    from .ops import REGISTRY
+
+    return {name: info.arity for name, info in REGISTRY.items()}
+
+
+def known_kinds() -> frozenset[str]:
+    """Every kind a trace records: sources, matmul, the view ops and the registry's ops."""
+    return SOURCE_KINDS | VIEW_KINDS | {"matmul"} | frozenset(_elementwise_arity())
 
 
 @dataclass(frozen=True)
@@ -276,9 +299,10 @@ class Trace:
     # ---- replay ---------------------------------------------------------------------------------
     def validate(self) -> Validation:
         """Replay every op through the oracle on its recorded inputs, bit for bit; see the module
-        docstring. Needs the `conformance` package (installed with tgrad) for matmul ops."""
-        matmul_bits = _oracle() if any(op.kind == "matmul" for op in self.ops) else None
-        results = tuple(_replay(op, self.ops, matmul_bits) for op in self.ops)
+        docstring. Needs the `conformance` package (installed with tgrad) for matmul and
+        elementwise ops."""
+        results = tuple(_replay(op, self.ops, _oracles({op.kind for op in self.ops}))
+                        for op in self.ops)
         failed = [r for r in results if r.state == "failed"]
         counts = {s: sum(1 for r in results if r.state == s)
                   for s in ("passed", "failed", "skipped", "source")}
@@ -290,16 +314,31 @@ class Trace:
         return Validation("passed", f"every op replayed bit-exact [{summary}]", results)
 
 
-def _oracle() -> Callable[..., np.ndarray]:
+#: The oracle function that replays each kind of computed op: (conformance module, function).
+_ORACLES = {"matmul": ("oracle", "matmul_bits"), "elementwise": ("elementwise", "elementwise_bits")}
+
+
+def _oracle(which: str) -> Callable[..., np.ndarray]:
     from . import _conformance
 
+    module, function = _ORACLES[which]
     try:
-        matmul_bits: Callable[..., np.ndarray] = _conformance.module("oracle").matmul_bits
+        found: Callable[..., np.ndarray] = getattr(_conformance.module(module), function)
     except ImportError as exc:
         raise ModuleNotFoundError(
-            "Trace.validate() replays matmuls through conformance.oracle, which is not importable "
-            f"({exc}); it is installed with tgrad, or run from the source tree's root") from exc
-    return matmul_bits
+            f"Trace.validate() replays {which} ops through conformance.{module}, which is not "
+            f"importable ({exc}); it is installed with tgrad, or run from the source tree's "
+            "root") from exc
+    return found
+
+
+def _oracles(kinds: set[str]) -> dict[str, Callable[..., np.ndarray]]:
+    """The oracles the trace's kinds need, imported once (and only those: a trace of views
+    validates without the conformance package)."""
+    needed = {"matmul"} & kinds
+    if kinds & set(_elementwise_arity()):
+        needed.add("elementwise")
+    return {which: _oracle(which) for which in sorted(needed)}
 
 
 # ---- replaying one op -----------------------------------------------------------------------------
@@ -344,7 +383,7 @@ def _exact_route(route: str) -> bool:
     return "tc" not in route.split(".")
 
 
-def _replay(op: TraceOp, ops: Sequence[TraceOp], matmul_bits: Callable[..., np.ndarray] | None) -> OpResult:
+def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[..., np.ndarray]]) -> OpResult:
     def result(state: str, detail: str = "", index: tuple[int, ...] | None = None) -> OpResult:
         return OpResult(op.id, op.kind, state, detail, index)
 
@@ -353,8 +392,11 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], matmul_bits: Callable[..., np.n
     if op.payload is None:
         return result("skipped", "not on the path to an output and never realized: no payload")
     sources = [ops[i] for i in op.inputs]
-    if not sources:  # only a stored trace can say so; every op made by a call has its operand
-        return result("failed", f"a {op.kind} op has no input to replay it from")
+    elementwise = _elementwise_arity()
+    wanted = elementwise.get(op.kind, _INPUT_COUNTS.get(op.kind))
+    if len(sources) != wanted:  # only a stored trace can say so; a call records its operands
+        return result("failed", f"a {op.kind} op replays from {wanted} input(s), it has "
+                                f"{len(sources)}")
     if any(s.payload is None for s in sources):
         return result("skipped", "an input has no payload")
     if op.kind in ZERO_COPY_KINDS and sources[0].buffer_id != op.buffer_id:
@@ -365,10 +407,15 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], matmul_bits: Callable[..., np.n
             if not _exact_route(op.route):
                 return result("skipped", f"route {op.route} promises an error bound, not bit-exact "
                                          "results; no bound is stated to check against yet")
-            assert matmul_bits is not None
-            want = np.asarray(matmul_bits(sources[0].payload, sources[1].payload), dtype=np.uint16)
+            want = np.asarray(oracles["matmul"](sources[0].payload, sources[1].payload),
+                              dtype=np.uint16)
+        elif op.kind in elementwise:
+            want = np.asarray(oracles["elementwise"](op.kind, *(s.payload for s in sources)),
+                              dtype=np.uint16)
         else:
             want = _replay_view(op, np.asarray(sources[0].payload, dtype=np.uint16))
+    except ModuleNotFoundError:
+        raise  # the oracle lacks a module (mpmath): the op is not judged, validate() says why
     except Exception as exc:  # the recorded inputs do not fit the op: a wrong shape or view
         return result("failed", f"replay raised {type(exc).__name__}: {exc}")
     got = np.asarray(op.payload, dtype=np.uint16)
@@ -381,7 +428,7 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], matmul_bits: Callable[..., np.n
         return result("failed", f"{int(differs.sum())} of {want.size} elements differ from the "
                                 f"oracle; first at index {index}: got 0x{int(got[index]):04x}, "
                                 f"want 0x{int(want[index]):04x}", index)
-    how = "oracle" if op.kind == "matmul" else "numpy view"
+    how = "numpy view" if op.kind in VIEW_KINDS else "oracle"
     return result("passed", f"bit-exact against the {how} (route {op.route})")
 
 

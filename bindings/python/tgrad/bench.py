@@ -1347,15 +1347,16 @@ def _command() -> str:
     return " ".join(["python -m tgrad", *argv])
 
 
-def update_doc(path: Path, report_md: str) -> None:
-    """Replace the lines between DOC_BEGIN and DOC_END in `path` with the report (its title
-    becomes a level-3 heading); everything else in the file is kept."""
+def update_doc(path: Path, report_md: str, *, begin: str = DOC_BEGIN, end: str = DOC_END) -> None:
+    """Replace the lines between `begin` and `end` (DOC_BEGIN and DOC_END: the matmul bench's
+    section) in `path` with the report (its title becomes a level-3 heading); everything else in
+    the file is kept."""
     text = path.read_text(encoding="utf-8")
-    begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
-    if begin < 0 or end < begin:
-        raise ValueError(f"{path}: no '{DOC_BEGIN}' ... '{DOC_END}' section to replace")
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"{path}: no '{begin}' ... '{end}' section to replace")
     body = re.sub(r"^# ", "### ", report_md, count=1)
-    path.write_text(text[: begin + len(DOC_BEGIN)] + "\n" + body + text[end:], encoding="utf-8")
+    path.write_text(text[: start + len(begin)] + "\n" + body + text[stop:], encoding="utf-8")
 
 
 def _shapes(args: argparse.Namespace) -> list[tuple[tuple[int, int, int], str]]:

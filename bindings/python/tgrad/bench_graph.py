@@ -417,8 +417,10 @@ def _fmt_diff(d: dict[str, Any] | None) -> str:
     if not d or not math.isfinite(d.get("max_abs", math.nan)):
         return "—" if not d else str(d.get("detail", "—"))
     # no '|' in the text: it is a markdown table cell
+    share = 100 * d["differ_share"]
+    digits = 1 if 0 < share < 1 else 0  # 0.4%, not 0%, when a few elements differ
     return (f"{d['max_abs']:.3g} (largest output {d['max_abs_out']:.3g}; "
-            f"{100 * d['differ_share']:.0f}% of elements differ)")
+            f"{share:.{digits}f}% of elements differ)")
 
 
 def format_block(res: dict[str, Any]) -> list[str]:

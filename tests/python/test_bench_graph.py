@@ -196,6 +196,13 @@ def test_the_fusion_switch_is_restored(tmp_path: Path) -> None:
     assert res["fused_equals_unfused"] is True and tgrad.fusion_enabled() == before
 
 
+def test_slow_blocks_need_fewer_rounds_than_the_matmul_benchs_minimum() -> None:
+    assert bench_graph.auto_repeat(0.01, 2.0) == 200  # the matmul bench's cap
+    assert bench_graph.auto_repeat(1.0, 2.0) == bench_module.AUTO_MIN_REPEAT == 10
+    assert bench_graph.auto_repeat(bench_graph.SLOW_ROUND_S + 1, 2.0) == bench_graph.SLOW_MIN_REPEAT
+    assert bench_graph.auto_repeat(60.0, 600.0) == 10  # a budget for more still gets more
+
+
 # ---- torch.compile where it cannot run ----------------------------------------------------------
 
 

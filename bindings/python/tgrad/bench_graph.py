@@ -46,7 +46,7 @@ import numpy as np
 
 from . import bench as _bench
 
-__all__ = ["BLOCK_SETS", "Block", "add_arguments", "format_block", "format_markdown",
+__all__ = ["BLOCK_SETS", "Block", "add_arguments", "auto_repeat", "format_block", "format_markdown",
            "parse_block_list", "run", "run_block"]
 
 #: Matmuls per block: the flops are 2 * M * d * h per matmul.
@@ -60,6 +60,11 @@ REGION_LABELS = {"tgrad": "tgrad fused", "tgrad_unfused": "tgrad unfused",
 #: cache).
 COMPILE_LIMIT_S = 300.0
 DOC_BEGIN, DOC_END = "<!-- bench-graph:begin -->", "<!-- bench-graph:end -->"
+#: Without --repeat the matmul bench's rule sizes a run (about --budget seconds, at least 10
+#: rounds), except that a round longer than SLOW_ROUND_S needs only SLOW_MIN_REPEAT: a full-size
+#: block at M=512 takes over a minute per round on 2 cores (torch bf16 without AVX512-BF16 runs
+#: at a few GFLOP/s), and 10 such rounds would hold the shared machine for a quarter of an hour.
+SLOW_ROUND_S, SLOW_MIN_REPEAT = 5.0, 5
 
 
 @dataclass(frozen=True)
@@ -376,6 +381,13 @@ def _check_and_time(tgrad: Any, block: Block, res: dict[str, Any], *, repeat: in
     return res
 
 
+def auto_repeat(round_s: float, budget_s: float) -> int:
+    """Rounds for a block whose round takes `round_s` (see SLOW_ROUND_S)."""
+    if round_s > SLOW_ROUND_S:
+        return max(SLOW_MIN_REPEAT, math.ceil(budget_s / round_s))
+    return _bench._auto_repeat(round_s, budget_s)
+
+
 def _time(res: dict[str, Any], timed: list[Any], repeat: int | None, budget_s: float,
           tick: Callable[[int, int], None] | None) -> None:
     """The matmul bench's loop: the byte check was the first warm-up; a second round, timed,
@@ -388,7 +400,7 @@ def _time(res: dict[str, Any], timed: list[Any], repeat: int | None, budget_s: f
         t.hot = once < _bench.HOT_LIMIT_S
         hot_s += once if t.hot else 0.0
     if repeat is None:
-        repeat = _bench._auto_repeat(time.perf_counter() - start + hot_s, budget_s)
+        repeat = auto_repeat(time.perf_counter() - start + hot_s, budget_s)
     cpu_before = _bench._cpu_sample()
     res["orders"] = _bench._interleaved(timed, repeat, tick)
     res["load"] = _bench._others_load(cpu_before, _bench._cpu_sample())

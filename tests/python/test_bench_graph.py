@@ -283,3 +283,9 @@ def test_doc_without_the_graph_markers_is_refused_before_running(
     out = capsys.readouterr()
     assert status == 2 and "bench-graph:begin" in out.err and "graph_block" not in out.out
 
+
+def test_performance_doc_holds_a_graph_table() -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
+    text = doc.read_text()
+    section = text[text.index(bench_graph.DOC_BEGIN):text.index(bench_graph.DOC_END)]
+    assert "Command: `" in section and "| block | M | fused = unfused |" in section

@@ -1,7 +1,7 @@
 """``python -m tgrad bench``: check bytes against the oracle and time tgrad against live peers.
 
 Without ``--shape`` the default suite runs (``--list`` shows it; ``--full`` adds the slow
-8192-row shapes). For each shape MxKxN: seeded normal bf16 inputs are made resident, tgrad
+8192-row shapes); ``--graph`` times MLP blocks instead (tgrad.bench_graph). For each shape MxKxN: seeded normal bf16 inputs are made resident, tgrad
 computes ``a @ b``, the result is read back and compared byte for byte with
 ``conformance.oracle.matmul_bits`` (skipped above an oracle size limit unless ``--check-all``),
 then tgrad and its peers are timed live, interleaved in this one process (DESIGN §7):
@@ -236,6 +236,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"({', '.join(f'{k}={v}' for k, v in SPIN_ENV.items())}, where unset)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: only when stderr is a terminal)")
+    from . import bench_graph
+
+    bench_graph.add_arguments(parser)  # --graph: MLP blocks instead of matmul shapes
     parser.set_defaults(func=run)
 
 
@@ -1347,15 +1350,16 @@ def _command() -> str:
     return " ".join(["python -m tgrad", *argv])
 
 
-def update_doc(path: Path, report_md: str) -> None:
-    """Replace the lines between DOC_BEGIN and DOC_END in `path` with the report (its title
-    becomes a level-3 heading); everything else in the file is kept."""
+def update_doc(path: Path, report_md: str, *, begin: str = DOC_BEGIN, end: str = DOC_END) -> None:
+    """Replace the lines between `begin` and `end` (DOC_BEGIN and DOC_END: the matmul bench's
+    section) in `path` with the report (its title becomes a level-3 heading); everything else in
+    the file is kept."""
     text = path.read_text(encoding="utf-8")
-    begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
-    if begin < 0 or end < begin:
-        raise ValueError(f"{path}: no '{DOC_BEGIN}' ... '{DOC_END}' section to replace")
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"{path}: no '{begin}' ... '{end}' section to replace")
     body = re.sub(r"^# ", "### ", report_md, count=1)
-    path.write_text(text[: begin + len(DOC_BEGIN)] + "\n" + body + text[end:], encoding="utf-8")
+    path.write_text(text[: start + len(begin)] + "\n" + body + text[stop:], encoding="utf-8")
 
 
 def _shapes(args: argparse.Namespace) -> list[tuple[tuple[int, int, int], str]]:
@@ -1384,6 +1388,10 @@ def _maybe_reexec(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "graph", False) or getattr(args, "graph_shapes", None):
+        from . import bench_graph
+
+        return bench_graph.run(args)
     shapes = _shapes(args)
     if args.doc is not None:  # fail before minutes of measurement, not after
         doc_text = Path(args.doc).read_text(encoding="utf-8") if Path(args.doc).is_file() else ""

@@ -84,27 +84,31 @@ static const uint16_t *operand_run(const uint16_t *data, int64_t off, int64_t s,
     return tmp;
 }
 
-static void run_ops(const tg_chain *c, const int64_t *idx, uint16_t *val, int64_t n) {
+/* The ops over a run: the first reads the running value from src (the first operand in place, or
+ * val itself), every op writes val. */
+static void run_ops(const tg_chain *c, const int64_t *idx, const uint16_t *src, uint16_t *val, int64_t n) {
     uint16_t tmp[RUN];
     int64_t last = c->ndim - 1;
-    for (int32_t k = 0; k < c->n; k++) {
+    for (int32_t k = 0; k < c->n; k++, src = val) {
         const tg_chain_op *o = &c->ops[k];
         if (!o->binary) {
-            tg_ew_unary_on(c->v, o->op, val, val, n);
+            tg_ew_unary_on(c->v, o->op, src, val, n);
             continue;
         }
         int64_t s;
         const uint16_t *p = operand_run(o->data, offset_of(&o->view, idx), last < 0 ? 0 : o->view.strides[last], n, tmp, &s);
-        if (o->value_right) tg_ew_binary_on(c->v, o->op, p, s, val, 1, val, n);
-        else tg_ew_binary_on(c->v, o->op, val, 1, p, s, val, n);
+        if (o->value_right) tg_ew_binary_on(c->v, o->op, p, s, src, 1, val, n);
+        else tg_ew_binary_on(c->v, o->op, src, 1, p, s, val, n);
     }
 }
 
-/* The first operand's run into val (the elementwise pass). */
-static void gather_first(const tg_chain *c, const int64_t *idx, uint16_t *val, int64_t n) {
+/* The first operand's run (the elementwise pass): read in place when contiguous, else gathered
+ * into val. */
+static const uint16_t *first_run(const tg_chain *c, const int64_t *idx, uint16_t *val, int64_t n) {
     int64_t off = offset_of(&c->first_view, idx), s = c->ndim ? c->first_view.strides[c->ndim - 1] : 0;
-    if (s == 1) memcpy(val, c->first + off, (size_t)n * 2u);
-    else for (int64_t i = 0; i < n; i++) val[i] = c->first[off + i * s];
+    if (s == 1) return c->first + off;
+    for (int64_t i = 0; i < n; i++) val[i] = c->first[off + i * s];
+    return val;
 }
 
 void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) {
@@ -113,8 +117,7 @@ void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) {
         for (int32_t i = 0; i < c->ndim; i++) idx[i] = rem / c->pitch[i], rem %= c->pitch[i];
         if (c->ndim && run > c->shape[c->ndim - 1] - idx[c->ndim - 1]) run = c->shape[c->ndim - 1] - idx[c->ndim - 1];
         if (run > RUN) run = RUN;
-        if (c->first) gather_first(c, idx, out + lin, run);
-        run_ops(c, idx, out + lin, run);
+        run_ops(c, idx, c->first ? first_run(c, idx, out + lin, run) : out + lin, out + lin, run);
         lin += run, n -= run;
     }
 }

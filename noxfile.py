@@ -1,7 +1,20 @@
-"""Sessions: `nox -s tests` (C ABI tests + the Python suite against the pip-installed package),
-`nox -s bench` (the benchmark suite with live peers), `nox -s typecheck` (mypy --strict on the
-installed package), `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user),
-`nox -s exhaustive` (the 2^32-pair elementwise sweeps)."""
+"""Sessions (README.md says what each needs and how long it takes on 2 cores):
+
+- `nox -s tests` (the default): the core suite, no torch: the C tests (`meson test`, less the
+  `exhaustive` and `long` suites), then the unmarked pytest tier against the pip-installed package.
+- `nox -s interop`: the tests marked `interop`, with their peers installed (torch, dask).
+- `nox -s slow`: the tests marked `slow`: the bench CLI end to end, the commands through pipes, the
+  generated-MSL tier on the C++ emulator, the committed scorecards, the long sweeps.
+- `nox -s typecheck`: the tests marked `typecheck` (mypy --strict on the installed package).
+- `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user), `nox -s exhaustive`
+  (the 2^32-pair elementwise sweeps and the all-float32 conversion).
+- `nox -s bench`: the benchmark suite with live peers.
+
+The pytest tiers are markers (registered in pyproject.toml); TIERS below gives each session's
+selection, so every test runs in exactly one of tests, interop, slow and typecheck. `.ci/run`
+runs them all. A new test is unmarked (core) unless it needs a heavy peer (`interop`), runs mypy
+(`typecheck`), or takes over about a second on 2 cores (`slow`: a sweep, a child process running
+`python -m tgrad`, a compiler)."""
 
 from __future__ import annotations
 
@@ -16,25 +29,61 @@ nox.options.sessions = ["tests"]
 ROOT = pathlib.Path(__file__).parent
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """C tests (meson test) then pytest against the package as `pip install .` builds it."""
-    session.install("meson>=1.1", "ninja")
-    build = pathlib.Path(session.create_tmp()) / "build-c"
-    shutil.rmtree(build, ignore_errors=True)
-    session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfault_injection=true")
-    session.run("meson", "test", "-C", str(build), "--print-errorlogs")
-    # torch (a CPU wheel of exactly this version) for the DLPack and safetensors interop tests
-    session.install(".[test,bench]", "pkgconf", TORCH)
+#: The pytest selection (-m) of each tier's session: a partition of the suite, so every test runs
+#: in exactly one session (a test with two tier markers runs in the first that names it here).
+TIERS = {
+    "interop": "interop",
+    "typecheck": "typecheck and not interop",
+    "slow": "slow and not interop and not typecheck",
+    "tests": "not interop and not typecheck and not slow",
+}
+
+
+def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None) -> None:
+    """pytest on one tier against the package as `pip install .` built it."""
     # Run from tests/ so that the source tree cannot shadow the installed packages. One pytest
     # worker per core (pytest-xdist): most of the suite is single-threaded Python, subprocesses
-    # and the oracle, so 2 workers on the CI machine's 2 cores halve its time (12 -> 6 minutes).
+    # and the oracle, so 2 workers on the CI machine's 2 cores halve its time.
     # TGRAD_POISON_STORAGE=1: every new or reused tensor block starts as the NaN 0x7FA5, so a kernel
     # that leaves an output element unwritten shows up as a wrong byte instead of passing on the
     # allocator's leftovers (the pip-installed library is a release build, where it is off).
     session.chdir(ROOT / "tests")
-    session.run("pytest", "-q", "-n", "auto", "python", *session.posargs,
-                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1"})
+    session.run("pytest", "-q", "-n", "auto", "-m", TIERS[tier], "python", *session.posargs,
+                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", **(env or {})})
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The core suite, with no torch: C tests (meson test) then pytest's unmarked tier against the
+    package as `pip install .` builds it."""
+    session.install("meson>=1.1", "ninja")
+    build = pathlib.Path(session.create_tmp()) / "build-c"
+    shutil.rmtree(build, ignore_errors=True)
+    session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfault_injection=true")
+    # The `long` suite (all 2^32 float32 conversions) runs in `nox -s exhaustive`.
+    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--no-suite", "long")
+    session.install(".[test]", "pkgconf")  # pkgconf: test_c_example builds against the installed copy
+    _pytest(session, "tests")
+
+
+@nox.session
+def interop(session: nox.Session) -> None:
+    """The tests marked `interop`: DLPack and safetensors with torch (a CPU wheel of exactly TORCH),
+    tgrad.dask on a local distributed cluster. Every peer must be there: the session checks the
+    imports first, and TGRAD_REQUIRE_INTEROP=1 makes an interop test that skips fail."""
+    session.install(".[test,dask]", TORCH)
+    session.run("python", "-c", "import torch, dask.array, distributed")
+    _pytest(session, "interop", env={"TGRAD_REQUIRE_INTEROP": "1"})
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """The tests marked `slow`: the bench end to end (with its plot and progress extras), every
+    command through pipes and in child processes, the generated-MSL tier on the C++ emulator (its
+    compiled kernels are cached in MSL_EMU_CACHE, by default under the temp directory), the
+    committed scorecards regenerated, the property and mpmath sweeps."""
+    session.install(".[test,bench]")
+    _pytest(session, "slow")
 
 
 @nox.session
@@ -58,7 +107,7 @@ def sanitize(session: nox.Session) -> None:
     libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-x", "-n", "auto", "python",
-                "-k", "not msl_emu and not bench and not render",
+                "-k", "not msl_emu and not bench and not render", "-m", "not typecheck",  # mypy loads no libtgrad
                 *session.posargs,
                 env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan,
                      "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],
@@ -108,12 +157,13 @@ def cross(session: nox.Session) -> None:
 def exhaustive(session: nox.Session) -> None:
     """The long sweeps: every binary elementwise op over all 2^32 bf16 input pairs on every CPU
     variant against a double reference (tests/c/test_elementwise.c; about 1.5 minutes on 2 cores),
-    in the `exhaustive` meson suite that `nox -s tests` leaves out."""
+    in the `exhaustive` meson suite, and all 2^32 float32 patterns through the conversion
+    (tests/c/test_convert.c), in the `long` suite: both left out of `nox -s tests`."""
     session.install("meson>=1.1", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-exhaustive").resolve()
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--buildtype=release")
-    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--suite", "exhaustive")
+    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--suite", "exhaustive", "--suite", "long")
 
 
 @nox.session
@@ -147,11 +197,11 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """`mypy --strict` on the package as `pip install .` builds it, with its optional typed
-    dependencies present: tests/python/test_typing.py (which `nox -s tests` runs too)."""
+    """The tests marked `typecheck`: `mypy --strict` on the package as `pip install .` builds it,
+    with its optional typed dependencies present (tests/python/test_typing.py), and the
+    safetensors stub checked by mypy."""
     session.install(".[test,dask]")
-    session.chdir(ROOT / "tests")  # the installed package, not the source tree
-    session.run("pytest", "-q", "python/test_typing.py", *session.posargs, env={"TGRAD_LIB": ""})
+    _pytest(session, "typecheck")
 
 
 #: The peer the issue's targets are stated against; a CPU wheel of exactly this version.

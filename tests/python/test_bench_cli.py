@@ -21,6 +21,8 @@ import pytest
 import tgrad  # noqa: E402,F401  (a missing binding is a failure, not a skip)
 from tgrad import bench as bench_module
 
+pytestmark = pytest.mark.slow  # a bench run in a child process per test
+
 FIRST_KEYS = ["py_shape", "py_dtype", "py_byte_match", "py_pipeline_ok", "py_median_s", "py_gflops"]
 RATIO_RE = re.compile(r"(\S+) \[(\S+), (\S+)\] (win|loss|tie)")
 

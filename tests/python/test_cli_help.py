@@ -39,6 +39,7 @@ def test_help_renders(command: str | None) -> None:
             assert flag in text
 
 
+@pytest.mark.slow
 def test_bench_help_through_the_module() -> None:
     run = subprocess.run([sys.executable, "-m", "tgrad", "bench", "--help"],
                          capture_output=True, text=True, timeout=120)

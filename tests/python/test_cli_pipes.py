@@ -17,6 +17,8 @@ from tgrad.__main__ import build_parser
 
 from test_cli_help import _subcommands
 
+pytestmark = pytest.mark.slow  # a child process per command
+
 #: Status of a command whose reader went away: 128 + SIGPIPE (13), as a shell reports it.
 BROKEN_PIPE = 141
 

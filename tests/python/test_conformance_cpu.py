@@ -100,6 +100,7 @@ BLOCKINGS = [(16 << 10, 64, 0), (4 << 10, 8, 0), (16 << 10, 64, 1)]
 LARGE_CASES = [c for c in CASES if c.m * c.k * c.n >= 4096]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("blocking", BLOCKINGS, ids=[f"chunk{b[0]}-panel{b[1]}-flags{b[2]}" for b in BLOCKINGS])
 def test_shared_chunk_path_matches_oracle(blocking):
     from tgrad._ffi import lib

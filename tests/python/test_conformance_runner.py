@@ -143,6 +143,7 @@ def test_write_is_pretty_sorted_with_a_trailing_newline(cpu_card: dict[str, Any]
     assert runner.load(path) == cpu_card
 
 
+@pytest.mark.slow
 def test_cli_write_then_check(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert conformance_cli.main(["--backend", "cpu", "--write", "--scorecards", str(tmp_path)]) == 0
     written = runner.load(tmp_path / "cpu.json")

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.interop
 da = pytest.importorskip("dask.array", reason="dask is not installed (extra tgrad[dask])")
 distributed = pytest.importorskip("distributed", reason="distributed is not installed (extra tgrad[dask])")
 

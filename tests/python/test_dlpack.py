@@ -58,6 +58,7 @@ except ImportError:  # CI may not install torch: its tests skip
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
+@pytest.mark.interop
 @needs_torch
 def test_torch_bf16_comes_in_zero_copy_with_identical_bytes() -> None:
     x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
@@ -66,6 +67,7 @@ def test_torch_bf16_comes_in_zero_copy_with_identical_bytes() -> None:
     assert t.to_bytes() == x.view(torch.int16).numpy().tobytes()
 
 
+@pytest.mark.interop
 @needs_torch
 def test_torch_non_contiguous_strides_come_in_as_views() -> None:
     x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
@@ -75,6 +77,7 @@ def test_torch_non_contiguous_strides_come_in_as_views() -> None:
         assert t.to_bytes() == view.contiguous().view(torch.int16).numpy().tobytes()
 
 
+@pytest.mark.interop
 @needs_torch
 def test_torch_source_deleted_first_keeps_the_memory_alive() -> None:
     x = torch.arange(12, dtype=torch.float32).reshape(3, 4).to(torch.bfloat16)
@@ -89,12 +92,14 @@ def test_torch_source_deleted_first_keeps_the_memory_alive() -> None:
     assert not _dlpack._imports
 
 
+@pytest.mark.interop
 @needs_torch
 def test_torch_float32_is_rounded_to_bf16() -> None:
     x = torch.randn(4, 4, generator=torch.Generator().manual_seed(2))
     assert tgrad.from_dlpack(x.T).to_bytes() == x.T.contiguous().to(torch.bfloat16).view(torch.int16).numpy().tobytes()
 
 
+@pytest.mark.interop
 @needs_torch
 def test_tgrad_goes_out_to_torch_zero_copy(bf16_bits: Any) -> None:
     a = _tgrad(bf16_bits, 4, 6)
@@ -103,6 +108,7 @@ def test_tgrad_goes_out_to_torch_zero_copy(bf16_bits: Any) -> None:
     assert x.view(torch.int16).numpy().tobytes() == a.to_bytes()
 
 
+@pytest.mark.interop
 @needs_torch
 def test_tgrad_views_go_out_with_their_strides(bf16_bits: Any) -> None:
     a = _tgrad(bf16_bits, 4, 6)
@@ -112,6 +118,7 @@ def test_tgrad_views_go_out_with_their_strides(bf16_bits: Any) -> None:
         assert x.contiguous().view(torch.int16).numpy().tobytes() == view.to_bytes()
 
 
+@pytest.mark.interop
 @needs_torch
 def test_negative_strides_go_out_as_a_copy_or_are_refused(bf16_bits: Any) -> None:
     a = _tgrad(bf16_bits, 4, 6)[::-1]
@@ -121,6 +128,7 @@ def test_negative_strides_go_out_as_a_copy_or_are_refused(bf16_bits: Any) -> Non
         a.__dlpack__(copy=False)
 
 
+@pytest.mark.interop
 @needs_torch
 def test_tgrad_deleted_first_keeps_the_export_alive(bf16_bits: Any) -> None:
     a = (_tgrad(bf16_bits, 8, 8) @ _tgrad(bf16_bits, 8, 8))
@@ -135,6 +143,7 @@ def test_tgrad_deleted_first_keeps_the_export_alive(bf16_bits: Any) -> None:
     assert tgrad.live_tensors() == live - 1  # the export's own handle went with x
 
 
+@pytest.mark.interop
 @needs_torch
 def test_versioned_export_is_read_only(bf16_bits: Any) -> None:
     a = _tgrad(bf16_bits, 2, 3)
@@ -150,6 +159,7 @@ def test_versioned_export_is_read_only(bf16_bits: Any) -> None:
     assert tgrad.live_tensors() == live
 
 
+@pytest.mark.interop
 @needs_torch
 def test_round_trip_tgrad_torch_tgrad_shares_one_buffer(bf16_bits: Any) -> None:
     a = _tgrad(bf16_bits, 3, 5)

@@ -123,6 +123,7 @@ def test_an_unconsumed_export_releases_its_handle() -> None:
         assert tgrad.live_tensors() == live
 
 
+@pytest.mark.interop
 @needs_torch
 def test_torch_reads_an_export_after_the_tensor_is_released() -> None:
     t = _tensor(5, 64, 64)
@@ -133,6 +134,7 @@ def test_torch_reads_an_export_after_the_tensor_is_released() -> None:
     assert y.view(torch.int16).numpy().tobytes() == expected
 
 
+@pytest.mark.interop
 @needs_torch
 def test_torch_reads_an_export_after_the_with_block() -> None:
     with _tensor(6, 32, 32) as t:
@@ -171,6 +173,7 @@ def test_a_capsule_freed_while_an_exception_is_set_keeps_that_exception(unraisab
     assert unraisable == [] and capfd.readouterr().err == ""
 
 
+@pytest.mark.interop
 @needs_torch
 def test_a_torch_tensor_freed_while_an_exception_is_set_keeps_that_exception(unraisable: list[Any], capfd: pytest.CaptureFixture[str]) -> None:
     t = _tensor(9, 3, 3)

@@ -141,6 +141,7 @@ def test_an_unreadable_scorecard_fails(tmp_path: pathlib.Path) -> None:
     assert _by_name(doctor.collect(peak=False, scorecards=tmp_path))["scorecard cpu"].state == "FAIL"
 
 
+@pytest.mark.slow
 def test_command_line_exit_status(tmp_path: pathlib.Path) -> None:
     env = dict(os.environ)
     result = subprocess.run([sys.executable, "-m", "tgrad", "doctor", "--no-peak", "--json"],

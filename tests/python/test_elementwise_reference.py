@@ -21,6 +21,8 @@ import pytest
 import tgrad
 from tgrad._ffi import ffi, lib
 
+pytestmark = pytest.mark.slow  # arbitrary-precision sweeps of every table op
+
 mp = mpmath.mp
 # 400 bits: near 0, gelu(x) - x/2 is ~2^-134 of x/2 for a subnormal x; elsewhere the results'
 # distance to a bf16 midpoint is at least ~2^-21 of them (the C test's margins).

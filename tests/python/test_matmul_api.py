@@ -275,6 +275,7 @@ def _every_cpu_path(rng: np.random.Generator) -> int:
 SIMD_VARIANTS = [name for name, ok in tgrad.cpu_isas().items() if ok and name != "portable"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", SIMD_VARIANTS)
 def test_cpu_scratch_is_bounded_by_the_blocking_and_reused(rng: np.random.Generator,
                                                            variant: str) -> None:

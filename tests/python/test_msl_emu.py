@@ -33,7 +33,7 @@ from tgrad import render as R
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from msl_emu.driver import Emulator, EmuError, find_cxx  # noqa: E402
 
-pytestmark = pytest.mark.skipif(find_cxx() is None, reason="no C++ compiler for the MSL emulator")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_cxx() is None, reason="no C++ compiler for the MSL emulator")]
 
 MAX_SENTINEL_DIM = 256
 ORDERS = ("forward", "reverse", "shuffle")

@@ -16,7 +16,7 @@ from conformance.oracle import f32_to_bf16_bits
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from msl_emu.driver import CompileError, Emulator, EmuError, SubsetError, find_cxx, translate  # noqa: E402
 
-pytestmark = pytest.mark.skipif(find_cxx() is None, reason="no C++ compiler for the MSL emulator")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_cxx() is None, reason="no C++ compiler for the MSL emulator")]
 
 HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
 

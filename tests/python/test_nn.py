@@ -165,6 +165,7 @@ def test_from_checkpoint_checks_the_schema_before_reading(tmp_path: Path, rng: n
 
 
 # ---- peers and tracing ----------------------------------------------------------------------------
+@pytest.mark.interop
 def test_linear_holds_its_weights_as_torch_does(rng: np.random.Generator) -> None:
     torch = pytest.importorskip("torch")
     # Small integers: every product and sum is exact, so any summation order gives these bytes

@@ -157,6 +157,7 @@ def _probe(**env: str) -> dict[str, object]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 def test_a_broken_kernel_reaches_the_user_as_kernel_compile_failed_with_the_build_log(opencl_device: str) -> None:
     # Extra build options (a documented diagnostic knob) that turn every rendered kernel into
     # invalid OpenCL C: the driver's compiler rejects it and its log is the error's text.
@@ -167,12 +168,14 @@ def test_a_broken_kernel_reaches_the_user_as_kernel_compile_failed_with_the_buil
     assert out["cpu_ok"] is True
 
 
+@pytest.mark.slow
 def test_options_that_relax_fp_math_are_refused(opencl_device: str) -> None:
     out = _probe(TGRAD_OPENCL_BUILD_OPTIONS="-cl-fast-relaxed-math")
     assert out["available"] is False and "-cl-fast-relaxed-math" in str(out["device"])
     assert out["error"] == "BackendUnavailableError" and out["cpu_ok"] is True
 
 
+@pytest.mark.slow
 def test_without_an_opencl_loader_the_backend_is_unavailable_and_nothing_else_fails() -> None:
     out = _probe(TGRAD_OPENCL_LOADER="/nonexistent/libOpenCL.so.1")
     assert out["built"] is True and out["available"] is False
@@ -182,6 +185,7 @@ def test_without_an_opencl_loader_the_backend_is_unavailable_and_nothing_else_fa
     assert out["cpu_ok"] is True
 
 
+@pytest.mark.slow
 def test_a_machine_without_opencl_skips_the_conformance_run_and_claims_nothing() -> None:
     code = ("import json; from conformance import runner; from conformance.rosters import roster\n"
             "card = runner.run('opencl', cases=roster('ci')[:5])\n"
@@ -195,6 +199,7 @@ def test_a_machine_without_opencl_skips_the_conformance_run_and_claims_nothing()
     assert detail.startswith("backend_unavailable: opencl: no OpenCL ICD loader")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("choice", "chosen"), [("0:0", True), ("no-such-device-anywhere", False), ("7:3", False)])
 def test_the_device_is_chosen_by_index_or_name(choice: str, chosen: bool, opencl_device: str) -> None:
     out = _probe(TGRAD_OPENCL_DEVICE=choice)
@@ -206,6 +211,7 @@ def test_the_device_is_chosen_by_index_or_name(choice: str, chosen: bool, opencl
         assert out["error"] == "BackendUnavailableError"
 
 
+@pytest.mark.slow
 def test_the_device_can_be_named_by_any_part_of_its_name(opencl_device: str) -> None:
     platform, _, device = opencl_device.partition(" / ")
     for part in (platform[2:8].upper(), device[-6:].lower()):

@@ -8,11 +8,14 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tgrad
 from conformance.oracle import matmul_bits
+
+pytestmark = pytest.mark.slow  # a randomized sweep over every CPU variant
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 VARIANTS = [name for name, ok in tgrad.cpu_isas().items() if ok]

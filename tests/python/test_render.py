@@ -302,6 +302,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+@pytest.mark.slow
 def test_cli_prints_source_and_launch_geometry() -> None:
     result = _cli("--shape", "64x64x64")
     assert result.returncode == 0, result.stderr
@@ -311,6 +312,7 @@ def test_cli_prints_source_and_launch_geometry() -> None:
     assert "// grid: 256 x 256 x 1 threadgroups" in tc.stdout and "simdgroup_multiply_accumulate" in tc.stdout
 
 
+@pytest.mark.slow
 def test_cli_transposes_and_languages() -> None:
     out = _cli("--shape", "32x48x16", "--transpose-a", "--transpose-b", "--route", "naive", "--lang", "opencl")
     assert out.returncode == 0, out.stderr
@@ -319,6 +321,7 @@ def test_cli_transposes_and_languages() -> None:
     assert copy.returncode == 0 and "dst[i] = src[" in copy.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     (["--shape", "4x4x4", "--route", "tc"], "route_not_eligible"),
     (["--shape", "64x64x64", "--route", "tc", "--lang", "opencl"], "route_not_eligible"),

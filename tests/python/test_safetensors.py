@@ -128,6 +128,7 @@ def test_files_tgrad_writes_load_in_the_package_with_identical_bytes(tmp_path: P
     assert back["a_t"].to_bytes() == a.T.to_bytes()
 
 
+@pytest.mark.interop
 def test_torch_reads_what_tgrad_writes(tmp_path: Path, bf16_bits: Any) -> None:
     torch = pytest.importorskip("torch")
     from safetensors.torch import load_file
@@ -169,6 +170,7 @@ def test_stub_names_the_tensors_for_a_type_checker(checkpoint: Any, tmp_path: Pa
     assert out.stdout == text
 
 
+@pytest.mark.typecheck
 def test_stub_type_checks_a_use_of_the_names(checkpoint: Any, tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     pkg = tmp_path / "typed"

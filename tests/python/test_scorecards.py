@@ -14,6 +14,8 @@ import pytest
 
 from conformance import runner
 
+pytestmark = pytest.mark.slow  # whole conformance runs, the MSL emulator's included
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCORECARDS = ROOT / "conformance" / "scorecards"
 EMU_DIR = ROOT / "tests" / "msl_emu"

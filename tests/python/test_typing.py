@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tgrad
+
+pytestmark = pytest.mark.typecheck
 
 
 def test_package_is_clean_under_mypy_strict(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def sanitize(session: nox.Session) -> None:
                      "TGRAD_POISON_STORAGE": "1"})
     session.chdir(ROOT)
     session.run("meson", "setup", str(tsan), "--buildtype=debugoptimized", "-Db_sanitize=thread")
-    session.run("meson", "test", "-C", str(tsan), "--print-errorlogs", "threads", "elementwise-threads", "schedule",
+    session.run("meson", "test", "-C", str(tsan), "--print-errorlogs", "threads", "elementwise-threads", "schedule", "fusion", "elementwise-nodes",
                 env={"TSAN_OPTIONS": "halt_on_error=1"})
 
 
@@ -149,7 +149,7 @@ def cross(session: nox.Session) -> None:
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--cross-file", str(cross_file), "--buildtype=release")
     session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--timeout-multiplier", "5",
-                "abi", "threads", "gen", "overflow", "schedule", "elementwise-unary", "elementwise-specials", "elementwise-threads",
+                "abi", "threads", "gen", "overflow", "schedule", "fusion", "elementwise-nodes", "elementwise-unary", "elementwise-specials", "elementwise-threads",
                 "elementwise-binary-sampled")
 
 

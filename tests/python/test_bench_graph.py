@@ -24,6 +24,9 @@ from tgrad import bench as bench_module
 from tgrad import bench_graph
 from tgrad.__main__ import main
 
+#: Each test runs the bench (in this process or a child): the slow tier (noxfile.py TIERS).
+pytestmark = pytest.mark.slow
+
 RATIO_RE = re.compile(r"^(\S+) \[(\S+), (\S+)\] (win|loss|tie)$")
 FIRST_KEYS = ["graph_block", "graph_name", "graph_fused_equals_unfused", "graph_pipeline_ok",
               "graph_median_s"]
@@ -140,6 +143,7 @@ def test_markdown_has_the_columns_and_a_row_per_block(no_torch_run: tuple[Any, P
 # ---- with torch ---------------------------------------------------------------------------------
 
 
+@pytest.mark.interop
 def test_tiny_block_against_torch_eager(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     proc = graph("--graph-shapes", "gelu:1x64x256", "--repeat", "3", "--no-compile", "--no-reexec",

@@ -1338,6 +1338,25 @@ class _Progress:
             sys.stderr.flush()
 
 
+def _report_head(schema: str, started: _dt.datetime, threads: int, peer_threads: dict[str, str],
+                 env: dict[str, Any]) -> dict[str, Any]:
+    """The fields every bench report opens with (the matmul bench's and bench --graph's)."""
+    import tgrad
+
+    return {
+        "schema": schema,
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": (_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(),
+        "command": _command(),
+        "argv": sys.argv,
+        "tgrad_version": tgrad.version(),
+        "cpu_isa": tgrad.cpu_isa(),
+        "threads": threads,
+        "peer_threads": peer_threads,
+        "environment": env,
+    }
+
+
 def _command() -> str:
     """How this run was started, to be pasted back: ``nox -s bench -- ARGS`` when nox says so
     (TGRAD_BENCH_LAUNCHER), else ``python -m tgrad bench ARGS``."""
@@ -1455,16 +1474,7 @@ def run(args: argparse.Namespace) -> int:
     # to the largest block each thread worked on: this is the run's most)
     env["tgrad_cpu_scratch_bytes"] = tgrad.cpu_scratch_bytes()
     report = {
-        "schema": "tgrad-bench/2",
-        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "seconds": (_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(),
-        "command": _command(),
-        "argv": sys.argv,
-        "tgrad_version": tgrad.version(),
-        "cpu_isa": tgrad.cpu_isa(),
-        "threads": threads,
-        "peer_threads": peer_threads,
-        "environment": env,
+        **_report_head("tgrad-bench/2", started, threads, peer_threads, env),
         "limits": limits,
         "method": {
             "timer": "time.perf_counter around one call; result released after the clock stops",

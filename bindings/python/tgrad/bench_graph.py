@@ -629,19 +629,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace, env: dict[str, Any], started: _dt.datetime, threads: int,
             peer_threads: dict[str, str], results: list[dict[str, Any]]) -> dict[str, Any]:
-    import tgrad
-
     return {
-        "schema": "tgrad-bench-graph/1",
-        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "seconds": (_dt.datetime.now(_dt.timezone.utc) - started).total_seconds(),
-        "command": _bench._command(),
-        "argv": sys.argv,
-        "tgrad_version": tgrad.version(),
-        "cpu_isa": tgrad.cpu_isa(),
-        "threads": threads,
-        "peer_threads": peer_threads,
-        "environment": env,
+        **_bench._report_head("tgrad-bench-graph/1", started, threads, peer_threads, env),
         "method": {
             "regions": {
                 "tgrad": "the block's tgrad expression, .realize() with tgrad.set_fusion(True)",

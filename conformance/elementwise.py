@@ -165,14 +165,14 @@ _AT_MINUS_INF = {"gelu": 0x8000, "gelu_tanh": 0x8000, "silu": 0x8000}
 
 
 def _mpmath():
-    """mpmath (tgrad's `test` extra): only inputs whose float64 result is near a midpoint need it."""
+    """mpmath (a dependency of tgrad): only inputs whose float64 result is near a midpoint need it."""
     try:
         import mpmath
     except ImportError as exc:
         raise ModuleNotFoundError(
             "conformance.elementwise decides an input whose float64 result lies within "
             "2^-24 bf16 ulp of a rounding midpoint with mpmath, which is not importable "
-            f"({exc}); pip install mpmath (tgrad's `test` extra has it)", name="mpmath") from exc
+            f"({exc}); pip install mpmath (tgrad depends on it)", name="mpmath") from exc
     return mpmath
 
 

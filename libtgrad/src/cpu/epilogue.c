@@ -21,7 +21,7 @@ static bool merges(const tg_view *v, int32_t i) {
 }
 
 static void drop_axis(tg_view *v, int32_t i, bool merge) {
-    if (merge) v->shape[i + 1] *= v->shape[i], v->strides[i + 1] = v->strides[i + 1];
+    if (merge) v->shape[i + 1] *= v->shape[i]; /* the merged axis steps by the inner stride */
     for (int32_t j = i; j + 1 < v->ndim; j++) v->shape[j] = v->shape[j + 1], v->strides[j] = v->strides[j + 1];
     v->ndim--;
 }

@@ -1,0 +1,175 @@
+// The elementwise ops on bf16 bits, as every GPU kernel libtgrad renders computes them.
+// A device prelude: the renderer (libtgrad/src/gen/) copies this text, verbatim, into each kernel
+// that applies an elementwise op (MSL and OpenCL C alike), and tests/c/test_gpu_elementwise.c
+// compiles the same text as C and compares it with the CPU's loops on every input (docs/kernels.md).
+//
+// Integers only: no floating-point instruction, so the bytes cannot depend on a device's fp32
+// subnormal handling, rounding of division or fast math. Each result is the correctly rounded
+// (nearest even) bf16 of the exact result, with gradual underflow, overflow to inf and every NaN
+// made 0x7fc0: the contract of docs/numerics.md, "Elementwise ops". The transcendental ops are
+// not here: they read 65,536-entry tables (one per op, indexed by the input's bits).
+//
+// The common subset of C99, OpenCL C 1.2 and MSL 2.3: the types ushort, uint and int, the
+// function clz (count leading zeros of a non-zero uint), no pointers; no identifier that is a
+// type or builtin in one of them (OpenCL C reserves half, for one).
+
+// Is h a NaN? (exponent all ones, fraction non-zero)
+static inline bool tg_bf_is_nan(ushort h) {
+    return (h & 0x7fffu) > 0x7f80u;
+}
+
+// A finite bf16's value as sig * 2^(exp - 134): sig is the integer significand (implicit bit
+// included; subnormals have exponent 1), exp its biased exponent.
+static inline uint tg_bf_sig(ushort h) {
+    uint e = ((uint)h >> 7) & 0xffu;
+    return e == 0u ? ((uint)h & 0x7fu) : (((uint)h & 0x7fu) | 0x80u);
+}
+
+static inline int tg_bf_exp(ushort h) {
+    int e = (int)(((uint)h >> 7) & 0xffu);
+    return e == 0 ? 1 : e;
+}
+
+// The bf16 nearest (ties to even) to (-1)^sign * m * 2^(x - 134), for 0 < m < 2^31 whose lowest
+// bit may be a sticky bit standing for a non-zero remainder below it. Overflow gives inf.
+static inline ushort tg_bf_round(uint sign, int x, uint m) {
+    int len = 32 - (int)clz(m);              // m has len significant bits
+    int shift = len - 8;                     // keep 8 (a normal significand) ...
+    if (x + shift < 1)                       // ... unless the result is subnormal: exponent 1
+        shift = 1 - x;
+    uint q;
+    int e;
+    if (shift <= 0) {                        // exact: no bits dropped
+        q = m << (uint)(-shift);
+    } else if (shift > 31) {                 // below half the smallest subnormal: zero
+        q = 0u;
+    } else {
+        q = m >> (uint)shift;
+        uint rest = m & ((1u << (uint)shift) - 1u);
+        uint tie = 1u << (uint)(shift - 1);
+        if (rest > tie || (rest == tie && (q & 1u) != 0u))
+            q = q + 1u;                      // may carry into the next exponent: still right
+    }
+    e = x + shift - 1;                       // the field below the implicit bit's
+    if (q == 0u)
+        return (ushort)(sign << 15);
+    if (e >= 0xfe)                           // beyond the largest finite exponent: inf
+        return (ushort)((sign << 15) | 0x7f80u);
+    uint bits = ((uint)e << 7) + q;          // q's implicit bit adds one to the exponent field
+    if (bits >= 0x7f80u)
+        bits = 0x7f80u;
+    return (ushort)((sign << 15) | bits);
+}
+
+static inline ushort tg_bf_add(ushort a, ushort b) {
+    if (tg_bf_is_nan(a) || tg_bf_is_nan(b))
+        return (ushort)0x7fc0u;
+    uint sa = (uint)a >> 15, sb = (uint)b >> 15;
+    uint ma = (uint)a & 0x7fffu, mb = (uint)b & 0x7fffu;
+    if (ma == 0x7f80u || mb == 0x7f80u) {    // an infinity: inf - inf is NaN
+        if (ma == 0x7f80u && mb == 0x7f80u && sa != sb)
+            return (ushort)0x7fc0u;
+        return ma == 0x7f80u ? a : b;
+    }
+    if (ma == 0u && mb == 0u)                // -0 + -0 is -0; any other sum of zeros is +0
+        return (ushort)((sa & sb) << 15);
+    if (ma == 0u)
+        return b;
+    if (mb == 0u)
+        return a;
+    ushort hi = ma >= mb ? a : b, lo = ma >= mb ? b : a;  // |hi| >= |lo|
+    int xh = tg_bf_exp(hi), d = xh - tg_bf_exp(lo);
+    uint aligned_hi = tg_bf_sig(hi) << 20;          // exact, with 20 bits to spare below
+    // The smaller operand, aligned. More than 20 binades below the larger (which is then normal,
+    // its significand at least 2^27 in these units) it is under 2^7 units, while the nearest
+    // rounding boundary to the larger is 2^18 units away: it cannot change the result.
+    uint aligned_lo = d <= 20 ? tg_bf_sig(lo) << (uint)(20 - d) : 0u;
+    uint sh = (uint)hi >> 15, sl = (uint)lo >> 15;
+    uint m = sh == sl ? aligned_hi + aligned_lo : aligned_hi - aligned_lo;
+    if (m == 0u)                             // x + (-x) is +0 when rounding to nearest
+        return (ushort)0u;
+    return tg_bf_round(sh, xh - 20, m);
+}
+
+static inline ushort tg_bf_sub(ushort a, ushort b) {
+    return tg_bf_add(a, (ushort)(b ^ 0x8000u));
+}
+
+static inline ushort tg_bf_mul(ushort a, ushort b) {
+    if (tg_bf_is_nan(a) || tg_bf_is_nan(b))
+        return (ushort)0x7fc0u;
+    uint s = ((uint)a ^ (uint)b) >> 15;
+    uint ma = (uint)a & 0x7fffu, mb = (uint)b & 0x7fffu;
+    if (ma == 0x7f80u || mb == 0x7f80u)      // inf * 0 is NaN
+        return ma == 0u || mb == 0u ? (ushort)0x7fc0u : (ushort)((s << 15) | 0x7f80u);
+    if (ma == 0u || mb == 0u)
+        return (ushort)(s << 15);
+    // sig_a * sig_b * 2^(xa + xb - 268): exact (16 bits at most)
+    return tg_bf_round(s, tg_bf_exp(a) + tg_bf_exp(b) - 134, tg_bf_sig(a) * tg_bf_sig(b));
+}
+
+static inline ushort tg_bf_div(ushort a, ushort b) {
+    if (tg_bf_is_nan(a) || tg_bf_is_nan(b))
+        return (ushort)0x7fc0u;
+    uint s = ((uint)a ^ (uint)b) >> 15;
+    uint ma = (uint)a & 0x7fffu, mb = (uint)b & 0x7fffu;
+    if ((ma == 0x7f80u && mb == 0x7f80u) || (ma == 0u && mb == 0u))
+        return (ushort)0x7fc0u;
+    if (ma == 0x7f80u || mb == 0u)
+        return (ushort)((s << 15) | 0x7f80u);
+    if (ma == 0u || mb == 0x7f80u)
+        return (ushort)(s << 15);
+    uint na = tg_bf_sig(a), nb = tg_bf_sig(b);
+    int xa = tg_bf_exp(a), xb = tg_bf_exp(b);
+    while (na < 0x80u) {                     // normalize subnormals: significands in [2^7, 2^8)
+        na = na << 1;
+        xa = xa - 1;
+    }
+    while (nb < 0x80u) {
+        nb = nb << 1;
+        xb = xb - 1;
+    }
+    // na / nb in (1/2, 2): 23 fraction bits give a quotient of 22 or 23 bits; the remainder's
+    // sticky bit goes below it, where no rounding boundary can lie.
+    uint num = na << 23;
+    uint q = num / nb;
+    uint sticky = num - q * nb != 0u ? 1u : 0u;
+    return tg_bf_round(s, xa - xb + 134 - 24, (q << 1) | sticky);
+}
+
+// The bits in an order where -0 < +0 and negatives sort by magnitude reversed (NaN aside).
+static inline int tg_bf_key(ushort h) {
+    int v = (int)h;
+    return v >= 0x8000 ? 0x7fff - v : v;
+}
+
+static inline ushort tg_bf_maximum(ushort a, ushort b) {
+    if (tg_bf_is_nan(a) || tg_bf_is_nan(b))
+        return (ushort)0x7fc0u;
+    return tg_bf_key(a) >= tg_bf_key(b) ? a : b;
+}
+
+static inline ushort tg_bf_minimum(ushort a, ushort b) {
+    if (tg_bf_is_nan(a) || tg_bf_is_nan(b))
+        return (ushort)0x7fc0u;
+    return tg_bf_key(a) <= tg_bf_key(b) ? a : b;
+}
+
+// relu keeps -0 (not below 0); a negative number becomes +0.
+static inline ushort tg_bf_relu(ushort h) {
+    if (tg_bf_is_nan(h))
+        return (ushort)0x7fc0u;
+    return h > 0x8000u ? (ushort)0u : h;
+}
+
+static inline ushort tg_bf_neg(ushort h) {
+    return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
+}
+
+static inline ushort tg_bf_abs(ushort h) {
+    return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h & 0x7fffu);
+}
+
+static inline ushort tg_bf_square(ushort h) {
+    return tg_bf_mul(h, h);
+}

@@ -1,0 +1,107 @@
+/* The GPU kernels' elementwise ops (kernels/gpu/elementwise.h, integers only) against the CPU's
+ * (kernels/cpu/elementwise_loops.h, fp32 under IEEE rules): the same text the renderer pastes into
+ * every MSL and OpenCL kernel, compiled here as C, must give the CPU's bytes.
+ *   test_gpu_elementwise            every unary input, and every first operand against 600 second
+ *                                   operands (all specials, the subnormal and binade edges, a
+ *                                   stride through the rest) for each binary op
+ *   test_gpu_elementwise all S      every first operand against every S-th second operand (suite
+ *                                   long: S = 7; S = 1 is all 2^32 pairs, six minutes of one core)
+ * Prints "N passed, N failed". */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" /* the loops' dispatchers: this test calls the ops */
+#include "elementwise_loops.h"
+#pragma GCC diagnostic pop
+
+typedef uint16_t ushort;
+typedef uint32_t uint;
+#define clz(x) ((uint)__builtin_clz(x))
+#include "../../kernels/gpu/elementwise.h"
+#undef clz
+
+typedef struct {
+    const char *name;
+    uint16_t (*cpu)(uint16_t, uint16_t);
+    ushort (*gpu)(ushort, ushort);
+} binary_case;
+
+static const binary_case binaries[] = {
+    { "add", ew_add, tg_bf_add }, { "sub", ew_sub, tg_bf_sub }, { "mul", ew_mul, tg_bf_mul },
+    { "div", ew_div, tg_bf_div }, { "maximum", ew_max, tg_bf_maximum }, { "minimum", ew_min, tg_bf_minimum },
+};
+
+static uint16_t cpu_square(uint16_t h) { return ew_mul(h, h); }
+
+typedef struct {
+    const char *name;
+    uint16_t (*cpu)(uint16_t);
+    ushort (*gpu)(ushort);
+} unary_case;
+
+static const unary_case unaries[] = {
+    { "relu", ew_relu, tg_bf_relu }, { "neg", ew_neg, tg_bf_neg }, { "abs", ew_abs, tg_bf_abs },
+    { "square", cpu_square, tg_bf_square },
+};
+
+/* Report the first few mismatches of one op, and count the op once. */
+static void verdict(const char *name, uint64_t bad, uint32_t a, uint32_t b, uint16_t want, uint16_t got) {
+    if (bad) fprintf(stderr, "FAIL %s: %llu mismatches, first %04x, %04x: cpu %04x gpu %04x\n", name,
+                     (unsigned long long)bad, a, b, want, got);
+    CHECK(bad == 0);
+}
+
+static void second_operands(uint16_t *b, int *n) {
+    static const uint16_t special[] = { 0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x807f, 0x0080, 0x8080, 0x00ff,
+                                        0x3f80, 0xbf80, 0x3f81, 0x3fff, 0x4000, 0x7f7f, 0xff7f, 0x7f80, 0xff80,
+                                        0x7fc0, 0xffc0, 0x7f81, 0x0100, 0x0d80, 0x3400, 0x4b00, 0x5f80 };
+    *n = 0;
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) b[(*n)++] = special[i];
+    for (uint32_t v = 3; v < 0x10000u && *n < 600; v += 113) b[(*n)++] = (uint16_t)v;
+}
+
+static void check_binary(const binary_case *c, bool all, uint32_t stride) {
+    uint16_t bs[600];
+    int nb = 0;
+    if (!all) second_operands(bs, &nb);
+    uint64_t bad = 0;
+    uint32_t fa = 0, fb = 0;
+    uint16_t fw = 0, fg = 0;
+    for (uint32_t a = 0; a < 0x10000u; a++) {
+        uint32_t count = all ? 0x10000u : (uint32_t)nb;
+        for (uint32_t j = all ? a % stride : 0; j < count; j += all ? stride : 1) {
+            uint16_t b = all ? (uint16_t)j : bs[j];
+            uint16_t want = c->cpu((uint16_t)a, b), got = c->gpu((ushort)a, b);
+            if (want != got && bad++ == 0) fa = a, fb = b, fw = want, fg = got;
+        }
+    }
+    verdict(c->name, bad, fa, fb, fw, fg);
+}
+
+static void check_unary(const unary_case *c) {
+    uint64_t bad = 0;
+    uint32_t fa = 0;
+    uint16_t fw = 0, fg = 0;
+    for (uint32_t a = 0; a < 0x10000u; a++) {
+        uint16_t want = c->cpu((uint16_t)a), got = c->gpu((ushort)a);
+        if (want != got && bad++ == 0) fa = a, fw = want, fg = got;
+    }
+    verdict(c->name, bad, fa, 0, fw, fg);
+}
+
+int main(int argc, char **argv) {
+    bool all = argc > 2 && strcmp(argv[1], "all") == 0;
+    uint32_t stride = all ? (uint32_t)strtoul(argv[2], NULL, 10) : 1;
+    if (all && stride == 0) stride = 1;
+    tg_fp_env env = tg_fp_env_ieee(); /* the CPU side's fp32 arithmetic as its loops run it */
+    for (size_t i = 0; i < sizeof unaries / sizeof unaries[0]; i++) check_unary(&unaries[i]);
+    for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++) check_binary(&binaries[i], all, stride);
+    tg_fp_env_restore(env);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -434,24 +434,29 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 
 /* Routes. Frozen codes (1 .. TGRAD_ROUTE_COUNT). naive and tiled follow the documented fp32 order
  * (docs/numerics.md) and match the CPU bit for bit; tc uses 8x8 simdgroup matrices and meets the
- * error bound of docs/kernels.md; copy materializes a view bit for bit. */
+ * error bound of docs/kernels.md; copy materializes a view bit for bit; elementwise applies a chain
+ * of elementwise ops (tgrad_unary, tgrad_binary and the ops fused into them) to an operand's view,
+ * correctly rounded as on the CPU (render it with tgrad_render_tensor). */
 #define TGRAD_ROUTE_NAIVE 1
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
 #define TGRAD_ROUTE_COPY 4
-#define TGRAD_ROUTE_COUNT 4
+#define TGRAD_ROUTE_ELEMENTWISE 5
+#define TGRAD_ROUTE_COUNT 5
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
  * family 7+), OpenCL C 1.2 (no tc). */
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_COUNT 2
-#define TGRAD_LAUNCH_MAX_BUFFERS 4
+#define TGRAD_LAUNCH_MAX_BUFFERS 16
 #define TGRAD_KERNEL_NAME_MAX 64
 
 /* How to launch a rendered kernel. Buffers are bound at indices 0 .. buffer_count-1 (matmul:
- * a's buffer, b's buffer, the output; copy: the source's buffer, the output), each holding bf16
- * bits; the kernel indexes a and b through their views from the buffer's first element, and
- * writes the output compact row-major. A grid with a 0 extent means there is nothing to
+ * a's buffer, b's buffer, the output; copy: the source's buffer, the output; elementwise: the
+ * first operand's buffer, the output), then one per fused op that reads a buffer: a binary op's
+ * other operand ("e<i>", op i of the chain) or a table op's 65,536-entry table ("t<i>": the op
+ * of each bf16 bit pattern in order, as tgrad_unary computes it), each holding bf16 bits; the kernel indexes its inputs through their
+ * views from the buffer's first element, and writes the output compact row-major. A grid with a 0 extent means there is nothing to
  * dispatch (an empty result). */
 struct tgrad_launch {
     uint32_t grid[3];                                    /* threadgroups along x, y, z */
@@ -461,6 +466,9 @@ struct tgrad_launch {
     uint64_t buffer_elements[TGRAD_LAUNCH_MAX_BUFFERS];  /* elements each buffer must hold at least */
     uint64_t source_hash;                                /* FNV-1a 64 of the source text */
     char kernel_name[TGRAD_KERNEL_NAME_MAX];             /* the entry point, NUL-terminated */
+    char buffer_names[TGRAD_LAUNCH_MAX_BUFFERS][8];      /* each buffer's parameter name ("a", "e3", "t1") */
+    uint64_t buffer_ids[TGRAD_LAUNCH_MAX_BUFFERS];       /* tgrad_render_tensor: the tensor buffer bound
+                                                            there (tgrad_tensor_buffer_id; 0: a table) */
 };
 
 /* Name of a route or language ("tiled", "msl"); NULL for an unknown code. */
@@ -480,6 +488,15 @@ TGRAD_API tgrad_status tgrad_render_matmul(int32_t route, int32_t lang, tgrad_te
 /* Render the bit-preserving copy of src's view (any rank) into a compact row-major buffer. */
 TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char *dst, size_t capacity,
                                          size_t *length, struct tgrad_launch *launch);
+/* Render a kernel of the schedule that realizing pending tensor t runs now (the steps
+ * tgrad_explain prints, numbered from 0): step `step`, or t's own (the last) for step -1. A step
+ * is a matmul, by `route` (0: the route t's device takes; TGRAD_ROUTE_TILED for a CPU tensor),
+ * an elementwise chain (TGRAD_ROUTE_ELEMENTWISE) or a copy, each with the elementwise ops fused
+ * into it (tgrad_set_fusion) as its epilogue; `route` applies to matmul steps only and must be 0
+ * or a matmul route. launch->buffer_ids names the tensor buffer behind each binding. A realized
+ * t has nothing to compute: TGRAD_ERR_INVALID_ARGUMENT, as is a step outside the schedule. */
+TGRAD_API tgrad_status tgrad_render_tensor(int32_t route, int32_t lang, tgrad_tensor_t t, int32_t step, char *dst,
+                                           size_t capacity, size_t *length, struct tgrad_launch *launch);
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,16 @@
 /* GPU devices, the portable side: which backend, device memory for buffers, route choice (asked
- * once per step by the scheduler), kernel rendering (gen/), the compiled-program cache keyed by
- * the source's hash, and launches of the steps it is given. The backends (backend.h) hold only
+ * once per step by the scheduler), the kernel of each step (step_kernel.c, rendered by gen/), the
+ * compiled-program cache keyed by the source's hash, the elementwise tables in device memory, and
+ * launches of the steps it is given. The backends (backend.h) hold only
  * driver calls. Every call into one backend holds that backend's mutex. */
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
-#include "cpu/epilogue.h"
 #include "gen/gen.h"
-#include "schedule.h"
+#include "routes.h"
+#include "ops/elementwise.h"
+#include "step_kernel.h"
 
 #if !defined(TGRAD_HAVE_OPENCL)
 const tg_backend *const tg_backend_opencl = NULL;
@@ -32,11 +34,12 @@ typedef struct {
     char reason[512];
     cached_program cache[CACHE];
     int32_t next_slot; /* round-robin eviction */
+    void *tables[TGRAD_OP_END_]; /* device_table */
 } device_state;
 
 static device_state states[NDEVICES] = {
-    [1] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0 },
-    [2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0 },
+    [1] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
+    [2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
 };
 static _Atomic int32_t forced_route; /* 0: choose */
 
@@ -142,7 +145,7 @@ const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32
 }
 
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route) {
-    if (route != 0 && (route == TGRAD_ROUTE_COPY || !tg_route_find(route)))
+    if (route != 0 && (!tg_route_find(route) || tg_route_find(route)->kind != TG_ROUTE_MATMUL))
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_device_route: %d is not a matmul route (0, naive, tiled, tc)", route);
     atomic_store(&forced_route, route);
     return TGRAD_OK;
@@ -168,61 +171,53 @@ static tgrad_status run_text(int32_t device, const tg_text *t, const struct tgra
     return be->launch(program, launch, buffers, launch->buffer_count);
 }
 
-/* Run a step the scheduler decided (route included) into its allocated buffer. */
-/* An elementwise op on device memory, computed on the host until device kernels for it exist
- * (issue 21): the operands' buffers down, the CPU pass, the result up. The same bytes as on the
- * CPU, by construction. Device steps fuse nothing (schedule.c), so the base op is all there is. */
-static tgrad_status host_elementwise(const tg_step *st) {
-    tg_chain c;
-    tg_chain_from_step(st, &c);
-    uint16_t *host[3] = { NULL, NULL, NULL };
-    tgrad_status s = TGRAD_OK;
-    for (int32_t i = 0; i < st->ninputs && !s; i++) {
-        const tg_buffer *b = st->inputs[i].buf;
-        size_t bytes = (size_t)b->numel * 2u;
-        if (!bytes) continue; /* an empty operand is never read (the result is empty too) */
-        if (!(host[i] = tg_malloc(bytes))) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "elementwise: cannot stage %zu bytes", bytes);
-        else s = tg_device_download(st->device, b->dev_mem, host[i], bytes);
+/* A table op's 65,536 results in device memory: uploaded on first use, kept for the process
+ * (at most one per op and device; tables are read-only). Caller holds the device's lock. */
+static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
+    device_state *st = &states[device];
+    if (op <= 0 || op >= TGRAD_OP_END_) return tg_fail(TGRAD_ERR_INTERNAL, "table of op %d", (int)op);
+    if (st->tables[op]) {
+        *mem = st->tables[op];
+        return TGRAD_OK;
     }
-    size_t out_bytes = (size_t)st->buf->numel * 2u;
-    if (!s && out_bytes && !(host[2] = tg_malloc(out_bytes)))
-        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "elementwise: cannot stage %zu bytes", out_bytes);
-    if (!s && out_bytes) {
-        c.first = host[0];
-        if (st->ninputs == 2) c.ops[0].data = host[1];
-        tg_chain_pass(&c, host[2], st->buf->numel);
-        s = tg_device_upload(st->device, st->buf->dev_mem, host[2], out_bytes);
+    const uint16_t *table = tg_ew_table(op);
+    if (!table) return tg_fail(TGRAD_ERR_INTERNAL, "op %s has no table", tgrad_op_name(op));
+    const tg_backend *be = backend_of(device);
+    const size_t bytes = 65536u * sizeof *table;
+    if (tg_fault()) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate the %s table on %s", tgrad_op_name(op), device_names[device]);
+    void *m = NULL;
+    tgrad_status s = be->alloc(bytes, &m);
+    if (!s) s = be->copy_in(m, 0, table, bytes);
+    if (s) {
+        be->free(m);
+        return s;
     }
-    for (int i = 0; i < 3; i++) free(host[i]);
-    return s;
+    *mem = st->tables[op] = m;
+    return TGRAD_OK;
 }
 
+/* Run a step the scheduler decided (route included, fused ops too) into its allocated buffer:
+ * the kernel rendered from the step (step_kernel.c), its buffers bound as the renderer names
+ * them. Caller holds step->buf->lock. */
 tgrad_status tg_device_execute(const tg_step *step) {
     int32_t device = step->device;
-    if (step->op == TG_OP_ELEMENTWISE) return host_elementwise(step);
-    const tg_node_input *in = step->inputs;
-    const tg_backend *be = backend_of(device);
-    const tg_lang *l = tg_lang_find(be->lang);
-    tg_text text = { 0 };
-    struct tgrad_launch launch;
-    memset(&launch, 0, sizeof launch);
-    tgrad_status s;
-    void *buffers[3];
-    if (step->op == TG_OP_MATMUL) {
-        tg_gen_matmul p = problem_of(&in[0].view, &in[1].view);
-        s = tg_gen_check_matmul(step->dev_route, l, &p);
-        if (!s) s = tg_gen_render_matmul(step->dev_route, l, &p, &text, &launch);
-        buffers[0] = in[0].buf->dev_mem, buffers[1] = in[1].buf->dev_mem, buffers[2] = step->buf->dev_mem;
-    } else if (step->op == TG_OP_COPY) {
-        s = tg_gen_check_copy(l, &in[0].view);
-        if (!s) s = tg_gen_render_copy(l, &in[0].view, &text, &launch);
-        buffers[0] = in[0].buf->dev_mem, buffers[1] = step->buf->dev_mem;
-    } else {
-        return tg_fail(TGRAD_ERR_INTERNAL, "%s: unknown graph op %d", tg_device_name(device), (int)step->op);
+    const tg_lang *l = tg_lang_find(backend_of(device)->lang);
+    const tg_route *route = step->dev_route ? step->dev_route : tg_route_find(TGRAD_ROUTE_COPY);
+    tg_step_kernel k;
+    tgrad_status s = tg_step_kernel_render(step, route, l, &k);
+    if (s || step->buf->numel == 0) {
+        if (!s) tg_step_kernel_free(&k);
+        return s;
     }
-    if (!s && text.failed) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate kernel source");
-    if (!s && step->buf->numel > 0) LOCKED(device, s = run_text(device, &text, &launch, buffers));
-    tg_text_free(&text);
+    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL };
+    pthread_mutex_lock(&states[device].lock);
+    for (uint32_t i = 0; i < k.launch.buffer_count && !s; i++) {
+        if (k.bufs[i]) buffers[i] = k.bufs[i]->dev_mem;
+        else s = device_table(device, k.table_op[i], &buffers[i]);
+    }
+    if (!s) s = run_text(device, &k.text, &k.launch, buffers);
+    pthread_mutex_unlock(&states[device].lock);
+    tg_step_kernel_free(&k);
     return s;
 }
 

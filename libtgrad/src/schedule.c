@@ -55,7 +55,7 @@ static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
     const tg_buffer *p = in->buf;
     if (!p->node) return "realized";
     if (!tg_fusion_on()) return "fusion is off";
-    if (device != TGRAD_DEVICE_CPU || p->device != TGRAD_DEVICE_CPU) return "device kernels take no epilogue yet";
+    if (p->device != device) return "computed on another device";
     if (p->node->op != TG_OP_MATMUL && p->node->op != TG_OP_ELEMENTWISE) return "a copy is not fused";
     /* Only this node holds it: no handle, no other reader (a second read would need it stored). */
     if (atomic_load(&p->refs) != 1) return "its result is also held by a handle or read by another op";
@@ -100,9 +100,13 @@ static void decide(tg_step *st) {
             snprintf(st->route, sizeof st->route, "%s.%s", dev, st->dev_route ? st->dev_route->name : "unknown");
         }
         return;
-    case TG_OP_ELEMENTWISE: /* device buffers: computed on the host (issue 21 brings device kernels) */
-        snprintf(st->route, sizeof st->route, "%s.%s.elementwise", dev,
-                 st->device == TGRAD_DEVICE_CPU ? st->ew_variant->name : "host");
+    case TG_OP_ELEMENTWISE:
+        if (st->device == TGRAD_DEVICE_CPU) {
+            snprintf(st->route, sizeof st->route, "cpu.%s.elementwise", st->ew_variant->name);
+        } else {
+            st->dev_route = tg_route_find(TGRAD_ROUTE_ELEMENTWISE);
+            snprintf(st->route, sizeof st->route, "%s.elementwise", dev);
+        }
         return;
     default:
         snprintf(st->route, sizeof st->route, "%s.unknown", dev);

@@ -138,6 +138,8 @@ inline To as_type(From from) {
 inline float fma(float a, float b, float c) { return msl_emu::flush(__builtin_fmaf(a, b, c)); }
 inline float fabs(float x) { return __builtin_fabsf(x); }
 inline float copysign(float x, float y) { return __builtin_copysignf(x, y); }
+// clz of MSL's integer functions (metal_integer); clz(0) is the width.
+inline uint clz(uint x) { return x ? (uint)__builtin_clz(x) : 32u; }
 template <class T>
 inline T min(T a, T b) { return b < a ? b : a; }
 template <class T>

@@ -49,7 +49,7 @@ def index_line(source: str, operand: str) -> str:
 # ---- names and declarations ----------------------------------------------------------------------
 def test_route_names_and_codes_come_from_the_declarations() -> None:
     declared = re.findall(r"X\(TGRAD_ROUTE_(\w+), (\w+),", ROUTES_H.read_text())
-    assert [name for _, name in declared] == R.routes() == ["naive", "tiled", "tc", "copy"]
+    assert [name for _, name in declared] == R.routes() == ["naive", "tiled", "tc", "copy", "elementwise"]
     for upper, name in declared:
         assert upper.lower() == name
         assert ffi.string(lib.tgrad_route_name(getattr(lib, f"TGRAD_ROUTE_{upper}"))).decode() == name
@@ -74,7 +74,8 @@ def test_launch_struct_in_the_cdef_matches_the_header(tmp_path: Path) -> None:
     header = fields(preprocess('#include "tgrad.h"\n', tmp_path))
     cdef = "\n".join(line for line in load_cdef().splitlines() if not line.lstrip().startswith("#"))
     assert header == fields(FAKE_STDDEF + FAKE_STDINT + cdef)
-    assert "uint64_t buffer_elements[4]" in header and "char kernel_name[64]" in header
+    assert "uint64_t buffer_elements[16]" in header and "char kernel_name[64]" in header
+    assert "char buffer_names[16][8]" in header
 
 
 # ---- determinism, hashing, views ---------------------------------------------------------------------
@@ -205,8 +206,10 @@ def test_every_c_argument_is_checked_and_nothing_written_on_failure() -> None:
         render = lib.tgrad_render_matmul
         assert _raw(render, route, msl, h, h, dst, 64, ffi.NULL, launch)[0] == lib.TGRAD_ERR_INVALID_ARGUMENT
         assert _raw(render, route, msl, h, h, ffi.NULL, 64, length, launch)[0] == lib.TGRAD_ERR_INVALID_ARGUMENT
-        for bad_route in (0, 5, -3):
+        for bad_route in (0, lib.TGRAD_ROUTE_COUNT + 1, -3):
             assert _raw(render, bad_route, msl, h, h, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_ARGUMENT
+        for not_matmul in (lib.TGRAD_ROUTE_COPY, lib.TGRAD_ROUTE_ELEMENTWISE):
+            assert _raw(render, not_matmul, msl, h, h, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_ROUTE_NOT_ELIGIBLE
         assert _raw(render, route, 9, h, h, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_ARGUMENT
         assert _raw(render, route, msl, 0, h, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_HANDLE
         assert _raw(render, route, msl, h, h ^ (1 << 40), ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_HANDLE
@@ -231,6 +234,27 @@ def test_every_c_argument_is_checked_and_nothing_written_on_failure() -> None:
         assert _raw(lib.tgrad_route_check, route, msl, h, 0)[0] == lib.TGRAD_ERR_INVALID_HANDLE
     # a released handle is stale
     assert _raw(lib.tgrad_render_copy, msl, h, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_HANDLE
+    assert _raw(lib.tgrad_render_tensor, 0, msl, h, -1, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_HANDLE
+
+
+def test_render_tensor_checks_its_arguments_and_writes_nothing_on_failure() -> None:
+    length = ffi.new("size_t *", 12345)
+    launch = ffi.new("struct tgrad_launch *")
+    msl, render = lib.TGRAD_LANG_MSL, lib.tgrad_render_tensor
+    with zeros(8, 8) as a:
+        y = (a @ a).relu()
+        h = y._h
+        for bad in ((lib.TGRAD_ROUTE_COPY, msl, h, -1), (lib.TGRAD_ROUTE_ELEMENTWISE, msl, h, -1),
+                    (99, msl, h, -1), (0, 9, h, -1), (0, msl, h, 1), (0, msl, h, -2)):
+            status, detail = _raw(render, *bad, ffi.NULL, 0, length, launch)
+            assert status == lib.TGRAD_ERR_INVALID_ARGUMENT, (bad, detail)
+        assert length[0] == 12345 and launch.source_hash == 0
+        assert _raw(render, 0, msl, 0, -1, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_HANDLE
+        assert _raw(render, 0, msl, h, 0, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_OK  # step 0 of 1
+        y.numpy()  # realized: nothing left to render
+        status, detail = _raw(render, 0, msl, h, -1, ffi.NULL, 0, length, launch)
+        assert status == lib.TGRAD_ERR_INVALID_ARGUMENT and "realized" in detail
+        y.release()
 
 
 # ---- languages ---------------------------------------------------------------------------------------

@@ -189,11 +189,12 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
 #define TGRAD_ROUTE_COPY 4
-#define TGRAD_ROUTE_COUNT 4
+#define TGRAD_ROUTE_ELEMENTWISE 5
+#define TGRAD_ROUTE_COUNT 5
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_COUNT 2
-#define TGRAD_LAUNCH_MAX_BUFFERS 4
+#define TGRAD_LAUNCH_MAX_BUFFERS 16
 #define TGRAD_KERNEL_NAME_MAX 64
 
 struct tgrad_launch {
@@ -201,9 +202,11 @@ struct tgrad_launch {
     uint32_t threadgroup[3];
     uint32_t threadgroup_memory;
     uint32_t buffer_count;
-    uint64_t buffer_elements[4];
+    uint64_t buffer_elements[16];
     uint64_t source_hash;
     char kernel_name[64];
+    char buffer_names[16][8];
+    uint64_t buffer_ids[16];
 };
 
 const char *tgrad_route_name(int32_t route);
@@ -214,4 +217,6 @@ tgrad_status tgrad_render_matmul(int32_t route, int32_t lang, tgrad_tensor_t a, 
                                  struct tgrad_launch *launch);
 tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char *dst, size_t capacity,
                                size_t *length, struct tgrad_launch *launch);
+tgrad_status tgrad_render_tensor(int32_t route, int32_t lang, tgrad_tensor_t t, int32_t step, char *dst,
+                                 size_t capacity, size_t *length, struct tgrad_launch *launch);
 """

@@ -7,8 +7,13 @@ bit-preserving copy that materializes a view. Rendering reads only shapes and vi
 operands may be lazy. The same problem always renders the same bytes (``source_hash`` is FNV-1a 64
 of the text, the key of a compiled-kernel cache).
 
-Command line: ``python -m tgrad render --shape MxKxN [--route tc|tiled|naive|copy] [--lang msl]
-[--transpose-a] [--transpose-b]`` prints the source and its launch geometry.
+``render_tensor(t)`` renders the kernel that computes a pending tensor as the scheduler groups
+it: a matmul with the elementwise ops fused into it (its epilogue), or a standalone elementwise
+chain.
+
+Command line: ``python -m tgrad render --shape MxKxN [--route tc|tiled|naive|copy|elementwise]
+[--lang msl] [--transpose-a] [--transpose-b] [--epilogue add,gelu]`` prints the source and its
+launch geometry.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from ._ffi import _string, ffi, lib
 from .errors import _check
 from .tensor import Tensor
 
-__all__ = ["Kernel", "langs", "render_copy", "render_matmul", "route_check", "routes"]
+__all__ = ["Kernel", "langs", "render_copy", "render_matmul", "render_tensor", "route_check", "routes"]
 
 
 def _names(fn: Callable[[int], Any], count: int) -> dict[str, int]:
@@ -74,10 +79,12 @@ class Kernel:
     threadgroup_memory: int
     buffer_elements: tuple[int, ...]
     source_hash: int
+    buffer_names: tuple[str, ...] = ()
+    buffer_ids: tuple[int, ...] = ()
 
     def describe(self) -> str:
         """The launch geometry as comment lines of the kernel's language."""
-        buffers = ("a", "b", "c") if self.route != "copy" else ("src", "dst")
+        buffers = self.buffer_names or (("a", "b", "c") if self.route != "copy" else ("src", "dst"))
         lines = [
             f"kernel: {self.name} (route {self.route}, language {self.lang})",
             "grid: {} x {} x {} threadgroups".format(*self.grid),
@@ -89,16 +96,18 @@ class Kernel:
         return "".join(f"// {line}\n" for line in lines)
 
 
-def _kernel(route: str, lang: str, call: Callable[..., int], *args: Any) -> Kernel:
+def _kernel(route: str | None, lang: str, call: Callable[..., int], *args: Any) -> Kernel:
     length = ffi.new("size_t *")
     launch = ffi.new("struct tgrad_launch *")
     _check(call(*args, ffi.NULL, 0, length, launch))
     size = int(length[0]) + 1
     dst = ffi.new("char[]", size)
     _check(call(*args, dst, size, length, launch))
+    name = ffi.string(launch.kernel_name).decode("ascii")
+    count = int(launch.buffer_count)
     return Kernel(
         source=ffi.string(dst, int(length[0])).decode("ascii"),
-        route=route,
+        route=route if route is not None else name.split("_")[1],  # tgrad_<route>_...
         lang=lang,
         name=ffi.string(launch.kernel_name).decode("ascii"),
         grid=tuple(int(v) for v in launch.grid),  # type: ignore[arg-type]
@@ -106,6 +115,8 @@ def _kernel(route: str, lang: str, call: Callable[..., int], *args: Any) -> Kern
         threadgroup_memory=int(launch.threadgroup_memory),
         buffer_elements=tuple(int(launch.buffer_elements[i]) for i in range(int(launch.buffer_count))),
         source_hash=int(launch.source_hash),
+        buffer_names=tuple(ffi.string(launch.buffer_names[i]).decode("ascii") for i in range(count)),
+        buffer_ids=tuple(int(launch.buffer_ids[i]) for i in range(count)),
     )
 
 
@@ -129,6 +140,23 @@ def render_copy(src: Tensor, lang: str = "msl") -> Kernel:
     """The kernel copying src's view, bit for bit, into a compact row-major buffer."""
     src = _tensor(src, "render_copy")
     return _kernel("copy", lang, lib.tgrad_render_copy, _code(_LANGS, lang, "language"), src._h)
+
+
+def render_tensor(t: Tensor, route: str | None = None, lang: str = "msl", step: int = -1) -> Kernel:
+    """A kernel of the schedule that realizing pending tensor `t` runs now (the steps `explain`
+    prints): `t`'s own by default, else step `step`. Its base op (a matmul by `route`, default the
+    device's choice or tiled; an elementwise chain; a copy) comes with the elementwise ops fused
+    into it as its epilogue; `route` applies to matmul steps. ``Kernel.buffer_ids`` names the tensor
+    buffer behind each binding (0: an op's table). A realized tensor raises InvalidArgumentError:
+    there is nothing to compute."""
+    t = _tensor(t, "render_tensor")
+    code = 0 if route is None else _code(_ROUTES, route, "route")
+    lcode = _code(_LANGS, lang, "language")
+    if isinstance(step, bool) or not isinstance(step, int):
+        from . import errors
+
+        raise errors.InvalidArgumentError(f"render_tensor: step must be an int, got {type(step).__name__}")
+    return _kernel(None, lang, lib.tgrad_render_tensor, code, lcode, t._h, step)
 
 
 def route_check(route: str, a: Tensor, b: Tensor | None = None, lang: str = "msl") -> None:
@@ -160,7 +188,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", choices=langs(), default="msl", help="kernel language (default: msl)")
     parser.add_argument("--transpose-a", action="store_true", help="A is the transpose of a [K, M] tensor")
     parser.add_argument("--transpose-b", action="store_true", help="B is the transpose of an [N, K] tensor")
+    parser.add_argument("--epilogue", type=_ops, default=[], metavar="OP[,OP...]",
+                        help="elementwise ops fused after the product, in order (e.g. add,gelu; a binary "
+                             "op's other operand is a bias row of N values); --route elementwise renders "
+                             "them alone over an [M, N] operand")
     parser.set_defaults(func=main)
+
+
+def _ops(text: str) -> list[str]:
+    from .ops import REGISTRY
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in REGISTRY]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown op(s) {', '.join(unknown) or text!r}; known: {', '.join(REGISTRY)}")
+    return names
+
+
+def _chain(x: Tensor, ops: list[str], n: int) -> Tensor:
+    """x, then each op of the chain; a binary op's other operand is a bias row of n values."""
+    from .ops import REGISTRY, apply
+
+    for name in ops:
+        x = apply(name, x, _placeholder(1, n).reshape(n)) if REGISTRY[name].arity == 2 else apply(name, x)
+    return x
 
 
 def main(args: argparse.Namespace) -> int:
@@ -170,7 +221,12 @@ def main(args: argparse.Namespace) -> int:
     a = _placeholder(k, m).T if args.transpose_a else _placeholder(m, k)
     b = _placeholder(n, k).T if args.transpose_b else _placeholder(k, n)
     try:
-        kernel = render_copy(a, args.lang) if args.route == "copy" else render_matmul(a, b, args.route, args.lang)
+        if args.route == "elementwise":
+            kernel = render_tensor(_chain(_placeholder(m, n), args.epilogue or ["relu"], n), lang=args.lang)
+        elif args.epilogue and args.route != "copy":
+            kernel = render_tensor(_chain(a @ b, args.epilogue, n), args.route, args.lang)
+        else:
+            kernel = render_copy(a, args.lang) if args.route == "copy" else render_matmul(a, b, args.route, args.lang)
     except errors.TgradError as exc:
         print(f"python -m tgrad render: {exc.code}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1  # the shape, route or language asked for

@@ -1,10 +1,12 @@
 /* The kernel-generation entry points of tgrad.h: argument checks, operand views read from tensor
  * handles, then the renderer (render.c). Checks run in a fixed order (pointers, codes, handles,
  * shapes, eligibility, capacity) and nothing is written on failure. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "gen.h"
 #include "routes.h"
+#include "step_kernel.h"
 
 TGRAD_API const char *tgrad_route_name(int32_t route) {
     const tg_route *r = tg_route_find(route);
@@ -124,4 +126,50 @@ TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char 
     struct tgrad_launch made;
     s = tg_gen_render_copy(l, &v, &t, &made);
     return deliver(s, &t, &made, dst, capacity, length, launch, fn);
+}
+
+/* The route a step's kernel takes: for a matmul the requested one or (0) the one the scheduler
+ * decided (tiled for a CPU matmul); a copy or an elementwise chain has its own. */
+static tgrad_status step_route(const tg_step *st, int32_t route, const tg_route **r) {
+    if (st->op != TG_OP_MATMUL) {
+        *r = tg_route_find(st->op == TG_OP_COPY ? TGRAD_ROUTE_COPY : TGRAD_ROUTE_ELEMENTWISE);
+        return TGRAD_OK;
+    }
+    *r = route ? tg_route_find(route) : st->dev_route ? st->dev_route : tg_route_find(TGRAD_ROUTE_TILED);
+    return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_render_tensor(int32_t route, int32_t lang, tgrad_tensor_t t, int32_t step, char *dst,
+                                           size_t capacity, size_t *length, struct tgrad_launch *launch) {
+    const char *fn = "render_tensor";
+    const tg_lang *l;
+    const tg_route *rq = route ? tg_route_find(route) : NULL;
+    tgrad_status s = check_dst(dst, capacity, length, launch, fn);
+    if (s) return s;
+    if (route != 0 && (!rq || rq->kind != TG_ROUTE_MATMUL))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: route %d is not a matmul route (0, naive, tiled, tc)", fn, (int)route);
+    if (!(l = tg_lang_find(lang)))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: unknown language %d (known: 1 .. %d)", fn, (int)lang,
+                       TGRAD_LANG_COUNT);
+    tg_tensor ts;
+    if ((s = tg_handle_get_tensor(t, &ts))) return s;
+    tg_schedule S = { 0 };
+    tg_step_kernel k;
+    const tg_route *r = NULL;
+    pthread_mutex_lock(&tg_graph_lock); /* the pending nodes stay as they are while we read them */
+    if (!ts.buf->node) s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: the tensor is realized: there is nothing to compute", fn);
+    if (!s) s = tg_schedule_build_locked(ts.buf, &S);
+    if (!s && (step < -1 || step >= S.n))
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: step %d is not in the schedule (steps 0 .. %d, or -1)", fn, (int)step,
+                    (int)S.n - 1);
+    const tg_step *st = s ? NULL : &S.steps[step < 0 ? S.n - 1 : step]; /* post order: t's own step is last */
+    if (!s) s = step_route(st, route, &r);
+    if (!s) s = tg_step_kernel_render(st, r, l, &k);
+    for (uint32_t i = 0; !s && i < k.launch.buffer_count; i++) k.launch.buffer_ids[i] = k.bufs[i] ? k.bufs[i]->id : 0;
+    pthread_mutex_unlock(&tg_graph_lock);
+    free(S.steps);
+    free(S.free);
+    tg_tensor_unref(&ts);
+    if (s) return s;
+    return deliver(TGRAD_OK, &k.text, &k.launch, dst, capacity, length, launch, fn);
 }

@@ -74,10 +74,45 @@ typedef struct tg_gen_operand {
     int64_t stride[2]; /* elements per step along rows, columns (any sign, 0 for expanded axes) */
 } tg_gen_operand;
 
+/* ---- elementwise ops in kernels (ew.c) ----
+ * A chain: elementwise ops applied in order to a running bf16 value (a matmul's rounded result,
+ * or the first operand of a standalone elementwise kernel). Each op is data: a device function of
+ * the prelude kernels/gpu/elementwise.h (integer arithmetic, the CPU's bytes), or a lookup in the
+ * op's 65,536-entry table (the transcendentals and rsqrt), which the kernel takes as a buffer. */
+enum { TG_GEN_MAX_CHAIN = 9 }; /* a base elementwise op and 8 fused ones */
+
+typedef struct tg_gen_ew_op {
+    tgrad_op op;
+    bool value_right; /* binary: op(operand, value) rather than op(value, operand) */
+    tg_view operand;  /* binary: the other operand, a view over the output's shape */
+} tg_gen_ew_op;
+
+typedef struct tg_gen_chain {
+    int32_t n;
+    tg_gen_ew_op ops[TG_GEN_MAX_CHAIN];
+} tg_gen_chain;
+
+/* The buffers a chain adds to a kernel, after the base op's: for op `op` of the chain its
+ * operand, or (table) its table. One table per distinct op. */
+typedef struct tg_gen_binding {
+    int32_t op;
+    bool table;
+} tg_gen_binding;
+
+TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]);
+
 typedef struct tg_gen_matmul {
     int64_t m, k, n;
     tg_gen_operand a, b, c; /* a [M, K], b [K, N], c [M, N] (the output's layout) */
+    const tg_gen_chain *epilogue; /* NULL or empty: none; operands are views over [M, N] */
 } tg_gen_matmul;
+
+/* A standalone elementwise kernel: out (compact row-major, the shape of `first`) = the chain over
+ * the first operand. */
+typedef struct tg_gen_elementwise {
+    tg_view first;
+    tg_gen_chain chain;
+} tg_gen_elementwise;
 
 /* Eligibility: TGRAD_OK or TGRAD_ERR_ROUTE_NOT_ELIGIBLE with the reason recorded. */
 TG_HIDDEN tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p);
@@ -85,6 +120,9 @@ TG_HIDDEN tgrad_status tg_gen_check_copy(const tg_lang *l, const tg_view *src);
 /* Render (after a passing check). On success t holds the source and *launch is filled. */
 TG_HIDDEN tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p,
                                             tg_text *t, struct tgrad_launch *launch);
+TG_HIDDEN tgrad_status tg_gen_check_elementwise(const tg_lang *l, const tg_gen_elementwise *p);
+TG_HIDDEN tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwise *p, tg_text *t,
+                                                 struct tgrad_launch *launch);
 TG_HIDDEN tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t,
                                           struct tgrad_launch *launch);
 

@@ -10,40 +10,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gen.h"
+#include "emit.h"
 #include "routes.h"
 
-/* ---- route table ---------------------------------------------------------------------------- */
-#define TG_ROUTE_ENTRY_(code, nm, kind, tm, tn, tk, tx, ty, mm, mk, mn, sg, summary) \
-    { code, #nm, kind, tm, tn, tk, tx, ty, mm, mk, mn, sg, summary },
-static const tg_route routes[] = { TG_ROUTE_LIST(TG_ROUTE_ENTRY_) };
-#undef TG_ROUTE_ENTRY_
-
-const tg_route *tg_route_find(int32_t id) {
-    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (routes[i].id == id) return &routes[i];
-    return NULL;
-}
-
 /* ---- small arithmetic ------------------------------------------------------------------------- */
-static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
-
 /* Lowest and highest element index an operand view touches (extents > 0). False on overflow. */
 static bool span2(const tg_gen_operand *o, int64_t ext0, int64_t ext1, int64_t *lo, int64_t *hi) {
     int64_t l = o->offset, h = o->offset, t;
     const int64_t ext[2] = { ext0, ext1 };
     for (int d = 0; d < 2; d++) {
         if (tg_mul_ovf(ext[d] - 1, o->stride[d], &t)) return false;
-        if (tg_add_ovf(t < 0 ? l : h, t, t < 0 ? &l : &h)) return false;
-    }
-    *lo = l, *hi = h;
-    return true;
-}
-
-static bool span_view(const tg_view *v, int64_t *lo, int64_t *hi) {
-    int64_t l = v->offset, h = v->offset, t;
-    for (int32_t d = 0; d < v->ndim; d++) {
-        if (tg_mul_ovf(v->shape[d] - 1, v->strides[d], &t)) return false;
         if (tg_add_ovf(t < 0 ? l : h, t, t < 0 ? &l : &h)) return false;
     }
     *lo = l, *hi = h;
@@ -58,43 +34,7 @@ static int64_t fold(const tg_gen_operand *o, int64_t i, int axis) {
     return tg_mul_ovf(i, o->stride[axis], &t) || tg_add_ovf(o->offset, t, &r) ? o->offset : r;
 }
 
-/* ---- index expressions ------------------------------------------------------------------------ */
-/* |s| for any int64, INT64_MIN included (an empty operand's strides may be anything). */
-static uint64_t magnitude(int64_t s) { return s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s; }
-
-/* Append " + var * |s|" (or "- ...", or the bare term first) to an expression being built. */
-static void add_term(char *dst, size_t cap, bool *first, const char *var, int64_t s) {
-    size_t n = strlen(dst);
-    uint64_t mag = magnitude(s);
-    const char *sign = *first ? (s < 0 ? "-" : "") : (s < 0 ? " - " : " + ");
-    if (mag == 1) snprintf(dst + n, cap - n, "%s%s", sign, var);
-    else snprintf(dst + n, cap - n, "%s%s * %" PRIu64, sign, var, mag);
-    *first = false;
-}
-
-/* offset + v0 * s0 + v1 * s1, dropping terms that are always 0 (stride 0 or extent 1). */
-static void index_expr(char *dst, size_t cap, int64_t offset, const char *v0, int64_t s0, int64_t ext0,
-                       const char *v1, int64_t s1, int64_t ext1) {
-    bool first = true;
-    dst[0] = '\0';
-    if (offset != 0) {
-        snprintf(dst, cap, "%" PRId64, offset);
-        first = false;
-    }
-    if (s0 != 0 && ext0 > 1) add_term(dst, cap, &first, v0, s0);
-    if (s1 != 0 && ext1 > 1) add_term(dst, cap, &first, v1, s1);
-    if (first) snprintf(dst, cap, "0");
-}
-
 /* ---- the emitter ------------------------------------------------------------------------------ */
-typedef struct emitter {
-    tg_text *t;
-    const tg_lang *l;
-    const char *it; /* integer type of indices and loop variables: "int" or "long" */
-} emitter;
-
-#define E(...) tg_text_printf(e->t, __VA_ARGS__)
-
 /* `as_type<float>(0x00800000u)` and friends: exact fp32 constants without hex-float literals. */
 static const char *fconst(const emitter *e, char *buf, size_t cap, uint32_t bits) {
     snprintf(buf, cap, "%s(0x%08" PRIx32 "u)", e->l->bits_to_float, bits);
@@ -154,27 +94,6 @@ static void emit_helpers(const emitter *e, bool with_step) {
     E("}\n\n");
 }
 
-/* Kernel signature: buffers, then the builtin parameters the body reads; opens the body and
- * declares one `const <it> var = ...;` per builtin used. */
-static void emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
-                           const bool used[TG_B_COUNT_]) {
-    static const char *const vars[TG_B_COUNT_] = { "gx", "gy", "lx", "ly", "li", "sg" };
-    const tg_lang *l = e->l;
-    E("%s %s(", l->kernel_prefix, name);
-    for (int i = 0; i < nbufs; i++) {
-        E("%s\n    %s", i ? "," : "", bufs[i]);
-        E(l->buffer_suffix, i);
-    }
-    bool param_used[TG_P_COUNT_] = { false };
-    for (int b = 0; b < TG_B_COUNT_; b++)
-        if (used[b] && l->builtin_uses_param[b] >= 0) param_used[l->builtin_uses_param[b]] = true;
-    for (int p = 0; p < TG_P_COUNT_; p++)
-        if (param_used[p]) E(",\n    %s", l->builtin_param[p]);
-    E(")\n{\n");
-    for (int b = 0; b < TG_B_COUNT_; b++)
-        if (used[b]) E("    const %s %s = (%s)%s;\n", e->it, vars[b], e->it, l->builtin_expr[b]);
-}
-
 /* Stage a block of operand o into shared memory as fp32, +0 outside the matrix. Axis 0 of the
  * block is the operand's rows (a: m, b: k), axis 1 its columns (a: k, b: n). Consecutive
  * threads walk the axis with the smaller stride (coalesced loads, whatever the view); `store` is
@@ -189,7 +108,7 @@ static void emit_stage(const emitter *e, const char *buf, const stage_axis ax[2]
                        int32_t nthreads) {
     char idx[256];
     int fast = 1; /* the axis consecutive threads walk */
-    if (ax[1].stride == 0 || (ax[0].stride != 0 && ax[0].extent > 1 && magnitude(ax[0].stride) < magnitude(ax[1].stride)))
+    if (ax[1].stride == 0 || (ax[0].stride != 0 && ax[0].extent > 1 && tg_magnitude(ax[0].stride) < tg_magnitude(ax[1].stride)))
         fast = 0;
     const stage_axis *f = &ax[fast], *s = &ax[1 - fast];
     E("        for (%s e = li; e < %d; e += %d) {\n", e->it, ax[0].size * ax[1].size, nthreads);
@@ -197,7 +116,7 @@ static void emit_stage(const emitter *e, const char *buf, const stage_axis ax[2]
     E("            const %s %s = e / %d;\n", e->it, s->local, f->size);
     for (int i = 0; i < 2; i++) E("            const %s %s = %s + %s;\n", e->it, ax[i].global, ax[i].origin, ax[i].local);
     E("            float v = 0.0f;\n");
-    index_expr(idx, sizeof idx, offset, ax[0].global, ax[0].stride, ax[0].extent, ax[1].global, ax[1].stride,
+    tg_index_expr(idx, sizeof idx, offset, ax[0].global, ax[0].stride, ax[0].extent, ax[1].global, ax[1].stride,
                ax[1].extent);
     E("            if (%s < %" PRId64 " && %s < %" PRId64 ")\n", ax[0].global, ax[0].extent, ax[1].global, ax[1].extent);
     E("                v = tg_load_bf16(%s[%s]);\n", buf, idx);
@@ -222,9 +141,9 @@ static void emit_stage_b(const emitter *e, const tg_route *r, const tg_gen_matmu
 static void emit_header_comment(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
                                 const struct tgrad_launch *launch) {
     char ia[256], ib[256], ic[256];
-    index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "k", p->a.stride[1], p->k);
-    index_expr(ib, sizeof ib, p->b.offset, "k", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
-    index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
+    tg_index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "k", p->a.stride[1], p->k);
+    tg_index_expr(ib, sizeof ib, p->b.offset, "k", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
+    tg_index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
     E("// Generated by libtgrad from kernels/routes.h (route %s, language %s). Do not edit.\n", r->name,
       e->l->name);
     E("// C[M, N] = A[M, K] @ B[K, N] with M = %" PRId64 ", K = %" PRId64 ", N = %" PRId64
@@ -234,25 +153,56 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
     else
         E("// fp32 accumulation in the canonical order of docs/numerics.md: the CPU's bits exactly.\n");
     E("// a[m, k] = a[%s]\n// b[k, n] = b[%s]\n// c[m, n] = c[%s]\n", ia, ib, ic);
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers a, b, c.\n", launch->grid[0],
-      launch->grid[1], launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
+    if (p->epilogue && p->epilogue->n) {
+        E("// Epilogue, on each bf16 result before it is stored:");
+        for (int32_t i = 0; i < p->epilogue->n; i++) E("%s %s", i ? "," : "", tgrad_op_name(p->epilogue->ops[i].op));
+        E(" (each rounded to bf16 as alone:\n// kernels/gpu/elementwise.h, integer arithmetic; t<i>: 65,536-entry tables).\n");
+    }
+    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
+      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
+    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
+    E(".\n");
     if (*e->l->preamble) E("%s", e->l->preamble);
     E("\n");
 }
 
-static void matmul_buffers(const emitter *e, char bufs[3][64]) {
+/* The matmul kernel's signature: a, b, c, then the epilogue's buffers (ew.c). */
+static void matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *name, const bool used[TG_B_COUNT_]) {
+    char bufs[3][64], extra[TG_GEN_MAX_CHAIN][64];
+    const char *bp[3 + TG_GEN_MAX_CHAIN] = { bufs[0], bufs[1], bufs[2] };
+    int n = 3;
     snprintf(bufs[0], 64, "%s ushort *a", e->l->global_in);
     snprintf(bufs[1], 64, "%s ushort *b", e->l->global_in);
     snprintf(bufs[2], 64, "%s ushort *c", e->l->global_out);
+    if (p->epilogue) tg_gen_emit_chain_params(e, p->epilogue, extra, bp, &n);
+    tg_emit_signature(e, name, bp, n, used);
+}
+
+/* The one store step of every route: the fp32 accumulator `acc` of output (m, n) rounded to
+ * bf16, then the epilogue's ops on that bf16 value (each rounding to bf16, as alone), then the
+ * write. The caller has checked that (m, n) is inside the output. */
+static void emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent, const char *acc) {
+    static const char *const coord[2] = { "m", "n" };
+    char ic[256];
+    tg_index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
+    if (!p->epilogue || !p->epilogue->n) {
+        E("%sc[%s] = tg_store_bf16(%s);\n", indent, ic, acc);
+        return;
+    }
+    char inner[32];
+    snprintf(inner, sizeof inner, "%s    ", indent);
+    E("%s{\n", indent);
+    E("%sushort v = tg_store_bf16(%s);\n", inner, acc);
+    tg_gen_emit_chain(e, p->epilogue, inner, coord);
+    E("%sc[%s] = v;\n", inner, ic);
+    E("%s}\n", indent);
 }
 
 static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name) {
-    char bufs[3][64], ia[256], ib[256], ic[256];
-    matmul_buffers(e, bufs);
-    const char *bp[3] = { bufs[0], bufs[1], bufs[2] };
+    char ia[256], ib[256];
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_X] = true,
                                [TG_B_LOCAL_Y] = true };
-    emit_signature(e, name, bp, 3, used);
+    matmul_signature(e, p, name, used);
     E("    const %s m = gy * %d + ly;\n", e->it, r->tile_m);
     E("    const %s n = gx * %d + lx;\n", e->it, r->tile_n);
     E("    if (m >= %" PRId64 " || n >= %" PRId64 ")\n        return;\n", p->m, p->n);
@@ -260,11 +210,11 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
     if (p->k >= 2) {
         E("    // k-pairs (k, k + 1): the odd element first, then the even one\n");
         E("    for (%s k = 0; k < %" PRId64 "; k += 2) {\n", e->it, p->k & ~(int64_t)1);
-        index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "(k + 1)", p->a.stride[1], p->k);
-        index_expr(ib, sizeof ib, p->b.offset, "(k + 1)", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
+        tg_index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "(k + 1)", p->a.stride[1], p->k);
+        tg_index_expr(ib, sizeof ib, p->b.offset, "(k + 1)", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
         E("        acc = tg_step(acc, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", ia, ib);
-        index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "k", p->a.stride[1], p->k);
-        index_expr(ib, sizeof ib, p->b.offset, "k", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
+        tg_index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "k", p->a.stride[1], p->k);
+        tg_index_expr(ib, sizeof ib, p->b.offset, "k", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
         E("        acc = tg_step(acc, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", ia, ib);
         E("    }\n");
     }
@@ -273,26 +223,22 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
         E("        // odd K: the last pair's odd element is the +0 padding of both operands\n");
         E("        acc = tg_step(acc, 0.0f, 0.0f);\n");
         /* k = K - 1 folded into the offsets */
-        index_expr(ia, sizeof ia, fold(&p->a, p->k - 1, 1), "m", p->a.stride[0], p->m, "", 0, 1);
-        index_expr(ib, sizeof ib, fold(&p->b, p->k - 1, 0), "", 0, 1, "n", p->b.stride[1], p->n);
+        tg_index_expr(ia, sizeof ia, fold(&p->a, p->k - 1, 1), "m", p->a.stride[0], p->m, "", 0, 1);
+        tg_index_expr(ib, sizeof ib, fold(&p->b, p->k - 1, 0), "", 0, 1, "n", p->b.stride[1], p->n);
         E("        acc = tg_step(acc, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", ia, ib);
         E("    }\n");
     }
-    index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
-    E("    c[%s] = tg_store_bf16(acc);\n", ic);
+    emit_store(e, p, "    ", "acc");
     E("}\n");
 }
 
 static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name) {
-    char bufs[3][64], ic[256];
-    matmul_buffers(e, bufs);
-    const char *bp[3] = { bufs[0], bufs[1], bufs[2] };
     const int32_t tm = r->tile_m, tn = r->tile_n, tk = r->tile_k, nx = r->threads_x, ny = r->threads_y;
     const int32_t rm = tm / ny, rn = tn / nx, nthreads = nx * ny;
     const int64_t keven = p->k + (p->k & 1);
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_X] = true,
                                [TG_B_LOCAL_Y] = true, [TG_B_LOCAL_INDEX] = true };
-    emit_signature(e, name, bp, 3, used);
+    matmul_signature(e, p, name, used);
     E("    %s float a_tile[%d][%d]; // [k][m]\n", e->l->local_decl, tk, tm);
     E("    %s float b_tile[%d][%d]; // [k][n]\n", e->l->local_decl, tk, tn);
     E("    const %s m0 = gy * %d;\n", e->it, tm);
@@ -310,7 +256,7 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     if (strcmp(e->it, "int") == 0)
         E("        const int kend = min(%d, %" PRId64 " - k0);\n", tk, keven);
     else
-        E("        const long kend = min((long)%d, (long)%" PRId64 " - k0);\n", tk, keven);
+        E("        const long kend = %" PRId64 " - k0 < %d ? %" PRId64 " - k0 : %d;\n", keven, tk, keven, tk);
     E("        for (%s kk = 0; kk < kend; kk += 2) {\n", e->it);
     E("            for (int i = 0; i < %d; i++) {\n", rm);
     E("                const float a_odd = a_tile[kk + 1][ly + %d * i];\n", ny);
@@ -327,18 +273,14 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("        const %s m = m0 + ly + %d * i;\n", e->it, ny);
     E("        for (int j = 0; j < %d; j++) {\n", rn);
     E("            const %s n = n0 + lx + %d * j;\n", e->it, nx);
-    index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
     E("            if (m < %" PRId64 " && n < %" PRId64 ")\n", p->m, p->n);
-    E("                c[%s] = tg_store_bf16(acc[i][j]);\n", ic);
+    emit_store(e, p, "                ", "acc[i][j]");
     E("        }\n");
     E("    }\n");
     E("}\n");
 }
 
 static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name) {
-    char bufs[3][64], ic[256];
-    matmul_buffers(e, bufs);
-    const char *bp[3] = { bufs[0], bufs[1], bufs[2] };
     const int32_t tm = r->tile_m, tn = r->tile_n, tk = r->tile_k, nthreads = r->threads_x * r->threads_y;
     const int32_t f = TG_TC_FRAGMENT, sgc = TG_TC_SIMDGROUP_COLS;
     const int32_t sm = tm / TG_TC_SIMDGROUP_ROWS, sn = tn / sgc; /* block of one simdgroup */
@@ -346,7 +288,7 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     const char *mt = e->l->matrix_type;
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_INDEX] = true,
                                [TG_B_SIMDGROUP] = true };
-    emit_signature(e, name, bp, 3, used);
+    matmul_signature(e, p, name, used);
     E("    %s float a_tile[%d][%d]; // [m][k]\n", e->l->local_decl, tm, tk);
     E("    %s float b_tile[%d][%d]; // [k][n]\n", e->l->local_decl, tk, tn);
     E("    %s float c_tile[%d][%d]; // [m][n]\n", e->l->local_decl, tm, tn);
@@ -387,61 +329,39 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     E("        const %s col = e %% %d;\n", e->it, tn);
     E("        const %s m = m0 + r;\n", e->it);
     E("        const %s n = n0 + col;\n", e->it);
-    index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
     E("        if (m < %" PRId64 " && n < %" PRId64 ")\n", p->m, p->n);
-    E("            c[%s] = tg_store_bf16(c_tile[r][col]);\n", ic);
+    emit_store(e, p, "            ", "c_tile[r][col]");
     E("    }\n");
     E("}\n");
 }
 
 /* ---- eligibility --------------------------------------------------------------------------- */
-static tgrad_status not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
-                                 int64_t c) {
-    char msg[256];
-    snprintf(msg, sizeof msg, why, (long long)a, (long long)b, (long long)c);
-    return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "route %s (%s): %s", route, lang, msg);
-}
-
 tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p) {
     if (r->kind != TG_ROUTE_MATMUL)
-        return not_eligible(r->name, l->name, "not a matmul route (render it with tgrad_render_copy)", 0, 0, 0);
+        return tg_not_eligible(r->name, l->name, "not a matmul route (render it with tgrad_render_copy)", 0, 0, 0);
     if (r->simdgroup_matrix && !l->simdgroup_matrix)
-        return not_eligible(r->name, l->name, "needs 8x8 simdgroup matrices, which this language lacks", 0, 0, 0);
+        return tg_not_eligible(r->name, l->name, "needs 8x8 simdgroup matrices, which this language lacks", 0, 0, 0);
     if (p->m < r->min_m || p->k < r->min_k || p->n < r->min_n) {
         char why[160];
         snprintf(why, sizeof why, "needs M >= %d, K >= %d, N >= %d (got %%lld, %%lld, %%lld); tiled takes every shape",
                  r->min_m, r->min_k, r->min_n);
-        return not_eligible(r->name, l->name, why, p->m, p->k, p->n);
+        return tg_not_eligible(r->name, l->name, why, p->m, p->k, p->n);
     }
-    if (ceil_div(p->m, r->tile_m) > UINT32_MAX || ceil_div(p->n, r->tile_n) > UINT32_MAX)
-        return not_eligible(r->name, l->name, "%lld x %lld outputs need more than 2^32-1 threadgroups along an axis",
+    if (tg_ceil_div(p->m, r->tile_m) > UINT32_MAX || tg_ceil_div(p->n, r->tile_n) > UINT32_MAX)
+        return tg_not_eligible(r->name, l->name, "%lld x %lld outputs need more than 2^32-1 threadgroups along an axis",
                             p->m, p->n, 0);
     int64_t lo, hi;
     const struct { const tg_gen_operand *o; int64_t e0, e1; } ops[3] = {
         { &p->a, p->m, p->k }, { &p->b, p->k, p->n }, { &p->c, p->m, p->n } };
     for (int i = 0; i < 3; i++)
         if (ops[i].e0 > 0 && ops[i].e1 > 0 && (!span2(ops[i].o, ops[i].e0, ops[i].e1, &lo, &hi) || lo < 0))
-            return not_eligible(r->name, l->name,
+            return tg_not_eligible(r->name, l->name,
                                 "the view of operand %lld (0: a, 1: b, 2: the output) reaches outside its buffer", i, 0, 0);
-    return TGRAD_OK;
-}
-
-tgrad_status tg_gen_check_copy(const tg_lang *l, const tg_view *src) {
-    const tg_route *r = tg_route_find(TGRAD_ROUTE_COPY);
-    int64_t numel, lo, hi;
-    if (tg_view_numel(src, &numel)) return not_eligible(r->name, l->name, "element count overflows", 0, 0, 0);
-    if (ceil_div(numel, r->tile_m) > UINT32_MAX)
-        return not_eligible(r->name, l->name, "%lld elements need more than 2^32-1 threadgroups", numel, 0, 0);
-    if (numel > 0 && (!span_view(src, &lo, &hi) || lo < 0))
-        return not_eligible(r->name, l->name, "the view reaches outside its buffer", 0, 0, 0);
+    if (p->epilogue) return tg_gen_check_chain(r->name, l, p->epilogue);
     return TGRAD_OK;
 }
 
 /* ---- rendering -------------------------------------------------------------------------------- */
-static void finish_launch(tg_text *t, struct tgrad_launch *launch) {
-    launch->source_hash = t->failed ? 0 : tg_fnv1a64(t->data, t->len);
-}
-
 /* A stable entry-point name: route, shape, and a hash of everything else that shapes the text. */
 static void kernel_name(char dst[TGRAD_KERNEL_NAME_MAX], const char *route, const char *key, int64_t m,
                         int64_t k, int64_t n) {
@@ -452,23 +372,28 @@ static void kernel_name(char dst[TGRAD_KERNEL_NAME_MAX], const char *route, cons
         snprintf(dst, TGRAD_KERNEL_NAME_MAX, "tgrad_%s_%016" PRIx64, route, tg_fnv1a64(key, strlen(key)));
 }
 
-static bool fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
-
 tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p, tg_text *t,
                                   struct tgrad_launch *launch) {
     int64_t hi[3] = { -1, -1, -1 }, lo;
     const struct { const tg_gen_operand *o; int64_t e0, e1; } ops[3] = {
         { &p->a, p->m, p->k }, { &p->b, p->k, p->n }, { &p->c, p->m, p->n } };
-    bool small = fits_int(p->m + r->tile_m) && fits_int(p->n + r->tile_n) && fits_int(p->k + r->tile_k + 2);
+    bool small = tg_fits_int(p->m + r->tile_m) && tg_fits_int(p->n + r->tile_n) && tg_fits_int(p->k + r->tile_k + 2);
     memset(launch, 0, sizeof *launch);
     for (int i = 0; i < 3; i++) {
         if (ops[i].e0 > 0 && ops[i].e1 > 0) span2(ops[i].o, ops[i].e0, ops[i].e1, &lo, &hi[i]);
         launch->buffer_elements[i] = (uint64_t)(hi[i] + 1);
-        small = small && fits_int(hi[i]);
+        small = small && tg_fits_int(hi[i]);
     }
     launch->buffer_count = 3;
-    launch->grid[0] = (uint32_t)ceil_div(p->n, r->tile_n);
-    launch->grid[1] = (uint32_t)ceil_div(p->m, r->tile_m);
+    snprintf(launch->buffer_names[0], 8, "a");
+    snprintf(launch->buffer_names[1], 8, "b");
+    snprintf(launch->buffer_names[2], 8, "c");
+    if (p->epilogue) {
+        tg_gen_chain_launch(p->epilogue, launch);
+        small = small && tg_fits_int(tg_gen_chain_reach(p->epilogue));
+    }
+    launch->grid[0] = (uint32_t)tg_ceil_div(p->n, r->tile_n);
+    launch->grid[1] = (uint32_t)tg_ceil_div(p->m, r->tile_m);
     launch->grid[2] = 1;
     launch->threadgroup[0] = (uint32_t)r->threads_x;
     launch->threadgroup[1] = (uint32_t)r->threads_y;
@@ -476,102 +401,25 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
     if (r->id == TGRAD_ROUTE_TILED) launch->threadgroup_memory = (uint32_t)(4 * r->tile_k * (r->tile_m + r->tile_n));
     if (r->id == TGRAD_ROUTE_TC)
         launch->threadgroup_memory = (uint32_t)(4 * (r->tile_k * (r->tile_m + r->tile_n) + r->tile_m * r->tile_n));
-    char key[512];
+    char key[2048];
     snprintf(key, sizeof key, "m=%" PRId64 ";k=%" PRId64 ";n=%" PRId64 ";a=%" PRId64 ",%" PRId64 ",%" PRId64
              ";b=%" PRId64 ",%" PRId64 ",%" PRId64 ";c=%" PRId64 ",%" PRId64 ",%" PRId64,
              p->m, p->k, p->n, p->a.offset, p->a.stride[0], p->a.stride[1], p->b.offset, p->b.stride[0],
              p->b.stride[1], p->c.offset, p->c.stride[0], p->c.stride[1]);
+    if (p->epilogue) tg_gen_chain_key(p->epilogue, key, sizeof key);
     kernel_name(launch->kernel_name, r->name, key, p->m, p->k, p->n);
 
     emitter em = { t, l, small ? "int" : "long" }, *e = &em;
     emit_header_comment(e, r, p, launch);
     emit_helpers(e, r->id != TGRAD_ROUTE_TC);
+    tg_gen_emit_prelude(e, p->epilogue);
     switch (r->id) {
     case TGRAD_ROUTE_NAIVE: emit_naive(e, r, p, launch->kernel_name); break;
     case TGRAD_ROUTE_TILED: emit_tiled(e, r, p, launch->kernel_name); break;
     case TGRAD_ROUTE_TC: emit_tc(e, r, p, launch->kernel_name); break;
     default: return tg_fail(TGRAD_ERR_INTERNAL, "render: route %s has no emitter", r->name);
     }
-    finish_launch(t, launch);
+    tg_finish_launch(t, launch);
     return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
 }
 
-tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t, struct tgrad_launch *launch) {
-    const tg_route *r = tg_route_find(TGRAD_ROUTE_COPY);
-    int64_t numel = 0, lo = 0, hi = -1;
-    tg_view_numel(src, &numel);
-    if (numel > 0) span_view(src, &lo, &hi);
-    memset(launch, 0, sizeof *launch);
-    launch->buffer_count = 2;
-    launch->buffer_elements[0] = (uint64_t)(hi + 1);
-    launch->buffer_elements[1] = (uint64_t)numel;
-    launch->grid[0] = (uint32_t)ceil_div(numel, r->tile_m);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)r->threads_x;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
-
-    char key[TGRAD_MAX_DIMS * 48 + 64], dims[TGRAD_MAX_DIMS * 24 + 8] = "", src_idx[TGRAD_MAX_DIMS * 48 + 32] = "";
-    size_t kn = (size_t)snprintf(key, sizeof key, "copy;off=%" PRId64, src->offset);
-    for (int32_t d = 0; d < src->ndim; d++) {
-        kn += (size_t)snprintf(key + kn, sizeof key - kn, ";%" PRId64 ":%" PRId64, src->shape[d], src->strides[d]);
-        size_t dn = strlen(dims);
-        snprintf(dims + dn, sizeof dims - dn, "%s%" PRId64, d ? ", " : "", src->shape[d]);
-    }
-    uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_copy_%" PRId64 "_%08" PRIx32, numel, h);
-
-    /* Indices: coordinates from the row-major linear index, dims of extent 1 skipped. */
-    bool first = true;
-    if (src->offset != 0) {
-        snprintf(src_idx, sizeof src_idx, "%" PRId64, src->offset);
-        first = false;
-    }
-    int32_t outer = -1; /* first axis with extent > 1: takes the remaining quotient */
-    for (int32_t d = 0; d < src->ndim; d++)
-        if (src->shape[d] > 1) { outer = d; break; }
-    for (int32_t d = 0; d < src->ndim; d++) {
-        char var[16];
-        snprintf(var, sizeof var, "i%d", (int)d);
-        if (src->shape[d] > 1 && src->strides[d] != 0) add_term(src_idx, sizeof src_idx, &first, var, src->strides[d]);
-    }
-    if (first) snprintf(src_idx, sizeof src_idx, "0");
-
-    emitter em = { t, l, fits_int(hi) && fits_int(numel + r->tile_m) ? "int" : "long" }, *e = &em;
-    E("// Generated by libtgrad from kernels/routes.h (route copy, language %s). Do not edit.\n", l->name);
-    E("// dst = the view [%s] of src (offset %" PRId64 ", strides", dims, src->offset);
-    for (int32_t d = 0; d < src->ndim; d++) E("%s%" PRId64, d ? ", " : " ", src->strides[d]);
-    E("), compact row-major, bit for bit.\n");
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers src, dst.\n", launch->grid[0],
-      launch->grid[1], launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    if (*l->preamble) E("%s", l->preamble);
-    E("\n");
-    char b0[64], b1[64];
-    snprintf(b0, sizeof b0, "%s ushort *src", l->global_in);
-    snprintf(b1, sizeof b1, "%s ushort *dst", l->global_out);
-    const char *bp[2] = { b0, b1 };
-    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
-    emit_signature(e, launch->kernel_name, bp, 2, used);
-    E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
-    E("    if (i >= %" PRId64 ")\n        return;\n", numel);
-    /* Coordinates from the innermost axis out; an axis of stride 0 only divides the rest. */
-    int32_t last_used = -1; /* outermost axis whose coordinate the index needs */
-    for (int32_t d = src->ndim - 1; d >= 0; d--)
-        if (src->shape[d] > 1 && src->strides[d] != 0) last_used = d;
-    if (last_used >= 0) {
-        E("    %s rest = i;\n", e->it);
-        for (int32_t d = src->ndim - 1; d > last_used; d--) {
-            if (src->shape[d] <= 1) continue;
-            if (src->strides[d] != 0)
-                E("    const %s i%d = rest %% %" PRId64 ";\n", e->it, (int)d, src->shape[d]);
-            E("    rest /= %" PRId64 ";\n", src->shape[d]);
-        }
-        if (last_used == outer)
-            E("    const %s i%d = rest;\n", e->it, (int)last_used);
-        else
-            E("    const %s i%d = rest %% %" PRId64 ";\n", e->it, (int)last_used, src->shape[last_used]);
-    }
-    E("    dst[i] = src[%s];\n", src_idx);
-    E("}\n");
-    finish_launch(t, launch);
-    return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
-}

@@ -1,0 +1,100 @@
+/* The emitter's shared parts: see emit.h. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emit.h"
+#include "routes.h"
+
+/* ---- route table ---------------------------------------------------------------------------- */
+#define TG_ROUTE_ENTRY_(code, nm, kind, tm, tn, tk, tx, ty, mm, mk, mn, sg, summary) \
+    { code, #nm, kind, tm, tn, tk, tx, ty, mm, mk, mn, sg, summary },
+static const tg_route routes[] = { TG_ROUTE_LIST(TG_ROUTE_ENTRY_) };
+#undef TG_ROUTE_ENTRY_
+
+const tg_route *tg_route_find(int32_t id) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (routes[i].id == id) return &routes[i];
+    return NULL;
+}
+
+int64_t tg_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+bool tg_fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+bool tg_span_view(const tg_view *v, int64_t *lo, int64_t *hi) {
+    int64_t l = v->offset, h = v->offset, t;
+    for (int32_t d = 0; d < v->ndim; d++) {
+        if (tg_mul_ovf(v->shape[d] - 1, v->strides[d], &t)) return false;
+        if (tg_add_ovf(t < 0 ? l : h, t, t < 0 ? &l : &h)) return false;
+    }
+    *lo = l, *hi = h;
+    return true;
+}
+
+/* ---- index expressions ------------------------------------------------------------------------ */
+uint64_t tg_magnitude(int64_t s) { return s < 0 ? (uint64_t)0 - (uint64_t)s : (uint64_t)s; }
+
+void tg_add_term(char *dst, size_t cap, bool *first, const char *var, int64_t s) {
+    size_t n = strlen(dst);
+    uint64_t mag = tg_magnitude(s);
+    const char *sign = *first ? (s < 0 ? "-" : "") : (s < 0 ? " - " : " + ");
+    if (mag == 1) snprintf(dst + n, cap - n, "%s%s", sign, var);
+    else snprintf(dst + n, cap - n, "%s%s * %" PRIu64, sign, var, mag);
+    *first = false;
+}
+
+void tg_index_expr(char *dst, size_t cap, int64_t offset, const char *v0, int64_t s0, int64_t ext0,
+                       const char *v1, int64_t s1, int64_t ext1) {
+    bool first = true;
+    dst[0] = '\0';
+    if (offset != 0) {
+        snprintf(dst, cap, "%" PRId64, offset);
+        first = false;
+    }
+    if (s0 != 0 && ext0 > 1) tg_add_term(dst, cap, &first, v0, s0);
+    if (s1 != 0 && ext1 > 1) tg_add_term(dst, cap, &first, v1, s1);
+    if (first) snprintf(dst, cap, "0");
+}
+
+void tg_view_index(char *dst, size_t cap, const tg_view *v, const char *const *coord) {
+    bool first = true;
+    dst[0] = '\0';
+    if (v->offset != 0) {
+        snprintf(dst, cap, "%" PRId64, v->offset);
+        first = false;
+    }
+    for (int32_t d = 0; d < v->ndim; d++)
+        if (v->shape[d] > 1 && v->strides[d] != 0) tg_add_term(dst, cap, &first, coord[d], v->strides[d]);
+    if (first) snprintf(dst, cap, "0");
+}
+
+void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
+                           const bool used[TG_B_COUNT_]) {
+    static const char *const vars[TG_B_COUNT_] = { "gx", "gy", "lx", "ly", "li", "sg" };
+    const tg_lang *l = e->l;
+    E("%s %s(", l->kernel_prefix, name);
+    for (int i = 0; i < nbufs; i++) {
+        E("%s\n    %s", i ? "," : "", bufs[i]);
+        E(l->buffer_suffix, i);
+    }
+    bool param_used[TG_P_COUNT_] = { false };
+    for (int b = 0; b < TG_B_COUNT_; b++)
+        if (used[b] && l->builtin_uses_param[b] >= 0) param_used[l->builtin_uses_param[b]] = true;
+    for (int p = 0; p < TG_P_COUNT_; p++)
+        if (param_used[p]) E(",\n    %s", l->builtin_param[p]);
+    E(")\n{\n");
+    for (int b = 0; b < TG_B_COUNT_; b++)
+        if (used[b]) E("    const %s %s = (%s)%s;\n", e->it, vars[b], e->it, l->builtin_expr[b]);
+}
+
+tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
+                                 int64_t c) {
+    char msg[256];
+    snprintf(msg, sizeof msg, why, (long long)a, (long long)b, (long long)c);
+    return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "route %s (%s): %s", route, lang, msg);
+}
+
+void tg_finish_launch(tg_text *t, struct tgrad_launch *launch) {
+    launch->source_hash = t->failed ? 0 : tg_fnv1a64(t->data, t->len);
+}

@@ -1,0 +1,58 @@
+/* The emitter's shared parts (private to gen/): the text being written with its language and
+ * index type, index expressions with the views' constants folded in, kernel signatures, launch
+ * bookkeeping. render.c (the matmul routes), render_gather.c (copy and standalone elementwise
+ * kernels) and ew.c (elementwise chains) write kernels with these. */
+#ifndef TGRAD_GEN_EMIT_H
+#define TGRAD_GEN_EMIT_H
+
+#include "gen.h"
+
+typedef struct emitter {
+    tg_text *t;
+    const tg_lang *l;
+    const char *it; /* integer type of indices and loop variables: "int" or "long" */
+} emitter;
+
+#define E(...) tg_text_printf(e->t, __VA_ARGS__)
+
+TG_HIDDEN int64_t tg_ceil_div(int64_t a, int64_t b);
+TG_HIDDEN bool tg_fits_int(int64_t v);
+/* Lowest and highest element index a view touches (extents > 0). False on overflow. */
+TG_HIDDEN bool tg_span_view(const tg_view *v, int64_t *lo, int64_t *hi);
+/* |s| for any int64, INT64_MIN included (an empty operand's strides may be anything). */
+TG_HIDDEN uint64_t tg_magnitude(int64_t s);
+/* Append " + var * |s|" (or "- ...", or the bare term first) to an expression being built. */
+TG_HIDDEN void tg_add_term(char *dst, size_t cap, bool *first, const char *var, int64_t s);
+/* offset + v0 * s0 + v1 * s1, dropping terms that are always 0 (stride 0 or extent 1). */
+TG_HIDDEN void tg_index_expr(char *dst, size_t cap, int64_t offset, const char *v0, int64_t s0, int64_t ext0,
+                             const char *v1, int64_t s1, int64_t ext1);
+/* offset + sum of coord[d] * strides[d] over the axes of v (extent > 1, stride != 0). */
+TG_HIDDEN void tg_view_index(char *dst, size_t cap, const tg_view *v, const char *const *coord);
+/* Kernel signature: buffers, then the builtin parameters the body reads; opens the body and
+ * declares one `const <it> var = ...;` per builtin used (gx, gy, lx, ly, li, sg). */
+TG_HIDDEN void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
+                                 const bool used[TG_B_COUNT_]);
+TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
+                                       int64_t c);
+TG_HIDDEN void tg_finish_launch(tg_text *t, struct tgrad_launch *launch);
+
+/* ---- elementwise chains (ew.c) ---- */
+/* kernels/gpu/elementwise.h's text (generated into the build by embed_text.py) */
+extern const char tg_gen_elementwise_prelude[];
+/* Each op has a kernel spelling and each operand view stays inside its buffer. */
+TG_HIDDEN tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_gen_chain *c);
+/* The highest element index the chain reads any of its buffers at (-1: no buffers). */
+TG_HIDDEN int64_t tg_gen_chain_reach(const tg_gen_chain *c);
+/* Append the chain's buffers (after the base op's) to launch: counts, sizes, names. */
+TG_HIDDEN void tg_gen_chain_launch(const tg_gen_chain *c, struct tgrad_launch *launch);
+/* Append the chain to a kernel-name key. */
+TG_HIDDEN void tg_gen_chain_key(const tg_gen_chain *c, char *dst, size_t cap);
+/* The chain's buffer parameters (decls[j] holds the text, ptrs[*n..] point at them). */
+TG_HIDDEN void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decls[][64], const char **ptrs,
+                                        int *n);
+/* The prelude, when the chain has ops. */
+TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
+/* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */
+TG_HIDDEN void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord);
+
+#endif

@@ -1,0 +1,153 @@
+/* Elementwise ops in rendered kernels: the ops as data, the buffers a chain adds, and the text
+ * that applies a chain to the running value.
+ *
+ * Every language gets the same text: the prelude kernels/gpu/elementwise.h (pasted verbatim,
+ * integer arithmetic only) defines one device function per computed op, and a table op reads its
+ * 65,536-entry table, a buffer the launcher binds (the CPU's own table, tg_ew_table). So the
+ * bytes are the CPU's by construction for any device, whatever its fp32 subnormal handling,
+ * division accuracy or fast-math setting (tests/c/test_gpu_elementwise.c compiles the prelude as C
+ * against the CPU loops). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emit.h"
+#include "ops/elementwise.h"
+
+/* ---- the ops, as data ---------------------------------------------------------------------- */
+typedef struct ew_spelling {
+    tgrad_op op;
+    const char *fn; /* the prelude's device function; NULL: a table op */
+} ew_spelling;
+
+static const ew_spelling spellings[] = {
+    { TGRAD_OP_RELU, "tg_bf_relu" },    { TGRAD_OP_NEG, "tg_bf_neg" },         { TGRAD_OP_ABS, "tg_bf_abs" },
+    { TGRAD_OP_SQUARE, "tg_bf_square" }, { TGRAD_OP_ADD, "tg_bf_add" },         { TGRAD_OP_SUB, "tg_bf_sub" },
+    { TGRAD_OP_MUL, "tg_bf_mul" },      { TGRAD_OP_DIV, "tg_bf_div" },         { TGRAD_OP_MAXIMUM, "tg_bf_maximum" },
+    { TGRAD_OP_MINIMUM, "tg_bf_minimum" },
+    { TGRAD_OP_GELU, NULL },            { TGRAD_OP_GELU_TANH, NULL },          { TGRAD_OP_SILU, NULL },
+    { TGRAD_OP_SIGMOID, NULL },         { TGRAD_OP_TANH, NULL },               { TGRAD_OP_EXP, NULL },
+    { TGRAD_OP_RSQRT, NULL },
+};
+
+static const ew_spelling *spelling_of(tgrad_op op) {
+    for (size_t i = 0; i < sizeof spellings / sizeof spellings[0]; i++)
+        if (spellings[i].op == op) return &spellings[i];
+    return NULL;
+}
+
+static bool is_binary(tgrad_op op) { return tgrad_op_arity(op) == 2; }
+
+/* ---- buffers -------------------------------------------------------------------------------- */
+int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < c->n; i++) {
+        tgrad_op op = c->ops[i].op;
+        if (is_binary(op)) {
+            out[n++] = (tg_gen_binding){ i, false };
+        } else if (tg_ew_from_table(op)) {
+            bool seen = false;
+            for (int32_t j = 0; j < n; j++) seen |= out[j].table && c->ops[out[j].op].op == op;
+            if (!seen) out[n++] = (tg_gen_binding){ i, true };
+        }
+    }
+    return n;
+}
+
+/* The name a binding's buffer has in the kernel: e<op> (an operand) or t<op> (a table). */
+static void binding_name(const tg_gen_binding *b, char *dst, size_t cap) {
+    snprintf(dst, cap, "%c%d", b->table ? 't' : 'e', (int)b->op);
+}
+
+/* The chain's buffer of table op `op`. */
+static int32_t table_binding(const tg_gen_chain *c, const tg_gen_binding *b, int32_t nb, tgrad_op op) {
+    for (int32_t j = 0; j < nb; j++)
+        if (b[j].table && c->ops[b[j].op].op == op) return j;
+    return -1;
+}
+
+tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_gen_chain *c) {
+    if (c->n > TG_GEN_MAX_CHAIN) return tg_not_eligible(route, l->name, "a chain of %lld ops (at most %lld)", c->n, TG_GEN_MAX_CHAIN, 0);
+    for (int32_t i = 0; i < c->n; i++) {
+        const tg_gen_ew_op *o = &c->ops[i];
+        if (!spelling_of(o->op)) return tg_not_eligible(route, l->name, "op %lld has no kernel spelling", o->op, 0, 0);
+        int64_t numel, lo, hi;
+        if (!is_binary(o->op) || tg_view_numel(&o->operand, &numel) || numel == 0) continue;
+        if (!tg_span_view(&o->operand, &lo, &hi) || lo < 0)
+            return tg_not_eligible(route, l->name, "the operand of fused op %lld reaches outside its buffer", i, 0, 0);
+    }
+    return TGRAD_OK;
+}
+
+/* The highest element index any chain buffer is read at (-1: none), for the index type. */
+int64_t tg_gen_chain_reach(const tg_gen_chain *c) {
+    int64_t top = c->n ? 0xffff : -1, numel, lo, hi;
+    for (int32_t i = 0; i < c->n; i++)
+        if (is_binary(c->ops[i].op) && !tg_view_numel(&c->ops[i].operand, &numel) && numel > 0 &&
+            tg_span_view(&c->ops[i].operand, &lo, &hi) && hi > top)
+            top = hi;
+    return top;
+}
+
+void tg_gen_chain_launch(const tg_gen_chain *c, struct tgrad_launch *launch) {
+    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    int32_t nb = tg_gen_chain_bindings(c, b);
+    for (int32_t j = 0; j < nb; j++) {
+        uint32_t at = launch->buffer_count++;
+        int64_t numel = 0, lo = 0, hi = -1;
+        if (b[j].table) hi = 0xffff;
+        else if (!tg_view_numel(&c->ops[b[j].op].operand, &numel) && numel > 0)
+            tg_span_view(&c->ops[b[j].op].operand, &lo, &hi);
+        launch->buffer_elements[at] = (uint64_t)(hi + 1);
+        binding_name(&b[j], launch->buffer_names[at], sizeof launch->buffer_names[at]);
+    }
+}
+
+/* The chain, spelled out for a kernel's name hash: ops, sides and operand views. */
+void tg_gen_chain_key(const tg_gen_chain *c, char *dst, size_t cap) {
+    size_t n = strlen(dst);
+    for (int32_t i = 0; i < c->n && n < cap; i++) {
+        const tg_gen_ew_op *o = &c->ops[i];
+        n += (size_t)snprintf(dst + n, cap - n, ";op%d%s@%" PRId64, (int)o->op, o->value_right ? "r" : "",
+                              o->operand.offset);
+        for (int32_t d = 0; d < o->operand.ndim && n < cap; d++)
+            n += (size_t)snprintf(dst + n, cap - n, ",%" PRId64 ":%" PRId64, o->operand.shape[d], o->operand.strides[d]);
+    }
+}
+
+/* ---- text ----------------------------------------------------------------------------------- */
+void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decls[][64], const char **ptrs, int *n) {
+    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    int32_t nb = tg_gen_chain_bindings(c, b);
+    for (int32_t j = 0; j < nb; j++) {
+        char name[8];
+        binding_name(&b[j], name, sizeof name);
+        snprintf(decls[j], 64, "%s ushort *%s", e->l->global_in, name);
+        ptrs[(*n)++] = decls[j];
+    }
+}
+
+void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
+    if (c && c->n) E("%s\n", tg_gen_elementwise_prelude);
+}
+
+void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord) {
+    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    int32_t nb = tg_gen_chain_bindings(c, b);
+    for (int32_t i = 0; i < c->n; i++) {
+        const tg_gen_ew_op *o = &c->ops[i];
+        const ew_spelling *sp = spelling_of(o->op);
+        if (!sp->fn) {
+            char name[8];
+            binding_name(&b[table_binding(c, b, nb, o->op)], name, sizeof name);
+            E("%sv = %s[v]; // %s\n", indent, name, tgrad_op_name(o->op));
+        } else if (!is_binary(o->op)) {
+            E("%sv = %s(v);\n", indent, sp->fn);
+        } else {
+            char idx[TGRAD_MAX_DIMS * 48 + 32];
+            tg_view_index(idx, sizeof idx, &o->operand, coord);
+            if (o->value_right) E("%sv = %s(e%d[%s], v);\n", indent, sp->fn, (int)i, idx);
+            else E("%sv = %s(v, e%d[%s]);\n", indent, sp->fn, (int)i, idx);
+        }
+    }
+}

@@ -1,0 +1,75 @@
+/* A decided step as a GPU kernel: see step_kernel.h. The chain mirrors the CPU's
+ * (cpu/epilogue.c, tg_chain_from_step): an elementwise step's own op first, then the fused ops in
+ * order, each binary op reading its other operand through a view over the output's shape. */
+#include <string.h>
+
+#include "ops/elementwise.h"
+#include "step_kernel.h"
+
+typedef struct chain_build {
+    tg_gen_chain chain;
+    const tg_buffer *operand_buf[TG_GEN_MAX_CHAIN];
+} chain_build;
+
+static void add_op(chain_build *c, tgrad_op op, bool value_right, const tg_node_input *operand) {
+    int32_t i = c->chain.n++;
+    c->chain.ops[i] = (tg_gen_ew_op){ .op = op, .value_right = value_right };
+    if (operand) c->chain.ops[i].operand = operand->view, c->operand_buf[i] = operand->buf;
+}
+
+static void chain_of(const tg_step *st, chain_build *c) {
+    memset(c, 0, sizeof *c);
+    if (st->op == TG_OP_ELEMENTWISE) add_op(c, st->ew, false, st->ninputs == 2 ? &st->inputs[1] : NULL);
+    for (int32_t i = 0; i < st->nfused; i++) add_op(c, st->epilogue[i].op, st->epilogue[i].value_right, st->epilogue[i].operand);
+}
+
+static tg_gen_operand operand_of(const tg_view *v) {
+    return (tg_gen_operand){ v->offset, { v->strides[0], v->strides[1] } };
+}
+
+/* The chain's bindings after the base op's `base` buffers. */
+static void bind_chain(const chain_build *c, uint32_t base, tg_step_kernel *k) {
+    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    int32_t nb = tg_gen_chain_bindings(&c->chain, b);
+    for (int32_t j = 0; j < nb; j++) {
+        if (b[j].table) k->table_op[base + (uint32_t)j] = c->chain.ops[b[j].op].op;
+        else k->bufs[base + (uint32_t)j] = c->operand_buf[b[j].op];
+    }
+}
+
+tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    memset(k, 0, sizeof *k);
+    chain_build c;
+    chain_of(st, &c);
+    const tg_node_input *in = st->inputs;
+    tgrad_status s;
+    if (st->op == TG_OP_MATMUL) {
+        tg_gen_matmul p = { .m = in[0].view.shape[0], .k = in[0].view.shape[1], .n = in[1].view.shape[1],
+                            .a = operand_of(&in[0].view), .b = operand_of(&in[1].view),
+                            .c = { 0, { in[1].view.shape[1], 1 } }, .epilogue = &c.chain };
+        s = tg_gen_check_matmul(route, l, &p);
+        if (!s) s = tg_gen_render_matmul(route, l, &p, &k->text, &k->launch);
+        k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;
+        bind_chain(&c, 3, k);
+    } else if (st->op == TG_OP_ELEMENTWISE) {
+        tg_gen_elementwise p = { .first = in[0].view, .chain = c.chain };
+        s = tg_gen_check_elementwise(l, &p);
+        if (!s) s = tg_gen_render_elementwise(l, &p, &k->text, &k->launch);
+        k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+        bind_chain(&c, 2, k);
+    } else if (st->op == TG_OP_COPY) {
+        s = tg_gen_check_copy(l, &in[0].view);
+        if (!s) s = tg_gen_render_copy(l, &in[0].view, &k->text, &k->launch);
+        k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    } else {
+        s = tg_fail(TGRAD_ERR_INTERNAL, "render: unknown graph op %d", (int)st->op);
+    }
+    if (!s && k->text.failed) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate kernel source");
+    if (s) tg_step_kernel_free(k);
+    return s;
+}
+
+void tg_step_kernel_free(tg_step_kernel *k) {
+    tg_text_free(&k->text);
+    memset(k, 0, sizeof *k);
+}

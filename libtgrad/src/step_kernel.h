@@ -1,0 +1,24 @@
+/* A decided step (schedule.h) as a GPU kernel: the renderer's problem (gen/), the text, and which
+ * buffer each of the kernel's bindings is. One place, used by the device executor (device.c) and
+ * by tgrad_render_tensor (gen/api.c), so what `python -m tgrad render` prints is what runs. */
+#ifndef TGRAD_STEP_KERNEL_H
+#define TGRAD_STEP_KERNEL_H
+
+#include "schedule.h"
+
+typedef struct tg_step_kernel {
+    tg_text text;
+    struct tgrad_launch launch;
+    /* binding i: the graph buffer bound there, or NULL for table_op's 65,536-entry table */
+    const tg_buffer *bufs[TGRAD_LAUNCH_MAX_BUFFERS];
+    tgrad_op table_op[TGRAD_LAUNCH_MAX_BUFFERS];
+} tg_step_kernel;
+
+/* Render step st (a matmul by `route`, a copy, or an elementwise chain; its fused ops as the
+ * epilogue) in language l. Caller holds what keeps st's nodes alive (tg_graph_lock, or st->buf's
+ * lock while it is pending). On failure nothing is held. */
+TG_HIDDEN tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                             tg_step_kernel *k);
+TG_HIDDEN void tg_step_kernel_free(tg_step_kernel *k);
+
+#endif

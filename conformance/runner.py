@@ -2,7 +2,7 @@
 
 ``run(backend, roster)`` executes every case of a roster (conformance.rosters) on a backend and
 compares the output bits with ``conformance.oracle.matmul_bits``; a backend that runs graphs of ops
-(``cpu``) also runs the roster's graph cases (conformance.graphs: elementwise ops, broadcasting
+(``cpu``, ``msl-emu``, ``opencl``) also runs the roster's graph cases (conformance.graphs: elementwise ops, broadcasting
 views, fused chains, MLP blocks), each with fusion on and off, against the same program run on
 the oracles (conformance.reference). It returns a scorecard dict:
 
@@ -27,9 +27,10 @@ against the emulator of tests/msl_emu and run on the CPU; every case is skipped 
 the emulator or a C++ compiler is missing), ``opencl`` (libtgrad on device="opencl", naive and
 tiled routes, through the OpenCL driver: PoCL in CI; every case skipped with backend_unavailable
 and the reason where no OpenCL device is usable) and ``metal`` (every case skipped with
-backend_unavailable until libtgrad dispatches to it). A skip is never a pass. The graph cases are
-requested from ``cpu`` only: the MSL and OpenCL generators render matmul kernels alone (a device
-tensor's elementwise op runs on the host for now), so those scorecards cover matmul.
+backend_unavailable until libtgrad dispatches to it). A skip is never a pass. The graph cases run
+on ``cpu``, ``msl-emu`` and ``opencl``: on the GPU backends every step is a rendered kernel (a
+matmul with its fused epilogue, or an elementwise chain), once per matmul route and with fusion on
+and off.
 
 ``check(fresh, committed)`` lists the differences that matter (case outcomes, the funnel, the
 suite); ``write(card, path)`` writes pretty, sorted JSON with a trailing newline. Command line:
@@ -43,6 +44,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -70,17 +72,18 @@ PASS_MEANS = {
     "cpu": "output bits equal the oracle's on every CPU variant this machine runs; a graph case's "
            "also with fusion on and with fusion off, the two identical",
     "msl-emu": "output bits of the naive and tiled routes, generated MSL run on the emulator, "
-               "equal the oracle's",
+               "equal the oracle's; a graph case's too, each step's kernel (fused ops included) run "
+               "on the emulator, with fusion on and with fusion off, the two identical",
     "opencl": "output bits of the naive and tiled routes, generated OpenCL C built and run by the "
-              "OpenCL driver on device=\"opencl\", equal the oracle's",
+              "OpenCL driver on device=\"opencl\", equal the oracle's; a graph case's too, with "
+              "fusion on and with fusion off, the two identical",
     "metal": "output bits equal the oracle's",
 }
 
 #: The oracles each backend's cases are judged by (part of the attested suite record).
-ORACLES = {
-    "cpu": "conformance.oracle.matmul_bits; graph cases: conformance.reference (matmul_bits and "
-           "conformance.elementwise.elementwise_bits, op by op)",
-}
+_GRAPH_ORACLE = ("conformance.oracle.matmul_bits; graph cases: conformance.reference (matmul_bits and "
+                 "conformance.elementwise.elementwise_bits, op by op)")
+ORACLES = {"cpu": _GRAPH_ORACLE, "msl-emu": _GRAPH_ORACLE, "opencl": _GRAPH_ORACLE}
 DEFAULT_ORACLE = "conformance.oracle.matmul_bits"
 
 Outcome = tuple[str, str]  # (outcome, detail)
@@ -119,6 +122,88 @@ def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
     i = tuple(int(v) for v in bad[0])
     return (f"{len(bad)} of {want.size} outputs differ; first C{list(i)}: got 0x{int(got[i]):04x}, "
             f"want 0x{int(want[i]):04x}")
+
+
+# ---- graph cases, on any backend ----------------------------------------------------------------
+def _fused_and_unfused(tgrad: Any, label: str, run_program: Callable[[], tuple[np.ndarray, list[str]]],
+                       want: np.ndarray, fuses: bool) -> list[str]:
+    """The program run with fusion on and off (run_program: (result bits, the fused kernels
+    explain shows)): both must give the oracle's bytes, the same bytes, and fusion on must fuse
+    something where the case says there is something to fuse. The failures, labelled."""
+    failures, got = [], {}
+    for fusion in (True, False):
+        where = f"{label}, fusion {'on' if fusion else 'off'}"
+        tgrad.set_fusion(fusion)
+        try:
+            got[fusion], fused = run_program()
+        except tgrad.TgradError as exc:
+            failures.append(f"{where}: {exc.code}: {str(exc)[:300]}")
+            continue
+        if got[fusion].shape != want.shape or not np.array_equal(got[fusion], want):
+            failures.append(f"{where}: {_first_difference(got[fusion], want)}")
+        if fusion and fuses and not fused:
+            failures.append(f"{where}: explain shows no fused op (nothing to compare unfused with)")
+        if not fusion and fused:
+            failures.append(f"{where}: explain shows fused kernels {fused}")
+    if len(got) == 2 and not (got[True].shape == got[False].shape and np.array_equal(got[True], got[False])):
+        failures.append(f"{label}: fused and unfused bytes differ: {_first_difference(got[True], got[False])}")
+    return failures
+
+
+def _build_program(tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any) -> Any:
+    """The case's program over the operands, lazy. The operands' views are released before it is
+    realized, so only the result holds a handle (an intermediate a handle holds is stored, not
+    fused)."""
+    operands = [apply_view(t, i) for i, t in enumerate(tensors)]
+    out = PROGRAMS[case.program](tgrad, *operands)
+    for t in operands:
+        if all(t is not base for base in tensors):
+            t.release()
+    return out
+
+
+def _fused_kernels(out: Any) -> list[str]:
+    return [s["kernel"] for s in out.explain(json=True)["steps"] if s.get("fused")]
+
+
+def _run_program(tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any) -> tuple[np.ndarray, list[str]]:
+    """(result bits, the fused kernels explain shows), realized by libtgrad on the tensors' device."""
+    out = _build_program(tgrad, case, tensors, apply_view)
+    try:
+        fused = _fused_kernels(out)
+        return np.array(out.numpy().view(np.uint16)), fused
+    finally:
+        out.release()
+
+
+def _run_graph(tgrad: Any, case: GraphCase, device: str, per_route: Callable[[str], Any],
+               routes: tuple[str, ...], run_program: Callable[..., tuple[np.ndarray, list[str]]]) -> Outcome:
+    """A graph case on a GPU route set: for each route (per_route(route) forces it) the program,
+    fused and unfused, against the oracles'. A program without a matmul runs on the first route
+    only (the routes are matmul routes; its steps take the elementwise route whatever is forced)."""
+    want = reference_bits(case)
+    bases, apply_view = build_graph_operands(case)
+    tensors = [tgrad.Tensor.from_numpy(b, device=device) for b in bases]
+    saved_fusion = tgrad.fusion_enabled()
+    failures: list[str] = []
+    try:
+        probe = _build_program(tgrad, case, tensors, apply_view)
+        if all(s["op"] != "matmul" for s in probe.explain(json=True)["steps"]):
+            routes = routes[:1]  # no matmul: the routes differ in nothing this program runs
+        probe.release()
+        for route in routes:
+            per_route(route)
+            failures += _fused_and_unfused(
+                tgrad, route, lambda: run_program(tgrad, case, tensors, apply_view, bases, route), want, case.fuses)
+    finally:
+        per_route("")
+        tgrad.set_fusion(saved_fusion)
+        for t in tensors:
+            t.release()
+    if failures:
+        return "fail", "; ".join(failures)
+    return "pass", ""
+
 
 
 class _Cpu:
@@ -171,7 +256,8 @@ class _Cpu:
         try:
             for isa in self.variants:
                 tgrad.set_cpu_isa(isa)
-                failures += self._fused_and_unfused(case, isa, tensors, apply_view, want)
+                failures += _fused_and_unfused(
+                    tgrad, isa, lambda: _run_program(tgrad, case, tensors, apply_view), want, case.fuses)
         finally:
             tgrad.set_cpu_isa(saved_isa)
             tgrad.set_fusion(saved_fusion)
@@ -181,46 +267,6 @@ class _Cpu:
             return "fail", "; ".join(failures)
         return "pass", ""
 
-    def _fused_and_unfused(self, case: GraphCase, isa: str, tensors: list[Any], apply_view: Any,
-                           want: np.ndarray) -> list[str]:
-        failures, got = [], {}
-        for fusion in (True, False):
-            label = f"{isa}, fusion {'on' if fusion else 'off'}"
-            self.tgrad.set_fusion(fusion)
-            try:
-                got[fusion], fused = self._run_program(case, tensors, apply_view)
-            except self.tgrad.TgradError as exc:
-                failures.append(f"{label}: {exc.code}: {exc}")
-                continue
-            if got[fusion].shape != want.shape or not np.array_equal(got[fusion], want):
-                failures.append(f"{label}: {_first_difference(got[fusion], want)}")
-            if fusion and case.fuses and not fused:
-                failures.append(f"{label}: explain shows no fused op (nothing to compare unfused with)")
-            if not fusion and fused:
-                failures.append(f"{label}: explain shows fused kernels {fused}")
-        if len(got) == 2 and not (got[True].shape == got[False].shape
-                                  and np.array_equal(got[True], got[False])):
-            failures.append(f"{isa}: fused and unfused bytes differ: "
-                            f"{_first_difference(got[True], got[False])}")
-        return failures
-
-    def _run_program(self, case: GraphCase, tensors: list[Any], apply_view: Any) -> tuple[np.ndarray, list[str]]:
-        """(result bits, the fused kernels explain shows). The operands' views and the program's
-        intermediates are gone before realize, so only the result holds a handle (an
-        intermediate a handle holds is stored, not fused)."""
-        operands = [apply_view(t, i) for i, t in enumerate(tensors)]
-        out = PROGRAMS[case.program](self.tgrad, *operands)
-        for t in operands:
-            if all(t is not base for base in tensors):
-                t.release()
-        del operands
-        try:
-            steps = out.explain(json=True)["steps"]
-            fused = [s["kernel"] for s in steps if s.get("fused")]
-            return np.array(out.numpy().view(np.uint16)), fused
-        finally:
-            out.release()
-
     def environment(self) -> dict[str, Any]:
         tgrad = self.tgrad
         return {"cpu_isa": tgrad.cpu_isa(), "cpu_isas_run": self.variants,
@@ -228,9 +274,13 @@ class _Cpu:
 
 
 class _MslEmu:
-    """libtgrad's generated MSL (naive and tiled routes) compiled against the emulator."""
+    """libtgrad's generated MSL (naive and tiled routes) compiled against the emulator. A graph
+    case runs the schedule libtgrad would run, step by step: each step's kernel rendered
+    (tgrad.render.render_tensor, fused ops included) and run on the emulator, its buffers bound
+    as the launch names them (an op's table: the CPU's results over all 65,536 inputs)."""
 
     ROUTES = ("naive", "tiled")
+    runs_graphs = True
 
     def __init__(self, emu_dir: Path | None) -> None:
         self.emu = None
@@ -308,6 +358,57 @@ class _MslEmu:
             return "fail", "; ".join(failures)
         return "pass", ""
 
+    def run_graph_case(self, case: GraphCase) -> Outcome:
+        return _run_graph(self.tgrad, case, "cpu", lambda route: None, self.ROUTES, self._emulate)
+
+    def _table(self, op: str) -> np.ndarray:
+        """op over every bf16 bit pattern, in order: what a table op's buffer holds."""
+        tables = self.__dict__.setdefault("_tables", {})
+        if op not in tables:
+            import ml_dtypes
+
+            from tgrad.ops import apply
+
+            with self.tgrad.Tensor.from_numpy(np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16)) as x:
+                with apply(op, x) as y:
+                    tables[op] = np.array(y.numpy().view(np.uint16))
+        return tables[op]
+
+    def _emulate(self, tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any,
+                 bases: list[np.ndarray], route: str) -> tuple[np.ndarray, list[str]]:
+        """The program's schedule run on the emulator: (result bits, the fused kernels)."""
+        assert self.emu is not None
+        out = _build_program(tgrad, case, tensors, apply_view)
+        try:
+            fused = _fused_kernels(out)
+            memory = {t.buffer_id: np.ascontiguousarray(b).view(np.uint16).ravel() for t, b in zip(tensors, bases)}
+            nsteps = len(out.explain(json=True)["steps"])
+            kernels = [self.render.render_tensor(out, route, step=i) for i in range(nsteps)]
+            self.emu.compile_many([k.source for k in kernels if 0 not in k.grid])
+            for k in kernels:
+                self._run_step(k, memory)
+            last = kernels[-1]
+            result = memory[last.buffer_ids[last.buffer_names.index("dst" if last.route == "copy" else "c")]]
+            return np.array(result.reshape(out.shape)), fused
+        finally:
+            out.release()
+
+    def _run_step(self, k: Any, memory: dict[int, np.ndarray]) -> None:
+        """One kernel: its inputs from memory (tables from the CPU), its output into memory."""
+        assert self.emu is not None
+        tables = dict(re.findall(r"v = (t\d+)\[v\]; // (\w+)", k.source))
+        out_at = k.buffer_names.index("dst" if k.route == "copy" else "c")
+        bufs = []
+        for i, (name, bid, n) in enumerate(zip(k.buffer_names, k.buffer_ids, k.buffer_elements)):
+            if i == out_at:
+                bufs.append(np.full(n, 0xFFFF, np.uint16))  # unwritten outputs show as NaN
+            else:
+                bufs.append(self._table(tables[name]) if bid == 0 else memory[bid][:n])
+        if 0 not in k.grid:
+            bufs[out_at] = self.emu.run(self.emu.compile(k.source), k.grid, k.threadgroup, bufs,
+                                        [i != out_at for i in range(len(bufs))])[out_at]
+        memory[k.buffer_ids[out_at]] = bufs[out_at]
+
     def environment(self) -> dict[str, Any]:
         import tgrad
 
@@ -338,6 +439,7 @@ class _OpenCL:
     with the naive and the tiled route forced; it passes only if both are bit-exact."""
 
     ROUTES = ("naive", "tiled")
+    runs_graphs = True
 
     def __init__(self) -> None:
         self.unavailable = ""
@@ -389,6 +491,17 @@ class _OpenCL:
         if failures:
             return "fail", "; ".join(failures)
         return "pass", ""
+
+    def run_graph_case(self, case: GraphCase) -> Outcome:
+        """The program on device="opencl" with each route forced for its matmuls (elementwise
+        steps take the elementwise route), fused and unfused."""
+        def force(route: str) -> None:
+            self.lib.tgrad_set_device_route(self.codes[route] if route else 0)
+
+        def run(tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any, *_: Any) -> tuple[np.ndarray, list[str]]:
+            return _run_program(tgrad, case, tensors, apply_view)
+
+        return _run_graph(self.tgrad, case, "opencl", force, self.ROUTES, run)
 
     def environment(self) -> dict[str, Any]:
         if self.unavailable:

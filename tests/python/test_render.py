@@ -298,7 +298,31 @@ def _golden_cases():
             view.release()
             return kernel
 
+    def fused(route, lang, ops):
+        # x @ w.T + bias, then the ops: every route's one store step with the epilogue plugged in
+        with zeros(48, 40) as x, zeros(24, 40) as w, zeros(24, 1) as b:
+            bias = b.reshape(24)
+            y = x @ w.T
+            for op in ops:
+                y = tgrad.ops.apply(op, y, bias) if tgrad.ops.REGISTRY[op].arity == 2 else tgrad.ops.apply(op, y)
+            kernel = R.render_tensor(y, route, lang)
+            y.release(), bias.release()
+            return kernel
+
+    def elementwise_chain(lang):
+        # (x.T * row + 0.5).gelu_tanh() over views: a transposed operand, a broadcast row, a 0-d number
+        with zeros(7, 5) as base, zeros(1, 7) as row:
+            y = tgrad.gelu(base.T * row.reshape(7) + 0.5, approximate="tanh").maximum(row.reshape(7))
+            kernel = R.render_tensor(y, lang=lang)
+            y.release()
+            return kernel
+
     return {
+        "tiled_48x40x24_add_gelu.metal": lambda: fused("tiled", "msl", ["add", "gelu"]),
+        "tc_48x40x24_mul_silu_sub.metal": lambda: fused("tc", "msl", ["mul", "silu", "sub"]),
+        "naive_48x40x24_add_relu_div.cl": lambda: fused("naive", "opencl", ["add", "relu", "div"]),
+        "elementwise_5x7_chain.metal": lambda: elementwise_chain("msl"),
+        "elementwise_5x7_chain.cl": lambda: elementwise_chain("opencl"),
         "tiled_64x64x64.metal": lambda: plain("tiled", 64, 64, 64),
         "tc_64x64x64.metal": lambda: plain("tc", 64, 64, 64),
         "naive_5x7x3_transposed_a.metal": naive_transposed_a,
@@ -334,6 +358,19 @@ def test_cli_prints_source_and_launch_geometry() -> None:
     tc = _cli("--shape", "8192x8192x8192", "--route", "tc")  # placeholders: nothing is allocated
     assert tc.returncode == 0, tc.stderr
     assert "// grid: 256 x 256 x 1 threadgroups" in tc.stdout and "simdgroup_multiply_accumulate" in tc.stdout
+
+
+@pytest.mark.slow
+def test_cli_renders_a_fused_group() -> None:
+    out = _cli("--shape", "32x48x16", "--epilogue", "add,gelu", "--lang", "opencl")
+    assert out.returncode == 0, out.stderr
+    assert "v = tg_bf_add(v, e0[n]);" in out.stdout and "v = t1[v]; // gelu" in out.stdout
+    assert "// buffers: a >= 1536 elements, b >= 768 elements, c >= 512 elements, e0 >= 16 elements, " \
+           "t1 >= 65536 elements" in out.stdout
+    alone = _cli("--shape", "32x48x16", "--route", "elementwise", "--epilogue", "silu,mul")
+    assert alone.returncode == 0 and "kernel void tgrad_elementwise_512_" in alone.stdout
+    bad = _cli("--shape", "32x48x16", "--epilogue", "add,nosuchop")
+    assert bad.returncode == 2 and "nosuchop" in bad.stderr
 
 
 @pytest.mark.slow

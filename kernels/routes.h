@@ -7,8 +7,9 @@
  *
  * X(code, name, kind, tile_m, tile_n, tile_k, threads_x, threads_y, min_m, min_k, min_n,
  *   simdgroup_matrix, summary)
- *   kind          TG_ROUTE_MATMUL or TG_ROUTE_COPY
- *   tile_m/_n     outputs per threadgroup (rows, columns); copy: elements per threadgroup in tile_m
+ *   kind          TG_ROUTE_MATMUL, TG_ROUTE_COPY or TG_ROUTE_ELEMENTWISE
+ *   tile_m/_n     outputs per threadgroup (rows, columns); copy, elementwise: elements per
+ *                 threadgroup in tile_m
  *   tile_k        k-depth staged in threadgroup memory per step (0: no staging); even, so a k-pair
  *                 never straddles two stages
  *   threads_x/_y  threadgroup shape; threads_x * threads_y is a multiple of 32 (a simdgroup)
@@ -22,7 +23,7 @@
 #ifndef TGRAD_KERNELS_ROUTES_H
 #define TGRAD_KERNELS_ROUTES_H
 
-enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2 };
+enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3 };
 
 #define TG_ROUTE_LIST(X)                                                                          \
     X(TGRAD_ROUTE_NAIVE, naive, TG_ROUTE_MATMUL, 16, 16, 0, 16, 16, 0, 0, 0, 0,                  \
@@ -34,7 +35,10 @@ enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2 };
       "32x32 outputs per threadgroup of 4 simdgroups, each 2x2 8x8 fp32 simdgroup matrices, "     \
       "hardware accumulation order")                                                               \
     X(TGRAD_ROUTE_COPY, copy, TG_ROUTE_COPY, 256, 1, 0, 256, 1, 0, 0, 0, 0,                      \
-      "bit-preserving gather of a view into compact row-major, one element per thread")
+      "bit-preserving gather of a view into compact row-major, one element per thread")         \
+    X(TGRAD_ROUTE_ELEMENTWISE, elementwise, TG_ROUTE_ELEMENTWISE, 256, 1, 0, 256, 1, 0, 0, 0, 0, \
+      "an elementwise chain over views, one output element per thread, correctly rounded (the "   \
+      "integer ops of kernels/gpu/elementwise.h and 65,536-entry tables)")
 
 /* The tc route's simdgroup layout: 4 simdgroups as 2 x 2, each owning a 16 x 16 block of the
  * 32 x 32 tile as 2 x 2 fragments of 8 x 8. */

@@ -222,7 +222,8 @@ def main(args: argparse.Namespace) -> int:
     b = _placeholder(n, k).T if args.transpose_b else _placeholder(k, n)
     try:
         if args.route == "elementwise":
-            kernel = render_tensor(_chain(_placeholder(m, n), args.epilogue or ["relu"], n), lang=args.lang)
+            x = _placeholder(m, n)  # held here, so the chain is not fused into the product making it
+            kernel = render_tensor(_chain(x, args.epilogue or ["relu"], n), lang=args.lang)
         elif args.epilogue and args.route != "copy":
             kernel = render_tensor(_chain(a @ b, args.epilogue, n), args.route, args.lang)
         else:

@@ -51,10 +51,10 @@ def _tgrad_declares_provider() -> bool:
 
 
 @pytest.fixture
-def activated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """tgrad's provider activated the way a user does it: torchlens' explicit, distribution-scoped
-    activation of the `torchlens.backends` entry point. An installed tgrad (nox) declares it itself;
-    the source tree gets a dist-info carrying pyproject.toml's declaration. Unregistered after."""
+def declared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """tgrad's `torchlens.backends` entry point visible to torchlens: an installed tgrad (nox)
+    declares it itself; the source tree gets a dist-info carrying pyproject.toml's declaration.
+    Whatever registered backend "tgrad" is unregistered afterwards."""
     monkeypatch.delenv(plugins.PLUGINS_ENV_VAR, raising=False)
     if not _tgrad_declares_provider():
         info = tmp_path / "tgrad-0.1.0.dist-info"
@@ -62,12 +62,19 @@ def activated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tgrad\nVersion: 0.1.0\n")
         (info / "entry_points.txt").write_text(_declared_entry_point())
         monkeypatch.syspath_prepend(str(tmp_path))
-    report = plugins.activate("tgrad", groups=("torchlens.backends",))
-    assert [c.name for c in report.loaded] == ["tgrad"] and not report.failed
     try:
-        yield get_backend_spec("tgrad")
+        yield
     finally:
         unregister_backend_spec("tgrad")
+
+
+@pytest.fixture
+def activated(declared: None) -> Any:
+    """tgrad's provider activated the way a user does it: torchlens' explicit,
+    distribution-scoped activation of the entry point."""
+    report = plugins.activate("tgrad", groups=("torchlens.backends",))
+    assert [c.name for c in report.loaded] == ["tgrad"] and not report.failed
+    return get_backend_spec("tgrad")
 
 
 def _tensor(rng: np.random.Generator, *shape: int) -> tgrad.Tensor:
@@ -218,3 +225,25 @@ def test_activation_without_an_installed_distribution() -> None:
         unregister_backend_spec("tgrad")
     with pytest.raises(UnknownBackendError):
         get_backend_spec("tgrad")
+
+
+def _docs_tutorial() -> str:
+    """The python block of docs/interop.md's torchlens section."""
+    text = (ROOT / "docs" / "interop.md").read_text()
+    section = text[text.index("## torchlens ("):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_docs_tutorial_runs(declared: None) -> None:
+    """docs/interop.md's tutorial, run as written (it activates the provider itself), gives what
+    its comments say."""
+    namespace: dict[str, Any] = {}
+    exec(compile(_docs_tutorial(), "docs/interop.md", "exec"), namespace)
+    assert namespace["labels"] == [
+        "input_1", "captured_1", "transpose_1_1", "matmul_1_2", "captured_2", "add_1_3", "relu_1_4",
+        "captured_3", "transpose_2_5", "matmul_2_6", "captured_4", "add_2_7"]
+    relu = namespace["relu"]
+    assert (relu.parents, relu.children, relu.shape) == (("add_1_3",), ("matmul_2_6",), (2, 16))
+    assert namespace["activation"].dtype == np.dtype(ml_dtypes.bfloat16)
+    assert namespace["state"] == "passed" and namespace["ok"] is True
+    namespace.clear()  # the tensors it made go now (the leak check counts them)

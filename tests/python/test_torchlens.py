@@ -123,6 +123,42 @@ def test_tutorial_mlp_traces_and_validates(activated: Any) -> None:
         assert tl.validate(mlp, x, scope="forward", backend="tgrad") is True
 
 
+class _MLP:
+    """The tutorial's MLP as a callable object holding its layers in a list."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(5)
+        self.layers = [tgrad.nn.Linear.from_tensors(_tensor(rng, 16, 8), _tensor(rng, 16)),
+                       tgrad.nn.Linear.from_tensors(_tensor(rng, 4, 16), _tensor(rng, 4))]
+
+    def __call__(self, x: tgrad.Tensor) -> tgrad.Tensor:
+        return self.layers[1](self.layers[0](x).relu())
+
+    def forward(self, x: tgrad.Tensor) -> tgrad.Tensor:
+        return self(x)
+
+
+def test_captured_tensors_are_named_as_fn_reaches_them(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    closure = tl.trace(mlp, x, backend="tgrad")
+    assert [(op.label, op.address) for op in closure if op.op.origin == "captured"] == [
+        ("captured_1", "fc1.weight"), ("captured_2", "fc1.bias"),
+        ("captured_3", "fc2.weight"), ("captured_4", "fc2.bias")]
+    model = _MLP()
+    for fn in (model, model.forward):
+        tr = tl.trace(fn, x, backend="tgrad")
+        assert [op.address for op in tr if op.op.origin == "captured"] == [
+            "layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"]
+        assert tr.validate().passed
+    assert tr["input_1"].address is None and tr["relu_1_4"].address is None
+
+
+def test_backend_none_resolves_to_tgrad_once_activated(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    assert tl.trace(mlp, x).backend == "tgrad"
+    assert tl.validate(mlp, x, scope="forward") is True
+
+
 def test_a_tampered_payload_is_named(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")
@@ -244,6 +280,7 @@ def test_docs_tutorial_runs(declared: None) -> None:
         "captured_3", "transpose_2_5", "matmul_2_6", "captured_4", "add_2_7"]
     relu = namespace["relu"]
     assert (relu.parents, relu.children, relu.shape) == (("add_1_3",), ("matmul_2_6",), (2, 16))
+    assert namespace["weight"] == "fc1.weight"
     assert namespace["activation"].dtype == np.dtype(ml_dtypes.bfloat16)
     assert namespace["state"] == "passed" and namespace["ok"] is True
     namespace.clear()  # the tensors it made go now (the leak check counts them)

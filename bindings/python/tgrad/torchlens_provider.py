@@ -32,6 +32,7 @@ given), each also the tgrad error class of the same fault, so either ``except`` 
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -170,7 +171,7 @@ def can_handle(model: object, input_args: object, input_kwargs: dict[Any, Any] |
 class LensOp:
     """One recorded op in torchlens' terms: ``label`` (``matmul_1_2``: kind, its count among ops
     of that kind, its number among computed ops; sources are ``input_1``, ``captured_1``,
-    ``constant_1``), ``layer_type``, ``parents``/``children`` (labels), ``shape``, ``dtype``,
+    ``constant_1``), ``address`` (a captured tensor's name in fn: ``fc1.weight``), ``layer_type``, ``parents``/``children`` (labels), ``shape``, ``dtype``,
     ``out`` (the payload as an ``ml_dtypes.bfloat16`` array, a view of the recorded bits, or None
     for an op that was never realized) and ``op`` (the `tgrad.trace.TraceOp`)."""
 
@@ -180,6 +181,9 @@ class LensOp:
         self.parents = parents
         self.children: tuple[str, ...] = ()
         self.is_output = False
+        #: For a captured tensor that fn reaches by name (an attribute of fn's object, a variable
+        #: of its closure: ``fc1.weight``), that name; else None.
+        self.address: str | None = None
 
     layer_label = property(lambda self: self.label)
     layer_type = property(lambda self: self.op.kind)
@@ -218,6 +222,65 @@ def _labels(ops: Sequence[TraceOp]) -> list[str]:
     return labels
 
 
+# ---- naming captured tensors: what fn reaches through its object or its closure -----------------
+_WALK_DEPTH = 4
+_WALK_NODES = 10_000
+_View = tuple[int, tuple[int, ...], tuple[int, ...], int]
+
+
+def _view_key(tensor: Tensor) -> _View:
+    return tensor.buffer_id, tuple(tensor.shape), tuple(tensor.strides), tensor.offset
+
+
+def _roots(model: Any) -> list[tuple[str, Any]]:
+    """Where fn's captured tensors can be named from: a bound method's object, a function's
+    closure variables and the globals its code names, a callable object's attributes."""
+    owner = getattr(model, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        return [("", owner)]
+    if not isinstance(model, types.FunctionType):
+        return [("", model)]
+    code = model.__code__
+    found = []
+    for name, cell in zip(code.co_freevars, model.__closure__ or ()):
+        try:
+            found.append((name, cell.cell_contents))
+        except ValueError:  # an empty cell: a variable not yet assigned
+            continue
+    found.extend((name, model.__globals__[name]) for name in code.co_names if name in model.__globals__)
+    return found
+
+
+def _addresses(model: Any) -> dict[_View, str]:
+    """Each tensor fn reaches by name, by its view (buffer, shape, strides, offset), breadth
+    first (the shortest name wins), within a bounded walk of plain attributes and containers."""
+    named: dict[_View, str] = {}
+    queue: list[tuple[str, Any, int]] = [(a, v, 0) for a, v in _roots(model)]
+    seen: set[int] = set()
+    while queue and len(seen) < _WALK_NODES:
+        address, value, depth = queue.pop(0)
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, Tensor):
+            if value._handle:
+                named.setdefault(_view_key(value), address)
+            continue
+        if depth >= _WALK_DEPTH:
+            continue
+        if isinstance(value, Mapping):
+            items = [(str(k), v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            items = [(str(i), v) for i, v in enumerate(value)]
+        elif hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType)) \
+                and type(value).__module__ != "builtins":
+            items = list(vars(value).items())
+        else:
+            continue
+        queue.extend((f"{address}.{k}" if address else k, v, depth + 1) for k, v in items)
+    return named
+
+
 class LensTrace:
     """What ``tl.trace(fn, x, backend="tgrad")`` returns: torchlens' read surface over a
     `tgrad.Trace` (``tgrad_trace``). Index by label or position (``tr["relu_1_4"]``,
@@ -225,7 +288,7 @@ class LensTrace:
 
     backend = NAME
 
-    def __init__(self, recorded: Trace) -> None:
+    def __init__(self, recorded: Trace, addresses: Mapping[_View, str] | None = None) -> None:
         self.tgrad_trace = recorded
         labels = _labels(recorded.ops)
         self.ops: tuple[LensOp, ...] = tuple(
@@ -240,6 +303,10 @@ class LensTrace:
             op.children = tuple(children.get(op.label, ()))
         for i in recorded.outputs:
             self.ops[i].is_output = True
+        for op in self.ops:
+            if op.op.kind == "input" and op.op.origin == "captured" and addresses:
+                key = (op.op.buffer_id, tuple(op.op.shape), tuple(op.op.strides), op.op.offset)
+                op.address = addresses.get(key)
         self._validation_replay_status: Any = None
 
     @property
@@ -318,7 +385,7 @@ def capture_trace(model: Any = None, input_args: Any = None, input_kwargs: dict[
     except errors.TraceNoOutputError as exc:
         raise _refuse(TorchlensNoOutputError, str(exc), "return a tgrad Tensor (or a tuple, list "
                       "or dict of them) from fn", "trace_no_output") from None
-    return LensTrace(recorded)
+    return LensTrace(recorded, _addresses(model))
 
 
 def _ground_truth_mismatch(trace: LensTrace, truths: Any) -> str | None:

@@ -19,6 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.interop
 tl = pytest.importorskip("torchlens", reason="torchlens is not installed (extra tgrad[torchlens])")
+torch = pytest.importorskip("torch", reason="torch is not installed (torchlens needs it)")
 
 import tgrad  # noqa: E402
 from tgrad import torchlens_provider as provider  # noqa: E402
@@ -184,11 +185,17 @@ def test_a_tampered_op_is_named(activated: Any) -> None:
 def test_a_wrong_ground_truth_fails(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")
+    assert tr.validate_forward_pass([mlp(x)]).passed  # a tgrad Tensor is a ground truth too
     wrong = mlp(x).numpy()
     wrong[0, 0] = -wrong[0, 0] + 1
     status = tr.validate_forward_pass(wrong)
     assert status.state == "failed" and "ground truth differs from output add_2_7" in status.message
     assert last_validation_failure().check == "ground_truth"
+    for odd, why in [(wrong.astype(np.float32), "differs"), ([wrong, wrong], "2 ground-truth outputs for 1"),
+                     (torch.zeros(2, 4, dtype=torch.bfloat16), "is not an array (TypeError)"),
+                     ("text", "differs")]:
+        status = tr.validate_forward_pass(odd)
+        assert status.state == "failed" and why in status.message, (odd, status.message)
 
 
 def test_tl_validate_names_the_first_op_the_oracle_disagrees_with(
@@ -216,6 +223,8 @@ def test_tl_validate_names_the_first_op_the_oracle_disagrees_with(
     {"save": "none"},
     {"input_kwargs": {"y": 1}},
     {"grad_transform": abs},
+    {"lookback": np.array([1, 2])},                          # not compared with ==: refused
+    {"lookback_payload_policy": 3},
 ])
 def test_options_tgrad_cannot_honour_are_refused_with_torchlens_codes(activated: Any, option: dict[str, Any]) -> None:
     mlp, x = _tutorial_mlp()

@@ -133,7 +133,7 @@ def _check_options(options: Mapping[str, Any]) -> None:
         if name in _MAY_BE_MISSING:
             given = not (_is_missing(value) or value is None)
         elif name in _DEFAULTS:
-            given = value is not _DEFAULTS[name] and value != _DEFAULTS[name]
+            given = not _is_default(value, _DEFAULTS[name])
         else:
             given = True
         if given:
@@ -142,12 +142,22 @@ def _check_options(options: Mapping[str, Any]) -> None:
                 raise _refuse(TorchlensOptionUnsupportedError,
                               "keyword inputs are not supported: fn takes tgrad Tensors positionally",
                               "pass the tensors in input_args", code)
-            if name == "save" and value == "all":
+            if name == "save" and isinstance(value, str) and value == "all":
                 continue  # what the backend always does
             raise _refuse(TorchlensOptionUnsupportedError,
                           f"option {name}={_short(value)} is not supported (tgrad traces are "
                           "forward-only, record every op and save every payload)",
                           f"omit {name}, or use tgrad.trace for tgrad's own options", code)
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """value is the default: the same object, or an equal int or str (compared only then, so an
+    array or an object with an odd ``==`` is simply not the default)."""
+    if value is default:
+        return True
+    plain = (int, str)
+    return (type(value) in plain and type(default) in plain and type(value) is type(default)
+            and bool(value == default))
 
 
 def _short(value: Any) -> str:
@@ -395,7 +405,10 @@ def _ground_truth_mismatch(trace: LensTrace, truths: Any) -> str | None:
     if len(given) != len(outputs):
         return f"{len(given)} ground-truth outputs for {len(outputs)} recorded"
     for op, truth in zip(outputs, given):
-        bits = truth.numpy() if isinstance(truth, Tensor) else np.asarray(truth)
+        try:
+            bits = truth.numpy() if isinstance(truth, Tensor) else np.asarray(truth)
+        except (TypeError, ValueError, RuntimeError, errors.TgradError) as exc:
+            return f"ground truth for output {op.label} is not an array ({type(exc).__name__})"
         if bits.dtype != np.dtype(ml_dtypes.bfloat16) or op.out is None or bits.shape != op.shape \
                 or not np.array_equal(bits.view(np.uint16), op.out.view(np.uint16)):
             return f"ground truth differs from output {op.label}"

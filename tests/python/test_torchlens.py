@@ -186,13 +186,18 @@ def test_a_wrong_ground_truth_fails(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")
     assert tr.validate_forward_pass([mlp(x)]).passed  # a tgrad Tensor is a ground truth too
+    assert tr.validate_forward_pass(torch.from_dlpack(mlp(x))).passed  # so is torch bfloat16
     wrong = mlp(x).numpy()
     wrong[0, 0] = -wrong[0, 0] + 1
     status = tr.validate_forward_pass(wrong)
     assert status.state == "failed" and "ground truth differs from output add_2_7" in status.message
     assert last_validation_failure().check == "ground_truth"
     for odd, why in [(wrong.astype(np.float32), "differs"), ([wrong, wrong], "2 ground-truth outputs for 1"),
-                     (torch.zeros(2, 4, dtype=torch.bfloat16), "is not an array (TypeError)"),
+                     (torch.zeros(2, 4, dtype=torch.bfloat16), "differs"),
+                     (torch.zeros(2, 4, dtype=torch.float32), "differs"),  # not bf16: never equal
+                     ({"not": "an array"}, "differs"),
+                     (torch.zeros(2, 4, dtype=torch.bfloat16, requires_grad=True),  # torch refuses to export
+                      "is not an array (InvalidArgumentError)"),
                      ("text", "differs")]:
         status = tr.validate_forward_pass(odd)
         assert status.state == "failed" and why in status.message, (odd, status.message)

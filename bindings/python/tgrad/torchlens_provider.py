@@ -371,7 +371,8 @@ class LensTrace:
                               validate_metadata: bool = True) -> Any:
         """Replay every op through tgrad's oracle; torchlens' ValidationReplayStatus (``state``
         "passed" or "failed", ``message`` naming the first offending op). Ground truths, when
-        given, must equal the recorded outputs bit for bit."""
+        given (tgrad Tensors, bf16 arrays, torch bfloat16 tensors), must equal the recorded outputs
+        bit for bit."""
         return validate_trace(self, ground_truth_output_tensors=ground_truth_output_tensors,
                               verbose=verbose, validate_metadata=validate_metadata)
 
@@ -398,6 +399,20 @@ def capture_trace(model: Any = None, input_args: Any = None, input_kwargs: dict[
     return LensTrace(recorded, _addresses(model))
 
 
+def _truth_bits(truth: Any) -> np.ndarray:
+    """A ground truth as an array: a tgrad Tensor's values; a bf16 DLPack producer (a torch
+    bfloat16 tensor) read through tgrad.from_dlpack; anything else through numpy (only bf16
+    arrays can then equal an output)."""
+    if isinstance(truth, Tensor):
+        return truth.numpy()
+    if not isinstance(truth, np.ndarray) and hasattr(truth, "__dlpack__") \
+            and "bfloat16" in str(getattr(truth, "dtype", "")):
+        from . import from_dlpack
+
+        return from_dlpack(truth).numpy()
+    return np.asarray(truth)
+
+
 def _ground_truth_mismatch(trace: LensTrace, truths: Any) -> str | None:
     """Why the given outputs differ from the recorded ones, or None when they agree."""
     given = list(truths) if isinstance(truths, (tuple, list)) else [truths]
@@ -406,7 +421,7 @@ def _ground_truth_mismatch(trace: LensTrace, truths: Any) -> str | None:
         return f"{len(given)} ground-truth outputs for {len(outputs)} recorded"
     for op, truth in zip(outputs, given):
         try:
-            bits = truth.numpy() if isinstance(truth, Tensor) else np.asarray(truth)
+            bits = _truth_bits(truth)
         except (TypeError, ValueError, RuntimeError, errors.TgradError) as exc:
             return f"ground truth for output {op.label} is not an array ({type(exc).__name__})"
         if bits.dtype != np.dtype(ml_dtypes.bfloat16) or op.out is None or bits.shape != op.shape \

@@ -228,6 +228,7 @@ def test_tl_validate_names_the_first_op_the_oracle_disagrees_with(
     {"save": "none"},
     {"input_kwargs": {"y": 1}},
     {"grad_transform": abs},
+    {"grad_transform": "MISSING"},                           # only torchlens' sentinel means "not given"
     {"lookback": np.array([1, 2])},                          # not compared with ==: refused
     {"lookback_payload_policy": 3},
 ])

@@ -85,8 +85,8 @@ CAPABILITY_NOTES: dict[str, tuple[Any, str]] = {
     "trace_options": ((), "none of torchlens' backend-specific trace options apply"),
 }
 
-# tl.trace passes every public keyword; these are their values when the caller gave none.
-_MISSING_NAMES = frozenset({"MISSING"})
+# tl.trace passes every public keyword; these are their values when the caller gave none (the
+# _MAY_BE_MISSING ones: torchlens' MISSING sentinel, or None).
 _DEFAULTS: dict[str, Any] = {
     "input_kwargs": None, "capture": None, "save": None, "intervene": None, "halt": None,
     "lookback": 0, "lookback_payload_policy": "metadata_only", "storage": None, "streaming": None,
@@ -124,7 +124,9 @@ def _refuse(cls: Any, message: str, remedy: str, tgrad_code: str) -> Exception:
 
 
 def _is_missing(value: Any) -> bool:
-    return type(value).__name__ in ("MissingType", "_MissingType") or repr(value) in _MISSING_NAMES
+    """torchlens' sentinel for a keyword the caller did not give (torchlens._deprecations is
+    private, so it is known by its type's name)."""
+    return type(value).__name__ == "MissingType"
 
 
 def _check_options(options: Mapping[str, Any]) -> None:

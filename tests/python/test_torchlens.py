@@ -174,6 +174,14 @@ def test_a_tampered_payload_is_named(activated: Any) -> None:
     assert [d["label"] for d in status.decisions if d["state"] == "failed"] == ["relu_1_4", "matmul_2_6"]
 
 
+def test_a_stored_trace_is_a_lens_trace_again(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    stored = provider.LensTrace(tgrad.Trace.from_json(tr.tgrad_trace.to_json(payloads=True)))
+    assert stored.layer_labels == tr.layer_labels and stored.validate().passed
+    assert np.array_equal(stored["relu_1_4"].out.view(np.uint16), tr["relu_1_4"].out.view(np.uint16))
+
+
 def test_a_tampered_op_is_named(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")

@@ -1,0 +1,309 @@
+"""tgrad as a torchlens backend (tgrad.torchlens_provider, extra tgrad[torchlens]) against the real
+torchlens package: the entry point torchlens activates, `tl.trace(fn, x, backend="tgrad")`, replay
+validation through tgrad's oracle (passed, or the first offending op named), the typed refusals,
+and docs/interop.md's tutorial (the MLP with bias and relu). Skipped only where torchlens is
+missing; `nox -s interop` installs it and fails a skip."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import tomllib
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.interop
+tl = pytest.importorskip("torchlens", reason="torchlens is not installed (extra tgrad[torchlens])")
+torch = pytest.importorskip("torch", reason="torch is not installed (torchlens needs it)")
+
+import tgrad  # noqa: E402
+from tgrad import torchlens_provider as provider  # noqa: E402
+from torchlens.backends import (  # noqa: E402
+    BackendMismatchError,
+    BackendUnsupportedError,
+    UnknownBackendError,
+    get_backend_spec,
+    unregister_backend_spec,
+)
+from torchlens.ecosystem import plugins  # noqa: E402
+from torchlens.validation import last_validation_failure  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _declared_entry_point() -> str:
+    """The `torchlens.backends` entry of pyproject.toml, as an entry_points.txt section."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    table = project["entry-points"]["torchlens.backends"]
+    return "[torchlens.backends]\n" + "".join(f"{k} = {v}\n" for k, v in table.items())
+
+
+def _tgrad_declares_provider() -> bool:
+    try:
+        dist = importlib.metadata.distribution("tgrad")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return any(ep.group == "torchlens.backends" for ep in dist.entry_points)
+
+
+@pytest.fixture
+def declared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """tgrad's `torchlens.backends` entry point visible to torchlens: an installed tgrad (nox)
+    declares it itself; the source tree gets a dist-info carrying pyproject.toml's declaration.
+    Whatever registered backend "tgrad" is unregistered afterwards."""
+    monkeypatch.delenv(plugins.PLUGINS_ENV_VAR, raising=False)
+    if not _tgrad_declares_provider():
+        info = tmp_path / "tgrad-0.1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tgrad\nVersion: 0.1.0\n")
+        (info / "entry_points.txt").write_text(_declared_entry_point())
+        monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield
+    finally:
+        unregister_backend_spec("tgrad")
+
+
+@pytest.fixture
+def activated(declared: None) -> Any:
+    """tgrad's provider activated the way a user does it: torchlens' explicit,
+    distribution-scoped activation of the entry point."""
+    report = plugins.activate("tgrad", groups=("torchlens.backends",))
+    assert [c.name for c in report.loaded] == ["tgrad"] and not report.failed
+    return get_backend_spec("tgrad")
+
+
+def _tensor(rng: np.random.Generator, *shape: int) -> tgrad.Tensor:
+    return tgrad.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32))
+
+
+def _tutorial_mlp() -> tuple[Callable[[tgrad.Tensor], tgrad.Tensor], tgrad.Tensor]:
+    """docs/interop.md's tutorial: two Linear layers with bias, relu between them."""
+    rng = np.random.default_rng(22)
+    fc1 = tgrad.nn.Linear.from_tensors(_tensor(rng, 16, 8), _tensor(rng, 16))
+    fc2 = tgrad.nn.Linear.from_tensors(_tensor(rng, 4, 16), _tensor(rng, 4))
+
+    def mlp(x: tgrad.Tensor) -> tgrad.Tensor:
+        return fc2(fc1(x).relu())
+
+    return mlp, _tensor(rng, 2, 8)
+
+
+def test_the_entry_point_is_a_zero_argument_factory_of_the_spec(activated: Any) -> None:
+    assert activated.name == "tgrad" and activated.capture_trace is provider.capture_trace
+    for flag, (value, why) in provider.CAPABILITY_NOTES.items():
+        assert getattr(activated.capabilities, flag) == value, (flag, why)
+    assert activated.capabilities.validation_replay and not activated.capabilities.backward_capture
+
+
+def test_tutorial_mlp_traces_and_validates(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    assert tr.layer_labels == ["input_1", "captured_1", "transpose_1_1", "matmul_1_2", "captured_2",
+                               "add_1_3", "relu_1_4", "captured_3", "transpose_2_5", "matmul_2_6",
+                               "captured_4", "add_2_7"]
+    relu = tr["relu_1_4"]
+    assert relu.parents == ("add_1_3",) and relu.children == ("matmul_2_6",) and relu.shape == (2, 16)
+    assert relu.out.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert np.array_equal(relu.out.astype(np.float32), np.maximum(tr["add_1_3"].out.astype(np.float32), 0))
+    assert tr.output_layers == ["add_2_7"] and tr.input_layers == ["input_1"]
+    direct = mlp(x).numpy()
+    assert np.array_equal(tr.output_ops[0].out.view(np.uint16), direct.view(np.uint16))
+
+    status = tr.validate_forward_pass()
+    assert status.state == "passed" and status.backend == "tgrad", status.message
+    assert status.replayed_node_count == 7 and tr.validation_replay_status is status
+    assert tr.validate_forward_pass(direct).passed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failing tl.validate warns
+        assert tl.validate(mlp, x, scope="forward", backend="tgrad") is True
+
+
+class _MLP:
+    """The tutorial's MLP as a callable object holding its layers in a list."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(5)
+        self.layers = [tgrad.nn.Linear.from_tensors(_tensor(rng, 16, 8), _tensor(rng, 16)),
+                       tgrad.nn.Linear.from_tensors(_tensor(rng, 4, 16), _tensor(rng, 4))]
+
+    def __call__(self, x: tgrad.Tensor) -> tgrad.Tensor:
+        return self.layers[1](self.layers[0](x).relu())
+
+    def forward(self, x: tgrad.Tensor) -> tgrad.Tensor:
+        return self(x)
+
+
+def test_captured_tensors_are_named_as_fn_reaches_them(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    closure = tl.trace(mlp, x, backend="tgrad")
+    assert [(op.label, op.address) for op in closure if op.op.origin == "captured"] == [
+        ("captured_1", "fc1.weight"), ("captured_2", "fc1.bias"),
+        ("captured_3", "fc2.weight"), ("captured_4", "fc2.bias")]
+    model = _MLP()
+    for fn in (model, model.forward):
+        tr = tl.trace(fn, x, backend="tgrad")
+        assert [op.address for op in tr if op.op.origin == "captured"] == [
+            "layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"]
+        assert tr.validate().passed
+    assert tr["input_1"].address is None and tr["relu_1_4"].address is None
+
+
+def test_backend_none_resolves_to_tgrad_once_activated(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    assert tl.trace(mlp, x).backend == "tgrad"
+    assert tl.validate(mlp, x, scope="forward") is True
+
+
+def test_a_tampered_payload_is_named(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    tr["relu_1_4"].out[1, 3] = 1000.0
+    status = tr.validate_forward_pass()
+    assert status.state == "failed" and not status.passed
+    assert status.message.startswith("Replay validation failed at relu_1_4 (relu): 1 of 32 elements"), status.message
+    assert "index (1, 3)" in status.message
+    failure = last_validation_failure()
+    assert failure is not None and failure.op_label == "relu_1_4" and failure.check == "forward_replay"
+    # The consumer of the tampered payload no longer matches either; the first offender is named.
+    assert [d["label"] for d in status.decisions if d["state"] == "failed"] == ["relu_1_4", "matmul_2_6"]
+
+
+def test_a_stored_trace_is_a_lens_trace_again(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    stored = provider.LensTrace(tgrad.Trace.from_json(tr.tgrad_trace.to_json(payloads=True)))
+    assert stored.layer_labels == tr.layer_labels and stored.validate().passed
+    assert np.array_equal(stored["relu_1_4"].out.view(np.uint16), tr["relu_1_4"].out.view(np.uint16))
+
+
+def test_a_tampered_op_is_named(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    tr["add_1_3"].op.kind = "sub"  # the record now claims a sub produced add's bytes
+    status = tr.validate_forward_pass()
+    assert status.state == "failed" and status.message.startswith("Replay validation failed at add_1_3 (sub)")
+
+
+def test_a_wrong_ground_truth_fails(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    assert tr.validate_forward_pass([mlp(x)]).passed  # a tgrad Tensor is a ground truth too
+    assert tr.validate_forward_pass(torch.from_dlpack(mlp(x))).passed  # so is torch bfloat16
+    wrong = mlp(x).numpy()
+    wrong[0, 0] = -wrong[0, 0] + 1
+    status = tr.validate_forward_pass(wrong)
+    assert status.state == "failed" and "ground truth differs from output add_2_7" in status.message
+    assert last_validation_failure().check == "ground_truth"
+    for odd, why in [(wrong.astype(np.float32), "differs"), ([wrong, wrong], "2 ground-truth outputs for 1"),
+                     (torch.zeros(2, 4, dtype=torch.bfloat16), "differs"),
+                     (torch.zeros(2, 4, dtype=torch.float32), "differs"),  # not bf16: never equal
+                     ({"not": "an array"}, "differs"),
+                     (torch.zeros(2, 4, dtype=torch.bfloat16, requires_grad=True),  # torch refuses to export
+                      "is not an array (InvalidArgumentError)"),
+                     ("text", "differs")]:
+        status = tr.validate_forward_pass(odd)
+        assert status.state == "failed" and why in status.message, (odd, status.message)
+
+
+def test_tl_validate_names_the_first_op_the_oracle_disagrees_with(
+        activated: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel and the oracle disagreeing (simulated on the oracle's side: one bit of every matmul
+    flipped) makes tl.validate False, and torchlens' warning names the first matmul."""
+    from conformance import oracle
+
+    real = oracle.matmul_bits
+
+    def off_by_one_bit(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        bits = np.array(real(a, b), dtype=np.uint16)
+        bits[0, 0] ^= 1
+        return bits
+
+    monkeypatch.setattr(oracle, "matmul_bits", off_by_one_bit)
+    mlp, x = _tutorial_mlp()
+    with pytest.warns(tl.errors.TorchLensWarning, match=r"forward_replay mismatch at matmul_1_2 \(matmul\)"):
+        assert tl.validate(mlp, x, scope="forward", backend="tgrad") is False
+
+
+@pytest.mark.parametrize("option", [
+    {"intervene": lambda *a: None},                          # torchlens' own capability gate
+    {"capture": "options"},
+    {"save": "none"},
+    {"input_kwargs": {"y": 1}},
+    {"grad_transform": abs},
+    {"grad_transform": "MISSING"},                           # only torchlens' sentinel means "not given"
+    {"lookback": np.array([1, 2])},                          # not compared with ==: refused
+    {"lookback_payload_policy": 3},
+])
+def test_options_tgrad_cannot_honour_are_refused_with_torchlens_codes(activated: Any, option: dict[str, Any]) -> None:
+    mlp, x = _tutorial_mlp()
+    if option == {"capture": "options"}:
+        option = {"capture": tl.options.CaptureOptions(verbose=True)}
+    with pytest.raises(BackendUnsupportedError) as info:
+        tl.trace(mlp, x, backend="tgrad", **option)
+    assert info.value.code == "backend_unsupported"
+    if "intervene" not in option:  # refused by tgrad: also tgrad's typed error
+        assert isinstance(info.value, tgrad.errors.TraceOptionUnsupportedError)
+        assert info.value.fields["tgrad_code"] == "trace_option_unsupported"
+
+
+def test_other_refusals(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    with pytest.raises(BackendMismatchError) as mismatch:  # no tgrad Tensor: torchlens refuses
+        tl.trace(mlp, np.ones((2, 8), np.float32), backend="tgrad")
+    assert mismatch.value.code == "backend_mismatch"
+    with pytest.raises(tgrad.errors.TraceNoOutputError) as no_output:
+        tl.trace(lambda t: 3, x, backend="tgrad")
+    assert isinstance(no_output.value, BackendUnsupportedError) and no_output.value.code == "backend_unsupported"
+    with pytest.raises(BackendUnsupportedError, match="backward"):
+        tl.validate(mlp, x, scope="backward", backend="tgrad")
+    with pytest.raises(tgrad.errors.TraceOptionUnsupportedError, match="random_seed"):
+        tl.validate(mlp, x, scope="forward", backend="tgrad", random_seed=1)
+    with pytest.raises(tgrad.errors.TraceNoInputError):
+        provider.capture_trace(mlp, (1.0,))
+    tr = tl.trace(mlp, x, backend="tgrad")
+    with pytest.raises(tgrad.errors.InvalidArgumentError, match="no op labelled"):
+        tr["relu_9_9"]
+    with pytest.raises(tgrad.errors.InvalidArgumentError):
+        tr[len(tr)]
+
+
+def test_activation_without_an_installed_distribution() -> None:
+    """provider.activate() registers the same spec directly (a source tree), idempotently."""
+    try:
+        first = provider.activate()
+        assert provider.activate().name == first.name == "tgrad"
+        mlp, x = _tutorial_mlp()
+        assert tl.trace(mlp, x, backend="tgrad").validate().passed
+    finally:
+        unregister_backend_spec("tgrad")
+    with pytest.raises(UnknownBackendError):
+        get_backend_spec("tgrad")
+
+
+def _docs_tutorial() -> str:
+    """The python block of docs/interop.md's torchlens section."""
+    text = (ROOT / "docs" / "interop.md").read_text()
+    section = text[text.index("## torchlens ("):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_docs_tutorial_runs(declared: None) -> None:
+    """docs/interop.md's tutorial, run as written (it activates the provider itself), gives what
+    its comments say."""
+    namespace: dict[str, Any] = {}
+    exec(compile(_docs_tutorial(), "docs/interop.md", "exec"), namespace)
+    assert namespace["labels"] == [
+        "input_1", "captured_1", "transpose_1_1", "matmul_1_2", "captured_2", "add_1_3", "relu_1_4",
+        "captured_3", "transpose_2_5", "matmul_2_6", "captured_4", "add_2_7"]
+    relu = namespace["relu"]
+    assert (relu.parents, relu.children, relu.shape) == (("add_1_3",), ("matmul_2_6",), (2, 16))
+    assert namespace["weight"] == "fc1.weight"
+    assert namespace["activation"].dtype == np.dtype(ml_dtypes.bfloat16)
+    assert namespace["state"] == "passed" and namespace["ok"] is True
+    namespace.clear()  # the tensors it made go now (the leak check counts them)

@@ -182,3 +182,40 @@ def test_cli_output_keeps_its_line_shapes(tmp_path: Path) -> None:
         if os.environ.get("TGRAD_BENCH_FORMAT_WRITE"):
             golden.write_text("\n".join(lines) + "\n", encoding="utf-8")
         assert lines == golden.read_text(encoding="utf-8").splitlines(), name
+
+
+# ---- a disturbed run says so on stdout, not only in bench.md ------------------------------------
+
+
+@pytest.mark.parametrize("disturbed", [False, True])
+def test_the_closing_block_warns_of_a_disturbed_run(disturbed: bool) -> None:
+    report = fake_report(disturbed)
+    lines = bench.closing_lines(report, Path("out"), "out/bench.png", None, None)
+    warnings = [x for x in lines if x.startswith("bench_warning: ")]
+    if not disturbed:
+        assert warnings == []
+        return
+    (warning,) = warnings
+    assert lines[-1] == warning  # last: the line a reader sees first
+    assert "this run was disturbed" in warning and "30.0%" in warning and "2.0%" in warning
+
+
+def test_a_disturbed_run_prints_the_warning_on_stdout(tmp_path: Path, monkeypatch: Any,
+                                                      capsys: Any) -> None:
+    """The whole run in this process, other processes' load faked high and the limits faked (a
+    real stream copy would take seconds): the warning is in bench.md and on stdout."""
+    from tgrad.__main__ import main
+    from tgrad.bench import cli
+
+    limits = fake_report()["limits"]
+    monkeypatch.setattr(cli, "_others_load", lambda before, after: {"others": 0.4, "steal": 0.0})
+    monkeypatch.setattr(cli, "measure_limits", lambda threads: {k: dict(v) for k, v in
+                                                                limits.items()})
+    monkeypatch.setattr(cli, "refresh_limits", lambda *args, **kwargs: None)
+    status = main(["bench", "--shape", "4x4x4", "--repeat", "2", "--no-peers", "--no-reexec",
+                   "--no-progress", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "**This run was disturbed**" in (tmp_path / "bench.md").read_text()
+    warning = out.rstrip("\n").splitlines()[-1]
+    assert warning.startswith("bench_warning: this run was disturbed: other processes used 40.0%")

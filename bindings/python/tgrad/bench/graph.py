@@ -44,7 +44,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import bench as _bench
+from .lines import _fmt_s
+from .machine import _cpu_sample, _maybe_reexec, _others_load, _wait_for_quiet_machine, environment
+from .peers import _torch
+from .progress import _Progress
+from .record import _finite, _report_head, update_doc
+from .report import _fmt_gflops, _fmt_load, _fmt_ratio, _fmt_time, _load_line
+from .shapes import _positive_float
+from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_ratio, verdict
+from .timing import AUTO_BUDGET_S, HOT_LIMIT_S, _Timed, _auto_repeat, _interleaved, _wait_quiet
 
 __all__ = ["BLOCK_SETS", "Block", "add_arguments", "auto_repeat", "format_block", "format_markdown",
            "parse_block_list", "run", "run_block"]
@@ -133,14 +141,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The --graph options of ``python -m tgrad bench`` (the others are the matmul bench's)."""
     parser.add_argument("--graph", action="store_true",
                         help="time MLP blocks (tgrad fused and unfused, torch eager, torch.compile) "
-                        "instead of matmul shapes (tgrad.bench_graph)")
+                        "instead of matmul shapes (tgrad.bench.graph)")
     parser.add_argument("--graph-shapes", action="append", type=parse_block_list, default=None,
                         metavar="SET|KIND:MxDxH[,...]",
                         help=f"blocks for --graph (implies it): a set ({', '.join(BLOCK_SETS)}; "
                         "default: default) or gelu:MxDxH / silu:MxDxH; repeatable, comma-separated")
     parser.add_argument("--no-compile", action="store_true",
                         help="with --graph: leave torch.compile out")
-    parser.add_argument("--compile-limit", type=_bench._positive_float, default=COMPILE_LIMIT_S,
+    parser.add_argument("--compile-limit", type=_positive_float, default=COMPILE_LIMIT_S,
                         metavar="S", help="with --graph: after a torch.compile that took longer "
                         f"than S seconds, leave it out of the later blocks (default {COMPILE_LIMIT_S:g})")
 
@@ -155,7 +163,7 @@ def _blocks(args: argparse.Namespace) -> list[Block]:
 
 
 def _bits(rng: np.random.Generator, shape: tuple[int, ...], scale: float) -> np.ndarray:
-    from . import _conformance
+    from .. import _conformance
 
     f32_to_bf16_bits: Callable[[np.ndarray], np.ndarray] = \
         _conformance.module("oracle").f32_to_bf16_bits
@@ -232,7 +240,7 @@ def _compare(fused: np.ndarray, unfused: np.ndarray) -> dict[str, Any]:
 
 def _difference(ours_bits: np.ndarray, theirs: Any) -> dict[str, Any]:
     """How far torch's result is from tgrad's (both bf16 values, compared in float32)."""
-    from . import _conformance
+    from .. import _conformance
 
     ours = _conformance.module("oracle").bf16_bits_to_f32(ours_bits)
     them = theirs.float().numpy()
@@ -312,7 +320,7 @@ def _new_result(block: Block, threads: int, isa: str) -> dict[str, Any]:
 
 
 def run_block(block: Block, *, repeat: int | None = None, seed: int = 0, peers: bool = True,
-              compiler: _Compile | None = None, budget_s: float = _bench.AUTO_BUDGET_S,
+              compiler: _Compile | None = None, budget_s: float = AUTO_BUDGET_S,
               tick: Callable[[int, int], None] | None = None,
               weights: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Check and time one block; returns one entry of the JSON's "results". `weights`: the
@@ -359,9 +367,9 @@ def _check_and_time(tgrad: Any, block: Block, res: dict[str, Any], *, repeat: in
         res["errors"].append(f"fused and unfused results differ: {same['detail']}")
         return res
 
-    timed = [_bench._Timed("tgrad", _with_fusion(tgrad, program, True)),
-             _bench._Timed("tgrad_unfused", _with_fusion(tgrad, program, False))]
-    torch = _bench._torch() if peers else None
+    timed = [_Timed("tgrad", _with_fusion(tgrad, program, True)),
+             _Timed("tgrad_unfused", _with_fusion(tgrad, program, False))]
+    torch = _torch() if peers else None
     if peers and torch is None:
         res["peers_skipped"]["torch_eager"] = res["peers_skipped"]["torch_compile"] = \
             "torch not importable"
@@ -369,7 +377,7 @@ def _check_and_time(tgrad: Any, block: Block, res: dict[str, Any], *, repeat: in
         try:
             for name, region, first in _torch_regions(torch, block, x_bits, w_bits, compiler, res):
                 res["differences"][name] = _difference(fused, first)
-                timed.append(_bench._Timed(name, region))
+                timed.append(_Timed(name, region))
         except Exception as exc:  # torch eager itself failed: time tgrad alone
             res["peers_skipped"].setdefault("torch_eager", f"{type(exc).__name__}: {exc}")
     del fused, unfused
@@ -385,7 +393,7 @@ def auto_repeat(round_s: float, budget_s: float) -> int:
     """Rounds for a block whose round takes `round_s` (see SLOW_ROUND_S)."""
     if round_s > SLOW_ROUND_S:
         return max(SLOW_MIN_REPEAT, math.ceil(budget_s / round_s))
-    return _bench._auto_repeat(round_s, budget_s)
+    return _auto_repeat(round_s, budget_s)
 
 
 def _time(res: dict[str, Any], timed: list[Any], repeat: int | None, budget_s: float,
@@ -395,15 +403,15 @@ def _time(res: dict[str, Any], timed: list[Any], repeat: int | None, budget_s: f
     start = time.perf_counter()
     hot_s = 0.0
     for t in timed:
-        _bench._wait_quiet()
+        _wait_quiet()
         once = t.once()
-        t.hot = once < _bench.HOT_LIMIT_S
+        t.hot = once < HOT_LIMIT_S
         hot_s += once if t.hot else 0.0
     if repeat is None:
         repeat = auto_repeat(time.perf_counter() - start + hot_s, budget_s)
-    cpu_before = _bench._cpu_sample()
-    res["orders"] = _bench._interleaved(timed, repeat, tick)
-    res["load"] = _bench._others_load(cpu_before, _bench._cpu_sample())
+    cpu_before = _cpu_sample()
+    res["orders"] = _interleaved(timed, repeat, tick)
+    res["load"] = _others_load(cpu_before, _cpu_sample())
     samples = {t.name: np.array(t.samples) for t in timed}
     res["repeat"], res["regions"] = repeat, [t.name for t in timed]
     res["samples"] = {name: s.tolist() for name, s in samples.items()}
@@ -415,10 +423,10 @@ def _time(res: dict[str, Any], timed: list[Any], repeat: int | None, budget_s: f
     for name, s in samples.items():
         if name == "tgrad":
             continue
-        ratio, lo, hi = _bench.bootstrap_ratio(s, samples["tgrad"])
+        ratio, lo, hi = bootstrap_ratio(s, samples["tgrad"])
         med = float(np.median(s))
         res["peers"][name] = {"median_s": med, "ratio": ratio, "lo": lo, "hi": hi,
-                              "verdict": _bench.verdict(lo, hi),
+                              "verdict": verdict(lo, hi),
                               "gflops": res["flops"] / med / 1e9 if med > 0 else math.nan}
 
 
@@ -443,7 +451,7 @@ def format_block(res: dict[str, Any]) -> list[str]:
         f"graph_name: {res['block']}",
         f"graph_fused_equals_unfused: {'none' if equal is None else str(equal).lower()}",
         f"graph_pipeline_ok: {str(res['pipeline_ok']).lower()}",
-        f"graph_median_s: {_bench._fmt_s(res['median_s'])}",
+        f"graph_median_s: {_fmt_s(res['median_s'])}",
         f"graph_gflops: {res['gflops']:.2f}",
         f"graph_repeat: {res['repeat']}",
         f"graph_threads: {res['threads']}",
@@ -460,7 +468,7 @@ def format_block(res: dict[str, Any]) -> list[str]:
         lines.append(f"graph_error: {err}")
     compile_s = (res.get("torch_compile") or {}).get("compile_s")
     for name, p in res["peers"].items():
-        lines.append(f"peer_{name}_median_s: {_bench._fmt_s(p['median_s'])}")
+        lines.append(f"peer_{name}_median_s: {_fmt_s(p['median_s'])}")
         lines.append(f"ratio_{name}: {p['ratio']:.2f} [{p['lo']:.2f}, {p['hi']:.2f}] {p['verdict']}")
         if name in res["differences"]:
             lines.append(f"diff_{name}: {_fmt_diff(res['differences'][name])}")
@@ -484,7 +492,7 @@ def _region_cells(res: dict[str, Any], name: str) -> list[str]:
     if p is None:
         why = res["peers_skipped"].get(name)
         return ["unavailable" if why else "—", "—"]
-    return [_bench._fmt_time(p["median_s"]), _bench._fmt_ratio(p)]
+    return [_fmt_time(p["median_s"]), _fmt_ratio(p)]
 
 
 def format_markdown(report: dict[str, Any]) -> str:
@@ -503,7 +511,7 @@ def format_markdown(report: dict[str, Any]) -> str:
         f"tgrad {env['tgrad_library']}, ISA `{env['tgrad_cpu_isa']}`, {report['threads']} threads; "
         f"torch threads: {report['peer_threads'].get('torch', '—')}; {versions}",
         "",
-        _bench._load_line(env.get("others_load")),
+        _load_line(env.get("others_load")),
         "",
         "Each region computes a whole block into memory, inputs and weights resident: tgrad "
         "realized with fusion on (\"fused\") and off (`tgrad.set_fusion(False)`, \"unfused\"), "
@@ -524,8 +532,8 @@ def format_markdown(report: dict[str, Any]) -> str:
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for res in results:
         row = [res["block"], str(res["m"]), _bytes_cell(res), str(res["repeat"]),
-               _bench._fmt_load(res.get("load")), _bench._fmt_time(res["median_s"]),
-               _bench._fmt_gflops(res["gflops"])]
+               _fmt_load(res.get("load")), _fmt_time(res["median_s"]),
+               _fmt_gflops(res["gflops"])]
         for name in ("tgrad_unfused", "torch_eager", "torch_compile"):
             row += _region_cells(res, name)
         row.append(_fmt_diff(res["differences"].get("torch_eager")))
@@ -565,7 +573,7 @@ def _usage_error(message: str) -> int:
 
 
 def _set_torch_threads(threads: int, peers: bool) -> dict[str, str]:
-    torch = _bench._torch() if peers else None
+    torch = _torch() if peers else None
     if torch is None:
         return {}
     torch.set_num_threads(threads)
@@ -586,7 +594,7 @@ def run(args: argparse.Namespace) -> int:
         for block in blocks:
             print(f"{block.spec:<24} {block.name}, M={block.m}")
         return 0
-    _bench._maybe_reexec(args)
+    _maybe_reexec(args)
 
     import tgrad
 
@@ -594,11 +602,11 @@ def run(args: argparse.Namespace) -> int:
         tgrad.set_num_threads(args.threads)
     threads = tgrad.num_threads()
     peer_threads = _set_torch_threads(threads, not args.no_peers)
-    env = _bench.environment()
+    env = environment()
     started = _dt.datetime.now(_dt.timezone.utc)
-    cpu_start = _bench._cpu_sample()
+    cpu_start = _cpu_sample()
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    progress = _bench._Progress(len(blocks), bool(show))
+    progress = _Progress(len(blocks), bool(show))
     compiler = _Compile(not args.no_peers and not args.no_compile, args.compile_limit)
     results: list[dict[str, Any]] = []
     weights: tuple[tuple[str, int, int], dict[str, np.ndarray]] | None = None
@@ -606,7 +614,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for i, block in enumerate(blocks):
             progress.start(block.spec)
-            waited = _bench._wait_for_quiet_machine(args.wait_quiet)
+            waited = _wait_for_quiet_machine(args.wait_quiet)
             key = (block.kind, block.d, block.h)
             if weights is None or weights[0] != key:
                 weights = (key, _weight_bits(block, args.seed))
@@ -621,7 +629,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     env["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    env["others_load"] = _bench._others_load(cpu_start, _bench._cpu_sample())
+    env["others_load"] = _others_load(cpu_start, _cpu_sample())
     report = _report(args, env, started, threads, peer_threads, results)
     _write(args, report)
     return 1 if failed else 0
@@ -630,7 +638,7 @@ def run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, env: dict[str, Any], started: _dt.datetime, threads: int,
             peer_threads: dict[str, str], results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        **_bench._report_head("tgrad-bench-graph/1", started, threads, peer_threads, env),
+        **_report_head("tgrad-bench-graph/1", started, threads, peer_threads, env),
         "method": {
             "regions": {
                 "tgrad": "the block's tgrad expression, .realize() with tgrad.set_fusion(True)",
@@ -647,7 +655,7 @@ def _report(args: argparse.Namespace, env: dict[str, Any], started: _dt.datetime
                           "repetition; gc disabled; quiet and hot as in tgrad.bench",
             "ratio": "median over repetitions i of samples[region][i] / samples['tgrad'][i]",
             "bootstrap": {"statistic": "median of the paired ratios", "interval": "percentile, 95%",
-                          "resamples": _bench.BOOTSTRAP_RESAMPLES, "seed": _bench.BOOTSTRAP_SEED},
+                          "resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED},
             "verdict": "win if lo > 1, loss if hi < 1, else tie",
         },
         "results": results,
@@ -657,14 +665,14 @@ def _report(args: argparse.Namespace, env: dict[str, Any], started: _dt.datetime
 def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_bench._finite(report), indent=1, allow_nan=False) + "\n"
+    text = json.dumps(_finite(report), indent=1, allow_nan=False) + "\n"
     (out_dir / "bench-graph.json").write_text(text, encoding="utf-8")
     if args.json:
         Path(args.json).write_text(text, encoding="utf-8")
     markdown = format_markdown(report)
     (out_dir / "bench-graph.md").write_text(markdown, encoding="utf-8")
     if args.doc is not None:
-        _bench.update_doc(Path(args.doc), markdown, begin=DOC_BEGIN, end=DOC_END)
+        update_doc(Path(args.doc), markdown, begin=DOC_BEGIN, end=DOC_END)
     print()
     print("\n".join([
         f"bench_cpu: {report['environment']['cpu_model']}",

@@ -35,7 +35,8 @@ of other processes, re-exec), ``limits`` (measured compute and memory limits, an
 beside a shape), ``peers`` (the peers and their timed regions), ``measure`` (one shape: pipeline,
 byte check, regions, summary), ``timing`` (the interleaved harness), ``stats`` (paired ratios,
 bootstrap, verdict), ``lines`` (stdout), ``report`` (bench.md), ``plot`` (bench.png), ``record``
-(the JSON's fields, --doc), ``progress`` (the bar), and ``graph`` (``--graph``: MLP blocks).
+(the JSON's fields, --doc), ``progress`` (the bar), and ``graph`` (``--graph``: MLP blocks;
+the blocks and their programs in ``graph_blocks``, its reports in ``graph_report``).
 """
 
 from __future__ import annotations

@@ -219,3 +219,22 @@ def test_a_disturbed_run_prints_the_warning_on_stdout(tmp_path: Path, monkeypatc
     assert "**This run was disturbed**" in (tmp_path / "bench.md").read_text()
     warning = out.rstrip("\n").splitlines()[-1]
     assert warning.startswith("bench_warning: this run was disturbed: other processes used 40.0%")
+
+
+@pytest.mark.parametrize("disturbed", [False, True])
+def test_bench_graph_warns_of_a_disturbed_run_on_stdout(tmp_path: Path, capsys: Any,
+                                                        disturbed: bool) -> None:
+    """bench --graph's closing block (no block ran: only the head of the report matters)."""
+    import argparse
+
+    from tgrad.bench import graph_report
+
+    fake = fake_report(disturbed)
+    env = dict(fake["environment"], loadavg_end=[0.5, 0.25, 0.125])
+    report = {"date": fake["date"], "command": fake["command"], "environment": env, "threads": 2,
+              "peer_threads": {}, "results": []}
+    args = argparse.Namespace(out=str(tmp_path), json=None, doc=None)
+    graph_report._write(args, report)
+    last = capsys.readouterr().out.rstrip("\n").splitlines()[-1]
+    assert last.startswith("bench_warning: this run was disturbed") is disturbed, last
+    assert ("**This run was disturbed**" in (tmp_path / "bench-graph.md").read_text()) is disturbed

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .graph_blocks import KIND_LABELS, REGION_LABELS
-from .lines import _fmt_s
+from .lines import _fmt_s, disturbed_warning
 from .record import _finite, _report_head, update_doc
 from .report import _fmt_gflops, _fmt_load, _fmt_ratio, _fmt_time, _load_line
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
@@ -193,5 +193,6 @@ def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
         f"bench_markdown: {out_dir / 'bench-graph.md'}",
         f"bench_json: {out_dir / 'bench-graph.json'}" + (f" (and {args.json})" if args.json else ""),
     ] + ([f"bench_doc: {args.doc}"] if args.doc is not None else [])
+    warning = disturbed_warning(report["environment"].get("others_load"))
     print()
-    print("\n".join(lines), flush=True)
+    print("\n".join(lines + ([warning] if warning else [])), flush=True)

@@ -21,7 +21,7 @@ import pytest
 
 import tgrad  # noqa: F401  (a missing binding is a failure, not a skip)
 from tgrad import bench as bench_module
-from tgrad import bench_graph
+from tgrad.bench import graph as bench_graph
 from tgrad.__main__ import main
 
 #: Each test runs the bench (in this process or a child): the slow tier (noxfile.py TIERS).

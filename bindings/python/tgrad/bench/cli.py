@@ -1,0 +1,191 @@
+"""``python -m tgrad bench``'s command line and its run: the options, the shapes to run, then
+limits, each shape checked and timed, and the reports written (stdout, bench.md, bench.json,
+bench.png)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .limits import measure_limits, refresh_limits
+from .lines import closing_lines, format_shape
+from .machine import (DISTURBED, OPENBLAS_TUNING_VARS, SPIN_ENV, _cpu_sample, _maybe_reexec,
+                      _others_load, _wait_for_quiet_machine, environment)
+from .measure import run_shape
+from .peers import _set_peer_threads
+from .plot import write_plot
+from .progress import _Progress
+from .record import (DOC_BEGIN, DOC_END, _finite, _report_head, doc_has_section, method,
+                     update_doc)
+from .report import format_markdown
+from .shapes import (ORACLE_LIMIT_MACS, Shape, _positive_float, _positive_int, _shape_str,
+                     parse_shape_list, suite)
+from .timing import AUTO_BUDGET_S, AUTO_MAX_REPEAT, AUTO_MIN_REPEAT
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shape", action="append", type=parse_shape_list, default=None,
+                        metavar="MxKxN[,MxKxN...]",
+                        help="matmul shapes, a [M,K] @ [K,N]; repeatable and comma-separated "
+                        "(default: the default suite, see --list)")
+    parser.add_argument("--full", action="store_true",
+                        help="add the slow shapes (8192^3, 8192x1024x1024) to the default suite")
+    parser.add_argument("--list", action="store_true",
+                        help="print the shapes that would run, and exit")
+    parser.add_argument("--dtype", default="bf16", choices=["bf16"],
+                        help="element type (only bf16 exists)")
+    parser.add_argument("--repeat", type=_positive_int, default=None, metavar="N",
+                        help=f"timed repetitions per shape (default: about --budget seconds of "
+                        f"measurement, {AUTO_MIN_REPEAT}..{AUTO_MAX_REPEAT})")
+    parser.add_argument("--budget", type=_positive_float, default=AUTO_BUDGET_S, metavar="S",
+                        help=f"seconds of measurement per shape without --repeat "
+                        f"(default {AUTO_BUDGET_S:g})")
+    parser.add_argument("--threads", type=_positive_int, default=None, metavar="T",
+                        help="threads for tgrad and the peers (default: tgrad's default)")
+    parser.add_argument("--out", default="bench-out", metavar="DIR",
+                        help="directory for bench.md, bench.json and bench.png (default bench-out)")
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="also write the JSON report to PATH")
+    parser.add_argument("--doc", default=None, metavar="PATH",
+                        help=f"also put the report into the markdown file PATH, between its "
+                        f"'{DOC_BEGIN}' and '{DOC_END}' lines (docs/performance.md)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the input fill (default 0)")
+    parser.add_argument("--check-all", action="store_true",
+                        help=f"compare bytes with the oracle at every size (default: only up to "
+                        f"M*K*N = 2^{int(math.log2(ORACLE_LIMIT_MACS))})")
+    parser.add_argument("--no-peers", action="store_true", help="time tgrad only")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                        help="before each shape, wait up to S seconds for other processes to "
+                        f"use under {DISTURBED * 100:.0f}%% of the CPUs (default 0: do not wait)")
+    parser.add_argument("--no-reexec", action="store_true",
+                        help="do not re-execute the bench with the peers' idle spinning shortened "
+                        f"({', '.join(f'{k}={v}' for k, v in SPIN_ENV.items())}, where unset)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: only when stderr is a terminal)")
+    from . import graph
+
+    graph.add_arguments(parser)  # --graph: MLP blocks instead of matmul shapes
+    parser.set_defaults(func=run)
+
+
+def _shapes(args: argparse.Namespace) -> list[tuple[Shape, str]]:
+    if args.shape:
+        return [(s, "") for group in args.shape for s in group]
+    return suite(args.full)
+
+
+def _set_up(args: argparse.Namespace) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """tgrad's and the peers' threads, and the environment as the JSON records it."""
+    import tgrad
+
+    if args.threads is not None:
+        tgrad.set_num_threads(args.threads)
+    threads = tgrad.num_threads()
+    for var in OPENBLAS_TUNING_VARS:
+        if var in os.environ:
+            print(f"note: {var}={os.environ[var]} is set; numpy's OpenBLAS follows it "
+                  f"(`nox -s bench` unsets it)", file=sys.stderr)
+    peer_threads = {} if args.no_peers else _set_peer_threads(threads)
+    return threads, peer_threads, environment()  # after the thread limits: it reports them
+
+
+def _limits(args: argparse.Namespace, threads: int) -> dict[str, Any]:
+    waited = _wait_for_quiet_machine(args.wait_quiet)
+    before = _cpu_sample()
+    limits = measure_limits(threads)
+    limits["waited_for_quiet_s"] = waited
+    limits["load"] = _others_load(before, _cpu_sample())
+    return limits
+
+
+def _run_shapes(args: argparse.Namespace, shapes: list[tuple[Shape, str]], threads: int,
+                limits: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """Each shape checked and timed, its lines printed as it ends; (results, any failed)."""
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    progress = _Progress(len(shapes), bool(show))
+    results = []
+    failed = False
+    try:
+        for i, (shape, _note) in enumerate(shapes):
+            progress.start(_shape_str(shape))
+            waited = _wait_for_quiet_machine(args.wait_quiet)
+            refresh_limits(limits, threads)
+            res = run_shape(shape, repeat=args.repeat, seed=args.seed, check_all=args.check_all,
+                            peers=not args.no_peers, threads=threads, budget_s=args.budget,
+                            tick=progress.tick)
+            res["waited_for_quiet_s"] = waited
+            results.append(res)
+            progress.advance()
+            progress.write(("\n" if i else "") + "\n".join(format_shape(res, limits)))
+            failed |= (res["byte_match"] is False) or not res["pipeline_ok"]
+    finally:
+        progress.close()
+    return results, failed
+
+
+def _after_run(env: dict[str, Any], cpu_start: Any) -> None:
+    """What the environment record learns at the end: load, peak memory, tgrad's scratch."""
+    import tgrad
+
+    env["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    env["others_load"] = _others_load(cpu_start, _cpu_sample())
+    try:
+        import resource
+
+        env["process_peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except ImportError:  # not on this OS
+        env["process_peak_rss_kib"] = None
+    # the packing buffers and accumulator tiles tgrad holds after every shape ran (they only grow
+    # to the largest block each thread worked on: this is the run's most)
+    env["tgrad_cpu_scratch_bytes"] = tgrad.cpu_scratch_bytes()
+
+
+def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """bench.json (and --json), bench.md (and --doc), bench.png; then the closing block."""
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_finite(report), indent=1, allow_nan=False) + "\n"
+    (out_dir / "bench.json").write_text(text, encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(text, encoding="utf-8")
+    markdown = format_markdown(report)
+    (out_dir / "bench.md").write_text(markdown, encoding="utf-8")
+    if args.doc is not None:
+        update_doc(Path(args.doc), markdown)
+    plot = write_plot(report, out_dir / "bench.png")
+    print()
+    print("\n".join(closing_lines(report, out_dir, plot, args.json, args.doc)), flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "graph", False) or getattr(args, "graph_shapes", None):
+        from . import graph
+
+        return graph.run(args)
+    shapes = _shapes(args)
+    if args.doc is not None and not doc_has_section(args.doc):  # before minutes of measurement
+        print(f"python -m tgrad bench: error: --doc {args.doc}: needs a '{DOC_BEGIN}' line "
+              f"and a '{DOC_END}' line", file=sys.stderr)
+        return 2
+    if args.list:
+        for shape, note in shapes:
+            print(f"{_shape_str(shape):<16} {note}".rstrip())
+        return 0
+    _maybe_reexec(args)
+    threads, peer_threads, env = _set_up(args)
+    limits = _limits(args, threads)
+    started = _dt.datetime.now(_dt.timezone.utc)
+    cpu_start = _cpu_sample()
+    results, failed = _run_shapes(args, shapes, threads, limits)
+    refresh_limits(limits, threads, peak=False, stream=True)
+    _after_run(env, cpu_start)
+    report = {**_report_head("tgrad-bench/2", started, threads, peer_threads, env),
+              "limits": limits, "method": method(), "results": results}
+    _write(args, report)
+    return 1 if failed else 0

@@ -1,0 +1,174 @@
+"""One shape, checked and timed: seeded bf16 inputs made resident, tgrad's ``a @ b`` read back
+and compared byte for byte with the oracle, then tgrad, its peers and the shape's limits timed
+interleaved, and the samples turned into speeds and paired ratios (one entry of the JSON's
+"results")."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .limits import LIMIT_REGIONS, _limit_regions, _paired_limit
+from .machine import _cpu_sample, _others_load
+from .peers import SEPARATE_PEERS, peer_regions, _set_peer_threads
+from .shapes import (CALL_LIMIT_MACS, ORACLE_LIMIT_MACS, Shape, _bytes_moved, is_memory_bound)
+from .stats import BOOTSTRAP_SEED, peer_entry
+from .timing import (AUTO_BUDGET_S, _auto_repeat, _interleaved, _separate_phase, _Timed,
+                     quiet_summary, warm_up)
+
+
+def _new_result(m: int, k: int, n: int) -> dict[str, Any]:
+    import tgrad
+
+    return {
+        "shape": f"{m}x{k}x{n}", "m": m, "k": k, "n": n, "dtype": "bf16", "flops": 2 * m * k * n,
+        "bytes": _bytes_moved(m, k, n), "memory_bound": is_memory_bound(m, k, n),
+        "threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(), "route": None,
+        "byte_match": None, "byte_check": "skipped", "pipeline_ok": False, "errors": [],
+        "median_s": math.nan, "gflops": math.nan, "gbps": math.nan, "call_median_s": math.nan,
+        "repeat": 0, "regions": [], "orders": [], "samples": {}, "peers": {}, "load": None,
+        "peers_skipped": {}, "separate": {}, "paired_limits": {},
+    }
+
+
+def _pipeline(res: dict[str, Any], a_bits: np.ndarray,
+              b_bits: np.ndarray) -> tuple[Any, Any, np.ndarray] | None:
+    """Build, matmul, realize, read: the resident inputs and the result's bits, or None with the
+    failing stage named in `res`."""
+    import tgrad
+
+    m, n = res["m"], res["n"]
+    stage = "build"
+    try:
+        ta = tgrad.Tensor.from_bf16_bits(a_bits)
+        tb = tgrad.Tensor.from_bf16_bits(b_bits)
+        stage = "matmul"
+        tc = ta @ tb
+        stage = "realize"
+        tc.realize()
+        res["route"] = tc.route
+        stage = "read"
+        got = np.frombuffer(tc.to_bytes(), dtype="<u2").reshape(tc.shape)
+        stage = "shape"
+        if got.shape != (m, n) or tc.shape != (m, n):
+            raise AssertionError(f"result shape {tc.shape}, expected {(m, n)}")
+        del tc
+    except Exception as exc:  # report and go on with the next shape
+        res["errors"].append(f"{stage}: {type(exc).__name__}: {exc}")
+        res["byte_match"] = False
+        res["byte_check"] = "pipeline failed"
+        return None
+    res["pipeline_ok"] = True
+    return ta, tb, got
+
+
+def _byte_check(res: dict[str, Any], got: np.ndarray, want: Callable[[], np.ndarray]) -> None:
+    """tgrad's bits against the oracle's (`want` computes them), first mismatch named."""
+    start = time.perf_counter()
+    expected = want()
+    res["oracle_s"] = time.perf_counter() - start
+    same = bool(np.array_equal(got, expected))
+    res["byte_match"] = same
+    res["byte_check"] = "done"
+    if not same:
+        bad = np.argwhere(got != expected)
+        res["mismatches"] = int(len(bad))
+        i, j = (int(v) for v in bad[0])
+        res["first_mismatch"] = {"m": i, "n": j, "got": f"0x{int(got[i, j]):04x}",
+                                 "want": f"0x{int(expected[i, j]):04x}"}
+
+
+def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
+              check_all: bool = False, peers: bool = True, threads: int | None = None,
+              bootstrap_seed: int = BOOTSTRAP_SEED, budget_s: float = AUTO_BUDGET_S,
+              tick: Callable[[int, int], None] | None = None,
+              limits_paired: bool = True) -> dict[str, Any]:
+    """Check and time one shape; returns a dict (one entry of the JSON's "results").
+    With `limits_paired`, the shape's limit (compute or read, see _limit_regions) is timed in
+    every round beside the matmul and reported as the matmul's share of it, with an interval."""
+    import tgrad
+    from .. import _conformance
+
+    fills, oracle = _conformance.module("fills"), _conformance.module("oracle")
+    m, k, n = shape
+    res = _new_result(m, k, n)
+    rng = np.random.default_rng([seed, m, k, n])
+    a_bits = fills.fill_bits("normal", (m, k), rng)
+    b_bits = fills.fill_bits("normal", (k, n), rng)
+    made = _pipeline(res, a_bits, b_bits)
+    if made is None:
+        return res
+    ta, tb, got = made
+    if m * k * n <= ORACLE_LIMIT_MACS or check_all:
+        _byte_check(res, got, lambda: oracle.matmul_bits(a_bits, b_bits))
+    else:
+        res["byte_check"] = "skipped (oracle limit)"
+    del got
+
+    timed = [_Timed("tgrad", lambda: (ta @ tb).realize())]
+    if m * k * n <= CALL_LIMIT_MACS:
+        timed.append(_Timed("tgrad_call", lambda: (ta @ tb).numpy()))
+    nthreads = tgrad.num_threads() if threads is None else threads
+    peer_threads: dict[str, str] = {}
+    if peers:
+        peer_threads = _set_peer_threads(nthreads)
+        timed += peer_regions(a_bits, b_bits, nthreads, res["peers_skipped"])
+    if limits_paired:
+        timed += _limit_regions(res, ta, tb, tgrad.num_threads())
+    if _time(res, timed, repeat, budget_s, tick):
+        _summarize(res, timed, peer_threads, bootstrap_seed)
+    return res
+
+
+def _time(res: dict[str, Any], timed: list[_Timed], repeat: int | None, budget_s: float,
+          tick: Callable[[int, int], None] | None) -> bool:
+    """The interleaved rounds, then each separate peer's phase; False (error recorded) when the
+    rounds failed. `timed` keeps the regions of the main rounds only."""
+    separate = [t for t in timed if t.name in SEPARATE_PEERS]  # timed after the others
+    timed[:] = [t for t in timed if t.name not in SEPARATE_PEERS]
+    try:
+        round_s = warm_up(timed)
+        rounds = _auto_repeat(round_s, budget_s) if repeat is None else repeat
+        cpu_before = _cpu_sample()
+        res["orders"] = _interleaved(timed, rounds, tick)
+        res["load"] = _others_load(cpu_before, _cpu_sample())
+        res["repeat"] = rounds
+    except Exception as exc:
+        res["errors"].append(f"timing: {type(exc).__name__}: {exc}")
+        res["pipeline_ok"] = False
+        return False
+    for peer in separate:  # `repeat` None: each phase sized by the budget on its own
+        try:
+            res["separate"][peer.name] = _separate_phase(peer, timed, repeat, budget_s)
+        except Exception as exc:
+            res["peers_skipped"][peer.name] = f"timing: {type(exc).__name__}: {exc}"
+    return True
+
+
+def _summarize(res: dict[str, Any], timed: list[_Timed], peer_threads: dict[str, str],
+               seed: int) -> None:
+    """The raw samples into `res`, with tgrad's speed, each limit's share and each peer's ratios."""
+    res["quiet"] = quiet_summary(timed)
+    res["hot"] = {t.name: t.hot for t in timed}
+    samples = {t.name: np.array(t.samples) for t in timed}
+    res["regions"] = [t.name for t in timed]
+    res["samples"] = {name: s.tolist() for name, s in samples.items()}
+    median = res["median_s"] = float(np.median(samples["tgrad"]))
+    res["gflops"] = res["flops"] / median / 1e9 if median > 0 else math.nan
+    res["gbps"] = res["bytes"] / median / 1e9 if median > 0 else math.nan
+    if "tgrad_call" in samples:
+        res["call_median_s"] = float(np.median(samples["tgrad_call"]))
+    for t in timed:
+        if t.name in LIMIT_REGIONS:
+            res["paired_limits"][t.name] = _paired_limit(t.name, samples, res, seed)
+    phases: list[tuple[str, dict[str, np.ndarray], str | None]] = [
+        (t.name, samples, None) for t in timed
+        if t.name not in ("tgrad", "tgrad_call") and t.name not in LIMIT_REGIONS]
+    phases += [(name, {k: np.array(v) for k, v in phase["samples"].items()}, "separate")
+               for name, phase in res["separate"].items()]
+    for name, paired, phase in phases:
+        res["peers"][name] = peer_entry(name, paired, res["flops"], peer_threads.get(name, "?"),
+                                        phase, seed)

@@ -2,7 +2,7 @@
 
 - `nox -s tests` (the default): the core suite, no torch: the C tests (`meson test`, less the
   `exhaustive` and `long` suites), then the unmarked pytest tier against the pip-installed package.
-- `nox -s interop`: the tests marked `interop`, with their peers installed (torch, dask).
+- `nox -s interop`: the tests marked `interop`, with their peers installed (torch, dask, torchlens).
 - `nox -s slow`: the tests marked `slow`: the bench CLI end to end, the commands through pipes, the
   generated-MSL tier on the C++ emulator, the committed scorecards, the long sweeps.
 - `nox -s typecheck`: the tests marked `typecheck` (mypy --strict on the installed package).
@@ -69,10 +69,10 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def interop(session: nox.Session) -> None:
     """The tests marked `interop`: DLPack and safetensors with torch (a CPU wheel of exactly TORCH),
-    tgrad.dask on a local distributed cluster. Every peer must be there: the session checks the
+    tgrad.dask on a local distributed cluster, tgrad as a torchlens backend. Every peer must be there: the session checks the
     imports first, and TGRAD_REQUIRE_INTEROP=1 makes an interop test that skips fail."""
-    session.install(".[test,dask]", TORCH)
-    session.run("python", "-c", "import torch, dask.array, distributed")
+    session.install(".[test,dask,torchlens]", TORCH)
+    session.run("python", "-c", "import torch, dask.array, distributed, torchlens")
     _pytest(session, "interop", env={"TGRAD_REQUIRE_INTEROP": "1"})
 
 

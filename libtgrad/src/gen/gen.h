@@ -51,6 +51,10 @@ typedef struct tg_lang {
     const char *builtin_expr[TG_B_COUNT_];   /* expression of type uint; NULL: unavailable */
     bool simdgroup_matrix;        /* 8x8 simdgroup matrices (the tc route) */
     const char *matrix_type;      /* fp32 8x8 simdgroup matrix type */
+    /* The tc route's matrix operations, printf formats: fill with zeros (%d, %d: the fragment's
+     * shape); load / store (%s: the fragment, %s: the first element's lvalue, %d: its row pitch);
+     * multiply-accumulate (%s: acc, a, b) as acc = a * b + acc. */
+    const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);

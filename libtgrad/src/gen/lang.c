@@ -40,6 +40,10 @@ static const tg_lang langs[] = {
         },
         .simdgroup_matrix = true,
         .matrix_type = "simdgroup_float8x8",
+        .matrix_zero = "make_filled_simdgroup_matrix<float, %d, %d>(0.0f)",
+        .matrix_load = "simdgroup_load(%s, &%s, %d);",
+        .matrix_store = "simdgroup_store(%s, &%s, %d);",
+        .matrix_mma = "simdgroup_multiply_accumulate(%s, %s, %s, %s);",
     },
     {
         .id = TGRAD_LANG_OPENCL,
@@ -64,6 +68,7 @@ static const tg_lang langs[] = {
         },
         .simdgroup_matrix = false,
         .matrix_type = NULL,
+        .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
     },
 };
 

@@ -280,6 +280,16 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("}\n");
 }
 
+/* The language's matrix load (fmt): fragment `frag` from the element `at` (a format taking the
+ * fragment's offset, `step`), row pitch `pitch`. */
+static const char *matrix_op(char *dst, size_t cap, const char *fmt, const char *frag, const char *at, int32_t step,
+                             int32_t pitch) {
+    char where[64];
+    snprintf(where, sizeof where, at, step);
+    snprintf(dst, cap, fmt, frag, where, pitch);
+    return dst;
+}
+
 static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name) {
     const int32_t tm = r->tile_m, tn = r->tile_n, tk = r->tile_k, nthreads = r->threads_x * r->threads_y;
     const int32_t f = TG_TC_FRAGMENT, sgc = TG_TC_SIMDGROUP_COLS;
@@ -301,7 +311,9 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     E("    %s acc[%d][%d];\n", mt, fm, fn);
     E("    for (int i = 0; i < %d; i++)\n", fm);
     E("        for (int j = 0; j < %d; j++)\n", fn);
-    E("            acc[i][j] = make_filled_simdgroup_matrix<float, %d, %d>(0.0f);\n", f, f);
+    char op[160];
+    snprintf(op, sizeof op, e->l->matrix_zero, f, f);
+    E("            acc[i][j] = %s;\n", op);
     E("    // zeros stand in for the elements past M, K and N: zero products leave the sums unchanged\n");
     E("    for (%s k0 = 0; k0 < %" PRId64 "; k0 += %d) {\n", e->it, p->k, tk);
     emit_stage_a(e, r, p, "a_tile[r][kk]", nthreads);
@@ -311,18 +323,22 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     E("            %s a_frag[%d];\n", mt, fm);
     E("            %s b_frag[%d];\n", mt, fn);
     E("            for (int i = 0; i < %d; i++)\n", fm);
-    E("                simdgroup_load(a_frag[i], &a_tile[sm + %d * i][kk], %d);\n", f, tk);
+    E("                %s\n", matrix_op(op, sizeof op, e->l->matrix_load, "a_frag[i]", "a_tile[sm + %d * i][kk]", f, tk));
     E("            for (int j = 0; j < %d; j++)\n", fn);
-    E("                simdgroup_load(b_frag[j], &b_tile[kk][sn + %d * j], %d);\n", f, tn);
+    E("                %s\n", matrix_op(op, sizeof op, e->l->matrix_load, "b_frag[j]", "b_tile[kk][sn + %d * j]", f, tn));
     E("            for (int i = 0; i < %d; i++)\n", fm);
     E("                for (int j = 0; j < %d; j++)\n", fn);
-    E("                    simdgroup_multiply_accumulate(acc[i][j], a_frag[i], b_frag[j], acc[i][j]);\n");
+    snprintf(op, sizeof op, e->l->matrix_mma, "acc[i][j]", "a_frag[i]", "b_frag[j]", "acc[i][j]");
+    E("                    %s\n", op);
     E("        }\n");
     E("        %s\n", e->l->barrier);
     E("    }\n");
     E("    for (int i = 0; i < %d; i++)\n", fm);
     E("        for (int j = 0; j < %d; j++)\n", fn);
-    E("            simdgroup_store(acc[i][j], &c_tile[sm + %d * i][sn + %d * j], %d);\n", f, f, tn);
+    char at[64];
+    snprintf(at, sizeof at, "c_tile[sm + %d * i][sn + %d * j]", f, f);
+    snprintf(op, sizeof op, e->l->matrix_store, "acc[i][j]", at, tn);
+    E("            %s\n", op);
     E("    %s\n", e->l->barrier);
     E("    for (%s e = li; e < %d; e += %d) {\n", e->it, tm * tn, nthreads);
     E("        const %s r = e / %d;\n", e->it, tn);

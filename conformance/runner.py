@@ -427,8 +427,8 @@ def _constants_into(memory: dict[int, np.ndarray]) -> Iterator[None]:
 
     original = ops._constant
 
-    def record(value: object, name: str) -> Any:
-        t = original(value, name)
+    def record(value: object, name: str, device: str = "cpu") -> Any:
+        t = original(value, name, device)
         memory[t.buffer_id] = np.array(t.numpy().view(np.uint16)).ravel()
         return t
 

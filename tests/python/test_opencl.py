@@ -90,8 +90,8 @@ def _ew(op: str, *tensors: tgrad.Tensor) -> tgrad.Tensor:
 
 
 def test_elementwise_ops_on_opencl_tensors_match_the_cpu_bytes(opencl_device: str) -> None:
-    # no device kernel yet: the op runs on the host between a download and an upload, so the
-    # bytes are the CPU's by construction; the broadcast operand's view travels along
+    # a rendered elementwise kernel (integer ops and the gelu table), the broadcast operand's view
+    # baked into it
     rng = np.random.default_rng(3)
     x = rng.standard_normal((50, 70)).astype(np.float32)
     b = rng.standard_normal(70).astype(np.float32)
@@ -99,10 +99,62 @@ def test_elementwise_ops_on_opencl_tensors_match_the_cpu_bytes(opencl_device: st
             tgrad.Tensor.from_numpy(x, device="opencl") as xd, tgrad.Tensor.from_numpy(b, device="opencl") as bd:
         want = _ew("gelu", _ew("add", xc, bc)).numpy()
         got = _ew("gelu", _ew("add", xd, bd))
-        assert got.route == "opencl.host.elementwise"
+        assert got.route == "opencl.elementwise"
+        assert "add+gelu opencl.elementwise" in got.explain()
         assert np.array_equal(got.numpy().view(np.uint16), want.view(np.uint16))
         with pytest.raises(errors.DeviceMismatchError, match="cpu and opencl"):
             _ew("add", xc, bd)
+
+
+def _linear(x: tgrad.Tensor, w: tgrad.Tensor, b: tgrad.Tensor) -> tgrad.Tensor:
+    return tgrad.silu(tgrad.gelu(x @ w.T + b) * b - 0.25)
+
+
+@pytest.mark.parametrize("route", ["naive", "tiled"])
+def test_a_fused_layer_on_opencl_gives_the_cpu_bytes_fused_or_not(route: str, opencl_device: str) -> None:
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((37, 70)).astype(np.float32), rng.standard_normal((45, 70)).astype(np.float32)
+    b = rng.standard_normal(45).astype(np.float32)
+    want = _linear(*(tgrad.Tensor.from_numpy(v) for v in (x, w, b))).numpy().view(np.uint16)
+    saved = tgrad.fusion_enabled()
+    try:
+        with device_route(route):
+            for fusion in (True, False):
+                tgrad.set_fusion(fusion)
+                y = _linear(*(tgrad.Tensor.from_numpy(v, device="opencl") for v in (x, w, b)))
+                plan = y.explain()
+                assert (f"matmul+add+gelu+mul+sub+silu opencl.{route}" in plan) == fusion, plan
+                assert np.array_equal(y.numpy().view(np.uint16), want)
+                y.release()
+    finally:
+        tgrad.set_fusion(saved)
+
+
+def test_a_failed_allocation_in_a_fused_device_step_is_typed_and_changes_nothing(opencl_device: str) -> None:
+    if lib.tgrad_debug_fail_allocation(0, tgrad.ffi.NULL) != 0:
+        pytest.skip("libtgrad was built without fault injection")
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((9, 16)).astype(np.float32), rng.standard_normal((12, 16)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    want = tgrad.sigmoid(tgrad.Tensor.from_numpy(x) @ tgrad.Tensor.from_numpy(w).T + tgrad.Tensor.from_numpy(b))
+    want_bits = want.numpy().view(np.uint16)
+    with tgrad.Tensor.from_numpy(x, device="opencl") as xd, tgrad.Tensor.from_numpy(w, device="opencl") as wd, \
+            tgrad.Tensor.from_numpy(b, device="opencl") as bd:
+        failures = 0
+        for n in range(1, 8):  # each allocation of the realize in turn: the output, the sigmoid table
+            y = tgrad.sigmoid(xd @ wd.T + bd)
+            lib.tgrad_debug_fail_allocation(n, tgrad.ffi.NULL)
+            try:
+                got = y.numpy().view(np.uint16)
+            except errors.OutOfMemoryError:
+                failures += 1
+                assert y.explain().startswith("plan for"), "a failed realize leaves the tensor pending"
+                continue
+            finally:
+                lib.tgrad_debug_fail_allocation(0, tgrad.ffi.NULL)
+            assert np.array_equal(got, want_bits)
+            break
+        assert failures >= 1
 
 
 # ---- the copy kernel ----------------------------------------------------------------------------

@@ -145,14 +145,15 @@ def _is_operand(value: object) -> bool:
         isinstance(value, np.generic) and value.dtype == _BF16)
 
 
-def _constant(value: object, name: str) -> Tensor:
-    """The 0-d bf16 tensor of a number (made by Tensor.from_numpy, so tgrad.trace records it as a
-    "constant" op); InvalidArgumentError for anything else."""
+def _constant(value: object, name: str, device: str = "cpu") -> Tensor:
+    """The 0-d bf16 tensor of a number on `device` (the other operand's: a number goes where the
+    tensor it meets lives), made by Tensor.from_numpy, so tgrad.trace records it as a "constant"
+    op; InvalidArgumentError for anything else."""
     host = _host_array(value)
     if host is None:
         raise errors.InvalidArgumentError(
             f"{name}: an operand must be a Tensor or a real number, got {type(value).__name__}")
-    return Tensor.from_numpy(host)
+    return Tensor.from_numpy(host, device=device)
 
 
 # ---- applying ops ---------------------------------------------------------------------------------
@@ -170,10 +171,11 @@ def _binary(name: str, a: Operand, b: Operand) -> Tensor:
             f"{name}: at least one operand must be a Tensor, got {type(a).__name__} and {type(b).__name__}")
     made: list[Tensor] = []
     try:
-        x = a if isinstance(a, Tensor) else _constant(a, name)
+        device = (a if isinstance(a, Tensor) else b).device  # type: ignore[union-attr]  # one is a Tensor
+        x = a if isinstance(a, Tensor) else _constant(a, name, device)
         if x is not a:
             made.append(x)
-        y = b if isinstance(b, Tensor) else _constant(b, name)
+        y = b if isinstance(b, Tensor) else _constant(b, name, device)
         if y is not b:
             made.append(y)
         return run(x, y)

@@ -23,7 +23,7 @@ from .rosters import roster_names
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m tgrad.conformance",
+        prog=f"python -m {__package__ or 'tgrad.conformance'}",  # as it was run
         description="Run a conformance roster on a backend and write or check its scorecard.")
     parser.add_argument("--backend", required=True, choices=runner.BACKENDS)
     parser.add_argument("--roster", default="ci", choices=roster_names(),

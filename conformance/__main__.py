@@ -1,6 +1,8 @@
-"""``python -m conformance --backend cpu|msl-emu|opencl|metal [--roster ci|full] [--write] [--check]``
+"""``python -m tgrad.conformance --backend cpu|msl-emu|opencl|metal [--roster ci|full] [--write] [--check]``
 
 Runs a roster on a backend and prints its scorecard's funnel and claim (see conformance.runner).
+From any directory once tgrad is installed (the kit and the committed scorecards ship inside the
+tgrad package); in the source tree, ``python -m conformance`` from the repository's root is the same.
 ``--write`` writes conformance/scorecards/<backend>.json; ``--check`` regenerates it and exits 1
 when a case outcome or the funnel differs from the committed file, printing the differences
 (environment fields are shown, never compared). ``--require`` exits 1 when the backend could not
@@ -15,13 +17,13 @@ import json
 import sys
 from pathlib import Path
 
-from conformance import runner
-from conformance.rosters import roster_names
+from . import runner
+from .rosters import roster_names
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance",
+        prog=f"python -m {__package__ or 'tgrad.conformance'}",  # as it was run
         description="Run a conformance roster on a backend and write or check its scorecard.")
     parser.add_argument("--backend", required=True, choices=runner.BACKENDS)
     parser.add_argument("--roster", default="ci", choices=roster_names(),

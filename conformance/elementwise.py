@@ -44,7 +44,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance.oracle import CANONICAL_NAN_BITS, _as_bits, bf16_bits_to_f32, f64_to_bf16_bits
+from .oracle import CANONICAL_NAN_BITS, _as_bits, bf16_bits_to_f32, f64_to_bf16_bits
 
 __all__ = ["ARITY", "BINARY_OPS", "TABLE_OPS", "UNARY_OPS", "binary_bits", "elementwise_bits",
            "midpoint_distance_ulps", "mpmath_bits", "mpmath_inputs", "scalar_bits", "unary_bits"]

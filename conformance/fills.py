@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.oracle import f32_to_bf16_bits
+from .oracle import f32_to_bf16_bits
 
 __all__ = ["FILLS", "fill_bits"]
 

@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from conformance.elementwise import ARITY, BINARY_OPS, UNARY_OPS
-from conformance.fills import FILLS, fill_bits
-from conformance.rosters import VIEW_KINDS, apply_view_ops, base_shape, view_ops
+from .elementwise import ARITY, BINARY_OPS, UNARY_OPS
+from .fills import FILLS, fill_bits
+from .rosters import VIEW_KINDS, apply_view_ops, base_shape, view_ops
 
 __all__ = ["GraphCase", "PROGRAMS", "build_graph_operands", "graph_roster", "reference_bits"]
 
@@ -140,7 +140,7 @@ def build_graph_operands(case: GraphCase) -> tuple[list[np.ndarray], Callable[[A
 
 def reference_bits(case: GraphCase) -> np.ndarray:
     """The case's result by the oracles: uint16 bf16 bits."""
-    from conformance.reference import REF, Ref
+    from .reference import REF, Ref
 
     bases, apply_view = build_graph_operands(case)
     operands = [Ref(apply_view(base.view(np.uint16), i)) for i, base in enumerate(bases)]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from conformance.elementwise import ARITY, elementwise_bits, scalar_bits
-from conformance.oracle import matmul_bits
+from .elementwise import ARITY, elementwise_bits, scalar_bits
+from .oracle import matmul_bits
 
 __all__ = ["REF", "Ref"]
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.fills import FILLS, fill_bits
+from .fills import FILLS, fill_bits
 
 __all__ = ["Case", "VIEW_KINDS", "apply_view_ops", "base_shape", "build_operands", "roster",
            "roster_names", "view_ops"]
@@ -294,7 +294,7 @@ class Example:
     why: str
 
     def bits(self) -> tuple[np.ndarray, np.ndarray]:
-        from conformance.oracle import f64_to_bf16_bits
+        from .oracle import f64_to_bf16_bits
 
         def one(v):
             if isinstance(v, int):

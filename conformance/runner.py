@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from conformance.graphs import PROGRAMS, GraphCase, build_graph_operands, graph_roster, reference_bits
-from conformance.oracle import matmul_bits
-from conformance.rosters import Case, build_operands, roster
+from .graphs import PROGRAMS, GraphCase, build_graph_operands, graph_roster, reference_bits
+from .oracle import matmul_bits
+from .rosters import Case, build_operands, roster
 
 __all__ = [
     "BACKENDS", "MIN_EXECUTED_FRACTION", "SCORECARD_DIR", "SUITE_VERSION", "attest", "canonical",

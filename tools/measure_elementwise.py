@@ -53,7 +53,7 @@ def _ratio_line(name: str, samples: dict[str, np.ndarray], base: str) -> str:
 
 
 def _bits(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
-    from conformance.oracle import f32_to_bf16_bits
+    from tgrad.conformance.oracle import f32_to_bf16_bits
 
     return np.asarray(f32_to_bf16_bits(rng.standard_normal(shape, dtype=np.float32)
                                        * np.float32(scale)))

@@ -13,8 +13,8 @@ import numpy as np
 
 import pytest
 
-from conformance.oracle import matmul_bits
-from conformance.rosters import CONTRACT_EXAMPLES, build_operands, roster
+from tgrad.conformance.oracle import matmul_bits
+from tgrad.conformance.rosters import CONTRACT_EXAMPLES, build_operands, roster
 
 import tgrad  # noqa: E402
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import tgrad
-from conformance import runner
-from conformance.elementwise import ARITY, binary_bits, scalar_bits, unary_bits
-from conformance.graphs import PROGRAMS, GraphCase, build_graph_operands, graph_roster, reference_bits
-from conformance.oracle import matmul_bits
-from conformance.reference import REF, Ref
+from tgrad.conformance import runner
+from tgrad.conformance.elementwise import ARITY, binary_bits, scalar_bits, unary_bits
+from tgrad.conformance.graphs import PROGRAMS, GraphCase, build_graph_operands, graph_roster, reference_bits
+from tgrad.conformance.oracle import matmul_bits
+from tgrad.conformance.reference import REF, Ref
+from tgrad.conformance.rosters import roster
 
 EMU_DIR = Path(__file__).resolve().parents[2] / "tests" / "msl_emu"
-from conformance.rosters import roster
 
 CI = graph_roster("ci")
 FAMILIES = ("elementwise", "broadcast", "fused", "mlp")

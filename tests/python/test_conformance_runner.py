@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import tgrad
-from conformance import __main__ as conformance_cli
-from conformance import runner
-from conformance.graphs import graph_roster
-from conformance.rosters import roster
+from tgrad.conformance import __main__ as conformance_cli
+from tgrad.conformance import runner
+from tgrad.conformance.graphs import graph_roster
+from tgrad.conformance.rosters import roster
 
 CASES = roster("ci")
 FEW = [c for c in CASES if c.family in ("below_tile", "empty")][:6] + \

@@ -112,7 +112,7 @@ def test_a_tampered_scorecard_fails(tmp_path: pathlib.Path, capsys: pytest.Captu
 
 
 def test_scorecard_rows_show_backend_counts_claim_and_attestation(tmp_path: pathlib.Path) -> None:
-    from conformance import runner
+    from tgrad.conformance import runner
 
     cards = tmp_path / "scorecards"
     base = {"id": "c", "family": "f", "detail": ""}

@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from conformance.elementwise import (
+from tgrad.conformance.elementwise import (
     ARITY,
     BINARY_OPS,
     TABLE_OPS,
@@ -28,7 +28,7 @@ from conformance.elementwise import (
     scalar_bits,
     unary_bits,
 )
-from conformance.oracle import bf16_bits_to_f32
+from tgrad.conformance.oracle import bf16_bits_to_f32
 
 ALL_BITS = np.arange(65536, dtype=np.uint32).astype(np.uint16)
 NAN, PINF, NINF, ONE, HALF = 0x7FC0, 0x7F80, 0xFF80, 0x3F80, 0x3F00

@@ -229,7 +229,7 @@ def test_a_shared_lazy_result_realizes_once_across_threads(rng: np.random.Genera
 
 
 def test_random_normal_and_views_match_the_oracle(bf16_bits: Callable[..., np.ndarray]) -> None:
-    from conformance.oracle import matmul_bits
+    from tgrad.conformance.oracle import matmul_bits
 
     xa, xb = bf16_bits(48, 37), bf16_bits(37, 48)
     a, b = Tensor.from_bf16_bits(xa), Tensor.from_bf16_bits(xb)
@@ -319,7 +319,7 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
     and few-row products keep the most capable variant's streaming routes; bytes are the oracle's
     either way. The rates are set through the testing aid, so this runs on any CPU with two SIMD
     variants."""
-    from conformance.oracle import matmul_bits
+    from tgrad.conformance.oracle import matmul_bits
 
     if len(SIMD_VARIANTS) < 2:
         pytest.skip(f"needs two SIMD variants; this CPU runs {SIMD_VARIANTS or 'none'}")
@@ -377,7 +377,7 @@ def test_outputs_with_rows_4k_apart_bypass_the_caches_exactly(variant: str,
                                                               bf16_bits: Callable[..., np.ndarray]) -> None:
     """N = 2048 puts output rows 4 KiB apart; from 1 MiB of output the kernels write whole lines
     past the caches (non-temporal stores). Bytes are the oracle's, over two K panels too."""
-    from conformance.oracle import matmul_bits
+    from tgrad.conformance.oracle import matmul_bits
 
     xa, xb = bf16_bits(300, 1100), bf16_bits(1100, 2048)
     try:

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 import tgrad
-from conformance.oracle import bf16_bits_to_f32, daz_bits, matmul_bits
-from conformance.rosters import Case, build_operands, roster
+from tgrad.conformance.oracle import bf16_bits_to_f32, daz_bits, matmul_bits
+from tgrad.conformance.rosters import Case, build_operands, roster
 from tgrad import render as R
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -195,7 +195,7 @@ def _nd_views():
 
 @pytest.mark.parametrize("name,shape,view", _nd_views(), ids=[v[0] for v in _nd_views()])
 def test_copy_route_handles_any_rank_and_keeps_nan_payloads(tier: Tier, name: str, shape, view) -> None:
-    from conformance.fills import fill_bits
+    from tgrad.conformance.fills import fill_bits
 
     base = fill_bits("special", shape, np.random.default_rng(len(name)))
     want = np.ascontiguousarray(view(base)).ravel()
@@ -420,7 +420,7 @@ def _run_example(emu: Emulator, ex, route: str, source_edit=None, **options) -> 
 def test_contract_examples_through_generated_kernels(emu: Emulator, route: str, ftz: bool) -> None:
     # The hand-computed examples of the numerics contract (order, rounding per addition, flush
     # after rounding with its boundary cases, DAZ, signed zeros, NaN, overflow), one kernel each.
-    from conformance.rosters import CONTRACT_EXAMPLES
+    from tgrad.conformance.rosters import CONTRACT_EXAMPLES
 
     wrong = [f"{ex.id}: got 0x{got:04x}, want 0x{ex.expected:04x} ({ex.why})"
              for ex in CONTRACT_EXAMPLES if (got := _run_example(emu, ex, route, ftz=ftz)) != ex.expected]
@@ -430,7 +430,7 @@ def test_contract_examples_through_generated_kernels(emu: Emulator, route: str, 
 def test_flush_before_the_boundary_recheck_fails_the_contract_examples(emu: Emulator) -> None:
     # A plain "flush if the fma result is below 2^-126" misses the sum that rounds up to 2^-126
     # from below though its unbounded rounding is tiny: the contract example catches it.
-    from conformance.rosters import CONTRACT_EXAMPLES
+    from tgrad.conformance.rosters import CONTRACT_EXAMPLES
 
     def naive_flush(text: str) -> str:
         return _mutate(text, FLUSH_TEST, "if (fabs(r) < as_type<float>(0x00800000u))\n"

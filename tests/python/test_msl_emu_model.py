@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.oracle import f32_to_bf16_bits
+from tgrad.conformance.oracle import f32_to_bf16_bits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from msl_emu.driver import CompileError, Emulator, EmuError, SubsetError, find_cxx, translate  # noqa: E402

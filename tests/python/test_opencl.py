@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import tgrad
-from conformance.oracle import matmul_bits
-from conformance.rosters import Case, build_operands, roster
+from tgrad.conformance.oracle import matmul_bits
+from tgrad.conformance.rosters import Case, build_operands, roster
 from tgrad import errors
 from tgrad._ffi import lib
 
@@ -239,7 +239,7 @@ def test_without_an_opencl_loader_the_backend_is_unavailable_and_nothing_else_fa
 
 @pytest.mark.slow
 def test_a_machine_without_opencl_skips_the_conformance_run_and_claims_nothing() -> None:
-    code = ("import json; from conformance import runner; from conformance.rosters import roster\n"
+    code = ("import json; from tgrad.conformance import runner; from tgrad.conformance.rosters import roster\n"
             "card = runner.run('opencl', cases=roster('ci')[:5])\n"
             "print(json.dumps([card['funnel'], card['claim_made'], card['cases'][0]['detail']]))")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),

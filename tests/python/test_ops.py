@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tgrad
-from conformance import oracle
+from tgrad.conformance import oracle
 from tgrad import Tensor, errors
 from tgrad._ffi import ffi, lib
 

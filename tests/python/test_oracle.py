@@ -14,9 +14,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from conformance import fills
-from conformance.rosters import CONTRACT_EXAMPLES
-from conformance.oracle import (
+from tgrad.conformance import fills
+from tgrad.conformance.rosters import CONTRACT_EXAMPLES
+from tgrad.conformance.oracle import (
     bf16_bits_to_f32,
     daz_bits,
     f32_to_bf16_bits,
@@ -387,7 +387,7 @@ def test_f64_to_bf16_agrees_with_ml_dtypes_when_exact_in_f32():
 
 @pytest.mark.parametrize("name", ["ci", "full"])
 def test_roster_cases_have_unique_ids_and_views_of_the_right_shape(name):
-    from conformance.rosters import build_operands, roster
+    from tgrad.conformance.rosters import build_operands, roster
 
     cases = roster(name)
     assert len({c.id for c in cases}) == len(cases)
@@ -402,7 +402,7 @@ def test_roster_cases_have_unique_ids_and_views_of_the_right_shape(name):
 
 
 def test_fills_are_reproducible_from_the_seed():
-    from conformance.fills import FILLS
+    from tgrad.conformance.fills import FILLS
 
     for kind in FILLS:
         one = fills.fill_bits(kind, (7, 9), np.random.default_rng(42))
@@ -424,7 +424,7 @@ def test_special_fill_contains_every_category():
 def test_ci_roster_oracle_is_fast():
     import time
 
-    from conformance.rosters import build_operands, roster
+    from tgrad.conformance.rosters import build_operands, roster
 
     start = time.perf_counter()
     for case in roster("ci"):

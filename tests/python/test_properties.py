@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tgrad
-from conformance.oracle import matmul_bits
+from tgrad.conformance.oracle import matmul_bits
 
 pytestmark = pytest.mark.slow  # a randomized sweep over every CPU variant
 

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from conformance import runner
+from tgrad.conformance import runner
 
 pytestmark = pytest.mark.slow  # whole conformance runs, the MSL emulator's included
 

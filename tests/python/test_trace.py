@@ -107,7 +107,7 @@ def test_validate_passes_on_a_correct_run(rng: np.random.Generator) -> None:
 
 @pytest.mark.parametrize("isa", [n for n, ok in tgrad.cpu_isas().items() if ok])
 def test_validate_is_bit_exact_on_every_cpu_variant(isa: str, rng: np.random.Generator) -> None:
-    from conformance.fills import fill_bits
+    from tgrad.conformance.fills import fill_bits
 
     a = tgrad.Tensor.from_bf16_bits(fill_bits("special", (33, 17), rng))
     b = tgrad.Tensor.from_bf16_bits(fill_bits("special", (17, 9), rng))
@@ -369,7 +369,7 @@ def test_a_stored_op_without_its_inputs_fails_validation_instead_of_raising(rng:
 def test_validate_says_clearly_when_the_oracle_is_missing(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = _operands(rng)
     tr = tgrad.trace(lambda x, y: x.T @ y, a, b)
-    monkeypatch.setitem(sys.modules, "conformance.oracle", None)
+    monkeypatch.setitem(sys.modules, "tgrad.conformance.oracle", None)
     with pytest.raises(ModuleNotFoundError, match="conformance"):
         tr.validate()
 

@@ -81,7 +81,9 @@ __all__ = [
     "version",
 ]
 
-#: Version of the C header this binding was written against (the library may be newer).
+#: The package's version: that of the C header this binding was written against (the loaded library,
+#: `version()`, may be newer). One number with meson.build's project version, which pyproject.toml
+#: takes through meson-python (tests/python/test_packaging.py keeps them equal).
 __version__ = f"{lib.TGRAD_VERSION_MAJOR}.{lib.TGRAD_VERSION_MINOR}.{lib.TGRAD_VERSION_PATCH}"
 
 

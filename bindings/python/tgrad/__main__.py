@@ -1,5 +1,6 @@
 """Command line: ``python -m tgrad <command>``.
 
+``python -m tgrad --version`` prints the package's version and the loaded libtgrad's.
 Commands: ``bench`` (bytes against the oracle, live timing against peers; see tgrad.bench),
 ``config`` (where the installed library, header and pkg-config file are, for C users),
 ``render`` (the GPU kernel source libtgrad generates for a shape; see tgrad.render),
@@ -26,6 +27,9 @@ BROKEN_PIPE_STATUS = 141
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tgrad",
                                      description="tgrad command-line tools")
+    # Not argparse's "version" action: it wraps the text to the terminal's width, mid-path.
+    parser.add_argument("--version", action="store_true",
+                        help="print the package's version and the loaded libtgrad's, and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     from . import bench
 
@@ -62,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version_text() -> str:
+    """``tgrad 0.1.0 (libtgrad 0.1.0 at PATH)``: the package, then the library it loaded (another
+    one when TGRAD_LIB points at it)."""
+    import tgrad
+
+    return f"tgrad {tgrad.__version__} (libtgrad {tgrad.version()} at {tgrad.library_path()})"
+
+
 def _config(args: argparse.Namespace) -> int:
     import tgrad
 
@@ -90,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:
+        print(_version_text())
+        return 0
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

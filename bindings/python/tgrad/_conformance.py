@@ -1,9 +1,10 @@
-"""The `conformance` package (the bit-exact oracle, the fills, the scorecards), imported by name.
+"""`tgrad.conformance` (the bit-exact oracle, the fills, the scorecards), imported by name.
 
-`conformance` is installed next to tgrad (and importable from the source tree's root) but is not
-part of the typed `tgrad` package: importing it through `importlib` keeps `mypy --strict` on tgrad
-from following into it, and the callers bind what they use to typed names. A missing package raises
-`ModuleNotFoundError` (an `ImportError`), exactly as a ``from conformance... import`` would.
+The kit lives at the top of the repository (conformance/; bindings/python/tgrad/conformance links
+to it) and is installed inside this package, with the committed scorecards. It is not part of the
+typed API: importing it through `importlib` keeps `mypy --strict` on tgrad from following into it,
+and the callers bind what they use to typed names. A missing kit raises `ModuleNotFoundError` (an
+`ImportError`), exactly as a ``from tgrad.conformance... import`` would.
 """
 
 from __future__ import annotations
@@ -13,5 +14,5 @@ from typing import Any
 
 
 def module(name: str) -> Any:
-    """``conformance.<name>`` (``oracle``, ``fills``, ``runner``), imported on first use."""
-    return importlib.import_module(f"conformance.{name}")
+    """``tgrad.conformance.<name>`` (``oracle``, ``fills``, ``runner``), imported on first use."""
+    return importlib.import_module(f"tgrad.conformance.{name}")

@@ -1,8 +1,10 @@
 """Loading libtgrad through cffi (ABI mode).
 
 Search order: the TGRAD_LIB environment variable (a path; no fallback when it is set), the library
-shipped inside this package, then the system loader's search (ctypes.util.find_library). The library
-must accept the header version this binding was written against (tgrad_check_version).
+the wheel ships (in `.tgrad.mesonpy.libs/` beside this package, where meson-python places a library
+installed to libdir: the package itself stays pure Python, so the wheel is py3-none-<platform>),
+one inside this package's directory, then the system loader's search (ctypes.util.find_library).
+The library must accept the header version this binding was written against (tgrad_check_version).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from ._cdef import CDEF
 __all__ = ["ffi", "lib", "library_path", "include_dir", "pkgconfig_dir"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: Where the wheel's libtgrad lands: meson-python's directory for libraries installed to libdir.
+_WHEEL_LIBS_DIR = os.path.join(os.path.dirname(_PACKAGE_DIR), ".tgrad.mesonpy.libs")
 # Names the build may give the shared library inside the package, most specific first.
 _PACKAGED_PATTERNS = (
     "libtgrad.so",
@@ -36,10 +40,11 @@ ffi.cdef(CDEF)
 
 def _candidates() -> list[str]:
     found: list[str] = []
-    for pattern in _PACKAGED_PATTERNS:
-        for path in sorted(glob.glob(os.path.join(_PACKAGE_DIR, pattern))):
-            if path not in found and os.path.isfile(path):
-                found.append(path)
+    for directory in (_WHEEL_LIBS_DIR, _PACKAGE_DIR):
+        for pattern in _PACKAGED_PATTERNS:
+            for path in sorted(glob.glob(os.path.join(directory, pattern))):
+                if path not in found and os.path.isfile(path):
+                    found.append(path)
     return found
 
 
@@ -58,6 +63,7 @@ def _load() -> tuple[Any, str]:
             return ffi.dlopen(path), path
         except OSError as exc:
             errors.append(f"{path}: {exc}")
+    tried.append(f"{os.path.join(_WHEEL_LIBS_DIR, 'libtgrad*')} (the wheel's library directory)")
     tried.append(f"{os.path.join(_PACKAGE_DIR, 'libtgrad*')} (package directory)")
     name = ctypes.util.find_library("tgrad")
     tried.append(f"ctypes.util.find_library('tgrad') -> {name!r}")

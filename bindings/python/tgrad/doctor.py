@@ -12,9 +12,10 @@ Checks, each PASS, WARN, FAIL or SKIP (exit status 1 when any FAILs):
 - ``peak``: the measured peak of the variant in use (tgrad.cpu_peak_gflops, about 60 ms; SKIP with
   --no-peak): FAIL when it cannot be measured;
 - ``capabilities``: the capability table (tgrad_capability), printed row by row;
-- ``scorecard <backend>``: each committed conformance scorecard (conformance/scorecards/*.json):
-  FAIL when its attestation does not match its content, WARN when it records failed cases, SKIP
-  when it makes no claim, else PASS; SKIP when the conformance package or the files are missing.
+- ``scorecard <backend>``: each committed conformance scorecard (conformance/scorecards/*.json,
+  installed as tgrad/conformance/scorecards/): FAIL when its attestation does not match its
+  content, WARN when it records failed cases, SKIP when it makes no claim, else PASS; SKIP when
+  tgrad.conformance or the files are missing.
 """
 
 from __future__ import annotations
@@ -173,13 +174,13 @@ def _check_scorecards(report: Report, directory: Path | None) -> None:
     try:
         runner = _conformance.module("runner")
     except ImportError as exc:
-        report.add("scorecards", "SKIP", f"the conformance package is not importable ({exc})")
+        report.add("scorecards", "SKIP", f"tgrad.conformance is not importable ({exc})")
         return
     directory = _scorecard_dir(directory)
     files = sorted(directory.glob("*.json")) if directory and directory.is_dir() else []
     if not files:
-        report.add("scorecards", "SKIP", f"no scorecards in {directory} (a source checkout has "
-                                         "conformance/scorecards; --scorecards DIR)")
+        report.add("scorecards", "SKIP", f"no scorecards in {directory} (tgrad ships them in "
+                                         "tgrad/conformance/scorecards; --scorecards DIR)")
         return
     rows = []
     for path in files:
@@ -249,8 +250,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-peak", action="store_true",
                         help="do not measure the CPU peak (saves about 60 ms of full load)")
     parser.add_argument("--scorecards", type=Path, default=None, metavar="DIR",
-                        help="directory of conformance scorecards (default: the conformance "
-                             "package's scorecards/)")
+                        help="directory of conformance scorecards (default: the committed ones, "
+                             "installed in tgrad/conformance/scorecards/)")
     parser.set_defaults(func=main)
 
 

@@ -7,8 +7,8 @@ view, contiguous; ``constant`` for tensors made from host data inside ``fn``, nu
 elementwise op among them; ``input`` for the given tensors and for tensors ``fn`` captured from
 outside), in creation order, each with its input op ids, shape, view (strides, offset), buffer id,
 route and payload (its output bits, read after the realization). ``trace.validate()`` replays
-every op through the oracle: a matmul through ``conformance.oracle.matmul_bits`` and an
-elementwise op through ``conformance.elementwise.elementwise_bits`` on its recorded input
+every op through the oracle: a matmul through ``tgrad.conformance.oracle.matmul_bits`` and an
+elementwise op through ``tgrad.conformance.elementwise.elementwise_bits`` on its recorded input
 payloads, a view op through numpy on its input's payload; each compared bit for bit. So a wrong
 kernel output is pinned to the op that produced it (fused or not: the trace holds a handle on
 every intermediate, so each op's result is stored and read).
@@ -299,8 +299,8 @@ class Trace:
     # ---- replay ---------------------------------------------------------------------------------
     def validate(self) -> Validation:
         """Replay every op through the oracle on its recorded inputs, bit for bit; see the module
-        docstring. Needs the `conformance` package (installed with tgrad) for matmul and
-        elementwise ops."""
+        docstring. Needs `tgrad.conformance` (installed with tgrad) for matmul and elementwise
+        ops."""
         results = tuple(_replay(op, self.ops, _oracles({op.kind for op in self.ops}))
                         for op in self.ops)
         failed = [r for r in results if r.state == "failed"]
@@ -326,9 +326,8 @@ def _oracle(which: str) -> Callable[..., np.ndarray]:
         found: Callable[..., np.ndarray] = getattr(_conformance.module(module), function)
     except ImportError as exc:
         raise ModuleNotFoundError(
-            f"Trace.validate() replays {which} ops through conformance.{module}, which is not "
-            f"importable ({exc}); it is installed with tgrad, or run from the source tree's "
-            "root") from exc
+            f"Trace.validate() replays {which} ops through tgrad.conformance.{module}, which is "
+            f"not importable ({exc}); it is installed with tgrad") from exc
     return found
 
 

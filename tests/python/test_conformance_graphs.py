@@ -109,16 +109,16 @@ def test_a_wrong_result_fails_naming_each_variant_and_both_fusion_settings(monke
 
 
 def test_fused_bytes_that_differ_from_unfused_fail(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = runner._Cpu._run_program
+    real = runner._run_program
 
-    def spoil_fused(self: Any, *args: Any) -> tuple[np.ndarray, list[str]]:
-        bits, fused = real(self, *args)
+    def spoil_fused(*args: Any) -> tuple[np.ndarray, list[str]]:
+        bits, fused = real(*args)
         if tgrad.fusion_enabled():
             bits = bits.copy()
             bits.flat[-1] ^= 0x8000
         return bits, fused
 
-    monkeypatch.setattr(runner._Cpu, "_run_program", spoil_fused)
+    monkeypatch.setattr(runner, "_run_program", spoil_fused)
     card = runner.run("cpu", cases=_pick("fused", 1))
     detail = card["cases"][0]["detail"]
     assert card["cases"][0]["outcome"] == "fail" and "fused and unfused bytes differ" in detail

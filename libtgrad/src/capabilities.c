@@ -26,11 +26,13 @@
     X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
     X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
     X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
-    X("metal", "elementwise ops", "host", "computed on the host (operands copied down, the result up); no device kernel yet") \
+    X("metal", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
     X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
-    X("opencl", "elementwise ops", "host", "computed on the host (operands copied down, the result up); no device kernel yet") \
+    X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
+    X("opencl", "fusion", "bit-exact", "epilogues on the naive and tiled routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

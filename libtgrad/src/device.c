@@ -44,7 +44,16 @@ const char *tg_device_name(int32_t device) {
     return device >= 0 && device < NDEVICES ? device_names[device] : "unknown";
 }
 
+/* A stand-in backend per device, for tests only (tests/c/test_device_stub.c, linked from
+ * libtgrad's objects): the Metal path's portable side runs on Linux against it. */
+static const tg_backend *stand_ins[NDEVICES];
+TG_HIDDEN void tg_device_use_stand_in(int32_t device, const tg_backend *be);
+void tg_device_use_stand_in(int32_t device, const tg_backend *be) {
+    if (device > 0 && device < NDEVICES) stand_ins[device] = be;
+}
+
 static const tg_backend *backend_of(int32_t device) {
+    if (device > 0 && device < NDEVICES && stand_ins[device]) return stand_ins[device];
     return device == TGRAD_DEVICE_OPENCL ? tg_backend_opencl : device == TGRAD_DEVICE_METAL ? tg_backend_metal : NULL;
 }
 
@@ -197,9 +206,31 @@ static tgrad_status host_elementwise(const tg_step *st) {
     return s;
 }
 
+/* A matmul with K = 0 and M, N > 0 is +0 everywhere (docs/numerics.md), and its empty operands
+ * have no device memory: Metal refuses to bind a missing buffer (metal.m), so no kernel runs here
+ * on any backend. The zeros go in through the backend's copy_in, after the same route check a
+ * kernel would pass (a refusal stays a refusal). The only call: tg_device_execute, before it
+ * renders. */
+static bool is_empty_sum(const tg_step *st) {
+    return st->op == TG_OP_MATMUL && st->inputs[0].view.shape[1] == 0 && st->buf->numel > 0;
+}
+
+static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
+    tg_gen_matmul p = problem_of(&st->inputs[0].view, &st->inputs[1].view);
+    tgrad_status s = tg_gen_check_matmul(st->dev_route, l, &p);
+    if (s) return s;
+    size_t bytes = (size_t)st->buf->numel * 2u; /* +0 in bf16 is all zero bits */
+    void *zeros = tg_calloc(bytes, 1);
+    if (!zeros) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot stage %zu bytes of zeros", bytes);
+    s = tg_device_upload(st->device, st->buf->dev_mem, zeros, bytes);
+    free(zeros);
+    return s;
+}
+
 tgrad_status tg_device_execute(const tg_step *step) {
     int32_t device = step->device;
     if (step->op == TG_OP_ELEMENTWISE) return host_elementwise(step);
+    if (is_empty_sum(step)) return write_empty_sum(step, tg_lang_find(backend_of(device)->lang));
     const tg_node_input *in = step->inputs;
     const tg_backend *be = backend_of(device);
     const tg_lang *l = tg_lang_find(be->lang);

@@ -11,7 +11,11 @@ special values, and the sentinels scaled to 64-256):
   worker counts;
 - the tier has teeth: each deliberately broken kernel below (a missing barrier, an off-by-one
   bound, a non-uniform simdgroup argument, a read of unwritten threadgroup memory, a divergent
-  barrier, a wrong accumulation order, a missing flush rule, a missing DAZ) fails it.
+  barrier, a wrong accumulation order, a missing flush rule, a missing DAZ) fails it, and so do
+  the defects an independent audit asked the threads model to catch (issue 21): a barrier with
+  mem_flags::mem_none over shared threadgroup memory, a barrier or a simdgroup collective reached
+  from two call sites, a missing barrier in the tc route (a data race, whatever the fiber order),
+  and a 32-bit index past 2^31 (UBSan).
 Each distinct kernel is compiled once (and cached across runs by its text's hash).
 """
 
@@ -348,11 +352,33 @@ FLUSH_TEST = "if (fabs(r) <= as_type<float>(0x00800000u) && fabs(acc) < as_type<
 TEETH = [
     # (id, route, shape, fill, old, new, count, what the failure must say)
     ("missing_barrier_after_staging", "tiled", (33, 65, 97), "normal",
-     f"        {BARRIER}\n        const int kend", "        const int kend", 1, "differ"),
+     f"        {BARRIER}\n        const int kend", "        const int kend", 1, "data race"),
     ("missing_barrier_before_restaging", "tiled", (33, 65, 97), "normal",
-     f"        }}\n        {BARRIER}\n    }}\n", "        }\n    }\n", 1, "differ"),
+     f"        }}\n        {BARRIER}\n    }}\n", "        }\n    }\n", 1, "data race"),
     ("missing_barrier_in_tc", "tc", (40, 24, 56), "normal",
-     f"        {BARRIER}\n        for (int kk", "        for (int kk", 1, ""),
+     f"        {BARRIER}\n        for (int kk", "        for (int kk", 1, "data race on threadgroup memory"),
+    ("missing_barrier_before_tc_restaging", "tc", (40, 24, 56), "normal",
+     f"        }}\n        {BARRIER}\n    }}\n", "        }\n    }\n", 1, "data race"),
+    ("missing_barrier_before_tc_output_tile", "tc", (40, 24, 56), "normal",
+     f"    {BARRIER}\n    for (int e", "    for (int e", 1, "a read after a write"),
+    # a barrier that orders no threadgroup memory where threadgroup memory is shared
+    ("barrier_with_mem_none", "tiled", (33, 65, 97), "normal", f"        {BARRIER}\n        const int kend",
+     "        threadgroup_barrier(mem_flags::mem_none);\n        const int kend", 1,
+     "does not order threadgroup memory"),
+    ("tc_barrier_with_mem_none", "tc", (40, 24, 56), "normal", f"        {BARRIER}\n        for (int kk",
+     "        threadgroup_barrier(mem_flags::mem_none);\n        for (int kk", 1, "does not order threadgroup memory"),
+    ("tc_barrier_with_mem_device", "tc", (40, 24, 56), "normal", f"    {BARRIER}\n    for (int e",
+     "    threadgroup_barrier(mem_flags::mem_device);\n    for (int e", 1, "does not order threadgroup memory"),
+    # one barrier line, two call sites: threads of a threadgroup wait at different barriers
+    ("barrier_from_two_call_sites", "tiled", (33, 65, 97), "normal", f"        {BARRIER}\n        const int kend",
+     "        if (li < 128)\n            tg_sync();\n        else\n            tg_sync();\n        const int kend", 1,
+     "different call sites"),
+    # one collective line, two call sites: the lanes of a simdgroup are at different collectives
+    ("simdgroup_collective_from_two_call_sites", "tc", (40, 24, 56), "normal",
+     "                    simdgroup_multiply_accumulate(acc[i][j], a_frag[i], b_frag[j], acc[i][j]);",
+     "                    if ((li & 31) < 16)\n                        tg_mma(acc[i][j], a_frag[i], b_frag[j]);\n"
+     "                    else\n                        tg_mma(acc[i][j], a_frag[i], b_frag[j]);", 1,
+     "different call sites"),
     ("off_by_one_row_bound", "tiled", (33, 65, 97), "normal", "if (m < 33 && k < 65)", "if (m < 34 && k < 65)", 1,
      "past the end"),
     ("off_by_one_output_bound", "naive", (33, 65, 97), "normal", "if (m >= 33 ||", "if (m > 33 ||", 1, "past the end"),
@@ -369,8 +395,10 @@ TEETH = [
      "for (int e = li; e < 256; e += 256) {\n            const int col = e % 32;", 1, "differ"),
     ("unwritten_tc_output_tile", "tc", (40, 24, 56), "normal", "for (int j = 0; j < 2; j++)\n            simdgroup_store",
      "for (int j = 0; j < 1; j++)\n            simdgroup_store", 1, ""),
+    # threads that skip the barrier read the tile others are staging: the race shows before the
+    # divergence would (test_msl_emu_model.py checks divergent barriers on their own)
     ("divergent_barrier", "tiled", (33, 65, 97), "normal", f"        {BARRIER}\n        const int kend",
-     f"        if (li < 200)\n            {BARRIER}\n        const int kend", 1, "divergent barrier"),
+     f"        if (li < 200)\n            {BARRIER}\n        const int kend", 1, "data race"),
     ("early_return_in_a_simdgroup", "tc", (40, 24, 56), "normal",
      "    for (int i = 0; i < 2; i++)\n        for (int j = 0; j < 2; j++)\n            simdgroup_store",
      "    if ((li & 31) < 16)\n        return;\n"
@@ -400,10 +428,60 @@ TEETH = [
 @pytest.mark.parametrize("tid,route,shape,fill,old,new,count,expect", TEETH, ids=[t[0] for t in TEETH])
 def test_broken_kernel_fails_the_tier(emu: Emulator, tid, route, shape, fill, old, new, count, expect) -> None:
     kern, p = _render(*shape, route, fill)
-    broken = _mutate(kern.source, old, new, count)
+    broken = _with_helpers(_mutate(kern.source, old, new, count))
     verdict = tier_verdict(emu, kern, broken, p, route)
     assert verdict is not None, f"{tid}: the broken kernel passed the tier"
     assert expect in verdict, verdict
+
+
+# Helpers the call-site mutants call (MSL allows barriers and collectives in any function): each is
+# one barrier or collective line, reached from two places.
+HELPERS = {
+    "tg_sync();": "static void tg_sync() {\n    threadgroup_barrier(mem_flags::mem_threadgroup);\n}\n\n",
+    "tg_mma(": "static void tg_mma(thread simdgroup_float8x8 &d, thread const simdgroup_float8x8 &a,\n"
+               "                   thread const simdgroup_float8x8 &b) {\n"
+               "    simdgroup_multiply_accumulate(d, a, b, d);\n}\n\n",
+}
+
+
+def _with_helpers(source: str) -> str:
+    for call, definition in HELPERS.items():
+        if call in source:
+            source = source.replace("kernel void ", definition + "kernel void ", 1)
+    return source
+
+
+def test_call_site_mutants_are_sound_kernels_for_a_line_only_check(emu: Emulator) -> None:
+    # The helpers themselves are fine: one call site each, the kernel passes the tier.
+    kern, p = _render(33, 65, 97, "tiled")
+    once = _with_helpers(_mutate(kern.source, f"        {BARRIER}\n        const int kend",
+                                 "        tg_sync();\n        const int kend"))
+    assert tier_verdict(emu, kern, once, p, "tiled") is None
+    kern, p = _render(40, 24, 56, "tc")
+    once = _with_helpers(_mutate(kern.source, "simdgroup_multiply_accumulate(acc[i][j], a_frag[i], b_frag[j], acc[i][j]);",
+                                 "tg_mma(acc[i][j], a_frag[i], b_frag[j]);"))
+    assert tier_verdict(emu, kern, once, p, "tc") is None
+
+
+def test_an_index_past_2_31_in_int_is_caught_by_ubsan(emu: Emulator) -> None:
+    # The renderer computes indices in long once they pass 2^31 (a copy of 2^31 + 65536 elements
+    # here); the same kernel with gx and li in int overflows in gx * 256. The launch runs the last threadgroup first (reverse
+    # order), whose first index is past 2^31, over one-element buffers: the overflow traps before
+    # any access. The control, in long, gets as far as the store past the one-element output.
+    with tgrad.Tensor.from_numpy(np.ones((1, 1), np.float32)) as t:
+        v = t.expand(65536, 32769)
+        kern = R.render_copy(v)
+        v.release()
+    assert "const long i = gx * 256 + li;" in kern.source
+    bufs = [np.zeros(1, np.uint16), np.zeros(1, np.uint16)]
+    with pytest.raises(EmuError, match="segmentation fault") as control:
+        emu.run(emu.compile(kern.source), kern.grid, kern.threadgroup, bufs, [True, False], order="reverse", workers=1)
+    assert "overflow" not in str(control.value)
+    # the classic slip: the index widened to long only after gx * 256 was computed in int
+    broken = _mutate(_mutate(kern.source, "const long gx = (long)group_pos.x;", "const int gx = (int)group_pos.x;"),
+                     "const long li = (long)local_index;", "const int li = (int)local_index;")
+    with pytest.raises(EmuError, match="signed integer overflow"):
+        emu.run(emu.compile(broken), kern.grid, kern.threadgroup, bufs, [True, False], order="reverse", workers=1)
 
 
 def _run_example(emu: Emulator, ex, route: str, source_edit=None, **options) -> int:
@@ -441,15 +519,16 @@ def test_flush_before_the_boundary_recheck_fails_the_contract_examples(emu: Emul
     assert _run_example(emu, example, "tiled", naive_flush) != example.expected
 
 
-def test_a_missing_barrier_is_caught_under_more_than_one_fiber_order(emu: Emulator) -> None:
-    kern, p = _render(33, 65, 97, "tiled")
-    broken = _mutate(kern.source, f"        {BARRIER}\n        const int kend", "        const int kend")
+@pytest.mark.parametrize("route,shape", [("tiled", (33, 65, 97)), ("tc", (40, 24, 56))])
+def test_a_missing_barrier_is_caught_under_every_fiber_order(emu: Emulator, route: str, shape) -> None:
+    # Wrong bytes show under some orders only; the race check sees the race under all of them.
+    kern, p = _render(*shape, route)
+    anchor = "        const int kend" if route == "tiled" else "        for (int kk"
+    broken = _mutate(kern.source, f"        {BARRIER}\n{anchor}", anchor)
     compiled = emu.compile(broken)
-    caught = []
     for order in ORDERS:
-        got = run_matmul(emu, compiled, kern, p.a_buf, p.b_buf, 33, 97, order=order, seed=9)
-        caught.append(not np.array_equal(got, p.want))
-    assert sum(caught) >= 2, caught
+        with pytest.raises(EmuError, match="data race on threadgroup memory"):
+            run_matmul(emu, compiled, kern, p.a_buf, p.b_buf, *shape[::2], order=order, seed=9)
 
 
 # ---- the tier's economics ------------------------------------------------------------------------

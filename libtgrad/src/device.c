@@ -47,7 +47,16 @@ const char *tg_device_name(int32_t device) {
     return device >= 0 && device < NDEVICES ? device_names[device] : "unknown";
 }
 
+/* A stand-in backend per device, for tests only (tests/c/test_device_stub.c, linked from
+ * libtgrad's objects): the Metal path's portable side runs on Linux against it. */
+static const tg_backend *stand_ins[NDEVICES];
+TG_HIDDEN void tg_device_use_stand_in(int32_t device, const tg_backend *be);
+void tg_device_use_stand_in(int32_t device, const tg_backend *be) {
+    if (device > 0 && device < NDEVICES) stand_ins[device] = be;
+}
+
 static const tg_backend *backend_of(int32_t device) {
+    if (device > 0 && device < NDEVICES && stand_ins[device]) return stand_ins[device];
     return device == TGRAD_DEVICE_OPENCL ? tg_backend_opencl : device == TGRAD_DEVICE_METAL ? tg_backend_metal : NULL;
 }
 
@@ -196,12 +205,35 @@ static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
     return TGRAD_OK;
 }
 
+/* A matmul with K = 0 and M, N > 0 is +0 everywhere (docs/numerics.md), and its empty operands
+ * have no device memory: Metal refuses to bind a missing buffer (metal.m), so without fused ops
+ * no kernel runs here on any backend. The zeros go in through the backend's copy_in, after the
+ * same route check a kernel would pass (a refusal stays a refusal). With fused ops the kernel
+ * runs (the epilogue is applied to the zeros), its empty operands bound to the output's memory,
+ * which it never reads through them (tg_device_execute). */
+static bool is_empty_sum(const tg_step *st) {
+    return st->op == TG_OP_MATMUL && st->inputs[0].view.shape[1] == 0 && st->buf->numel > 0 && st->nfused == 0;
+}
+
+static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
+    tg_gen_matmul p = problem_of(&st->inputs[0].view, &st->inputs[1].view);
+    tgrad_status s = tg_gen_check_matmul(st->dev_route, l, &p);
+    if (s) return s;
+    size_t bytes = (size_t)st->buf->numel * 2u; /* +0 in bf16 is all zero bits */
+    void *zeros = tg_calloc(bytes, 1);
+    if (!zeros) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot stage %zu bytes of zeros", bytes);
+    s = tg_device_upload(st->device, st->buf->dev_mem, zeros, bytes);
+    free(zeros);
+    return s;
+}
+
 /* Run a step the scheduler decided (route included, fused ops too) into its allocated buffer:
  * the kernel rendered from the step (step_kernel.c), its buffers bound as the renderer names
  * them. Caller holds step->buf->lock. */
 tgrad_status tg_device_execute(const tg_step *step) {
     int32_t device = step->device;
     const tg_lang *l = tg_lang_find(backend_of(device)->lang);
+    if (is_empty_sum(step)) return write_empty_sum(step, l);
     const tg_route *route = step->dev_route ? step->dev_route : tg_route_find(TGRAD_ROUTE_COPY);
     tg_step_kernel k;
     tgrad_status s = tg_step_kernel_render(step, route, l, &k);
@@ -212,8 +244,8 @@ tgrad_status tg_device_execute(const tg_step *step) {
     void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL };
     pthread_mutex_lock(&states[device].lock);
     for (uint32_t i = 0; i < k.launch.buffer_count && !s; i++) {
-        if (k.bufs[i]) buffers[i] = k.bufs[i]->dev_mem;
-        else s = device_table(device, k.table_op[i], &buffers[i]);
+        if (!k.bufs[i]) s = device_table(device, k.table_op[i], &buffers[i]);
+        else if (!(buffers[i] = k.bufs[i]->dev_mem)) buffers[i] = step->buf->dev_mem; /* empty: never read */
     }
     if (!s) s = run_text(device, &k.text, &k.launch, buffers);
     pthread_mutex_unlock(&states[device].lock);

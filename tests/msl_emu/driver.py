@@ -38,9 +38,19 @@ MMA_ORDERS = {"fma": 0, "fma_reverse": 1, "exact": 2}
 # a kernel does not read, as a and b when K = 0, is fine). -fstack-clash-protection probes every
 # page of a large frame, so a thread overflowing its fiber stack hits the guard page below it
 # instead of the next fiber's stack.
-KERNEL_FLAGS = ["-std=c++17", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
+# The checks of the threads model (metal_emu.h) need three more: frame pointers and no sibling
+# calls (a barrier's or collective's call site is walked up the kernel's frames); -fsanitize=thread
+# at compile time only (every load and store calls a __tsan_* hook, which runtime.cpp defines: no
+# TSan runtime is linked, so the object is linked in a second step without the flag); and UBSan's
+# signed-overflow check as a trap (SIGILL, reported by the runtime: an index past 2^31 computed
+# in int), since a UBSan runtime's report-and-abort would take the test process down with it.
+KERNEL_FLAGS = ["-std=c++17", "-O1", "-fPIC", "-ffp-contract=off", "-fno-fast-math",
                 "-fstack-clash-protection", "-Wall", "-Wextra", "-Werror", "-Wno-attributes",
-                "-Wno-unused-parameter"]
+                "-Wno-unused-parameter", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls",
+                "-fsanitize=thread", "-fsanitize=signed-integer-overflow",
+                "-fno-sanitize-recover=signed-integer-overflow", "-fsanitize-undefined-trap-on-error"]
+GCC_KERNEL_FLAGS = ["--param=tsan-instrument-func-entry-exit=0"]  # the hooks would be no-ops anyway
+LINK_FLAGS = ["-shared", "-fPIC"]
 RUNTIME_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra",
                  "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=0"]
 
@@ -123,6 +133,7 @@ def translate(source: str) -> tuple[str, str]:
     stub = (
         '#line 1 "msl_emu_entry"\n'
         'extern "C" void msl_emu_entry(void *const *msl_emu_buffers) {\n'
+        "    msl_emu_set_entry_frame(__builtin_frame_address(0));\n"
         "    const ::msl_emu::thread_ids &msl_emu_t = *msl_emu_ids();\n"
         f"    {name}({', '.join(args)});\n"
         "}\n"
@@ -156,6 +167,7 @@ class Emulator:
         self._salt = hashlib.sha256((version + own + self.cxx).encode()).hexdigest()
         self._loaded: dict[Path, Kernel] = {}
         self.compiled = 0  # objects actually compiled (not found in the cache) by this instance
+        self.kernel_flags = KERNEL_FLAGS + (GCC_KERNEL_FLAGS if "Free Software Foundation" in version else [])
         runtime = self._build(own, "runtime", HERE / "runtime.cpp", RUNTIME_FLAGS)
         self.runtime = ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
         rt = self.runtime
@@ -170,17 +182,28 @@ class Emulator:
             ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
         ]
 
-    def _build(self, text: str, stem: str, source: Path, flags: list[str]) -> Path:
-        key = hashlib.sha256((self._salt + " ".join(flags) + text).encode()).hexdigest()[:24]
+    def _build(self, text: str, stem: str, source: Path, flags: list[str], link: list[str] | None = None) -> Path:
+        """Compile `source` into a shared object; with `link`, compile to an object first and link
+        it with those flags alone (so compile-time-only flags such as -fsanitize=thread add no
+        runtime library)."""
+        key = hashlib.sha256((self._salt + " ".join(flags) + " ".join(link or []) + text).encode()).hexdigest()[:24]
         out = self.cache / f"{stem}-{key}.so"
         if out.exists():
             return out
         tmp = out.with_suffix(f".{os.getpid()}.{id(text)}.tmp")
-        cmd = [*self.cxx.split(), *flags, "-I", str(HERE), "-o", str(tmp), str(source)]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise CompileError(f"{' '.join(cmd)}\n{result.stderr}")
+        obj = out.with_suffix(f".{os.getpid()}.{id(text)}.o")
+        steps = [[*self.cxx.split(), *flags, "-I", str(HERE), "-o", str(tmp), str(source)]]
+        if link is not None:
+            steps = [[*self.cxx.split(), *flags, "-c", "-I", str(HERE), "-o", str(obj), str(source)],
+                     [*self.cxx.split(), *link, "-o", str(tmp), str(obj)]]
+        try:
+            for cmd in steps:
+                result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if result.returncode != 0:
+                    tmp.unlink(missing_ok=True)
+                    raise CompileError(f"{' '.join(cmd)}\n{result.stderr}")
+        finally:
+            obj.unlink(missing_ok=True)
         os.replace(tmp, out)
         self.compiled += 1
         return out
@@ -193,7 +216,7 @@ class Emulator:
             tmp = cpp.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(tu)
             os.replace(tmp, cpp)
-        path = self._build(tu, name, cpp, KERNEL_FLAGS)
+        path = self._build(tu, name, cpp, self.kernel_flags, LINK_FLAGS)
         if path not in self._loaded:
             lib = ctypes.CDLL(str(path))
             self._loaded[path] = Kernel(name, path, lib.msl_emu_entry)

@@ -6,11 +6,19 @@
 // simdgroup collectives, so a missing barrier shows up as a read of stale or poisoned memory.
 //  - threadgroup arrays (rewritten by the driver to MSL_EMU_THREADGROUP) live in thread-local
 //    storage of the OS thread running the threadgroup, filled with 0xFF at every threadgroup start;
-//  - threadgroup_barrier releases when every thread of the threadgroup reached the same barrier;
-//    threads that returned or wait elsewhere are reported (divergence, deadlock);
+//  - threadgroup_barrier releases when every thread of the threadgroup reached the same barrier:
+//    the same line *and* the same call site (the return addresses up the kernel's own frames, so a
+//    barrier in a helper called from two places is two barriers); threads that returned or wait
+//    elsewhere are reported (divergence, deadlock);
 //  - simdgroup_matrix operations and simd_* functions are collectives: every lane posts its
-//    arguments, the operation runs once when all lanes arrived, and arguments that must be
-//    uniform (pointers, strides, flags, the matrix variable itself) are checked to be;
+//    arguments and call site, the operation runs once when all lanes arrived, and arguments that
+//    must be uniform (pointers, strides, flags, the matrix variable itself) are checked to be;
+//  - every load and store of the kernel is instrumented (compiled with -fsanitize=thread, whose
+//    hooks runtime.cpp defines: no TSan runtime is linked); one that touches threadgroup memory is
+//    checked against the last writer and readers of each byte in the current barrier interval, so
+//    a read, write or overwrite of another thread's data with no threadgroup_barrier carrying
+//    mem_flags::mem_threadgroup in between is a data race, reported whatever the fiber order;
+//  - signed integer overflow traps (UBSan, -fsanitize-undefined-trap-on-error) and is reported;
 //  - a simdgroup_matrix holds only this lane's share of the elements, as on the hardware;
 //  - buffers end at a guard page (an out-of-bounds access faults and is reported), inputs are
 //    read-only.
@@ -81,6 +89,7 @@ enum op : int { OP_LOAD = 1, OP_STORE, OP_MMA, OP_SUM, OP_BROADCAST, OP_SHUFFLE,
 // (matrices: the same variable, i.e. the same offset from the top of each lane's stack).
 struct collective {
     int op, line;
+    uint64_t site;      // uniform: the call site (msl_emu_site), beyond the line
     const void *ptr;    // uniform: the memory a load/store reads or writes
     uint64_t u[4];      // uniform: elements per row, origin x, origin y, transpose
     int nmat;
@@ -95,12 +104,16 @@ struct collective {
 
 extern "C" {
 const msl_emu::thread_ids *msl_emu_ids(void);
-void msl_emu_barrier(int line);
+// `frame` is __builtin_frame_address(0) of the calling kernel code (compiled with frame pointers):
+// with the return address it names the call site, up the kernel's frames to its entry stub.
+void msl_emu_barrier(int line, int flags, void *frame);
+uint64_t msl_emu_site(void *frame);
+void msl_emu_set_entry_frame(void *frame);
 // Post this lane's arguments. The last lane to arrive gets every lane's posting (lane order) and
 // must run the operation then call msl_emu_simd_release(); the others get NULL once released.
 msl_emu::collective *const *msl_emu_simd_arrive(msl_emu::collective *c);
 void msl_emu_simd_release(void);
-void msl_emu_register_threadgroup(void *p, size_t bytes);
+void msl_emu_register_threadgroup(void *p, size_t bytes, const char *name);
 void msl_emu_fail(const char *message);
 // Device behaviour chosen per launch: flush fp32 subnormal results of fma and the simdgroup
 // multiply-accumulate to zero (1) or keep them (0); the multiply-accumulate's order (see
@@ -112,7 +125,7 @@ extern int msl_emu_mma_order;
 namespace msl_emu {
 
 struct tg_region {
-    tg_region(void *p, size_t bytes) { msl_emu_register_threadgroup(p, bytes); }
+    tg_region(void *p, size_t bytes, const char *name) { msl_emu_register_threadgroup(p, bytes, name); }
 };
 
 inline float flush(float r) {
@@ -126,6 +139,7 @@ inline float flush(float r) {
 namespace metal {
 
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
+inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags((int)a | (int)b); }
 
 template <class To, class From>
 inline To as_type(From from) {
@@ -173,10 +187,10 @@ inline T &element(collective *const *all, int slot, int row, int col) {
 }
 
 template <class T, int C, int R>
-void sg_load(int line, simdgroup_matrix<T, C, R> &d, const T *src, ulong elements_per_row = C,
+void sg_load(uint64_t site, int line, simdgroup_matrix<T, C, R> &d, const T *src, ulong elements_per_row = C,
              ulong2 origin = ulong2(0), bool transpose = false) {
     collective c{};
-    c.op = OP_LOAD, c.line = line, c.ptr = src, c.nmat = 1, c.mat[0] = &d;
+    c.op = OP_LOAD, c.line = line, c.site = site, c.ptr = src, c.nmat = 1, c.mat[0] = &d;
     c.u[0] = elements_per_row, c.u[1] = origin.x, c.u[2] = origin.y, c.u[3] = transpose;
     if (collective *const *all = msl_emu_simd_arrive(&c)) {
         const T *base = src + origin.y * elements_per_row + origin.x;
@@ -188,10 +202,10 @@ void sg_load(int line, simdgroup_matrix<T, C, R> &d, const T *src, ulong element
 }
 
 template <class T, int C, int R>
-void sg_store(int line, const simdgroup_matrix<T, C, R> &m, T *dst, ulong elements_per_row = C,
+void sg_store(uint64_t site, int line, const simdgroup_matrix<T, C, R> &m, T *dst, ulong elements_per_row = C,
               ulong2 origin = ulong2(0), bool transpose = false) {
     collective c{};
-    c.op = OP_STORE, c.line = line, c.ptr = dst, c.nmat = 1, c.mat[0] = const_cast<simdgroup_matrix<T, C, R> *>(&m);
+    c.op = OP_STORE, c.line = line, c.site = site, c.ptr = dst, c.nmat = 1, c.mat[0] = const_cast<simdgroup_matrix<T, C, R> *>(&m);
     c.u[0] = elements_per_row, c.u[1] = origin.x, c.u[2] = origin.y, c.u[3] = transpose;
     if (collective *const *all = msl_emu_simd_arrive(&c)) {
         T *base = dst + origin.y * elements_per_row + origin.x;
@@ -207,10 +221,10 @@ void sg_store(int line, const simdgroup_matrix<T, C, R> &m, T *dst, ulong elemen
 // 1: the same from k = K-1 down; 2: the K exact products summed exactly, c added, one rounding.
 // tgrad's tc route must meet its error bound under every model (docs/kernels.md).
 template <class TD, class TA, class TB, class TC, int K, int C, int R>
-void sg_mma(int line, simdgroup_matrix<TD, C, R> &d, const simdgroup_matrix<TA, K, R> &a,
+void sg_mma(uint64_t site, int line, simdgroup_matrix<TD, C, R> &d, const simdgroup_matrix<TA, K, R> &a,
             const simdgroup_matrix<TB, C, K> &b, const simdgroup_matrix<TC, C, R> &c) {
     collective p{};
-    p.op = OP_MMA, p.line = line, p.nmat = 4;
+    p.op = OP_MMA, p.line = line, p.site = site, p.nmat = 4;
     p.mat[0] = &d, p.mat[1] = const_cast<simdgroup_matrix<TA, K, R> *>(&a);
     p.mat[2] = const_cast<simdgroup_matrix<TB, C, K> *>(&b), p.mat[3] = const_cast<simdgroup_matrix<TC, C, R> *>(&c);
     if (collective *const *all = msl_emu_simd_arrive(&p)) {
@@ -254,9 +268,9 @@ inline T from_bits(uint64_t u) {
 }
 
 template <class T>
-T simd_collective(int line, int op, T value, uint lane, int lane_uniform) {
+T simd_collective(uint64_t site, int line, int op, T value, uint lane, int lane_uniform) {
     collective c{};
-    c.op = op, c.line = line, c.value = bits_of(value), c.lane_arg = lane, c.lane_arg_uniform = lane_uniform;
+    c.op = op, c.line = line, c.site = site, c.value = bits_of(value), c.lane_arg = lane, c.lane_arg_uniform = lane_uniform;
     if (collective *const *all = msl_emu_simd_arrive(&c)) {
         int n = 0;
         while (n < 32 && all[n]) n++;
@@ -279,14 +293,16 @@ T simd_collective(int line, int op, T value, uint lane, int lane_uniform) {
 
 namespace metal {
 template <class T>
-inline T msl_emu_simd_sum(int line, T v) { return msl_emu::simd_collective(line, msl_emu::OP_SUM, v, 0, 1); }
-template <class T>
-inline T msl_emu_simd_broadcast(int line, T v, ushort lane) {
-    return msl_emu::simd_collective(line, msl_emu::OP_BROADCAST, v, lane, 1);
+inline T msl_emu_simd_sum(uint64_t site, int line, T v) {
+    return msl_emu::simd_collective(site, line, msl_emu::OP_SUM, v, 0, 1);
 }
 template <class T>
-inline T msl_emu_simd_shuffle(int line, T v, ushort lane) {
-    return msl_emu::simd_collective(line, msl_emu::OP_SHUFFLE, v, lane, 0);
+inline T msl_emu_simd_broadcast(uint64_t site, int line, T v, ushort lane) {
+    return msl_emu::simd_collective(site, line, msl_emu::OP_BROADCAST, v, lane, 1);
+}
+template <class T>
+inline T msl_emu_simd_shuffle(uint64_t site, int line, T v, ushort lane) {
+    return msl_emu::simd_collective(site, line, msl_emu::OP_SHUFFLE, v, lane, 0);
 }
 }  // namespace metal
 
@@ -300,21 +316,24 @@ inline T msl_emu_simd_shuffle(int line, T v, ushort lane) {
 #define threadgroup msl_emu_threadgroup_is_only_supported_for_kernel_scope_array_declarations
 #define MSL_EMU_THREADGROUP(T, name, dims) \
     static thread_local T name dims;      \
-    static thread_local ::msl_emu::tg_region name##_msl_emu_region_(&name, sizeof(name))
+    static thread_local ::msl_emu::tg_region name##_msl_emu_region_(&name, sizeof(name), #name)
 
-#define threadgroup_barrier(flags) msl_emu_barrier(__LINE__)
+// The call site of a barrier or collective: this line's return address and the kernel's frames.
+#define MSL_EMU_SITE msl_emu_site(__builtin_frame_address(0))
+#define threadgroup_barrier(flags) msl_emu_barrier(__LINE__, (int)(flags), __builtin_frame_address(0))
 #define simdgroup_barrier(flags)                                \
     do {                                                        \
         ::msl_emu::collective msl_emu_c_{};                     \
         msl_emu_c_.op = ::msl_emu::OP_SIMD_BARRIER;             \
         msl_emu_c_.line = __LINE__;                             \
+        msl_emu_c_.site = MSL_EMU_SITE;                         \
         if (msl_emu_simd_arrive(&msl_emu_c_)) msl_emu_simd_release(); \
     } while (0)
-#define simdgroup_load(...) ::msl_emu::sg_load(__LINE__, __VA_ARGS__)
-#define simdgroup_store(...) ::msl_emu::sg_store(__LINE__, __VA_ARGS__)
-#define simdgroup_multiply_accumulate(...) ::msl_emu::sg_mma(__LINE__, __VA_ARGS__)
-#define simd_sum(v) msl_emu_simd_sum(__LINE__, v)
-#define simd_broadcast(v, lane) msl_emu_simd_broadcast(__LINE__, v, lane)
-#define simd_shuffle(v, lane) msl_emu_simd_shuffle(__LINE__, v, lane)
+#define simdgroup_load(...) ::msl_emu::sg_load(MSL_EMU_SITE, __LINE__, __VA_ARGS__)
+#define simdgroup_store(...) ::msl_emu::sg_store(MSL_EMU_SITE, __LINE__, __VA_ARGS__)
+#define simdgroup_multiply_accumulate(...) ::msl_emu::sg_mma(MSL_EMU_SITE, __LINE__, __VA_ARGS__)
+#define simd_sum(v) msl_emu_simd_sum(MSL_EMU_SITE, __LINE__, v)
+#define simd_broadcast(v, lane) msl_emu_simd_broadcast(MSL_EMU_SITE, __LINE__, v, lane)
+#define simd_shuffle(v, lane) msl_emu_simd_shuffle(MSL_EMU_SITE, __LINE__, v, lane)
 
 #endif

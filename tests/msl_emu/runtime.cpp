@@ -2,6 +2,18 @@
 // simdgroup collectives with their checks, and launches over worker threads. Built once into
 // libmsl_emu.so by driver.py and loaded (RTLD_GLOBAL) before any kernel.
 //
+// Barrier and collective sites: a kernel is compiled with frame pointers, so the return address
+// of the runtime call and the return addresses up the kernel's own frames (to the entry stub,
+// whose frame each fiber records) name the call site: the same line reached through two calls of
+// a helper is two sites.
+//
+// Threadgroup memory accesses: kernels are compiled with -fsanitize=thread, and the __tsan_*
+// hooks below (not the TSan runtime) see every load and store. Each byte of a threadgroup array
+// remembers its last writer and its readers in the current barrier interval (epoch); the epoch
+// advances only when a threadgroup_barrier carrying mem_flags::mem_threadgroup releases. Touching
+// another thread's byte of the same epoch (read after write, write after read or write) is a data
+// race. A simdgroup_load/store counts as the simdgroup's access.
+//
 // Fibers: makecontext creates each one (once per launch and worker); _setjmp/_longjmp switch
 // (swapcontext would make a system call per switch). A fiber runs one thread of the threadgroup
 // at a time and is reused for the next threadgroup on the same worker. Faults (guard pages,
@@ -82,12 +94,29 @@ struct Fiber {
     char *stack_lo, *stack_hi;  // usable stack; a guard page lies below stack_lo
     State state;
     int line;                   // barrier or collective site while blocked
+    uint64_t site;              // its call site (msl_emu_site)
+    int flags;                  // a barrier's mem_flags
+    char *entry_frame;          // the entry stub's frame: call sites are walked up to it
     int index;                  // thread index in the threadgroup
     thread_ids ids;
     collective *posted;
 };
 
 struct Launch;
+
+// One threadgroup array and the shadow of each byte: who wrote it and who read it, in which epoch.
+const int kSeveral = -2;        // more than one reader in the epoch
+const int kSimdBase = 1 << 20;  // accessor ids of simdgroup collectives: kSimdBase + simdgroup
+struct Shadow {
+    uint32_t w_epoch, r_epoch;
+    int writer, reader;
+};
+struct Region {
+    char *p;
+    size_t bytes;
+    const char *name;
+    std::vector<Shadow> shadow;
+};
 
 struct Worker {
     Launch *launch;
@@ -108,7 +137,10 @@ struct Worker {
     int simd_arrived[kMaxThreads / 32];
     collective *simd_args[kMaxThreads / 32][32];
     Fiber *executor = nullptr;
-    std::vector<std::pair<void *, size_t>> regions;  // threadgroup arrays on this OS thread
+    std::vector<Region> regions;  // threadgroup arrays on this OS thread
+    uint32_t epoch = 0;           // barrier interval of threadgroup memory (see the top)
+    int unordered_line = 0;       // the last barrier that released without mem_threadgroup
+    int collective_sg = -1;       // the simdgroup whose collective runs now (its executor lane)
     std::string error;
     uint64_t rng = 0;
 };
@@ -269,7 +301,9 @@ void set_ids(Worker *w, Fiber *f, uint32_t g) {
 bool run_group(Worker *w, uint32_t g, std::vector<int> &order) {
     Launch *l = w->launch;
     const int n = l->nthreads;
-    for (auto &r : w->regions) memset(r.first, 0xff, r.second);  // poison threadgroup memory
+    for (auto &r : w->regions) memset(r.p, 0xff, r.bytes);  // poison threadgroup memory
+    w->epoch++;
+    w->unordered_line = 0;
     w->barrier_arrived = 0;
     for (int s = 0; s < (n + 31) / 32; s++) w->simd_arrived[s] = 0;
     for (int i = 0; i < n; i++) {
@@ -294,13 +328,25 @@ bool run_group(Worker *w, uint32_t g, std::vector<int> &order) {
         for (int i = 0; i < n; i++) done += w->fibers[i].state == DONE;
         if (done == n) return true;
         if (w->barrier_arrived == n) {  // everyone is at a barrier: the same one?
-            int line = w->fibers[0].line;
-            for (int i = 1; i < n; i++)
-                if (w->fibers[i].line != line) {
+            const Fiber &f0 = w->fibers[0];
+            int flags = f0.flags;
+            for (int i = 1; i < n; i++) {
+                const Fiber &f = w->fibers[i];
+                if (f.line != f0.line) {
                     w->error = "divergent barriers: the threads of a threadgroup wait at different barriers (lines " +
                                lines_of(w, AT_BARRIER) + ")";
                     return false;
                 }
+                if (f.site != f0.site) {
+                    w->error = "divergent barriers: " + where(&f0) + " and " + where(&f) +
+                               " wait at the barrier of line " + std::to_string(f0.line) +
+                               " reached from different call sites (two calls of a helper are two barriers)";
+                    return false;
+                }
+                flags &= f.flags;
+            }
+            if (flags & (int)metal::mem_flags::mem_threadgroup) w->epoch++;
+            else w->unordered_line = f0.line;
             for (int i = 0; i < n; i++) w->fibers[i].state = RUNNABLE;
             w->barrier_arrived = 0;
             continue;
@@ -327,8 +373,11 @@ void *worker_main(void *arg) {
         w->in_kernel = false;
         std::string what = describe_address(w->fault_addr);
         char buf[200];
-        snprintf(buf, sizeof buf, "%s at address %p", w->fault_signal == SIGBUS ? "bus error" : "segmentation fault",
-                 w->fault_addr);
+        if (w->fault_signal == SIGILL)  // the only trap kernels are compiled with (driver.py)
+            snprintf(buf, sizeof buf, "signed integer overflow (a UBSan trap) at %p", w->fault_addr);
+        else
+            snprintf(buf, sizeof buf, "%s at address %p", w->fault_signal == SIGBUS ? "bus error" : "segmentation fault",
+                     w->fault_addr);
         const Fiber *f = w->cur;
         bool overflow = f && (const char *)w->fault_addr >= f->stack_lo - kPage && (const char *)w->fault_addr < f->stack_lo;
         w->error = std::string(buf) + (what.empty() ? "" : ": " + what) + (overflow ? ": stack overflow" : "") +
@@ -355,7 +404,7 @@ void *worker_main(void *arg) {
     return nullptr;
 }
 
-struct sigaction old_segv, old_bus;
+struct sigaction old_segv, old_bus, old_ill;
 
 void on_fault(int sig, siginfo_t *info, void *) {
     Worker *w = W;
@@ -367,6 +416,7 @@ void on_fault(int sig, siginfo_t *info, void *) {
     // Not a kernel's fault: put the previous handler back and let the access fault again.
     sigaction(SIGSEGV, &old_segv, nullptr);
     sigaction(SIGBUS, &old_bus, nullptr);
+    sigaction(SIGILL, &old_ill, nullptr);
 }
 
 std::mutex launch_lock;
@@ -378,17 +428,119 @@ extern "C" const thread_ids *msl_emu_ids(void) { return &W->cur->ids; }
 
 extern "C" void msl_emu_fail(const char *message) { to_scheduler_with_error(message + (" in " + where(W->cur))); }
 
-extern "C" void msl_emu_barrier(int line) {
+namespace {
+inline uint64_t mix(uint64_t h, const void *p) {
+    h ^= (uint64_t)(uintptr_t)p;
+    h *= 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+// The return address `ret` in kernel code, then the return addresses up the kernel's frames.
+uint64_t site_of(const Fiber *f, const void *ret, void *frame) {
+    uint64_t h = mix(0xcbf29ce484222325ull, ret);
+    char *fp = static_cast<char *>(frame);
+    for (int depth = 0; depth < 256 && fp >= f->stack_lo && fp < f->entry_frame; depth++) {
+        char **link = reinterpret_cast<char **>(fp);
+        h = mix(h, link[1]);
+        if (link[0] <= fp) break;
+        fp = link[0];
+    }
+    return h;
+}
+}  // namespace
+
+extern "C" void msl_emu_set_entry_frame(void *frame) { W->cur->entry_frame = static_cast<char *>(frame); }
+
+extern "C" __attribute__((noinline)) uint64_t msl_emu_site(void *frame) {
+    return site_of(W->cur, __builtin_return_address(0), frame);
+}
+
+extern "C" __attribute__((noinline)) void msl_emu_barrier(int line, int flags, void *frame) {
     Fiber *f = W->cur;
+    f->site = site_of(f, __builtin_return_address(0), frame);
     f->state = AT_BARRIER;
     f->line = line;
+    f->flags = flags;
     W->barrier_arrived++;
     yield(f);
 }
 
-extern "C" void msl_emu_register_threadgroup(void *p, size_t bytes) {
+extern "C" void msl_emu_register_threadgroup(void *p, size_t bytes, const char *name) {
     memset(p, 0xff, bytes);
-    W->regions.emplace_back(p, bytes);
+    W->regions.push_back(Region{ static_cast<char *>(p), bytes, name, std::vector<Shadow>(bytes, Shadow{ 0, 0, -1, -1 }) });
+}
+
+// ---- threadgroup memory accesses (the -fsanitize=thread hooks) -----------------------------------
+namespace {
+std::string accessor(const Worker *w, int id) {
+    if (id >= kSimdBase) return "simdgroup " + std::to_string(id - kSimdBase) + " (a simdgroup_load/store)";
+    if (id == kSeveral) return "several threads";
+    return where(&w->fibers[id]);
+}
+
+[[noreturn]] void race(Worker *w, const Region &r, size_t byte, const char *what, int me, int other) {
+    char buf[160];
+    snprintf(buf, sizeof buf, "data race on threadgroup memory: %s byte %zu of %s (%zu bytes): ", what, byte, r.name,
+             r.bytes);
+    std::string msg = buf + accessor(w, me) + " and " + accessor(w, other) +
+                      " in the same barrier interval (no threadgroup_barrier(mem_flags::mem_threadgroup) between them";
+    if (w->unordered_line)
+        msg += "; the barrier at line " + std::to_string(w->unordered_line) + " does not order threadgroup memory";
+    to_scheduler_with_error(msg + ")");
+}
+
+inline void on_access(const void *addr, size_t n, bool write) {
+    Worker *w = W;
+    if (!w || !w->in_kernel) return;
+    const char *p = static_cast<const char *>(addr);
+    for (Region &r : w->regions) {
+        if ((size_t)(p - r.p) >= r.bytes) continue;
+        const int me = w->collective_sg >= 0 ? kSimdBase + w->collective_sg : w->cur->index;
+        const uint32_t e = w->epoch;
+        for (size_t i = (size_t)(p - r.p); i < r.bytes && n > 0; i++, n--) {
+            Shadow &s = r.shadow[i];
+            if (s.w_epoch == e && s.writer != me)
+                race(w, r, i, write ? "a write after a write to" : "a read after a write to", me, s.writer);
+            if (write) {
+                if (s.r_epoch == e && s.reader != me) race(w, r, i, "a write after a read of", me, s.reader);
+                s.w_epoch = e, s.writer = me;
+            } else if (s.r_epoch != e) {
+                s.r_epoch = e, s.reader = me;
+            } else if (s.reader != me) {
+                s.reader = kSeveral;
+            }
+        }
+        return;
+    }
+}
+}  // namespace
+
+extern "C" {
+void __tsan_init(void) {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit(void) {}
+void __tsan_read1(void *p) { on_access(p, 1, false); }
+void __tsan_read2(void *p) { on_access(p, 2, false); }
+void __tsan_read4(void *p) { on_access(p, 4, false); }
+void __tsan_read8(void *p) { on_access(p, 8, false); }
+void __tsan_read16(void *p) { on_access(p, 16, false); }
+void __tsan_write1(void *p) { on_access(p, 1, true); }
+void __tsan_write2(void *p) { on_access(p, 2, true); }
+void __tsan_write4(void *p) { on_access(p, 4, true); }
+void __tsan_write8(void *p) { on_access(p, 8, true); }
+void __tsan_write16(void *p) { on_access(p, 16, true); }
+void __tsan_unaligned_read2(void *p) { on_access(p, 2, false); }
+void __tsan_unaligned_read4(void *p) { on_access(p, 4, false); }
+void __tsan_unaligned_read8(void *p) { on_access(p, 8, false); }
+void __tsan_unaligned_read16(void *p) { on_access(p, 16, false); }
+void __tsan_unaligned_write2(void *p) { on_access(p, 2, true); }
+void __tsan_unaligned_write4(void *p) { on_access(p, 4, true); }
+void __tsan_unaligned_write8(void *p) { on_access(p, 8, true); }
+void __tsan_unaligned_write16(void *p) { on_access(p, 16, true); }
+void __tsan_read_range(void *p, size_t n) { on_access(p, n, false); }
+void __tsan_write_range(void *p, size_t n) { on_access(p, n, true); }
+void __tsan_vptr_update(void **, void *) {}
+void __tsan_vptr_read(void **) {}
 }
 
 static const char *op_name(int op) {
@@ -409,6 +561,15 @@ static void check_uniform(Worker *w, collective *const *all, const Fiber *lanes[
     char buf[400];
     for (int i = 1; i < n; i++) {
         const collective *c = all[i];
+        if (c->op == c0->op && c->line == c0->line && c->site != c0->site) {
+            snprintf(buf, sizeof buf,
+                     "divergent simdgroup: lanes 0 and %d reach %s (line %d) from different call sites in simdgroup %u "
+                     "of threadgroup (%u, %u, %u)",
+                     i, op_name(c0->op), c0->line, lanes[0]->ids.simdgroup_index_in_threadgroup.x,
+                     lanes[0]->ids.threadgroup_position_in_grid.x, lanes[0]->ids.threadgroup_position_in_grid.y,
+                     lanes[0]->ids.threadgroup_position_in_grid.z);
+            to_scheduler_with_error(buf);
+        }
         if (c->op != c0->op || c->line != c0->line) {
             snprintf(buf, sizeof buf,
                      "divergent simdgroup: lane 0 is at %s (line %d) while lane %d is at %s (line %d) in simdgroup %u "
@@ -461,6 +622,7 @@ extern "C" collective *const *msl_emu_simd_arrive(collective *c) {
     for (int i = 0; i < size; i++) lanes[i] = &w->fibers[sg * 32 + i];
     check_uniform(w, w->simd_args[sg], lanes, size);
     w->executor = f;
+    w->collective_sg = sg;
     return w->simd_args[sg];
 }
 
@@ -474,6 +636,7 @@ extern "C" void msl_emu_simd_release(void) {
     }
     w->simd_arrived[sg] = 0;
     w->executor = nullptr;
+    w->collective_sg = -1;
 }
 
 // ---- what the driver calls -----------------------------------------------------------------------
@@ -555,6 +718,7 @@ extern "C" int msl_emu_launch(void (*entry)(void *const *), const uint32_t *grid
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &old_segv);
     sigaction(SIGBUS, &sa, &old_bus);
+    sigaction(SIGILL, &sa, &old_ill);
 
     int nw = workers < 1 ? 1 : workers;
     if ((uint64_t)nw > ngroups) nw = (int)ngroups;
@@ -580,6 +744,7 @@ extern "C" int msl_emu_launch(void (*entry)(void *const *), const uint32_t *grid
     for (Worker *w : ws) delete w;
     sigaction(SIGSEGV, &old_segv, nullptr);
     sigaction(SIGBUS, &old_bus, nullptr);
+    sigaction(SIGILL, &old_ill, nullptr);
     if (ws.empty()) return fail("cannot start worker threads");
     if (l.failed.load()) return fail(l.error);
     return 0;

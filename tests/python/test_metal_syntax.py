@@ -100,3 +100,32 @@ def test_meson_builds_metal_only_on_macos() -> None:
         assert line in branch
     assert build.count("src/backend/metal.m") == 1  # nowhere outside the macOS branch
     assert "objc_args : c_args + ['-fobjc-arc']" in build
+
+
+def test_tc_launches_refuse_a_simd_width_other_than_32_before_encoding() -> None:
+    """The tc kernels spread 8x8 simdgroup matrices over 32 lanes (issue 21's audit): metal_launch
+    compares the pipeline's threadExecutionWidth with 32 for them and refuses, typed, before it
+    encodes anything. Only the text is checked here: nothing runs metal.m without a Mac."""
+    source = METAL_M.read_text()
+    launch = source[source.index("static tgrad_status metal_launch("):]
+    launch = launch[:launch.index("\n}\n")]
+    check = launch.index("pipeline.threadExecutionWidth")
+    assert check < launch.index("computeCommandEncoder")
+    refusal = launch[check:launch.index("@autoreleasepool")]
+    assert "needs_simd_width_32(launch) && simd_width != TC_SIMD_WIDTH" in refusal
+    assert "TGRAD_ERR_ROUTE_NOT_ELIGIBLE" in refusal
+    assert "enum { TC_SIMD_WIDTH = 32 };" in source
+
+
+def test_the_tc_prefix_metal_m_checks_is_the_one_the_renderer_names_tc_kernels() -> None:
+    import numpy as np
+
+    import tgrad
+    from tgrad import render as R
+
+    prefix = re.search(r'static const char TC_KERNEL_PREFIX\[\] = "(\w+)";', METAL_M.read_text())
+    assert prefix is not None
+    with tgrad.Tensor.from_numpy(np.ones((16, 16), np.float32)) as a:
+        names = {route: R.render_matmul(a, a, route).name for route in ("naive", "tiled", "tc")}
+    assert names["tc"].startswith(prefix.group(1))
+    assert not names["naive"].startswith(prefix.group(1)) and not names["tiled"].startswith(prefix.group(1))

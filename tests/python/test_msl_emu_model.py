@@ -258,6 +258,136 @@ kernel void div(device float *y [[buffer(0)]], uint li [[thread_index_in_threadg
         launch(emu, src, (1, 1, 1), (64, 1, 1), [np.zeros(64, np.float32)])
 
 
+# ---- the threads model's checks beyond lines (issue 21's audit) ----------------------------------
+ROTATE = """
+kernel void rotate(device uint *out [[buffer(0)]], uint li [[thread_index_in_threadgroup]])
+{
+    threadgroup uint t[64];
+    t[li] = li * 3u;
+    BARRIER
+    out[li] = t[(li + 1) % 64];
+}
+"""
+
+
+@pytest.mark.parametrize("barrier", ["threadgroup_barrier(mem_flags::mem_threadgroup);",
+                                     "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);"])
+def test_a_barrier_with_mem_threadgroup_orders_threadgroup_memory(emu: Emulator, barrier: str) -> None:
+    for order in ("forward", "reverse", "shuffle"):
+        out = launch(emu, ROTATE.replace("BARRIER", barrier), (1, 1, 1), (64, 1, 1), [np.zeros(64, np.uint32)],
+                     order=order)[0]
+        assert np.array_equal(out, (np.arange(1, 65) % 64) * 3)
+
+
+@pytest.mark.parametrize("barrier", ["threadgroup_barrier(mem_flags::mem_none);",
+                                     "threadgroup_barrier(mem_flags::mem_device);"])
+def test_a_barrier_without_mem_threadgroup_leaves_a_data_race(emu: Emulator, barrier: str) -> None:
+    # The values would come out right (the fibers meet at the barrier): only the flags are wrong.
+    with pytest.raises(EmuError, match=r"data race on threadgroup memory: a read after a write to byte \d+ of t "
+                                       r"\(256 bytes\).*the barrier at line 8 does not order threadgroup memory"):
+        launch(emu, ROTATE.replace("BARRIER", barrier), (1, 1, 1), (64, 1, 1), [np.zeros(64, np.uint32)])
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle"])
+def test_a_data_race_is_reported_under_every_fiber_order(emu: Emulator, order: str) -> None:
+    # Without a barrier, forward order reads the poison, reverse order the neighbours' values: the
+    # race check does not depend on which.
+    with pytest.raises(EmuError, match="data race on threadgroup memory"):
+        launch(emu, ROTATE.replace("BARRIER", ""), (1, 1, 1), (64, 1, 1), [np.zeros(64, np.uint32)], order=order)
+
+
+def test_a_write_over_data_another_thread_read_in_the_same_interval_is_a_race(emu: Emulator) -> None:
+    src = """
+kernel void war(device uint *out [[buffer(0)]], uint li [[thread_index_in_threadgroup]])
+{
+    threadgroup uint t[64];
+    t[li] = li;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[li] = t[(li + 1) % 64];  // thread i reads what thread i + 1 overwrites next
+    t[li] = 0u;
+}
+"""
+    with pytest.raises(EmuError, match="a write after a read of byte"):
+        launch(emu, src, (1, 1, 1), (64, 1, 1), [np.zeros(64, np.uint32)])
+
+
+def test_a_thread_may_reread_and_rewrite_its_own_data(emu: Emulator) -> None:
+    src = """
+kernel void own(device uint *out [[buffer(0)]], uint li [[thread_index_in_threadgroup]])
+{
+    threadgroup uint t[64];
+    t[li] = li;
+    t[li] = t[li] + 1u;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[li] = t[li] + t[0];
+}
+"""
+    out = launch(emu, src, (2, 1, 1), (64, 1, 1), [np.zeros(64, np.uint32)], order="shuffle")[0]
+    assert np.array_equal(out, np.arange(64) + 2)
+
+
+def test_one_barrier_line_reached_from_two_call_sites_is_divergent(emu: Emulator) -> None:
+    src = """
+static void sync_all() {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+}
+
+kernel void div(device float *y [[buffer(0)]], uint li [[thread_index_in_threadgroup]])
+{
+    if (li < 3)
+        sync_all();
+    else
+        sync_all();
+    y[li] = 1.0f;
+}
+"""
+    with pytest.raises(EmuError, match="barrier of line 5 reached from different call sites"):
+        launch(emu, src, (1, 1, 1), (64, 1, 1), [np.zeros(64, np.float32)])
+    # one call site: fine
+    out = launch(emu, src.replace("if (li < 3)\n        sync_all();\n    else\n", ""), (1, 1, 1), (64, 1, 1),
+                 [np.zeros(64, np.float32)])[0]
+    assert (out == 1.0).all()
+
+
+def test_one_collective_line_reached_from_two_call_sites_is_divergent(emu: Emulator) -> None:
+    src = """
+static float total(float v) {
+    return simd_sum(v);
+}
+
+kernel void div(device float *y [[buffer(0)]], uint li [[thread_index_in_threadgroup]])
+{
+    float s;
+    if (li % 2 == 0)
+        s = total(1.0f);
+    else
+        s = total(1.0f);
+    y[li] = s;
+}
+"""
+    with pytest.raises(EmuError, match=r"divergent simdgroup: lanes 0 and \d+ reach simd_sum \(line 5\) from "
+                                       "different call sites"):
+        launch(emu, src, (1, 1, 1), (32, 1, 1), [np.zeros(32, np.float32)])
+    out = launch(emu, src.replace("if (li % 2 == 0)\n        s = total(1.0f);\n    else\n", ""), (1, 1, 1),
+                 (32, 1, 1), [np.zeros(32, np.float32)])[0]
+    assert (out == 32.0).all()
+
+
+def test_signed_integer_overflow_is_reported(emu: Emulator) -> None:
+    src = """
+kernel void big(device long *y [[buffer(0)]], constant int &base [[buffer(1)]],
+                uint li [[thread_index_in_threadgroup]])
+{
+    const int i = base + (int)li;
+    y[li] = i;
+}
+"""
+    out = launch(emu, src, (1, 1, 1), (4, 1, 1), [np.zeros(4, np.int64), np.int32([2147483640])], [False, True])[0]
+    assert list(out) == [2147483640 + i for i in range(4)]
+    with pytest.raises(EmuError, match=r"signed integer overflow \(a UBSan trap\).*thread \(8, 0, 0\)"):
+        launch(emu, src, (1, 1, 1), (16, 1, 1), [np.zeros(16, np.int64), np.int32([2147483640])], [False, True])
+
+
 def test_the_emulator_recovers_after_a_failed_launch(emu: Emulator) -> None:
     test_out_of_bounds_reads_and_writes_fault_with_a_report(emu)
     test_scalar_arguments_and_buffer_indices(emu)

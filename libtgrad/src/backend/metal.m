@@ -230,6 +230,16 @@ static void metal_release_program(void *program) {
 }
 
 /* ---- launch ---- */
+/* The tc route's kernels (render.c names them "tgrad_tc_...") spread each 8x8 simdgroup matrix
+ * over 32 lanes and number simdgroups as thread_index / 32: on a pipeline whose SIMD width is not
+ * 32 they would compute garbage. Apple7+ GPUs run 32 wide, but the API does not promise it. */
+static const char TC_KERNEL_PREFIX[] = "tgrad_tc_";
+enum { TC_SIMD_WIDTH = 32 };
+
+static bool needs_simd_width_32(const struct tgrad_launch *launch) {
+    return strncmp(launch->kernel_name, TC_KERNEL_PREFIX, sizeof TC_KERNEL_PREFIX - 1) == 0;
+}
+
 static tgrad_status metal_launch(void *program, const struct tgrad_launch *launch, void *const *buffers,
                                  uint32_t nbuffers) {
     if (g_queue == nil || program == NULL || launch == NULL || nbuffers > TGRAD_LAUNCH_MAX_BUFFERS ||
@@ -257,6 +267,12 @@ static tgrad_status metal_launch(void *program, const struct tgrad_launch *launc
                        "metal: kernel %.*s declares %lu bytes of threadgroup memory; this device has %lu",
                        name_max, launch->kernel_name, (unsigned long)tg_memory,
                        (unsigned long)g_device.maxThreadgroupMemoryLength);
+    NSUInteger simd_width = pipeline.threadExecutionWidth;
+    if (needs_simd_width_32(launch) && simd_width != TC_SIMD_WIDTH)
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE,
+                       "metal: kernel %.*s (route tc) needs simdgroups of %d threads; this pipeline's "
+                       "threadExecutionWidth is %lu",
+                       name_max, launch->kernel_name, TC_SIMD_WIDTH, (unsigned long)simd_width);
 
     @autoreleasepool {
         id<MTLCommandBuffer> command_buffer = [g_queue commandBuffer];

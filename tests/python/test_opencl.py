@@ -269,3 +269,14 @@ def test_the_device_can_be_named_by_any_part_of_its_name(opencl_device: str) -> 
     for part in (platform[2:8].upper(), device[-6:].lower()):
         out = _probe(TGRAD_OPENCL_DEVICE=part)
         assert out["available"] is True, (part, out)
+
+
+def test_an_empty_sum_with_an_epilogue_applies_it_to_the_zeros(opencl_device: str) -> None:
+    # K = 0: without fused ops the zeros are written without a launch; with them the kernel runs
+    # (its empty operands bound to the output, never read through them) and the epilogue applies
+    x, w, b = np.zeros((9, 0), np.float32), np.zeros((0, 12), np.float32), np.arange(12, dtype=np.float32) - 6
+    want = np.broadcast_to(np.maximum(b, 0), (9, 12))
+    y = (tgrad.Tensor.from_numpy(x, device="opencl") @ tgrad.Tensor.from_numpy(w, device="opencl")
+         + tgrad.Tensor.from_numpy(b, device="opencl")).relu()
+    assert "matmul+add+relu opencl." in y.explain()
+    assert np.array_equal(y.numpy().astype(np.float32), want)

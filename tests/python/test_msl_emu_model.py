@@ -423,6 +423,39 @@ kernel void p(device float *y [[buffer(0)]], uint li [[thread_index_in_threadgro
         emu.compile(src)
 
 
+@pytest.mark.parametrize("call", ["min(x, 3)", "max(x, 3)", "min((long)x, (long)3)", "max((ulong)x, (ulong)3)"])
+def test_min_and_max_exist_for_32_bit_integers_only(emu: Emulator, call: str) -> None:
+    # docs/msl-subset.md: min/max on long/ulong could not be established in MSL 2.3, so the subset
+    # leaves them out and the emulator refuses them when the kernel compiles.
+    src = HEAD + f"""
+kernel void m(device long *y [[buffer(0)]], uint li [[thread_index_in_threadgroup]])
+{{
+    const int x = (int)li;
+    y[li] = (long){call};
+}}
+"""
+    if "long" in call:
+        with pytest.raises(CompileError, match="min/max on a 64-bit integer is outside the MSL subset"):
+            emu.compile(src)
+    else:
+        out = emu.run(emu.compile(src), (1, 1, 1), (8, 1, 1), [np.zeros(8, np.int64)], [False])[0]
+        assert list(out) == [min(i, 3) if call.startswith("min") else max(i, 3) for i in range(8)]
+
+
+def test_a_tiled_kernel_with_long_indices_compiles_in_the_subset(emu: Emulator) -> None:
+    import tgrad
+    from tgrad import render as R
+
+    k = 2**31 + 16
+    with tgrad.Tensor.from_numpy(np.ones((1, 1), np.float32)) as t:
+        a, b = t.expand(1, k), t.expand(k, 1)
+        kern = R.render_matmul(a, b, "tiled")
+        a.release()
+        b.release()
+    assert "const long kend" in kern.source
+    emu.compile(kern.source)
+
+
 def test_translation_keeps_msl_line_numbers() -> None:
     tu, name = translate(HEAD + "kernel void k(device float *y [[buffer(0)]])\n{\n    threadgroup float t[4][8];\n}\n")
     assert name == "k"

@@ -19,6 +19,12 @@
  *
  * ABI policy: numeric status codes, dtype codes and handle layout are frozen. Functions are only
  * added. Any change to an existing signature bumps TGRAD_VERSION_MAJOR.
+ *
+ * Experimental API: two fenced blocks below (the tgrad_debug_* testing aids; struct tgrad_launch
+ * with the tgrad_render_* calls) are NOT part of the stable ABI and may change in any release,
+ * as zstd fences its static-linking-only API. They are declared by default (the Python binding,
+ * the tests and tools use them); compile with -DTGRAD_STABLE_ONLY to hide them and be sure a
+ * program uses only the frozen API (-DTGRAD_EXPERIMENTAL_API shows them again).
  */
 #ifndef TGRAD_H
 #define TGRAD_H
@@ -354,6 +360,10 @@ TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t 
  * TGRAD_ERR_BACKEND_UNAVAILABLE for a tensor on a GPU device (move it with tgrad_tensor_to). */
 TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
 
+/* ==== EXPERIMENTAL: not part of the stable ABI; may change in any release ==================== *
+ * The tgrad_debug_* testing aids: signatures and effects follow the tests' needs.
+ * Hidden with -DTGRAD_STABLE_ONLY (unless TGRAD_EXPERIMENTAL_API is defined too). */
+#if defined(TGRAD_EXPERIMENTAL_API) || defined(TGRAD_BUILDING) || !defined(TGRAD_STABLE_ONLY)
 /* ---- testing aids --------------------------------------------------------------------------- */
 /* Fault injection, for tests: make the n-th heap allocation from now fail (n >= 1; 0 disarms),
  * and report in *failures (if not NULL) how many injected failures have happened so far. Only a
@@ -388,6 +398,7 @@ TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t co
  * the registry, n < 0, a NULL array with n > 0, or b given to a unary op; out is then untouched. */
 TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                                int64_t n);
+#endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
 #define TGRAD_FORMAT_TEXT 1
@@ -448,6 +459,18 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_COUNT 2
+/* Name of a route or language ("tiled", "msl"); NULL for an unknown code. */
+TGRAD_API const char *tgrad_route_name(int32_t route);
+TGRAD_API const char *tgrad_lang_name(int32_t lang);
+/* Can `route` in `lang` run out = a @ b (b = 0 and route TGRAD_ROUTE_COPY: materialize a)?
+ * TGRAD_OK, or TGRAD_ERR_ROUTE_NOT_ELIGIBLE with the reason in tgrad_last_error(); the operand
+ * checks of tgrad_matmul come first (handles, ranks, inner dimensions). */
+TGRAD_API tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b);
+
+/* ==== EXPERIMENTAL: not part of the stable ABI; may change in any release ==================== *
+ * struct tgrad_launch and the tgrad_render_* calls: the launch record grows with the GPU routes.
+ * Hidden with -DTGRAD_STABLE_ONLY (unless TGRAD_EXPERIMENTAL_API is defined too). */
+#if defined(TGRAD_EXPERIMENTAL_API) || defined(TGRAD_BUILDING) || !defined(TGRAD_STABLE_ONLY)
 #define TGRAD_LAUNCH_MAX_BUFFERS 16
 #define TGRAD_KERNEL_NAME_MAX 64
 
@@ -471,13 +494,6 @@ struct tgrad_launch {
                                                             there (tgrad_tensor_buffer_id; 0: a table) */
 };
 
-/* Name of a route or language ("tiled", "msl"); NULL for an unknown code. */
-TGRAD_API const char *tgrad_route_name(int32_t route);
-TGRAD_API const char *tgrad_lang_name(int32_t lang);
-/* Can `route` in `lang` run out = a @ b (b = 0 and route TGRAD_ROUTE_COPY: materialize a)?
- * TGRAD_OK, or TGRAD_ERR_ROUTE_NOT_ELIGIBLE with the reason in tgrad_last_error(); the operand
- * checks of tgrad_matmul come first (handles, ranks, inner dimensions). */
-TGRAD_API tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b);
 /* Render the kernel computing a @ b (2-D, [M, K] @ [K, N]) by a matmul route into dst, a NUL-
  * terminated string of *length bytes plus the NUL, and its launch geometry into *launch.
  * dst = NULL with capacity 0 asks for the length only (*length and *launch are written); a
@@ -497,6 +513,7 @@ TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char 
  * t has nothing to compute: TGRAD_ERR_INVALID_ARGUMENT, as is a step outside the schedule. */
 TGRAD_API tgrad_status tgrad_render_tensor(int32_t route, int32_t lang, tgrad_tensor_t t, int32_t step, char *dst,
                                            size_t capacity, size_t *length, struct tgrad_launch *launch);
+#endif /* EXPERIMENTAL: struct tgrad_launch, tgrad_render_* */
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,41 @@
+/* A program compiled with -DTGRAD_STABLE_ONLY sees only the frozen API of tgrad.h: the experimental
+ * blocks (the tgrad_debug_* calls; struct tgrad_launch with the tgrad_render_* calls) are hidden.
+ * The check is the compilation itself: each experimental name is declared here as something else
+ * (a macro would trip #error, a function or the struct a redeclaration), which compiles only when
+ * the header did not declare it. Without -DTGRAD_STABLE_ONLY this file must not compile
+ * (tests/python/test_header_fences.py checks both). Prints "stable-only: ok". */
+#include <stdio.h>
+
+#include "tgrad.h"
+
+#if defined(TGRAD_LAUNCH_MAX_BUFFERS) || defined(TGRAD_KERNEL_NAME_MAX) || defined(TGRAD_DEBUG_CPU_NO_DIRECT_A)
+#error "an experimental macro of tgrad.h is visible under TGRAD_STABLE_ONLY"
+#endif
+
+/* Redeclaring a declared function as an enumerator, or redefining a defined struct, is an error. */
+enum experimental_names {
+    tgrad_debug_fail_allocation = 1,
+    tgrad_debug_handle_generation,
+    tgrad_debug_cpu_blocking,
+    tgrad_debug_cpu_isa_rates,
+    tgrad_debug_elementwise,
+    tgrad_render_matmul,
+    tgrad_render_copy,
+    tgrad_render_tensor,
+};
+struct tgrad_launch {
+    int not_the_header_s;
+};
+
+int main(void) {
+    struct tgrad_launch mine = { tgrad_render_tensor };
+    /* The frozen API around the fences stays: route names and checks, explain, the basics. */
+    size_t length = 0;
+    int ok = tgrad_check_version(TGRAD_VERSION_NUMBER) == TGRAD_OK && tgrad_route_name(TGRAD_ROUTE_TILED) != NULL &&
+             tgrad_lang_name(TGRAD_LANG_OPENCL) != NULL &&
+             tgrad_route_check(TGRAD_ROUTE_TILED, TGRAD_LANG_OPENCL, 0, 0) == TGRAD_ERR_INVALID_HANDLE &&
+             tgrad_tensor_explain(0, TGRAD_FORMAT_TEXT, NULL, 0, &length) == TGRAD_ERR_INVALID_HANDLE &&
+             mine.not_the_header_s == 8;
+    printf("stable-only: %s\n", ok ? "ok" : "FAILED");
+    return !ok;
+}

@@ -81,8 +81,9 @@ def slow(session: nox.Session) -> None:
     """The tests marked `slow`: the bench end to end (with its plot and progress extras), every
     command through pipes and in child processes, the generated-MSL tier on the C++ emulator (its
     compiled kernels are cached in MSL_EMU_CACHE, by default under the temp directory), the
-    committed scorecards regenerated, the property and mpmath sweeps."""
-    session.install(".[test,bench]")
+    committed scorecards regenerated, the property and mpmath sweeps, the C and Rust examples
+    built against the installed package through pkg-config."""
+    session.install(".[test,bench]", "pkgconf")
     _pytest(session, "slow")
 
 

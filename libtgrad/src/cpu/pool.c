@@ -1,14 +1,24 @@
 /* A persistent worker pool. tg_pool_run() hands out task indices [0, ntasks) through an atomic
- * counter; the calling thread works too. Which worker runs a task never changes a result: tasks
- * write disjoint outputs and each output's arithmetic is fixed by the numerics contract. One job
- * runs at a time (callers from several threads queue on job_lock). Size: TGRAD_NUM_THREADS, else
- * the cores this process may use; tgrad_set_num_threads() changes it between jobs.
+ * claim; the calling thread starts on them at once and works too. Which worker runs a task never
+ * changes a result: tasks write disjoint outputs and each output's arithmetic is fixed by the
+ * numerics contract. One job runs at a time (callers from several threads queue on job_lock).
+ * Size: TGRAD_NUM_THREADS, else the cores this process may use; tgrad_set_num_threads() changes
+ * it between jobs.
+ *
+ * A job ends when its last task is done, not when every worker has checked in: a worker that is
+ * late to wake, or has lost its core to another process, holds nothing up, and one that arrives
+ * after the work is gone finds none. So each job has an epoch, and a task is claimed by one
+ * compare-and-swap on a word holding (epoch, next task): a straggler from an earlier job cannot
+ * claim a task of a later one, and the job's fields it reads before claiming are known to be its
+ * own job's when the claim succeeds (the job cannot end while one of its tasks is unclaimed, and
+ * a later job's fields are written only after it ends; every access below is sequentially
+ * consistent for that argument).
  *
  * Waking a sleeping thread costs tens of microseconds on a virtual machine, more than a mid-size
  * matmul takes; so a worker that just finished spins for a short while (SPIN_NS) watching for the
- * next job before it sleeps, and the caller spins likewise for the workers to finish. A sleeping
- * worker is woken through the condition variable; job_seq is read under state_lock before
- * sleeping, so no wake-up is lost. */
+ * next job before it sleeps, and the caller spins likewise for the last tasks to finish. A
+ * sleeping worker is woken through the condition variable; job_seq is read under state_lock
+ * before sleeping, so no wake-up is lost. */
 #include <sched.h>
 #include <stdlib.h>
 #include <time.h>
@@ -49,24 +59,56 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static int32_t nthreads = 1;  /* threads used per job, caller included */
 static int32_t nstarted;      /* worker threads created (nthreads - 1 at most are used) */
-/* The published job: its number (high bits) and how many workers take part (low 16 bits), in one
- * word so that a worker's view of both is always consistent. */
+/* The published job: its epoch (high bits) and how many workers take part (low 16 bits), in one
+ * word so that a worker's view of both is always consistent. Workers wait on it. */
 static atomic_uint_fast64_t job_seq;
-static atomic_int active;     /* workers still inside the current job */
 static int32_t sleepers;      /* workers blocked on `wake` (state_lock) */
-static tg_task_fn job_fn;
-static void *job_arg;
-static int64_t job_ntasks;
-static bool job_exact; /* task i runs on worker i (the peak probe needs one task per thread) */
-static atomic_int_fast64_t next_task;
+/* The job's fields, written before its epoch is published (atomics: a straggler may read them
+ * while the next job's are written, and then its claim fails). */
+static _Atomic(tg_task_fn) job_fn;
+static _Atomic(void *) job_arg;
+static atomic_int_fast64_t job_ntasks;
+static atomic_bool job_exact; /* task i runs on worker i (the peak probe needs one task per thread) */
+/* (epoch's low 24 bits << EPOCH_SHIFT) | next task: a task is claimed by a compare-and-swap that
+ * keeps the epoch (a straggler would need to sleep through 2^24 jobs to be fooled) */
+#define EPOCH_SHIFT 40
+#define TASK_MASK ((UINT64_C(1) << EPOCH_SHIFT) - 1)
+#define CLAIM_EPOCH(e) ((uint_fast64_t)(e) & ((UINT64_C(1) << (64 - EPOCH_SHIFT)) - 1))
+static atomic_uint_fast64_t claim;
+static atomic_uint_fast64_t exact_ran[MAX_WORKERS]; /* exact jobs: the (full) epoch worker i last ran task i in */
+static atomic_int_fast64_t tasks_done;               /* of the current job */
 
-static void drain(int32_t worker) {
-    if (job_exact) {
-        if (worker < job_ntasks) job_fn(worker, worker, job_arg);
-        return;
+/* A task of the current job is done: the last one wakes a caller that sleeps on `done`. */
+static void finish_task(int64_t ntasks) {
+    if (atomic_fetch_add(&tasks_done, 1) + 1 == ntasks) {
+        pthread_mutex_lock(&state_lock);
+        pthread_cond_signal(&done);
+        pthread_mutex_unlock(&state_lock);
     }
-    int64_t t;
-    while ((t = atomic_fetch_add(&next_task, 1)) < job_ntasks) job_fn(t, worker, job_arg);
+}
+
+/* Run tasks of job `epoch` while there are some; returns at once for another epoch's job. */
+static void drain(int32_t worker, uint_fast64_t epoch) {
+    for (;;) {
+        uint_fast64_t w = atomic_load(&claim);
+        if (w >> EPOCH_SHIFT != CLAIM_EPOCH(epoch)) return;
+        tg_task_fn fn = atomic_load(&job_fn);
+        void *arg = atomic_load(&job_arg);
+        int64_t ntasks = atomic_load(&job_ntasks);
+        if (atomic_load(&job_exact)) {
+            /* fields of this epoch if the epoch still holds now; task `worker` is then unrun */
+            if (worker >= ntasks || atomic_load(&claim) >> EPOCH_SHIFT != CLAIM_EPOCH(epoch)) return;
+            if (atomic_exchange(&exact_ran[worker], epoch) == epoch) return;
+            fn(worker, worker, arg);
+            finish_task(ntasks);
+            return;
+        }
+        int64_t t = (int64_t)(w & TASK_MASK);
+        if (t >= ntasks) return;
+        if (!atomic_compare_exchange_strong(&claim, &w, w + 1)) continue; /* another took it, or a new job */
+        fn(t, worker, arg);
+        finish_task(ntasks);
+    }
 }
 
 static void *worker_main(void *arg) {
@@ -83,12 +125,7 @@ static void *worker_main(void *arg) {
         }
         seen = cur;
         if (id > (int32_t)(cur & 0xffff)) continue; /* not needed for this job */
-        drain(id);
-        if (atomic_fetch_sub(&active, 1) == 1) {
-            pthread_mutex_lock(&state_lock);
-            pthread_cond_signal(&done);
-            pthread_mutex_unlock(&state_lock);
-        }
+        drain(id, cur >> 16);
     }
     return NULL;
 }
@@ -133,21 +170,23 @@ static void run(int64_t ntasks, tg_task_fn fn, void *arg, bool exact) {
     if (want > ntasks) want = (int32_t)ntasks;
     if (want > 1) ensure_workers(want);
     int32_t helpers = want - 1 < nstarted ? want - 1 : nstarted;
-    job_fn = fn, job_arg = arg, job_ntasks = ntasks, job_exact = exact;
-    atomic_store(&next_task, 0);
-    atomic_store(&active, helpers);
-    if (helpers > 0) {
-        uint_fast64_t next = ((atomic_load(&job_seq) >> 16) + 1) << 16 | (uint_fast64_t)helpers;
-        atomic_store_explicit(&job_seq, next, memory_order_release); /* spinning workers start */
-        if (sleepers) pthread_cond_broadcast(&wake);
-    }
+    if (exact && helpers < ntasks - 1) ntasks = helpers + 1; /* a task per thread that exists */
+    uint_fast64_t epoch = (atomic_load(&job_seq) >> 16) + 1; /* from 1; 48 bits never wrap */
+    atomic_store(&job_fn, fn);
+    atomic_store(&job_arg, arg);
+    atomic_store(&job_ntasks, ntasks);
+    atomic_store(&job_exact, exact);
+    atomic_store(&tasks_done, 0);
+    atomic_store(&claim, CLAIM_EPOCH(epoch) << EPOCH_SHIFT); /* stragglers' claims fail from here */
+    atomic_store(&job_seq, (uint_fast64_t)epoch << 16 | (uint_fast64_t)(helpers > 0 ? helpers : 0));
+    if (helpers > 0 && sleepers) pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&state_lock);
-    drain(0);
+    drain(0, epoch);
     int64_t deadline = now_ns() + SPIN_NS;
-    for (int i = 0; atomic_load_explicit(&active, memory_order_acquire) > 0; i++) {
+    for (int i = 0; atomic_load(&tasks_done) < ntasks; i++) {
         if ((i & 255) == 255 && now_ns() > deadline) {
             pthread_mutex_lock(&state_lock);
-            while (atomic_load(&active) > 0) pthread_cond_wait(&done, &state_lock);
+            while (atomic_load(&tasks_done) < ntasks) pthread_cond_wait(&done, &state_lock);
             pthread_mutex_unlock(&state_lock);
             break;
         }

@@ -81,10 +81,8 @@ by_code: dict[str, type[TgradError]]
 #: Exception class for each numeric status.
 by_status: dict[int, type[TgradError]]
 by_code, by_status = _derive()
-for _cls in by_code.values():
-    globals()[_cls.__name__] = _cls
-    __all__.append(_cls.__name__)
-del _cls
+globals().update({cls.__name__: cls for cls in by_code.values()})
+__all__ += [cls.__name__ for cls in by_code.values()]
 
 
 def __getattr__(name: str) -> type[TgradError]:

@@ -452,9 +452,7 @@ def _read_tensor(handle: io.BufferedReader, entry: _Entry, name: str, changed: s
     try:
         if entry.info.dtype == "BF16":
             return Tensor.from_bf16_bits(array)
-        if entry.info.dtype == "F16":
-            array = array.astype(np.float32)  # exact widening; one rounding to bf16 follows
-        return Tensor.from_numpy(array)
+        return Tensor.from_numpy(array)  # F16 too: widened exactly, then one rounding to bf16
     except errors.TgradError as exc:  # out of memory, say: name the tensor and its file
         raise type(exc)(f"{entry.file}: tensor {name!r}: {exc.detail or exc}") from None
 

@@ -210,9 +210,10 @@ class Tensor(Generic[Unpack[Shape]]):
     @classmethod
     @_reports("constant")
     def from_numpy(cls, array: npt.NDArray[Any], device: str | None = None) -> Tensor:
-        """A bf16 tensor from a numpy float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
+        """A bf16 tensor from a numpy float16, float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
 
-        float32 and float64 round to nearest even in libtgrad (float64 rounds once, directly);
+        float16 (widened exactly to float32 first), float32 and float64 round to nearest even in
+        libtgrad (float64 rounds once, directly);
         bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
         device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
@@ -864,6 +865,11 @@ def _from_numpy_handle(array: Any) -> int:
     shape = array.shape
     if dt == _BF16:
         return _bits_handle(np.ascontiguousarray(array).view(np.uint16).reshape(shape))
+    if dt.kind == "f" and dt.itemsize == 2:
+        # float16 widens to float32 exactly (every float16 is a float32); libtgrad's one rounding
+        # to bf16 follows. The one float16 path: from_dlpack and safetensors F16 come here too.
+        array = array.astype(np.float32)
+        dt = array.dtype
     if dt.kind == "f" and dt.itemsize == 4:
         data = np.ascontiguousarray(array, dtype=np.float32)
         ptr, call = ffi.from_buffer("float[]", data), lib.tgrad_tensor_from_f32
@@ -872,7 +878,7 @@ def _from_numpy_handle(array: Any) -> int:
         ptr, call = ffi.from_buffer("double[]", data), lib.tgrad_tensor_from_f64
     else:
         raise errors.DtypeUnsupportedError(
-            f"Tensor.from_numpy: dtype {dt} is not supported (float32, float64 or ml_dtypes.bfloat16)"
+            f"Tensor.from_numpy: dtype {dt} is not supported (float16, float32, float64 or ml_dtypes.bfloat16)"
         )
     return _new_handle(call, ptr, len(shape), _int64_array(shape, "from_numpy"))
 

@@ -3,8 +3,11 @@ tolist, nbytes, size, itemsize, .mT, len(), float(), tgrad.typed, Tensor[...] at
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
 from typing import Any, Literal
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -93,3 +96,27 @@ def test_typed_checks_the_stated_shape() -> None:
 def test_a_non_tensor_on_the_left_of_matmul_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         np.ones((2, 2), np.float32) @ t((2, 2))  # type: ignore[operator]
+
+
+def test_from_numpy_of_float16_agrees_with_from_dlpack_bit_for_bit() -> None:
+    # every float16: normals, subnormals, zeros, infinities and NaNs
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    by_numpy = Tensor.from_numpy(every).numpy().view(np.uint16)
+    by_dlpack = tgrad.from_dlpack(every).numpy().view(np.uint16)
+    np.testing.assert_array_equal(by_numpy, by_dlpack)
+    finite = np.isfinite(every)
+    expected = every.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)  # round to nearest even
+    np.testing.assert_array_equal(by_numpy[finite], expected[finite])
+    assert np.isnan(Tensor.from_numpy(every).numpy(np.float32)[~finite & np.isnan(every)]).all()
+    strided = every[::3, ::-2]  # any layout, as for the other dtypes
+    np.testing.assert_array_equal(Tensor.from_numpy(strided).numpy().view(np.uint16), by_numpy[::3, ::-2])
+
+
+def test_a_missing_checkpoint_is_also_a_file_not_found_error(tmp_path: Path) -> None:
+    missing = tmp_path / "none.safetensors"
+    with pytest.raises(FileNotFoundError) as info:
+        tgrad.safetensors.open(missing)
+    assert isinstance(info.value, errors.FileMissingError) and isinstance(info.value, LookupError)
+    assert info.value.code == "file_missing" and str(missing) in str(info.value)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert type(copy) is type(info.value) and str(copy) == str(info.value)

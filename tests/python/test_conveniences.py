@@ -120,3 +120,17 @@ def test_a_missing_checkpoint_is_also_a_file_not_found_error(tmp_path: Path) -> 
     assert info.value.code == "file_missing" and str(missing) in str(info.value)
     copy = pickle.loads(pickle.dumps(info.value))
     assert type(copy) is type(info.value) and str(copy) == str(info.value)
+
+
+def test_a_checkpoint_is_a_context_manager(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    tgrad.safetensors.save(path, {"w": t((2, 3))})
+    with tgrad.safetensors.open(path) as ckpt:
+        kept = ckpt["w"]
+        assert ckpt.w.shape == (2, 3)
+    assert "closed" in repr(ckpt) and ckpt.schema["w"].shape == (2, 3)
+    with pytest.raises(errors.InvalidHandleError, match="closed"):
+        ckpt["w"]
+    with pytest.raises(errors.InvalidHandleError):
+        ckpt.load()
+    assert kept.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]  # what was read stays the caller's

@@ -68,7 +68,8 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
 /* The one registry of outcomes. X(code, NAME, name, category, message).
  * Codes are frozen: never renumber, never reuse. Entries at or above TGRAD_STATUS_UNSTABLE_FROM
  * are young and may still be renamed before 1.0. category is one of
- * value | type | index | memory | runtime | lookup (the Python binding derives exception bases). */
+ * value | type | index | memory | runtime | lookup | file (the Python binding derives exception
+ * bases; file: a file that is not there, a LookupError and a FileNotFoundError). */
 #define TGRAD_STATUS_LIST(X)                                                                        \
     X(0, OK, ok, "none", "success")                                                                 \
     X(1, ERR_INVALID_ARGUMENT, invalid_argument, "value", "an argument is invalid (NULL pointer, bad count or flag)") \
@@ -95,7 +96,7 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option") \
     X(23, ERR_DEVICE_MISMATCH, device_mismatch, "value", "operands live on different devices") \
     X(24, ERR_FILE_MALFORMED, file_malformed, "value", "a tensor file (safetensors, index) is malformed or unsafe to read") \
-    X(25, ERR_FILE_MISSING, file_missing, "lookup", "a file (a checkpoint or one of its shards) does not exist") \
+    X(25, ERR_FILE_MISSING, file_missing, "file", "a file (a checkpoint or one of its shards) does not exist") \
     X(26, ERR_TENSOR_NOT_FOUND, tensor_not_found, "lookup", "no tensor of this name in the file or checkpoint") \
     X(27, ERR_DTYPE_CONVERSION_REFUSED, dtype_conversion_refused, "type", "the data is not bf16 and converting it was not asked for")
 

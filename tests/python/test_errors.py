@@ -33,7 +33,7 @@ FROZEN = {
 }
 BUILTINS = {
     "value": ValueError, "type": TypeError, "index": IndexError,
-    "memory": MemoryError, "runtime": RuntimeError, "lookup": LookupError,
+    "memory": MemoryError, "runtime": RuntimeError, "lookup": LookupError, "file": FileNotFoundError,
 }
 
 
@@ -85,6 +85,7 @@ def test_named_classes_have_their_builtin_bases() -> None:
     assert issubclass(errors.OutOfMemoryError, MemoryError)
     assert issubclass(errors.ViewNotExpressibleError, ValueError)
     assert issubclass(errors.BackendUnavailableError, RuntimeError)
+    assert issubclass(errors.FileMissingError, FileNotFoundError) and issubclass(errors.FileMissingError, LookupError)
     assert tgrad.TgradError is errors.TgradError
     assert issubclass(errors.TgradError, Exception)
 

@@ -33,3 +33,17 @@ def test_package_is_clean_under_mypy_strict(tmp_path: Path) -> None:
         cwd=src, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"mypy --strict {package}:\n{result.stdout}{result.stderr}"
     assert "Success: no issues found" in result.stdout
+
+
+def test_package_is_clean_under_pyright(tmp_path: Path) -> None:
+    from typecheckers import pyright_command
+
+    package = Path(tgrad.__file__).resolve().parent
+    src = tmp_path / "src"
+    shutil.copytree(package, src / "tgrad",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.so.*", "*.dylib", "*.dll", "conformance"))
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    result = subprocess.run([*pyright_command(), "--pythonpath", sys.executable, "tgrad"],
+                            cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"pyright {package}:\n{result.stdout}{result.stderr}"
+    assert "0 errors" in result.stdout

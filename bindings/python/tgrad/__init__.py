@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import errors
 from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
 from .errors import TgradError, _check
-from .tensor import Tensor, matmul
+from .tensor import Tensor, matmul, typed
 from . import ops
 from .ops import (abs, add, div, exp, fusion_enabled, gelu, maximum, minimum, mul, neg, relu, rsqrt,
                   set_fusion, sigmoid, silu, square, sub, tanh)
@@ -78,6 +78,7 @@ __all__ = [
     "sub",
     "tanh",
     "trace",
+    "typed",
     "version",
 ]
 

@@ -246,9 +246,7 @@ def _from_numpy(array: np.ndarray[Any, Any]) -> Any:
             with _lock:
                 _imports.pop(key, None)
             raise
-    if array.dtype == np.float16:
-        array = array.astype(np.float32)
-    return Tensor.from_numpy(array)
+    return Tensor.from_numpy(array)  # float16 too: Tensor.from_numpy widens it exactly
 
 
 class _Layout(NamedTuple):
@@ -347,7 +345,7 @@ def _copied(layout: _Layout) -> Any:
                         dtype=dtype)
     try:
         host = np.lib.stride_tricks.as_strided(raw[-lo:], layout.shape, tuple(s * itemsize for s in layout.strides))
-        values = np.array(host, dtype=np.float32 if dtype == np.float16 else dtype)
+        values = np.array(host, dtype=dtype)  # Tensor.from_numpy takes float16 as it is
     except MemoryError as exc:
         raise errors.OutOfMemoryError(f"from_dlpack: a copy of a {layout.shape} tensor: {exc}") from None
     return Tensor.from_numpy(values)

@@ -2,7 +2,8 @@
 
 Every non-ok registry entry becomes a class named after its stable snake_case name
 (shape_mismatch -> ShapeMismatchError) deriving from TgradError and from the builtin exception of
-its category (value -> ValueError, index -> IndexError, ...). So ``except ValueError`` and
+its category (value -> ValueError, index -> IndexError, file -> LookupError and FileNotFoundError,
+...). So ``except ValueError`` and
 ``except tgrad.errors.ShapeMismatchError`` both work. `_check` is the one place a status becomes an
 exception; the message is the C library's per-thread detail, else the registry message.
 """
@@ -15,13 +16,15 @@ from ._ffi import _string, lib
 
 __all__ = ["TgradError", "by_code", "by_status"]
 
-_CATEGORY_BASES: dict[str, type[Exception]] = {
-    "value": ValueError,
-    "type": TypeError,
-    "index": IndexError,
-    "memory": MemoryError,
-    "runtime": RuntimeError,
-    "lookup": LookupError,
+_CATEGORY_BASES: dict[str, tuple[type[Exception], ...]] = {
+    "value": (ValueError,),
+    "type": (TypeError,),
+    "index": (IndexError,),
+    "memory": (MemoryError,),
+    "runtime": (RuntimeError,),
+    "lookup": (LookupError,),
+    # A missing file: `except FileNotFoundError` (and OSError) catch it as they catch open()'s.
+    "file": (LookupError, FileNotFoundError),
 }
 
 
@@ -56,11 +59,11 @@ def _derive() -> tuple[dict[str, type[TgradError]], dict[int, type[TgradError]]]
         category = _string(lib.tgrad_status_category(status))
         if status == lib.TGRAD_OK:
             continue
-        builtin = _CATEGORY_BASES.get(category, RuntimeError)
+        builtins = _CATEGORY_BASES.get(category, (RuntimeError,))
         name = _class_name(code)
         cls = type(
             name,
-            (TgradError, builtin),
+            (TgradError, *builtins),
             {
                 "__module__": __name__,
                 "__qualname__": name,
@@ -81,10 +84,8 @@ by_code: dict[str, type[TgradError]]
 #: Exception class for each numeric status.
 by_status: dict[int, type[TgradError]]
 by_code, by_status = _derive()
-for _cls in by_code.values():
-    globals()[_cls.__name__] = _cls
-    __all__.append(_cls.__name__)
-del _cls
+globals().update({cls.__name__: cls for cls in by_code.values()})
+__all__ += [cls.__name__ for cls in by_code.values()]
 
 
 def __getattr__(name: str) -> type[TgradError]:

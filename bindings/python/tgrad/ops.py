@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, TypeVarTuple, Union, Unpack, cast
 
 import ml_dtypes
 import numpy as np
@@ -45,6 +45,8 @@ __all__ = [
 
 #: A number that may stand for an operand (numpy scalars of these kinds too).
 Scalar = Union[bool, int, float, np.bool_, np.integer[Any], np.floating[Any]]
+#: A shape kept by a unary op (static checkers only: docs/typing.md).
+_Shape = TypeVarTuple("_Shape")
 #: An operand of a binary op.
 Operand = Union[Tensor, Scalar]
 
@@ -131,7 +133,7 @@ def _host_array(value: object) -> np.ndarray[Any, Any] | None:
         return np.array(value, np.float64)
     if isinstance(value, np.generic) and value.dtype == _BF16:
         return np.asarray(value)
-    if isinstance(value, (np.float32, np.float16)):
+    if isinstance(value, np.floating) and value.dtype in (np.float32, np.float16):
         return np.array(value, np.float32)  # float16 widens exactly; one rounding follows
     if isinstance(value, (complex, np.complexfloating, np.floating)):  # the rest: long double
         raise errors.DtypeUnsupportedError(
@@ -157,11 +159,11 @@ def _constant(value: object, name: str, device: str = "cpu") -> Tensor:
 
 
 # ---- applying ops ---------------------------------------------------------------------------------
-def _unary(name: str, x: Tensor) -> Tensor:
+def _unary(name: str, x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     run = _op(name, 1)
     if not isinstance(x, Tensor):
         raise errors.InvalidArgumentError(f"{name}: expected a Tensor, got {type(x).__name__}")
-    return run(x)
+    return cast("Tensor[Unpack[_Shape]]", run(x))  # a unary op keeps the shape
 
 
 def _binary(name: str, a: Operand, b: Operand) -> Tensor:
@@ -229,7 +231,7 @@ def minimum(a: Operand, b: Operand) -> Tensor:
     return _binary("minimum", a, b)
 
 
-def relu(x: Tensor) -> Tensor:
+def relu(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """max(x, 0) (relu(-0) = -0, as torch)."""
     return _unary("relu", x)
 
@@ -237,7 +239,7 @@ def relu(x: Tensor) -> Tensor:
 _GELU = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+def gelu(x: Tensor[Unpack[_Shape]], approximate: str = "none") -> Tensor[Unpack[_Shape]]:
     """x·Φ(x); approximate="tanh" is the tanh form (op gelu_tanh), as torch names them.
     Another `approximate` raises InvalidArgumentError."""
     name = _GELU.get(approximate) if isinstance(approximate, str) else None
@@ -247,42 +249,42 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     return _unary(name, x)
 
 
-def silu(x: Tensor) -> Tensor:
+def silu(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """x·sigmoid(x)."""
     return _unary("silu", x)
 
 
-def sigmoid(x: Tensor) -> Tensor:
+def sigmoid(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """1 / (1 + e^-x)."""
     return _unary("sigmoid", x)
 
 
-def tanh(x: Tensor) -> Tensor:
+def tanh(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """tanh(x)."""
     return _unary("tanh", x)
 
 
-def exp(x: Tensor) -> Tensor:
+def exp(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """e^x."""
     return _unary("exp", x)
 
 
-def neg(x: Tensor) -> Tensor:
+def neg(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """-x (NaN stays the canonical NaN)."""
     return _unary("neg", x)
 
 
-def abs(x: Tensor) -> Tensor:  # noqa: A001 - torch's name
+def abs(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:  # noqa: A001 - torch's name
     """|x|."""
     return _unary("abs", x)
 
 
-def square(x: Tensor) -> Tensor:
+def square(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """x²."""
     return _unary("square", x)
 
 
-def rsqrt(x: Tensor) -> Tensor:
+def rsqrt(x: Tensor[Unpack[_Shape]]) -> Tensor[Unpack[_Shape]]:
     """1 / √x (rsqrt(+0) = +inf, rsqrt(-0) = -inf, NaN below 0)."""
     return _unary("rsqrt", x)
 

@@ -20,20 +20,21 @@ DtypeUnsupportedError. `save` writes with the `safetensors` package.
 bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True;
 the header check accepts every safetensors dtype, but reading any other raises
 DtypeUnsupportedError. `python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol
-classes for a checkpoint's names, so a type checker knows `w.model.layers[0].mlp.up_proj.weight`
-is a Tensor.
+classes for a checkpoint's names and shapes (tgrad.safetensors_stub), so a type checker knows
+`w.model.layers[0].mlp.up_proj.weight` is a Tensor[Literal[11008], Literal[4096]]. A Checkpoint is
+a context manager: leaving the block closes it to further reads.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import keyword
 import os
 import stat
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -452,9 +453,7 @@ def _read_tensor(handle: io.BufferedReader, entry: _Entry, name: str, changed: s
     try:
         if entry.info.dtype == "BF16":
             return Tensor.from_bf16_bits(array)
-        if entry.info.dtype == "F16":
-            array = array.astype(np.float32)  # exact widening; one rounding to bf16 follows
-        return Tensor.from_numpy(array)
+        return Tensor.from_numpy(array)  # F16 too: widened exactly, then one rounding to bf16
     except errors.TgradError as exc:  # out of memory, say: name the tensor and its file
         raise type(exc)(f"{entry.file}: tensor {name!r}: {exc.detail or exc}") from None
 
@@ -470,9 +469,23 @@ class Checkpoint:
         #: name -> TensorInfo(dtype, shape), in file (or index) order.
         self.schema: dict[str, TensorInfo] = {n: e.info for n, e in self._entries.items()}
         self._root = Node(self, "")
+        self._closed = False
 
     def __repr__(self) -> str:
-        return f"<tgrad.safetensors.Checkpoint {str(self.path)!r}: {len(self.schema)} tensors>"
+        closed = " (closed)" if self._closed else ""
+        return f"<tgrad.safetensors.Checkpoint {str(self.path)!r}: {len(self.schema)} tensors{closed}>"
+
+    def close(self) -> None:
+        """Read no more tensors (a later read raises InvalidHandleError); the schema stays. Tensors
+        already read are the caller's and stay valid. No file is held open between reads."""
+        self._closed = True
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
@@ -490,6 +503,8 @@ class Checkpoint:
     def load(self, names: Sequence[str] | None = None) -> dict[str, Tensor]:
         """{name: Tensor} of the given names (default: all), in that order; each file is opened
         and checked once."""
+        if self._closed:
+            raise errors.by_code["invalid_handle"](f"{self.path}: the checkpoint is closed")
         wanted: dict[str, _Entry] = {}
         for name in self.keys() if names is None else names:
             entry = self._entries.get(name)
@@ -622,73 +637,14 @@ def save(path: str | os.PathLike[str], tensors: Mapping[str, Tensor],
         raise errors.by_code["invalid_argument"](f"{path}: safetensors: {exc}") from None
 
 
-# ---- stubs ------------------------------------------------------------------------------------
-
-def _tree(names: Sequence[str]) -> dict[str, Any]:
-    root: dict[str, Any] = {}
-    for n in names:
-        node = root
-        parts = n.split(".")
-        for p in parts[:-1]:
-            child = node.setdefault(p, {})
-            if not isinstance(child, dict):  # a name that is also a prefix: keep the subtree
-                child = node[p] = {}
-            node = child
-        node.setdefault(parts[-1], None)
-    return root
-
-
-def _shape_key(tree: Any) -> Any:
-    if tree is None:
-        return None
-    return tuple(sorted((k, _shape_key(v)) for k, v in tree.items()))
-
+# ---- stubs (tgrad.safetensors_stub) -----------------------------------------------------------
 
 def stub(path: str | os.PathLike[str]) -> str:
-    """Python stub text (Protocol classes) for the names of a checkpoint."""
-    schema = open(path).schema
-    classes: list[str] = []
-    made: dict[Any, str] = {}
+    """Python stub text (.pyi) for a checkpoint: Protocol classes naming its tensors, typed with
+    their shapes, and a Checkpoint class with the API of this module's (docs/typing.md)."""
+    from .safetensors_stub import stub_text
 
-    def cls_for(tree: dict[str, Any], hint: str) -> str:
-        key = _shape_key(tree)
-        if key in made:
-            return made[key]
-        name = "".join(p.capitalize() for p in hint.replace("-", "_").split("_") if p) or "Root"
-        base, k = name, 2
-        while name in made.values():
-            name, k = f"{base}{k}", k + 1
-        made[key] = name
-        lines = [f"class {name}(Protocol):"]
-        items = [c for c in tree if c.isdigit()]
-        if items and len(items) == len(tree):
-            shapes = {_shape_key(tree[c]) for c in items}
-            merged: dict[str, Any] = {}
-            for c in items:
-                if isinstance(tree[c], dict):
-                    merged.update(tree[c])
-            elem = "Tensor" if all(tree[c] is None for c in items) else cls_for(merged, hint + "_item")
-            note = "" if len(shapes) == 1 else "  # items differ: attributes merged"
-            lines.append(f"    def __getitem__(self, index: int) -> {elem}: ...{note}")
-            lines.append("    def __len__(self) -> int: ...")
-            lines.append(f"    def __iter__(self) -> Iterator[{elem}]: ...")
-        for child, sub in tree.items():
-            if child.isdigit():
-                continue
-            if not child.isidentifier() or keyword.iskeyword(child) or child in ("load", "names", "children"):
-                lines.append(f"    # {child!r}: not an identifier; use ['{child}']")
-                continue
-            kind = "Tensor" if sub is None else cls_for(sub, child)
-            lines.append(f"    {child}: {kind}")
-        lines.append("    def load(self) -> dict[str, Tensor]: ...")
-        classes.append("\n".join(lines))
-        return name
-
-    top = cls_for(_tree(list(schema)), "checkpoint")
-    head = (f'"""Names of {Path(path).name}: generated by `python -m tgrad safetensors-stub`.\n\n'
-            f"    w = cast({top}, tgrad.safetensors.open(path))\n\"\"\"\n\n"
-            "from collections.abc import Iterator\nfrom typing import Protocol\n\nfrom tgrad import Tensor\n")
-    return head + "\n\n" + "\n\n\n".join(classes) + "\n"
+    return stub_text(open(path).schema, Path(path).name)
 
 
 def _stub_command(args: Any) -> int:

@@ -3,6 +3,13 @@
 Thin by design: every conversion, view, product and elementwise op is a libtgrad call; Python only moves numpy
 buffers in and out and turns statuses into exceptions. Input is numpy only (float32, float64 or
 ml_dtypes.bfloat16 arrays; wrap Python lists with numpy.asarray first).
+
+Tensor is generic in its shape for static checkers (docs/typing.md): ``Tensor[Literal[32],
+Literal[768]]`` or ``Tensor[M, N]`` with int-bound type variables; a bare ``Tensor`` has unknown
+(Any) extents, so untyped code checks as before. ``a @ b`` is typed ``Tensor[A, B] @ Tensor[B, C]
+-> Tensor[A, C]``, ``.T`` and ``.mT`` swap a 2-D tensor's extents, elementwise ops keep the shape
+(same shape, a number, or a row broadcast ``Tensor[A, B] + Tensor[B]``; anything else gives unknown
+extents), and `typed` states a shape with a run-time check. Nothing of this costs at run time.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ import json as _json
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType, TracebackType
-from typing import TYPE_CHECKING, Any, SupportsIndex, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, Generic, Literal, SupportsIndex, TypeVar, Union, Unpack, cast, get_args, \
+    get_origin, overload
 
 import ml_dtypes
 import numpy as np
@@ -24,9 +32,28 @@ from ._ffi import ffi, lib
 from .errors import _check
 
 if TYPE_CHECKING:
-    from .ops import Operand
+    # The shape's default (PEP 696) lets a bare `Tensor` mean "any extents" without mypy --strict
+    # asking for type arguments; checkers read typing_extensions' stub, run time needs no default.
+    from typing_extensions import TypeVarTuple
 
-__all__ = ["Tensor", "matmul"]
+    from .ops import Operand, Scalar
+
+    Shape = TypeVarTuple("Shape", default=Unpack[tuple[Any, ...]])
+else:
+    from typing import TypeVarTuple
+
+    Shape = TypeVarTuple("Shape")
+
+__all__ = ["Tensor", "matmul", "typed"]
+
+#: Extents of a typed shape: int-bound, so a Literal[768] or an int (checked invariantly, so an
+#: extent known on one side and not the other is written Any, the extent of a bare Tensor).
+A = TypeVar("A", bound=int)
+B = TypeVar("B", bound=int)
+C = TypeVar("C", bound=int)
+D = TypeVar("D", bound=int)
+_Lead = TypeVarTuple("_Lead")
+_T = TypeVar("_T", bound="Tensor[Unpack[tuple[Any, ...]]]")
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -121,7 +148,32 @@ def _new_handle(call: Callable[..., int], *args: Any) -> int:
     return int(out[0])
 
 
-class Tensor:
+class _Reversed:
+    """`.T` as checkers see it: Tensor[A, B] -> Tensor[B, A]; a bare Tensor gives Tensor[Any, Any].
+    Typed for 2-D tensors only (other ranks: permute, which gives unknown extents): one overload
+    per rank would make a bare Tensor's `.T` ambiguous, which mypy types Any. At run time every
+    axis is reversed, whatever the rank (the Tensor's `_reversed()`)."""
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> _Reversed: ...
+    @overload
+    def __get__(self, obj: Tensor[A, B], owner: type[Any]) -> Tensor[B, A]: ...
+    def __get__(self, obj: Tensor[A, B] | None, owner: type[Any]) -> Any:
+        return self if obj is None else obj._reversed()
+
+
+class _MatrixTransposed:
+    """`.mT` as checkers see it: the last two extents swapped, the leading ones kept."""
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> _MatrixTransposed: ...
+    @overload
+    def __get__(self, obj: Tensor[Unpack[_Lead], A, B], owner: type[Any]) -> Tensor[Unpack[_Lead], B, A]: ...
+    def __get__(self, obj: Tensor | None, owner: type[Any]) -> Any:
+        return self if obj is None else obj._matrix_transposed()
+
+
+class Tensor(Generic[Unpack[Shape]]):
     """An immutable bf16 tensor owned through one libtgrad handle.
 
     Views (``.T``, ``permute``, ``expand``, slicing, ``view``) share the buffer; ``@`` and the
@@ -158,9 +210,10 @@ class Tensor:
     @classmethod
     @_reports("constant")
     def from_numpy(cls, array: npt.NDArray[Any], device: str | None = None) -> Tensor:
-        """A bf16 tensor from a numpy float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
+        """A bf16 tensor from a numpy float16, float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
 
-        float32 and float64 round to nearest even in libtgrad (float64 rounds once, directly);
+        float16 (widened exactly to float32 first), float32 and float64 round to nearest even in
+        libtgrad (float64 rounds once, directly);
         bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
         device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
@@ -298,6 +351,17 @@ class Tensor:
         return int(out[0])
 
     @property
+    def itemsize(self) -> int:
+        """Bytes of one element (2: every tgrad tensor is bf16)."""
+        self._h  # a released tensor raises InvalidHandleError
+        return _BF16.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the logical view's elements (size * itemsize), as numpy's nbytes."""
+        return self.size * self.itemsize
+
+    @property
     def dtype(self) -> str:
         out = ffi.new("int32_t *")
         _check(lib.tgrad_tensor_dtype(self._h, out))
@@ -402,22 +466,45 @@ class Tensor:
             # Other dtypes: numpy's own cast from the exact float32 widening.
             return self.numpy(np.float32).astype(dtype)
 
+    def tolist(self) -> Any:
+        """The values as nested Python lists of floats (a float for a 0-d tensor), as numpy's
+        tolist: each the exact value of its bf16 element (libtgrad widens to float32)."""
+        return self.numpy(np.float32).tolist()
+
+    def __float__(self) -> float:
+        """The value of a one-element tensor (any rank); InvalidArgumentError for another size."""
+        size = self.size
+        if size != 1:
+            raise errors.InvalidArgumentError(
+                f"float(): only a one-element tensor converts to a Python float; this one has shape "
+                f"{self.shape} ({size} elements)")
+        value = ffi.new("float[1]")
+        _check(lib.tgrad_tensor_read_f32(self._h, value, 1))
+        return float(value[0])
+
     def to_bytes(self) -> bytes:
         """The logical view, row-major, as little-endian bf16 bytes."""
         return self.numpy().view(np.uint16).astype("<u2").tobytes()
 
     # ---- views ----------------------------------------------------------------------------------
-    @property
+    T = _Reversed()
+    mT = _MatrixTransposed()
+
     @_reports("transpose")
-    def T(self) -> Tensor:
-        """All axes reversed (zero-copy)."""
+    def _reversed(self) -> Tensor:
         return self.permute(list(range(self.ndim))[::-1])
+
+    def _matrix_transposed(self) -> Tensor:
+        ndim = self.ndim
+        if ndim < 2:
+            raise errors.RankMismatchError(f".mT: needs at least 2 dimensions, the tensor has {ndim}")
+        return self.transpose(ndim - 2, ndim - 1)  # reported to tgrad.trace as that transpose
 
     @_reports("transpose")
     def transpose(self, axis0: SupportsIndex | None = None, axis1: SupportsIndex | None = None) -> Tensor:
         """Swap two axes (zero-copy); with no arguments, reverse all axes like .T."""
         if axis0 is None and axis1 is None:
-            return self.T
+            return self._reversed()
         if axis0 is None or axis1 is None:
             raise errors.InvalidArgumentError("transpose: give two axes, or none to reverse all")
         a0, a1 = _axis(axis0, "transpose"), _axis(axis1, "transpose")
@@ -464,7 +551,7 @@ class Tensor:
         items = key if isinstance(key, tuple) else (key,)
         parsed: list[int | slice | None] = []  # None marks the Ellipsis
         for item in items:
-            if item is Ellipsis:
+            if item is ...:
                 if None in parsed:
                     raise errors.InvalidArgumentError("Tensor index: only one Ellipsis (...) is allowed")
                 parsed.append(None)
@@ -550,45 +637,81 @@ class Tensor:
         self._h  # a released tensor raises InvalidHandleError
         return (1, 0)
 
-    def __matmul__(self, other: Tensor) -> Tensor:
+    # The shape types of `@`: method-level type variables, so a contracted extent known on both
+    # sides must agree (Tensor[A, B] @ Tensor[B, C]); a bare Tensor's Any extents agree with any.
+    def __matmul__(self: Tensor[A, B], other: Tensor[B, C]) -> Tensor[A, C]:
         if not isinstance(other, Tensor):  # Python then tries other.__rmatmul__, else TypeError
             return NotImplemented
         return matmul(self, other)
 
-    def __rmatmul__(self, other: object) -> Tensor:
-        return NotImplemented
+    # No __rmatmul__: `x @ t` with x no Tensor is a TypeError (numpy defers here through
+    # __array_ufunc__ = None, then finds none), and a catch-all one would hand checkers an
+    # untyped fallback for `a @ b` whose extents disagree.
 
     # ---- elementwise ops (tgrad.ops: lazy, broadcasting, numbers as 0-d bf16 tensors) -----------
     # An operand that is no number gives NotImplemented: Python asks the other operand, then
-    # raises TypeError, as numpy and torch do.
+    # raises TypeError, as numpy and torch do. Typed: the same shape or a number keeps the shape,
+    # a row ([B] with [A, B], either side) gives [A, B], anything else unknown extents.
+    @overload
+    def __add__(self, other: Tensor[Unpack[Shape]] | Scalar) -> Tensor[Unpack[Shape]]: ...
+    @overload
+    def __add__(self: Tensor[A, B], other: Tensor[B]) -> Tensor[A, B]: ...
+    @overload
+    def __add__(self: Tensor[B], other: Tensor[A, B]) -> Tensor[A, B]: ...
+    @overload
+    def __add__(self, other: Tensor) -> Tensor: ...
     def __add__(self, other: Operand) -> Tensor:
         return _ops.add(self, other) if _ops._is_operand(other) else NotImplemented
 
-    def __radd__(self, other: Operand) -> Tensor:
+    def __radd__(self, other: Scalar) -> Tensor[Unpack[Shape]]:
         return _ops.add(other, self) if _ops._is_operand(other) else NotImplemented
 
+    @overload
+    def __sub__(self, other: Tensor[Unpack[Shape]] | Scalar) -> Tensor[Unpack[Shape]]: ...
+    @overload
+    def __sub__(self: Tensor[A, B], other: Tensor[B]) -> Tensor[A, B]: ...
+    @overload
+    def __sub__(self: Tensor[B], other: Tensor[A, B]) -> Tensor[A, B]: ...
+    @overload
+    def __sub__(self, other: Tensor) -> Tensor: ...
     def __sub__(self, other: Operand) -> Tensor:
         return _ops.sub(self, other) if _ops._is_operand(other) else NotImplemented
 
-    def __rsub__(self, other: Operand) -> Tensor:
+    def __rsub__(self, other: Scalar) -> Tensor[Unpack[Shape]]:
         return _ops.sub(other, self) if _ops._is_operand(other) else NotImplemented
 
+    @overload
+    def __mul__(self, other: Tensor[Unpack[Shape]] | Scalar) -> Tensor[Unpack[Shape]]: ...
+    @overload
+    def __mul__(self: Tensor[A, B], other: Tensor[B]) -> Tensor[A, B]: ...
+    @overload
+    def __mul__(self: Tensor[B], other: Tensor[A, B]) -> Tensor[A, B]: ...
+    @overload
+    def __mul__(self, other: Tensor) -> Tensor: ...
     def __mul__(self, other: Operand) -> Tensor:
         return _ops.mul(self, other) if _ops._is_operand(other) else NotImplemented
 
-    def __rmul__(self, other: Operand) -> Tensor:
+    def __rmul__(self, other: Scalar) -> Tensor[Unpack[Shape]]:
         return _ops.mul(other, self) if _ops._is_operand(other) else NotImplemented
 
+    @overload
+    def __truediv__(self, other: Tensor[Unpack[Shape]] | Scalar) -> Tensor[Unpack[Shape]]: ...
+    @overload
+    def __truediv__(self: Tensor[A, B], other: Tensor[B]) -> Tensor[A, B]: ...
+    @overload
+    def __truediv__(self: Tensor[B], other: Tensor[A, B]) -> Tensor[A, B]: ...
+    @overload
+    def __truediv__(self, other: Tensor) -> Tensor: ...
     def __truediv__(self, other: Operand) -> Tensor:
         return _ops.div(self, other) if _ops._is_operand(other) else NotImplemented
 
-    def __rtruediv__(self, other: Operand) -> Tensor:
+    def __rtruediv__(self, other: Scalar) -> Tensor[Unpack[Shape]]:
         return _ops.div(other, self) if _ops._is_operand(other) else NotImplemented
 
-    def __neg__(self) -> Tensor:
+    def __neg__(self) -> Tensor[Unpack[Shape]]:
         return _ops.neg(self)
 
-    def __abs__(self) -> Tensor:
+    def __abs__(self) -> Tensor[Unpack[Shape]]:
         return _ops.abs(self)
 
     def add(self, other: Operand) -> Tensor:
@@ -615,43 +738,43 @@ class Tensor:
         """tgrad.minimum(self, other) (tgrad.ops)."""
         return _ops.minimum(self, other)
 
-    def relu(self) -> Tensor:
+    def relu(self) -> Tensor[Unpack[Shape]]:
         """tgrad.relu(self) (tgrad.ops)."""
         return _ops.relu(self)
 
-    def gelu(self, approximate: str = "none") -> Tensor:
+    def gelu(self, approximate: str = "none") -> Tensor[Unpack[Shape]]:
         """tgrad.gelu(self, approximate): "none" (erf) or "tanh" (tgrad.ops)."""
         return _ops.gelu(self, approximate)
 
-    def silu(self) -> Tensor:
+    def silu(self) -> Tensor[Unpack[Shape]]:
         """tgrad.silu(self) (tgrad.ops)."""
         return _ops.silu(self)
 
-    def sigmoid(self) -> Tensor:
+    def sigmoid(self) -> Tensor[Unpack[Shape]]:
         """tgrad.sigmoid(self) (tgrad.ops)."""
         return _ops.sigmoid(self)
 
-    def tanh(self) -> Tensor:
+    def tanh(self) -> Tensor[Unpack[Shape]]:
         """tgrad.tanh(self) (tgrad.ops)."""
         return _ops.tanh(self)
 
-    def exp(self) -> Tensor:
+    def exp(self) -> Tensor[Unpack[Shape]]:
         """tgrad.exp(self) (tgrad.ops)."""
         return _ops.exp(self)
 
-    def neg(self) -> Tensor:
+    def neg(self) -> Tensor[Unpack[Shape]]:
         """tgrad.neg(self) (tgrad.ops)."""
         return _ops.neg(self)
 
-    def abs(self) -> Tensor:
+    def abs(self) -> Tensor[Unpack[Shape]]:
         """tgrad.abs(self) (tgrad.ops)."""
         return _ops.abs(self)
 
-    def square(self) -> Tensor:
+    def square(self) -> Tensor[Unpack[Shape]]:
         """tgrad.square(self) (tgrad.ops)."""
         return _ops.square(self)
 
-    def rsqrt(self) -> Tensor:
+    def rsqrt(self) -> Tensor[Unpack[Shape]]:
         """tgrad.rsqrt(self) (tgrad.ops)."""
         return _ops.rsqrt(self)
 
@@ -742,6 +865,11 @@ def _from_numpy_handle(array: Any) -> int:
     shape = array.shape
     if dt == _BF16:
         return _bits_handle(np.ascontiguousarray(array).view(np.uint16).reshape(shape))
+    if dt.kind == "f" and dt.itemsize == 2:
+        # float16 widens to float32 exactly (every float16 is a float32); libtgrad's one rounding
+        # to bf16 follows. The one float16 path: from_dlpack and safetensors F16 come here too.
+        array = array.astype(np.float32)
+        dt = array.dtype
     if dt.kind == "f" and dt.itemsize == 4:
         data = np.ascontiguousarray(array, dtype=np.float32)
         ptr, call = ffi.from_buffer("float[]", data), lib.tgrad_tensor_from_f32
@@ -750,7 +878,7 @@ def _from_numpy_handle(array: Any) -> int:
         ptr, call = ffi.from_buffer("double[]", data), lib.tgrad_tensor_from_f64
     else:
         raise errors.DtypeUnsupportedError(
-            f"Tensor.from_numpy: dtype {dt} is not supported (float32, float64 or ml_dtypes.bfloat16)"
+            f"Tensor.from_numpy: dtype {dt} is not supported (float16, float32, float64 or ml_dtypes.bfloat16)"
         )
     return _new_handle(call, ptr, len(shape), _int64_array(shape, "from_numpy"))
 
@@ -799,6 +927,71 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if (recorder := _RECORDER.get()) is not None:
         recorder.report("matmul", c, (a, b), {})
     return c
+
+
+@overload
+def typed(x: Tensor, shape: type[_T], /) -> _T: ...
+@overload
+def typed(x: Tensor, a: A, /) -> Tensor[A]: ...
+@overload
+def typed(x: Tensor, a: A, b: B, /) -> Tensor[A, B]: ...
+@overload
+def typed(x: Tensor, a: A, b: B, c: C, /) -> Tensor[A, B, C]: ...
+@overload
+def typed(x: Tensor, a: A, b: B, c: C, d: D, /) -> Tensor[A, B, C, D]: ...
+def typed(x: Tensor, /, *shape: Any) -> Any:
+    """`x`, its shape stated for static checkers and checked now (docs/typing.md):
+
+        h: Tensor[Literal[32], Literal[768]] = tgrad.typed(x, 32, 768)
+        h = tgrad.typed(x, Tensor[Literal[32], Literal[768]])   # the same, without the annotation
+
+    Extents given as ints are checked; in the second form Literal extents are checked, int, Any
+    and type variables accept any extent. RankMismatchError when the number of axes differs,
+    ShapeMismatchError when an extent does; the tensor itself is returned, unchanged."""
+    if not isinstance(x, Tensor):
+        raise errors.InvalidArgumentError(f"typed: expected a Tensor, got {type(x).__name__}")
+    if len(shape) == 1 and not isinstance(shape[0], int):
+        wanted = _stated_extents(shape[0])
+    else:
+        wanted = [_extent_arg(e) for e in shape]
+    if wanted is None:
+        return x
+    actual = x.shape
+    if len(wanted) != len(actual):
+        raise errors.RankMismatchError(
+            f"typed: stated {len(wanted)} axes {_shape_text(wanted)}, the tensor has shape {actual}")
+    if any(w is not None and w != a for w, a in zip(wanted, actual)):
+        raise errors.ShapeMismatchError(f"typed: stated shape {_shape_text(wanted)}, the tensor has shape {actual}")
+    return x
+
+
+def _extent_arg(extent: Any) -> int:
+    if isinstance(extent, bool) or not isinstance(extent, int) or extent < 0:
+        raise errors.InvalidArgumentError(f"typed: extent {extent!r} is not a non-negative int")
+    return extent
+
+
+def _stated_extents(form: Any) -> list[int | None] | None:
+    """The extents a `Tensor[...]` form states (None: any extent), or None when it states no rank
+    (a bare Tensor, or an unpacked tuple[int, ...])."""
+    if form is Tensor:
+        return None
+    if get_origin(form) is not Tensor:
+        raise errors.InvalidArgumentError(f"typed: expected extents or a Tensor[...] type, got {form!r}")
+    wanted: list[int | None] = []
+    for arg in get_args(form):
+        if get_origin(arg) is Literal:
+            (value,) = get_args(arg)
+            wanted.append(_extent_arg(value))
+        elif get_origin(arg) is Unpack or getattr(arg, "__unpacked__", False) or isinstance(arg, TypeVarTuple):
+            return None
+        else:
+            wanted.append(None)  # int, Any, a TypeVar
+    return wanted
+
+
+def _shape_text(extents: Sequence[int | None]) -> str:
+    return "(" + ", ".join("?" if e is None else str(e) for e in extents) + ("," if len(extents) == 1 else "") + ")"
 
 
 # The ops are defined on Tensor, and Tensor's operators call them: imported last, once Tensor exists.

@@ -54,15 +54,17 @@ def _peak(threads: int, tries: int = 3) -> dict[str, Any]:
     from .._ffi import ffi, lib
     from ..errors import _check
 
-    probe = getattr(tgrad, "cpu_peak_gflops", None)
+    probe: Any = getattr(tgrad, "cpu_peak_gflops", None)
     source = "tgrad.cpu_peak_gflops"
     if probe is None and hasattr(lib, "tgrad_cpu_peak_gflops"):
         source = "tgrad_cpu_peak_gflops"
 
-        def probe(n: int) -> float:
+        def c_probe(n: int) -> float:
             out = ffi.new("double *")
             _check(lib.tgrad_cpu_peak_gflops(n, out))
             return float(out[0])
+
+        probe = c_probe
 
     if probe is None:
         return {"gflops": None, "source": "none: this libtgrad has no throughput probe"}

@@ -173,7 +173,7 @@ def peer_regions(a_bits: np.ndarray, b_bits: np.ndarray, threads: int,
         import ml_dtypes
 
         a16, b16 = a_bits.view(ml_dtypes.bfloat16), b_bits.view(ml_dtypes.bfloat16)
-        timed.append(_Timed("ml_dtypes_bf16", lambda: a16 @ b16))
+        timed.append(_Timed("ml_dtypes_bf16", lambda: np.matmul(a16, b16)))
     else:
         skipped["ml_dtypes_bf16"] = "above its size limit (a scalar loop)"
     timed += _tinygrad_region(a32, b32, macs, threads, skipped)

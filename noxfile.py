@@ -5,7 +5,8 @@
 - `nox -s interop`: the tests marked `interop`, with their peers installed (torch, dask, torchlens).
 - `nox -s slow`: the tests marked `slow`: the bench CLI end to end, the commands through pipes, the
   generated-MSL tier on the C++ emulator, the committed scorecards, the long sweeps.
-- `nox -s typecheck`: the tests marked `typecheck` (mypy --strict on the installed package).
+- `nox -s typecheck`: the tests marked `typecheck` (mypy --strict and pyright's checker on the
+  installed package, the typed-shapes corpus, the checkpoint stubs).
 - `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user), `nox -s exhaustive`
   (the 2^32-pair elementwise sweeps and the all-float32 conversion).
 - `nox -s bench`: the benchmark suite with live peers.
@@ -198,10 +199,12 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """The tests marked `typecheck`: `mypy --strict` on the package as `pip install .` builds it,
-    with its optional typed dependencies present (tests/python/test_typing.py), and the
-    safetensors stub checked by mypy."""
-    session.install(".[test,dask]")
+    """The tests marked `typecheck`: `mypy --strict` and pyright's checker (basedpyright, strict)
+    on the package as `pip install .` builds it, with its optional typed dependencies present
+    (tests/python/test_typing.py); the corpus of typed programs (tests/typecheck) and the
+    safetensors stubs, each program's expected errors from both checkers."""
+    session.install(".[test,dask,typecheck]")
+    session.run("basedpyright", "--version")  # the checker is in the wheel: nothing is fetched later
     _pytest(session, "typecheck")
 
 

@@ -40,10 +40,14 @@ def mypy_errors(directory: Path) -> dict[tuple[str, int], set[str]]:
 
 
 def pyright_command() -> list[str]:
-    """pyright from the `typecheck` extra (pip's pyright runs the npm package with node; on a
-    machine without node, `pyright[nodejs]` brings one)."""
-    exe = shutil.which("pyright", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    assert exe is not None, "pyright is not installed: pip install 'tgrad[typecheck]' (pyright[nodejs])"
+    """pyright's checker from the `typecheck` extra: basedpyright, a wheel on PyPI that carries
+    pyright's checker and a node to run it (pip's `pyright` package instead downloads the checker
+    from npm at first use, which a machine that reaches only PyPI cannot). With the
+    typeCheckingMode the config names ("strict") it applies pyright's rules; a plain `pyright`
+    on PATH is used where basedpyright is absent."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    exe = shutil.which("basedpyright", path=path) or shutil.which("pyright", path=path)
+    assert exe is not None, "pyright is not installed: pip install 'tgrad[typecheck]' (basedpyright)"
     return [exe]
 
 

@@ -215,7 +215,7 @@ def test_tl_validate_names_the_first_op_the_oracle_disagrees_with(
         activated: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel and the oracle disagreeing (simulated on the oracle's side: one bit of every matmul
     flipped) makes tl.validate False, and torchlens' warning names the first matmul."""
-    from conformance import oracle
+    from tgrad.conformance import oracle
 
     real = oracle.matmul_bits
 

@@ -475,6 +475,9 @@ TGRAD_API tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tens
 #define TGRAD_LAUNCH_MAX_BUFFERS 16
 #define TGRAD_KERNEL_NAME_MAX 64
 
+/* The caller sets launch->size to sizeof(struct tgrad_launch) before a render call: the struct
+ * may grow (fields are only appended), and the library refuses a size below this version's with
+ * TGRAD_ERR_INVALID_ARGUMENT rather than write past a smaller struct. */
 /* How to launch a rendered kernel. Buffers are bound at indices 0 .. buffer_count-1 (matmul:
  * a's buffer, b's buffer, the output; copy: the source's buffer, the output; elementwise: the
  * first operand's buffer, the output), then one per fused op that reads a buffer: a binary op's
@@ -483,6 +486,7 @@ TGRAD_API tgrad_status tgrad_route_check(int32_t route, int32_t lang, tgrad_tens
  * views from the buffer's first element, and writes the output compact row-major. A grid with a 0 extent means there is nothing to
  * dispatch (an empty result). */
 struct tgrad_launch {
+    uint32_t size;                                       /* set by the caller: sizeof(struct tgrad_launch) */
     uint32_t grid[3];                                    /* threadgroups along x, y, z */
     uint32_t threadgroup[3];                             /* threads per threadgroup along x, y, z */
     uint32_t threadgroup_memory;                         /* bytes the kernel declares */

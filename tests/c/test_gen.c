@@ -29,6 +29,7 @@ static uint64_t fnv1a64(const char *s, size_t n) {
 /* Render into a fresh malloc'd string (length query first); NULL on failure. */
 static char *render(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_t b, struct tgrad_launch *launch) {
     size_t len = 0;
+    launch->size = sizeof *launch;
     if (tgrad_render_matmul(route, lang, a, b, NULL, 0, &len, launch) != TGRAD_OK) return NULL;
     char *text = malloc(len + 1);
     size_t len2 = 0;

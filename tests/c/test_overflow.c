@@ -210,7 +210,7 @@ static void unit_axis_strides_on_the_current_variant(void) {
         EXPECT(tgrad_tensor_read_bf16(c, out, 120), TGRAD_OK);
         CHECK(out[0] == mem[0] && out[3] == mem[1] && out[119] == mem[39]);
         size_t len = 0;
-        struct tgrad_launch launch;
+        struct tgrad_launch launch = { .size = sizeof launch };
         EXPECT(tgrad_render_matmul(TGRAD_ROUTE_TILED, TGRAD_LANG_OPENCL, bt, a, NULL, 0, &len, &launch), TGRAD_OK);
         tgrad_tensor_release(c), tgrad_tensor_release(a), tgrad_tensor_release(bt), tgrad_tensor_release(b);
     }
@@ -236,7 +236,7 @@ static void test_render_of_empty_operands_with_extreme_strides(void) {
     EXPECT(tgrad_tensor_from_bf16(ones, 2, (int64_t[]){ 3, 2 }, &b), TGRAD_OK);
     tgrad_tensor_t e = external(NULL, 0, 2, (int64_t[]){ 3, 0 }, (int64_t[]){ INT64_MIN, INT64_MAX }, TGRAD_OK);
     size_t len = 0;
-    struct tgrad_launch launch;
+    struct tgrad_launch launch = { .size = sizeof launch };
     for (int32_t route = TGRAD_ROUTE_NAIVE; route <= TGRAD_ROUTE_TILED; route++) {
         EXPECT(tgrad_render_matmul(route, TGRAD_LANG_OPENCL, a, b, NULL, 0, &len, &launch), TGRAD_OK);
         CHECK(launch.grid[1] == 0);

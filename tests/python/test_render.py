@@ -199,6 +199,7 @@ def _raw(call, *args):
 def test_every_c_argument_is_checked_and_nothing_written_on_failure() -> None:
     length = ffi.new("size_t *", 12345)
     launch = ffi.new("struct tgrad_launch *")
+    launch.size = ffi.sizeof("struct tgrad_launch")
     dst = ffi.new("char[]", b"Z" * 64)
     with zeros(16, 16) as a:
         h = a._h
@@ -237,9 +238,24 @@ def test_every_c_argument_is_checked_and_nothing_written_on_failure() -> None:
     assert _raw(lib.tgrad_render_tensor, 0, msl, h, -1, ffi.NULL, 0, length, launch)[0] == lib.TGRAD_ERR_INVALID_HANDLE
 
 
+
+def test_a_launch_struct_without_its_size_is_refused_and_left_alone() -> None:
+    # the struct may grow: a caller states the size it has, and the library writes no further
+    length = ffi.new("size_t *", 12345)
+    for size in (0, ffi.sizeof("struct tgrad_launch") - 1):
+        launch = ffi.new("struct tgrad_launch *")
+        launch.size = size
+        with zeros(8, 8) as a:
+            status, detail = _raw(lib.tgrad_render_matmul, lib.TGRAD_ROUTE_TILED, lib.TGRAD_LANG_MSL, a._h, a._h,
+                                  ffi.NULL, 0, length, launch)
+        assert status == lib.TGRAD_ERR_INVALID_ARGUMENT and "sizeof(struct tgrad_launch)" in detail
+        assert launch.size == size and launch.source_hash == 0 and length[0] == 12345
+
+
 def test_render_tensor_checks_its_arguments_and_writes_nothing_on_failure() -> None:
     length = ffi.new("size_t *", 12345)
     launch = ffi.new("struct tgrad_launch *")
+    launch.size = ffi.sizeof("struct tgrad_launch")
     msl, render = lib.TGRAD_LANG_MSL, lib.tgrad_render_tensor
     with zeros(8, 8) as a:
         y = (a @ a).relu()

@@ -198,6 +198,7 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_KERNEL_NAME_MAX 64
 
 struct tgrad_launch {
+    uint32_t size;
     uint32_t grid[3];
     uint32_t threadgroup[3];
     uint32_t threadgroup_memory;

@@ -99,6 +99,7 @@ class Kernel:
 def _kernel(route: str | None, lang: str, call: Callable[..., int], *args: Any) -> Kernel:
     length = ffi.new("size_t *")
     launch = ffi.new("struct tgrad_launch *")
+    launch.size = ffi.sizeof("struct tgrad_launch")  # the struct may grow: the library checks it
     _check(call(*args, ffi.NULL, 0, length, launch))
     size = int(length[0]) + 1
     dst = ffi.new("char[]", size)

@@ -51,6 +51,9 @@ static tgrad_status check_dst(char *dst, size_t capacity, size_t *length, struct
                               const char *fn) {
     if (!length) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: length pointer is NULL", fn);
     if (!launch) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: launch pointer is NULL", fn);
+    if (launch->size < sizeof *launch)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: launch->size is %u; set it to sizeof(struct tgrad_launch) (%zu)", fn,
+                       launch->size, sizeof *launch);
     if (!dst && capacity)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: dst is NULL but capacity is %zu (pass 0 to ask the length)",
                        fn, capacity);
@@ -67,6 +70,7 @@ static tgrad_status deliver(tgrad_status s, tg_text *t, const struct tgrad_launc
         if (dst) memcpy(dst, t->data, t->len + 1);
         *length = t->len;
         *launch = *made;
+        launch->size = (uint32_t)sizeof *launch;
     }
     tg_text_free(t);
     return s;

@@ -10,9 +10,10 @@
  * after the work is gone finds none. So each job has an epoch, and a task is claimed by one
  * compare-and-swap on a word holding (epoch, next task): a straggler from an earlier job cannot
  * claim a task of a later one, and the job's fields it reads before claiming are known to be its
- * own job's when the claim succeeds (the job cannot end while one of its tasks is unclaimed, and
- * a later job's fields are written only after it ends; every access below is sequentially
- * consistent for that argument).
+ * own job's when the claim succeeds: a job cannot end while one of its tasks is unclaimed, and the
+ * next job first closes the word (new epoch, no task left), then writes its fields, then opens it,
+ * so a claim read before the close fails after it (every access below is sequentially consistent
+ * for that argument; tests/c/test_abi's thread sweeps caught the version without the close).
  *
  * Waking a sleeping thread costs tens of microseconds on a virtual machine, more than a mid-size
  * matmul takes; so a worker that just finished spins for a short while (SPIN_NS) watching for the
@@ -172,12 +173,15 @@ static void run(int64_t ntasks, tg_task_fn fn, void *arg, bool exact) {
     int32_t helpers = want - 1 < nstarted ? want - 1 : nstarted;
     if (exact && helpers < ntasks - 1) ntasks = helpers + 1; /* a task per thread that exists */
     uint_fast64_t epoch = (atomic_load(&job_seq) >> 16) + 1; /* from 1; 48 bits never wrap */
+    /* Close the claim word first, under the new epoch: a straggler of the last job may hold a
+     * stale (old epoch, next) and read the fields below as they change; its claim must fail. */
+    atomic_store(&claim, CLAIM_EPOCH(epoch) << EPOCH_SHIFT | TASK_MASK);
     atomic_store(&job_fn, fn);
     atomic_store(&job_arg, arg);
     atomic_store(&job_ntasks, ntasks);
     atomic_store(&job_exact, exact);
     atomic_store(&tasks_done, 0);
-    atomic_store(&claim, CLAIM_EPOCH(epoch) << EPOCH_SHIFT); /* stragglers' claims fail from here */
+    atomic_store(&claim, CLAIM_EPOCH(epoch) << EPOCH_SHIFT); /* open: task 0 of this epoch next */
     atomic_store(&job_seq, (uint_fast64_t)epoch << 16 | (uint_fast64_t)(helpers > 0 ? helpers : 0));
     if (helpers > 0 && sleepers) pthread_cond_broadcast(&wake);
     pthread_mutex_unlock(&state_lock);

@@ -23,14 +23,14 @@ from . import machine
 #: Seconds the bench waits for the competitor to be pinned and niced, and for it to die.
 START_TIMEOUT_S, STOP_TIMEOUT_S = 30.0, 10.0
 
-#: The competitor: argv is (parent pid, cpu, nice). Spins in slices of 5 ms between the checks
-#: that its parent is still the bench.
+#: The competitor: argv is (parent pid, cpu, nice). os.nice adds to the niceness it inherits
+#: (capped at 19) and returns the result, which it reports. Spins in slices of 5 ms between the
+#: checks that its parent is still the bench.
 SPINNER = """\
 import os, sys, time
 parent, cpu, nice = (int(x) for x in sys.argv[1:4])
 os.sched_setaffinity(0, {cpu})
-os.nice(nice)
-print("ready", flush=True)
+print("ready", os.nice(nice), flush=True)
 while os.getppid() == parent:
     end = time.perf_counter() + 0.005
     while time.perf_counter() < end:
@@ -40,11 +40,13 @@ while os.getppid() == parent:
 
 @dataclass
 class Competitor:
-    """A running competitor: its process, the CPU it spins on and its niceness."""
+    """A running competitor: its process, the CPU it spins on, the niceness asked for (added to
+    the bench's) and the niceness it runs at."""
 
     proc: subprocess.Popen[str]
     cpu: int
     nice: int
+    niceness: int = 0
 
     @property
     def pid(self) -> int:
@@ -52,8 +54,9 @@ class Competitor:
 
     def condition(self) -> str:
         """The report's condition line."""
-        return (f"contended: another process spun on CPU {self.cpu} at nice {self.nice} for the "
-                f"whole timed run (its CPU time is not in \"others' CPU\")")
+        return (f"contended: another process spun on CPU {self.cpu} at nice {self.nice} (niceness "
+                f"{self.niceness}) for the whole timed run (its CPU time is not in \"others' "
+                f"CPU\")")
 
 
 def last_cpu() -> int:
@@ -70,9 +73,11 @@ def start(nice: int, cpu: int | None = None) -> Competitor:
     comp = Competitor(proc, cpu, nice)
     try:
         line = _first_line(proc)
-        if line != "ready":
+        said = line.split()
+        if len(said) != 2 or said[0] != "ready":
             raise RuntimeError(f"the competitor process did not start (exit status "
                                f"{proc.poll()}, said {line!r})")
+        comp.niceness = int(said[1])
     except BaseException:
         stop(comp)
         raise

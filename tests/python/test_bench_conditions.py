@@ -220,3 +220,20 @@ def test_the_report_names_the_condition_and_the_one_thread_region() -> None:
 
     lines = closing_lines(rep, Path("out"), "out/bench.png", None, None)
     assert "bench_condition: cold: the process slept 5 ms before each timed call" in lines
+
+
+@linux_only
+@pytest.mark.slow  # a bench run in a child process
+def test_a_cold_contended_run_reports_its_condition_and_one_thread(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "tgrad", "bench", "--shape", "8x8x8",
+                           "--repeat", "3", "--threads", "2", "--cold", "1", "--contend", "3",
+                           "--no-reexec", "--no-peers", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    cond = next(x for x in lines if x.startswith("bench_condition: "))
+    assert "slept 1 ms before each timed call" in cond and "at nice 3" in cond
+    assert "peer_tgrad_1t_threads: 1" in lines
+    assert any(x.startswith("ratio_tgrad_1t: ") for x in lines)
+    md = (tmp_path / "bench.md").read_text()
+    assert "Condition: cold: the process slept 1 ms" in md and "tgrad 1 thread / tgrad time" in md

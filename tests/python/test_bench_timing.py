@@ -171,3 +171,76 @@ def test_a_region_keeps_its_clock_and_quiet_when_timed_again() -> None:
     first.hot = True
     again: Any = first.again()
     assert again.samples == [] and again.hot and again.clock is clock and again.quiet is first.quiet
+
+
+# ---- bench --cold: a sleep before each timed call, outside the clock; never hot ---------------
+
+
+def cold_region(clock: Clock, name: str, cost: float, cold_s: float) -> _Timed:
+    def sleep(s: float) -> None:
+        clock.log.append(f"sleep {s:g}")
+        clock.now += s
+
+    t = region(clock, name, cost)
+    t.cold_s, t.sleep = cold_s, sleep
+    return t
+
+
+def test_a_cold_region_sleeps_before_each_timed_call_outside_the_clock() -> None:
+    clock = Clock()
+    cold = cold_region(clock, "cold", 1.0, 0.05)
+    cold.hot = True  # even when marked hot: a cold region gets no untimed call
+    timing._interleaved([cold], 2)
+    assert clock.log == ["quiet", "sleep 0.05", "cold"] * 2
+    assert cold.samples == [1.0, 1.0]
+
+
+def test_warm_up_never_marks_a_cold_region_hot_and_counts_its_sleep() -> None:
+    clock = Clock()
+    short = cold_region(clock, "short", timing.HOT_LIMIT_S / 2, 0.005)
+    round_s = timing.warm_up([short], clock=clock)
+    assert clock.log == ["quiet", "short"] * 2  # warm-up calls do not sleep
+    assert not short.hot
+    assert round_s == pytest.approx(100.0 + timing.HOT_LIMIT_S / 2 + 0.005)
+
+
+def test_a_cold_region_stays_cold_when_timed_again() -> None:
+    clock = Clock()
+    cold = cold_region(clock, "cold", 1.0, 0.05)
+    again = cold.again()
+    assert again.cold_s == 0.05 and again.sleep is cold.sleep
+
+
+# ---- set-up and undo around the clock (tgrad_1t: one thread for the call) ---------------------
+
+
+def test_before_and_after_run_around_each_call_outside_the_clock() -> None:
+    clock = Clock()
+    t = region(clock, "one", 1.0)
+
+    def before() -> None:
+        clock.log.append("before")
+        clock.now += 10.0
+
+    def after() -> None:
+        clock.log.append("after")
+        clock.now += 20.0
+
+    t.before, t.after, t.hot = before, after, True
+    timing._interleaved([t], 1)
+    assert clock.log == ["quiet", "before", "one", "after", "before", "one", "after"]
+    assert t.samples == [1.0]
+    again = t.again()
+    assert again.before is before and again.after is after
+
+
+def test_after_runs_when_the_call_fails() -> None:
+    undone: list[bool] = []
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    t = _Timed("x", boom, before=lambda: None, after=lambda: undone.append(True))
+    with pytest.raises(RuntimeError):
+        t.once()
+    assert undone == [True]

@@ -18,6 +18,11 @@ then tgrad and its peers are timed live, interleaved in this one process (DESIGN
   order rotated by one per repetition; the raw samples are kept, paired by repetition; before a
   region the bench waits until no other thread of the process runs, and a short region gets an
   untimed call right before its timed one (see SPIN_ENV and docs/performance.md);
+- with tgrad at T > 1 threads, ``tgrad_1t`` times the same call at one thread (set before the
+  clock starts, set back after it stops), paired and reported like a peer;
+- ``--cold MS``: no untimed call; the process sleeps MS ms before each timed call, outside the
+  clock. ``--contend [NICE]``: a competitor process spins on the last usable CPU at niceness NICE
+  (default 0) for the whole run (``contend``). The report's "Condition:" line says which;
 - ``ratio_<peer>`` is the median over repetitions of peer time / tgrad time (> 1: tgrad is
   faster), with a seeded percentile-bootstrap 95% interval; "win" only when the interval is above
   1, "loss" when it is below 1, else "tie". ``ratio_call_<peer>`` compares the peer with tgrad's
@@ -35,7 +40,8 @@ of other processes, re-exec), ``limits`` (measured compute and memory limits, an
 beside a shape), ``peers`` (the peers and their timed regions), ``measure`` (one shape: pipeline,
 byte check, regions, summary), ``timing`` (the interleaved harness), ``stats`` (paired ratios,
 bootstrap, verdict), ``lines`` (stdout), ``report`` (bench.md), ``plot`` (bench.png), ``record``
-(the JSON's fields, --doc), ``progress`` (the bar), and ``graph`` (``--graph``: MLP blocks;
+(the JSON's fields, --doc), ``progress`` (the bar), ``contend`` (--contend's competitor
+process), and ``graph`` (``--graph``: MLP blocks;
 the blocks and their programs in ``graph_blocks``, its reports in ``graph_report``).
 """
 

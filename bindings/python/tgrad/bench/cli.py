@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .contend import competing
 from .limits import measure_limits, refresh_limits
 from .lines import closing_lines, format_shape
 from .machine import (DISTURBED, OPENBLAS_TUNING_VARS, SPIN_ENV, _cpu_sample, _maybe_reexec,
                       _others_load, _wait_for_quiet_machine, environment)
 from .measure import run_shape
-from .peers import _set_peer_threads
+from .peers import ONE_THREAD, _set_peer_threads
 from .plot import write_plot
 from .progress import _Progress
 from .record import (DOC_BEGIN, DOC_END, _finite, _report_head, doc_has_section, method,
@@ -66,12 +67,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reexec", action="store_true",
                         help="do not re-execute the bench with the peers' idle spinning shortened "
                         f"({', '.join(f'{k}={v}' for k, v in SPIN_ENV.items())}, where unset)")
+    parser.add_argument("--cold", type=_milliseconds, default=None, metavar="MS",
+                        help="cold calls: sleep MS milliseconds before each timed call, outside "
+                        "the clock, with no untimed call before it (default: warm, back to back)")
+    parser.add_argument("--contend", type=_niceness, nargs="?", const=0, default=None,
+                        metavar="NICE",
+                        help="a competitor process spins on the last usable CPU at niceness NICE "
+                        "(0..19, default 0) for the whole timed run")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bar on stderr (default: only when stderr is a terminal)")
     from . import graph
 
     graph.add_arguments(parser)  # --graph: MLP blocks instead of matmul shapes
     parser.set_defaults(func=run)
+
+
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {text!r}")
+    return value
+
+
+def _niceness(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"expected a niceness 0..19, got {text!r}")
+    return value
+
+
+def _condition_error(args: argparse.Namespace) -> str | None:
+    """Options that cannot go together with --cold or --contend, or None."""
+    cold, contend = args.cold is not None, args.contend is not None
+    if (cold or contend) and (getattr(args, "graph", False) or getattr(args, "graph_shapes", None)):
+        return "--cold and --contend time matmul shapes, not --graph"
+    if contend and args.wait_quiet > 0:
+        return "--contend loads the machine on purpose: --wait-quiet would wait for nothing"
+    if contend and not hasattr(os, "sched_setaffinity"):
+        return "--contend needs os.sched_setaffinity (Linux)"
+    return None
+
+
+def _cold_condition(cold_ms: float) -> str:
+    return (f"cold: the process slept {cold_ms:g} ms before each timed call (outside the clock, "
+            f"no untimed call before it)")
 
 
 def _shapes(args: argparse.Namespace) -> list[tuple[Shape, str]]:
@@ -92,6 +137,8 @@ def _set_up(args: argparse.Namespace) -> tuple[int, dict[str, str], dict[str, An
             print(f"note: {var}={os.environ[var]} is set; numpy's OpenBLAS follows it "
                   f"(`nox -s bench` unsets it)", file=sys.stderr)
     peer_threads = {} if args.no_peers else _set_peer_threads(threads)
+    if threads > 1:
+        peer_threads[ONE_THREAD] = "1"
     return threads, peer_threads, environment()  # after the thread limits: it reports them
 
 
@@ -118,7 +165,8 @@ def _run_shapes(args: argparse.Namespace, shapes: list[tuple[Shape, str]], threa
             refresh_limits(limits, threads)
             res = run_shape(shape, repeat=args.repeat, seed=args.seed, check_all=args.check_all,
                             peers=not args.no_peers, threads=threads, budget_s=args.budget,
-                            tick=progress.tick)
+                            tick=progress.tick,
+                            cold_s=None if args.cold is None else args.cold / 1e3)
             res["waited_for_quiet_s"] = waited
             results.append(res)
             progress.advance()
@@ -164,6 +212,10 @@ def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    error = _condition_error(args)
+    if error is not None:
+        print(f"python -m tgrad bench: error: {error}", file=sys.stderr)
+        return 2
     if getattr(args, "graph", False) or getattr(args, "graph_shapes", None):
         from . import graph
 
@@ -181,11 +233,17 @@ def run(args: argparse.Namespace) -> int:
     threads, peer_threads, env = _set_up(args)
     limits = _limits(args, threads)
     started = _dt.datetime.now(_dt.timezone.utc)
-    cpu_start = _cpu_sample()
-    results, failed = _run_shapes(args, shapes, threads, limits)
-    refresh_limits(limits, threads, peak=False, stream=True)
-    _after_run(env, cpu_start)
+    conditions = [] if args.cold is None else [_cold_condition(args.cold)]
+    with competing(args.contend) as competitor:  # from before the first warm-up to the end
+        if competitor is not None:
+            conditions.append(competitor.condition())
+        cpu_start = _cpu_sample()
+        results, failed = _run_shapes(args, shapes, threads, limits)
+        refresh_limits(limits, threads, peak=False, stream=True)
+        _after_run(env, cpu_start)
     report = {**_report_head("tgrad-bench/2", started, threads, peer_threads, env),
               "limits": limits, "method": method(), "results": results}
+    if conditions:  # the default run (quiet machine, warm calls) has no condition line
+        report["condition"] = "; ".join(conditions)
     _write(args, report)
     return 1 if failed else 0

@@ -108,5 +108,7 @@ def closing_lines(report: dict[str, Any], out_dir: Path, plot: str, json_copy: s
         f"bench_json: {out_dir / 'bench.json'}" + (f" (and {json_copy})" if json_copy else ""),
         f"bench_plot: {plot}",
     ] + ([f"bench_doc: {doc}"] if doc is not None else [])
+    if report.get("condition"):
+        lines.append(f"bench_condition: {report['condition']}")
     warning = disturbed_warning(env.get("others_load"))
     return lines + ([warning] if warning else [])

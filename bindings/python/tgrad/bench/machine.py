@@ -35,6 +35,9 @@ ENV_PREFIXES = ("TGRAD_", "OPENBLAS_", "OMP_", "MKL_", "GOTO", "BLIS_", "KMP_", 
 OPENBLAS_TUNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 CpuSample = tuple[int, int, int, int]
+#: Child processes whose CPU time counts as this run's own in a CpuSample (bench --contend's
+#: competitor: the load it adds is the condition measured, not a disturbance).
+COUNTED_PIDS: set[int] = set()
 
 
 def _cpu_model() -> str:
@@ -129,7 +132,8 @@ def _blas_summary(env: dict[str, Any]) -> str:
 
 
 def _cpu_sample() -> CpuSample | None:
-    """(all CPU time, idle time, steal time, this process's time) in clock ticks; None without
+    """(all CPU time, idle time, steal time, this process's time and COUNTED_PIDS') in clock
+    ticks; None without
     /proc. Two samples tell how much of the machine other processes used in between."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
@@ -138,8 +142,21 @@ def _cpu_sample() -> CpuSample | None:
             stat = f.read()
     except (OSError, ValueError):
         return None
+    return sum(v), v[3] + v[4], v[7], _ticks(stat) + sum(map(_pid_ticks, COUNTED_PIDS))
+
+
+def _ticks(stat: str) -> int:
+    """utime + stime of a /proc/PID/stat line."""
     rest = stat[stat.rindex(")") + 2:].split()
-    return sum(v), v[3] + v[4], v[7], int(rest[11]) + int(rest[12])
+    return int(rest[11]) + int(rest[12])
+
+
+def _pid_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return _ticks(f.read())
+    except (OSError, ValueError):  # gone
+        return 0
 
 
 def _others_load(before: CpuSample | None, after: CpuSample | None) -> dict[str, float] | None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .limits import LIMIT_REGIONS, _limit_regions, _paired_limit
 from .machine import _cpu_sample, _others_load
-from .peers import SEPARATE_PEERS, peer_regions, _set_peer_threads
+from .peers import ONE_THREAD, SEPARATE_PEERS, peer_regions, _set_peer_threads
 from .shapes import (CALL_LIMIT_MACS, ORACLE_LIMIT_MACS, Shape, _bytes_moved, is_memory_bound)
 from .stats import BOOTSTRAP_SEED, peer_entry
 from .timing import (AUTO_BUDGET_S, _auto_repeat, _interleaved, _separate_phase, _Timed,
@@ -85,10 +85,14 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
               check_all: bool = False, peers: bool = True, threads: int | None = None,
               bootstrap_seed: int = BOOTSTRAP_SEED, budget_s: float = AUTO_BUDGET_S,
               tick: Callable[[int, int], None] | None = None,
-              limits_paired: bool = True) -> dict[str, Any]:
+              limits_paired: bool = True, cold_s: float | None = None,
+              sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Check and time one shape; returns a dict (one entry of the JSON's "results").
     With `limits_paired`, the shape's limit (compute or read, see _limit_regions) is timed in
-    every round beside the matmul and reported as the matmul's share of it, with an interval."""
+    every round beside the matmul and reported as the matmul's share of it, with an interval.
+    With tgrad at T > 1 threads, tgrad at one thread is timed too (ONE_THREAD, paired like a
+    peer). `cold_s` (bench --cold): every region sleeps that long (`sleep`) before each timed
+    call."""
     import tgrad
     from .. import _conformance
 
@@ -111,6 +115,8 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
     timed = [_Timed("tgrad", lambda: (ta @ tb).realize())]
     if m * k * n <= CALL_LIMIT_MACS:
         timed.append(_Timed("tgrad_call", lambda: (ta @ tb).numpy()))
+    if tgrad.num_threads() > 1:
+        timed.append(_one_thread_region(ta, tb, tgrad.num_threads()))
     nthreads = tgrad.num_threads() if threads is None else threads
     peer_threads: dict[str, str] = {}
     if peers:
@@ -118,9 +124,23 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
         timed += peer_regions(a_bits, b_bits, nthreads, res["peers_skipped"])
     if limits_paired:
         timed += _limit_regions(res, ta, tb, tgrad.num_threads())
+    for t in timed:
+        t.cold_s, t.sleep = cold_s, sleep
+    res["cold_s"] = cold_s
     if _time(res, timed, repeat, budget_s, tick):
         _summarize(res, timed, peer_threads, bootstrap_seed)
     return res
+
+
+def _one_thread_region(ta: Any, tb: Any, threads: int) -> _Timed:
+    """tgrad's region at one thread: the thread count is set before the clock starts and set
+    back to `threads` after it stops (a store under the pool's locks, no thread started or
+    stopped), so the region times the same call as "tgrad" with one thread."""
+    import tgrad
+
+    return _Timed(ONE_THREAD, lambda: (ta @ tb).realize(),
+                  before=lambda: tgrad.set_num_threads(1),
+                  after=lambda: tgrad.set_num_threads(threads))
 
 
 def _time(res: dict[str, Any], timed: list[_Timed], repeat: int | None, budget_s: float,
@@ -170,5 +190,7 @@ def _summarize(res: dict[str, Any], timed: list[_Timed], peer_threads: dict[str,
     phases += [(name, {k: np.array(v) for k, v in phase["samples"].items()}, "separate")
                for name, phase in res["separate"].items()]
     for name, paired, phase in phases:
-        res["peers"][name] = peer_entry(name, paired, res["flops"], peer_threads.get(name, "?"),
-                                        phase, seed)
+        if name == ONE_THREAD:  # against tgrad's T-thread realize only: no whole-call ratio
+            paired = {k: v for k, v in paired.items() if k != "tgrad_call"}
+        threads = "1" if name == ONE_THREAD else peer_threads.get(name, "?")
+        res["peers"][name] = peer_entry(name, paired, res["flops"], threads, phase, seed)

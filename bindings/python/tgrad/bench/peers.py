@@ -15,11 +15,15 @@ from .timing import _Timed
 
 PEER_LABELS = {
     "tgrad": "tgrad bf16",
+    "tgrad_1t": "tgrad 1 thread",
     "numpy_f32": "numpy f32",
     "torch_bf16": "torch bf16",
     "ml_dtypes_bf16": "ml_dtypes bf16",
     "tinygrad_bf16": "tinygrad bf16",
 }
+#: tgrad itself at one thread, timed (with T > 1) and reported like a peer: its ratio is
+#: (time at 1 thread) / (time at T threads), > 1 when the extra threads pay (issue 23).
+ONE_THREAD = "tgrad_1t"
 #: Peers timed in a phase of their own after the others, each paired with tgrad samples of that
 #: phase: a tinygrad call is milliseconds of Python and waits, after which every region ran
 #: slower even with its untimed call first (tgrad 64^3 3.5 -> 5.1 us, torch 127x255x511 629 ->

@@ -25,6 +25,8 @@ DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 REGIONS = {
     "tgrad": "(a @ b).realize(), inputs resident",
     "tgrad_call": "(a @ b).numpy(): the whole Python call, readback into a new array",
+    "tgrad_1t": "(a @ b).realize() with tgrad.set_num_threads(1) before the clock starts and "
+                "the thread count set back after it stops (only when tgrad runs T > 1 threads)",
     "numpy_f32": "a32 @ b32 (float32 copies of the same bf16 values)",
     "torch_bf16": "torch.matmul(a, b) on bfloat16 tensors sharing the input memory",
     "ml_dtypes_bf16": "a @ b on ml_dtypes.bfloat16 arrays",
@@ -58,6 +60,11 @@ def method() -> dict[str, Any]:
         "hot": f"a region whose call took under {HOT_LIMIT_S * 1e3:g} ms gets one untimed "
                f"call right before each timed one (its own threads awake, as in a loop); see "
                f"each result's 'hot'",
+        "cold": "bench --cold MS: no region is hot; the process sleeps MS ms right before each "
+                "timed call (after the quiet wait, outside the clock); each result's 'cold_s'",
+        "contend": "bench --contend NICE: a child process spins on the last usable CPU at nice "
+                   "NICE from before the first shape's warm-up to the end of the run; its CPU "
+                   "time counts as the run's own in the load figures; the report's 'condition'",
         "ratio": "median over repetitions i of samples[peer][i] / samples[tgrad][i]; > 1 "
                  "means tgrad is faster; 'call' uses samples['tgrad_call']",
         "bootstrap": {"statistic": "median of the paired ratios", "interval": "percentile, 95%",

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from .machine import DISTURBED, OPENBLAS_TUNING_VARS, SPIN_ENV, _blas_summary, is_disturbed
-from .peers import PEER_LABELS, SEPARATE_PEERS
+from .peers import ONE_THREAD, PEER_LABELS, SEPARATE_PEERS
 from .shapes import CALL_TABLE_LIMIT_MACS
 
 #: How to read the tables (a paragraph of bench.md).
@@ -23,6 +23,12 @@ READING = (
     "instead. \"% of the paired read\" is the same for a plain read of both operands' bytes "
     "(`tgrad_cpu_read_run`: one contiguous part per thread); \"of copy bw\" divides by the "
     "copy bandwidth above."
+)
+#: Added to READING when tgrad at one thread was timed (tgrad at T > 1 threads).
+READING_ONE_THREAD = (
+    " \"tgrad 1 thread\" is the same call with `tgrad.set_num_threads(1)` (set before the clock "
+    "starts, set back after it stops): its ratio > 1 means tgrad's T threads are faster than "
+    "its one."
 )
 
 
@@ -149,10 +155,13 @@ def _head(report: dict[str, Any], peers: list[str]) -> list[str]:
                        "paired with tgrad samples of that phase (its calls slowed whatever ran "
                        "after them)." for p in SEPARATE_PEERS
                        if any(p in r.get("separate", {}) for r in results))
+    condition = report.get("condition")
+    reading = READING + (READING_ONE_THREAD if ONE_THREAD in peers else "")
     return [
         f"# tgrad bench, {report['date']}",
         "",
         f"Command: `{report['command']}`  ",
+        *([f"Condition: {condition}  "] if condition else []),
         f"CPU: {env['cpu_model']} ({env['cpus_usable']} usable CPUs; "
         f"{', '.join(env['cpu_flags']) or 'no flags read'}), load average at start "
         f"{', '.join(f'{x:.2f}' for x in env['loadavg'] or [])}  ",
@@ -165,7 +174,7 @@ def _head(report: dict[str, Any], peers: list[str]) -> list[str]:
         "",
         _load_line(env.get("others_load")),
         "",
-        READING + separate,
+        reading + separate,
         "",
     ]
 
@@ -210,6 +219,7 @@ def _call_table(results: list[dict[str, Any]], peers: list[str]) -> list[str]:
     if not small:
         return []
     head = ["shape", "tgrad call"]
+    peers = [p for p in peers if p != ONE_THREAD]  # timed against tgrad's realize only
     for p in peers:
         head += [f"{_label(p)}", f"{_label(p)} / tgrad call"]
     rows = []

@@ -1,9 +1,10 @@
 """The interleaved timing harness: timed regions, the wait for the process's other threads to
 sleep, warm-up and sizing, and the rounds that pair every region's samples by repetition.
 
-Nothing here knows what a region computes: a region is a name and a call. The clock and the quiet
-wait are fields of each region (time.perf_counter and _wait_quiet by default) so that the harness
-can be driven by a fake clock in tests (tests/python/test_bench_timing.py).
+Nothing here knows what a region computes: a region is a name and a call (with an optional set-up
+and undo around it, outside the clock). The clock, the quiet wait and the sleep of a cold region
+are fields of each region (time.perf_counter, _wait_quiet and time.sleep by default) so that the
+harness can be driven by a fake clock in tests (tests/python/test_bench_timing.py).
 """
 
 from __future__ import annotations
@@ -84,26 +85,46 @@ class _Timed:
     quiet_timeouts: int = 0
     clock: Clock = time.perf_counter
     quiet: Quiet = _wait_quiet
+    #: Called before the clock starts and after it stops (tgrad_1t: one thread, then T again).
+    before: Callable[[], Any] | None = None
+    after: Callable[[], Any] | None = None
+    #: bench --cold: seconds slept right before each timed call (never hot then); None: warm.
+    cold_s: float | None = None
+    sleep: Callable[[float], None] = time.sleep
 
     def once(self) -> float:
-        start = self.clock()
-        result = self.call()
-        elapsed = self.clock() - start
+        if self.before is not None:
+            self.before()
+        try:
+            start = self.clock()
+            result = self.call()
+            elapsed = self.clock() - start
+        finally:
+            if self.after is not None:
+                self.after()
         del result  # release outside the timed region
         return elapsed
 
     def sample(self) -> float:
-        """Wait until no other thread of the process runs, warm up when hot, time one call."""
+        """Wait until no other thread of the process runs, then sleep when cold or warm up when
+        hot, and time one call."""
         waited, quiet = self.quiet()
         self.quiet_waits.append(waited)
         self.quiet_timeouts += not quiet
-        if self.hot:
+        if self.cold_s is not None:
+            self.sleep(self.cold_s)
+        elif self.hot:
             self.once()
         return self.once()
 
+    def is_hot(self, once_s: float) -> bool:
+        """Whether a call of `once_s` seconds gets an untimed call before each timed one."""
+        return self.cold_s is None and once_s < HOT_LIMIT_S
+
     def again(self) -> _Timed:
         """The same region with no samples yet (for a phase of its own)."""
-        return _Timed(self.name, self.call, hot=self.hot, clock=self.clock, quiet=self.quiet)
+        return _Timed(self.name, self.call, hot=self.hot, clock=self.clock, quiet=self.quiet,
+                      before=self.before, after=self.after, cold_s=self.cold_s, sleep=self.sleep)
 
 
 def _interleaved(timed: list[_Timed], repeat: int, tick: Tick | None = None) -> list[list[str]]:
@@ -135,7 +156,8 @@ def _auto_repeat(round_s: float, budget_s: float) -> int:
 
 def warm_up(timed: list[_Timed], clock: Clock = time.perf_counter) -> float:
     """Two warm-up rounds (first touch, thread pools, caches, JIT), not recorded; the second one
-    decides which regions are hot. Returns the seconds a round of the timed loop will take."""
+    decides which regions are hot (never a cold one). Returns the seconds a round of the timed
+    loop will take (a cold region's sleep included)."""
     for t in timed:
         t.quiet()
         t.once()
@@ -144,8 +166,9 @@ def warm_up(timed: list[_Timed], clock: Clock = time.perf_counter) -> float:
     for t in timed:
         t.quiet()
         once = t.once()
-        t.hot = once < HOT_LIMIT_S
+        t.hot = t.is_hot(once)
         hot_s += once if t.hot else 0.0
+        hot_s += t.cold_s or 0.0
     return clock() - start + hot_s
 
 
@@ -159,10 +182,10 @@ def _separate_phase(peer: _Timed, timed: list[_Timed], repeat: int | None,
     peer.once()  # warm-up (its compiler, caches), not recorded
     peer.quiet()
     once = peer.once()
-    peer.hot = once < HOT_LIMIT_S
+    peer.hot = peer.is_hot(once)
     if repeat is None:
-        ours_s = sum(2 * statistics.median(t.samples) for t in ours)
-        round_s = once * (2 if peer.hot else 1) + ours_s
+        ours_s = sum(2 * statistics.median(t.samples) + (t.cold_s or 0.0) for t in ours)
+        round_s = once * (2 if peer.hot else 1) + (peer.cold_s or 0.0) + ours_s
         repeat = _auto_repeat(round_s, budget_s)
     regions.append(peer)
     orders = _interleaved(regions, repeat)

@@ -97,6 +97,8 @@ def _make_args(name: str, handle: int, null_index: int | None) -> list[Any]:
                 obj = ffi.new("char[]", b"auto" + bytes(252))
             elif target.kind == "struct":
                 obj = ffi.new(t)
+                if any(name == "size" for name, _ in target.fields):  # a sized struct: state its size
+                    obj.size = ffi.sizeof(target)
             else:
                 obj = ffi.new(f"{target.cname}[]", 16)
             keep.append(obj)

@@ -178,20 +178,23 @@ def _run_program(tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: An
 
 
 def _run_graph(tgrad: Any, case: GraphCase, device: str, per_route: Callable[[str], Any],
-               routes: tuple[str, ...], run_program: Callable[..., tuple[np.ndarray, list[str]]]) -> Outcome:
-    """A graph case on a GPU route set: for each route (per_route(route) forces it) the program,
-    fused and unfused, against the oracles'. A program without a matmul runs on the first route
-    only (the routes are matmul routes; its steps take the elementwise route whatever is forced)."""
+               routes: tuple[str, ...], run_program: Callable[..., tuple[np.ndarray, list[str]]],
+               matmul_settings: bool = True) -> Outcome:
+    """A graph case under each of a backend's settings (a GPU's matmul routes, the CPU's variants;
+    per_route(setting) applies one, per_route("") restores the default): the program, fused and
+    unfused, against the oracles'. With matmul_settings (GPU routes), a program without a matmul
+    runs under the first setting only: its steps take the elementwise route whatever is forced."""
     want = reference_bits(case)
     bases, apply_view = build_graph_operands(case)
     tensors = [tgrad.Tensor.from_numpy(b, device=device) for b in bases]
     saved_fusion = tgrad.fusion_enabled()
     failures: list[str] = []
     try:
-        probe = _build_program(tgrad, case, tensors, apply_view)
-        if all(s["op"] != "matmul" for s in probe.explain(json=True)["steps"]):
-            routes = routes[:1]  # no matmul: the routes differ in nothing this program runs
-        probe.release()
+        if matmul_settings:
+            probe = _build_program(tgrad, case, tensors, apply_view)
+            if all(s["op"] != "matmul" for s in probe.explain(json=True)["steps"]):
+                routes = routes[:1]  # no matmul: the routes differ in nothing this program runs
+            probe.release()
         for route in routes:
             per_route(route)
             failures += _fused_and_unfused(
@@ -248,25 +251,16 @@ class _Cpu:
 
     def run_graph_case(self, case: GraphCase) -> Outcome:
         """The case's program on every variant, fused and unfused, against the oracles'."""
-        tgrad = self.tgrad
-        want = reference_bits(case)
-        bases, apply_view = build_graph_operands(case)
-        tensors = [tgrad.Tensor.from_numpy(b) for b in bases]
-        saved_isa, saved_fusion = tgrad._cpu_isa_setting(), tgrad.fusion_enabled()
-        failures: list[str] = []
-        try:
-            for isa in self.variants:
-                tgrad.set_cpu_isa(isa)
-                failures += _fused_and_unfused(
-                    tgrad, isa, lambda: _run_program(tgrad, case, tensors, apply_view), want, case.fuses)
-        finally:
-            tgrad.set_cpu_isa(saved_isa)
-            tgrad.set_fusion(saved_fusion)
-            for t in tensors:
-                t.release()
-        if failures:
-            return "fail", "; ".join(failures)
-        return "pass", ""
+        saved = self.tgrad._cpu_isa_setting()
+
+        def use(isa: str) -> None:
+            self.tgrad.set_cpu_isa(isa or saved)
+
+        def run(tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any, *_: Any) -> tuple[np.ndarray, list[str]]:
+            return _run_program(tgrad, case, tensors, apply_view)
+
+        # every variant, a program without a matmul too: the variants' elementwise loops differ
+        return _run_graph(self.tgrad, case, "cpu", use, tuple(self.variants), run, matmul_settings=False)
 
     def environment(self) -> dict[str, Any]:
         tgrad = self.tgrad
@@ -373,7 +367,8 @@ class _MslEmu:
             with self.tgrad.Tensor.from_numpy(np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16)) as x:
                 with apply(op, x) as y:
                     tables[op] = np.array(y.numpy().view(np.uint16))
-        return tables[op]
+        table: np.ndarray = tables[op]
+        return table
 
     def _emulate(self, tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any,
                  bases: list[np.ndarray], route: str) -> tuple[np.ndarray, list[str]]:
@@ -432,11 +427,11 @@ def _constants_into(memory: dict[int, np.ndarray]) -> Iterator[None]:
         memory[t.buffer_id] = np.array(t.numpy().view(np.uint16)).ravel()
         return t
 
-    ops._constant = record  # type: ignore[assignment]
+    ops._constant = record
     try:
         yield
     finally:
-        ops._constant = original  # type: ignore[assignment]
+        ops._constant = original
 
 
 def _load_driver(path: Path) -> Any:

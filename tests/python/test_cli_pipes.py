@@ -80,4 +80,4 @@ def test_a_reader_that_leaves_after_three_lines_ends_the_command_quietly(tmp_pat
     stderr = proc.stderr.read()
     proc.stderr.close()
     assert proc.wait(timeout=300) in (0, BROKEN_PIPE) and stderr == "", stderr
-    assert lines[0].startswith('"""Names of big.safetensors')
+    assert lines[0].startswith('"""Names and shapes of big.safetensors')

@@ -88,3 +88,11 @@ def test_shapes_and_blocks_are_checked_before_anything_runs() -> None:
     for bad in (0, -1, (4, 0), (2.5, 4), True):
         with pytest.raises(ValueError, match="block"):
             tgrad.dask.matmul(x, y, block=bad)  # type: ignore[arg-type]
+
+
+def test_unknown_extents_are_refused_before_any_block_runs() -> None:
+    # a boolean mask leaves dask not knowing how many rows there are (NaN extents)
+    x = da.from_array(np.ones((6, 4), np.float32), chunks=3)
+    masked = x[x[:, 0] > 0]
+    with pytest.raises(tgrad.errors.ShapeMismatchError, match="compute_chunk_sizes"):
+        tgrad.dask.matmul(masked, np.ones((4, 5), np.float32))

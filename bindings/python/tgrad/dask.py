@@ -28,10 +28,11 @@ from .tensor import Tensor
 
 __all__ = ["matmul"]
 
-# dask.array's functions are not annotated: bound here with the types tgrad relies on.
+# dask.array's functions, bound with the types tgrad relies on (older dask releases have no
+# annotations; newer ones type rechunk's chunks as any of several forms).
 _asarray: Callable[[Any], da.Array] = da.asarray
 _blockwise: Callable[..., da.Array] = da.blockwise
-_rechunk: Callable[[da.Array, tuple[int, int]], da.Array] = da.rechunk
+_rechunk: Callable[..., da.Array] = da.rechunk
 
 #: Output rows and columns per block when ``block`` is not given.
 DEFAULT_BLOCK = 512
@@ -62,8 +63,10 @@ def matmul(x: npt.NDArray[Any] | da.Array, y: npt.NDArray[Any] | da.Array, *,
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise by_code["shape_mismatch"](
             f"tgrad.dask.matmul: expected (M, K) @ (K, N), got {a.shape} @ {b.shape}")
-    m, k = a.shape
-    n = b.shape[1]
+    if any(d != d for d in (*a.shape, *b.shape)):  # NaN: dask does not know a chunk's extent
+        raise by_code["shape_mismatch"](
+            f"tgrad.dask.matmul: unknown extents {a.shape} @ {b.shape}; call compute_chunk_sizes() first")
+    m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
     # Row panels of x and column panels of y, each with the whole K: K is never split.
     a = _rechunk(a, (bm, max(k, 1)))
     b = _rechunk(b, (max(k, 1), bn))

@@ -214,15 +214,19 @@ def test_rust_example_builds_with_pkg_config_and_runs(tmp_path: pathlib.Path) ->
         pytest.skip(message)
     pkg_config = shutil.which("pkg-config") or shutil.which("pkgconf")
     assert pkg_config, "pkg-config is needed (nox installs the pkgconf wheel)"
-    env = dict(os.environ, PKG_CONFIG_PATH=pkg_config_dir(tmp_path), PKG_CONFIG=pkg_config,
-               PATH=os.pathsep.join([os.path.dirname(cargo), os.environ.get("PATH", "")]))
+    # The build runs without a preloaded sanitizer runtime (nox -s sanitize preloads ASan for the
+    # Python suite; rustc crashes under it); the example then runs with it, against that library.
+    sanitizer = {k: v for k, v in os.environ.items() if k == "LD_PRELOAD" or k.endswith("SAN_OPTIONS")}
+    env = dict({k: v for k, v in os.environ.items() if k not in sanitizer}, PKG_CONFIG_PATH=pkg_config_dir(tmp_path),
+               PKG_CONFIG=pkg_config, PATH=os.pathsep.join([os.path.dirname(cargo), os.environ.get("PATH", "")]))
     target = tmp_path / "target"  # never examples/rust/target: nothing is written into the checkout
     build = subprocess.run(
         [cargo, "build", "--offline", "--locked", "--quiet", "--manifest-path", str(EXAMPLE / "Cargo.toml"),
          "--target-dir", str(target)], env=env, capture_output=True, text=True, check=False)
     assert build.returncode == 0, build.stderr
-    # Only PATH: the library is found through the rpath tgrad.pc gave the linker.
+    # Only PATH (and a sanitizer runtime if the suite has one): the library is found through the
+    # rpath tgrad.pc gave the linker.
     run = subprocess.run([str(target / "debug" / "tgrad-matmul")], capture_output=True, text=True,
-                         env={"PATH": os.environ["PATH"]}, check=False)
+                         env={"PATH": os.environ["PATH"], **sanitizer}, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     assert ", from Rust: 64x48x80 through views, 0 wrong, checksum -7.0, live tensors 0" in run.stdout

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import math
 import os
 import sys
@@ -22,8 +21,7 @@ from .measure import run_shape
 from .peers import ONE_THREAD, _set_peer_threads
 from .plot import write_plot
 from .progress import _Progress
-from .record import (DOC_BEGIN, DOC_END, _finite, _report_head, doc_has_section, method,
-                     update_doc)
+from .record import DOC_BEGIN, DOC_END, _report_head, doc_has_section, method, save_report
 from .report import format_markdown
 from .shapes import (ORACLE_LIMIT_MACS, Shape, _positive_float, _positive_int, _shape_str,
                      parse_shape_list, suite)
@@ -197,15 +195,7 @@ def _after_run(env: dict[str, Any], cpu_start: Any) -> None:
 def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """bench.json (and --json), bench.md (and --doc), bench.png; then the closing block."""
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_finite(report), indent=1, allow_nan=False) + "\n"
-    (out_dir / "bench.json").write_text(text, encoding="utf-8")
-    if args.json:
-        Path(args.json).write_text(text, encoding="utf-8")
-    markdown = format_markdown(report)
-    (out_dir / "bench.md").write_text(markdown, encoding="utf-8")
-    if args.doc is not None:
-        update_doc(Path(args.doc), markdown)
+    save_report(out_dir, "bench", report, format_markdown(report), args.json, args.doc)
     plot = write_plot(report, out_dir / "bench.png")
     print()
     print("\n".join(closing_lines(report, out_dir, plot, args.json, args.doc)), flush=True)

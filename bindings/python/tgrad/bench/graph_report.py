@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from .graph_blocks import KIND_LABELS, REGION_LABELS
 from .lines import _fmt_s, disturbed_warning
-from .record import _finite, _report_head, update_doc
+from .record import _report_head, save_report
 from .report import _fmt_gflops, _fmt_load, _fmt_ratio, _fmt_time, _load_line
 from .stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 
@@ -179,15 +178,8 @@ def _report(args: argparse.Namespace, env: dict[str, Any], started: _dt.datetime
 
 def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_finite(report), indent=1, allow_nan=False) + "\n"
-    (out_dir / "bench-graph.json").write_text(text, encoding="utf-8")
-    if args.json:
-        Path(args.json).write_text(text, encoding="utf-8")
-    markdown = format_markdown(report)
-    (out_dir / "bench-graph.md").write_text(markdown, encoding="utf-8")
-    if args.doc is not None:
-        update_doc(Path(args.doc), markdown, begin=DOC_BEGIN, end=DOC_END)
+    save_report(out_dir, "bench-graph", report, format_markdown(report), args.json, args.doc,
+                begin=DOC_BEGIN, end=DOC_END)
     lines = [
         f"bench_cpu: {report['environment']['cpu_model']}",
         f"bench_markdown: {out_dir / 'bench-graph.md'}",

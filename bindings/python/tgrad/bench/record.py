@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import os
 import re
@@ -121,6 +122,21 @@ def doc_has_section(path: str, begin: str = DOC_BEGIN, end: str = DOC_END) -> bo
     """Whether --doc PATH can take the report (checked before minutes of measurement)."""
     text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else ""
     return begin in text and end in text
+
+
+def save_report(out_dir: Path, stem: str, report: dict[str, Any], markdown: str, json_path: str | None,
+                doc_path: str | None, *, begin: str = DOC_BEGIN, end: str = DOC_END) -> None:
+    """`stem`.json and `stem`.md in out_dir (created), a copy of the JSON at json_path and the
+    markdown into doc_path's section between `begin` and `end`, when given: what both benches
+    write."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_finite(report), indent=1, allow_nan=False) + "\n"
+    (out_dir / f"{stem}.json").write_text(text, encoding="utf-8")
+    if json_path:
+        Path(json_path).write_text(text, encoding="utf-8")
+    (out_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
+    if doc_path is not None:
+        update_doc(Path(doc_path), markdown, begin=begin, end=end)
 
 
 def _finite(x: Any) -> Any:

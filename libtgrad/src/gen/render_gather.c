@@ -43,19 +43,22 @@ static void mark_needed(const tg_view *v, bool *needed) {
     for (int32_t d = 0; d < v->ndim; d++) needed[d] |= v->shape[d] > 1 && v->strides[d] != 0;
 }
 
-static void coord_names(int32_t ndim, char names[TGRAD_MAX_DIMS][16], const char *coord[TGRAD_MAX_DIMS]) {
-    for (int32_t d = 0; d < ndim; d++) {
-        snprintf(names[d], 16, "i%d", (int)d);
-        coord[d] = names[d];
-    }
-}
+/* The coordinate of axis d in the kernels' text (emit_coords declares them). */
+static const char *const coord[] = { "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7" };
+_Static_assert(sizeof coord / sizeof coord[0] == TGRAD_MAX_DIMS, "one coordinate name per axis");
 
-/* Launch geometry of a gather over numel outputs; buffers 0 (the source) and 1 (the output). */
-static void gather_launch(const tg_route *r, int64_t numel, int64_t src_hi, const char *src_name,
-                          struct tgrad_launch *launch) {
+/* Launch geometry of a gather over the elements of view `src` (its own shape is the output's):
+ * buffers 0 (the source, named src_name) and 1 (the output). Sets *numel and *src_hi, the highest
+ * element of the source it reads (-1: none). */
+static void gather_launch(const tg_route *r, const tg_view *src, const char *src_name, struct tgrad_launch *launch,
+                          int64_t *numel_out, int64_t *src_hi) {
+    int64_t numel = 0, lo = 0, hi = -1;
+    tg_view_numel(src, &numel);
+    if (numel > 0) tg_span_view(src, &lo, &hi);
+    *numel_out = numel, *src_hi = hi;
     memset(launch, 0, sizeof *launch);
     launch->buffer_count = 2;
-    launch->buffer_elements[0] = (uint64_t)(src_hi + 1);
+    launch->buffer_elements[0] = (uint64_t)(hi + 1);
     launch->buffer_elements[1] = (uint64_t)numel;
     snprintf(launch->buffer_names[0], 8, "%s", src_name);
     snprintf(launch->buffer_names[1], 8, r->id == TGRAD_ROUTE_COPY ? "dst" : "c");
@@ -76,19 +79,14 @@ static void view_key(const tg_view *v, char *key, size_t cap, char *dims, size_t
 
 tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t, struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_COPY);
-    int64_t numel = 0, lo = 0, hi = -1;
-    tg_view_numel(src, &numel);
-    if (numel > 0) tg_span_view(src, &lo, &hi);
-    gather_launch(r, numel, hi, "src", launch);
+    int64_t numel, hi;
+    gather_launch(r, src, "src", launch, &numel, &hi);
 
     char key[TGRAD_MAX_DIMS * 48 + 64], dims[TGRAD_MAX_DIMS * 24 + 8] = "", src_idx[TGRAD_MAX_DIMS * 48 + 32];
     snprintf(key, sizeof key, "copy;off=%" PRId64, src->offset);
     view_key(src, key, sizeof key, dims, sizeof dims);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_copy_%" PRId64 "_%08" PRIx32, numel, h);
-    char names[TGRAD_MAX_DIMS][16];
-    const char *coord[TGRAD_MAX_DIMS];
-    coord_names(src->ndim, names, coord);
     tg_view_index(src_idx, sizeof src_idx, src, coord);
 
     emitter em = { t, l, tg_fits_int(hi) && tg_fits_int(numel + r->tile_m) ? "int" : "long" }, *e = &em;
@@ -133,10 +131,8 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
                                        struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_ELEMENTWISE);
     const tg_view *x = &p->first;
-    int64_t numel = 0, lo = 0, hi = -1;
-    tg_view_numel(x, &numel);
-    if (numel > 0) tg_span_view(x, &lo, &hi);
-    gather_launch(r, numel, hi, "x", launch);
+    int64_t numel, hi;
+    gather_launch(r, x, "x", launch, &numel, &hi);
     tg_gen_chain_launch(&p->chain, launch);
 
     char key[4096], dims[TGRAD_MAX_DIMS * 24 + 8] = "", x_idx[TGRAD_MAX_DIMS * 48 + 32];
@@ -145,9 +141,6 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     tg_gen_chain_key(&p->chain, key, sizeof key);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_elementwise_%" PRId64 "_%08" PRIx32, numel, h);
-    char names[TGRAD_MAX_DIMS][16];
-    const char *coord[TGRAD_MAX_DIMS];
-    coord_names(x->ndim, names, coord);
     tg_view_index(x_idx, sizeof x_idx, x, coord);
 
     bool small = tg_fits_int(hi) && tg_fits_int(numel + r->tile_m) && tg_fits_int(tg_gen_chain_reach(&p->chain));

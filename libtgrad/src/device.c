@@ -124,15 +124,6 @@ tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size
 }
 
 /* ---- routes ---- */
-static tg_gen_operand operand_of(const tg_view *v) {
-    return (tg_gen_operand){ v->offset, { v->strides[0], v->strides[1] } };
-}
-
-static tg_gen_matmul problem_of(const tg_view *a, const tg_view *b) {
-    return (tg_gen_matmul){ .m = a->shape[0], .k = a->shape[1], .n = b->shape[1], .a = operand_of(a),
-                            .b = operand_of(b), .c = { 0, { b->shape[1], 1 } } };
-}
-
 /* The route a matmul takes on `device`: the forced one, or tc where the device has matrices and
  * the shape is eligible, else tiled (which takes every shape). Checks record no error here. The
  * scheduler asks once per step; the step runs what it was told. */
@@ -141,7 +132,7 @@ const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32
     if (forced) return tg_route_find(forced);
     const tg_backend *be = backend_of(device);
     const tg_lang *l = be ? tg_lang_find(be->lang) : NULL;
-    tg_gen_matmul p = problem_of(a, b);
+    tg_gen_matmul p = tg_gen_matmul_of(a, b);
     const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
     if (l && be->has_matrix_route && be->has_matrix_route()) {
         tg_error_saved saved;
@@ -216,7 +207,7 @@ static bool is_empty_sum(const tg_step *st) {
 }
 
 static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
-    tg_gen_matmul p = problem_of(&st->inputs[0].view, &st->inputs[1].view);
+    tg_gen_matmul p = tg_gen_matmul_of(&st->inputs[0].view, &st->inputs[1].view);
     tgrad_status s = tg_gen_check_matmul(st->dev_route, l, &p);
     if (s) return s;
     size_t bytes = (size_t)st->buf->numel * 2u; /* +0 in bf16 is all zero bits */

@@ -23,10 +23,6 @@ static void chain_of(const tg_step *st, chain_build *c) {
     for (int32_t i = 0; i < st->nfused; i++) add_op(c, st->epilogue[i].op, st->epilogue[i].value_right, st->epilogue[i].operand);
 }
 
-static tg_gen_operand operand_of(const tg_view *v) {
-    return (tg_gen_operand){ v->offset, { v->strides[0], v->strides[1] } };
-}
-
 /* The chain's bindings after the base op's `base` buffers. */
 static void bind_chain(const chain_build *c, uint32_t base, tg_step_kernel *k) {
     tg_gen_binding b[TG_GEN_MAX_CHAIN];
@@ -44,9 +40,8 @@ tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, con
     const tg_node_input *in = st->inputs;
     tgrad_status s;
     if (st->op == TG_OP_MATMUL) {
-        tg_gen_matmul p = { .m = in[0].view.shape[0], .k = in[0].view.shape[1], .n = in[1].view.shape[1],
-                            .a = operand_of(&in[0].view), .b = operand_of(&in[1].view),
-                            .c = { 0, { in[1].view.shape[1], 1 } }, .epilogue = &c.chain };
+        tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view);
+        p.epilogue = &c.chain;
         s = tg_gen_check_matmul(route, l, &p);
         if (!s) s = tg_gen_render_matmul(route, l, &p, &k->text, &k->launch);
         k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;

@@ -111,6 +111,15 @@ typedef struct tg_gen_matmul {
     const tg_gen_chain *epilogue; /* NULL or empty: none; operands are views over [M, N] */
 } tg_gen_matmul;
 
+/* The problem of a @ b for 2-D views a [M, K] and b [K, N], the output compact row-major; no
+ * epilogue (the caller sets one). */
+static inline tg_gen_matmul tg_gen_matmul_of(const tg_view *a, const tg_view *b) {
+    return (tg_gen_matmul){ .m = a->shape[0], .k = a->shape[1], .n = b->shape[1],
+                            .a = { a->offset, { a->strides[0], a->strides[1] } },
+                            .b = { b->offset, { b->strides[0], b->strides[1] } },
+                            .c = { 0, { b->shape[1], 1 } } };
+}
+
 /* A standalone elementwise kernel: out (compact row-major, the shape of `first`) = the chain over
  * the first operand. */
 typedef struct tg_gen_elementwise {

@@ -456,10 +456,11 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_ROUTE_ELEMENTWISE 5
 #define TGRAD_ROUTE_COUNT 5
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
- * family 7+), OpenCL C 1.2 (no tc). */
+ * family 7+), OpenCL C 1.2 (no tc), CUDA C++ (NVRTC or nvcc; no headers; sm_52+, tc sm_80+). */
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
-#define TGRAD_LANG_COUNT 2
+#define TGRAD_LANG_CUDA 3
+#define TGRAD_LANG_COUNT 3
 /* Name of a route or language ("tiled", "msl"); NULL for an unknown code. */
 TGRAD_API const char *tgrad_route_name(int32_t route);
 TGRAD_API const char *tgrad_lang_name(int32_t lang);

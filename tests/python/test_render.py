@@ -56,8 +56,8 @@ def test_route_names_and_codes_come_from_the_declarations() -> None:
     assert len(declared) == lib.TGRAD_ROUTE_COUNT
     for bad in (0, -1, lib.TGRAD_ROUTE_COUNT + 1, 2**31 - 1):
         assert lib.tgrad_route_name(bad) == ffi.NULL
-    assert R.langs() == ["msl", "opencl"]
-    assert lib.tgrad_lang_name(0) == ffi.NULL and lib.tgrad_lang_name(3) == ffi.NULL
+    assert R.langs() == ["msl", "opencl", "cuda"]
+    assert lib.tgrad_lang_name(0) == ffi.NULL and lib.tgrad_lang_name(4) == ffi.NULL
 
 
 def test_launch_struct_in_the_cdef_matches_the_header(tmp_path: Path) -> None:
@@ -188,7 +188,7 @@ def test_operand_checks_match_matmul() -> None:
         with pytest.raises(errors.InvalidArgumentError, match="unknown route"):
             R.render_matmul(a, a.T, "fast")
         with pytest.raises(errors.InvalidArgumentError, match="unknown language"):
-            R.render_matmul(a, a.T, "tiled", "cuda")
+            R.render_matmul(a, a.T, "tiled", "ptx")
 
 
 def _raw(call, *args):

@@ -193,7 +193,8 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_COUNT 5
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
-#define TGRAD_LANG_COUNT 2
+#define TGRAD_LANG_CUDA 3
+#define TGRAD_LANG_COUNT 3
 #define TGRAD_LAUNCH_MAX_BUFFERS 16
 #define TGRAD_KERNEL_NAME_MAX 64
 

@@ -69,6 +69,10 @@ void tg_view_index(char *dst, size_t cap, const tg_view *v, const char *const *c
     if (first) snprintf(dst, cap, "0");
 }
 
+void tg_buffer_param(char *dst, size_t cap, const char *space, const char *name) {
+    snprintf(dst, cap, "%s%sushort *%s", space, *space ? " " : "", name);
+}
+
 void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
                            const bool used[TG_B_COUNT_]) {
     static const char *const vars[TG_B_COUNT_] = { "gx", "gy", "lx", "ly", "li", "sg" };

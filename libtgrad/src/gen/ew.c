@@ -122,13 +122,28 @@ void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decl
     for (int32_t j = 0; j < nb; j++) {
         char name[8];
         binding_name(&b[j], name, sizeof name);
-        snprintf(decls[j], 64, "%s ushort *%s", e->l->global_in, name);
+        tg_buffer_param(decls[j], 64, e->l->global_in, name);
         ptrs[(*n)++] = decls[j];
     }
 }
 
+/* The prelude, verbatim but for its functions' prefix: a line starting `static inline` gets the
+ * language's function_prefix (the same words in MSL and OpenCL C; CUDA's are __device__). */
 void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
-    if (c && c->n) E("%s\n", tg_gen_elementwise_prelude);
+    static const char plain[] = "static inline";
+    if (!c || !c->n) return;
+    const char *s = tg_gen_elementwise_prelude;
+    while (*s) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) + 1 : strlen(s);
+        if (strncmp(s, plain, sizeof plain - 1) == 0) {
+            E("%s", e->l->function_prefix);
+            s += sizeof plain - 1, len -= sizeof plain - 1;
+        }
+        E("%.*s", (int)len, s);
+        s += len;
+    }
+    E("\n");
 }
 
 void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord) {

@@ -5,7 +5,11 @@
  * buffers as ushort bits and is widened by bit operations, which every Metal version runs
  * (`bfloat` needs MSL 3.1). Builtins are kernel parameters with attributes.
  * OpenCL C 1.2: the same kernels with OpenCL spellings; builtins are function calls; no
- * simdgroup matrices, so no tc route. */
+ * simdgroup matrices, so no tc route.
+ * CUDA C++: compiled by NVRTC at run time (or nvcc in CI) with no header: ushort, uint and clz are
+ * defined in the preamble; entry points are extern "C" so the driver finds them by name; helper
+ * functions are __device__. Warps of 32 threads; the tc route (sm_80+) is its own emitter
+ * (render_tc_cuda.c) on bf16 mma.sync, as the simdgroup spellings here are MSL's. */
 #include "gen.h"
 
 static const tg_lang langs[] = {
@@ -65,6 +69,33 @@ static const tg_lang langs[] = {
             [TG_B_LOCAL_X] = "get_local_id(0)", [TG_B_LOCAL_Y] = "get_local_id(1)",
             [TG_B_LOCAL_INDEX] = "(get_local_id(1) * get_local_size(0) + get_local_id(0))",
             [TG_B_SIMDGROUP] = NULL,
+        },
+        .simdgroup_matrix = false,
+        .matrix_type = NULL,
+        .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
+    },
+    {
+        .id = TGRAD_LANG_CUDA,
+        .name = "cuda",
+        .preamble = "typedef unsigned short ushort;\n"
+                    "typedef unsigned int uint;\n"
+                    "__device__ __forceinline__ uint clz(uint x) { return (uint)__clz((int)x); }\n",
+        .kernel_prefix = "extern \"C\" __global__ void",
+        .function_prefix = "__device__ __forceinline__",
+        .global_in = "const",
+        .global_out = "",
+        .buffer_suffix = "",
+        .local_decl = "__shared__",
+        .barrier = "__syncthreads();",
+        .bits_to_float = "__uint_as_float",
+        .float_to_bits = "__float_as_uint",
+        .builtin_param = { NULL, NULL, NULL, NULL },
+        .builtin_uses_param = { -1, -1, -1, -1, -1, -1 },
+        .builtin_expr = {
+            [TG_B_GROUP_X] = "blockIdx.x", [TG_B_GROUP_Y] = "blockIdx.y",
+            [TG_B_LOCAL_X] = "threadIdx.x", [TG_B_LOCAL_Y] = "threadIdx.y",
+            [TG_B_LOCAL_INDEX] = "(threadIdx.y * blockDim.x + threadIdx.x)",
+            [TG_B_SIMDGROUP] = "((threadIdx.y * blockDim.x + threadIdx.x) / 32u)",
         },
         .simdgroup_matrix = false,
         .matrix_type = NULL,

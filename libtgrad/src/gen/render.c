@@ -171,9 +171,9 @@ static void matmul_signature(const emitter *e, const tg_gen_matmul *p, const cha
     char bufs[3][64], extra[TG_GEN_MAX_CHAIN][64];
     const char *bp[3 + TG_GEN_MAX_CHAIN] = { bufs[0], bufs[1], bufs[2] };
     int n = 3;
-    snprintf(bufs[0], 64, "%s ushort *a", e->l->global_in);
-    snprintf(bufs[1], 64, "%s ushort *b", e->l->global_in);
-    snprintf(bufs[2], 64, "%s ushort *c", e->l->global_out);
+    tg_buffer_param(bufs[0], 64, e->l->global_in, "a");
+    tg_buffer_param(bufs[1], 64, e->l->global_in, "b");
+    tg_buffer_param(bufs[2], 64, e->l->global_out, "c");
     if (p->epilogue) tg_gen_emit_chain_params(e, p->epilogue, extra, bp, &n);
     tg_emit_signature(e, name, bp, n, used);
 }

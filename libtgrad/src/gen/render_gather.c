@@ -99,8 +99,8 @@ tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t
     if (*l->preamble) E("%s", l->preamble);
     E("\n");
     char b0[64], b1[64];
-    snprintf(b0, sizeof b0, "%s ushort *src", l->global_in);
-    snprintf(b1, sizeof b1, "%s ushort *dst", l->global_out);
+    tg_buffer_param(b0, sizeof b0, l->global_in, "src");
+    tg_buffer_param(b1, sizeof b1, l->global_out, "dst");
     const char *bp[2] = { b0, b1 };
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
     tg_emit_signature(e, launch->kernel_name, bp, 2, used);
@@ -160,8 +160,8 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     E("\n");
     tg_gen_emit_prelude(e, &p->chain);
     char b0[64], b1[64], extra[TG_GEN_MAX_CHAIN][64];
-    snprintf(b0, sizeof b0, "%s ushort *x", l->global_in);
-    snprintf(b1, sizeof b1, "%s ushort *c", l->global_out);
+    tg_buffer_param(b0, sizeof b0, l->global_in, "x");
+    tg_buffer_param(b1, sizeof b1, l->global_out, "c");
     const char *bp[2 + TG_GEN_MAX_CHAIN] = { b0, b1 };
     int nb = 2;
     tg_gen_emit_chain_params(e, &p->chain, extra, bp, &nb);

@@ -7,12 +7,14 @@
   generated-MSL tier on the C++ emulator, the committed scorecards, the long sweeps.
 - `nox -s typecheck`: the tests marked `typecheck` (mypy --strict and pyright's checker on the
   installed package, the typed-shapes corpus, the checkpoint stubs).
+- `nox -s cuda`: the tests marked `cuda`: the rendered CUDA kernels through nvcc, ptxas and NVRTC
+  (no GPU needed), the CUDA emulation tier.
 - `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user), `nox -s exhaustive`
   (the 2^32-pair elementwise sweeps and the all-float32 conversion).
 - `nox -s bench`: the benchmark suite with live peers.
 
 The pytest tiers are markers (registered in pyproject.toml); TIERS below gives each session's
-selection, so every test runs in exactly one of tests, interop, slow and typecheck. `.ci/run`
+selection, so every test runs in exactly one of tests, interop, cuda, slow and typecheck. `.ci/run`
 runs them all. A new test is unmarked (core) unless it needs a heavy peer (`interop`), runs mypy
 (`typecheck`), or takes over about a second on 2 cores (`slow`: a sweep, a child process running
 `python -m tgrad`, a compiler)."""
@@ -35,8 +37,9 @@ ROOT = pathlib.Path(__file__).parent
 TIERS = {
     "interop": "interop",
     "typecheck": "typecheck and not interop",
-    "slow": "slow and not interop and not typecheck",
-    "tests": "not interop and not typecheck and not slow",
+    "cuda": "cuda and not interop and not typecheck",
+    "slow": "slow and not interop and not typecheck and not cuda",
+    "tests": "not interop and not typecheck and not slow and not cuda",
 }
 
 
@@ -86,6 +89,16 @@ def slow(session: nox.Session) -> None:
     built against the installed package through pkg-config."""
     session.install(".[test,bench]", "pkgconf")
     _pytest(session, "slow")
+
+
+@nox.session
+def cuda(session: nox.Session) -> None:
+    """The tests marked `cuda`, which need the CUDA toolkit's compilers but no GPU: every rendered
+    kernel of the conformance roster through nvcc and ptxas (sm_80, sm_90), NVRTC from the `cuda`
+    extra's wheel compiling them as the backend does, and the CUDA emulation tier. With
+    TGRAD_REQUIRE_CUDA_TOOLS=1 a missing nvcc, ptxas or NVRTC fails a test instead of skipping it."""
+    session.install(".[test,cuda]")
+    _pytest(session, "cuda", env={"TGRAD_REQUIRE_CUDA_TOOLS": "1"})
 
 
 @nox.session

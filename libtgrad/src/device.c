@@ -18,9 +18,16 @@ const tg_backend *const tg_backend_opencl = NULL;
 #if !defined(TGRAD_HAVE_METAL)
 const tg_backend *const tg_backend_metal = NULL;
 #endif
+#if !defined(TGRAD_HAVE_CUDA)
+const tg_backend *const tg_backend_cuda = NULL;
+TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes) {
+    (void)source, (void)sm, (void)image_bytes;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "cuda: not built into this library");
+}
+#endif
 
-enum { NDEVICES = 3, CACHE = 128 };
-static const char *const device_names[NDEVICES] = { "cpu", "metal", "opencl" };
+enum { NDEVICES = 4, CACHE = 128 };
+static const char *const device_names[NDEVICES] = { "cpu", "metal", "opencl", "cuda" };
 
 typedef struct {
     uint64_t hash;
@@ -40,6 +47,7 @@ typedef struct {
 static device_state states[NDEVICES] = {
     [1] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
     [2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
+    [3] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
 };
 static _Atomic int32_t forced_route; /* 0: choose */
 
@@ -57,18 +65,21 @@ void tg_device_use_stand_in(int32_t device, const tg_backend *be) {
 
 static const tg_backend *backend_of(int32_t device) {
     if (device > 0 && device < NDEVICES && stand_ins[device]) return stand_ins[device];
-    return device == TGRAD_DEVICE_OPENCL ? tg_backend_opencl : device == TGRAD_DEVICE_METAL ? tg_backend_metal : NULL;
+    switch (device) {
+    case TGRAD_DEVICE_METAL: return tg_backend_metal;
+    case TGRAD_DEVICE_OPENCL: return tg_backend_opencl;
+    case TGRAD_DEVICE_CUDA: return tg_backend_cuda;
+    default: return NULL;
+    }
 }
 
-static void init_metal(void);
-static void init_opencl(void);
 static void init_device(int32_t device) {
     device_state *st = &states[device];
     const tg_backend *be = backend_of(device);
     if (!be) {
         st->init_status = TGRAD_ERR_BACKEND_UNAVAILABLE;
         snprintf(st->reason, sizeof st->reason, "not built %s",
-                 device == TGRAD_DEVICE_METAL ? "on this platform" : "into this library");
+                 device == TGRAD_DEVICE_OPENCL ? "into this library" : "on this platform");
         return;
     }
     tg_error_saved saved; /* the first use of a device may be any call, a listing too */
@@ -79,13 +90,15 @@ static void init_device(int32_t device) {
 }
 static void init_metal(void) { init_device(TGRAD_DEVICE_METAL); }
 static void init_opencl(void) { init_device(TGRAD_DEVICE_OPENCL); }
+static void init_cuda(void) { init_device(TGRAD_DEVICE_CUDA); }
+static void (*const init_fns[NDEVICES])(void) = { NULL, init_metal, init_opencl, init_cuda };
 
 tgrad_status tg_device_ready(int32_t device) {
     if (device == TGRAD_DEVICE_CPU) return TGRAD_OK;
-    if (device != TGRAD_DEVICE_METAL && device != TGRAD_DEVICE_OPENCL)
+    if (device <= 0 || device >= NDEVICES)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device %d does not exist", device);
     device_state *st = &states[device];
-    pthread_once(&st->once, device == TGRAD_DEVICE_METAL ? init_metal : init_opencl);
+    pthread_once(&st->once, init_fns[device]);
     if (st->init_status) return tg_fail(st->init_status, "%s: %s", device_names[device], st->reason);
     return TGRAD_OK;
 }
@@ -252,7 +265,7 @@ TGRAD_API tgrad_status tgrad_device_by_name(const char *name, int32_t *device) {
             *device = i;
             return TGRAD_OK;
         }
-    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device_by_name: unknown device '%s' (cpu, metal, opencl)", name);
+    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device_by_name: unknown device '%s' (cpu, metal, opencl, cuda)", name);
 }
 
 /* tgrad_backend() reports devices 1.. through these. */

@@ -15,6 +15,8 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
@@ -144,3 +146,22 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"tgrad: {count} test(s) skipped because {reason} "
             "(set TGRAD_REQUIRE_OPENCL=1 to fail them instead)", yellow=True)
+
+
+_FAKE_CUDA_SOURCE = Path(__file__).resolve().parents[2] / "tests" / "c" / "fake_cuda.c"
+
+
+@pytest.fixture(scope="session")
+def fake_cuda(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/c/fake_cuda.c, a fake CUDA driver and NVRTC (tests of the cuda backend without a GPU):
+    meson's build beside the library under test, else compiled here with the C compiler."""
+    lib = os.environ.get("TGRAD_LIB")
+    if lib:
+        built = Path(lib).resolve().parents[1] / "tests" / "c" / "libfake_cuda.so"
+        if built.exists() and built.stat().st_mtime >= _FAKE_CUDA_SOURCE.stat().st_mtime:
+            return str(built)
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc, "no C compiler to build tests/c/fake_cuda.c"
+    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(_FAKE_CUDA_SOURCE)], check=True)
+    return str(out)

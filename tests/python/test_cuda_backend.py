@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -19,25 +17,8 @@ import pytest
 import tgrad
 from tgrad import errors
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-FAKE_SOURCE = ROOT / "tests" / "c" / "fake_cuda.c"
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CUDA backend is not built on macOS")
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The fake driver: meson's build beside the library under test, else compiled here."""
-    lib = os.environ.get("TGRAD_LIB")
-    if lib:
-        built = pathlib.Path(lib).resolve().parents[1] / "tests" / "c" / "libfake_cuda.so"
-        if built.exists() and built.stat().st_mtime >= FAKE_SOURCE.stat().st_mtime:
-            return str(built)
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    assert cc, "no C compiler to build tests/c/fake_cuda.c"
-    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(FAKE_SOURCE)], check=True)
-    return str(out)
 
 
 _PROBE = r"""
@@ -118,38 +99,38 @@ def test_on_this_machine_cuda_is_refused_before_anything_is_allocated() -> None:
     assert (tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes()) == before
 
 
-def test_a_library_that_is_not_a_driver_is_refused_by_name(fake: str) -> None:
+def test_a_library_that_is_not_a_driver_is_refused_by_name() -> None:
     lib = os.environ.get("TGRAD_LIB", "")
     if not lib:
         pytest.skip("TGRAD_LIB is not set")
     _unavailable(_probe(TGRAD_CUDA_DRIVER=lib), "lacks cuInit")
 
 
-def test_cuinit_failing_names_the_cuda_error(fake: str) -> None:
-    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake, TGRAD_FAKE_CUDA="init:100"), "cuInit: CUDA_ERROR_NO_DEVICE")
+def test_cuinit_failing_names_the_cuda_error(fake_cuda: str) -> None:
+    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_FAKE_CUDA="init:100"), "cuInit: CUDA_ERROR_NO_DEVICE")
 
 
-def test_a_driver_without_devices_is_no_cuda_device(fake: str) -> None:
-    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake, TGRAD_FAKE_CUDA="no-devices"), "no CUDA device")
+def test_a_driver_without_devices_is_no_cuda_device(fake_cuda: str) -> None:
+    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_FAKE_CUDA="no-devices"), "no CUDA device")
 
 
-def test_a_device_index_the_driver_lacks_is_refused(fake: str) -> None:
-    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC=fake, TGRAD_CUDA_DEVICE="1"),
+def test_a_device_index_the_driver_lacks_is_refused(fake_cuda: str) -> None:
+    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_CUDA_DEVICE="1"),
                  "TGRAD_CUDA_DEVICE=1 is not a device index (the driver sees 1 device(s))")
 
 
-def test_without_nvrtc_the_backend_says_how_to_get_it(fake: str) -> None:
-    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC="/nonexistent/libnvrtc.so.13"),
+def test_without_nvrtc_the_backend_says_how_to_get_it(fake_cuda: str) -> None:
+    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC="/nonexistent/libnvrtc.so.13"),
                  "NVRTC not found (pip install 'tgrad[cuda]'); TGRAD_NVRTC: /nonexistent/libnvrtc.so.13")
 
 
-def test_a_device_older_than_every_nvrtc_architecture_is_refused(fake: str) -> None:
-    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC=fake, TGRAD_FAKE_CUDA="cc:70"),
+def test_a_device_older_than_every_nvrtc_architecture_is_refused(fake_cuda: str) -> None:
+    _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="cc:70"),
                  "NVRTC cannot compile for sm_70 or any older architecture")
 
 
-def test_on_a_working_driver_memory_round_trips_and_a_matmul_launches_without_leaks(fake: str) -> None:
-    out = _probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC=fake)
+def test_on_a_working_driver_memory_round_trips_and_a_matmul_launches_without_leaks(fake_cuda: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)
     assert out["available"] is True and out["device"] == "Fake CUDA Device (sm_90, NVRTC 99.0)", out
     assert out["device_of_a"] == "cuda" and out["round_trip"] is True, out
     assert out["route"] == "cuda.tiled" and out["realized"] is True, out
@@ -159,13 +140,13 @@ def test_on_a_working_driver_memory_round_trips_and_a_matmul_launches_without_le
     assert programs == 0 and modules == 1, out  # the compiled kernel stays in device.c's cache
 
 
-def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture(fake: str) -> None:
-    out = _probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC=fake, TGRAD_FAKE_CUDA="cc:100")
+def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture(fake_cuda: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="cc:100")
     assert out["device"] == "Fake CUDA Device (sm_100, NVRTC 99.0, PTX)" and out["realized"] is True, out
 
 
-def test_nvrtc_rejecting_a_kernel_is_kernel_compile_failed_with_its_log(fake: str) -> None:
-    out = _probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC=fake, TGRAD_FAKE_CUDA="compile-fails")
+def test_nvrtc_rejecting_a_kernel_is_kernel_compile_failed_with_its_log(fake_cuda: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="compile-fails")
     assert out["error"] == "KernelCompileFailedError" and out["code"] == "kernel_compile_failed", out
     message = str(out["message"])
     assert "NVRTC failed to compile" in message and "NVRTC_ERROR_COMPILATION" in message, message
@@ -180,8 +161,8 @@ def test_nvrtc_rejecting_a_kernel_is_kernel_compile_failed_with_its_log(fake: st
     ("launch:2", "OutOfMemoryError", "cuLaunchKernel failed: CUDA_ERROR_OUT_OF_MEMORY (2)"),
     ("launch:12345", "InternalError", "cuLaunchKernel failed: CUDA error (12345)"),
 ])
-def test_driver_failures_are_typed_and_name_the_cuda_error(fake: str, mode: str, error: str, name: str) -> None:
-    out = _probe(TGRAD_CUDA_DRIVER=fake, TGRAD_NVRTC=fake, TGRAD_FAKE_CUDA=mode)
+def test_driver_failures_are_typed_and_name_the_cuda_error(fake_cuda: str, mode: str, error: str, name: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA=mode)
     assert out["round_trip"] is True and out["error"] == error, out
     assert str(out["message"]) == f"cuda: {name} on Fake CUDA Device (sm_90, NVRTC 99.0)", out
     assert out["leaked"] == [0, 0, 0] and out["cpu_ok"] is True, out

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "device_pool.h"
 #include "gen/gen.h"
 #include "routes.h"
 #include "ops/elementwise.h"
@@ -42,6 +43,7 @@ typedef struct {
     cached_program cache[CACHE];
     int32_t next_slot; /* round-robin eviction */
     void *tables[TGRAD_OP_END_]; /* device_table */
+    tg_device_pool pool;         /* freed buffers kept for reuse (device_pool.h) */
 } device_state;
 
 static device_state states[NDEVICES] = {
@@ -111,17 +113,41 @@ tgrad_status tg_device_ready(int32_t device) {
         pthread_mutex_unlock(&states[device].lock);          \
     } while (0)
 
+/* Device memory from the pool when a buffer of the size's class is cached, else from the backend
+ * (after emptying the pool into the driver and trying once more, if the driver is out of memory). */
 tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem) {
     tgrad_status s = tg_device_ready(device);
     if (s) return s;
     if (tg_fault()) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes on %s", bytes, device_names[device]);
-    LOCKED(device, s = backend_of(device)->alloc(bytes, mem));
+    const tg_backend *be = backend_of(device);
+    device_state *st = &states[device];
+    size_t size = tg_pool_size(bytes);
+    pthread_mutex_lock(&st->lock);
+    *mem = tg_pool_take(&st->pool, size);
+    s = *mem ? TGRAD_OK : be->alloc(size, mem);
+    if (s == TGRAD_ERR_OUT_OF_MEMORY && st->pool.count > 0) {
+        tg_pool_drain(&st->pool, be->free);
+        s = be->alloc(size, mem);
+    }
+    pthread_mutex_unlock(&st->lock);
     return s;
 }
 
-void tg_device_free(int32_t device, void *mem) {
-    if (!mem || !backend_of(device)) return;
-    LOCKED(device, backend_of(device)->free(mem));
+/* `bytes` as given to tg_device_alloc: the buffer goes back to the pool, or to the backend when
+ * the pool is full. */
+void tg_device_free(int32_t device, void *mem, size_t bytes) {
+    const tg_backend *be = backend_of(device);
+    if (!mem || !be) return;
+    device_state *st = &states[device];
+    LOCKED(device, if (!tg_pool_keep(&st->pool, mem, tg_pool_size(bytes))) be->free(mem));
+}
+
+/* The pool's cached bytes and buffers on `device`, for tests. */
+TG_HIDDEN void tg_device_pool_stats(int32_t device, size_t *cached, int32_t *count);
+void tg_device_pool_stats(int32_t device, size_t *cached, int32_t *count) {
+    *cached = 0, *count = 0;
+    if (device <= 0 || device >= NDEVICES) return;
+    LOCKED(device, (*cached = states[device].pool.cached, *count = states[device].pool.count));
 }
 
 tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes) {

@@ -130,7 +130,9 @@ def test_a_device_older_than_every_nvrtc_architecture_is_refused(fake_cuda: str)
 
 
 def test_on_a_working_driver_memory_round_trips_and_a_matmul_launches_without_leaks(fake_cuda: str) -> None:
-    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)
+    # The buffer pool off (tests/c/test_device_pool.c tests it), so that every freed tensor's
+    # memory goes back to the driver at once and the fake's count of live allocations says it did.
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_DEVICE_POOL_BYTES="0")
     assert out["available"] is True and out["device"] == "Fake CUDA Device (sm_90, NVRTC 99.0)", out
     assert out["device_of_a"] == "cuda" and out["round_trip"] is True, out
     assert out["route"] == "cuda.tiled" and out["realized"] is True, out
@@ -138,6 +140,12 @@ def test_on_a_working_driver_memory_round_trips_and_a_matmul_launches_without_le
     allocations, modules, programs = out["fake_live"]  # type: ignore[misc]
     assert allocations == 0, out  # every tensor's device memory was freed
     assert programs == 0 and modules == 1, out  # the compiled kernel stays in device.c's cache
+
+
+def test_with_the_pool_on_freed_buffers_stay_cached_for_reuse(fake_cuda: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)
+    assert out["realized"] is True and out["leaked"] == [0, 0, 0], out
+    assert out["fake_live"][0] > 0, out  # type: ignore[index]  # held by the pool, not leaked (see above)
 
 
 def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture(fake_cuda: str) -> None:

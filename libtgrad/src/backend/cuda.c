@@ -104,6 +104,20 @@ static tgrad_status open_driver(void) {
     return TGRAD_OK;
 }
 
+/* NVRTC opens its builtins library (libnvrtc-builtins.so.<major>.<minor>) by soname when it first
+ * compiles, found through its own RUNPATH ($ORIGIN). A process whose dlopen is intercepted (an
+ * AddressSanitizer runtime preloaded) loses $ORIGIN, so when NVRTC came from a path the builtins
+ * beside it are opened here first, by path; NVRTC's later dlopen then finds them loaded. */
+static void preload_builtins(const char *nvrtc_path) {
+    const char *slash = strrchr(nvrtc_path, '/');
+    int major = 0, minor = 0;
+    if (!slash || nv.nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return;
+    char path[1024];
+    int n = snprintf(path, sizeof path, "%.*s/libnvrtc-builtins.so.%d.%d", (int)(slash - nvrtc_path), nvrtc_path,
+                     major, minor);
+    if (n > 0 && (size_t)n < sizeof path) dlopen(path, RTLD_NOW | RTLD_GLOBAL); /* absent: NVRTC's own search */
+}
+
 static void open_nvrtc_once(void) {
     static const char *const defaults[] = { "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so" };
     const char *path = NULL, *why = NULL;
@@ -122,6 +136,7 @@ static void open_nvrtc_once(void) {
     }
     TG_NVRTC_FUNCTIONS(TG_NV_SYM)
 #undef TG_NV_SYM
+    preload_builtins(path);
 }
 
 static tgrad_status open_nvrtc(void) {

@@ -16,6 +16,7 @@ import pytest
 
 import tgrad
 from tgrad import errors
+from tgrad._ffi import ffi, lib
 
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin", reason="the CUDA backend is not built on macOS")
@@ -175,3 +176,48 @@ def test_driver_failures_are_typed_and_name_the_cuda_error(fake_cuda: str, mode:
     assert str(out["message"]) == f"cuda: {name} on Fake CUDA Device (sm_90, NVRTC 99.0)", out
     assert out["leaked"] == [0, 0, 0] and out["cpu_ok"] is True, out
     assert out["fake_live"][2] == 0, out  # type: ignore[index]
+
+
+_FAULTS = r"""
+import ctypes, json, os
+import numpy as np
+import tgrad
+from tgrad import errors
+from tgrad._ffi import ffi, lib
+fake = ctypes.CDLL(os.environ["TGRAD_CUDA_DRIVER"])
+counts = [ctypes.c_int() for _ in range(3)]
+x = np.arange(12, dtype=np.float32).reshape(3, 4)
+base = (tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes())
+out = {"failures": 0, "other": [], "leaks": []}
+for n in range(1, 400):  # each allocation of the device path failing in turn, until none is reached
+    lib.tgrad_debug_fail_allocation(n, ffi.NULL)
+    error = None
+    try:
+        with tgrad.Tensor.from_numpy(x, device="cuda") as a, a.T as t, a @ t as c:
+            c.numpy()
+    except tgrad.TgradError as exc:
+        error = (type(exc), str(exc))  # not the exception: its traceback would keep tensors alive
+    finally:
+        lib.tgrad_debug_fail_allocation(0, ffi.NULL)
+    fake.fake_cuda_live(*[ctypes.byref(c) for c in counts])
+    now = (tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes())
+    if now != base or counts[0].value != 0 or counts[2].value != 0 or counts[1].value > 1:
+        out["leaks"].append([n, list(now), [c.value for c in counts]])
+    if error is None:
+        break
+    if error[0] is not errors.OutOfMemoryError:
+        out["other"].append([n, error[0].__name__, error[1]])
+    out["failures"] += 1
+print(json.dumps(out))
+"""
+
+
+def test_every_allocation_of_the_device_path_failing_in_turn_is_typed_and_leaks_nothing(fake_cuda: str) -> None:
+    if lib.tgrad_debug_fail_allocation(0, ffi.NULL) != 0:
+        pytest.skip("libtgrad was built without fault injection")
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TGRAD_CUDA_DRIVER=fake_cuda,
+                TGRAD_NVRTC=fake_cuda, TGRAD_DEVICE_POOL_BYTES="0")
+    proc = subprocess.run([sys.executable, "-c", _FAULTS], capture_output=True, text=True, timeout=300, env=full)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["failures"] >= 5 and out["other"] == [] and out["leaks"] == [], out

@@ -46,11 +46,9 @@ typedef struct {
     tg_device_pool pool;         /* freed buffers kept for reuse (device_pool.h) */
 } device_state;
 
-static device_state states[NDEVICES] = {
-    [1] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
-    [2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
-    [3] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
-};
+#define STATE_INIT { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT } /* the rest zero */
+static device_state states[NDEVICES] = { [1] = STATE_INIT, [2] = STATE_INIT, [3] = STATE_INIT };
+#undef STATE_INIT
 static _Atomic int32_t forced_route; /* 0: choose */
 
 const char *tg_device_name(int32_t device) {

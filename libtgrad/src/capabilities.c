@@ -37,7 +37,7 @@
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
     X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
     X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \
-    X("cuda", "route tc", "refused", "not rendered for CUDA yet: route_not_eligible (bf16 mma.sync would need sm_80+)") \
+    X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 
 #if defined(TGRAD_HAVE_CUDA)

@@ -161,6 +161,8 @@ tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size
 }
 
 /* ---- routes ---- */
+static bool has_matrices(const tg_backend *be) { return be && be->has_matrix_route && be->has_matrix_route(); }
+
 /* The route a matmul takes on `device`: the forced one, or tc where the device has matrices and
  * the shape is eligible, else tiled (which takes every shape). Checks record no error here. The
  * scheduler asks once per step; the step runs what it was told. */
@@ -171,7 +173,7 @@ const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32
     const tg_lang *l = be ? tg_lang_find(be->lang) : NULL;
     tg_gen_matmul p = tg_gen_matmul_of(a, b);
     const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
-    if (l && be->has_matrix_route && be->has_matrix_route()) {
+    if (l && has_matrices(be)) {
         tg_error_saved saved;
         tg_error_save(&saved);
         bool ok = tg_gen_check_matmul(tc, l, &p) == TGRAD_OK;
@@ -265,6 +267,11 @@ tgrad_status tg_device_execute(const tg_step *step) {
     const tg_route *route = step->dev_route ? step->dev_route : tg_route_find(TGRAD_ROUTE_COPY);
     tg_step_kernel k;
     tgrad_status s = tg_step_kernel_render(step, route, l, &k);
+    if (!s && route == tg_route_find(TGRAD_ROUTE_TC) && !has_matrices(backend_of(device))) {
+        tg_step_kernel_free(&k); /* the language has tc, this device lacks it (a CUDA GPU below sm_80) */
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "%s: route tc needs matrix instructions that %s lacks",
+                       device_names[device], backend_of(device)->device_name());
+    }
     if (s || step->buf->numel == 0) {
         if (!s) tg_step_kernel_free(&k);
         return s;

@@ -50,6 +50,18 @@ try:
         a.release()
 except tgrad.TgradError as exc:
     out["error"], out["code"], out["message"] = type(exc).__name__, exc.code, str(exc)
+try:  # a product the tc route can take: chosen on sm_80+, and forced
+    with tgrad.Tensor.from_numpy(np.ones((64, 64), np.float32), device="cuda") as s, s @ s as p:
+        out["route64"] = p.route
+        p.realize()
+    tgrad.set_device_route("tc")
+    with tgrad.Tensor.from_numpy(np.ones((64, 64), np.float32), device="cuda") as s, s @ s as p:
+        p.realize()
+    out["forced_tc"] = "ok"
+except tgrad.TgradError as exc:
+    out["forced_tc"] = f"{type(exc).__name__}: {exc}"
+finally:
+    tgrad.set_device_route("auto")
 out["leaked"] = [tgrad.live_tensors() - before[0], tgrad.live_buffers() - before[1], tgrad.live_bytes() - before[2]]
 if fake is not None and row.available:
     out["fake_live"] = live()
@@ -140,13 +152,23 @@ def test_on_a_working_driver_memory_round_trips_and_a_matmul_launches_without_le
     assert "error" not in out and out["leaked"] == [0, 0, 0], out
     allocations, modules, programs = out["fake_live"]  # type: ignore[misc]
     assert allocations == 0, out  # every tensor's device memory was freed
-    assert programs == 0 and modules == 1, out  # the compiled kernel stays in device.c's cache
+    assert programs == 0 and modules == 2, out  # the tiled and tc kernels stay in device.c's cache
 
 
 def test_with_the_pool_on_freed_buffers_stay_cached_for_reuse(fake_cuda: str) -> None:
     out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)
     assert out["realized"] is True and out["leaked"] == [0, 0, 0], out
     assert out["fake_live"][0] > 0, out  # type: ignore[index]  # held by the pool, not leaked (see above)
+
+
+def test_tc_is_chosen_from_sm_80_and_refused_below(fake_cuda: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)
+    assert out["route64"] == "cuda.tc" and out["forced_tc"] == "ok", out
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="cc:75")
+    assert out["device"] == "Fake CUDA Device (sm_75, NVRTC 99.0)" and out["route64"] == "cuda.tiled", out
+    assert out["forced_tc"] == ("RouteNotEligibleError: cuda: route tc needs matrix instructions that "
+                                "Fake CUDA Device (sm_75, NVRTC 99.0) lacks"), out
+    assert out["leaked"] == [0, 0, 0], out
 
 
 def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture(fake_cuda: str) -> None:

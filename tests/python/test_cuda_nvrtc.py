@@ -45,7 +45,7 @@ def _operands(m: int, k: int, n: int) -> tuple[tgrad.Tensor, tgrad.Tensor]:
             tgrad.Tensor.from_numpy(rng.standard_normal((k, n)).astype(np.float32)))
 
 
-@pytest.mark.parametrize("route", ["naive", "tiled"])
+@pytest.mark.parametrize("route", ["naive", "tiled", "tc"])
 @pytest.mark.parametrize("sm", [80, 90])
 def test_rendered_matmuls_compile_to_a_cubin(nvrtc: str, route: str, sm: int) -> None:
     a, b = _operands(33, 65, 97)
@@ -53,6 +53,15 @@ def test_rendered_matmuls_compile_to_a_cubin(nvrtc: str, route: str, sm: int) ->
         kernel = R.render_matmul(a.T.T, b, route, "cuda")
         assert f'extern "C" __global__ void {kernel.name}(' in kernel.source
         assert _compile(kernel.source, sm) > 1000
+
+
+def test_the_tc_route_needs_sm_80_which_is_why_the_backend_chooses_it_from_there(nvrtc: str) -> None:
+    a, b = _operands(64, 64, 64)
+    with a, b:
+        source = R.render_matmul(a, b, "tc", "cuda").source
+    assert _compile(source, 80) > 0
+    with pytest.raises(errors.KernelCompileFailedError, match="requires .target sm_80 or higher"):
+        _compile(source, 75)
 
 
 def test_a_copy_and_every_step_of_a_graph_with_elementwise_ops_compile(nvrtc: str) -> None:

@@ -213,7 +213,7 @@ class Tensor(Generic[Unpack[Shape]]):
         float16 (widened exactly to float32 first), float32 and float64 round to nearest even in
         libtgrad (float64 rounds once, directly);
         bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
-        device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
+        device: "cpu" (default), "opencl", "cuda" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
         """
         # array.shape is the tensor's once the handle exists (a non-array was refused)
@@ -246,7 +246,7 @@ class Tensor(Generic[Unpack[Shape]]):
     # ---- devices -------------------------------------------------------------------------------
     @property
     def device(self) -> str:
-        """Where the tensor's buffer lives: "cpu", "opencl" or "metal"."""
+        """Where the tensor's buffer lives: "cpu", "opencl", "cuda" or "metal"."""
         out = ffi.new("int32_t *")
         _check(lib.tgrad_tensor_device(self._handle, out))
         return _DEVICE_NAMES[int(out[0])]
@@ -842,12 +842,12 @@ def _bits_handle(bits: npt.NDArray[Any]) -> int:
 
 
 _DEVICE_NAMES = {int(lib.TGRAD_DEVICE_CPU): "cpu", int(lib.TGRAD_DEVICE_METAL): "metal",
-                 int(lib.TGRAD_DEVICE_OPENCL): "opencl"}
+                 int(lib.TGRAD_DEVICE_OPENCL): "opencl", int(lib.TGRAD_DEVICE_CUDA): "cuda"}
 
 
 def _device_number(device: Any) -> int:
     if not isinstance(device, str):
-        raise errors.InvalidArgumentError(f"device: expected a name (cpu, opencl, metal), got {type(device).__name__}")
+        raise errors.InvalidArgumentError(f"device: expected a name (cpu, opencl, cuda, metal), got {type(device).__name__}")
     out = ffi.new("int32_t *")
     _check(lib.tgrad_device_by_name(device.encode(), out))
     return int(out[0])

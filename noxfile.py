@@ -118,11 +118,12 @@ def sanitize(session: nox.Session) -> None:
     # The Python suite against the sanitized library (loaded through TGRAD_LIB, the ASan runtime
     # preloaded into the interpreter). CPython's own allocations are not ours: leaks are checked
     # by the C tests above and the live-object counters here.
-    session.install(".[test]")
+    session.install(".[test,cuda]")  # cuda: NVRTC, so the CUDA backend's compile path runs here too
     libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-x", "-n", "auto", "python",
-                "-k", "not msl_emu and not bench and not render", "-m", "not typecheck",  # mypy loads no libtgrad
+                "-k", "not msl_emu and not cuda_emu and not cuda_compile and not bench and not render",
+                "-m", "not typecheck",  # mypy loads no libtgrad; the emulators and compilers neither
                 *session.posargs,
                 env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan,
                      "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],

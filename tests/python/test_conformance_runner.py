@@ -117,6 +117,34 @@ def test_cuda_emu_fails_a_case_whose_kernel_computes_wrong_bits(monkeypatch: pyt
     assert card["cases"][0]["outcome"] == "fail" and card["cases"][0]["detail"].startswith("naive: ")
 
 
+@pytest.mark.cuda
+def test_cuda_emu_holds_the_tc_route_to_its_bound_not_to_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Until CUDA's tc route renders, the naive kernel stands in for it: exact (within the bound),
+    # then with every result scaled by 1 + 2^-6 (outside it, 2^-8 relative being the bound's floor).
+    from tgrad import render
+
+    original, scale, asked = render.render_matmul, [""], []
+
+    def with_tc(a: Any, b: Any, route: str = "tiled", lang: str = "msl") -> Any:
+        if route != "tc":
+            return original(a, b, route, lang)
+        asked.append((a.shape, b.shape))
+        k = original(a, b, "naive", lang)
+        return dataclasses.replace(k, route="tc", source=k.source.replace(
+            "tg_store_bf16(acc)", f"tg_store_bf16(acc{scale[0]})"))
+
+    monkeypatch.setattr(render, "render_matmul", with_tc)
+    normal = next(c for c in FEW if c.family == "views" and c.fill == "normal")
+    special = next(c for c in CASES if c.fill == "special" and min(c.m, c.k, c.n) >= 8)
+    card = runner.run("cuda-emu", cases=[normal, special])
+    assert [c["outcome"] for c in card["cases"]] == ["pass", "pass"], card["cases"]
+    assert set(asked) == {((normal.m, normal.k), (normal.k, normal.n))}  # tc on finite fills only
+    scale[0] = " * 1.015625f"
+    card = runner.run("cuda-emu", cases=[normal])
+    detail = card["cases"][0]["detail"]
+    assert card["cases"][0]["outcome"] == "fail" and detail.startswith("tc: ") and "break the tc error bound" in detail
+
+
 def test_cli_refuses_cuda_where_it_is_unavailable(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
     row = next((b for b in tgrad.backends() if b.name == "cuda"), None)
     if row is not None and row.available:  # pragma: no cover - a machine with a CUDA device

@@ -94,12 +94,76 @@ inline int b_col(int lane) { return lane >> 2; }
 inline int c_row(int lane, int i) { return (lane >> 2) + (i >= 2 ? 8 : 0); }
 inline int c_col(int lane, int i) { return (lane % 4) * 2 + (i & 1); }
 
+// The exact sum of C and the 16 products, rounded once to fp32 (nearest even). Every term is an
+// integer multiple of 2^-300 (bf16 products: of 2^-266; fp32: of 2^-149) below 2^257, so a
+// 640-bit two's complement fixed-point accumulator holds the sum exactly whatever the exponents.
+// An infinite or NaN term (from C) makes the sum IEEE's, in double.
+struct exact_sum {
+    static constexpr int kLimbs = 10, kUnit = 300;  // value = N * 2^-kUnit
+    uint64_t n[kLimbs] = {};
+    bool all_negative_zero = true, nonfinite = false;
+    double ieee = 0.0;
+
+    void add_at(int limb, uint64_t v, bool negative) {
+        for (int i = limb; i < kLimbs && v; i++) {
+            const uint64_t old = n[i];
+            n[i] = negative ? old - v : old + v;
+            v = negative ? (old < v) : (n[i] < old);  // borrow or carry
+        }
+    }
+    void add(double t) {  // t: a multiple of 2^-300 below 2^300, or not finite
+        uint64_t u;
+        __builtin_memcpy(&u, &t, 8);
+        const bool negative = u >> 63;
+        const int e = (int)((u >> 52) & 0x7ff);  // normal: every finite term is above 2^-1022
+        ieee += t;
+        nonfinite = nonfinite || e == 0x7ff;
+        all_negative_zero = all_negative_zero && t == 0.0 && negative;
+        if (t == 0.0 || e == 0x7ff) return;
+        uint64_t mant = (u & ((1ull << 52) - 1)) | (1ull << 52);
+        int shift = e - 1075 + kUnit;
+        const int tz = __builtin_ctzll(mant);
+        mant >>= tz, shift += tz;
+        if (shift < 0) msl_emu_fail("cuda_emu: an mma term below 2^-300");
+        const int limb = shift / 64, off = shift % 64;
+        add_at(limb, mant << off, negative);
+        if (off && (mant >> (64 - off))) add_at(limb + 1, mant >> (64 - off), negative);
+    }
+    int bit(int i) const { return (int)((n[i / 64] >> (i % 64)) & 1); }
+    float rounded() {
+        if (nonfinite) return (float)ieee;
+        const bool negative = n[kLimbs - 1] >> 63;
+        if (negative) {  // |N|: two's complement negation
+            uint64_t carry = 1;
+            for (int i = 0; i < kLimbs; i++) {
+                n[i] = ~n[i] + carry;
+                carry = carry && n[i] == 0;
+            }
+        }
+        int top = kLimbs * 64 - 1;
+        while (top >= 0 && !bit(top)) top--;
+        if (top < 0) return all_negative_zero ? -0.0f : 0.0f;
+        // Keep 24 bits from the top, or down to 2^-149 (fp32 subnormals): bit `low` is the last.
+        const int low = top - 23 > kUnit - 149 ? top - 23 : kUnit - 149;
+        uint64_t q = 0;
+        for (int i = top; i >= low; i--) q = q << 1 | (uint64_t)bit(i);
+        bool sticky = false;
+        for (int i = low - 2; i >= 0 && !sticky; i--) sticky = bit(i);
+        if (low >= 1 && bit(low - 1) && (sticky || (q & 1))) q++;
+        // q * 2^(low - kUnit): exact in double; to float exactly, or to inf past the fp32 range
+        const uint64_t scale_bits = (uint64_t)(low - kUnit + 1023) << 52;
+        double scale;
+        __builtin_memcpy(&scale, &scale_bits, 8);
+        const float r = (float)((double)q * scale);
+        return negative ? -r : r;
+    }
+};
+
 // D = A * B + C in fp32, once per warp. The tensor core's order of the additions is unknown, so
 // msl_emu_mma_order picks a model, as for the MSL simdgroup multiply-accumulate: 0: C, then the
-// products k = 0..15 by fma; 1: the same from k = 15 down; 2: the 16 products (each exact in fp32:
-// bf16 significands have 8 bits) summed with C in double and rounded once to fp32, which is the
-// exact sum rounded once whenever the terms lie within 2^53 of each other. tgrad's tc route must
-// meet its error bound under every model (docs/kernels.md).
+// products k = 0..15 by fma; 1: the same from k = 15 down; 2: the exact sum of C and the 16
+// products rounded once (exact_sum). tgrad's tc route must meet its error bound under every
+// model (docs/kernels.md).
 inline void mma_m16n8k16_bf16(uint64_t site, int line, float *d, uint a0, uint a1, uint a2, uint a3, uint b0,
                               uint b1) {
     mma_lane mine{ d, { a0, a1, a2, a3 }, { b0, b1 } };
@@ -121,9 +185,10 @@ inline void mma_m16n8k16_bf16(uint64_t site, int line, float *d, uint a0, uint a
             const int r = c_row(lane, i), col = c_col(lane, i);
             float acc = C[r][col];
             if (msl_emu_mma_order == 2) {
-                double s = (double)acc;
-                for (int k = 0; k < 16; k++) s += (double)A[r][k] * (double)B[k][col];
-                acc = msl_emu::flush((float)s);
+                exact_sum s;
+                s.add((double)acc);
+                for (int k = 0; k < 16; k++) s.add((double)A[r][k] * (double)B[k][col]);  // exact
+                acc = msl_emu::flush(s.rounded());
             } else {
                 for (int j = 0; j < 16; j++) {
                     const int k = msl_emu_mma_order == 1 ? 15 - j : j;

@@ -368,3 +368,44 @@ def test_the_driver_removes_the_ptx_definition_and_keeps_line_numbers() -> None:
     assert kernel_text.splitlines()[2 + source.splitlines().index("extern \"C\" __global__ void mma_fragments("
                                                                   "const uint *a, const uint *b, const float *c, float *d)")] \
         .startswith('extern "C" __global__ void mma_fragments(')
+
+
+def _nearest_f32(x) -> np.float32:
+    """The float32 nearest (ties to even) to the exact rational x, in one rounding."""
+    from fractions import Fraction
+
+    f = np.float32(float(x))  # within one float32 step of the nearest
+    best = None
+    for c in (np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf))):
+        if not np.isfinite(c):
+            continue
+        d = abs(Fraction(float(c)) - x)
+        if best is None or d < best[0] or (d == best[0] and int(c.view(np.uint32)) % 2 == 0):
+            best = (d, c)
+    return best[1]
+
+
+def test_the_exact_order_rounds_the_exact_sum_once(emu: Emulator) -> None:
+    from fractions import Fraction
+
+    # 1 + 2^-24 + 2^-80: one rounding gives 1 + 2^-23; a sum in double first would tie to 1.
+    A = np.zeros((16, 16), np.uint16)
+    B = np.zeros((16, 8), np.uint16)
+    A[0, 0], B[0, 0] = _bf16(np.float32(2.0**-12)), _bf16(np.float32(2.0**-12))
+    A[0, 1], B[1, 0] = _bf16(np.float32(2.0**-40)), _bf16(np.float32(2.0**-40))
+    C = np.zeros((16, 8), np.float32)
+    C[0, 0] = 1.0
+    assert _mma(emu, A, B, C, mma="exact")[0, 0] == np.float32(1 + 2.0**-23)
+    assert _mma(emu, A, B, C, mma="fma")[0, 0] == np.float32(1.0)
+    # Exponents spread over 2^-120 .. 2^120 (products far beyond double's 53 bits of each other).
+    rng = np.random.default_rng(9)
+    A = _bf16(_round_bf16(rng.standard_normal((16, 16)) * 2.0 ** rng.integers(-60, 61, (16, 16))))
+    B = _bf16(_round_bf16(rng.standard_normal((16, 8)) * 2.0 ** rng.integers(-60, 61, (16, 8))))
+    C = (rng.standard_normal((16, 8)) * 2.0 ** rng.integers(-100, 101, (16, 8))).astype(np.float32)
+    got = _mma(emu, A, B, C, mma="exact")
+    a, b = _as_f32(A), _as_f32(B)
+    for r in range(16):
+        for col in range(8):
+            exact = Fraction(float(C[r, col])) + sum(Fraction(float(a[r, k])) * Fraction(float(b[k, col]))
+                                                     for k in range(16))
+            assert got[r, col] == _nearest_f32(exact), (r, col)

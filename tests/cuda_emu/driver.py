@@ -7,7 +7,8 @@ for both languages), ``run()`` with its fiber orders, ftz and multiply-accumulat
 EmuError are shared. A block is a threadgroup; ``run(kernel, grid, block, buffers, readonly)``.
 
 What the driver does to the source (the rest is cuda_emu.h's work):
-- reads the one ``[extern "C"] __global__ void name(...)`` signature: pointer parameters are bound
+- reads the one ``[extern "C"] __global__ [__launch_bounds__(n)] void name(...)`` signature (the
+  bounds are ignored; cuda_emu.h defines the keyword away): pointer parameters are bound
   to the buffers in order; a scalar parameter ``T x`` reads a one-element buffer;
 - removes the definition of ``tg_mma_m16n8k16_bf16`` (the tc route's inline PTX), from its line to
   its closing brace, leaving the line breaks so line numbers hold; cuda_emu.h supplies it;
@@ -59,7 +60,9 @@ class SubsetError(_msl.SubsetError):
     """The source is outside the CUDA subset the emulator accepts (docs/msl-subset.md)."""
 
 
-_SIGNATURE = re.compile(r'(?:\bextern\s+"C"\s+)?\b__global__\s+void\s+(\w+)\s*\((.*?)\)\s*\{', re.S)
+_BOUNDS = r"(?:__launch_bounds__\s*\([^)]*\)\s+)?"
+_SIGNATURE = re.compile(r'(?:\bextern\s+"C"\s+)?\b__global__\s+' + _BOUNDS + r"void\s+" + _BOUNDS +
+                        r"(\w+)\s*\((.*?)\)\s*\{", re.S)
 _PARAM = re.compile(r"^(.*?[\s*&])(\w+)$", re.S)
 _SHARED = re.compile(r"^(\s+)__shared__\s+(\w+)\s+(\w+)\s*((?:\[\s*\d+\s*\])+)\s*;", re.M)
 _MMA_DEFINITION = re.compile(r"^[^\n;]*\b" + MMA_FUNCTION + r"\s*\([^;{]*\)\s*\{", re.M)

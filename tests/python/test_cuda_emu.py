@@ -172,6 +172,13 @@ def test_the_translation_keeps_line_numbers_and_takes_one_kernel() -> None:
         translate(k.source + k.source.replace(name, name + "_2"))
 
 
+def test_launch_bounds_are_accepted_and_ignored(emu: Emulator) -> None:
+    k, a_bits, b_bits, bufs = _render(TEETH, "tiled")
+    source = k.source.replace("__global__ void", "__global__ void __launch_bounds__(256)")
+    assert translate(source)[1] == k.name
+    assert np.array_equal(_run_matmul(emu, source, k, bufs, 48, 24), matmul_bits(a_bits, b_bits))
+
+
 # ---- the warp-wide bf16 mma.sync (tc route) -----------------------------------------------------------
 # A kernel that passes each lane's fragment registers, read from buffers the test lays out, to
 # tg_mma_m16n8k16_bf16 and stores its D fragment. Its own definition is the real one (inline PTX,

@@ -15,7 +15,8 @@
  *   threads_x/_y  threadgroup shape; threads_x * threads_y is a multiple of 32 (a simdgroup)
  *   min_m/k/n     eligibility: smallest extents the route takes (every larger extent, multiple of
  *                 the tile or not, is handled by bounds checks in the kernel)
- *   simdgroup_matrix  the route needs 8x8 simdgroup matrices (MSL; OpenCL C has none)
+ *   simdgroup_matrix  the route needs matrix hardware: 8x8 simdgroup matrices (MSL) or warp-level
+ *                 bf16 mma.sync m16n8k16 (CUDA, sm_80+); OpenCL C has neither
  *
  * Numerics: naive and tiled follow the canonical order of docs/numerics.md exactly (bit-identical
  * to the oracle); tc uses the hardware's 8x8 multiply-accumulate order and is held to the error

@@ -323,7 +323,8 @@ TGRAD_API int64_t tgrad_cpu_scratch_bytes(void);
 #define TGRAD_DEVICE_CPU 0
 #define TGRAD_DEVICE_METAL 1
 #define TGRAD_DEVICE_OPENCL 2
-/* Device number by name ("cpu", "metal", "opencl"); TGRAD_ERR_INVALID_ARGUMENT for others. */
+#define TGRAD_DEVICE_CUDA 3
+/* Device number by name ("cpu", "metal", "opencl", "cuda"); TGRAD_ERR_INVALID_ARGUMENT for others. */
 TGRAD_API tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
 TGRAD_API tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
 /* The tensor's values on `device`: a new handle on the same view when it is already there,
@@ -399,6 +400,13 @@ TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t co
  * the registry, n < 0, a NULL array with n > 0, or b given to a unary op; out is then untouched. */
 TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                                int64_t n);
+
+/* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
+ * NVRTC as the backend does (--fmad=false, no fast math) into a CUBIN for sm_<sm> (e.g. 90) and
+ * report its size in *image_bytes. TGRAD_ERR_KERNEL_COMPILE_FAILED with NVRTC's log in
+ * tgrad_last_error(); TGRAD_ERR_BACKEND_UNAVAILABLE where NVRTC is not found or the backend is not
+ * built; TGRAD_ERR_INVALID_ARGUMENT for NULL pointers or sm outside 10..999. */
+TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
@@ -429,7 +437,7 @@ TGRAD_API tgrad_status tgrad_tensor_buffer_id(tgrad_tensor_t tensor, uint64_t *i
  * "refused", "yes", "no", "not built") and note one line of why. The strings are static. */
 TGRAD_API tgrad_status tgrad_capability(int32_t index, const char **backend, const char **capability,
                                         const char **value, const char **note);
-/* Backends, index 0, 1, ... until TGRAD_ERR_INDEX_OUT_OF_RANGE: name ("cpu", "metal", "opencl"),
+/* Backends, index 0, 1, ... until TGRAD_ERR_INDEX_OUT_OF_RANGE: name ("cpu", "metal", "opencl", "cuda"),
  * built (compiled into this library), available (usable on this machine now) and a device
  * description, or why it is not available. */
 TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int32_t *available,

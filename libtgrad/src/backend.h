@@ -3,7 +3,8 @@
  * A backend owns device memory and runs kernel source that libtgrad rendered (src/gen). Everything
  * else — which route, the kernel text, launch geometry, the program cache, views, the graph —
  * lives in portable C (device.c) where CI exercises it. A backend file holds only the driver
- * calls (OpenCL through a dlopen'ed ICD loader; Metal in Objective-C, macOS only).
+ * calls (OpenCL through a dlopen'ed ICD loader; CUDA through the dlopen'ed driver API and NVRTC;
+ * Metal in Objective-C, macOS only).
  *
  * Threading: device.c serializes all calls into one backend with that backend's mutex, so a
  * backend needs no locking of its own. Errors: return a tgrad status, recording the detail with
@@ -17,7 +18,7 @@
 #include "internal.h"
 
 typedef struct tg_backend {
-    const char *name; /* "opencl", "metal" */
+    const char *name; /* "opencl", "metal", "cuda" */
     int32_t lang;     /* TGRAD_LANG_* the backend compiles */
     /* Find a device (once; later calls return the first result). TGRAD_ERR_BACKEND_UNAVAILABLE
      * with the reason when there is none (no driver, no device, not built). */
@@ -46,5 +47,6 @@ typedef struct tg_backend {
  * an entry is NULL when that backend is not built on this platform. */
 extern const tg_backend *const tg_backend_opencl; /* NULL unless built */
 extern const tg_backend *const tg_backend_metal;  /* NULL unless built (macOS) */
+extern const tg_backend *const tg_backend_cuda;   /* NULL unless built (dlopen, not macOS) */
 
 #endif

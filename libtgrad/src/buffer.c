@@ -40,7 +40,7 @@ static tgrad_status poison_device(tg_buffer *b, size_t bytes) {
     tgrad_status s = tg_device_upload(b->device, b->dev_mem, host, bytes);
     free(host);
     if (s) {
-        tg_device_free(b->device, b->dev_mem);
+        tg_device_free(b->device, b->dev_mem, bytes);
         b->dev_mem = NULL;
     }
     return s;
@@ -87,7 +87,7 @@ void tg_buffer_release(tg_buffer *b) {
     } else {
         tg_storage_free(b->data, b->capacity);
     }
-    tg_device_free(b->device, b->dev_mem);
+    tg_device_free(b->device, b->dev_mem, (size_t)b->numel * 2u);
     node_free(b->node);
     pthread_mutex_destroy(&b->lock);
     free(b);

@@ -34,7 +34,17 @@
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
     X("opencl", "fusion", "bit-exact", "epilogues on the naive and tiled routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
+    X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
+    X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
+
+#if defined(TGRAD_HAVE_CUDA)
+#define CUDA_BUILT "built"
+#else
+#define CUDA_BUILT "not built"
+#endif
 
 #if defined(TGRAD_HAVE_METAL)
 #define METAL_BUILT "built"
@@ -96,10 +106,11 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
         return TGRAD_OK;
     case TGRAD_DEVICE_METAL:
     case TGRAD_DEVICE_OPENCL:
+    case TGRAD_DEVICE_CUDA:
         *name = tg_device_name(index);
         tg_device_describe(index, built, available, device);
         return TGRAD_OK;
     default:
-        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "backend: index %d outside 0..2", index);
+        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "backend: index %d outside 0..3", index);
     }
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "device_pool.h"
 #include "gen/gen.h"
 #include "routes.h"
 #include "ops/elementwise.h"
@@ -18,9 +19,16 @@ const tg_backend *const tg_backend_opencl = NULL;
 #if !defined(TGRAD_HAVE_METAL)
 const tg_backend *const tg_backend_metal = NULL;
 #endif
+#if !defined(TGRAD_HAVE_CUDA)
+const tg_backend *const tg_backend_cuda = NULL;
+TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes) {
+    (void)source, (void)sm, (void)image_bytes;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "cuda: not built into this library");
+}
+#endif
 
-enum { NDEVICES = 3, CACHE = 128 };
-static const char *const device_names[NDEVICES] = { "cpu", "metal", "opencl" };
+enum { NDEVICES = 4, CACHE = 128 };
+static const char *const device_names[NDEVICES] = { "cpu", "metal", "opencl", "cuda" };
 
 typedef struct {
     uint64_t hash;
@@ -35,12 +43,12 @@ typedef struct {
     cached_program cache[CACHE];
     int32_t next_slot; /* round-robin eviction */
     void *tables[TGRAD_OP_END_]; /* device_table */
+    tg_device_pool pool;         /* freed buffers kept for reuse (device_pool.h) */
 } device_state;
 
-static device_state states[NDEVICES] = {
-    [1] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
-    [2] = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT, 0, "", { { 0, NULL } }, 0, { NULL } },
-};
+#define STATE_INIT { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT } /* the rest zero */
+static device_state states[NDEVICES] = { [1] = STATE_INIT, [2] = STATE_INIT, [3] = STATE_INIT };
+#undef STATE_INIT
 static _Atomic int32_t forced_route; /* 0: choose */
 
 const char *tg_device_name(int32_t device) {
@@ -57,18 +65,21 @@ void tg_device_use_stand_in(int32_t device, const tg_backend *be) {
 
 static const tg_backend *backend_of(int32_t device) {
     if (device > 0 && device < NDEVICES && stand_ins[device]) return stand_ins[device];
-    return device == TGRAD_DEVICE_OPENCL ? tg_backend_opencl : device == TGRAD_DEVICE_METAL ? tg_backend_metal : NULL;
+    switch (device) {
+    case TGRAD_DEVICE_METAL: return tg_backend_metal;
+    case TGRAD_DEVICE_OPENCL: return tg_backend_opencl;
+    case TGRAD_DEVICE_CUDA: return tg_backend_cuda;
+    default: return NULL;
+    }
 }
 
-static void init_metal(void);
-static void init_opencl(void);
 static void init_device(int32_t device) {
     device_state *st = &states[device];
     const tg_backend *be = backend_of(device);
     if (!be) {
         st->init_status = TGRAD_ERR_BACKEND_UNAVAILABLE;
         snprintf(st->reason, sizeof st->reason, "not built %s",
-                 device == TGRAD_DEVICE_METAL ? "on this platform" : "into this library");
+                 device == TGRAD_DEVICE_OPENCL ? "into this library" : "on this platform");
         return;
     }
     tg_error_saved saved; /* the first use of a device may be any call, a listing too */
@@ -79,13 +90,15 @@ static void init_device(int32_t device) {
 }
 static void init_metal(void) { init_device(TGRAD_DEVICE_METAL); }
 static void init_opencl(void) { init_device(TGRAD_DEVICE_OPENCL); }
+static void init_cuda(void) { init_device(TGRAD_DEVICE_CUDA); }
+static void (*const init_fns[NDEVICES])(void) = { NULL, init_metal, init_opencl, init_cuda };
 
 tgrad_status tg_device_ready(int32_t device) {
     if (device == TGRAD_DEVICE_CPU) return TGRAD_OK;
-    if (device != TGRAD_DEVICE_METAL && device != TGRAD_DEVICE_OPENCL)
+    if (device <= 0 || device >= NDEVICES)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device %d does not exist", device);
     device_state *st = &states[device];
-    pthread_once(&st->once, device == TGRAD_DEVICE_METAL ? init_metal : init_opencl);
+    pthread_once(&st->once, init_fns[device]);
     if (st->init_status) return tg_fail(st->init_status, "%s: %s", device_names[device], st->reason);
     return TGRAD_OK;
 }
@@ -98,17 +111,41 @@ tgrad_status tg_device_ready(int32_t device) {
         pthread_mutex_unlock(&states[device].lock);          \
     } while (0)
 
+/* Device memory from the pool when a buffer of the size's class is cached, else from the backend
+ * (after emptying the pool into the driver and trying once more, if the driver is out of memory). */
 tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem) {
     tgrad_status s = tg_device_ready(device);
     if (s) return s;
     if (tg_fault()) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes on %s", bytes, device_names[device]);
-    LOCKED(device, s = backend_of(device)->alloc(bytes, mem));
+    const tg_backend *be = backend_of(device);
+    device_state *st = &states[device];
+    size_t size = tg_pool_size(bytes);
+    pthread_mutex_lock(&st->lock);
+    *mem = tg_pool_take(&st->pool, size);
+    s = *mem ? TGRAD_OK : be->alloc(size, mem);
+    if (s == TGRAD_ERR_OUT_OF_MEMORY && st->pool.count > 0) {
+        tg_pool_drain(&st->pool, be->free);
+        s = be->alloc(size, mem);
+    }
+    pthread_mutex_unlock(&st->lock);
     return s;
 }
 
-void tg_device_free(int32_t device, void *mem) {
-    if (!mem || !backend_of(device)) return;
-    LOCKED(device, backend_of(device)->free(mem));
+/* `bytes` as given to tg_device_alloc: the buffer goes back to the pool, or to the backend when
+ * the pool is full. */
+void tg_device_free(int32_t device, void *mem, size_t bytes) {
+    const tg_backend *be = backend_of(device);
+    if (!mem || !be) return;
+    device_state *st = &states[device];
+    LOCKED(device, if (!tg_pool_keep(&st->pool, mem, tg_pool_size(bytes))) be->free(mem));
+}
+
+/* The pool's cached bytes and buffers on `device`, for tests. */
+TG_HIDDEN void tg_device_pool_stats(int32_t device, size_t *cached, int32_t *count);
+void tg_device_pool_stats(int32_t device, size_t *cached, int32_t *count) {
+    *cached = 0, *count = 0;
+    if (device <= 0 || device >= NDEVICES) return;
+    LOCKED(device, (*cached = states[device].pool.cached, *count = states[device].pool.count));
 }
 
 tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes) {
@@ -124,6 +161,8 @@ tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size
 }
 
 /* ---- routes ---- */
+static bool has_matrices(const tg_backend *be) { return be && be->has_matrix_route && be->has_matrix_route(); }
+
 /* The route a matmul takes on `device`: the forced one, or tc where the device has matrices and
  * the shape is eligible, else tiled (which takes every shape). Checks record no error here. The
  * scheduler asks once per step; the step runs what it was told. */
@@ -134,7 +173,7 @@ const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32
     const tg_lang *l = be ? tg_lang_find(be->lang) : NULL;
     tg_gen_matmul p = tg_gen_matmul_of(a, b);
     const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
-    if (l && be->has_matrix_route && be->has_matrix_route()) {
+    if (l && has_matrices(be)) {
         tg_error_saved saved;
         tg_error_save(&saved);
         bool ok = tg_gen_check_matmul(tc, l, &p) == TGRAD_OK;
@@ -228,6 +267,11 @@ tgrad_status tg_device_execute(const tg_step *step) {
     const tg_route *route = step->dev_route ? step->dev_route : tg_route_find(TGRAD_ROUTE_COPY);
     tg_step_kernel k;
     tgrad_status s = tg_step_kernel_render(step, route, l, &k);
+    if (!s && route == tg_route_find(TGRAD_ROUTE_TC) && !has_matrices(backend_of(device))) {
+        tg_step_kernel_free(&k); /* the language has tc, this device lacks it (a CUDA GPU below sm_80) */
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "%s: route tc needs matrix instructions that %s lacks",
+                       device_names[device], backend_of(device)->device_name());
+    }
     if (s || step->buf->numel == 0) {
         if (!s) tg_step_kernel_free(&k);
         return s;
@@ -252,7 +296,7 @@ TGRAD_API tgrad_status tgrad_device_by_name(const char *name, int32_t *device) {
             *device = i;
             return TGRAD_OK;
         }
-    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device_by_name: unknown device '%s' (cpu, metal, opencl)", name);
+    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device_by_name: unknown device '%s' (cpu, metal, opencl, cuda)", name);
 }
 
 /* tgrad_backend() reports devices 1.. through these. */

@@ -172,11 +172,11 @@ extern TG_HIDDEN atomic_int_fast64_t tg_live_tensors_, tg_live_buffers_, tg_live
 /* ---- GPU devices (device.c; backends behind backend.h) ---- */
 TG_HIDDEN tgrad_status tg_device_ready(int32_t device);      /* usable now? (reason recorded) */
 TG_HIDDEN tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem);
-TG_HIDDEN void tg_device_free(int32_t device, void *mem);
+TG_HIDDEN void tg_device_free(int32_t device, void *mem, size_t bytes); /* bytes as allocated */
 TG_HIDDEN tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes);
 TG_HIDDEN tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size_t bytes);
 /* tg_device_execute and tg_device_matmul_route: schedule.h */
-TG_HIDDEN const char *tg_device_name(int32_t device);       /* "cpu", "metal", "opencl" */
+TG_HIDDEN const char *tg_device_name(int32_t device);       /* "cpu", "metal", "opencl", "cuda" */
 
 /* ---- CPU execution (cpu/) ---- */
 /* A CPU matmul decided once (cpu/plan.c): variant, path and operand order from the views and the

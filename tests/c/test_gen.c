@@ -99,6 +99,18 @@ static void test_eligibility(void) {
     EXPECT(tgrad_route_check(TGRAD_ROUTE_TILED, TGRAD_LANG_MSL, a, b), TGRAD_OK);
     EXPECT(tgrad_route_check(TGRAD_ROUTE_NAIVE, TGRAD_LANG_OPENCL, a, b), TGRAD_OK);
     EXPECT(tgrad_route_check(TGRAD_ROUTE_TC, TGRAD_LANG_MSL, c, c), TGRAD_OK);
+    /* tc needs matrix hardware: MSL's simdgroup matrices or CUDA's warp-level mma, not OpenCL C */
+    EXPECT(tgrad_route_check(TGRAD_ROUTE_TC, TGRAD_LANG_OPENCL, c, c), TGRAD_ERR_ROUTE_NOT_ELIGIBLE);
+    CHECK(strstr(tgrad_last_error(), "warp-level bf16 mma.sync") != NULL);
+    EXPECT(tgrad_route_check(TGRAD_ROUTE_TC, TGRAD_LANG_CUDA, a, b), TGRAD_ERR_ROUTE_NOT_ELIGIBLE);
+    struct tgrad_launch l;
+    char *text = render(TGRAD_ROUTE_TC, TGRAD_LANG_CUDA, c, c, &l);
+    CHECK(text && strstr(text, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") != NULL);
+    CHECK(l.threadgroup[0] == 128 && l.threadgroup[1] == 1 && l.threadgroup_memory == 2048); /* bf16 tiles */
+    free(text);
+    text = render(TGRAD_ROUTE_TC, TGRAD_LANG_MSL, c, c, &l);
+    CHECK(text && l.threadgroup_memory == 8192); /* fp32 tiles and a c tile */
+    free(text);
     tgrad_tensor_release(a);
     tgrad_tensor_release(b);
     tgrad_tensor_release(c);

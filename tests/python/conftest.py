@@ -15,6 +15,8 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
@@ -129,6 +131,22 @@ def opencl_device() -> str:
     pytest.skip(reason)
 
 
+@pytest.fixture
+def cuda_device() -> str:
+    """The CUDA device libtgrad uses here ("name (sm_XY, NVRTC x.y)"). Skips where none is usable
+    (no GPU or driver: every machine of this project's CI), but fails under TGRAD_REQUIRE_CUDA=1,
+    for a run on a GPU that must not pass as skipped (docs/cuda.md)."""
+    import tgrad
+
+    row = next(b for b in tgrad.backends() if b.name == "cuda")
+    if row.built and row.available:
+        return row.device
+    reason = f"the cuda backend is unavailable: {row.device}"
+    if os.environ.get("TGRAD_REQUIRE_CUDA") == "1":
+        pytest.fail(f"TGRAD_REQUIRE_CUDA=1, but {reason}")
+    pytest.skip(reason)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Says, at the end of the run, which backends' tests were skipped and why: a machine without
     an OpenCL driver skips the OpenCL suite, and that must be visible in the output rather than
@@ -141,6 +159,26 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             reason = reason.removeprefix("Skipped: ")
             reasons[reason] = reasons.get(reason, 0) + 1
     for reason, count in sorted(reasons.items()):
+        require = "TGRAD_REQUIRE_CUDA" if reason.startswith("the cuda backend") else "TGRAD_REQUIRE_OPENCL"
         terminalreporter.write_line(
             f"tgrad: {count} test(s) skipped because {reason} "
-            "(set TGRAD_REQUIRE_OPENCL=1 to fail them instead)", yellow=True)
+            f"(set {require}=1 to fail them instead)", yellow=True)
+
+
+_FAKE_CUDA_SOURCE = Path(__file__).resolve().parents[2] / "tests" / "c" / "fake_cuda.c"
+
+
+@pytest.fixture(scope="session")
+def fake_cuda(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """tests/c/fake_cuda.c, a fake CUDA driver and NVRTC (tests of the cuda backend without a GPU):
+    meson's build beside the library under test, else compiled here with the C compiler."""
+    lib = os.environ.get("TGRAD_LIB")
+    if lib:
+        built = Path(lib).resolve().parents[1] / "tests" / "c" / "libfake_cuda.so"
+        if built.exists() and built.stat().st_mtime >= _FAKE_CUDA_SOURCE.stat().st_mtime:
+            return str(built)
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc, "no C compiler to build tests/c/fake_cuda.c"
+    out = tmp_path_factory.mktemp("fake_cuda") / "libfake_cuda.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(_FAKE_CUDA_SOURCE)], check=True)
+    return str(out)

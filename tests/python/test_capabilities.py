@@ -42,7 +42,7 @@ def test_backends_list_cpu_built_and_available() -> None:
     rows = tgrad.backends()
     names = [b.name for b in rows]
     assert names[0] == "cpu" and len(set(names)) == len(names)
-    assert {"cpu", "metal", "opencl"} <= set(names)
+    assert {"cpu", "metal", "opencl", "cuda"} <= set(names)
     cpu = rows[0]
     assert cpu.built and cpu.available and cpu.device
     for b in rows:

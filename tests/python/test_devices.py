@@ -19,7 +19,7 @@ def test_a_host_tensor_lives_on_the_cpu_and_to_cpu_is_the_same_view() -> None:
     assert u.shares_buffer(t) and u.strides == t.strides
 
 
-@pytest.mark.parametrize("device", ["metal", "opencl"])
+@pytest.mark.parametrize("device", ["metal", "opencl", "cuda"])
 def test_an_unusable_device_is_refused_with_its_reason_before_any_allocation(device: str) -> None:
     available = {b.name: b.available for b in tgrad.backends()}
     if available[device]:

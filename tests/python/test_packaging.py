@@ -211,3 +211,16 @@ def test_documented_commands_run_from_any_directory_against_the_installed_wheel(
 
     old = _run_elsewhere(installed, tmp_path, "-c", "import conformance")
     assert old.returncode != 0 and "No module named 'conformance'" in old.stderr
+
+
+def test_import_tgrad_leaves_ml_dtypes_for_first_use() -> None:
+    # ml_dtypes 0.7 spends about a second of CPU importing; `import tgrad` (the CLI's doctor,
+    # explain and render, to_bytes users) must not pay it. The first bfloat16 array imports it.
+    code = ("import sys, numpy as np, tgrad\n"
+            "assert 'ml_dtypes' not in sys.modules, 'import tgrad imported ml_dtypes'\n"
+            "t = tgrad.Tensor.from_numpy(np.ones((2, 3), np.float32))\n"
+            "assert t.to_bytes() == b'\\x80?' * 6 and 'ml_dtypes' not in sys.modules\n"
+            "assert t.numpy(np.float32).sum() == 6 and 'ml_dtypes' not in sys.modules\n"
+            "assert str(t.numpy().dtype) == 'bfloat16' and 'ml_dtypes' in sys.modules\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)

@@ -169,8 +169,12 @@ def test_tc_needs_eight_in_every_dimension_and_simdgroup_matrices() -> None:
             R.render_matmul(a, b, "tc")
         R.route_check("tiled", a, b)
         R.route_check("tc", c, c)
-        with pytest.raises(errors.RouteNotEligibleError, match="simdgroup matrices"):
+        with pytest.raises(errors.RouteNotEligibleError, match="simdgroup matrices .* or warp-level bf16 mma.sync"):
             R.render_matmul(c, c, "tc", "opencl")
+        R.route_check("tc", c, c)
+        assert "mma.sync.aligned.m16n8k16" in R.render_matmul(c, c, "tc", "cuda").source
+        with pytest.raises(errors.RouteNotEligibleError, match="needs M >= 8"):
+            R.render_matmul(a, b, "tc", "cuda")
         with pytest.raises(errors.RouteNotEligibleError, match="not a matmul route"):
             R.render_matmul(c, c, "copy")
         R.route_check("copy", c)
@@ -290,15 +294,55 @@ def test_opencl_is_the_same_kernel_in_other_spellings() -> None:
         assert "__kernel void" in R.render_copy(a.T, "opencl").source
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (8, 8, 8), (33, 65, 97), (64, 16, 40)])
+def test_cuda_renders_every_route_in_its_own_spellings(m: int, k: int, n: int) -> None:
+    """CUDA C++ text without a compiler (the `cuda` tier compiles it: test_cuda_compile.py): entry
+    points extern "C" __global__, helpers __device__, no MSL or OpenCL spelling, no header, and the
+    tc route on mma.sync with bf16 tiles (2 KiB of shared memory)."""
+    with zeros(m, k) as a, zeros(k, n) as b:
+        routes = ("naive", "tiled") + (("tc",) if min(m, k, n) >= 8 else ())
+        kernels = [R.render_matmul(a, b, route, "cuda") for route in routes]
+        msl = {route: R.render_matmul(a, b, route, "msl") for route in routes}
+        kernels.append(R.render_copy(a.T, "cuda"))
+        with (a * 0.5).maximum(a) as y:
+            kernels.append(R.render_tensor(y, lang="cuda"))
+    assert [kern.route for kern in kernels] == [*routes, "copy", "elementwise"]
+    for kern in kernels:
+        src = kern.source
+        code = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith("//"))
+        assert kern.lang == "cuda" and f'extern "C" __global__ void {kern.name}(' in src
+        assert "__device__ __forceinline__" in code and "static inline" not in code
+        for foreign in ("[[", "threadgroup", "device ", "metal_stdlib", "#include", "__kernel", "__global ", "__local",
+                        "get_group_id", "as_type", " as_float(", "(as_float(", "barrier(", "simdgroup"):
+            assert foreign not in code, (kern.route, foreign)
+        assert code.count("{") == code.count("}")
+        if kern.route in msl:
+            assert (kern.grid, kern.threadgroup) == (msl[kern.route].grid, msl[kern.route].threadgroup)
+    by_route = {kern.route: kern for kern in kernels}
+    tiled = by_route["tiled"]
+    assert "__shared__ float a_tile[16][32];" in tiled.source and tiled.source.count("__syncthreads();") == 2
+    assert tiled.threadgroup_memory == 4096
+    if "tc" in by_route:
+        tc = by_route["tc"]
+        assert tc.threadgroup == (128, 1, 1) and tc.threadgroup_memory == 2048
+        assert "__shared__ ushort a_tile[32][16];" in tc.source and "__shared__ ushort b_tile[16][32];" in tc.source
+        assert tc.source.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 1
+        assert ("__device__ __forceinline__ void tg_mma_m16n8k16_bf16(float *d, uint a0, uint a1, uint a2, uint a3, "
+                "uint b0, uint b1) {") in tc.source
+        assert "tg_mma_m16n8k16_bf16(acc[j], a0, a1, a2, a3, b0, b1);" in tc.source
+        assert "v = tg_daz_bf16(a[" in tc.source and "tg_load_bf16" not in tc.source
+        assert "// fp32 accumulation in bf16 mma.sync m16n8k16 tiles" in tc.source
+
+
 # ---- golden renders -----------------------------------------------------------------------------------
 def _golden_cases():
     def plain(route, m, k, n, lang="msl"):
         with zeros(m, k) as a, zeros(k, n) as b:
             return R.render_matmul(a, b, route, lang)
 
-    def naive_transposed_a():
+    def naive_transposed_a(lang="msl"):
         with zeros(7, 5) as base, zeros(7, 3) as b:
-            return R.render_matmul(base.T, b, "naive")
+            return R.render_matmul(base.T, b, "naive", lang)
 
     def tiled_views_opencl():
         with zeros(66, 194) as base, zeros(1, 97) as row:
@@ -307,10 +351,10 @@ def _golden_cases():
             a.release(), b.release()
             return kernel
 
-    def copy_negstep_transpose():
+    def copy_negstep_transpose(lang="msl"):
         with zeros(4, 6) as base:
             view = base[::-1, ::-1].T
-            kernel = R.render_copy(view)
+            kernel = R.render_copy(view, lang)
             view.release()
             return kernel
 
@@ -344,6 +388,13 @@ def _golden_cases():
         "naive_5x7x3_transposed_a.metal": naive_transposed_a,
         "tiled_33x65x97_slice_expand.cl": tiled_views_opencl,
         "copy_6x4_negstep_transpose.metal": copy_negstep_transpose,
+        # CUDA C++: every route, the tc one on mma.sync (render_tc_cuda.c)
+        "naive_5x7x3_transposed_a.cu": lambda: naive_transposed_a("cuda"),
+        "tiled_48x40x24_add_gelu.cu": lambda: fused("tiled", "cuda", ["add", "gelu"]),
+        "tc_64x64x64.cu": lambda: plain("tc", 64, 64, 64, "cuda"),
+        "tc_48x40x24_mul_silu_sub.cu": lambda: fused("tc", "cuda", ["mul", "silu", "sub"]),
+        "copy_6x4_negstep_transpose.cu": lambda: copy_negstep_transpose("cuda"),
+        "elementwise_5x7_chain.cu": lambda: elementwise_chain("cuda"),
     }
 
 

@@ -157,6 +157,7 @@ void tgrad_release_cached(void);
 #define TGRAD_DEVICE_CPU 0
 #define TGRAD_DEVICE_METAL 1
 #define TGRAD_DEVICE_OPENCL 2
+#define TGRAD_DEVICE_CUDA 3
 tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
 tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
 tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
@@ -173,6 +174,7 @@ tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int3
 tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                      int64_t n);
+tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

@@ -35,11 +35,10 @@ import operator
 import threading
 from typing import Any, NamedTuple
 
-import ml_dtypes
 import numpy as np
 from cffi import FFI  # type: ignore[import-untyped, unused-ignore]
 
-from . import errors
+from . import _bf16, errors
 from ._ffi import ffi as tffi
 from ._ffi import lib
 from .errors import _check
@@ -233,7 +232,7 @@ def _external(address: int, shape: tuple[int, ...], strides: tuple[int, ...],
 def _from_numpy(array: np.ndarray[Any, Any]) -> Any:
     from .tensor import Tensor
 
-    if array.dtype == np.dtype(ml_dtypes.bfloat16):
+    if _bf16.is_bf16(array.dtype):
         if array.size == 0 or any(s % 2 for s in array.strides):
             return Tensor.from_numpy(np.ascontiguousarray(array))
         key = next(_keys)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes.util
 import glob
+import importlib.util
 import os
 from typing import Any
 
@@ -79,9 +80,33 @@ def _load() -> tuple[Any, str]:
     )
 
 
+def _nvrtc_from_wheel() -> str | None:
+    """libnvrtc from the nvidia-cuda-nvrtc wheel (the `tgrad[cuda]` extra), if installed: CUDA 13's
+    wheel puts it in nvidia/cu13/lib, CUDA 12's in nvidia/cuda_nvrtc/lib."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return None
+    for root in list(spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12"):
+            if os.path.isfile(os.path.join(root, sub)):
+                return os.path.join(root, sub)
+    return None
+
+
+def _point_at_nvrtc() -> None:
+    # The CUDA backend dlopens NVRTC by soname when first used; a wheel's copy is not on the loader's
+    # path, so name it in TGRAD_NVRTC (unless the user already did). Nothing is loaded here.
+    if not os.environ.get("TGRAD_NVRTC"):
+        path = _nvrtc_from_wheel()
+        if path:
+            os.environ["TGRAD_NVRTC"] = path
+
+
 lib: Any
 _library_path: str
 lib, _library_path = _load()
+_point_at_nvrtc()
 
 
 def _check_version() -> None:

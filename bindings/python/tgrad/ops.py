@@ -29,10 +29,9 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVarTuple, Union, Unpack, cast
 
-import ml_dtypes
 import numpy as np
 
-from . import errors
+from . import _bf16, errors
 from ._ffi import _string, lib
 from .errors import _check
 from .tensor import _RECORDER, Tensor, _new_handle, _reports
@@ -50,7 +49,6 @@ _Shape = TypeVarTuple("_Shape")
 #: An operand of a binary op.
 Operand = Union[Tensor, Scalar]
 
-_BF16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
 _INT_BITS = 53  # float64's significand: ints up to 2^53 convert exactly
 
 
@@ -131,7 +129,7 @@ def _host_array(value: object) -> np.ndarray[Any, Any] | None:
         return np.array(_int_as_double(value), np.float64)
     if isinstance(value, float):  # np.float64 too
         return np.array(value, np.float64)
-    if isinstance(value, np.generic) and value.dtype == _BF16:
+    if isinstance(value, np.generic) and _bf16.is_bf16(value.dtype):
         return np.asarray(value)
     if isinstance(value, np.floating) and value.dtype in (np.float32, np.float16):
         return np.array(value, np.float32)  # float16 widens exactly; one rounding follows
@@ -144,7 +142,7 @@ def _host_array(value: object) -> np.ndarray[Any, Any] | None:
 
 def _is_operand(value: object) -> bool:
     return isinstance(value, (Tensor, bool, int, float, complex, np.bool_, np.number)) or (
-        isinstance(value, np.generic) and value.dtype == _BF16)
+        isinstance(value, np.generic) and _bf16.is_bf16(value.dtype))
 
 
 def _constant(value: object, name: str, device: str = "cpu") -> Tensor:

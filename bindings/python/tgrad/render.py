@@ -53,7 +53,7 @@ def routes() -> list[str]:
 
 
 def langs() -> list[str]:
-    """Kernel language names: msl, opencl."""
+    """Kernel language names: msl, opencl, cuda."""
     return list(_LANGS)
 
 

@@ -23,11 +23,10 @@ from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, SupportsIndex, TypeVar, Union, Unpack, cast, get_args, \
     get_origin, overload
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
-from . import errors
+from . import _bf16, errors
 from ._ffi import ffi, lib
 from .errors import _check
 
@@ -59,7 +58,6 @@ _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
-_BF16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
 _F32: np.dtype[Any] = np.dtype(np.float32)
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
 
@@ -128,16 +126,16 @@ def _axis(value: Any, what: str) -> int:
 def _host_dtype(dtype: Any, what: str) -> np.dtype[Any]:
     """The host dtype asked for: bfloat16 (the default) or float32."""
     if dtype is None:
-        return _BF16
+        return _bf16.dtype()
     if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
-        return _BF16
+        return _bf16.dtype()
     try:
         dt: np.dtype[Any] = np.dtype(dtype)
     except (TypeError, ValueError):
         raise errors.DtypeUnsupportedError(
             f"{what}: dtype {dtype!r} is not supported (bfloat16 or float32)"
         ) from None
-    if dt == _BF16 or dt == _F32:
+    if _bf16.is_bf16(dt) or dt == _F32:
         return dt
     raise errors.DtypeUnsupportedError(f"{what}: dtype {dt} is not supported (bfloat16 or float32)")
 
@@ -215,7 +213,7 @@ class Tensor(Generic[Unpack[Shape]]):
         float16 (widened exactly to float32 first), float32 and float64 round to nearest even in
         libtgrad (float64 rounds once, directly);
         bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
-        device: "cpu" (default), "opencl" or "metal" (BackendUnavailableError where it is not
+        device: "cpu" (default), "opencl", "cuda" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
         """
         # array.shape is the tensor's once the handle exists (a non-array was refused)
@@ -248,7 +246,7 @@ class Tensor(Generic[Unpack[Shape]]):
     # ---- devices -------------------------------------------------------------------------------
     @property
     def device(self) -> str:
-        """Where the tensor's buffer lives: "cpu", "opencl" or "metal"."""
+        """Where the tensor's buffer lives: "cpu", "opencl", "cuda" or "metal"."""
         out = ffi.new("int32_t *")
         _check(lib.tgrad_tensor_device(self._handle, out))
         return _DEVICE_NAMES[int(out[0])]
@@ -354,7 +352,7 @@ class Tensor(Generic[Unpack[Shape]]):
     def itemsize(self) -> int:
         """Bytes of one element (2: every tgrad tensor is bf16)."""
         self._h  # a released tensor raises InvalidHandleError
-        return _BF16.itemsize
+        return 2
 
     @property
     def nbytes(self) -> int:
@@ -442,15 +440,15 @@ class Tensor(Generic[Unpack[Shape]]):
 
     def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
         """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
-        dt = _BF16 if dtype is None else _host_dtype(dtype, "Tensor.numpy")
+        dt = (_bf16._dtype or _bf16.dtype()) if dtype is None else _host_dtype(dtype, "Tensor.numpy")
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        if dt is _BF16 or dt == _BF16:
+        if dt != _F32:  # bfloat16 (inline, not _bits(): this is the hot path of a small product)
             bits = np.empty(shape, dtype=np.uint16)
             status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
             if status:
                 _check(status)
-            return bits.view(_BF16)
+            return bits.view(dt)
         values = np.empty(shape, dtype=np.float32)
         _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
         return values
@@ -482,9 +480,19 @@ class Tensor(Generic[Unpack[Shape]]):
         _check(lib.tgrad_tensor_read_f32(self._h, value, 1))
         return float(value[0])
 
+    def _bits(self) -> npt.NDArray[np.uint16]:
+        """The values' bf16 bit patterns, a new uint16 array of the shape."""
+        h = self._handle or self._h  # _h raises for a released tensor
+        shape = self._shape if self._shape is not None else self.shape
+        bits = np.empty(shape, dtype=np.uint16)
+        status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
+        if status:
+            _check(status)
+        return bits
+
     def to_bytes(self) -> bytes:
         """The logical view, row-major, as little-endian bf16 bytes."""
-        return self.numpy().view(np.uint16).astype("<u2").tobytes()
+        return self._bits().astype("<u2").tobytes()
 
     # ---- views ----------------------------------------------------------------------------------
     T = _Reversed()
@@ -834,12 +842,12 @@ def _bits_handle(bits: npt.NDArray[Any]) -> int:
 
 
 _DEVICE_NAMES = {int(lib.TGRAD_DEVICE_CPU): "cpu", int(lib.TGRAD_DEVICE_METAL): "metal",
-                 int(lib.TGRAD_DEVICE_OPENCL): "opencl"}
+                 int(lib.TGRAD_DEVICE_OPENCL): "opencl", int(lib.TGRAD_DEVICE_CUDA): "cuda"}
 
 
 def _device_number(device: Any) -> int:
     if not isinstance(device, str):
-        raise errors.InvalidArgumentError(f"device: expected a name (cpu, opencl, metal), got {type(device).__name__}")
+        raise errors.InvalidArgumentError(f"device: expected a name (cpu, opencl, cuda, metal), got {type(device).__name__}")
     out = ffi.new("int32_t *")
     _check(lib.tgrad_device_by_name(device.encode(), out))
     return int(out[0])
@@ -863,7 +871,7 @@ def _from_numpy_handle(array: Any) -> int:
         )
     dt = array.dtype
     shape = array.shape
-    if dt == _BF16:
+    if _bf16.is_bf16(dt):
         return _bits_handle(np.ascontiguousarray(array).view(np.uint16).reshape(shape))
     if dt.kind == "f" and dt.itemsize == 2:
         # float16 widens to float32 exactly (every float16 is a float32); libtgrad's one rounding

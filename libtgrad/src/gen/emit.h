@@ -38,6 +38,31 @@ TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, cons
                                        int64_t c);
 TG_HIDDEN void tg_finish_launch(tg_text *t, struct tgrad_launch *launch);
 
+/* ---- the matmul routes' shared steps (render.c) ---- */
+/* What staging writes to shared memory: the element type, its +0, and the device function that
+ * turns a buffer's bf16 bits into it (with DAZ). */
+typedef struct tg_stage_value {
+    const char *type, *zero, *load;
+} tg_stage_value;
+TG_HIDDEN extern const tg_stage_value tg_stage_fp32; /* float, tg_load_bf16 */
+/* Stage the [tile_m x tile_k] block of a at (m0, k0), or the [tile_k x tile_n] block of b at
+ * (k0, n0), into `store` (a shared element in the local names r / kk / col), +0 outside the
+ * matrix, `nthreads` threads sharing the work by their index `li`. */
+TG_HIDDEN void tg_emit_stage_a(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *store,
+                               int32_t nthreads, const tg_stage_value *val);
+TG_HIDDEN void tg_emit_stage_b(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *store,
+                               int32_t nthreads, const tg_stage_value *val);
+/* The matmul signature (a, b, c, the epilogue's buffers) and the one store step of every route:
+ * `acc` (fp32) of output (m, n) rounded to bf16, the epilogue run on it, then written. */
+TG_HIDDEN void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *name,
+                                   const bool used[TG_B_COUNT_]);
+TG_HIDDEN void tg_emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent, const char *acc);
+
+/* ---- the tc route in CUDA (render_tc_cuda.c) ---- */
+TG_HIDDEN void tg_emit_tc_cuda(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name);
+/* Its static shared memory: the bf16 tiles of a and b. */
+TG_HIDDEN uint32_t tg_tc_cuda_shared_bytes(const tg_route *r);
+
 /* ---- elementwise chains (ew.c) ---- */
 /* kernels/gpu/elementwise.h's text (generated into the build by embed_text.py) */
 extern const char tg_gen_elementwise_prelude[];

@@ -49,7 +49,9 @@ typedef struct tg_lang {
     const char *builtin_param[TG_P_COUNT_]; /* kernel parameter declaring it; NULL: not a parameter */
     int32_t builtin_uses_param[TG_B_COUNT_]; /* which parameter each builtin reads (-1: none) */
     const char *builtin_expr[TG_B_COUNT_];   /* expression of type uint; NULL: unavailable */
-    bool simdgroup_matrix;        /* 8x8 simdgroup matrices (the tc route) */
+    bool simdgroup_matrix;        /* 8x8 simdgroup matrices (the tc route, MSL's emitter) */
+    bool warp_mma;                /* warp-level bf16 mma.sync m16n8k16, sm_80+ (the tc route, CUDA's
+                                     emitter render_tc_cuda.c) */
     const char *matrix_type;      /* fp32 8x8 simdgroup matrix type */
     /* The tc route's matrix operations, printf formats: fill with zeros (%d, %d: the fragment's
      * shape); load / store (%s: the fragment, %s: the first element's lvalue, %d: its row pitch);

@@ -5,7 +5,7 @@
  * buffers as ushort bits and is widened by bit operations, which every Metal version runs
  * (`bfloat` needs MSL 3.1). Builtins are kernel parameters with attributes.
  * OpenCL C 1.2: the same kernels with OpenCL spellings; builtins are function calls; no
- * simdgroup matrices, so no tc route.
+ * simdgroup matrices and no warp-level mma, so no tc route.
  * CUDA C++: compiled by NVRTC at run time (or nvcc in CI) with no header: ushort, uint and clz are
  * defined in the preamble; entry points are extern "C" so the driver finds them by name; helper
  * functions are __device__. Warps of 32 threads; the tc route (sm_80+) is its own emitter
@@ -98,6 +98,7 @@ static const tg_lang langs[] = {
             [TG_B_SIMDGROUP] = "((threadIdx.y * blockDim.x + threadIdx.x) / 32u)",
         },
         .simdgroup_matrix = false,
+        .warp_mma = true,
         .matrix_type = NULL,
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
     },

@@ -54,16 +54,18 @@ static const char *fconst(const emitter *e, char *buf, size_t cap, uint32_t bits
  *    the sum is a multiple of 2^-123, so a result at or below 2^-126 is an exact zero and fma's
  *    own signed zero is right. The outcome does not depend on the device's subnormal handling.
  *  - tg_store_bf16: round to nearest even; any NaN becomes 0x7fc0. */
-static void emit_helpers(const emitter *e, bool with_step) {
+static void emit_helpers(const emitter *e, bool with_load, bool with_step) {
     const tg_lang *l = e->l;
     char c1[48], c2[48], c3[48], c4[48], c5[48];
-    E("// bf16 bits -> fp32; subnormal inputs are zeros of their sign (DAZ).\n");
-    E("%s float tg_load_bf16(ushort h) {\n", l->function_prefix);
-    E("    uint u = (uint)h << 16;\n");
-    E("    if ((u & 0x7f800000u) == 0u)\n");
-    E("        u &= 0x80000000u;\n");
-    E("    return %s(u);\n", l->bits_to_float);
-    E("}\n\n");
+    if (with_load) {
+        E("// bf16 bits -> fp32; subnormal inputs are zeros of their sign (DAZ).\n");
+        E("%s float tg_load_bf16(ushort h) {\n", l->function_prefix);
+        E("    uint u = (uint)h << 16;\n");
+        E("    if ((u & 0x7f800000u) == 0u)\n");
+        E("        u &= 0x80000000u;\n");
+        E("    return %s(u);\n", l->bits_to_float);
+        E("}\n\n");
+    }
     if (with_step) {
         E("// acc + a*b rounded once to nearest-even fp32, flushed to a signed zero below 2^-126 (tininess\n");
         E("// after rounding). Results at or below 2^-126 are decided again scaled by 2^64, where nothing is\n");
@@ -94,18 +96,20 @@ static void emit_helpers(const emitter *e, bool with_step) {
     E("}\n\n");
 }
 
-/* Stage a block of operand o into shared memory as fp32, +0 outside the matrix. Axis 0 of the
- * block is the operand's rows (a: m, b: k), axis 1 its columns (a: k, b: n). Consecutive
- * threads walk the axis with the smaller stride (coalesced loads, whatever the view); `store` is
- * the tile element the value goes to, in the block's local names. */
+/* Stage a block of operand o into shared memory (as fp32, or as the value `v` names), +0 outside
+ * the matrix. Axis 0 of the block is the operand's rows (a: m, b: k), axis 1 its columns (a: k,
+ * b: n). Consecutive threads walk the axis with the smaller stride (coalesced loads, whatever the
+ * view); `store` is the tile element the value goes to, in the block's local names. */
 typedef struct stage_axis {
     const char *local, *global, *origin; /* e.g. "r", "m", "m0" */
     int32_t size;                         /* block extent */
     int64_t extent, stride;               /* the operand's */
 } stage_axis;
 
+const tg_stage_value tg_stage_fp32 = { "float", "0.0f", "tg_load_bf16" };
+
 static void emit_stage(const emitter *e, const char *buf, const stage_axis ax[2], int64_t offset, const char *store,
-                       int32_t nthreads) {
+                       int32_t nthreads, const tg_stage_value *val) {
     char idx[256];
     int fast = 1; /* the axis consecutive threads walk */
     if (ax[1].stride == 0 || (ax[0].stride != 0 && ax[0].extent > 1 && tg_magnitude(ax[0].stride) < tg_magnitude(ax[1].stride)))
@@ -115,27 +119,27 @@ static void emit_stage(const emitter *e, const char *buf, const stage_axis ax[2]
     E("            const %s %s = e %% %d;\n", e->it, f->local, f->size);
     E("            const %s %s = e / %d;\n", e->it, s->local, f->size);
     for (int i = 0; i < 2; i++) E("            const %s %s = %s + %s;\n", e->it, ax[i].global, ax[i].origin, ax[i].local);
-    E("            float v = 0.0f;\n");
+    E("            %s v = %s;\n", val->type, val->zero);
     tg_index_expr(idx, sizeof idx, offset, ax[0].global, ax[0].stride, ax[0].extent, ax[1].global, ax[1].stride,
                ax[1].extent);
     E("            if (%s < %" PRId64 " && %s < %" PRId64 ")\n", ax[0].global, ax[0].extent, ax[1].global, ax[1].extent);
-    E("                v = tg_load_bf16(%s[%s]);\n", buf, idx);
+    E("                v = %s(%s[%s]);\n", val->load, buf, idx);
     E("            %s = v;\n", store);
     E("        }\n");
 }
 
-static void emit_stage_a(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *store,
-                         int32_t nthreads) {
+void tg_emit_stage_a(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *store, int32_t nthreads,
+                     const tg_stage_value *val) {
     const stage_axis ax[2] = { { "r", "m", "m0", r->tile_m, p->m, p->a.stride[0] },
                                { "kk", "k", "k0", r->tile_k, p->k, p->a.stride[1] } };
-    emit_stage(e, "a", ax, p->a.offset, store, nthreads);
+    emit_stage(e, "a", ax, p->a.offset, store, nthreads, val);
 }
 
-static void emit_stage_b(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *store,
-                         int32_t nthreads) {
+void tg_emit_stage_b(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *store, int32_t nthreads,
+                     const tg_stage_value *val) {
     const stage_axis ax[2] = { { "kk", "k", "k0", r->tile_k, p->k, p->b.stride[0] },
                                { "col", "n", "n0", r->tile_n, p->n, p->b.stride[1] } };
-    emit_stage(e, "b", ax, p->b.offset, store, nthreads);
+    emit_stage(e, "b", ax, p->b.offset, store, nthreads, val);
 }
 
 static void emit_header_comment(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
@@ -148,7 +152,10 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
       e->l->name);
     E("// C[M, N] = A[M, K] @ B[K, N] with M = %" PRId64 ", K = %" PRId64 ", N = %" PRId64
       "; bf16 in and out as ushort bits.\n", p->m, p->k, p->n);
-    if (r->simdgroup_matrix)
+    if (r->simdgroup_matrix && e->l->warp_mma)
+        E("// fp32 accumulation in bf16 mma.sync m16n8k16 tiles (tensor cores, sm_80+), the hardware's order\n"
+          "// (bound: docs/kernels.md).\n");
+    else if (r->simdgroup_matrix)
         E("// fp32 accumulation in 8x8 simdgroup matrices, the hardware's order (bound: docs/kernels.md).\n");
     else
         E("// fp32 accumulation in the canonical order of docs/numerics.md: the CPU's bits exactly.\n");
@@ -167,7 +174,7 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
 }
 
 /* The matmul kernel's signature: a, b, c, then the epilogue's buffers (ew.c). */
-static void matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *name, const bool used[TG_B_COUNT_]) {
+void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *name, const bool used[TG_B_COUNT_]) {
     char bufs[3][64], extra[TG_GEN_MAX_CHAIN][64];
     const char *bp[3 + TG_GEN_MAX_CHAIN] = { bufs[0], bufs[1], bufs[2] };
     int n = 3;
@@ -181,7 +188,7 @@ static void matmul_signature(const emitter *e, const tg_gen_matmul *p, const cha
 /* The one store step of every route: the fp32 accumulator `acc` of output (m, n) rounded to
  * bf16, then the epilogue's ops on that bf16 value (each rounding to bf16, as alone), then the
  * write. The caller has checked that (m, n) is inside the output. */
-static void emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent, const char *acc) {
+void tg_emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent, const char *acc) {
     static const char *const coord[2] = { "m", "n" };
     char ic[256];
     tg_index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
@@ -202,7 +209,7 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
     char ia[256], ib[256];
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_X] = true,
                                [TG_B_LOCAL_Y] = true };
-    matmul_signature(e, p, name, used);
+    tg_matmul_signature(e, p, name, used);
     E("    const %s m = gy * %d + ly;\n", e->it, r->tile_m);
     E("    const %s n = gx * %d + lx;\n", e->it, r->tile_n);
     E("    if (m >= %" PRId64 " || n >= %" PRId64 ")\n        return;\n", p->m, p->n);
@@ -228,7 +235,7 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
         E("        acc = tg_step(acc, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", ia, ib);
         E("    }\n");
     }
-    emit_store(e, p, "    ", "acc");
+    tg_emit_store(e, p, "    ", "acc");
     E("}\n");
 }
 
@@ -238,7 +245,7 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     const int64_t keven = p->k + (p->k & 1);
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_X] = true,
                                [TG_B_LOCAL_Y] = true, [TG_B_LOCAL_INDEX] = true };
-    matmul_signature(e, p, name, used);
+    tg_matmul_signature(e, p, name, used);
     E("    %s float a_tile[%d][%d]; // [k][m]\n", e->l->local_decl, tk, tm);
     E("    %s float b_tile[%d][%d]; // [k][n]\n", e->l->local_decl, tk, tn);
     E("    const %s m0 = gy * %d;\n", e->it, tm);
@@ -250,8 +257,8 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("            acc[i][j] = 0.0f;\n");
     E("    // k runs to K rounded up to even: element K of an odd K is the +0 padding (numerics.md)\n");
     E("    for (%s k0 = 0; k0 < %" PRId64 "; k0 += %d) {\n", e->it, keven, tk);
-    emit_stage_a(e, r, p, "a_tile[kk][r]", nthreads);
-    emit_stage_b(e, r, p, "b_tile[kk][col]", nthreads);
+    tg_emit_stage_a(e, r, p, "a_tile[kk][r]", nthreads, &tg_stage_fp32);
+    tg_emit_stage_b(e, r, p, "b_tile[kk][col]", nthreads, &tg_stage_fp32);
     E("        %s\n", e->l->barrier);
     if (strcmp(e->it, "int") == 0)
         E("        const int kend = min(%d, %" PRId64 " - k0);\n", tk, keven);
@@ -274,7 +281,7 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("        for (int j = 0; j < %d; j++) {\n", rn);
     E("            const %s n = n0 + lx + %d * j;\n", e->it, nx);
     E("            if (m < %" PRId64 " && n < %" PRId64 ")\n", p->m, p->n);
-    emit_store(e, p, "                ", "acc[i][j]");
+    tg_emit_store(e, p, "                ", "acc[i][j]");
     E("        }\n");
     E("    }\n");
     E("}\n");
@@ -298,7 +305,7 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     const char *mt = e->l->matrix_type;
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_INDEX] = true,
                                [TG_B_SIMDGROUP] = true };
-    matmul_signature(e, p, name, used);
+    tg_matmul_signature(e, p, name, used);
     E("    %s float a_tile[%d][%d]; // [m][k]\n", e->l->local_decl, tm, tk);
     E("    %s float b_tile[%d][%d]; // [k][n]\n", e->l->local_decl, tk, tn);
     E("    %s float c_tile[%d][%d]; // [m][n]\n", e->l->local_decl, tm, tn);
@@ -316,8 +323,8 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     E("            acc[i][j] = %s;\n", op);
     E("    // zeros stand in for the elements past M, K and N: zero products leave the sums unchanged\n");
     E("    for (%s k0 = 0; k0 < %" PRId64 "; k0 += %d) {\n", e->it, p->k, tk);
-    emit_stage_a(e, r, p, "a_tile[r][kk]", nthreads);
-    emit_stage_b(e, r, p, "b_tile[kk][col]", nthreads);
+    tg_emit_stage_a(e, r, p, "a_tile[r][kk]", nthreads, &tg_stage_fp32);
+    tg_emit_stage_b(e, r, p, "b_tile[kk][col]", nthreads, &tg_stage_fp32);
     E("        %s\n", e->l->barrier);
     E("        for (int kk = 0; kk < %d; kk += %d) {\n", tk, f);
     E("            %s a_frag[%d];\n", mt, fm);
@@ -346,7 +353,7 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
     E("        const %s m = m0 + r;\n", e->it);
     E("        const %s n = n0 + col;\n", e->it);
     E("        if (m < %" PRId64 " && n < %" PRId64 ")\n", p->m, p->n);
-    emit_store(e, p, "            ", "c_tile[r][col]");
+    tg_emit_store(e, p, "            ", "c_tile[r][col]");
     E("    }\n");
     E("}\n");
 }
@@ -355,8 +362,10 @@ static void emit_tc(const emitter *e, const tg_route *r, const tg_gen_matmul *p,
 tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p) {
     if (r->kind != TG_ROUTE_MATMUL)
         return tg_not_eligible(r->name, l->name, "not a matmul route (render it with tgrad_render_copy)", 0, 0, 0);
-    if (r->simdgroup_matrix && !l->simdgroup_matrix)
-        return tg_not_eligible(r->name, l->name, "needs 8x8 simdgroup matrices, which this language lacks", 0, 0, 0);
+    if (r->simdgroup_matrix && !l->simdgroup_matrix && !l->warp_mma)
+        return tg_not_eligible(r->name, l->name,
+                               "needs 8x8 simdgroup matrices (MSL) or warp-level bf16 mma.sync (CUDA, sm_80+), "
+                               "which this language lacks", 0, 0, 0);
     if (p->m < r->min_m || p->k < r->min_k || p->n < r->min_n) {
         char why[160];
         snprintf(why, sizeof why, "needs M >= %d, K >= %d, N >= %d (got %%lld, %%lld, %%lld); tiled takes every shape",
@@ -416,7 +425,8 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
     launch->threadgroup[2] = 1;
     if (r->id == TGRAD_ROUTE_TILED) launch->threadgroup_memory = (uint32_t)(4 * r->tile_k * (r->tile_m + r->tile_n));
     if (r->id == TGRAD_ROUTE_TC)
-        launch->threadgroup_memory = (uint32_t)(4 * (r->tile_k * (r->tile_m + r->tile_n) + r->tile_m * r->tile_n));
+        launch->threadgroup_memory = l->warp_mma ? tg_tc_cuda_shared_bytes(r)
+            : (uint32_t)(4 * (r->tile_k * (r->tile_m + r->tile_n) + r->tile_m * r->tile_n));
     char key[2048];
     snprintf(key, sizeof key, "m=%" PRId64 ";k=%" PRId64 ";n=%" PRId64 ";a=%" PRId64 ",%" PRId64 ",%" PRId64
              ";b=%" PRId64 ",%" PRId64 ",%" PRId64 ";c=%" PRId64 ",%" PRId64 ",%" PRId64,
@@ -427,12 +437,15 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
 
     emitter em = { t, l, small ? "int" : "long" }, *e = &em;
     emit_header_comment(e, r, p, launch);
-    emit_helpers(e, r->id != TGRAD_ROUTE_TC);
+    emit_helpers(e, !(r->id == TGRAD_ROUTE_TC && l->warp_mma), r->id != TGRAD_ROUTE_TC);
     tg_gen_emit_prelude(e, p->epilogue);
     switch (r->id) {
     case TGRAD_ROUTE_NAIVE: emit_naive(e, r, p, launch->kernel_name); break;
     case TGRAD_ROUTE_TILED: emit_tiled(e, r, p, launch->kernel_name); break;
-    case TGRAD_ROUTE_TC: emit_tc(e, r, p, launch->kernel_name); break;
+    case TGRAD_ROUTE_TC:
+        if (l->warp_mma) tg_emit_tc_cuda(e, r, p, launch->kernel_name);
+        else emit_tc(e, r, p, launch->kernel_name);
+        break;
     default: return tg_fail(TGRAD_ERR_INTERNAL, "render: route %s has no emitter", r->name);
     }
     tg_finish_launch(t, launch);

@@ -76,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="progress bar on stderr (default: only when stderr is a terminal)")
     from . import graph
 
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: tgrad's CUDA backend against torch's CUDA bf16 matmul, paired "
+                             "(tgrad/bench/cuda.py); refuses where either is unavailable")
     graph.add_arguments(parser)  # --graph: MLP blocks instead of matmul shapes
     parser.set_defaults(func=run)
 
@@ -210,6 +213,10 @@ def run(args: argparse.Namespace) -> int:
         from . import graph
 
         return graph.run(args)
+    if args.device == "cuda":
+        from . import cuda
+
+        return cuda.run(args)
     shapes = _shapes(args)
     if args.doc is not None and not doc_has_section(args.doc):  # before minutes of measurement
         print(f"python -m tgrad bench: error: --doc {args.doc}: needs a '{DOC_BEGIN}' line "

@@ -12,6 +12,7 @@ What the driver does to the source (the rest is cuda_emu.h's work):
   to the buffers in order; a scalar parameter ``T x`` reads a one-element buffer;
 - removes the definition of ``tg_mma_m16n8k16_bf16`` (the tc route's inline PTX), from its line to
   its closing brace, leaving the line breaks so line numbers hold; cuda_emu.h supplies it;
+- blanks ``#pragma unroll [n]`` lines (a hint; g++ would warn about the unknown pragma);
 - rewrites ``__shared__ T name[N]...;`` at kernel scope to ``MSL_EMU_THREADGROUP(T, name, [N]...)``;
 - puts ``#include "cuda_emu.h"`` and ``#line 1 "<name>.cu"`` first, so barrier and collective
   sites, and compiler errors, carry the line numbers of the CUDA text.
@@ -65,6 +66,7 @@ _SIGNATURE = re.compile(r'(?:\bextern\s+"C"\s+)?\b__global__\s+' + _BOUNDS + r"v
                         r"(\w+)\s*\((.*?)\)\s*\{", re.S)
 _PARAM = re.compile(r"^(.*?[\s*&])(\w+)$", re.S)
 _SHARED = re.compile(r"^(\s+)__shared__\s+(\w+)\s+(\w+)\s*((?:\[\s*\d+\s*\])+)\s*;", re.M)
+_PRAGMA_UNROLL = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", re.M)
 _MMA_DEFINITION = re.compile(r"^[^\n;]*\b" + MMA_FUNCTION + r"\s*\([^;{]*\)\s*\{", re.M)
 
 
@@ -128,7 +130,7 @@ def remove_mma_definition(source: str) -> str:
 def translate(source: str) -> tuple[str, str]:
     """(C++ translation unit, kernel name)."""
     name, params = parse_signature(source)
-    body = remove_mma_definition(source)
+    body = _PRAGMA_UNROLL.sub("", remove_mma_definition(source))  # a hint; g++ warns on it
     body = _SHARED.sub(lambda m: f"{m.group(1)}MSL_EMU_THREADGROUP({m.group(2)}, {m.group(3)}, {m.group(4)});",
                        body)
     args = []

@@ -9,6 +9,10 @@ cases run in test_scorecards.py's cuda-emu scorecard check):
 - the tier has teeth: a missing __syncthreads (a data race), an off-by-one bound (an out-of-bounds
   read and write), a divergent __syncthreads, an index past 2^31 in int, and a __shared__ outside
   a kernel-scope array each fail it;
+- the rendered tc route (bf16 mma.sync) stays within its error bound (conformance.oracle.tc_bound)
+  under each summation order, equals the oracle where every sum is exact (small integers), and
+  gives the same bytes across fiber orders and worker counts; a missing __syncthreads in it, a
+  misplaced fragment register and a wrong output coordinate fail it;
 - tg_mma_m16n8k16_bf16, the tc route's warp-wide bf16 mma.sync, is emulated with the PTX ISA's
   m16n8k16 fragment layout (checked against a numpy model of the layout written from the ISA's
   tables), in each summation order, within the error bound; a wrong fragment, a partial warp and
@@ -26,7 +30,7 @@ import pytest
 
 import tgrad
 from tgrad import render as R
-from tgrad.conformance.oracle import matmul_bits
+from tgrad.conformance.oracle import bf16_bits_to_f32, matmul_bits, tc_bound
 from tgrad.conformance.rosters import Case, build_operands, roster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -177,6 +181,78 @@ def test_launch_bounds_are_accepted_and_ignored(emu: Emulator) -> None:
     source = k.source.replace("__global__ void", "__global__ void __launch_bounds__(256)")
     assert translate(source)[1] == k.name
     assert np.array_equal(_run_matmul(emu, source, k, bufs, 48, 24), matmul_bits(a_bits, b_bits))
+
+
+# ---- the rendered tc route: within its bound ------------------------------------------------------------
+TC_FILLS = ("normal", "smallint", "ties")  # finite data: the bound is about rounding, not inf/NaN
+TC_CASES = [c for c in roster("ci") if min(c.m, c.k, c.n) >= 8 and max(c.m, c.k, c.n) <= 128
+            and c.fill in TC_FILLS][:8] + [Case("tc-smallint-40x48x24", "teeth", 40, 48, 24, fill="smallint"),
+                                           Case("tc-ties-33x17x65", "teeth", 33, 17, 65, fill="ties")]
+MMA = ("fma", "fma_reverse", "exact")
+
+
+def _check_tc(got_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray, fill: str) -> float:
+    """Every output within the tc bound (all in its domain for these fills); exact where every sum
+    is (small integers). The worst |error| / bound."""
+    s, allowed, in_domain = tc_bound(a_bits, b_bits)
+    assert in_domain.all()
+    err = np.abs(bf16_bits_to_f32(got_bits).astype(np.float64) - s)
+    bad = ~(err <= allowed)  # NaN is outside
+    assert not bad.any(), f"{int(bad.sum())} outputs outside the bound, first at {np.argwhere(bad)[0]}"
+    if fill == "smallint":
+        assert np.array_equal(got_bits, matmul_bits(a_bits, b_bits))
+    return float((err / allowed).max())
+
+
+@pytest.mark.parametrize("index", range(len(TC_CASES)), ids=[c.id for c in TC_CASES])
+def test_rendered_tc_is_within_its_error_bound(emu: Emulator, index: int) -> None:
+    case = TC_CASES[index]
+    k, a_bits, b_bits, bufs = _render(case, "tc")
+    assert "tg_mma_m16n8k16_bf16(acc" in k.source
+    got = _run_matmul(emu, k.source, k, bufs, case.m, case.n, mma=MMA[index % 3], order=ORDERS[index % 3],
+                      seed=index)
+    _check_tc(got, a_bits, b_bits, case.fill)
+
+
+def test_rendered_tc_bound_holds_for_every_summation_order(emu: Emulator) -> None:
+    case = next(c for c in TC_CASES if c.fill == "normal")
+    k, a_bits, b_bits, bufs = _render(case, "tc")
+    worst = [_check_tc(_run_matmul(emu, k.source, k, bufs, case.m, case.n, mma=mma), a_bits, b_bits, case.fill)
+             for mma in MMA]
+    assert 0.0 < max(worst) < 1.0
+
+
+def test_rendered_tc_is_deterministic_across_orders_and_workers(emu: Emulator) -> None:
+    case = Case("tc-normal-48x40x72", "teeth", 48, 40, 72)
+    k, _, _, bufs = _render(case, "tc")
+    runs = [_run_matmul(emu, k.source, k, bufs, 48, 72, order=order, seed=3, workers=workers)
+            for order, workers in (("forward", 1), ("reverse", 2), ("shuffle", 2))]
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
+TC_TEETH = Case("teeth-tc-48x40x24", "teeth", 48, 40, 24)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["after_the_loads", "after_the_products"])
+def test_a_missing_syncthreads_in_tc_is_a_data_race(emu: Emulator, which: int) -> None:
+    k, source, bufs, _ = _mutant("tc", "__syncthreads();", "__syncthreads();", 0, TC_TEETH)
+    at = [m.start() for m in re.finditer(r"__syncthreads\(\);", source)][which]
+    source = source[:at] + "/* removed */" + source[at + len("__syncthreads();"):]
+    with pytest.raises(EmuError, match="data race on threadgroup memory"):
+        _run_matmul(emu, source, k, bufs, 48, 24, order="reverse")
+
+
+@pytest.mark.parametrize("old,new", [
+    ("tg_mma_m16n8k16_bf16(acc[j], a0, a1, a2, a3, b0, b1)", "tg_mma_m16n8k16_bf16(acc[j], a0, a2, a1, a3, b0, b1)"),
+    ("tg_mma_m16n8k16_bf16(acc[j], a0, a1, a2, a3, b0, b1)", "tg_mma_m16n8k16_bf16(acc[j], a0, a1, a2, a3, b1, b0)"),
+    ("const int m = m0 + sm + g + 8 * (i / 2);", "const int m = m0 + sm + g + 8 * (i % 2);"),
+], ids=["a1_a2_swapped", "b0_b1_swapped", "output_row"])
+def test_a_misplaced_tc_fragment_breaks_the_bound(emu: Emulator, old: str, new: str) -> None:
+    k, source, bufs, _ = _mutant("tc", old, new, 1, TC_TEETH)
+    _, a_bits, b_bits, _ = _render(TC_TEETH, "tc")
+    got = _run_matmul(emu, source, k, bufs, 48, 24)
+    with pytest.raises(AssertionError, match="outside the bound"):
+        _check_tc(got, a_bits, b_bits, "normal")
 
 
 # ---- the warp-wide bf16 mma.sync (tc route) -----------------------------------------------------------

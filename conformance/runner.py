@@ -85,9 +85,10 @@ PASS_MEANS = {
                "equal the oracle's; a graph case's too, each step's kernel (fused ops included) run "
                "on the emulator, with fusion on and with fusion off, the two identical",
     "cuda-emu": "output bits of the naive and tiled routes, generated CUDA C++ run on the emulator "
-                "(tests/cuda_emu), equal the oracle's, and the tc route's, where it renders, are within "
-                "its error bound (conformance.oracle.tc_bound) on the finite fills normal, smallint "
-                "and ties; a graph case's too (naive and tiled), each step's kernel (fused "
+                "(tests/cuda_emu), equal the oracle's, and the tc route's, where it renders, run with the "
+                "emulator's tensor-core model (mma=\"truncate\"), are within CUDA's tc error bound "
+                "(conformance.oracle.tc_bound, lang cuda) on the finite fills normal, smallint and "
+                "ties; a graph case's too (naive and tiled), each step's kernel (fused "
                 "ops included) run on the emulator, with fusion on and with fusion off, the two identical",
     "cuda": "output bits of the naive and tiled routes, run by libtgrad's CUDA backend on "
             "device=\"cuda\", equal the oracle's; a graph case's too, with fusion on and with fusion "
@@ -296,6 +297,7 @@ class _MslEmu:
     #: route_not_eligible leaves them out) and on finite fills only (the bound is about rounding).
     BOUNDED_ROUTES: tuple[str, ...] = ()
     BOUNDED_FILLS = ("normal", "smallint", "ties")
+    MMA = "fma"  # the emulator's model of the matrix hardware's summation (driver.MMA_ORDERS)
     runs_graphs = True
     NAME, LANG, DIR_VARIABLE, DEFAULT_DIR = "msl-emu", "msl", "TGRAD_MSL_EMU_DIR", DEFAULT_EMU_DIR
 
@@ -369,13 +371,13 @@ class _MslEmu:
                 if 0 not in k.grid:
                     compiled = emu.compile(k.source)
                     bufs = [a_buf[: k.buffer_elements[0]], b_buf[: k.buffer_elements[1]], out]
-                    out = emu.run(compiled, k.grid, k.threadgroup, bufs, [True, True, False])[2]
+                    out = emu.run(compiled, k.grid, k.threadgroup, bufs, [True, True, False], mma=self.MMA)[2]
             except Exception as exc:  # compile error or a failed emulator check: this case fails
                 failures.append(f"{route}: {type(exc).__name__}: {str(exc)[:300]}")
                 continue
             got = out.reshape(case.m, case.n)
             if route in self.BOUNDED_ROUTES:
-                outside = _outside_tc_bound(got, a_bits, b_bits)
+                outside = _outside_tc_bound(got, a_bits, b_bits, self.LANG)
                 if outside:
                     failures.append(f"{route}: {outside}")
             elif not np.array_equal(got, want):
@@ -465,10 +467,10 @@ def _constants_into(memory: dict[int, np.ndarray]) -> Iterator[None]:
         ops._constant = original
 
 
-def _outside_tc_bound(got_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> str:
-    """Why outputs of the tc route break its error bound (docs/kernels.md), or "" when none does:
-    every output in the bound's domain must be within it (so finite)."""
-    s, allowed, in_domain = tc_bound(a_bits, b_bits)
+def _outside_tc_bound(got_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray, lang: str) -> str:
+    """Why outputs of the tc route break its error bound in `lang` (docs/kernels.md), or "" when
+    none does: every output in the bound's domain must be within it (so finite)."""
+    s, allowed, in_domain = tc_bound(a_bits, b_bits, lang)
     got = bf16_bits_to_f32(got_bits).astype(np.float64)
     bad = in_domain & ~(np.abs(got - s) <= allowed)  # NaN fails the comparison
     if not bad.any():
@@ -484,6 +486,7 @@ class _CudaEmu(_MslEmu):
     emulator's runtime and checks) and run on the CPU."""
 
     BOUNDED_ROUTES = ("tc",)
+    MMA = "truncate"  # tensor cores align and truncate (docs/kernels.md); naive and tiled use no mma
 
     NAME, LANG, DIR_VARIABLE, DEFAULT_DIR = "cuda-emu", "cuda", "TGRAD_CUDA_EMU_DIR", DEFAULT_CUDA_EMU_DIR
 

@@ -111,7 +111,15 @@ struct exact_sum {
             v = negative ? (old < v) : (n[i] < old);  // borrow or carry
         }
     }
-    void add(double t) {  // t: a multiple of 2^-300 below 2^300, or not finite
+    // The bit index (in units of 2^-kUnit) of a finite non-zero term's leading bit.
+    static int lead(double t) {
+        uint64_t u;
+        __builtin_memcpy(&u, &t, 8);
+        return (int)((u >> 52) & 0x7ff) - 1023 + kUnit;
+    }
+    // t: a multiple of 2^-300 below 2^300, or not finite. With `cut`, the bits of |t| below bit
+    // index `cut` are dropped first (truncation toward zero, as a tensor core's alignment does).
+    void add(double t, int cut = 0) {
         uint64_t u;
         __builtin_memcpy(&u, &t, 8);
         const bool negative = u >> 63;
@@ -125,12 +133,18 @@ struct exact_sum {
         const int tz = __builtin_ctzll(mant);
         mant >>= tz, shift += tz;
         if (shift < 0) msl_emu_fail("cuda_emu: an mma term below 2^-300");
+        if (shift < cut) {
+            mant = cut - shift >= 64 ? 0 : mant >> (cut - shift);
+            shift = cut;
+            if (!mant) return;
+        }
         const int limb = shift / 64, off = shift % 64;
         add_at(limb, mant << off, negative);
         if (off && (mant >> (64 - off))) add_at(limb + 1, mant >> (64 - off), negative);
     }
     int bit(int i) const { return (int)((n[i / 64] >> (i % 64)) & 1); }
-    float rounded() {
+    // To fp32: nearest even, or toward zero with `truncate`.
+    float rounded(bool truncate = false) {
         if (nonfinite) return (float)ieee;
         const bool negative = n[kLimbs - 1] >> 63;
         if (negative) {  // |N|: two's complement negation
@@ -149,7 +163,7 @@ struct exact_sum {
         for (int i = top; i >= low; i--) q = q << 1 | (uint64_t)bit(i);
         bool sticky = false;
         for (int i = low - 2; i >= 0 && !sticky; i--) sticky = bit(i);
-        if (low >= 1 && bit(low - 1) && (sticky || (q & 1))) q++;
+        if (!truncate && low >= 1 && bit(low - 1) && (sticky || (q & 1))) q++;
         // q * 2^(low - kUnit): exact in double; to float exactly, or to inf past the fp32 range
         const uint64_t scale_bits = (uint64_t)(low - kUnit + 1023) << 52;
         double scale;
@@ -162,8 +176,23 @@ struct exact_sum {
 // D = A * B + C in fp32, once per warp. The tensor core's order of the additions is unknown, so
 // msl_emu_mma_order picks a model, as for the MSL simdgroup multiply-accumulate: 0: C, then the
 // products k = 0..15 by fma; 1: the same from k = 15 down; 2: the exact sum of C and the 16
-// products rounded once (exact_sum). tgrad's tc route must meet its error bound under every
-// model (docs/kernels.md).
+// products rounded once (exact_sum); 3 ("truncate"), the tensor cores' behaviour measured by Fasi,
+// Higham, Mikaitis and Pranesh (2021) and Khattak and Mikaitis (2025), docs/kernels.md: the
+// products in blocks of 8, each block's terms (the accumulator and 8 exact products) aligned to
+// the largest one's leading bit with the bits past fp32's 24 cut off, summed, and the sum cut
+// (toward zero) to fp32. tgrad's tc route must meet its error bound under every model.
+inline float truncated_block(float acc, const float *a_row, const float (*B)[8], int col, int k0) {
+    double terms[9];
+    terms[0] = (double)acc;
+    for (int k = 0; k < 8; k++) terms[k + 1] = (double)a_row[k0 + k] * (double)B[k0 + k][col];  // exact
+    int top = -1;
+    for (double t : terms)
+        if (t != 0.0 && t - t == 0.0 && exact_sum::lead(t) > top) top = exact_sum::lead(t);  // finite
+    exact_sum s;
+    for (double t : terms) s.add(t, top - 23);
+    return msl_emu::flush(s.rounded(true));
+}
+
 inline void mma_m16n8k16_bf16(uint64_t site, int line, float *d, uint a0, uint a1, uint a2, uint a3, uint b0,
                               uint b1) {
     mma_lane mine{ d, { a0, a1, a2, a3 }, { b0, b1 } };
@@ -184,7 +213,9 @@ inline void mma_m16n8k16_bf16(uint64_t site, int line, float *d, uint a0, uint a
         for (int i = 0; i < 4; i++) {
             const int r = c_row(lane, i), col = c_col(lane, i);
             float acc = C[r][col];
-            if (msl_emu_mma_order == 2) {
+            if (msl_emu_mma_order == 3) {
+                acc = truncated_block(truncated_block(acc, A[r], B, col, 0), A[r], B, col, 8);
+            } else if (msl_emu_mma_order == 2) {
                 exact_sum s;
                 s.add((double)acc);
                 for (int k = 0; k < 16; k++) s.add((double)A[r][k] * (double)B[k][col]);  // exact

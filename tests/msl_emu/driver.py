@@ -32,7 +32,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ORDERS = {"forward": 0, "reverse": 1, "shuffle": 2}
-MMA_ORDERS = {"fma": 0, "fma_reverse": 1, "exact": 2}
+# "truncate" models NVIDIA's tensor cores (tests/cuda_emu/cuda_emu.h); the MSL header refuses it.
+MMA_ORDERS = {"fma": 0, "fma_reverse": 1, "exact": 2, "truncate": 3}
 
 # -Werror: the renderer's kernels must compile without a warning under -Wall -Wextra (a buffer
 # a kernel does not read, as a and b when K = 0, is fine). -fstack-clash-protection probes every

@@ -157,6 +157,7 @@ void sg_mma(uint64_t site, int line, simdgroup_matrix<TD, C, R> &d, const simdgr
     p.mat[0] = &d, p.mat[1] = const_cast<simdgroup_matrix<TA, K, R> *>(&a);
     p.mat[2] = const_cast<simdgroup_matrix<TB, C, K> *>(&b), p.mat[3] = const_cast<simdgroup_matrix<TC, C, R> *>(&c);
     if (collective *const *all = msl_emu_simd_arrive(&p)) {
+        if (msl_emu_mma_order == 3) msl_emu_fail("the mma model truncate is CUDA's (tests/cuda_emu), not Metal's");
         float A[R][K], B[K][C], out[R][C];
         for (int r = 0; r < R; r++)
             for (int k = 0; k < K; k++) A[r][k] = (float)element<TA, K, R>(all, 1, r, k);

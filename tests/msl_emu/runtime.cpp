@@ -699,7 +699,7 @@ extern "C" int msl_emu_launch(void (*entry)(void *const *), const uint32_t *grid
     uint64_t ngroups = (uint64_t)grid[0] * grid[1] * grid[2];
     if (ngroups == 0) return 0;
     if (ngroups > 0xffffffffull) return fail("grid too large for the emulator");
-    if (order < 0 || order > 2 || mma_order < 0 || mma_order > 2) return fail("bad order");
+    if (order < 0 || order > 2 || mma_order < 0 || mma_order > 3) return fail("bad order");
     Launch l;
     l.entry = entry;
     l.buffers = bufs;

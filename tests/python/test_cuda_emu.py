@@ -188,13 +188,13 @@ TC_FILLS = ("normal", "smallint", "ties")  # finite data: the bound is about rou
 TC_CASES = [c for c in roster("ci") if min(c.m, c.k, c.n) >= 8 and max(c.m, c.k, c.n) <= 128
             and c.fill in TC_FILLS][:8] + [Case("tc-smallint-40x48x24", "teeth", 40, 48, 24, fill="smallint"),
                                            Case("tc-ties-33x17x65", "teeth", 33, 17, 65, fill="ties")]
-MMA = ("fma", "fma_reverse", "exact")
+MMA = ("fma", "fma_reverse", "exact", "truncate")
 
 
 def _check_tc(got_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray, fill: str) -> float:
-    """Every output within the tc bound (all in its domain for these fills); exact where every sum
-    is (small integers). The worst |error| / bound."""
-    s, allowed, in_domain = tc_bound(a_bits, b_bits)
+    """Every output within CUDA's tc bound (all in its domain for these fills); exact where every
+    sum is (small integers). The worst |error| / bound."""
+    s, allowed, in_domain = tc_bound(a_bits, b_bits, "cuda")
     assert in_domain.all()
     err = np.abs(bf16_bits_to_f32(got_bits).astype(np.float64) - s)
     bad = ~(err <= allowed)  # NaN is outside
@@ -209,7 +209,7 @@ def test_rendered_tc_is_within_its_error_bound(emu: Emulator, index: int) -> Non
     case = TC_CASES[index]
     k, a_bits, b_bits, bufs = _render(case, "tc")
     assert "tg_mma_m16n8k16_bf16(acc" in k.source
-    got = _run_matmul(emu, k.source, k, bufs, case.m, case.n, mma=MMA[index % 3], order=ORDERS[index % 3],
+    got = _run_matmul(emu, k.source, k, bufs, case.m, case.n, mma=MMA[index % 4], order=ORDERS[index % 3],
                       seed=index)
     _check_tc(got, a_bits, b_bits, case.fill)
 
@@ -406,6 +406,28 @@ def test_the_summation_orders_differ_and_stay_within_the_bound(emu: Emulator) ->
         results[mma] = got
     assert not np.array_equal(results["fma"], results["fma_reverse"])
     assert np.array_equal(results["exact"], exact.astype(np.float32).astype(np.float64))
+
+
+def test_the_truncate_model_cuts_where_the_others_round(emu: Emulator) -> None:
+    # C = 1 and eight products 2^-24 in the first block of 8: aligned to C's leading bit, each
+    # product falls below fp32's 24 bits and is cut, so D = 1; the exact sum is 1 + 2^-21. And the
+    # block's sum cut toward zero: (1 + 3 2^-23) + (1 + 2^-7) = 2 + 2^-7 + 3 2^-23 is 2 + 2^-7 +
+    # 2^-22 cut, 2 + 2^-7 + 2^-21 rounded to nearest even.
+    A = np.zeros((16, 16), np.uint16)
+    B = np.zeros((16, 8), np.uint16)
+    A[0, :8] = _bf16(np.float32(2.0**-12))
+    B[:8, 0] = _bf16(np.float32(2.0**-12))
+    A[1, 0], B[0, 1] = _bf16(np.float32(1 + 2.0**-7)), _bf16(np.float32(1.0))
+    C = np.zeros((16, 8), np.float32)
+    C[0, 0] = 1.0
+    C[1, 1] = np.float32(1 + 3 * 2.0**-23)
+    exact = _mma(emu, A, B, C, mma="exact")
+    cut = _mma(emu, A, B, C, mma="truncate")
+    assert exact[0, 0] == np.float32(1 + 2.0**-21) and cut[0, 0] == np.float32(1.0)
+    assert exact[1, 1] == np.float32(2 + 2.0**-7 + 2.0**-21) and cut[1, 1] == np.float32(2 + 2.0**-7 + 2.0**-22)
+    others = np.ones((16, 8), bool)
+    others[0, 0] = others[1, 1] = False
+    assert np.array_equal(exact[others], cut[others])  # zeros elsewhere
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:

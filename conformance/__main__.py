@@ -1,4 +1,4 @@
-"""``python -m tgrad.conformance --backend cpu|msl-emu|opencl|metal [--roster ci|full] [--write] [--check]``
+"""``python -m tgrad.conformance --backend cpu|msl-emu|cuda-emu|opencl|cuda|metal [--roster ci|full] [--write] [--check]``
 
 Runs a roster on a backend and prints its scorecard's funnel and claim (see conformance.runner).
 From any directory once tgrad is installed (the kit and the committed scorecards ship inside the
@@ -6,7 +6,9 @@ tgrad package); in the source tree, ``python -m conformance`` from the repositor
 ``--write`` writes conformance/scorecards/<backend>.json; ``--check`` regenerates it and exits 1
 when a case outcome or the funnel differs from the committed file, printing the differences
 (environment fields are shown, never compared). ``--require`` exits 1 when the backend could not
-execute any case (by default an unavailable backend gives a scorecard of skips and exit 0).
+execute any case (by default an unavailable backend gives a scorecard of skips and exit 0, but a
+backend in runner.REFUSE_UNAVAILABLE, ``cuda``, is refused where unavailable: exit 1 with the reason,
+nothing written or checked).
 Exit status: 0 success, 1 a failed case, a difference, or an unmet --require; 2 bad input.
 """
 
@@ -37,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scorecards", type=Path, default=runner.SCORECARD_DIR, metavar="DIR",
                         help=f"directory of the scorecards (default: {runner.SCORECARD_DIR})")
     parser.add_argument("--emu-dir", type=Path, default=None, metavar="DIR",
-                        help="directory of the MSL emulator's driver.py (default: tests/msl_emu "
-                             "of the source checkout, or $TGRAD_MSL_EMU_DIR)")
+                        help="directory of the emulator's driver.py (default: tests/msl_emu or "
+                             "tests/cuda_emu of the source checkout, or $TGRAD_MSL_EMU_DIR or "
+                             "$TGRAD_CUDA_EMU_DIR)")
     parser.add_argument("--json", action="store_true", help="print the whole scorecard as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case's outcome")
     return parser
@@ -53,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i + 1}/{total}] {outcome[0]:4} {case.id}{detail}", file=sys.stderr)
 
     card = runner.run(args.backend, args.roster, emu_dir=args.emu_dir, progress=progress)
+    if args.backend in runner.REFUSE_UNAVAILABLE and card["funnel"]["executed"] == 0:
+        reasons = sorted({c["detail"] for c in card["cases"] if c["outcome"] == "skip"})
+        print(f"backend {args.backend} refused: {'; '.join(reasons) or 'no case to run'}", file=sys.stderr)
+        return 1
     path = runner.scorecard_path(args.backend, args.scorecards)
     status = 0
     if args.json:

@@ -48,6 +48,8 @@ __all__ = [
     "f64_to_bf16_bits",
     "matmul_bits",
     "matmul_f32",
+    "TC_BOUND_OVERFLOW",
+    "tc_bound",
 ]
 
 CANONICAL_NAN_BITS = 0x7FC0
@@ -246,3 +248,30 @@ def matmul_f32(a_bits, b_bits, *, path: str = "auto") -> np.ndarray:
 def matmul_bits(a_bits, b_bits, *, path: str = "auto") -> np.ndarray:
     """C = A @ B under the contract above: uint16 bf16 bits [M, K] x [K, N] -> uint16 [M, N]."""
     return _f32_to_bf16_output(matmul_f32(a_bits, b_bits, path=path))
+
+
+# ---- the tc route's error bound (docs/kernels.md, "Numerics of tc") ------------------------------
+# The bound's domain: (1 + gamma_K) P below bf16's overflow threshold, the midpoint between its
+# largest finite value and 2^128. Then no product and no partial sum, in any order, leaves the
+# fp32 range, and the result rounds to a finite bf16.
+TC_BOUND_OVERFLOW = 2.0**128 - 2.0**119
+
+
+def tc_bound(a_bits, b_bits, lang: str = "msl") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(exact sums s, allowed |out - s|, in_domain) for finite DAZ'd operands; see docs/kernels.md.
+
+    |out - s| <= 2^-8 |s| + (1 + 2^-8) gamma_n P + n 2^-126 + 2^-134, P = sum|a_k b_k|,
+    gamma_n = n u / (1 - n u): in MSL n = K, u = 2^-24; in CUDA (tensor cores that align and
+    truncate) n = 2K, u = 2^-23. Plus K 2^-52 P for the float64 reference's own rounding. The
+    bound is promised where in_domain: (1 + gamma_n) P (with that margin) < TC_BOUND_OVERFLOW.
+    """
+    a = bf16_bits_to_f32(daz_bits(a_bits)).astype(np.float64)
+    b = bf16_bits_to_f32(daz_bits(b_bits)).astype(np.float64)
+    k = a.shape[1]
+    s = a @ b
+    mag = np.abs(a) @ np.abs(b)
+    n, u = (2 * k, 2.0**-23) if lang == "cuda" else (k, 2.0**-24)
+    gamma = n * u / (1 - n * u)
+    allowed = 2.0**-8 * np.abs(s) + (1 + 2.0**-8) * gamma * mag + n * 2.0**-126 + 2.0**-134 + k * 2.0**-52 * mag
+    in_domain = (1 + gamma + k * 2.0**-52) * mag < TC_BOUND_OVERFLOW
+    return s, allowed, in_domain

@@ -2,7 +2,7 @@
 
 ``run(backend, roster)`` executes every case of a roster (conformance.rosters) on a backend and
 compares the output bits with ``conformance.oracle.matmul_bits``; a backend that runs graphs of ops
-(``cpu``, ``msl-emu``, ``opencl``) also runs the roster's graph cases (conformance.graphs: elementwise ops, broadcasting
+(``cpu``, ``msl-emu``, ``cuda-emu``, ``opencl``, ``cuda``) also runs the roster's graph cases (conformance.graphs: elementwise ops, broadcasting
 views, fused chains, MLP blocks), each with fusion on and off, against the same program run on
 the oracles (conformance.reference). It returns a scorecard dict:
 
@@ -24,11 +24,15 @@ if every one is bit-exact; a graph case runs on each variant with fusion on and 
 and passes only if both give the oracle's bytes, the same bytes, and fusion on fused something
 where the case says there is something to fuse), ``msl-emu`` (libtgrad's generated MSL, naive and tiled routes, compiled
 against the emulator of tests/msl_emu and run on the CPU; every case is skipped with the reason when
-the emulator or a C++ compiler is missing), ``opencl`` (libtgrad on device="opencl", naive and
+the emulator or a C++ compiler is missing), ``cuda-emu`` (the same with libtgrad's generated CUDA
+C++, on the CUDA emulator of tests/cuda_emu: the MSL emulator's runtime and checks), ``opencl``
+(libtgrad on device="opencl", naive and
 tiled routes, through the OpenCL driver: PoCL in CI; every case skipped with backend_unavailable
-and the reason where no OpenCL device is usable) and ``metal`` (every case skipped with
+and the reason where no OpenCL device is usable), ``cuda`` (libtgrad on device="cuda" through its
+CUDA backend, as opencl; where no CUDA device is usable the command line refuses it, exit 1 with
+the reason: REFUSE_UNAVAILABLE) and ``metal`` (every case skipped with
 backend_unavailable until libtgrad dispatches to it). A skip is never a pass. The graph cases run
-on ``cpu``, ``msl-emu`` and ``opencl``: on the GPU backends every step is a rendered kernel (a
+on every backend but ``metal``: on the GPU backends every step is a rendered kernel (a
 matmul with its fused epilogue, or an elementwise chain), once per matmul route and with fusion on
 and off.
 
@@ -54,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from .graphs import PROGRAMS, GraphCase, build_graph_operands, graph_roster, reference_bits
-from .oracle import matmul_bits
+from .oracle import bf16_bits_to_f32, matmul_bits, tc_bound
 from .rosters import Case, build_operands, roster
 
 __all__ = [
@@ -63,11 +67,16 @@ __all__ = [
 ]
 
 SUITE_VERSION = "1"
-BACKENDS = ("cpu", "msl-emu", "opencl", "metal")
+BACKENDS = ("cpu", "msl-emu", "cuda-emu", "opencl", "cuda", "metal")
+#: Backends a run refuses where unavailable (the command line exits 1 with the reason) instead of
+#: giving a scorecard of skips: a GPU's, asked for by name.
+REFUSE_UNAVAILABLE = ("cuda",)
 MIN_EXECUTED_FRACTION = 0.9
 SCORECARD_DIR = Path(__file__).resolve().parent / "scorecards"
 #: The MSL emulator's driver, in a source checkout (override: TGRAD_MSL_EMU_DIR or emu_dir=).
 DEFAULT_EMU_DIR = Path(__file__).resolve().parents[1] / "tests" / "msl_emu"
+#: The CUDA emulator's driver (override: TGRAD_CUDA_EMU_DIR or emu_dir=).
+DEFAULT_CUDA_EMU_DIR = DEFAULT_EMU_DIR.parent / "cuda_emu"
 #: What a pass means, per backend (part of the attested suite record).
 PASS_MEANS = {
     "cpu": "output bits equal the oracle's on every CPU variant this machine runs; a graph case's "
@@ -75,6 +84,15 @@ PASS_MEANS = {
     "msl-emu": "output bits of the naive and tiled routes, generated MSL run on the emulator, "
                "equal the oracle's; a graph case's too, each step's kernel (fused ops included) run "
                "on the emulator, with fusion on and with fusion off, the two identical",
+    "cuda-emu": "output bits of the naive and tiled routes, generated CUDA C++ run on the emulator "
+                "(tests/cuda_emu), equal the oracle's, and the tc route's, where it renders, run with the "
+                "emulator's tensor-core model (mma=\"truncate\"), are within CUDA's tc error bound "
+                "(conformance.oracle.tc_bound, lang cuda) on the finite fills normal, smallint and "
+                "ties; a graph case's too (naive and tiled), each step's kernel (fused "
+                "ops included) run on the emulator, with fusion on and with fusion off, the two identical",
+    "cuda": "output bits of the naive and tiled routes, run by libtgrad's CUDA backend on "
+            "device=\"cuda\", equal the oracle's; a graph case's too, with fusion on and with fusion "
+            "off, the two identical",
     "opencl": "output bits of the naive and tiled routes, generated OpenCL C built and run by the "
               "OpenCL driver on device=\"opencl\", equal the oracle's; a graph case's too, with "
               "fusion on and with fusion off, the two identical",
@@ -84,7 +102,7 @@ PASS_MEANS = {
 #: The oracles each backend's cases are judged by (part of the attested suite record).
 _GRAPH_ORACLE = ("conformance.oracle.matmul_bits; graph cases: conformance.reference (matmul_bits and "
                  "conformance.elementwise.elementwise_bits, op by op)")
-ORACLES = {"cpu": _GRAPH_ORACLE, "msl-emu": _GRAPH_ORACLE, "opencl": _GRAPH_ORACLE}
+ORACLES = {name: _GRAPH_ORACLE for name in ("cpu", "msl-emu", "cuda-emu", "opencl", "cuda")}
 DEFAULT_ORACLE = "conformance.oracle.matmul_bits"
 
 Outcome = tuple[str, str]  # (outcome, detail)
@@ -275,29 +293,36 @@ class _MslEmu:
     as the launch names them (an op's table: the CPU's results over all 65,536 inputs)."""
 
     ROUTES = ("naive", "tiled")
+    #: Routes held to the tc error bound instead of the oracle's bits: run where they render (a
+    #: route_not_eligible leaves them out) and on finite fills only (the bound is about rounding).
+    BOUNDED_ROUTES: tuple[str, ...] = ()
+    BOUNDED_FILLS = ("normal", "smallint", "ties")
+    MMA = "fma"  # the emulator's model of the matrix hardware's summation (driver.MMA_ORDERS)
     runs_graphs = True
+    NAME, LANG, DIR_VARIABLE, DEFAULT_DIR = "msl-emu", "msl", "TGRAD_MSL_EMU_DIR", DEFAULT_EMU_DIR
 
     def __init__(self, emu_dir: Path | None) -> None:
         self.emu = None
         self.unavailable = ""
         self.compiler = ""
-        directory = Path(emu_dir or os.environ.get("TGRAD_MSL_EMU_DIR") or DEFAULT_EMU_DIR)
+        name = self.NAME
+        directory = Path(emu_dir or os.environ.get(self.DIR_VARIABLE) or self.DEFAULT_DIR)
         driver_file = directory / "driver.py"
         if not driver_file.is_file():
-            self.unavailable = f"msl-emu: no emulator driver at {driver_file} (a source checkout has it)"
+            self.unavailable = f"{name}: no emulator driver at {driver_file} (a source checkout has it)"
             return
         try:
             import tgrad
             from tgrad import render
 
-            driver = _load_driver(driver_file)
+            driver = _load_driver(driver_file, f"_conformance_{name.replace('-', '_')}_driver")
             if driver.find_cxx() is None:
-                self.unavailable = "msl-emu: no C++ compiler (g++, c++, clang++) for the emulator"
+                self.unavailable = f"{name}: no C++ compiler (g++, c++, clang++) for the emulator"
                 return
             self.emu = driver.Emulator()
             self.compiler = str(self.emu.cxx)
         except Exception as exc:  # the emulator could not start: every case is skipped, with why
-            self.unavailable = f"msl-emu: the emulator could not start: {type(exc).__name__}: {exc}"
+            self.unavailable = f"{name}: the emulator could not start: {type(exc).__name__}: {exc}"
             return
         self.tgrad, self.render = tgrad, render
 
@@ -308,7 +333,11 @@ class _MslEmu:
         with tgrad.Tensor.from_numpy(a_base) as a0, tgrad.Tensor.from_numpy(b_base) as b0:
             a, b = apply_view(a0, "a"), apply_view(b0, "b")
             try:
-                return {route: render.render_matmul(a, b, route) for route in self.ROUTES}
+                kernels = {route: render.render_matmul(a, b, route, self.LANG) for route in self.ROUTES}
+                for route in self.BOUNDED_ROUTES if case.fill in self.BOUNDED_FILLS else ():
+                    with contextlib.suppress(tgrad.errors.RouteNotEligibleError):
+                        kernels[route] = render.render_matmul(a, b, route, self.LANG)
+                return kernels
             except tgrad.TgradError as exc:
                 return f"render: {exc.code}: {exc}"
             finally:
@@ -342,12 +371,16 @@ class _MslEmu:
                 if 0 not in k.grid:
                     compiled = emu.compile(k.source)
                     bufs = [a_buf[: k.buffer_elements[0]], b_buf[: k.buffer_elements[1]], out]
-                    out = emu.run(compiled, k.grid, k.threadgroup, bufs, [True, True, False])[2]
+                    out = emu.run(compiled, k.grid, k.threadgroup, bufs, [True, True, False], mma=self.MMA)[2]
             except Exception as exc:  # compile error or a failed emulator check: this case fails
                 failures.append(f"{route}: {type(exc).__name__}: {str(exc)[:300]}")
                 continue
             got = out.reshape(case.m, case.n)
-            if not np.array_equal(got, want):
+            if route in self.BOUNDED_ROUTES:
+                outside = _outside_tc_bound(got, a_bits, b_bits, self.LANG)
+                if outside:
+                    failures.append(f"{route}: {outside}")
+            elif not np.array_equal(got, want):
                 failures.append(f"{route}: {_first_difference(got, want)}")
         if failures:
             return "fail", "; ".join(failures)
@@ -380,7 +413,7 @@ class _MslEmu:
         try:
             fused = _fused_kernels(out)
             nsteps = len(out.explain(json=True)["steps"])
-            kernels = [self.render.render_tensor(out, route, step=i) for i in range(nsteps)]
+            kernels = [self.render.render_tensor(out, route, self.LANG, step=i) for i in range(nsteps)]
             self.emu.compile_many([k.source for k in kernels if 0 not in k.grid])
             for k in kernels:
                 self._run_step(k, memory)
@@ -434,10 +467,33 @@ def _constants_into(memory: dict[int, np.ndarray]) -> Iterator[None]:
         ops._constant = original
 
 
-def _load_driver(path: Path) -> Any:
+def _outside_tc_bound(got_bits: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray, lang: str) -> str:
+    """Why outputs of the tc route break its error bound in `lang` (docs/kernels.md), or "" when
+    none does: every output in the bound's domain must be within it (so finite)."""
+    s, allowed, in_domain = tc_bound(a_bits, b_bits, lang)
+    got = bf16_bits_to_f32(got_bits).astype(np.float64)
+    bad = in_domain & ~(np.abs(got - s) <= allowed)  # NaN fails the comparison
+    if not bad.any():
+        return ""
+    i = tuple(int(v) for v in np.argwhere(bad)[0])
+    return (f"{int(bad.sum())} of {int(in_domain.sum())} outputs in the bound's domain break the tc error "
+            f"bound; first C{list(i)}: got {got[i]!r}, exact {s[i]!r}, allowed error {allowed[i]!r}")
+
+
+class _CudaEmu(_MslEmu):
+    """libtgrad's generated CUDA C++ (naive and tiled routes bit-exact, tc within its bound where
+    it renders; graph steps) compiled against the CUDA emulator of tests/cuda_emu (the MSL
+    emulator's runtime and checks) and run on the CPU."""
+
+    BOUNDED_ROUTES = ("tc",)
+    MMA = "truncate"  # tensor cores align and truncate (docs/kernels.md); naive and tiled use no mma
+
+    NAME, LANG, DIR_VARIABLE, DEFAULT_DIR = "cuda-emu", "cuda", "TGRAD_CUDA_EMU_DIR", DEFAULT_CUDA_EMU_DIR
+
+
+def _load_driver(path: Path, name: str = "_conformance_msl_emu_driver") -> Any:
     import importlib.util
 
-    name = "_conformance_msl_emu_driver"
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -453,26 +509,29 @@ def _load_driver(path: Path) -> Any:
 
 
 class _OpenCL:
-    """libtgrad on device="opencl": operands uploaded, views applied on the device, each case run
-    with the naive and the tiled route forced; it passes only if both are bit-exact."""
+    """libtgrad on device="opencl" (or, as _Cuda, "cuda"): operands uploaded, views applied on the
+    device, each case run with the naive and the tiled route forced; it passes only if both are
+    bit-exact."""
 
     ROUTES = ("naive", "tiled")
     runs_graphs = True
+    DEVICE = "opencl"
 
     def __init__(self) -> None:
         self.unavailable = ""
+        name = self.DEVICE
         try:
             import tgrad
             from tgrad._ffi import lib
         except ImportError as exc:
             self.unavailable = f"backend_unavailable: tgrad is not importable ({exc})"
             return
-        row = next((b for b in tgrad.backends() if b.name == "opencl"), None)
+        row = next((b for b in tgrad.backends() if b.name == name), None)
         if row is None:
-            self.unavailable = "backend_unavailable: libtgrad has no opencl backend"
+            self.unavailable = f"backend_unavailable: libtgrad has no {name} backend"
             return
         if not row.built or not row.available:
-            self.unavailable = f"backend_unavailable: opencl: {row.device}"
+            self.unavailable = f"backend_unavailable: {name}: {row.device}"
             return
         self.tgrad, self.lib, self.device = tgrad, lib, row.device
         self.codes = {"naive": int(lib.TGRAD_ROUTE_NAIVE), "tiled": int(lib.TGRAD_ROUTE_TILED)}
@@ -482,8 +541,8 @@ class _OpenCL:
         a_bits, b_bits, a_base, b_base, apply_view = _operands(case)
         want = matmul_bits(a_bits, b_bits)
         failures = []
-        with tgrad.Tensor.from_numpy(a_base, device="opencl") as a0, \
-                tgrad.Tensor.from_numpy(b_base, device="opencl") as b0:
+        with tgrad.Tensor.from_numpy(a_base, device=self.DEVICE) as a0, \
+                tgrad.Tensor.from_numpy(b_base, device=self.DEVICE) as b0:
             a, b = apply_view(a0, "a"), apply_view(b0, "b")
             try:
                 for route in self.ROUTES:
@@ -498,7 +557,7 @@ class _OpenCL:
                     except tgrad.TgradError as exc:
                         failures.append(f"{route}: {exc.code}: {str(exc)[:300]}")
                         continue
-                    if taken != f"opencl.{route}":
+                    if taken != f"{self.DEVICE}.{route}":
                         failures.append(f"{route}: ran as {taken}")
                     elif got.shape != want.shape or not np.array_equal(got, want):
                         failures.append(f"{route}: {_first_difference(got, want)}")
@@ -511,21 +570,27 @@ class _OpenCL:
         return "pass", ""
 
     def run_graph_case(self, case: GraphCase) -> Outcome:
-        """The program on device="opencl" with each route forced for its matmuls (elementwise
-        steps take the elementwise route), fused and unfused."""
+        """The program on the device with each route forced for its matmuls (elementwise steps
+        take the elementwise route), fused and unfused."""
         def force(route: str) -> None:
             self.lib.tgrad_set_device_route(self.codes[route] if route else 0)
 
         def run(tgrad: Any, case: GraphCase, tensors: list[Any], apply_view: Any, *_: Any) -> tuple[np.ndarray, list[str]]:
             return _run_program(tgrad, case, tensors, apply_view)
 
-        return _run_graph(self.tgrad, case, "opencl", force, self.ROUTES, run)
+        return _run_graph(self.tgrad, case, self.DEVICE, force, self.ROUTES, run)
 
     def environment(self) -> dict[str, Any]:
         if self.unavailable:
             return {}
         return {"device": self.device, "cpu_isa": self.tgrad.cpu_isa(),
                 "library_version": self.tgrad.version()}
+
+
+class _Cuda(_OpenCL):
+    """libtgrad on device="cuda", through its CUDA backend, as _OpenCL runs device="opencl"."""
+
+    DEVICE = "cuda"
 
 
 class _Unavailable:
@@ -560,8 +625,12 @@ def _backend(name: str, emu_dir: Path | None) -> Any:
         return _Cpu()
     if name == "msl-emu":
         return _MslEmu(emu_dir)
+    if name == "cuda-emu":
+        return _CudaEmu(emu_dir)
     if name == "opencl":
         return _OpenCL()
+    if name == "cuda":
+        return _Cuda()
     if name == "metal":
         return _Unavailable(name)
     raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

@@ -32,7 +32,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ORDERS = {"forward": 0, "reverse": 1, "shuffle": 2}
-MMA_ORDERS = {"fma": 0, "fma_reverse": 1, "exact": 2}
+# "truncate" models NVIDIA's tensor cores (tests/cuda_emu/cuda_emu.h); the MSL header refuses it.
+MMA_ORDERS = {"fma": 0, "fma_reverse": 1, "exact": 2, "truncate": 3}
 
 # -Werror: the renderer's kernels must compile without a warning under -Wall -Wextra (a buffer
 # a kernel does not read, as a and b when K = 0, is fine). -fstack-clash-protection probes every
@@ -156,6 +157,17 @@ class Kernel:
 
 
 class Emulator:
+    """The MSL emulator. A subclass for another kernel language (tests/cuda_emu) overrides
+    HEADER_DIR, HEADERS and translate(); the runtime and its checks are shared: its object is
+    keyed by the runtime's own files only, so every emulator in a process loads the same one."""
+
+    HEADER_DIR = HERE  # the language's headers, first on the include path
+    HEADERS = ("metal_emu.h", "metal_stdlib")
+    RUNTIME_FILES = ("emu_runtime.h", "runtime.cpp")
+
+    def translate(self, source: str) -> tuple[str, str]:
+        return translate(source)
+
     def __init__(self, cache_dir: Path | None = None, cxx: str | None = None) -> None:
         self.cxx = cxx or find_cxx()
         if not self.cxx:
@@ -163,12 +175,14 @@ class Emulator:
         self.cache = cache_dir or _cache_dir()
         version = subprocess.run([*self.cxx.split(), "--version"], capture_output=True, text=True,
                                  check=False).stdout
-        own = "".join((HERE / f).read_text() for f in ("metal_emu.h", "metal_stdlib", "runtime.cpp"))
-        self._salt = hashlib.sha256((version + own + self.cxx).encode()).hexdigest()
+        runtime_text = "".join((HERE / f).read_text() for f in self.RUNTIME_FILES)
+        own = runtime_text + "".join((self.HEADER_DIR / f).read_text() for f in self.HEADERS)
+        self._salt = hashlib.sha256((version + runtime_text + self.cxx).encode()).hexdigest()
         self._loaded: dict[Path, Kernel] = {}
         self.compiled = 0  # objects actually compiled (not found in the cache) by this instance
         self.kernel_flags = KERNEL_FLAGS + (GCC_KERNEL_FLAGS if "Free Software Foundation" in version else [])
-        runtime = self._build(own, "runtime", HERE / "runtime.cpp", RUNTIME_FLAGS)
+        runtime = self._build(runtime_text, "runtime", HERE / "runtime.cpp", RUNTIME_FLAGS)
+        self._salt = hashlib.sha256((self._salt + own).encode()).hexdigest()  # kernels: the headers too
         self.runtime = ctypes.CDLL(str(runtime), mode=ctypes.RTLD_GLOBAL)
         rt = self.runtime
         rt.msl_emu_alloc.restype = ctypes.c_void_p
@@ -192,9 +206,10 @@ class Emulator:
             return out
         tmp = out.with_suffix(f".{os.getpid()}.{id(text)}.tmp")
         obj = out.with_suffix(f".{os.getpid()}.{id(text)}.o")
-        steps = [[*self.cxx.split(), *flags, "-I", str(HERE), "-o", str(tmp), str(source)]]
+        include = ["-I", str(self.HEADER_DIR), "-I", str(HERE)]
+        steps = [[*self.cxx.split(), *flags, *include, "-o", str(tmp), str(source)]]
         if link is not None:
-            steps = [[*self.cxx.split(), *flags, "-c", "-I", str(HERE), "-o", str(obj), str(source)],
+            steps = [[*self.cxx.split(), *flags, "-c", *include, "-o", str(obj), str(source)],
                      [*self.cxx.split(), *link, "-o", str(tmp), str(obj)]]
         try:
             for cmd in steps:
@@ -209,7 +224,7 @@ class Emulator:
         return out
 
     def compile(self, source: str) -> Kernel:
-        tu, name = translate(source)
+        tu, name = self.translate(source)
         key = hashlib.sha256((self._salt + tu).encode()).hexdigest()[:24]
         cpp = self.cache / f"{name}-{key}.cpp"
         if not cpp.exists():

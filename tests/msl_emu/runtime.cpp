@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "metal_emu.h"
+#include "emu_runtime.h"
 
 using msl_emu::collective;
 using msl_emu::thread_ids;
@@ -345,7 +345,7 @@ bool run_group(Worker *w, uint32_t g, std::vector<int> &order) {
                 }
                 flags &= f.flags;
             }
-            if (flags & (int)metal::mem_flags::mem_threadgroup) w->epoch++;
+            if (flags & msl_emu::MEM_THREADGROUP) w->epoch++;
             else w->unordered_line = f0.line;
             for (int i = 0; i < n; i++) w->fibers[i].state = RUNNABLE;
             w->barrier_arrived = 0;
@@ -423,7 +423,7 @@ std::mutex launch_lock;
 
 }  // namespace
 
-// ---- what kernels call (metal_emu.h) -------------------------------------------------------------
+// ---- what kernels call (emu_runtime.h) -----------------------------------------------------------
 extern "C" const thread_ids *msl_emu_ids(void) { return &W->cur->ids; }
 
 extern "C" void msl_emu_fail(const char *message) { to_scheduler_with_error(message + (" in " + where(W->cur))); }
@@ -551,6 +551,7 @@ static const char *op_name(int op) {
     case msl_emu::OP_SUM: return "simd_sum";
     case msl_emu::OP_BROADCAST: return "simd_broadcast";
     case msl_emu::OP_SHUFFLE: return "simd_shuffle";
+    case msl_emu::OP_WARP_MMA: return "mma.sync (tg_mma_m16n8k16_bf16)";
     default: return "simdgroup_barrier";
     }
 }
@@ -615,9 +616,12 @@ extern "C" collective *const *msl_emu_simd_arrive(collective *c) {
         return nullptr;  // released: the executing lane did the work
     }
     for (int i = size; i < 32; i++) w->simd_args[sg][i] = nullptr;
-    if (size < 32 && (c->op == msl_emu::OP_LOAD || c->op == msl_emu::OP_STORE || c->op == msl_emu::OP_MMA))
+    if (size < 32 && (c->op == msl_emu::OP_LOAD || c->op == msl_emu::OP_STORE || c->op == msl_emu::OP_MMA ||
+                      c->op == msl_emu::OP_WARP_MMA))
         to_scheduler_with_error(std::string(op_name(c->op)) + " (line " + std::to_string(c->line) + ") in a simdgroup of " +
-                                std::to_string(size) + " threads: simdgroup matrices need all 32 lanes");
+                                std::to_string(size) + " threads: " +
+                                (c->op == msl_emu::OP_WARP_MMA ? "mma.sync needs all 32 lanes of a warp"
+                                                               : "simdgroup matrices need all 32 lanes"));
     const Fiber *lanes[32];
     for (int i = 0; i < size; i++) lanes[i] = &w->fibers[sg * 32 + i];
     check_uniform(w, w->simd_args[sg], lanes, size);
@@ -695,7 +699,7 @@ extern "C" int msl_emu_launch(void (*entry)(void *const *), const uint32_t *grid
     uint64_t ngroups = (uint64_t)grid[0] * grid[1] * grid[2];
     if (ngroups == 0) return 0;
     if (ngroups > 0xffffffffull) return fail("grid too large for the emulator");
-    if (order < 0 || order > 2 || mma_order < 0 || mma_order > 2) return fail("bad order");
+    if (order < 0 || order > 2 || mma_order < 0 || mma_order > 3) return fail("bad order");
     Launch l;
     l.entry = entry;
     l.buffers = bufs;

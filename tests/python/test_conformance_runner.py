@@ -4,6 +4,7 @@ outcomes, skips that are never passes, and `python -m conformance` (--write, --c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pathlib
 from typing import Any
@@ -81,11 +82,78 @@ def test_an_unavailable_backend_skips_everything_and_claims_nothing(backend: str
     assert card["claim"].startswith("no claim: 0 of 9") and not card["claim_made"]
 
 
-def test_msl_emu_without_its_driver_skips_with_the_reason(tmp_path: pathlib.Path) -> None:
-    card = runner.run("msl-emu", cases=FEW[:2], emu_dir=tmp_path)
+@pytest.mark.parametrize("backend", ["msl-emu", "cuda-emu"])
+def test_an_emulator_without_its_driver_skips_with_the_reason(tmp_path: pathlib.Path, backend: str) -> None:
+    card = runner.run(backend, cases=FEW[:2], emu_dir=tmp_path)
     assert {c["outcome"] for c in card["cases"]} == {"skip"}
-    assert "no emulator driver" in card["cases"][0]["detail"]
+    assert card["cases"][0]["detail"].startswith(f"{backend}: no emulator driver at {tmp_path}")
     assert not card["claim_made"]
+
+
+@pytest.mark.cuda
+def test_cuda_emu_runs_rendered_cuda_bit_exactly() -> None:
+    card = runner.run("cuda-emu", cases=FEW[:3] + FEW[-2:])
+    assert {c["outcome"] for c in card["cases"]} == {"pass"}, card["cases"]
+    assert card["claim"] == "bit-exact on 5 of 5 requested cases" and card["environment"]["cxx"]
+
+
+@pytest.mark.cuda
+def test_cuda_emu_fails_a_case_whose_kernel_computes_wrong_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CUDA kernels, not the MSL ones, are what runs: a mutation of the CUDA text fails the case.
+    from tgrad import render
+
+    original = render.render_matmul
+
+    def mutated(a: Any, b: Any, route: str = "tiled", lang: str = "msl") -> Any:
+        k = original(a, b, route, lang)
+        assert lang == "cuda" and "__global__" in k.source
+        if route != "naive":
+            return k
+        head, _, tail = k.source.rpartition("c[m * ")  # the store, not the header comment
+        return dataclasses.replace(k, source=head + "c[0 * m + " + tail)
+
+    monkeypatch.setattr(render, "render_matmul", mutated)
+    card = runner.run("cuda-emu", cases=[c for c in FEW if c.m > 1 and c.n > 1][:1])
+    assert card["cases"][0]["outcome"] == "fail" and card["cases"][0]["detail"].startswith("naive: ")
+
+
+@pytest.mark.cuda
+def test_cuda_emu_holds_the_tc_route_to_its_bound_not_to_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Until CUDA's tc route renders, the naive kernel stands in for it: exact (within the bound),
+    # then with every result scaled by 1 + 2^-6 (outside it, 2^-8 relative being the bound's floor).
+    from tgrad import render
+
+    original, scale, asked = render.render_matmul, [""], []
+
+    def with_tc(a: Any, b: Any, route: str = "tiled", lang: str = "msl") -> Any:
+        if route != "tc":
+            return original(a, b, route, lang)
+        asked.append((a.shape, b.shape))
+        k = original(a, b, "naive", lang)
+        return dataclasses.replace(k, route="tc", source=k.source.replace(
+            "tg_store_bf16(acc)", f"tg_store_bf16(acc{scale[0]})"))
+
+    monkeypatch.setattr(render, "render_matmul", with_tc)
+    normal = next(c for c in FEW if c.family == "views" and c.fill == "normal")
+    special = next(c for c in CASES if c.fill == "special" and min(c.m, c.k, c.n) >= 8)
+    card = runner.run("cuda-emu", cases=[normal, special])
+    assert [c["outcome"] for c in card["cases"]] == ["pass", "pass"], card["cases"]
+    assert set(asked) == {((normal.m, normal.k), (normal.k, normal.n))}  # tc on finite fills only
+    scale[0] = " * 1.015625f"
+    card = runner.run("cuda-emu", cases=[normal])
+    detail = card["cases"][0]["detail"]
+    assert card["cases"][0]["outcome"] == "fail" and detail.startswith("tc: ") and "break the tc error bound" in detail
+
+
+def test_cli_refuses_cuda_where_it_is_unavailable(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    row = next((b for b in tgrad.backends() if b.name == "cuda"), None)
+    if row is not None and row.available:  # pragma: no cover - a machine with a CUDA device
+        pytest.skip("cuda is available here")
+    reason = "libtgrad has no cuda backend" if row is None else f"cuda: {row.device}"
+    assert conformance_cli.main(["--backend", "cuda", "--write", "--scorecards", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert f"backend cuda refused: backend_unavailable: {reason}" in captured.err
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def _results(*outcomes: str) -> list[dict[str, str]]:
@@ -177,6 +245,6 @@ def test_cli_unavailable_backend_exits_0_unless_required(capsys: pytest.CaptureF
 
 def test_cli_refuses_an_unknown_backend(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        conformance_cli.main(["--backend", "cuda"])
+        conformance_cli.main(["--backend", "vulkan"])
     assert info.value.code == 2
     capsys.readouterr()

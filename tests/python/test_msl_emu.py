@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import tgrad
-from tgrad.conformance.oracle import bf16_bits_to_f32, daz_bits, matmul_bits
+from tgrad.conformance.oracle import bf16_bits_to_f32, matmul_bits, tc_bound
 from tgrad.conformance.rosters import Case, build_operands, roster
 from tgrad import render as R
 
@@ -214,31 +214,7 @@ def test_copy_route_handles_any_rank_and_keeps_nan_payloads(tier: Tier, name: st
 
 
 # ---- the tc route: an error bound, exactness where sums are exact, determinism --------------------
-# The bound's domain (docs/kernels.md): (1 + gamma_K) P below bf16's overflow threshold, the
-# midpoint between its largest finite value and 2^128. Then no product and no partial sum, in any
-# order, leaves the fp32 range, and the result rounds to a finite bf16.
-BF16_OVERFLOW = 2.0**128 - 2.0**119
-
-
-def tc_bound(a_bits: np.ndarray, b_bits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(exact sums s, allowed |out - s|, in_domain) for finite DAZ'd operands; see docs/kernels.md.
-
-    |out - s| <= 2^-8 |s| + (1 + 2^-8) gamma_K P + K 2^-126 + 2^-134, P = sum|a_k b_k|,
-    gamma_K = K u / (1 - K u), u = 2^-24; plus K 2^-52 P for the float64 reference's own rounding.
-    The bound is promised where in_domain: (1 + gamma_K) P (with that margin) < BF16_OVERFLOW.
-    """
-    a = bf16_bits_to_f32(daz_bits(a_bits)).astype(np.float64)
-    b = bf16_bits_to_f32(daz_bits(b_bits)).astype(np.float64)
-    k = a.shape[1]
-    s = a @ b
-    mag = np.abs(a) @ np.abs(b)
-    u = 2.0**-24
-    gamma = k * u / (1 - k * u)
-    allowed = 2.0**-8 * np.abs(s) + (1 + 2.0**-8) * gamma * mag + k * 2.0**-126 + 2.0**-134 + k * 2.0**-52 * mag
-    in_domain = (1 + gamma + k * 2.0**-52) * mag < BF16_OVERFLOW
-    return s, allowed, in_domain
-
-
+# The bound and its domain: tc_bound in conformance/oracle.py (docs/kernels.md).
 def check_tc(got_bits: np.ndarray, p: Prepared) -> float:
     """Assert the bound on the outputs in its domain; returns the worst |error| / bound."""
     s, allowed, in_domain = tc_bound(p.a_bits, p.b_bits)

@@ -146,6 +146,9 @@ kernel void mma(device const float *a [[buffer(0)]], device const float *b [[buf
         out = launch(emu, src, (1, 1, 1), (32, 1, 1), [a.ravel(), b.ravel(), np.zeros(64, np.float32)],
                      [True, True, False], mma=mma)[2].reshape(8, 8)
         assert np.array_equal(out, a[:, 3:11] @ b.T + 1)
+    with pytest.raises(EmuError, match="the mma model truncate is CUDA's"):  # tests/cuda_emu's model
+        launch(emu, src, (1, 1, 1), (32, 1, 1), [a.ravel(), b.ravel(), np.zeros(64, np.float32)],
+               [True, True, False], mma="truncate")
 
 
 def test_simdgroup_matrices_need_a_full_simdgroup(emu: Emulator) -> None:

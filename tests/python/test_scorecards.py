@@ -1,8 +1,9 @@
-"""CI keeps the committed scorecards true: the cpu, msl-emu and opencl scorecards are regenerated on
+"""CI keeps the committed scorecards true: the cpu, msl-emu, cuda-emu and opencl scorecards are regenerated on
 the "ci" roster and every case outcome and the funnel must equal
 conformance/scorecards/<backend>.json (environment fields differ between machines and are not
 compared). When a change is meant to alter them, regenerate: python -m conformance --backend cpu
---write (and msl-emu, opencl). The opencl check needs a usable OpenCL device (PoCL in CI); it is
+--write (and msl-emu, cuda-emu, opencl). The cuda-emu check is marked cuda (it runs in that tier, with
+the other CUDA-generator tests; it needs only a C++ compiler). The opencl check needs a usable OpenCL device (PoCL in CI); it is
 skipped without one, unless TGRAD_REQUIRE_OPENCL=1."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow  # whole conformance runs, the MSL emulator's incl
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCORECARDS = ROOT / "conformance" / "scorecards"
 EMU_DIR = ROOT / "tests" / "msl_emu"
+CUDA_EMU_DIR = ROOT / "tests" / "cuda_emu"
 
 
 def _check(backend: str, **options: object) -> None:
@@ -45,12 +47,21 @@ def test_committed_msl_emu_scorecard_holds() -> None:
     _check("msl-emu", emu_dir=EMU_DIR)
 
 
+@pytest.mark.cuda
+def test_committed_cuda_emu_scorecard_holds() -> None:
+    if not (CUDA_EMU_DIR / "driver.py").is_file():
+        pytest.skip("no CUDA emulator driver in this checkout")
+    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        pytest.skip("no C++ compiler for the CUDA emulator")
+    _check("cuda-emu", emu_dir=CUDA_EMU_DIR)
+
+
 def test_committed_opencl_scorecard_holds(opencl_device: str) -> None:
     _check("opencl")
 
 
 def test_committed_scorecards_make_their_claims() -> None:
-    for backend in ("cpu", "msl-emu", "opencl"):
+    for backend in ("cpu", "msl-emu", "cuda-emu", "opencl"):
         card = runner.load(runner.scorecard_path(backend, SCORECARDS))
         assert card["backend"] == backend and card["suite"]["roster"] == "ci"
         assert card["claim_made"], f"{backend}: {card['claim']}"

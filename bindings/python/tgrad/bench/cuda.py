@@ -32,7 +32,7 @@ def refusal() -> str | None:
     if not row.available:
         return f"the cuda backend is unavailable: {row.device}"
     try:
-        import torch
+        import torch  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return "torch is not installed (the peer to compare against)"
     if not torch.cuda.is_available():
@@ -48,7 +48,7 @@ def _time(fn: Any) -> float:
 
 def run_shape(shape: Shape, rounds: int, seed: int) -> dict[str, Any]:
     import tgrad
-    import torch
+    import torch  # type: ignore[import-not-found, unused-ignore]
 
     m, k, n = shape
     rng = np.random.default_rng(seed)

@@ -18,6 +18,9 @@ from tgrad.conformance import runner
 from tgrad.conformance.graphs import graph_roster
 from tgrad.conformance.rosters import roster
 
+#: The CUDA emulator's driver in this checkout (the installed package has no tests/: the runner
+#: finds it only beside a source tree, so the tests name it).
+CUDA_EMU_DIR = pathlib.Path(__file__).resolve().parents[1] / "cuda_emu"
 CASES = roster("ci")
 FEW = [c for c in CASES if c.family in ("below_tile", "empty")][:6] + \
     [c for c in CASES if c.family == "views"][:3]
@@ -92,7 +95,7 @@ def test_an_emulator_without_its_driver_skips_with_the_reason(tmp_path: pathlib.
 
 @pytest.mark.cuda
 def test_cuda_emu_runs_rendered_cuda_bit_exactly() -> None:
-    card = runner.run("cuda-emu", cases=FEW[:3] + FEW[-2:])
+    card = runner.run("cuda-emu", cases=FEW[:3] + FEW[-2:], emu_dir=CUDA_EMU_DIR)
     assert {c["outcome"] for c in card["cases"]} == {"pass"}, card["cases"]
     assert card["claim"] == "bit-exact on 5 of 5 requested cases" and card["environment"]["cxx"]
 
@@ -113,7 +116,7 @@ def test_cuda_emu_fails_a_case_whose_kernel_computes_wrong_bits(monkeypatch: pyt
         return dataclasses.replace(k, source=head + "c[0 * m + " + tail)
 
     monkeypatch.setattr(render, "render_matmul", mutated)
-    card = runner.run("cuda-emu", cases=[c for c in FEW if c.m > 1 and c.n > 1][:1])
+    card = runner.run("cuda-emu", cases=[c for c in FEW if c.m > 1 and c.n > 1][:1], emu_dir=CUDA_EMU_DIR)
     assert card["cases"][0]["outcome"] == "fail" and card["cases"][0]["detail"].startswith("naive: ")
 
 
@@ -136,11 +139,11 @@ def test_cuda_emu_holds_the_tc_route_to_its_bound_not_to_the_bits(monkeypatch: p
     monkeypatch.setattr(render, "render_matmul", with_tc)
     normal = next(c for c in FEW if c.family == "views" and c.fill == "normal")
     special = next(c for c in CASES if c.fill == "special" and min(c.m, c.k, c.n) >= 8)
-    card = runner.run("cuda-emu", cases=[normal, special])
+    card = runner.run("cuda-emu", cases=[normal, special], emu_dir=CUDA_EMU_DIR)
     assert [c["outcome"] for c in card["cases"]] == ["pass", "pass"], card["cases"]
     assert set(asked) == {((normal.m, normal.k), (normal.k, normal.n))}  # tc on finite fills only
     scale[0] = " * 1.015625f"
-    card = runner.run("cuda-emu", cases=[normal])
+    card = runner.run("cuda-emu", cases=[normal], emu_dir=CUDA_EMU_DIR)
     detail = card["cases"][0]["detail"]
     assert card["cases"][0]["outcome"] == "fail" and detail.startswith("tc: ") and "break the tc error bound" in detail
 

@@ -440,15 +440,11 @@ class Tensor(Generic[Unpack[Shape]]):
 
     def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
         """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
-        dt = (_bf16._dtype or _bf16.dtype()) if dtype is None else _host_dtype(dtype, "Tensor.numpy")
+        dt = _bf16.dtype() if dtype is None else _host_dtype(dtype, "Tensor.numpy")
+        if dt != _F32:
+            return self._bits().view(dt)
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        if dt != _F32:  # bfloat16 (inline, not _bits(): this is the hot path of a small product)
-            bits = np.empty(shape, dtype=np.uint16)
-            status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
-            if status:
-                _check(status)
-            return bits.view(dt)
         values = np.empty(shape, dtype=np.float32)
         _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
         return values

@@ -36,25 +36,15 @@ def tool(name: str) -> str:
 
 
 def nvrtc_library() -> str:
-    """The path of libnvrtc.so.* from the nvidia-cuda-nvrtc wheel (or TGRAD_NVRTC)."""
+    """The path of libnvrtc.so.* from the nvidia-cuda-nvrtc wheel (or TGRAD_NVRTC): where the
+    package itself finds it (tgrad._ffi), so the tests compile with the NVRTC the backend loads."""
     env = os.environ.get("TGRAD_NVRTC")
     if env and Path(env).exists():
         return env
-    try:
-        import nvidia.cuda_nvrtc as wheel  # type: ignore[import-not-found]  # noqa: PLC0415
+    from tgrad._ffi import _nvrtc_from_wheel  # noqa: PLC0415
 
-        roots = [Path(p) for p in wheel.__path__]
-    except ImportError:
-        try:
-            import nvidia.cu13 as wheel13  # type: ignore[import-not-found]  # noqa: PLC0415
-
-            roots = [Path(p) for p in wheel13.__path__]
-        except ImportError:
-            roots = []
-    for root in roots:
-        libs = sorted(root.rglob("libnvrtc.so*"))
-        libs = [p for p in libs if "builtins" not in p.name]
-        if libs:
-            return str(libs[0])
+    found = _nvrtc_from_wheel()
+    if found:
+        return found
     _missing("NVRTC is not installed (pip install 'tgrad[cuda]', the nvidia-cuda-nvrtc wheel)")
     raise AssertionError("unreachable")

@@ -28,10 +28,10 @@ TG_HIDDEN void tg_index_expr(char *dst, size_t cap, int64_t offset, const char *
                              const char *v1, int64_t s1, int64_t ext1);
 /* offset + sum of coord[d] * strides[d] over the axes of v (extent > 1, stride != 0). */
 TG_HIDDEN void tg_view_index(char *dst, size_t cap, const tg_view *v, const char *const *coord);
-/* Kernel signature: buffers, then the builtin parameters the body reads; opens the body and
- * declares one `const <it> var = ...;` per builtin used (gx, gy, lx, ly, li, sg). */
 /* A buffer parameter: `<space> ushort *<name>` (no space before ushort when `space` is empty). */
 TG_HIDDEN void tg_buffer_param(char *dst, size_t cap, const char *space, const char *name);
+/* Kernel signature: buffers, then the builtin parameters the body reads; opens the body and
+ * declares one `const <it> var = ...;` per builtin used (gx, gy, lx, ly, li, sg). */
 TG_HIDDEN void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
                                  const bool used[TG_B_COUNT_]);
 TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,

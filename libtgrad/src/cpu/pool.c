@@ -18,8 +18,12 @@
  * Waking a sleeping thread costs tens of microseconds on a virtual machine, more than a mid-size
  * matmul takes; so a worker that just finished spins for a short while (SPIN_NS) watching for the
  * next job before it sleeps, and the caller spins likewise for the last tasks to finish. A
+ * spinner that finds it lost its CPU meanwhile (another process wants it) sleeps at once: its
+ * spinning only takes turns from that process, and a thread that slept is the one the scheduler
+ * runs soon after its wake-up. A
  * sleeping worker is woken through the condition variable; job_seq is read under state_lock
- * before sleeping, so no wake-up is lost. */
+ * before sleeping, so no wake-up is lost. Where the workers run (which CPUs, how soon after a
+ * wake-up) is placement.c's. */
 #include <sched.h>
 #include <stdlib.h>
 #include <time.h>
@@ -32,8 +36,9 @@
 #endif
 
 #include "internal.h"
+#include "placement.h"
 
-#define MAX_WORKERS 256
+#define MAX_WORKERS TG_PLACE_MAX_WORKERS
 #define SPIN_NS 200000 /* 0.2 ms */
 
 static int64_t now_ns(void) {
@@ -42,13 +47,27 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spin until *seq differs from `seen` or SPIN_NS passed; returns the last value read. */
+/* A spinning thread checks the clock every 256 pauses (a few microseconds); a gap longer than
+ * this between two checks means it lost its CPU to another thread meanwhile. */
+#define PREEMPTED_NS 50000
+
+/* Whether a spin that started at *last (updated) should go on: SPIN_NS not over since `start`
+ * and the thread not preempted since the last check. */
+static bool keep_spinning(int64_t start, int64_t *last) {
+    int64_t t = now_ns();
+    bool go = t - start < SPIN_NS && t - *last < PREEMPTED_NS;
+    *last = t;
+    return go;
+}
+
+/* Spin until *seq differs from `seen`, or until keep_spinning says stop; returns the last value
+ * read. */
 static uint_fast64_t spin_while_equal(atomic_uint_fast64_t *seq, uint_fast64_t seen) {
-    int64_t deadline = now_ns() + SPIN_NS;
+    int64_t start = now_ns(), last = start;
     for (int i = 0;; i++) {
         uint_fast64_t v = atomic_load_explicit(seq, memory_order_acquire);
         if (v != seen) return v;
-        if ((i & 255) == 255 && now_ns() > deadline) return v;
+        if ((i & 255) == 255 && !keep_spinning(start, &last)) return v;
         CPU_RELAX();
     }
 }
@@ -78,6 +97,8 @@ static atomic_bool job_exact; /* task i runs on worker i (the peak probe needs o
 static atomic_uint_fast64_t claim;
 static atomic_uint_fast64_t exact_ran[MAX_WORKERS]; /* exact jobs: the (full) epoch worker i last ran task i in */
 static atomic_int_fast64_t tasks_done;               /* of the current job */
+static atomic_int job_cpu;                           /* the CPU its caller published it from */
+static bool worker_asleep[MAX_WORKERS];              /* blocked on `wake` (state_lock) */
 
 /* A task of the current job is done: the last one wakes a caller that sleeps on `done`. */
 static void finish_task(int64_t ntasks) {
@@ -114,18 +135,20 @@ static void drain(int32_t worker, uint_fast64_t epoch) {
 
 static void *worker_main(void *arg) {
     int32_t id = (int32_t)(intptr_t)arg;
+    tg_place_worker_start(id);
     uint_fast64_t seen = 0;
     for (;;) {
         uint_fast64_t cur = spin_while_equal(&job_seq, seen);
         if (cur == seen) {
             pthread_mutex_lock(&state_lock);
-            sleepers++;
+            sleepers++, worker_asleep[id] = true;
             while ((cur = atomic_load(&job_seq)) == seen) pthread_cond_wait(&wake, &state_lock);
-            sleepers--;
+            sleepers--, worker_asleep[id] = false;
             pthread_mutex_unlock(&state_lock);
         }
         seen = cur;
         if (id > (int32_t)(cur & 0xffff)) continue; /* not needed for this job */
+        tg_place_worker_job(id, atomic_load(&job_cpu));
         drain(id, cur >> 16);
     }
     return NULL;
@@ -146,7 +169,10 @@ static int32_t default_threads(void) {
     return n >= 1 ? (int32_t)(n > MAX_WORKERS ? MAX_WORKERS : n) : 1;
 }
 
-static void pool_init(void) { nthreads = default_threads(); }
+static void pool_init(void) {
+    nthreads = default_threads();
+    tg_place_init();
+}
 
 /* Caller holds state_lock. Start workers 1..want-1 that do not exist yet. */
 static void ensure_workers(int32_t want) {
@@ -181,14 +207,20 @@ static void run(int64_t ntasks, tg_task_fn fn, void *arg, bool exact) {
     atomic_store(&job_ntasks, ntasks);
     atomic_store(&job_exact, exact);
     atomic_store(&tasks_done, 0);
+    int cpu = tg_place_current_cpu();
+    atomic_store(&job_cpu, cpu);
     atomic_store(&claim, CLAIM_EPOCH(epoch) << EPOCH_SHIFT); /* open: task 0 of this epoch next */
     atomic_store(&job_seq, (uint_fast64_t)epoch << 16 | (uint_fast64_t)(helpers > 0 ? helpers : 0));
-    if (helpers > 0 && sleepers) pthread_cond_broadcast(&wake);
+    if (helpers > 0 && sleepers) {
+        for (int32_t i = 1; i <= helpers; i++)
+            if (worker_asleep[i]) tg_place_steer_sleeper(i, cpu);
+        pthread_cond_broadcast(&wake);
+    }
     pthread_mutex_unlock(&state_lock);
     drain(0, epoch);
-    int64_t deadline = now_ns() + SPIN_NS;
+    int64_t start = now_ns(), last = start;
     for (int i = 0; atomic_load(&tasks_done) < ntasks; i++) {
-        if ((i & 255) == 255 && now_ns() > deadline) {
+        if ((i & 255) == 255 && !keep_spinning(start, &last)) {
             pthread_mutex_lock(&state_lock);
             while (atomic_load(&tasks_done) < ntasks) pthread_cond_wait(&done, &state_lock);
             pthread_mutex_unlock(&state_lock);

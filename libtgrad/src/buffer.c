@@ -142,7 +142,8 @@ static tgrad_status run_step(const tg_step *st) {
         if (!b->data && !b->dev_mem) s = storage_alloc(b);
         if (!s) s = st->device == TGRAD_DEVICE_CPU ? cpu_execute(st) : tg_device_execute(st);
         if (!s) {
-            snprintf(b->route, sizeof b->route, "%s", st->route); /* what ran */
+            size_t len = 0;
+            tg_str_append(b->route, sizeof b->route, &len, st->route); /* what ran */
             pthread_mutex_lock(&tg_graph_lock);
             b->node = NULL;
             atomic_store_explicit(&b->realized, 1, memory_order_release);

@@ -236,6 +236,22 @@ bool tg_cpu_direct_a_fits_l1(int32_t mr, int64_t stride_bytes, const tg_l1d_geom
     return g->ways <= 0 || tg_cpu_rows_per_l1_set(mr, stride_bytes, g) <= g->ways;
 }
 
+/* tg_cpu_direct_a_fits_l1 for this machine's L1, remembered for the last (mr, stride) asked: its
+ * modulo arithmetic was ~3% of a 64^3 product, and a program multiplies by the same operand
+ * shapes again and again. One atomic word holds the key and the answer (stride < 2^40 bytes, mr <
+ * 2^8; others are computed every time). */
+static _Atomic uint64_t l1_memo; /* stride << 24 | mr << 16 | 1 << 8 (valid) | fits */
+
+static bool direct_a_fits_l1(int32_t mr, int64_t stride_bytes) {
+    uint64_t s = stride_bytes < 0 ? (uint64_t)0 - (uint64_t)stride_bytes : (uint64_t)stride_bytes;
+    bool memo = s < ((uint64_t)1 << 40) && mr > 0 && mr < 256;
+    uint64_t key = s << 24 | (uint64_t)mr << 16 | 1u << 8, m = atomic_load_explicit(&l1_memo, memory_order_relaxed);
+    if (memo && (m & ~(uint64_t)0xff) == key) return m & 1;
+    bool fits = tg_cpu_direct_a_fits_l1(mr, stride_bytes, &l1d);
+    if (memo) atomic_store_explicit(&l1_memo, key | fits, memory_order_relaxed);
+    return fits;
+}
+
 /* Full-height row panels read row-major A in place where the variant can (kernel_direct), unless
  * the panel's rows would share an L1 set beyond its ways: then every line of A is evicted before
  * its next use. Rows 4 KiB apart (K = 2048, 4096, ...) put all 12 in one set: on AMD Zen 4 (8
@@ -245,7 +261,7 @@ bool tg_cpu_direct_a_fits_l1(int32_t mr, int64_t stride_bytes, const tg_l1d_geom
 static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_operand *A) {
     pthread_once(&l1d_once, read_l1d);
     return uk->kernel_direct && mr == uk->mr && A->s1 == 1 && !(atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A) &&
-           tg_cpu_direct_a_fits_l1(mr, A->s0 * 2, &l1d); /* |s0| < INT64_MAX / 2: inside A's buffer */
+           direct_a_fits_l1(mr, A->s0 * 2); /* |s0| < INT64_MAX / 2: inside A's buffer */
 }
 
 typedef struct {

@@ -46,8 +46,14 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, tg_cpu_matmul
 
 void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap) {
     static const char *const names[] = { "empty", "zeros", "rowvec", "skinny", "gemm" };
-    if (P->path == PATH_EMPTY || P->path == PATH_ZEROS) snprintf(dst, cap, "cpu.%s", names[P->path]);
-    else snprintf(dst, cap, "cpu.%s.%s", P->uk->name, names[P->path]);
+    size_t len = 0;
+    if (!cap) return;
+    tg_str_append(dst, cap, &len, "cpu.");
+    if (P->path != PATH_EMPTY && P->path != PATH_ZEROS) {
+        tg_str_append(dst, cap, &len, P->uk->name);
+        tg_str_append(dst, cap, &len, ".");
+    }
+    tg_str_append(dst, cap, &len, names[P->path]);
 }
 
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {

@@ -18,6 +18,7 @@ import contextvars
 import functools
 import json as _json
 import operator
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, SupportsIndex, TypeVar, Union, Unpack, cast, get_args, \
@@ -59,6 +60,7 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
 _F32: np.dtype[Any] = np.dtype(np.float32)
+_new_tensor = object.__new__
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
@@ -440,11 +442,17 @@ class Tensor(Generic[Unpack[Shape]]):
 
     def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
         """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
-        dt = _bf16.dtype() if dtype is None else _host_dtype(dtype, "Tensor.numpy")
-        if dt != _F32:
-            return self._bits().view(dt)
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
+        if dtype is None:  # the hot path: bf16 bits read straight into the bfloat16 array
+            bits = np.empty(shape, dtype=_bf16.dtype())
+            status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
+            if status:
+                _check(status)
+            return bits
+        dt = _host_dtype(dtype, "Tensor.numpy")
+        if dt != _F32:
+            return self._bits().view(dt)
         values = np.empty(shape, dtype=np.float32)
         _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
         return values
@@ -909,10 +917,20 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
         host.release()
 
 
+def _out_slot() -> Any:
+    """This thread's tgrad_tensor_t out-parameter for matmul (cffi releases the GIL during a C
+    call, so threads cannot share one; allocating one per call cost a third of a microsecond)."""
+    slot = _OUT.slot = ffi.new("tgrad_tensor_t *")
+    return slot
+
+
+_OUT = threading.local()
+
+
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now."""
     # The hot path of every product, written flat: at 64^3 the Python around the C call is most
-    # of the time (what _reports, _h and _new_handle do is done inline here).
+    # of the time (what _reports, _h, _new_handle and _wrap do is done inline here).
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
         for name, operand in (("a", a), ("b", b)):
             if not isinstance(operand, Tensor):
@@ -922,12 +940,14 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     ha, hb = a._handle, b._handle
     if not (ha and hb):
         ha, hb = a._h, b._h  # raises for the released one
-    out = ffi.new("tgrad_tensor_t *")
+    out = getattr(_OUT, "slot", None) or _out_slot()
     status = lib.tgrad_matmul(ha, hb, out)
     if status:
         _check(status)
+    c = _new_tensor(Tensor)
+    c._handle = out[0]
     sa, sb = a._shape, b._shape  # libtgrad checked [M, K] @ [K, N]
-    c = Tensor._wrap(int(out[0]), (sa[0], sb[1]) if sa is not None and sb is not None else None)
+    c._shape = (sa[0], sb[1]) if sa is not None and sb is not None else None
     if (recorder := _RECORDER.get()) is not None:
         recorder.report("matmul", c, (a, b), {})
     return c

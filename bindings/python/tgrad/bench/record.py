@@ -24,7 +24,8 @@ DOC_BEGIN, DOC_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 #: The matmul bench's timed regions, as the JSON describes them.
 REGIONS = {
-    "tgrad": "(a @ b).realize(), inputs resident",
+    "tgrad": "(a @ b).realize(), inputs resident (at T > 1 threads with tgrad.set_num_threads(T) "
+             "before the clock starts and after it stops, as tgrad_1t does with 1)",
     "tgrad_call": "(a @ b).numpy(): the whole Python call, readback into a new array",
     "tgrad_1t": "(a @ b).realize() with tgrad.set_num_threads(1) before the clock starts and "
                 "the thread count set back after it stops (only when tgrad runs T > 1 threads)",

@@ -27,8 +27,9 @@ READING = (
 #: Added to READING when tgrad at one thread was timed (tgrad at T > 1 threads).
 READING_ONE_THREAD = (
     " \"tgrad 1 thread\" is the same call with `tgrad.set_num_threads(1)` (set before the clock "
-    "starts, set back after it stops): its ratio > 1 means tgrad's T threads are faster than "
-    "its one."
+    "starts, set back after it stops; tgrad's own region makes the same two calls with T, so "
+    "both run the same code outside the clock): its ratio > 1 means tgrad's T threads are faster "
+    "than its one."
 )
 
 

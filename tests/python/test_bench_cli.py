@@ -20,6 +20,7 @@ import pytest
 
 import tgrad  # noqa: E402,F401  (a missing binding is a failure, not a skip)
 from tgrad import bench as bench_module
+from tgrad.bench.timing import balanced_orders
 
 pytestmark = pytest.mark.slow  # a bench run in a child process per test
 
@@ -219,11 +220,11 @@ def test_json_keeps_raw_paired_samples_and_ratios_recompute(report_run):
         assert regions[0] == "tgrad" and "numpy_f32" in regions
         assert set(res["samples"]) == set(regions)
         assert all(len(res["samples"][r]) == 6 for r in regions)
-        # each repetition ran every region once, the order rotated by one per repetition
+        # each repetition ran every region once, in the balanced orders, one after another
         assert len(res["orders"]) == 6
+        rows = balanced_orders(len(regions))
         for i, order in enumerate(res["orders"]):
-            shift = i % len(regions)
-            assert order == regions[shift:] + regions[:shift]
+            assert order == [regions[j] for j in rows[i % len(rows)]]
         assert math.isclose(res["median_s"], statistics.median(res["samples"]["tgrad"]))
         for name, peer in res["peers"].items():
             # a peer of the separate phase pairs with that phase's tgrad samples

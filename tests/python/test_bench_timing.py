@@ -4,6 +4,8 @@ waits, gc) and never a measured time."""
 
 from __future__ import annotations
 
+import collections
+
 import gc
 from typing import Any
 
@@ -61,6 +63,25 @@ def test_rounds_rotate_the_order_and_pair_the_samples_by_round() -> None:
                          "quiet", "c", "quiet", "a", "quiet", "b",
                          "quiet", "a", "quiet", "b", "quiet", "c",
                          "quiet", "b", "quiet", "c", "quiet", "a"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
+def test_balanced_orders_put_every_region_after_every_other_equally_often(n: int) -> None:
+    rows = timing.balanced_orders(n)
+    assert len(rows) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    follows = collections.Counter((row[j - 1], row[j]) for row in rows for j in range(1, n))
+    assert set(follows) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert len(set(follows.values())) <= 1  # once each (even n), twice each (odd n)
+
+
+def test_balanced_rounds_follow_the_orders_and_pair_the_samples_by_round() -> None:
+    clock = Clock()
+    timed = [region(clock, "a", 1.0), region(clock, "b", 2.0), region(clock, "c", 3.0)]
+    orders = timing._interleaved(timed, 7, balanced=True)
+    rows = timing.balanced_orders(3)
+    assert orders == [["abc"[j] for j in rows[i % 6]] for i in range(7)]
+    assert [t.samples for t in timed] == [[1.0] * 7, [2.0] * 7, [3.0] * 7]
 
 
 def test_a_hot_region_gets_an_untimed_call_right_before_its_timed_one() -> None:

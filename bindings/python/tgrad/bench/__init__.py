@@ -14,8 +14,9 @@ then tgrad and its peers are timed live, interleaved in this one process (DESIGN
   ``torch.set_num_threads`` (when torch imports), ml_dtypes bfloat16 ``a @ b`` (small shapes only:
   a scalar loop), tinygrad bf16 ``(a @ b).realize()`` on its CPU device (when it imports; not
   above 2^30; timed after the others, paired with tgrad samples of its own phase: SEPARATE_PEERS);
-- garbage collection is off while timing; each repetition runs every timed region once, in an
-  order rotated by one per repetition; the raw samples are kept, paired by repetition; before a
+- garbage collection is off while timing; each repetition runs every timed region once, in
+  balanced orders (every region directly follows every other one equally often); the raw samples
+  are kept, paired by repetition; before a
   region the bench waits until no other thread of the process runs, and a short region gets an
   untimed call right before its timed one (see SPIN_ENV and docs/performance.md);
 - with tgrad at T > 1 threads, ``tgrad_1t`` times the same call at one thread (set before the

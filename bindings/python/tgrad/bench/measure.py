@@ -160,15 +160,16 @@ def _one_thread_region(ta: Any, tb: Any, threads: int) -> _Timed:
 
 def _time(res: dict[str, Any], timed: list[_Timed], repeat: int | None, budget_s: float,
           tick: Callable[[int, int], None] | None) -> bool:
-    """The interleaved rounds, then each separate peer's phase; False (error recorded) when the
-    rounds failed. `timed` keeps the regions of the main rounds only."""
+    """The interleaved rounds (in balanced orders: every region follows every other one equally
+    often), then each separate peer's phase; False (error recorded) when the rounds failed.
+    `timed` keeps the regions of the main rounds only."""
     separate = [t for t in timed if t.name in SEPARATE_PEERS]  # timed after the others
     timed[:] = [t for t in timed if t.name not in SEPARATE_PEERS]
     try:
         round_s = warm_up(timed)
         rounds = _auto_repeat(round_s, budget_s) if repeat is None else repeat
         cpu_before = _cpu_sample()
-        res["orders"] = _interleaved(timed, rounds, tick)
+        res["orders"] = _interleaved(timed, rounds, tick, balanced=True)
         res["load"] = _others_load(cpu_before, _cpu_sample())
         res["repeat"] = rounds
     except Exception as exc:

@@ -49,8 +49,9 @@ def method() -> dict[str, Any]:
         "paired_limits": "median over repetitions i of samples[limit][i] / samples[tgrad][i] "
                          "(1.0: tgrad as fast as the limit), bootstrap as for the ratios; in "
                          "each result's 'paired_limits'",
-        "interleave": "per repetition every region once, order rotated by one per repetition "
-                      "(see each result's 'orders'); two warm-up rounds first; gc disabled",
+        "interleave": "per repetition every region once, in balanced orders (a Williams design: "
+                      "every region directly follows every other one equally often; see each "
+                      "result's 'orders'); two warm-up rounds first; gc disabled",
         "separate": f"{', '.join(SEPARATE_PEERS)}: timed after the others, interleaved with "
                     "new samples of tgrad and tgrad_call only (each result's 'separate'; the "
                     "peer's entry has phase 'separate' and its ratios pair with those "

@@ -2,7 +2,8 @@
  *
  * A job's caller works on its tasks too, so a worker on the caller's CPU adds nothing: the two
  * take turns. Linux puts it there more often than expected. On a 2-vCPU KVM guest (Zen 4, kernel
- * 6.18, measured 2026-12-02 with a C loop over 127x255x511, see docs/performance.md):
+ * 6.18, measured 2026-12-02 with C loops that logged each task's thread, CPU and times; see
+ * docs/performance.md, "Contention and cold calls"):
  * - after the process idled, the woken worker was queued on the waker's CPU although the other
  *   CPU was idle; it then waited behind the caller for a time slice, or preempted it and ran the
  *   whole job alone, then spun there: 2 threads took 1.6x as long as 1;
@@ -16,8 +17,8 @@
  * And a worker asks the scheduler (sched_setattr, Linux 6.12's custom slices for SCHED_OTHER;
  * ignored by older kernels) for the shortest time slice, 0.1 ms: a woken worker whose CPU is
  * busy with another process then runs within about that long instead of after the other
- * process's slice (several ms), which a product of a few hundred microseconds would not
- * survive. Its share of the CPU (its nice value, its weight) is unchanged. */
+ * process's slice (1.4 ms by default there), which a product of a few hundred microseconds
+ * would not survive. Its share of the CPU (its nice value, its weight) is unchanged. */
 #include "placement.h"
 
 #if defined(__linux__)

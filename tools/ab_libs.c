@@ -105,5 +105,7 @@ int main(int argc, char **argv) {
     qsort(ratio, (size_t)reps, sizeof(double), by_value);
     printf("%lldx%lldx%lld: old %.1f us, new %.1f us; new/old median %.3f, quartiles %.3f %.3f\n", (long long)m,
            (long long)k, (long long)n, t_old[reps / 2], t_new[reps / 2], ratio[reps / 2], ratio[reps / 4], ratio[3 * reps / 4]);
+    old.release(old.a), old.release(old.b), new.release(new.a), new.release(new.b);
+    free(a), free(b), free(t_old), free(t_new), free(ratio);
     return 0;
 }

@@ -182,10 +182,14 @@ def test_tgrad_at_one_thread_is_timed_only_beside_more_threads(threads: Any, t: 
 def test_the_one_thread_region_runs_at_one_thread_and_restores(threads: Any) -> None:
     threads(3)
     seen = []
-    region = measure._one_thread_region(None, None, 3)
+    region = measure._tgrad_region(ONE_THREAD, None, None, 1, 3)
     region.call = lambda: seen.append(tgrad.num_threads())
     region.once()
     assert seen == [1] and tgrad.num_threads() == 3
+    ours = measure._tgrad_region("tgrad", None, None, 3, 3)  # the same calls, with T
+    ours.call = lambda: seen.append(tgrad.num_threads())
+    ours.once()
+    assert seen == [1, 3] and tgrad.num_threads() == 3 and ours.before is not None
 
 
 def test_cold_regions_sleep_before_every_timed_call(threads: Any) -> None:

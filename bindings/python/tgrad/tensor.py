@@ -442,17 +442,13 @@ class Tensor(Generic[Unpack[Shape]]):
 
     def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
         """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
-        h = self._handle or self._h  # _h raises for a released tensor
-        shape = self._shape if self._shape is not None else self.shape
         if dtype is None:  # the hot path: bf16 bits read straight into the bfloat16 array
-            bits = np.empty(shape, dtype=_bf16.dtype())
-            status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
-            if status:
-                _check(status)
-            return bits
+            return self._bits(_bf16.dtype())
         dt = _host_dtype(dtype, "Tensor.numpy")
         if dt != _F32:
             return self._bits().view(dt)
+        h = self._handle or self._h  # _h raises for a released tensor
+        shape = self._shape if self._shape is not None else self.shape
         values = np.empty(shape, dtype=np.float32)
         _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
         return values
@@ -484,11 +480,12 @@ class Tensor(Generic[Unpack[Shape]]):
         _check(lib.tgrad_tensor_read_f32(self._h, value, 1))
         return float(value[0])
 
-    def _bits(self) -> npt.NDArray[np.uint16]:
-        """The values' bf16 bit patterns, a new uint16 array of the shape."""
+    def _bits(self, dtype: npt.DTypeLike = np.uint16) -> npt.NDArray[Any]:
+        """The values' bf16 bit patterns, a new array of the shape of a 2-byte `dtype` (uint16, or
+        ml_dtypes.bfloat16 for numpy())."""
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        bits = np.empty(shape, dtype=np.uint16)
+        bits = np.empty(shape, dtype=dtype)
         status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
         if status:
             _check(status)

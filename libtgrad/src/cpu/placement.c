@@ -66,21 +66,20 @@ int tg_place_current_cpu(void) { return sched_getcpu(); }
 
 static bool can_exclude(int cpu) { return cpu >= 0 && CPU_ISSET(cpu, &allowed) && CPU_COUNT(&allowed) >= 2; }
 
-/* Thread `tid` (0: this one) may run on the pool's CPUs but `cpu`; records the outcome. */
+/* Worker `id`, thread `tid` (0: the calling thread), may run on the pool's CPUs but `cpu`,
+ * unless it already does or cannot; records the outcome. */
 static void exclude(int32_t id, pid_t tid, int cpu) {
+    if (atomic_load(&worker_excluded[id]) == cpu || !can_exclude(cpu)) return;
     cpu_set_t others = allowed;
     CPU_CLR(cpu, &others);
     atomic_store(&worker_excluded[id], sched_setaffinity(tid, sizeof others, &others) == 0 ? cpu : -1);
 }
 
-void tg_place_worker_job(int32_t id, int caller_cpu) {
-    if (atomic_load(&worker_excluded[id]) != caller_cpu && can_exclude(caller_cpu)) exclude(id, 0, caller_cpu);
-}
+void tg_place_worker_job(int32_t id, int caller_cpu) { exclude(id, 0, caller_cpu); }
 
 void tg_place_steer_sleeper(int32_t id, int caller_cpu) {
     int32_t tid = atomic_load(&worker_tid[id]);
-    if (tid > 0 && atomic_load(&worker_excluded[id]) != caller_cpu && can_exclude(caller_cpu))
-        exclude(id, tid, caller_cpu);
+    if (tid > 0) exclude(id, tid, caller_cpu);
 }
 
 #else

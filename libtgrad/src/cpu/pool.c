@@ -51,8 +51,8 @@ static int64_t now_ns(void) {
  * this between two checks means it lost its CPU to another thread meanwhile. */
 #define PREEMPTED_NS 50000
 
-/* Whether a spin that started at *last (updated) should go on: SPIN_NS not over since `start`
- * and the thread not preempted since the last check. */
+/* Whether a spin that started at `start` should go on: SPIN_NS not over since then and the
+ * thread not preempted since the last check at *last (updated to now). */
 static bool keep_spinning(int64_t start, int64_t *last) {
     int64_t t = now_ns();
     bool go = t - start < SPIN_NS && t - *last < PREEMPTED_NS;

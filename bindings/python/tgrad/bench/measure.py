@@ -112,11 +112,12 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
         res["byte_check"] = "skipped (oracle limit)"
     del got
 
-    timed = [_tgrad_region(ta, tb, tgrad.num_threads())]
+    threads_now = tgrad.num_threads()
+    timed = [_tgrad_region("tgrad", ta, tb, threads_now, threads_now)]
     if m * k * n <= CALL_LIMIT_MACS:
         timed.append(_Timed("tgrad_call", lambda: (ta @ tb).numpy()))
-    if tgrad.num_threads() > 1:
-        timed.append(_one_thread_region(ta, tb, tgrad.num_threads()))
+    if threads_now > 1:
+        timed.append(_tgrad_region(ONE_THREAD, ta, tb, 1, threads_now))
     nthreads = tgrad.num_threads() if threads is None else threads
     peer_threads: dict[str, str] = {}
     if peers:
@@ -132,29 +133,19 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
     return res
 
 
-def _tgrad_region(ta: Any, tb: Any, threads: int) -> _Timed:
-    """tgrad's region. With T > 1 threads it makes the same calls outside the clock as the
-    one-thread region, with T (a store of the value already there): that region's
-    set_num_threads before the clock had warmed the call path, and a product of a few µs that
-    runs on the calling thread either way measured 2-5% faster there (ratios 0.95-0.98, "loss",
-    at 64³ and below)."""
+def _tgrad_region(name: str, ta: Any, tb: Any, during: int, threads: int) -> _Timed:
+    """`(ta @ tb).realize()` at `during` threads: set before the clock starts and set back to
+    `threads` after it stops (a store under the pool's locks, no thread started or stopped).
+    "tgrad" at T > 1 makes the same two calls with T as "tgrad_1t" makes with 1: without them,
+    the one-thread region's call before the clock warmed the call path, and a product of a few µs
+    that runs on the calling thread either way measured 2-5% faster there (ratios 0.95-0.98,
+    "loss", at 64³ and below). At one thread "tgrad" has no such calls (there is no "tgrad_1t")."""
     import tgrad
 
     if threads <= 1:
-        return _Timed("tgrad", lambda: (ta @ tb).realize())
-    return _Timed("tgrad", lambda: (ta @ tb).realize(),
-                  before=lambda: tgrad.set_num_threads(threads),
-                  after=lambda: tgrad.set_num_threads(threads))
-
-
-def _one_thread_region(ta: Any, tb: Any, threads: int) -> _Timed:
-    """tgrad's region at one thread: the thread count is set before the clock starts and set
-    back to `threads` after it stops (a store under the pool's locks, no thread started or
-    stopped), so the region times the same call as "tgrad" with one thread."""
-    import tgrad
-
-    return _Timed(ONE_THREAD, lambda: (ta @ tb).realize(),
-                  before=lambda: tgrad.set_num_threads(1),
+        return _Timed(name, lambda: (ta @ tb).realize())
+    return _Timed(name, lambda: (ta @ tb).realize(),
+                  before=lambda: tgrad.set_num_threads(during),
                   after=lambda: tgrad.set_num_threads(threads))
 
 

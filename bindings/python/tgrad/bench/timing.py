@@ -157,8 +157,11 @@ def _interleaved(timed: list[_Timed], repeat: int, tick: Tick | None = None,
     gc.disable()
     try:
         for i in range(repeat):
-            shift = i % len(timed)
-            order = timed[shift:] + timed[:shift] if rows is None else [timed[j] for j in rows[i % len(rows)]]
+            if rows is None:
+                shift = i % len(timed)
+                order = timed[shift:] + timed[:shift]
+            else:
+                order = [timed[j] for j in rows[i % len(rows)]]
             for t in order:
                 t.samples.append(t.sample())
             orders.append([t.name for t in order])

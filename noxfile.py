@@ -51,16 +51,18 @@ def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None) 
     # TGRAD_POISON_STORAGE=1: every new or reused tensor block starts as the NaN 0x7FA5, so a kernel
     # that leaves an output element unwritten shows up as a wrong byte instead of passing on the
     # allocator's leftovers (the pip-installed library is a release build, where it is off).
+    # TGRAD_NATIVE=1: Tensor's hot path must be the C module the install built (ImportError if
+    # not); the slow session runs the core tier once more through its Python twin.
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-n", "auto", "-m", TIERS[tier], "python", *session.posargs,
-                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", **(env or {})})
+                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", "TGRAD_NATIVE": "1", **(env or {})})
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The core suite, with no torch: C tests (meson test) then pytest's unmarked tier against the
     package as `pip install .` builds it."""
-    session.install("meson>=1.1", "ninja")
+    session.install("meson>=1.3", "ninja")
     build = pathlib.Path(session.create_tmp()) / "build-c"
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfault_injection=true")
@@ -86,9 +88,13 @@ def slow(session: nox.Session) -> None:
     command through pipes and in child processes, the generated-MSL tier on the C++ emulator (its
     compiled kernels are cached in MSL_EMU_CACHE, by default under the temp directory), the
     committed scorecards regenerated, the property and mpmath sweeps, the C and Rust examples
-    built against the installed package through pkg-config."""
+    built against the installed package through pkg-config. Then the core tier again with
+    TGRAD_NATIVE=0: Tensor's hot path through its Python twin (tgrad/_tensor_base.py), the one a
+    source tree without the C module uses."""
     session.install(".[test,bench]", "pkgconf")
     _pytest(session, "slow")
+    session.chdir(ROOT)
+    _pytest(session, "tests", env={"TGRAD_NATIVE": "0"})
 
 
 @nox.session
@@ -106,7 +112,7 @@ def sanitize(session: nox.Session) -> None:
     """libtgrad and its C tests under AddressSanitizer + UndefinedBehaviorSanitizer (with fault
     injection, so every failed allocation is also checked for leaks), the Python suite against that
     build, and the concurrency test under ThreadSanitizer."""
-    session.install("meson>=1.1", "ninja")
+    session.install("meson>=1.3", "ninja")
     tmp = pathlib.Path(session.create_tmp()).resolve()
     asan, tsan = tmp / "build-asan", tmp / "build-tsan"
     for build in (asan, tsan):
@@ -125,7 +131,7 @@ def sanitize(session: nox.Session) -> None:
                 "-k", "not msl_emu and not cuda_emu and not cuda_compile and not bench and not render",
                 "-m", "not typecheck",  # mypy loads no libtgrad; the emulators and compilers neither
                 *session.posargs,
-                env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan,
+                env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan, "TGRAD_NATIVE": "1",
                      "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],
                      "TGRAD_POISON_STORAGE": "1"})
     session.chdir(ROOT)
@@ -158,7 +164,7 @@ def cross(session: nox.Session) -> None:
     for tool in ("aarch64-linux-gnu-gcc", "qemu-aarch64"):
         if not shutil.which(tool):
             session.error(f"{tool} not found: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user")
-    session.install("meson>=1.1", "ninja")
+    session.install("meson>=1.3", "ninja")
     tmp = pathlib.Path(session.create_tmp()).resolve()
     cross_file, build = tmp / "aarch64.ini", tmp / "build-aarch64"
     cross_file.write_text(CROSS_FILE)
@@ -175,7 +181,7 @@ def exhaustive(session: nox.Session) -> None:
     variant against a double reference (tests/c/test_elementwise.c; about 1.5 minutes on 2 cores),
     in the `exhaustive` meson suite, and all 2^32 float32 patterns through the conversion
     (tests/c/test_convert.c), in the `long` suite: both left out of `nox -s tests`."""
-    session.install("meson>=1.1", "ninja")
+    session.install("meson>=1.3", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-exhaustive").resolve()
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--buildtype=release")
@@ -191,7 +197,7 @@ def fuzz(session: nox.Session) -> None:
     the run. Then the hypothesis properties over forged DLPack capsules and mutated safetensors
     files, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
     seconds = session.posargs[0] if session.posargs else "300"
-    session.install("meson>=1.1", "ninja")
+    session.install("meson>=1.3", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-fuzz").resolve()
     shutil.rmtree(build, ignore_errors=True)
     env = {"CC": "clang"}

@@ -1,5 +1,6 @@
 """Packaging (issue 24): one version everywhere, the metadata a package index shows, the wheel's tag
-and layout (py3-none-<platform>: cffi in ABI mode, no CPython extension), the conformance kit
+and layout (cp3X-abi3-<platform>: cffi in ABI mode, and one CPython extension on the stable ABI,
+tgrad._native, Tensor's hot path), the conformance kit
 inside the tgrad namespace, and the documented commands run from any directory against the
 installed layout. The tests that build a wheel or start child interpreters are marked slow."""
 
@@ -24,7 +25,9 @@ from tgrad import __main__ as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = ROOT / "libtgrad" / "include" / "tgrad.h"
-WHEEL_TAG = re.compile(r"^Tag: py3-none-(?P<platform>\S+)$", re.M)
+WHEEL_TAG = re.compile(r"^Tag: cp3\d+-abi3-(?P<platform>\S+)$", re.M)
+#: The one compiled module in the wheel (the stable ABI's suffix; Linux and macOS).
+NATIVE = "tgrad/_native.abi3.so"
 
 
 def _meson_version() -> str:
@@ -112,7 +115,7 @@ def test_readme_builds_c_examples_that_exist() -> None:
 
 
 # ---- the wheel's layout, as installed ------------------------------------------------------------
-def test_installed_package_is_tagged_py3_none_platform() -> None:
+def test_installed_package_is_tagged_abi3_platform_with_the_c_hot_path() -> None:
     dist = _installed()
     if dist is None:
         pytest.skip("checks the pip-installed package (nox); test_built_wheel_* checks a fresh wheel")
@@ -121,6 +124,10 @@ def test_installed_package_is_tagged_py3_none_platform() -> None:
     files = {str(f) for f in dist.files or ()}
     assert ".tgrad.mesonpy.libs/libtgrad.so" in files or sys.platform != "linux", sorted(files)[:20]
     assert not [f for f in files if f.startswith("conformance/")], "no top-level `conformance` package"
+    assert NATIVE in files, sorted(f for f in files if f.startswith("tgrad/_"))
+    from tgrad import _tensor_base
+
+    assert _tensor_base.implementation() == ("python" if os.environ.get("TGRAD_NATIVE") == "0" else "native")
 
 
 def test_the_conformance_kit_and_its_scorecards_ship_inside_tgrad() -> None:
@@ -170,8 +177,8 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_built_wheel_is_py3_none_platform_with_its_license_and_one_top_level_package(wheel: Path) -> None:
-    assert re.fullmatch(r"tgrad-[^-]+-py3-none-(?!any)[^-]+\.whl", wheel.name), wheel.name
+def test_built_wheel_is_abi3_platform_with_its_license_and_one_top_level_package(wheel: Path) -> None:
+    assert re.fullmatch(r"tgrad-[^-]+-cp3\d+-abi3-(?!any)[^-]+\.whl", wheel.name), wheel.name
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/WHEEL"))
@@ -181,8 +188,8 @@ def test_built_wheel_is_py3_none_platform_with_its_license_and_one_top_level_pac
     assert "\nLicense-Expression: MIT\n" in metadata and f"\nVersion: {_meson_version()}\n" in metadata
     tops = {n.split("/")[0] for n in names} | {n.split("/")[2] for n in names if "/purelib/" in n}
     assert "conformance" not in tops, "the kit ships as tgrad.conformance, not a top-level package"
-    assert not [n for n in names if "/platlib/" in n or re.search(r"\.cpython-|\.abi3\.", n)], \
-        "no CPython extension in the wheel"
+    compiled = [n for n in names if re.search(r"\.cpython-|\.abi3\.|\.pyd$", n)]
+    assert compiled == [NATIVE] or sys.platform not in ("linux", "darwin"), compiled
     assert [n for n in names if n.endswith("/scorecards/cpu.json")], "the committed scorecards ship"
 
 
@@ -208,6 +215,11 @@ def test_documented_commands_run_from_any_directory_against_the_installed_wheel(
     report = json.loads(doctor.stdout)
     cards = {c["name"]: c["state"] for c in report["checks"] if c["name"].startswith("scorecard")}
     assert cards.get("scorecard cpu") == "PASS", report["checks"]
+
+    hot = _run_elsewhere(installed, tmp_path, "-c",
+                         "import tgrad._tensor_base as b, tgrad; print(b.implementation(), tgrad.Tensor.__base__)")
+    assert hot.stdout.split()[:2] == ["native", "<class"] and "_native.TensorBase" in hot.stdout, \
+        hot.stdout + hot.stderr
 
     old = _run_elsewhere(installed, tmp_path, "-c", "import conformance")
     assert old.returncode != 0 and "No module named 'conformance'" in old.stderr

@@ -85,6 +85,20 @@ def _check_library(report: Report) -> None:
         report.add("library", "PASS", detail)
 
 
+def _check_binding(report: Report) -> None:
+    from . import _tensor_base
+
+    used = _tensor_base.implementation()
+    report.facts["tensor_base"] = used
+    if used == "native":
+        report.add("binding", "PASS", "Tensor's hot path (@, realize, numpy, release) in C: tgrad._native")
+    elif os.environ.get("TGRAD_NATIVE") == "0":
+        report.add("binding", "PASS", "Tensor's hot path in Python, as TGRAD_NATIVE=0 asks")
+    else:
+        report.add("binding", "WARN", "Tensor's hot path in Python: tgrad._native is not built here (a "
+                   "source tree, or no Python headers at install); each small product pays ~2 us more")
+
+
 def _check_backends(report: Report) -> None:
     from . import backends
 
@@ -214,6 +228,7 @@ def collect(*, peak: bool = True, scorecards: Path | None = None) -> Report:
     """Run every check; nothing is printed."""
     report = Report()
     _check_library(report)
+    _check_binding(report)
     _check_backends(report)
     _check_cpu(report, peak)
     _check_capabilities(report)

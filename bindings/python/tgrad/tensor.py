@@ -29,12 +29,14 @@ import numpy.typing as npt
 
 from . import _bf16, errors
 from ._ffi import ffi, lib
+from ._tensor_base import TensorBase
+from ._tensor_base import bind as _bind_base
 from .errors import _check
 
 if TYPE_CHECKING:
     # The shape's default (PEP 696) lets a bare `Tensor` mean "any extents" without mypy --strict
     # asking for type arguments; checkers read typing_extensions' stub, run time needs no default.
-    from typing_extensions import TypeVarTuple
+    from typing_extensions import Self, TypeVarTuple
 
     from .ops import Operand, Scalar
 
@@ -60,7 +62,7 @@ _INT64_MAX = (1 << 63) - 1
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
 _F32: np.dtype[Any] = np.dtype(np.float32)
-_new_tensor = object.__new__
+_new_tensor = TensorBase.__new__
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
@@ -173,7 +175,7 @@ class _MatrixTransposed:
         return self if obj is None else obj._matrix_transposed()
 
 
-class Tensor(Generic[Unpack[Shape]]):
+class Tensor(TensorBase, Generic[Unpack[Shape]]):
     """An immutable bf16 tensor owned through one libtgrad handle.
 
     Views (``.T``, ``permute``, ``expand``, slicing, ``view``) share the buffer; ``@`` and the
@@ -182,11 +184,11 @@ class Tensor(Generic[Unpack[Shape]]):
     collected, on ``release()``, or at the end of a ``with`` block.
     """
 
-    __slots__ = ("_handle", "_shape", "__weakref__")
+    # The handle, the shape once known, a weak-reference slot, releasing the handle, `@`,
+    # realize() and numpy(): TensorBase, the hot path (C where built; tgrad._tensor_base).
+    __slots__ = ()
     # numpy must not turn a Tensor into an array behind an operator (ndarray @ Tensor): refuse.
     __array_ufunc__ = None
-    _handle: int
-    _shape: tuple[int, ...] | None  # read once from libtgrad: a tensor's shape never changes
 
     def __init__(self, array: npt.NDArray[Any]) -> None:
         """Same as Tensor.from_numpy(array)."""
@@ -201,7 +203,7 @@ class Tensor(Generic[Unpack[Shape]]):
     def _wrap(cls, handle: int, shape: tuple[int, ...] | None = None) -> Tensor:
         """A Tensor owning `handle`; `shape` where the caller knows it (then reading the tensor,
         or a product of two such tensors, asks libtgrad for it no more), else None."""
-        tensor = object.__new__(cls)
+        tensor = _new_tensor(cls)
         tensor._handle = handle
         tensor._shape = shape
         return tensor
@@ -276,16 +278,6 @@ class Tensor(Generic[Unpack[Shape]]):
         tb: TracebackType | None,
     ) -> None:
         self.release()
-
-    def __del__(self, _release: Any = lib.tgrad_tensor_release) -> None:
-        # _release is bound at definition so it survives module teardown at interpreter exit.
-        handle = getattr(self, "_handle", 0)
-        if handle and _release is not None:
-            self._handle = 0
-            try:
-                _release(handle)
-            except Exception:  # pragma: no cover - interpreter shutdown
-                pass
 
     @property
     def _h(self) -> int:
@@ -433,17 +425,17 @@ class Tensor(Generic[Unpack[Shape]]):
             return f"Tensor(<{exc.code}>)"
 
     # ---- reading --------------------------------------------------------------------------------
-    def realize(self) -> Tensor:
-        """Compute a lazy tensor now (no-op when realized); returns self."""
-        status = lib.tgrad_tensor_realize(self._handle or self._h)
-        if status:
-            _check(status)
-        return self
+    if TYPE_CHECKING:  # TensorBase's, typed here
+        def realize(self) -> Self:
+            """Compute a lazy tensor now (no-op when realized); returns self."""
+            ...
 
-    def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
-        """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
-        if dtype is None:  # the hot path: bf16 bits read straight into the bfloat16 array
-            return self._bits(_bf16.dtype())
+        def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
+            """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
+            ...
+
+    def _numpy_as(self, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+        """numpy(dtype) for a dtype given (numpy() without one is TensorBase's hot path)."""
         dt = _host_dtype(dtype, "Tensor.numpy")
         if dt != _F32:
             return self._bits().view(dt)
@@ -648,10 +640,10 @@ class Tensor(Generic[Unpack[Shape]]):
 
     # The shape types of `@`: method-level type variables, so a contracted extent known on both
     # sides must agree (Tensor[A, B] @ Tensor[B, C]); a bare Tensor's Any extents agree with any.
-    def __matmul__(self: Tensor[A, B], other: Tensor[B, C]) -> Tensor[A, C]:
-        if not isinstance(other, Tensor):  # Python then tries other.__rmatmul__, else TypeError
-            return NotImplemented
-        return matmul(self, other)
+    # At run time TensorBase's `@` (other than a Tensor: NotImplemented, then Python tries
+    # other.__rmatmul__, else TypeError).
+    if TYPE_CHECKING:
+        def __matmul__(self: Tensor[A, B], other: Tensor[B, C]) -> Tensor[A, C]: ...
 
     # No __rmatmul__: `x @ t` with x no Tensor is a TypeError (numpy defers here through
     # __array_ufunc__ = None, then finds none), and a catch-all one would hand checkers an
@@ -914,40 +906,17 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
         host.release()
 
 
-def _out_slot() -> Any:
-    """This thread's tgrad_tensor_t out-parameter for matmul (cffi releases the GIL during a C
-    call, so threads cannot share one; allocating one per call cost a third of a microsecond)."""
-    slot = _OUT.slot = ffi.new("tgrad_tensor_t *")
-    return slot
-
-
-_OUT = threading.local()
-
-
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now."""
-    # The hot path of every product, written flat: at 64^3 the Python around the C call is most
-    # of the time (what _reports, _h, _new_handle and _wrap do is done inline here).
-    if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
-        for name, operand in (("a", a), ("b", b)):
-            if not isinstance(operand, Tensor):
-                raise errors.InvalidArgumentError(
-                    f"matmul: operand {name} must be a Tensor, got {type(operand).__name__}"
-                )
-    ha, hb = a._handle, b._handle
-    if not (ha and hb):
-        ha, hb = a._h, b._h  # raises for the released one
-    out = getattr(_OUT, "slot", None) or _out_slot()
-    status = lib.tgrad_matmul(ha, hb, out)
-    if status:
-        _check(status)
-    c = _new_tensor(Tensor)
-    c._handle = out[0]
-    sa, sb = a._shape, b._shape  # libtgrad checked [M, K] @ [K, N]
-    c._shape = (sa[0], sb[1]) if sa is not None and sb is not None else None
-    if (recorder := _RECORDER.get()) is not None:
-        recorder.report("matmul", c, (a, b), {})
-    return c
+    for name, operand in (("a", a), ("b", b)):
+        if not isinstance(operand, Tensor):
+            raise errors.InvalidArgumentError(
+                f"matmul: operand {name} must be a Tensor, got {type(operand).__name__}"
+            )
+    return a @ b
+
+
+_bind_base(Tensor, _RECORDER)
 
 
 @overload

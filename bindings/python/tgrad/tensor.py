@@ -18,7 +18,6 @@ import contextvars
 import functools
 import json as _json
 import operator
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, SupportsIndex, TypeVar, Union, Unpack, cast, get_args, \

@@ -330,11 +330,12 @@ def test_tgrad_lib_naming_a_missing_file_fails_import_clearly(tmp_path: Path) ->
 
 
 def _package_copy(tmp_path: Path) -> Path:
-    """A copy of the tgrad package with the loaded library inside it, as an installed wheel has."""
+    """A copy of the tgrad package with the loaded library inside it, as an installed wheel has
+    (tgrad._native, where built, comes along: TGRAD_NATIVE=1 in nox asks for it)."""
     import tgrad
 
     package = tmp_path / "site" / "tgrad"
-    shutil.copytree(Path(tgrad.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+    shutil.copytree(Path(tgrad.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__", "libtgrad*"))
     shutil.copy(os.path.realpath(tgrad.library_path()), package / "libtgrad.so")
     return package
 

@@ -75,6 +75,17 @@ def test_ops_carry_shape_view_buffer_and_route(rng: np.random.Generator) -> None
     assert mm.buffer_id not in (a.buffer_id, b.buffer_id)
 
 
+@pytest.mark.parametrize("m,k,n", [(1, 64, 48), (6, 8, 5), (16, 96, 40), (80, 96, 72)])
+def test_a_traced_product_takes_the_route_it_takes_untraced(rng: np.random.Generator, m: int, k: int, n: int) -> None:
+    # The selection in force ("auto" picks one variant for packed products and another for
+    # streamed ones) is kept under trace: the route must not depend on whether a trace records it.
+    a, b = _t(rng, m, k), _t(rng, k, n)
+    untraced = (a @ b).route
+    tr = tgrad.trace(lambda x, y: x @ y, a, b)
+    assert tr.ops[-1].route == untraced
+    assert tr.options["cpu_isa"] == (tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto")
+
+
 def test_payloads_are_the_ops_output_bits(rng: np.random.Generator) -> None:
     a, b = _operands(rng)
     tr = tgrad.trace(_every_kind, a, b)

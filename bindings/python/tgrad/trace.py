@@ -21,7 +21,8 @@ every intermediate, so each op's result is stored and read).
 
 Options (anything else is refused with TraceOptionUnsupportedError before ``fn`` runs):
 ``device`` ("cpu", the only backend the runtime dispatches to today), ``cpu_isa`` (a CPU variant
-to realize with, e.g. "portable"; restored afterwards) and ``threads`` (worker threads for the
+to realize with, e.g. "portable", or "auto"; restored afterwards; by default the selection in
+force, recorded as the forced variant's name or "auto") and ``threads`` (worker threads for the
 realization; restored afterwards).
 
 Ops are recorded through a hook in tgrad.tensor (a context variable holding the active recorder),
@@ -544,7 +545,9 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
                      "(only cpu)")
     resolved: dict[str, Any] = {"device": "cpu"}
     isa = options.get("cpu_isa")
-    if isa is not None:
+    if isa == "auto":
+        resolved["cpu_isa"] = isa
+    elif isa is not None:
         variants = cpu_isas()
         if not isinstance(isa, str) or isa not in variants:
             raise refuse(f"tgrad.trace: cpu_isa {isa!r} is not a CPU variant "
@@ -566,7 +569,7 @@ def trace(fn: Callable[..., Any], *tensors: Any, **options: Any) -> Trace:
     among tensors), TraceOptionUnsupportedError (an unknown option or one the runtime cannot
     honour); after fn ran but before anything is realized: TraceNoOutputError (fn returned no
     Tensor)."""
-    from . import _cpu_isa_setting, cpu_isa, num_threads, set_cpu_isa, set_num_threads, version
+    from . import _cpu_isa_setting, num_threads, set_cpu_isa, set_num_threads, version
 
     if not callable(fn):
         raise errors.InvalidArgumentError(f"tgrad.trace: fn must be callable, got {type(fn).__name__}")
@@ -596,7 +599,10 @@ def trace(fn: Callable[..., Any], *tensors: Any, **options: Any) -> Trace:
                 "or dict of them)")
         output_ids = [recorder.op_of(t) for t in outputs]
         saved_isa, saved_threads = _cpu_isa_setting(), num_threads()
-        resolved.setdefault("cpu_isa", cpu_isa())
+        # Unless the caller names a variant, the selection in force is kept as it is: "auto"
+        # picks one variant for packed products and another for streamed ones, and forcing the
+        # packed one would give a traced product another route than the same product untraced.
+        resolved.setdefault("cpu_isa", saved_isa)
         resolved.setdefault("threads", saved_threads)
         try:
             set_cpu_isa(resolved["cpu_isa"])

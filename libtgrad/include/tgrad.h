@@ -407,6 +407,24 @@ TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, c
  * tgrad_last_error(); TGRAD_ERR_BACKEND_UNAVAILABLE where NVRTC is not found or the backend is not
  * built; TGRAD_ERR_INVALID_ARGUMENT for NULL pointers or sm outside 10..999. */
 TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
+
+/* Exact reductions, for tests (before the graph has a reduction kind): the n values data[i * stride]
+ * (dtype 0 = bfloat16 bits as uint16_t, 1 = float32; stride in elements, may be 0 or negative),
+ * reduced by the engine the reductions use.
+ * tgrad_debug_exact_sum: their exact sum (mean = 0) or exact sum / n (mean = 1), rounded once to
+ * out_dtype (0 or 1) by round to nearest even, written to *out_bits (bf16 in the low 16 bits):
+ * gradual underflow, overflow to +-inf, NaN (canonical 0x7FC0 / 0x7FC00000) if any value is NaN or
+ * both infinities occur; a zero result is -0.0 only when every value is -0.0; the empty sum is
+ * +0.0 and the empty mean NaN (docs/numerics.md).
+ * tgrad_debug_extrema: the maximum (want_max = 1) or minimum (0) and its index: the first NaN if
+ * any; else the first index of the extreme value, -0.0 and +0.0 comparing equal; *value_bits is
+ * the element at *index. n = 0 is TGRAD_ERR_INVALID_ARGUMENT (the extremum of nothing).
+ * Both: TGRAD_ERR_INVALID_ARGUMENT for an unknown dtype, n < 0, data NULL with n > 0, a NULL
+ * output or a flag other than 0 or 1; outputs are then untouched. */
+TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
+                                             int32_t out_dtype, uint32_t *out_bits);
+TGRAD_API tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t want_max,
+                                           uint32_t *value_bits, int64_t *index);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

@@ -175,6 +175,10 @@ tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                      int64_t n);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
+tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
+                                   int32_t out_dtype, uint32_t *out_bits);
+tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t want_max,
+                                 uint32_t *value_bits, int64_t *index);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

@@ -14,7 +14,9 @@
  * values are normal (Etop - 27 >= 7), and its FTZ because every result is at least 2^23.
  *   E - Emin <= 13: one window [E - 13, E], 2 instructions per 32 values.
  *   E - Emin <= 27: two windows, [E - 13, E] and [E - 27, E - 14], split by a mask.
- *   otherwise (and for inf/NaN or E < 34): tg_exact_add_portable takes the block. */
+ *   otherwise (and for inf/NaN or E < 34): tg_exact_add_portable takes the block.
+ * The second pass prefetches the next block's lines (or those of `after`, what the caller sums
+ * next), so that the memory streams while a block is summed from L1. */
 #include <immintrin.h>
 
 #include "ops/reduce_exact.h"
@@ -44,7 +46,7 @@ static inline __m512bh scale_vec(int k) { /* 2^k as bf16 in every lane */
     return (__m512bh)_mm512_set1_epi16((short)((k + 127) << 7));
 }
 
-static void block(tg_exact_acc *a, const uint16_t *x, int64_t n) {
+static void block(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *next, int64_t next_n) {
     const __m512i magmask = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
     __m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(-1);
     int64_t full = n & ~(int64_t)31;
@@ -73,6 +75,7 @@ static void block(tg_exact_acc *a, const uint16_t *x, int64_t n) {
     __m512i acc_a = _mm512_setzero_si512();
     if (E - Emin <= 13) {
         for (int64_t i = 0; i < full; i += 32) {
+            if (i < next_n) _mm_prefetch((const char *)(next + i), _MM_HINT_T0);
             __m512bh v = (__m512bh)_mm512_loadu_si512(x + i);
             acc_a = _mm512_add_epi32(acc_a, _mm512_castps_si512(_mm512_dpbf16_ps(magic, v, sa)));
         }
@@ -89,6 +92,7 @@ static void block(tg_exact_acc *a, const uint16_t *x, int64_t n) {
     __m512i acc_b = _mm512_setzero_si512();
     for (int64_t i = 0; i <= full; i += 32) {
         if (i == full && !tail) break;
+        if (i < next_n) _mm_prefetch((const char *)(next + i), _MM_HINT_T0);
         __m512i v = i < full ? _mm512_loadu_si512(x + i) : _mm512_maskz_loadu_epi16(tail, x + full);
         __mmask32 in_a = _mm512_cmpge_epu16_mask(_mm512_and_si512(v, magmask), thr);
         __m512bh va = (__m512bh)_mm512_maskz_mov_epi16(in_a, v), vb = (__m512bh)_mm512_maskz_mov_epi16(~in_a, v);
@@ -99,10 +103,16 @@ static void block(tg_exact_acc *a, const uint16_t *x, int64_t n) {
     tg_exact_acc_add_scaled(a, lanes_sum(acc_b, k), E - 12);
 }
 
-void tg_exact_add_bf16_avx512bf16(tg_exact_acc *a, const uint16_t *x, int64_t n) {
+void tg_exact_add_bf16_avx512bf16(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                  int64_t after_n) {
     if (n <= 0) return;
     a->flags |= TG_EXACT_NONEMPTY;
-    for (int64_t i = 0; i < n; i += BLOCK) block(a, x + i, n - i < BLOCK ? n - i : BLOCK);
+    for (int64_t i = 0; i < n; i += BLOCK) { /* each block's second pass prefetches the next block */
+        int64_t len = n - i < BLOCK ? n - i : BLOCK, rest = n - i - len;
+        const uint16_t *next = rest ? x + i + len : after;
+        int64_t next_n = rest ? rest : after ? after_n : 0;
+        block(a, x + i, len, next, next_n < BLOCK ? next_n : BLOCK);
+    }
 }
 
 int tg_exact_avx512bf16_available(void) {

@@ -152,7 +152,8 @@ void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtype, int64_t
     }
 }
 
-static void add_bf16_portable(tg_exact_acc *a, const uint16_t *x, int64_t n) {
+static void add_bf16_portable(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after, int64_t after_n) {
+    (void)after, (void)after_n;
     tg_exact_add_portable(a, x, TG_RDT_BF16, n, 1);
 }
 
@@ -167,8 +168,22 @@ tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void) {
 
 void tg_exact_acc_add(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride_elems) {
     if (n <= 0) return;
-    if (dtype == TG_RDT_BF16 && stride_elems == 1) tg_exact_bf16_kernel_for_selection()(a, base, n);
+    if (dtype == TG_RDT_BF16 && stride_elems == 1) tg_exact_bf16_kernel_for_selection()(a, base, n, NULL, 0);
     else tg_exact_add_portable(a, base, dtype, n, stride_elems);
+}
+
+void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t n, int64_t stride, int mean,
+                   int out_dtype, uint32_t *out_bits) {
+    int64_t es = dtype == TG_RDT_BF16 ? 2 : 4;
+    tg_exact_bf16_kernel k = dtype == TG_RDT_BF16 && stride == 1 ? tg_exact_bf16_kernel_for_selection() : NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        const char *row = (const char *)base + r * row_stride * es;
+        tg_exact_acc a;
+        tg_exact_acc_init(&a);
+        if (k && n > 0) k(&a, (const uint16_t *)row, n, r + 1 < rows ? (const uint16_t *)(row + row_stride * 2) : NULL, n);
+        else tg_exact_add_portable(&a, row, dtype, n, stride);
+        out_bits[r] = mean ? tg_exact_acc_round_div(&a, n, out_dtype) : tg_exact_acc_round(&a, out_dtype);
+    }
 }
 
 /* ---- rounding --------------------------------------------------------------------------------- */

@@ -55,18 +55,27 @@ TG_HIDDEN uint32_t tg_exact_acc_round_div(const tg_exact_acc *a, int64_t n, int 
 TG_HIDDEN int tg_extrema(const void *base, int dtype, int64_t n, int64_t stride, int want_max, uint32_t *value_bits,
                          int64_t *index);
 
+/* The sum (mean = 0) or mean (mean = 1) of each of `rows` rows, rounded to out_dtype: row r holds
+ * the n values base[r * row_stride + i * stride] (strides in elements). out_bits[r] as from
+ * tg_exact_acc_round(_div). Contiguous bf16 rows prefetch the next row while one is summed. */
+TG_HIDDEN void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t n, int64_t stride,
+                             int mean, int out_dtype, uint32_t *out_bits);
+
 /* ---- kernels (the SIMD file and the tests) ---- */
-/* Which contiguous-bf16 kernel tg_exact_acc_add uses: the tgrad_set_cpu_isa selection's
+/* Which contiguous-bf16 kernel tg_exact_acc_add uses (after, after_n: the contiguous values the
+ * caller sums next, or NULL: a hint to prefetch, never read): the tgrad_set_cpu_isa selection's
  * ("portable" forces the portable loops; "avx512bf16", or no forced choice, the AVX512-BF16
  * kernel where the CPU runs it). */
-typedef void (*tg_exact_bf16_kernel)(tg_exact_acc *a, const uint16_t *x, int64_t n);
+typedef void (*tg_exact_bf16_kernel)(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                     int64_t after_n);
 TG_HIDDEN tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void);
 /* The portable loops, always available: exact for any data. */
 TG_HIDDEN void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride);
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 /* kernels/cpu/reduce_avx512bf16.c: contiguous bf16 with vdpbf16ps; blocks it cannot take
  * exactly (inf/NaN, values below 2^-92, spreads over 2^27) go to tg_exact_add_portable. */
-TG_HIDDEN void tg_exact_add_bf16_avx512bf16(tg_exact_acc *a, const uint16_t *x, int64_t n);
+TG_HIDDEN void tg_exact_add_bf16_avx512bf16(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                            int64_t after_n);
 TG_HIDDEN int tg_exact_avx512bf16_available(void);
 #endif
 

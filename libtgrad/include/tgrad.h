@@ -162,12 +162,16 @@ TGRAD_API int32_t tgrad_op_arity(tgrad_op op);
 /* ---- limits and types --------------------------------------------------------------------- */
 #define TGRAD_MAX_DIMS 8
 
-/* Element types. Frozen codes. Only bf16 tensors exist; host data may be f32, f64 or bf16 bits. */
+/* Element types. Frozen codes. Tensors hold bf16, f32 or i32 elements; host data given to the
+ * creation calls may also be f64. Matmul and the elementwise ops take bf16 tensors (others are
+ * refused with TGRAD_ERR_DTYPE_UNSUPPORTED before anything is allocated); views, copies, casts,
+ * reads and reductions take every tensor dtype. */
 #define TGRAD_DTYPE_BF16 1
 #define TGRAD_DTYPE_F32 2
 #define TGRAD_DTYPE_F64 3
+#define TGRAD_DTYPE_I32 4
 
-/* A tensor handle: an immutable bf16 value (possibly lazy), a view over a shared buffer. */
+/* A tensor handle: an immutable value (possibly lazy) of one dtype, a view over a shared buffer. */
 typedef uint64_t tgrad_tensor_t;
 
 /* ---- tensors: creation, release, reading --------------------------------------------------- */
@@ -184,6 +188,13 @@ TGRAD_API tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, c
                                              tgrad_tensor_t *out);
 TGRAD_API tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
                                               tgrad_tensor_t *out);
+/* Create a tensor of element type `dtype` (bf16, f32 or i32) from contiguous row-major host data
+ * of type `src_dtype`, with the size rule above. Floating sources (bf16, f32, f64) give a bf16 or
+ * f32 tensor, rounded to nearest even where the source is wider (f32 from f32 or bf16 is exact);
+ * an i32 source gives an i32 tensor. Any other pair is TGRAD_ERR_DTYPE_UNSUPPORTED (use
+ * tgrad_cast). The host data is copied. */
+TGRAD_API tgrad_status tgrad_tensor_from_host(const void *data, int32_t src_dtype, int32_t ndim,
+                                              const int64_t *shape, int32_t dtype, tgrad_tensor_t *out);
 /* Release a handle (the buffer lives while any view or pending result needs it). 0 is a no-op. */
 TGRAD_API tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor);
 
@@ -193,6 +204,13 @@ TGRAD_API tgrad_status tgrad_tensor_realize(tgrad_tensor_t tensor);
  * the stored bits; f32 is their exact widening. */
 TGRAD_API tgrad_status tgrad_tensor_read_bf16(tgrad_tensor_t tensor, uint16_t *dst, size_t capacity);
 TGRAD_API tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, size_t capacity);
+/* Copy the logical view, row-major, in the tensor's own element type (2 bytes for bf16, 4 for f32
+ * and i32) into dst; capacity in bytes. Realizes first. read_bf16 and read_f32 above read bf16
+ * tensors; read_f32 also reads f32 tensors (exactly); any other pair is
+ * TGRAD_ERR_DTYPE_UNSUPPORTED. */
+TGRAD_API tgrad_status tgrad_tensor_read(tgrad_tensor_t tensor, void *dst, size_t capacity);
+/* Element size in bytes of a tensor dtype (bf16 2, f32 4, i32 4; host-only f64 8), 0 otherwise. */
+TGRAD_API int32_t tgrad_dtype_size(int32_t dtype);
 
 /* ---- tensors: properties ------------------------------------------------------------------- */
 TGRAD_API tgrad_status tgrad_tensor_ndim(tgrad_tensor_t tensor, int32_t *ndim);
@@ -239,6 +257,45 @@ TGRAD_API tgrad_status tgrad_tensor_reshape(tgrad_tensor_t tensor, const int64_t
 /* A row-major compact tensor with the same values (a lazy bit-preserving copy; the same buffer is
  * shared when the view already is compact row-major). */
 TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out);
+
+/* ---- casts --------------------------------------------------------------------------------- */
+/* out = x converted to `dtype`, lazily (compact row-major; x itself when the dtype is the same).
+ * bf16 -> f32 is exact; f32 -> bf16 rounds to nearest even (NaN canonical 0x7FC0); i32 -> bf16 or
+ * f32 rounds to nearest even; bf16 or f32 -> i32 truncates toward zero, and NaN or a value outside
+ * the i32 range is TGRAD_ERR_INVALID_ARGUMENT when the cast runs (at realize). */
+TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+/* The reduction registry. X(code, NAME, name). Codes are frozen. sum and mean are correctly
+ * rounded: the exact sum (or exact sum / count) of the inputs, rounded once to the output dtype
+ * (round to nearest even, gradual underflow, overflow to inf), whatever the order, blocking or
+ * thread count; max, min, argmax and argmin are exact. NaN: any NaN makes sum, mean, max and min
+ * NaN (canonical), +inf plus -inf is NaN; argmax and argmin give the index of the first NaN.
+ * Ties: argmax and argmin give the first index; -0 and +0 compare equal (max and min return the
+ * first of them). The empty sum is +0, the empty mean NaN; max, min, argmax and argmin of an
+ * empty set are TGRAD_ERR_INVALID_ARGUMENT. docs/numerics.md has the definitions. */
+#define TGRAD_REDUCE_LIST(X)                                                                        \
+    X(1, SUM, sum)                                                                                  \
+    X(2, MEAN, mean)                                                                                \
+    X(3, MAX, max)                                                                                  \
+    X(4, MIN, min)                                                                                  \
+    X(5, ARGMAX, argmax)                                                                            \
+    X(6, ARGMIN, argmin)
+#define TGRAD_REDUCE_ENUM_(code, NAME, name) TGRAD_REDUCE_##NAME = code,
+enum tgrad_reduce_code { TGRAD_REDUCE_NONE = 0, TGRAD_REDUCE_LIST(TGRAD_REDUCE_ENUM_) TGRAD_REDUCE_END_ };
+#undef TGRAD_REDUCE_ENUM_
+/* Stable name ("argmax"); "unknown_reduce" outside the registry. */
+TGRAD_API const char *tgrad_reduce_name(int32_t op);
+/* out = op over `axes` of x, lazily. axes: naxes entries (negative counts from the end; each at
+ * most once), or every axis when naxes < 0 (axes may then be NULL). keepdims 1 keeps each reduced
+ * axis with extent 1. out_dtype: 0 for the default (x's dtype; i32 for argmax and argmin), else
+ * bf16 or f32 for sum, mean, max and min (a bf16 input may give f32), i32 for argmax and argmin.
+ * argmax and argmin take one axis (their index counts along it) or every axis (the index into the
+ * row-major flattening). Inputs are bf16 or f32. Checks happen here, before any allocation:
+ * unknown op or dtype, axis out of range (TGRAD_ERR_INDEX_OUT_OF_RANGE), repeated axis, several
+ * axes for argmax, an empty max/min/arg*. */
+TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes,
+                                    int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b for 2-D a [M, K] and b [K, N], lazily: the result is computed when read or

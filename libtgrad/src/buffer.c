@@ -1,4 +1,4 @@
-/* Buffers (reference-counted bf16 storage) and realization of the lazy graph. A pending buffer
+/* Buffers (reference-counted storage of one element type) and realization of the lazy graph. A pending buffer
  * holds the node that computes it; realizing runs the scheduler's steps (schedule.c) in order, each
  * computing one buffer and then dropping its node and with it the references to its inputs, so
  * intermediates die as soon as nothing needs them. */
@@ -6,13 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/epilogue.h"
-#include "schedule.h"
+#include "kinds.h"
 
 pthread_mutex_t tg_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t next_id = 1;
 
 tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
+    return tg_buffer_new_typed(numel, TGRAD_DTYPE_BF16, node, out);
+}
+
+tgrad_status tg_buffer_new_typed(int64_t numel, int32_t dtype, tg_node *node, tg_buffer **out) {
     tg_buffer *b = tg_calloc(1, sizeof *b);
     if (!b) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a buffer header");
     if (pthread_mutex_init(&b->lock, NULL)) {
@@ -22,6 +25,7 @@ tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out) {
     atomic_init(&b->refs, 1);
     atomic_init(&b->realized, node ? 0 : 1);
     b->numel = numel;
+    b->dtype = dtype;
     b->node = node;
     b->id = atomic_fetch_add(&next_id, 1);
     if (!node) snprintf(b->route, sizeof b->route, "host");
@@ -46,10 +50,10 @@ static tgrad_status poison_device(tg_buffer *b, size_t bytes) {
     return s;
 }
 
-/* Allocate storage for numel bf16 elements (counted in tgrad_live_bytes). */
+/* Allocate storage for numel elements (counted in tgrad_live_bytes). */
 static tgrad_status storage_alloc(tg_buffer *b) {
     if (b->numel == 0) return TGRAD_OK;
-    size_t bytes = (size_t)b->numel * 2u;
+    size_t bytes = tg_buffer_bytes(b);
     if (b->device != TGRAD_DEVICE_CPU) {
         tgrad_status s = tg_device_alloc(b->device, bytes, &b->dev_mem);
         if (!s && tg_poison_enabled()) s = poison_device(b, bytes);
@@ -81,13 +85,13 @@ void tg_buffer_retain(tg_buffer *b) { atomic_fetch_add(&b->refs, 1); }
 
 void tg_buffer_release(tg_buffer *b) {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
-    if (b->data || b->dev_mem) atomic_fetch_sub(&tg_live_bytes_, b->numel * 2);
+    if (b->data || b->dev_mem) atomic_fetch_sub(&tg_live_bytes_, (int64_t)tg_buffer_bytes(b));
     if (b->external) {
         if (b->deleter) b->deleter(b->deleter_context); /* external memory: its owner frees it */
     } else {
         tg_storage_free(b->data, b->capacity);
     }
-    tg_device_free(b->device, b->dev_mem, (size_t)b->numel * 2u);
+    tg_device_free(b->device, b->dev_mem, tg_buffer_bytes(b));
     node_free(b->node);
     pthread_mutex_destroy(&b->lock);
     free(b);
@@ -96,9 +100,13 @@ void tg_buffer_release(tg_buffer *b) {
 
 /* Creating a realized buffer for host data: storage comes with it. */
 TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
+TG_HIDDEN tgrad_status tg_buffer_new_storage_typed(int64_t numel, int32_t dtype, tg_buffer **out);
 tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out) {
+    return tg_buffer_new_storage_typed(numel, TGRAD_DTYPE_BF16, out);
+}
+tgrad_status tg_buffer_new_storage_typed(int64_t numel, int32_t dtype, tg_buffer **out) {
     tg_buffer *b = NULL;
-    tgrad_status s = tg_buffer_new(numel, NULL, &b);
+    tgrad_status s = tg_buffer_new_typed(numel, dtype, NULL, &b);
     if (s) return s;
     if ((s = storage_alloc(b))) {
         tg_buffer_release(b);
@@ -106,28 +114,6 @@ tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out) {
     }
     *out = b;
     return TGRAD_OK;
-}
-
-/* The CPU executor: run a decided step into its allocated buffer. */
-static tgrad_status cpu_execute(const tg_step *st) {
-    const tg_node_input *in = st->inputs;
-    uint16_t *out = st->buf->data;
-    tg_chain chain;
-    switch (st->op) {
-    case TG_OP_MATMUL:
-        if (st->nfused) tg_chain_from_step(st, &chain);
-        return tg_cpu_matmul_run(&st->cpu, in[0].buf->data, &in[0].view, in[1].buf->data, &in[1].view, out,
-                                 st->nfused ? &chain : NULL);
-    case TG_OP_ELEMENTWISE:
-        tg_chain_from_step(st, &chain);
-        tg_chain_pass(&chain, out, st->buf->numel);
-        return TGRAD_OK;
-    case TG_OP_COPY:
-        if (st->buf->numel) tg_cpu_copy_view(in[0].buf->data, &in[0].view, out);
-        return TGRAD_OK;
-    default:
-        return tg_fail(TGRAD_ERR_INTERNAL, "unknown graph op %d", (int)st->op);
-    }
 }
 
 /* One step under its buffer's lock: skipped when another thread realized the buffer meanwhile
@@ -140,7 +126,7 @@ static tgrad_status run_step(const tg_step *st) {
     if (!atomic_load(&b->realized)) {
         tg_node *n = b->node;
         if (!b->data && !b->dev_mem) s = storage_alloc(b);
-        if (!s) s = st->device == TGRAD_DEVICE_CPU ? cpu_execute(st) : tg_device_execute(st);
+        if (!s) s = st->device == TGRAD_DEVICE_CPU ? tg_kind_of(st->op)->cpu_execute(st) : tg_device_execute(st);
         if (!s) {
             size_t len = 0;
             tg_str_append(b->route, sizeof b->route, &len, st->route); /* what ran */

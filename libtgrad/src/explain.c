@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "kinds.h"
 
 typedef struct {
     char *p;
@@ -40,16 +40,22 @@ static void put_dims(text *t, const int64_t *v, int32_t n, bool json) {
 
 /* Bytes an operand's view reads: at most INT64_MAX - 1 (views obey the size rule of view.c), so
  * the two operands of a step sum to less than 2^64 in uint64_t (expanded views can pass 2^63). */
-static uint64_t view_bytes(const tg_view *v) {
+static uint64_t view_bytes(const tg_view *v, int32_t dtype) {
     int64_t n;
     tg_view_numel(v, &n);
-    return (uint64_t)n * 2u;
+    return (uint64_t)n * (uint64_t)tg_dtype_size(dtype);
 }
 
-/* The step's kernel: its base op, then each fused op ("matmul+add+gelu"). */
+/* The step's kernel: its prologue (a reduction's: "mul+"), its base op, then each fused op
+ * ("matmul+add+gelu", "mul+sum+add+rsqrt"). */
 static void kernel_name(const tg_step *st, char *dst, size_t cap) {
-    static const char *const name[] = { "none", "matmul", "copy" };
-    size_t n = (size_t)snprintf(dst, cap, "%s", st->op == TG_OP_ELEMENTWISE ? tgrad_op_name(st->ew) : name[st->op]);
+    size_t n = 0;
+    if (st->pro_base) {
+        n += (size_t)snprintf(dst, cap, "%s+", tgrad_op_name(st->pro_base->ew));
+        for (int32_t i = 0; i < st->npro && n < cap; i++)
+            n += (size_t)snprintf(dst + n, cap - n, "%s+", tgrad_op_name(st->prologue[i].op));
+    }
+    if (n < cap) n += (size_t)snprintf(dst + n, cap - n, "%s", tg_kind_of(st->op)->base_name(st));
     for (int32_t i = 0; i < st->nfused && n < cap; i++)
         n += (size_t)snprintf(dst + n, cap - n, "+%s", tgrad_op_name(st->epilogue[i].op));
 }
@@ -57,9 +63,12 @@ static void kernel_name(const tg_step *st, char *dst, size_t cap) {
 /* What operand i of the step's reads is to its kernel: a matmul's a or b, an elementwise op's x
  * (or a, b), a fused op's other operand by that op's name. */
 static const char *operand_name(const tg_step *st, int32_t i) {
-    if (st->op == TG_OP_COPY) return "source";
-    if (i < st->ninputs) return st->ninputs == 1 ? "x" : (i ? "b" : "a");
-    int32_t k = i - st->ninputs;
+    if (tg_kind_of(st->op)->role == TG_ROLE_MOVEMENT) return "source";
+    int32_t nbase = st->pro_base ? st->pro_base->ninputs : st->ninputs;
+    if (i < nbase) return nbase == 1 ? "x" : (i ? "b" : "a");
+    int32_t k = i - nbase;
+    for (int32_t f = 0; f < st->npro; f++)
+        if (st->prologue[f].operand && k-- == 0) return tgrad_op_name(st->prologue[f].op);
     for (int32_t f = 0; f < st->nfused; f++)
         if (st->epilogue[f].operand && k-- == 0) return tgrad_op_name(st->epilogue[f].op);
     return "operand";
@@ -84,14 +93,17 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
         const tg_buffer *b = st->buf;
         const char *route = st->route;
         uint64_t read = 0;
-        int64_t written = b->numel * 2; /* a buffer's byte count fits */
-        for (int32_t i = 0; i < st->nreads; i++) read += view_bytes(&st->reads[i]->view);
+        int64_t written = (int64_t)tg_buffer_bytes(b); /* a buffer's byte count fits */
+        for (int32_t i = 0; i < st->nreads; i++) read += view_bytes(&st->reads[i]->view, st->reads[i]->buf->dtype);
         char kernel[160];
         kernel_name(st, kernel, sizeof kernel);
         if (json) {
             put(t, "%s{\"step\": %d, \"op\": \"%s\", \"kernel\": \"%s\", \"fused\": [", s ? ", " : "", s,
-                st->op == TG_OP_ELEMENTWISE ? tgrad_op_name(st->ew) : (st->op == TG_OP_MATMUL ? "matmul" : "copy"), kernel);
+                tg_kind_of(st->op)->base_name(st), kernel);
             for (int32_t f = 0; f < st->nfused; f++) put(t, "%s\"%s\"", f ? ", " : "", tgrad_op_name(st->epilogue[f].op));
+            put(t, "], \"prologue\": [");
+            if (st->pro_base) put(t, "\"%s\"", tgrad_op_name(st->pro_base->ew));
+            for (int32_t f = 0; f < st->npro; f++) put(t, ", \"%s\"", tgrad_op_name(st->prologue[f].op));
             put(t, "], \"not_fused\": ");
             if (st->unfused) put(t, "\"%s\"", st->unfused);
             else put(t, "null");
@@ -100,14 +112,14 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
             put(t, "step %d: %s %s -> buf#%llu ", s, kernel, route, (unsigned long long)b->id);
         }
         put_dims(t, b->node->out.shape, b->node->out.ndim, json);
-        if (json) put(t, ", \"bytes\": %lld}, \"inputs\": [", (long long)written);
+        if (json) put(t, ", \"dtype\": \"%s\", \"bytes\": %lld}, \"inputs\": [", tg_dtype_name(b->dtype), (long long)written);
         for (int32_t i = 0; i < st->nreads; i++) {
             const tg_buffer *in = st->reads[i]->buf;
             const tg_view *v = &st->reads[i]->view;
             int32_t from = tg_schedule_step_of(P, in);
             /* Every kernel reads its operands through their views; a copy step is itself the
              * materialization of a view. */
-            const char *load = st->op == TG_OP_COPY ? "materialized" : "composed";
+            const char *load = tg_kind_of(st->op)->role == TG_ROLE_MOVEMENT ? "materialized" : "composed";
             char source[32];
             if (from >= 0) snprintf(source, sizeof source, "step %d", from);
             else snprintf(source, sizeof source, "%s", in->node ? "pending" : "realized");

@@ -99,8 +99,34 @@ TG_HIDDEN void tg_storage_free(void *p, size_t cap);
 TG_HIDDEN bool tg_poison_enabled(void);
 TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
+/* ---- element types ---- */
+static inline int32_t tg_dtype_size(int32_t dtype) {
+    return dtype == TGRAD_DTYPE_BF16 ? 2 : (dtype == TGRAD_DTYPE_F32 || dtype == TGRAD_DTYPE_I32) ? 4 : 0;
+}
+static inline const char *tg_dtype_name(int32_t dtype) {
+    switch (dtype) {
+    case TGRAD_DTYPE_BF16: return "bfloat16";
+    case TGRAD_DTYPE_F32: return "float32";
+    case TGRAD_DTYPE_I32: return "int32";
+    case TGRAD_DTYPE_F64: return "float64";
+    default: return "unknown dtype";
+    }
+}
+
 /* ---- buffers and the lazy graph (tensor.c, buffer.c; schedule.c orders it) ---- */
-typedef enum tg_op { TG_OP_NONE = 0, TG_OP_MATMUL = 1, TG_OP_COPY = 2, TG_OP_ELEMENTWISE = 3 } tg_op;
+/* The node kinds (kinds.h has the registry: one row per kind, with its executor). */
+#include "kinds_list.h"
+#define TG_KIND_ENUM_(code, NAME, name, role) TG_OP_##NAME = code,
+typedef enum tg_op { TG_KIND_LIST(TG_KIND_ENUM_) TG_OP_COUNT_ } tg_op;
+#undef TG_KIND_ENUM_
+
+/* A node's parameter block: what its kind needs beyond the inputs (reduce: the op and axes in the
+ * input's numbering; cast: nothing beyond the node's dtype). */
+typedef struct tg_node_params {
+    int32_t reduce_op;               /* TGRAD_REDUCE_* */
+    int32_t naxes;
+    int32_t axes[TGRAD_MAX_DIMS];    /* ascending, non-negative */
+} tg_node_params;
 
 struct tg_buffer;
 /* One operand of a node: the buffer (retained by the node) and how the op reads it. */
@@ -115,6 +141,8 @@ typedef struct tg_node_input {
 typedef struct tg_node {
     tg_op op;
     tgrad_op ew;             /* TG_OP_ELEMENTWISE: the registry op (its arity is ninputs) */
+    int32_t dtype;           /* the result's element type (TGRAD_DTYPE_*) */
+    tg_node_params params;
     int32_t ninputs;
     tg_view out;             /* the result's compact row-major view */
     tg_node_input inputs[]; /* ninputs entries */
@@ -127,8 +155,10 @@ typedef struct tg_buffer {
     atomic_int_fast64_t refs;
     pthread_mutex_t lock;    /* serializes realization */
     atomic_int realized;     /* 1 once data holds the values */
-    int64_t numel;           /* elements of storage; at most INT64_MAX / 2 (the byte count fits) */
-    uint16_t *data;          /* bf16 bits; NULL while pending (or when numel == 0) */
+    int64_t numel;           /* elements of storage; the byte count fits in int64 */
+    int32_t dtype;           /* element type of the storage (TGRAD_DTYPE_*) */
+    uint16_t *data;          /* the storage (bf16 bits, or f32/i32 words for those dtypes); NULL
+                              * while pending (or when numel == 0) */
     size_t capacity;         /* bytes of the block behind data (tg_storage_alloc) */
     tg_node *node;           /* pending computation; NULL once realized */
     uint64_t id;             /* unique for the library's lifetime (explain's buf#id) */
@@ -143,7 +173,10 @@ typedef struct tg_buffer {
 /* Guards every buffer's node pointer against detaching while explain walks the graph. */
 extern TG_HIDDEN pthread_mutex_t tg_graph_lock;
 
+/* A buffer of numel bf16 elements (tg_buffer_new) or of another dtype (tg_buffer_new_typed). */
 TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out);
+TG_HIDDEN tgrad_status tg_buffer_new_typed(int64_t numel, int32_t dtype, tg_node *node, tg_buffer **out);
+static inline size_t tg_buffer_bytes(const tg_buffer *b) { return (size_t)b->numel * (size_t)tg_dtype_size(b->dtype); }
 TG_HIDDEN void tg_buffer_retain(tg_buffer *b);
 TG_HIDDEN void tg_buffer_release(tg_buffer *b);
 TG_HIDDEN tgrad_status tg_buffer_realize(tg_buffer *b);
@@ -209,6 +242,13 @@ TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const
                                      const tg_view *bv, uint16_t *out);
 /* Bit-preserving gather of a view into a compact row-major destination. */
 TG_HIDDEN void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst);
+/* The same for 4-byte elements (f32, i32). */
+TG_HIDDEN void tg_cpu_copy_view32(const uint32_t *src, const tg_view *v, uint32_t *dst);
+/* Either, by element size (2 or 4 bytes). */
+static inline void tg_cpu_copy_view_sized(const void *src, const tg_view *v, void *dst, int32_t size) {
+    if (size == 4) tg_cpu_copy_view32(src, v, dst);
+    else tg_cpu_copy_view(src, v, dst);
+}
 /* The CPU frame's choice to read A in place, as a function of the L1 data cache (tested in
  * tests/c/test_cpu_plan.c for caches this machine may not have): how many of `rows` rows
  * `stride_bytes` apart fall in one L1 set as a kernel walks them together (0: geometry unknown),

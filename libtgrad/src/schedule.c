@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kinds.h"
 #include "ops/elementwise.h"
-#include "schedule.h"
 
 int32_t tg_schedule_step_of(const tg_schedule *S, const tg_buffer *b) {
     for (int32_t i = 0; i < S->n; i++)
@@ -56,7 +56,8 @@ static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
     if (!p->node) return "realized";
     if (!tg_fusion_on()) return "fusion is off";
     if (p->device != device) return "computed on another device";
-    if (p->node->op != TG_OP_MATMUL && p->node->op != TG_OP_ELEMENTWISE) return "a copy is not fused";
+    const char *kind_says = tg_kind_of(p->node->op)->unfused;
+    if (kind_says) return kind_says;
     /* Only this node holds it: no handle, no other reader (a second read would need it stored). */
     if (atomic_load(&p->refs) != 1) return "its result is also held by a handle or read by another op";
     if (!same_shape(&in->view, &p->node->out) || in->view.offset || !tg_view_is_compact_rowmajor(&in->view))
@@ -84,33 +85,17 @@ static const tg_buffer *collect_chain(tg_step *st, const tg_buffer *b) {
     return cur;
 }
 
-/* The one switch on op and device: how a step runs, named as realize records it. */
-static void decide(tg_step *st) {
-    const char *dev = tg_device_name(st->device);
-    switch (st->op) {
-    case TG_OP_COPY:
-        snprintf(st->route, sizeof st->route, "%s.copy", dev);
-        return;
-    case TG_OP_MATMUL:
-        if (st->device == TGRAD_DEVICE_CPU) {
-            tg_cpu_matmul_plan_make(&st->inputs[0].view, &st->inputs[1].view, &st->cpu);
-            tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
-        } else {
-            st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);
-            snprintf(st->route, sizeof st->route, "%s.%s", dev, st->dev_route ? st->dev_route->name : "unknown");
-        }
-        return;
-    case TG_OP_ELEMENTWISE:
-        if (st->device == TGRAD_DEVICE_CPU) {
-            snprintf(st->route, sizeof st->route, "cpu.%s.elementwise", st->ew_variant->name);
-        } else {
-            st->dev_route = tg_route_find(TGRAD_ROUTE_ELEMENTWISE);
-            snprintf(st->route, sizeof st->route, "%s.elementwise", dev);
-        }
-        return;
-    default:
-        snprintf(st->route, sizeof st->route, "%s.unknown", dev);
-    }
+/* A reduction's prologue: the pending elementwise chain that only it reads (its input 0, read
+ * whole), up to its first elementwise op; not when the chain starts at an anchor (a matmul keeps
+ * it as its epilogue and stores the result). */
+static void collect_prologue(tg_step *st, const tg_node *n) {
+    if (why_not_fused(n, 0, st->device) || n->inputs[0].buf->node->op != TG_OP_ELEMENTWISE) return;
+    tg_step chain = { .device = st->device };
+    const tg_buffer *first = collect_chain(&chain, n->inputs[0].buf);
+    if (first->node->op != TG_OP_ELEMENTWISE) return;
+    st->pro_base = first->node;
+    st->npro = chain.nfused;
+    memcpy(st->prologue, chain.epilogue, sizeof chain.epilogue[0] * (size_t)chain.nfused);
 }
 
 static void step_init(tg_step *st, tg_buffer *b) {
@@ -119,10 +104,17 @@ static void step_init(tg_step *st, tg_buffer *b) {
     const tg_node *n = st->base = base->node;
     st->op = n->op, st->ew = n->ew, st->ninputs = n->ninputs, st->inputs = n->inputs;
     st->ew_variant = tg_ew_for_selection();
-    for (int32_t i = 0; i < st->ninputs; i++) st->reads[st->nreads++] = &st->inputs[i];
+    if (tg_kind_of(st->op)->role == TG_ROLE_REDUCTION) collect_prologue(st, n);
+    if (st->pro_base) {
+        for (int32_t i = 0; i < st->pro_base->ninputs; i++) st->reads[st->nreads++] = &st->pro_base->inputs[i];
+        for (int32_t i = 0; i < st->npro; i++)
+            if (st->prologue[i].operand) st->reads[st->nreads++] = st->prologue[i].operand;
+    } else {
+        for (int32_t i = 0; i < st->ninputs; i++) st->reads[st->nreads++] = &st->inputs[i];
+    }
     for (int32_t i = 0; i < st->nfused; i++)
         if (st->epilogue[i].operand) st->reads[st->nreads++] = st->epilogue[i].operand;
-    decide(st);
+    tg_kind_of(st->op)->decide(st); /* the route, decided once, by the kind's row */
 }
 
 void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap) {

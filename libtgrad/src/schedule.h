@@ -8,7 +8,9 @@
 #include "gen/gen.h"
 
 /* Elementwise ops a step applies to its result before storing it (its epilogue). */
-enum { TG_MAX_FUSED = 8, TG_MAX_READS = 2 + TG_MAX_FUSED };
+/* A reduction may also read a chain of them (its prologue): the chain's first elementwise op and
+ * up to TG_MAX_FUSED more. */
+enum { TG_MAX_FUSED = 8, TG_MAX_READS = 2 + 2 * TG_MAX_FUSED };
 
 /* One fused op: the running value (the base op's result, then each fused op's) goes through op,
  * as its only operand (unary) or with `operand` on the other side. */
@@ -42,6 +44,13 @@ typedef struct tg_step {
      * byte: every op still rounds to bf16). Empty when fusion is off or nothing qualifies. */
     tg_fused_op epilogue[TG_MAX_FUSED];
     int32_t nfused;
+    /* A reduction's prologue (NULL, 0: none): the pending elementwise node it reads is computed
+     * inside its read instead of stored: pro_base (an elementwise node over its operands) then
+     * prologue[0 .. npro), each op rounding to bf16 as alone. The reduction's own input is then
+     * never stored; reads lists pro_base's inputs and the prologue's operands in its place. */
+    const tg_node *pro_base;
+    tg_fused_op prologue[TG_MAX_FUSED];
+    int32_t npro;
     /* Why the op reading this step's result was not fused into it (NULL: it was, or none reads
      * it in this schedule); for explain. */
     const char *unfused;

@@ -14,46 +14,79 @@ TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
     } while (0)
 
 /* ---- creation ---------------------------------------------------------------------------- */
-static tgrad_status create(const void *data, int32_t dtype, int32_t ndim, const int64_t *shape,
+/* Bytes of numel elements of dtype fit in int64 (the view rule checks 2-byte elements only). */
+static tgrad_status check_bytes(int64_t numel, int32_t dtype, const char *fn) {
+    int64_t bytes;
+    if (tg_mul_ovf(numel, tg_dtype_size(dtype), &bytes))
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: %lld elements of %s overflow a 64-bit byte count", fn,
+                       (long long)numel, tg_dtype_name(dtype));
+    return TGRAD_OK;
+}
+
+/* Which host types convert to which tensor types (tgrad.h, tgrad_tensor_from_host). */
+static bool host_pair_ok(int32_t src, int32_t dtype) {
+    bool float_src = src == TGRAD_DTYPE_BF16 || src == TGRAD_DTYPE_F32 || src == TGRAD_DTYPE_F64;
+    if (dtype == TGRAD_DTYPE_BF16 || dtype == TGRAD_DTYPE_F32) return float_src;
+    return dtype == TGRAD_DTYPE_I32 && src == TGRAD_DTYPE_I32;
+}
+
+static void convert_host(const void *data, int32_t src, int64_t numel, int32_t dtype, void *dst) {
+    if (src == dtype) {
+        memcpy(dst, data, (size_t)numel * (size_t)tg_dtype_size(dtype));
+    } else if (dtype == TGRAD_DTYPE_BF16) {
+        uint16_t *d = dst;
+        if (src == TGRAD_DTYPE_F32) for (int64_t i = 0; i < numel; i++) d[i] = tg_f32_to_bf16(((const float *)data)[i]);
+        else for (int64_t i = 0; i < numel; i++) d[i] = tg_f64_to_bf16(((const double *)data)[i]);
+    } else { /* f32 from bf16 (exact) or f64 (the C conversion rounds to nearest even) */
+        float *d = dst;
+        if (src == TGRAD_DTYPE_BF16) for (int64_t i = 0; i < numel; i++) d[i] = tg_bf16_to_f32(((const uint16_t *)data)[i]);
+        else for (int64_t i = 0; i < numel; i++) d[i] = (float)((const double *)data)[i];
+    }
+}
+
+TG_HIDDEN tgrad_status tg_buffer_new_storage_typed(int64_t numel, int32_t dtype, tg_buffer **out);
+
+static tgrad_status create(const void *data, int32_t src, int32_t ndim, const int64_t *shape, int32_t dtype,
                            tgrad_tensor_t *out, const char *fn) {
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", fn);
     if (ndim < 0 || ndim > TGRAD_MAX_DIMS)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: ndim %d outside 0..%d", fn, ndim, TGRAD_MAX_DIMS);
     if (ndim > 0 && !shape) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: shape is NULL", fn);
+    if (!host_pair_ok(src, dtype))
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: cannot make a %s tensor from %s host data (dtype codes %d, %d)",
+                       fn, tg_dtype_name(dtype), tg_dtype_name(src), (int)dtype, (int)src);
     tg_view v;
     tgrad_status s = tg_view_contiguous(ndim, shape, &v);
     if (s) return s;
     int64_t numel;
     tg_view_numel(&v, &numel);
+    if ((s = check_bytes(numel, dtype, fn)) || (s = check_bytes(numel, src, fn))) return s;
     if (numel > 0 && !data) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
     tg_buffer *b = NULL;
-    if ((s = tg_buffer_new_storage(numel, &b))) return s;
-    uint16_t *dst = b->data;
-    switch (dtype) {
-    case TGRAD_DTYPE_BF16: if (numel) memcpy(dst, data, (size_t)numel * 2u); break;
-    case TGRAD_DTYPE_F32:
-        for (int64_t i = 0; i < numel; i++) dst[i] = tg_f32_to_bf16(((const float *)data)[i]);
-        break;
-    default:
-        for (int64_t i = 0; i < numel; i++) dst[i] = tg_f64_to_bf16(((const double *)data)[i]);
-        break;
-    }
+    if ((s = tg_buffer_new_storage_typed(numel, dtype, &b))) return s;
+    if (numel) convert_host(data, src, numel, dtype, b->data);
     if ((s = tg_handle_new_tensor(b, &v, out))) tg_buffer_release(b);
     return s;
 }
 
 TGRAD_API tgrad_status tgrad_tensor_from_f32(const float *data, int32_t ndim, const int64_t *shape,
                                              tgrad_tensor_t *out) {
-    return create(data, TGRAD_DTYPE_F32, ndim, shape, out, "tensor_from_f32");
+    return create(data, TGRAD_DTYPE_F32, ndim, shape, TGRAD_DTYPE_BF16, out, "tensor_from_f32");
 }
 TGRAD_API tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, const int64_t *shape,
                                              tgrad_tensor_t *out) {
-    return create(data, TGRAD_DTYPE_F64, ndim, shape, out, "tensor_from_f64");
+    return create(data, TGRAD_DTYPE_F64, ndim, shape, TGRAD_DTYPE_BF16, out, "tensor_from_f64");
 }
 TGRAD_API tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
                                               tgrad_tensor_t *out) {
-    return create(bits, TGRAD_DTYPE_BF16, ndim, shape, out, "tensor_from_bf16");
+    return create(bits, TGRAD_DTYPE_BF16, ndim, shape, TGRAD_DTYPE_BF16, out, "tensor_from_bf16");
 }
+TGRAD_API tgrad_status tgrad_tensor_from_host(const void *data, int32_t src_dtype, int32_t ndim, const int64_t *shape,
+                                              int32_t dtype, tgrad_tensor_t *out) {
+    return create(data, src_dtype, ndim, shape, dtype, out, "tensor_from_host");
+}
+
+TGRAD_API int32_t tgrad_dtype_size(int32_t dtype) { return dtype == TGRAD_DTYPE_F64 ? 8 : tg_dtype_size(dtype); }
 
 TGRAD_API tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor) { return tg_handle_release(tensor); }
 
@@ -67,28 +100,36 @@ TGRAD_API tgrad_status tgrad_tensor_realize(tgrad_tensor_t tensor) {
     return s;
 }
 
-static tgrad_status read_view(tgrad_tensor_t tensor, void *dst, size_t capacity, int32_t dtype, const char *fn) {
+/* How a read converts: the tensor's dtype to the destination's (as, in bytes per element). */
+static tgrad_status read_view(tgrad_tensor_t tensor, void *dst, size_t capacity, int32_t as, bool bytes, const char *fn) {
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(tensor, &t);
     if (s) return s;
+    int32_t have = t.buf->dtype;
+    if (!as) as = have;
     int64_t numel;
     tg_view_numel(&t.view, &numel);
-    if (numel > 0 && !dst) s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: destination is NULL", fn);
-    else if ((uint64_t)numel > capacity)
-        s = tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "%s: tensor has %lld elements, destination holds %zu",
-                    fn, (long long)numel, capacity);
+    size_t esize = (size_t)tg_dtype_size(as), room = bytes ? capacity / esize : capacity;
+    if (!(have == as || (have == TGRAD_DTYPE_BF16 && as == TGRAD_DTYPE_F32)))
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the tensor holds %s; read it with tgrad_tensor_read or cast it first",
+                    fn, tg_dtype_name(have));
+    else if (numel > 0 && !dst) s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: destination is NULL", fn);
+    else if ((uint64_t)numel > room)
+        s = tg_fail(TGRAD_ERR_BUFFER_TOO_SMALL, "%s: tensor has %lld elements, destination holds %zu", fn,
+                    (long long)numel, room);
     if (!s) s = tg_buffer_realize(t.buf);
     const uint16_t *host = t.buf->data;
     uint16_t *staged = NULL;
     if (!s && numel > 0 && t.buf->device != TGRAD_DEVICE_CPU) { /* bring the whole buffer over */
-        staged = tg_malloc((size_t)t.buf->numel * 2u);
-        if (!staged) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot stage %lld bytes", fn, (long long)t.buf->numel * 2);
-        else s = tg_device_download(t.buf->device, t.buf->dev_mem, staged, (size_t)t.buf->numel * 2u);
+        size_t whole = tg_buffer_bytes(t.buf);
+        staged = tg_malloc(whole);
+        if (!staged) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot stage %zu bytes", fn, whole);
+        else s = tg_device_download(t.buf->device, t.buf->dev_mem, staged, whole);
         host = staged;
     }
     if (!s && numel > 0) {
-        if (dtype == TGRAD_DTYPE_BF16) {
-            tg_cpu_copy_view(host, &t.view, dst);
+        if (have == as) {
+            tg_cpu_copy_view_sized(host, &t.view, dst, tg_dtype_size(have));
         } else {
             /* widen in place from the back: the bf16 gather fills the first half of dst */
             uint16_t *bits = (uint16_t *)dst;
@@ -103,10 +144,13 @@ static tgrad_status read_view(tgrad_tensor_t tensor, void *dst, size_t capacity,
 }
 
 TGRAD_API tgrad_status tgrad_tensor_read_bf16(tgrad_tensor_t tensor, uint16_t *dst, size_t capacity) {
-    return read_view(tensor, dst, capacity, TGRAD_DTYPE_BF16, "tensor_read_bf16");
+    return read_view(tensor, dst, capacity, TGRAD_DTYPE_BF16, false, "tensor_read_bf16");
 }
 TGRAD_API tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, size_t capacity) {
-    return read_view(tensor, dst, capacity, TGRAD_DTYPE_F32, "tensor_read_f32");
+    return read_view(tensor, dst, capacity, TGRAD_DTYPE_F32, false, "tensor_read_f32");
+}
+TGRAD_API tgrad_status tgrad_tensor_read(tgrad_tensor_t tensor, void *dst, size_t capacity) {
+    return read_view(tensor, dst, capacity, 0, true, "tensor_read");
 }
 
 /* ---- properties ---------------------------------------------------------------------------- */
@@ -126,7 +170,7 @@ PROPERTY(tgrad_tensor_shape, int64_t, shape, memcpy(shape, t.view.shape, sizeof(
 PROPERTY(tgrad_tensor_strides, int64_t, strides, memcpy(strides, t.view.strides, sizeof(int64_t) * (size_t)t.view.ndim))
 PROPERTY(tgrad_tensor_offset, int64_t, offset, *offset = t.view.offset)
 PROPERTY(tgrad_tensor_numel, int64_t, numel, tg_view_numel(&t.view, numel))
-PROPERTY(tgrad_tensor_dtype, int32_t, dtype, *dtype = TGRAD_DTYPE_BF16)
+PROPERTY(tgrad_tensor_dtype, int32_t, dtype, *dtype = t.buf->dtype)
 PROPERTY(tgrad_tensor_is_realized, int32_t, realized, *realized = atomic_load(&t.buf->realized))
 
 TGRAD_API tgrad_status tgrad_tensor_same_buffer(tgrad_tensor_t a, tgrad_tensor_t b, int32_t *same) {
@@ -218,8 +262,9 @@ static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape
     }
     n->inputs[0] = (tg_node_input){ t->buf, t->view };
     n->out = dst;
+    n->dtype = t->buf->dtype;
     tg_buffer *b = NULL;
-    if ((s = tg_buffer_new(numel, n, &b))) {
+    if ((s = tg_buffer_new_typed(numel, n->dtype, n, &b))) {
         free(n);
         tg_tensor_unref(t);
         return s;
@@ -273,6 +318,9 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
     int64_t numel = 0;
     tg_view ov;
     s = tg_view_matmul(&ta.view, &tb.view, "matmul", &ov);
+    if (!s && (ta.buf->dtype != TGRAD_DTYPE_BF16 || tb.buf->dtype != TGRAD_DTYPE_BF16))
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "matmul: operands are %s and %s; matmul takes bfloat16 (cast first)",
+                    tg_dtype_name(ta.buf->dtype), tg_dtype_name(tb.buf->dtype));
     if (!s && ta.buf->device != tb.buf->device) {
         char sa[160], sb[160];
         tg_format_shape(sa, sizeof sa, &ta.view);
@@ -288,6 +336,7 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
         n->inputs[0] = (tg_node_input){ ta.buf, ta.view };
         n->inputs[1] = (tg_node_input){ tb.buf, tb.view };
         n->out = ov;
+        n->dtype = TGRAD_DTYPE_BF16;
         if ((s = tg_buffer_new(numel, n, &buf))) free(n);
         else buf->device = ta.buf->device;
     }
@@ -309,7 +358,10 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(tensor, &t);
     if (s) return s;
-    if ((s = tg_device_ready(device))) {
+    if (!(s = tg_device_ready(device)) && device != TGRAD_DEVICE_CPU && t.buf->dtype != TGRAD_DTYPE_BF16)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "tensor_to: %s tensors stay on the CPU for now (only bfloat16 moves to %s)",
+                    tg_dtype_name(t.buf->dtype), tg_device_name(device));
+    if (s) {
         tg_tensor_unref(&t);
         return s;
     }
@@ -430,6 +482,9 @@ TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t *
     if (t.buf->device != TGRAD_DEVICE_CPU)
         s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "tensor_data: the tensor lives on %s; move it with tgrad_tensor_to",
                     tg_device_name(t.buf->device));
+    else if (t.buf->dtype != TGRAD_DTYPE_BF16)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "tensor_data: the tensor holds %s, not bfloat16 bits",
+                    tg_dtype_name(t.buf->dtype));
     if (!s) s = tg_buffer_realize(t.buf);
     /* A view with elements lies inside its buffer; an empty one may carry any offset (nothing is
      * read through it), so its address is the buffer's. */

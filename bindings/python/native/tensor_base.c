@@ -162,6 +162,8 @@ static PyObject *read_bf16_array(TensorBase *t) {
     PyBuffer_Release(&view);
     if (status) {
         Py_DECREF(array);
+        if (status == 10) /* TGRAD_ERR_DTYPE_UNSUPPORTED: a float32 or int32 tensor, read by Python */
+            return PyObject_CallFunctionObjArgs(bound.slow_numpy, (PyObject *)t, NULL);
         return raise_status(status);
     }
     return array;

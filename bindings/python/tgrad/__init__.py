@@ -24,9 +24,22 @@ from .trace import Trace, trace
 from . import safetensors
 from . import nn
 from ._dlpack import from_dlpack as _from_dlpack
+from .dtypes import DType, bfloat16, float32, int32
+from . import reductions
 
 __all__ = [
     "Backend",
+    "DType",
+    "argmax",
+    "argmin",
+    "bfloat16",
+    "float32",
+    "int32",
+    "max",
+    "mean",
+    "min",
+    "reductions",
+    "sum",
     "Capability",
     "Tensor",
     "TgradError",
@@ -228,3 +241,7 @@ def from_dlpack(x: object) -> Tensor:
     docs/interop.md."""
     out: Tensor = _from_dlpack(x)
     return out
+
+
+# Last, so that the builtins they shadow in this module's namespace are not used above.
+from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402

@@ -90,6 +90,7 @@ int32_t tgrad_op_arity(tgrad_op op);
 #define TGRAD_DTYPE_BF16 1
 #define TGRAD_DTYPE_F32 2
 #define TGRAD_DTYPE_F64 3
+#define TGRAD_DTYPE_I32 4
 
 typedef uint64_t tgrad_tensor_t;
 
@@ -99,10 +100,14 @@ tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, const int64
                                    tgrad_tensor_t *out);
 tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
                                     tgrad_tensor_t *out);
+tgrad_status tgrad_tensor_from_host(const void *data, int32_t src_dtype, int32_t ndim,
+                                    const int64_t *shape, int32_t dtype, tgrad_tensor_t *out);
 tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor);
 tgrad_status tgrad_tensor_realize(tgrad_tensor_t tensor);
 tgrad_status tgrad_tensor_read_bf16(tgrad_tensor_t tensor, uint16_t *dst, size_t capacity);
 tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, size_t capacity);
+tgrad_status tgrad_tensor_read(tgrad_tensor_t tensor, void *dst, size_t capacity);
+int32_t tgrad_dtype_size(int32_t dtype);
 
 tgrad_status tgrad_tensor_ndim(tgrad_tensor_t tensor, int32_t *ndim);
 tgrad_status tgrad_tensor_shape(tgrad_tensor_t tensor, int64_t *shape);
@@ -130,6 +135,22 @@ tgrad_status tgrad_tensor_view(tgrad_tensor_t tensor, const int64_t *shape, int3
 tgrad_status tgrad_tensor_reshape(tgrad_tensor_t tensor, const int64_t *shape, int32_t ndim,
                                   tgrad_tensor_t *out);
 tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out);
+
+tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
+
+enum tgrad_reduce_code {
+    TGRAD_REDUCE_NONE = 0,
+    TGRAD_REDUCE_SUM = 1,
+    TGRAD_REDUCE_MEAN = 2,
+    TGRAD_REDUCE_MAX = 3,
+    TGRAD_REDUCE_MIN = 4,
+    TGRAD_REDUCE_ARGMAX = 5,
+    TGRAD_REDUCE_ARGMIN = 6,
+    TGRAD_REDUCE_END_ = 7
+};
+const char *tgrad_reduce_name(int32_t op);
+tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes,
+                          int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _bf16
+from . import _bf16, errors
 from ._ffi import ffi, lib
 from .errors import _check
 
@@ -104,7 +104,10 @@ class PythonTensorBase:
     def numpy(self, dtype: npt.DTypeLike | None = None) -> npt.NDArray[Any]:
         """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
         if dtype is None:  # the hot path: bf16 bits read straight into the bfloat16 array
-            return self._bits(_bf16.dtype())  # type: ignore[attr-defined, no-any-return]
+            try:
+                return self._bits(_bf16.dtype())  # type: ignore[attr-defined, no-any-return]
+            except errors.DtypeUnsupportedError:  # a float32 or int32 tensor: its own dtype
+                return self._numpy_as(None)  # type: ignore[attr-defined, no-any-return]
         return self._numpy_as(dtype)  # type: ignore[attr-defined, no-any-return]
 
 

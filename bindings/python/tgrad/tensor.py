@@ -27,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _bf16, errors
+from . import dtypes as _dtypes
+from . import reductions as _reductions
 from ._ffi import ffi, lib
 from ._tensor_base import TensorBase
 from ._tensor_base import bind as _bind_base
@@ -210,15 +212,23 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     # ---- creation -------------------------------------------------------------------------------
     @classmethod
     @_reports("constant")
-    def from_numpy(cls, array: npt.NDArray[Any], device: str | None = None) -> Tensor:
-        """A bf16 tensor from a numpy float16, float32, float64 or ml_dtypes.bfloat16 array (ndim <= 8).
+    def from_numpy(cls, array: npt.NDArray[Any], device: str | None = None, dtype: Any = None) -> Tensor:
+        """A tensor from a numpy array (ndim <= 8): bf16 by default, from float16, float32, float64
+        or ml_dtypes.bfloat16 data.
 
         float16 (widened exactly to float32 first), float32 and float64 round to nearest even in
         libtgrad (float64 rounds once, directly);
         bfloat16 bits are copied unchanged. Any layout is accepted (copied to row-major first).
-        device: "cpu" (default), "opencl", "cuda" or "metal" (BackendUnavailableError where it is not
-        usable; checked before anything is allocated).
+        dtype: tgrad.bfloat16 (the default), tgrad.float32 (float data kept exactly where it is
+        float32 or narrower, float64 rounded once) or tgrad.int32 (integer data, each value in
+        int32's range). device: "cpu" (default), "opencl", "cuda" or "metal" (BackendUnavailableError
+        where it is not usable; checked before anything is allocated).
         """
+        if dtype is not None and _dtypes.as_dtype(dtype, "Tensor.from_numpy") is not _dtypes.bfloat16:
+            if device not in (None, "cpu"):
+                raise errors.DtypeUnsupportedError(
+                    f"Tensor.from_numpy: {dtype} tensors stay on the CPU for now (only bfloat16 moves to {device})")
+            return cls._wrap(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")), None)
         # array.shape is the tensor's once the handle exists (a non-array was refused)
         if device is None or device == "cpu":
             return cls._wrap(_from_numpy_handle(array), tuple(array.shape))
@@ -254,9 +264,12 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         _check(lib.tgrad_tensor_device(self._handle, out))
         return _DEVICE_NAMES[int(out[0])]
 
-    def to(self, device: str) -> Tensor:
+    def to(self, device: Any) -> Tensor:
         """The same values on `device` (this tensor's view when it is already there; otherwise
-        realized and copied now, compact row-major)."""
+        realized and copied now, compact row-major); or, given a dtype (tgrad.float32, "int32",
+        numpy.float32, ...), the values cast to it, lazily (reductions.cast)."""
+        if _dtypes.is_dtype_like(device):
+            return _reductions.cast(self, device)
         handle = _new_handle(lib.tgrad_tensor_to, self._handle, _device_number(device))
         return Tensor._wrap(handle, self._shape)  # the same shape, on the device
 
@@ -343,9 +356,8 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
 
     @property
     def itemsize(self) -> int:
-        """Bytes of one element (2: every tgrad tensor is bf16)."""
-        self._h  # a released tensor raises InvalidHandleError
-        return 2
+        """Bytes of one element (2 for bfloat16, 4 for float32 and int32)."""
+        return self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
@@ -353,10 +365,48 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         return self.size * self.itemsize
 
     @property
-    def dtype(self) -> str:
+    def dtype(self) -> _dtypes.DType:
+        """The element type: tgrad.bfloat16, tgrad.float32 or tgrad.int32 (equal to its name too)."""
         out = ffi.new("int32_t *")
         _check(lib.tgrad_tensor_dtype(self._h, out))
-        return _DTYPE_NAMES.get(int(out[0]), f"dtype({int(out[0])})")
+        return _dtypes.from_code(int(out[0]))
+
+    def float(self) -> Tensor:
+        """The values as float32 (exact from bfloat16)."""
+        return _reductions.cast(self, _dtypes.float32)
+
+    def bfloat16(self) -> Tensor:
+        """The values as bfloat16 (float32 rounds to nearest even)."""
+        return _reductions.cast(self, _dtypes.bfloat16)
+
+    # ---- reductions (tgrad.reductions: correctly rounded sums, exact extrema) ----------------
+    def sum(self, axis: Any = None, keepdims: bool = False, dtype: Any = None, *, dim: Any = None,
+            keepdim: bool | None = None) -> Tensor:
+        """The correctly rounded sum over axis (every axis by default); numpy's or torch's spelling."""
+        return _reductions.reduce("sum", self, axis, keepdims, dtype, dim, keepdim)
+
+    def mean(self, axis: Any = None, keepdims: bool = False, dtype: Any = None, *, dim: Any = None,
+             keepdim: bool | None = None) -> Tensor:
+        """The correctly rounded mean over axis (every axis by default)."""
+        return _reductions.reduce("mean", self, axis, keepdims, dtype, dim, keepdim)
+
+    def max(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool | None = None) -> Tensor:
+        """The exact maximum over axis (every axis by default); NaN propagates."""
+        return _reductions.reduce("max", self, axis, keepdims, None, dim, keepdim)
+
+    def min(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool | None = None) -> Tensor:
+        """The exact minimum over axis (every axis by default); NaN propagates."""
+        return _reductions.reduce("min", self, axis, keepdims, None, dim, keepdim)
+
+    def argmax(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+               keepdim: bool | None = None) -> Tensor:
+        """The int32 index of the first maximum (of the row-major flattening when axis is None)."""
+        return _reductions.reduce("argmax", self, axis, keepdims, None, dim, keepdim)
+
+    def argmin(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
+               keepdim: bool | None = None) -> Tensor:
+        """The int32 index of the first minimum (of the row-major flattening when axis is None)."""
+        return _reductions.reduce("argmin", self, axis, keepdims, None, dim, keepdim)
 
     @property
     def is_realized(self) -> bool:
@@ -433,8 +483,23 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             """A new numpy array of the values: ml_dtypes.bfloat16 by default, or float32 (exact)."""
             ...
 
+    def _numpy_own(self) -> npt.NDArray[Any]:
+        """numpy() of a float32 or int32 tensor: a float32 or int32 array of its exact values."""
+        h = self._handle or self._h  # _h raises for a released tensor
+        shape = self._shape if self._shape is not None else self.shape
+        values = np.empty(shape, dtype=self.dtype.numpy)
+        _check(lib.tgrad_tensor_read(h, ffi.from_buffer("char[]", values), values.nbytes))
+        return values
+
     def _numpy_as(self, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
         """numpy(dtype) for a dtype given (numpy() without one is TensorBase's hot path)."""
+        if dtype is None or self.dtype is not _dtypes.bfloat16:
+            own = self._numpy_own() if self.dtype is not _dtypes.bfloat16 else self._bits(_bf16.dtype())
+            if dtype is None or np.dtype(dtype) == own.dtype:
+                return own
+            if own.dtype == np.int32:
+                raise errors.DtypeUnsupportedError(
+                    f"Tensor.numpy: an int32 tensor reads as int32 (asked for {np.dtype(dtype)})")
         dt = _host_dtype(dtype, "Tensor.numpy")
         if dt != _F32:
             return self._bits().view(dt)
@@ -851,6 +916,19 @@ def _ready(device: int) -> None:
     _check(lib.tgrad_backend(device, name, built, available, text))
     if not available[0]:
         raise errors.BackendUnavailableError(f"{ffi.string(name[0]).decode()}: {ffi.string(text[0]).decode()}")
+
+
+def _typed_handle(array: Any, dtype: _dtypes.DType) -> int:
+    """A float32 or int32 tensor's handle from a numpy array (Tensor.from_numpy with dtype)."""
+    if isinstance(array, np.generic):
+        array = np.asarray(array)
+    if not isinstance(array, np.ndarray):
+        raise errors.InvalidArgumentError(
+            f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
+            "(wrap Python data with numpy.asarray first)")
+    data, src = _dtypes.host_array(array, dtype, "Tensor.from_numpy")
+    return _new_handle(lib.tgrad_tensor_from_host, ffi.from_buffer("char[]", data), src, data.ndim,
+                       _int64_array(data.shape, "from_numpy"), dtype.code)
 
 
 def _from_numpy_handle(array: Any) -> int:

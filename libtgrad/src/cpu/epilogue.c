@@ -49,6 +49,16 @@ static void simplify(tg_chain *c) {
     for (int32_t i = c->ndim - 1; i >= 0; i--) c->shape[i] = shape->shape[i], c->pitch[i] = pitch, pitch *= shape->shape[i];
 }
 
+void tg_chain_prologue(const tg_step *st, tg_chain *c) {
+    *c = (tg_chain){ .v = st->ew_variant };
+    const tg_node *b = st->pro_base; /* its first operand's view is already the chain's shape */
+    c->first = b->inputs[0].buf->data;
+    c->first_view = b->inputs[0].view;
+    add_op(c, b->ew, false, b->ninputs == 2 ? &b->inputs[1] : NULL);
+    for (int32_t i = 0; i < st->npro; i++) add_op(c, st->prologue[i].op, st->prologue[i].value_right, st->prologue[i].operand);
+    simplify(c);
+}
+
 void tg_chain_from_step(const tg_step *st, tg_chain *c) {
     *c = (tg_chain){ .v = st->ew_variant };
     /* a matmul's own result is the running value: its "first view" is the compact output */
@@ -111,16 +121,18 @@ static const uint16_t *first_run(const tg_chain *c, const int64_t *idx, uint16_t
     return val;
 }
 
-void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) {
+void tg_chain_eval(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n) {
     while (n > 0) {
         int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
         for (int32_t i = 0; i < c->ndim; i++) idx[i] = rem / c->pitch[i], rem %= c->pitch[i];
         if (c->ndim && run > c->shape[c->ndim - 1] - idx[c->ndim - 1]) run = c->shape[c->ndim - 1] - idx[c->ndim - 1];
         if (run > RUN) run = RUN;
-        run_ops(c, idx, c->first ? first_run(c, idx, out + lin, run) : out + lin, out + lin, run);
-        lin += run, n -= run;
+        run_ops(c, idx, c->first ? first_run(c, idx, dst, run) : dst, dst, run);
+        lin += run, n -= run, dst += run;
     }
 }
+
+void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) { tg_chain_eval(c, out + lin, lin, n); }
 
 void tg_chain_apply_block(const tg_chain *c, uint16_t *out, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
                           int64_t cols) {

@@ -35,9 +35,15 @@ typedef struct tg_chain {
 /* The chain of a decided step over its realized operands: the base elementwise op (when the step
  * is one) and the fused ops, in order. */
 TG_HIDDEN void tg_chain_from_step(const tg_step *st, tg_chain *c);
+/* The chain read by an anchor (a reduction's prologue): the elementwise op st->pro_base over its
+ * realized operands, then the step's prologue ops, in order. */
+TG_HIDDEN void tg_chain_prologue(const tg_step *st, tg_chain *c);
 /* Apply the chain in place to out[lin .. lin + n), positions of the compact output. Thread-safe,
  * allocates nothing. */
 TG_HIDDEN void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n);
+/* The chain's values at positions lin .. lin + n of its compact output, into dst[0 .. n) (a chain
+ * with a first operand, such as a prologue, which reads nothing from dst). */
+TG_HIDDEN void tg_chain_eval(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n);
 /* ... to the block of rows x cols at (row0, col0) of a row-major output with ld elements a row
  * (a matmul's finished block). NULL or an empty chain: nothing. */
 TG_HIDDEN void tg_chain_apply_block(const tg_chain *c, uint16_t *out, int64_t ld, int64_t row0, int64_t col0,

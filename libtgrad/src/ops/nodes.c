@@ -48,6 +48,15 @@ static tgrad_status broadcast_shape(const tg_view *a, const tg_view *b, const ch
     return TGRAD_OK;
 }
 
+/* The elementwise ops compute on bf16 (float32 ones are to come, correctly rounded too). */
+static tgrad_status check_dtypes(const tg_tensor *t, int32_t arity, const char *fn) {
+    for (int32_t i = 0; i < arity; i++)
+        if (t[i].buf->dtype != TGRAD_DTYPE_BF16)
+            return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: operand %d is %s; the elementwise ops take bfloat16 (cast first)",
+                           fn, (int)i, tg_dtype_name(t[i].buf->dtype));
+    return TGRAD_OK;
+}
+
 static void unref_all(tg_tensor *t, int32_t count) {
     for (int32_t i = 0; i < count; i++) tg_tensor_unref(&t[i]);
 }
@@ -64,6 +73,7 @@ static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
     }
     n->ew = op;
+    n->dtype = TGRAD_DTYPE_BF16;
     n->out = *out_view;
     for (int32_t i = 0; i < arity; i++)
         n->inputs[i] = (tg_node_input){ t[i].buf, broadcast_view(&t[i].view, out_view->ndim, out_view->shape) };
@@ -86,7 +96,8 @@ TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t
     tgrad_status s = tg_handle_get_tensor(x, &t);
     if (s) return s;
     tg_view ov;
-    if ((s = check_op(op, 1, "unary")) || (s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov))) {
+    if ((s = check_op(op, 1, "unary")) || (s = check_dtypes(&t, 1, tgrad_op_name(op))) ||
+        (s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov))) {
         tg_tensor_unref(&t);
         return s;
     }
@@ -103,6 +114,7 @@ TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_
     int64_t shape[TGRAD_MAX_DIMS];
     tg_view ov;
     s = check_op(op, 2, "binary");
+    if (!s) s = check_dtypes(t, 2, fn);
     if (!s) s = broadcast_shape(&t[0].view, &t[1].view, fn, &ndim, shape);
     if (!s && t[0].buf->device != t[1].buf->device)
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: operands live on different devices (%s and %s)", fn,

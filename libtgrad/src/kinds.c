@@ -1,0 +1,93 @@
+/* The kind registry's rows (kinds.h): for each node kind its route decision, CPU executor, GPU
+ * support and explain name. The matmul, copy and elementwise executors are here; cast and reduce
+ * have their own files (ops/cast.c, ops/reduce.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu/epilogue.h"
+#include "kinds.h"
+#include "ops/elementwise.h"
+
+/* ---- routes ---- */
+static void route_named(tg_step *st, const char *what) {
+    snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device), what);
+}
+
+static void decide_none(tg_step *st) { route_named(st, "unknown"); }
+static void decide_copy(tg_step *st) { route_named(st, "copy"); }
+static void decide_cast(tg_step *st) { route_named(st, "cast"); }
+static void decide_reduce(tg_step *st) { route_named(st, "reduce"); }
+
+static void decide_matmul(tg_step *st) {
+    if (st->device == TGRAD_DEVICE_CPU) {
+        tg_cpu_matmul_plan_make(&st->inputs[0].view, &st->inputs[1].view, &st->cpu);
+        tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
+    } else {
+        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);
+        snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device),
+                 st->dev_route ? st->dev_route->name : "unknown");
+    }
+}
+
+static void decide_elementwise(tg_step *st) {
+    if (st->device == TGRAD_DEVICE_CPU) {
+        snprintf(st->route, sizeof st->route, "cpu.%s.elementwise", st->ew_variant->name);
+    } else {
+        st->dev_route = tg_route_find(TGRAD_ROUTE_ELEMENTWISE);
+        route_named(st, "elementwise");
+    }
+}
+
+/* ---- CPU executors ---- */
+static tgrad_status execute_none(const tg_step *st) {
+    return tg_fail(TGRAD_ERR_INTERNAL, "a step of kind %d has no executor", (int)st->op);
+}
+
+static tgrad_status execute_matmul(const tg_step *st) {
+    const tg_node_input *in = st->inputs;
+    tg_chain chain;
+    if (st->nfused) tg_chain_from_step(st, &chain);
+    return tg_cpu_matmul_run(&st->cpu, in[0].buf->data, &in[0].view, in[1].buf->data, &in[1].view, st->buf->data,
+                             st->nfused ? &chain : NULL);
+}
+
+static tgrad_status execute_elementwise(const tg_step *st) {
+    tg_chain chain;
+    tg_chain_from_step(st, &chain);
+    tg_chain_pass(&chain, st->buf->data, st->buf->numel);
+    return TGRAD_OK;
+}
+
+static tgrad_status execute_copy(const tg_step *st) {
+    const tg_node_input *in = st->inputs;
+    if (st->buf->numel) tg_cpu_copy_view_sized(in[0].buf->data, &in[0].view, st->buf->data, tg_dtype_size(st->buf->dtype));
+    return TGRAD_OK;
+}
+
+/* ---- explain names ---- */
+static const char *name_kind(const tg_step *st) { return tg_kind_of(st->op)->name; }
+static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st->ew); }
+static const char *name_reduce(const tg_step *st) { return tgrad_reduce_name(st->base->params.reduce_op); }
+
+const tg_kind tg_kinds[TG_OP_COUNT_] = {
+    [TG_OP_NONE] = { "none", TG_ROLE_NONE, decide_none, execute_none, false, "its kind is not fused", name_kind, NULL },
+    [TG_OP_MATMUL] = { "matmul", TG_ROLE_ANCHOR, decide_matmul, execute_matmul, true, NULL, name_kind, NULL },
+    [TG_OP_COPY] = { "copy", TG_ROLE_MOVEMENT, decide_copy, execute_copy, true, "a copy is not fused", name_kind, NULL },
+    [TG_OP_ELEMENTWISE] = { "elementwise", TG_ROLE_ELEMENTWISE, decide_elementwise, execute_elementwise, true, NULL,
+                            name_elementwise, NULL },
+    [TG_OP_CAST] = { "cast", TG_ROLE_ELEMENTWISE, decide_cast, tg_cast_execute, false, "a cast is not fused",
+                     name_kind, NULL },
+    [TG_OP_REDUCE] = { "reduce", TG_ROLE_REDUCTION, decide_reduce, tg_reduce_execute, false, NULL, name_reduce,
+                       NULL },
+};
+
+tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
+    if (device == TGRAD_DEVICE_CPU || tg_kind_of(op)->gpu) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "%s: the %s kind runs on the CPU only for now; the tensor lives on %s",
+                   fn, tg_kind_of(op)->name, tg_device_name(device));
+}
+
+/* The list and the table agree: every kind of the list has a row with its name and role. */
+#define TG_KIND_CHECK_(code, NAME, name_, role_) _Static_assert(code == TG_OP_##NAME, "kind codes are dense");
+TG_KIND_LIST(TG_KIND_CHECK_)
+#undef TG_KIND_CHECK_

@@ -1,0 +1,43 @@
+/* The kind registry: everything about one node kind in one row (kinds.c), read by the scheduler
+ * (route), realize (CPU executor), explain (names) and the device path (whether GPUs run it). No
+ * other file switches over kinds. Adding a kind: a row in kinds_list.h, its row here in kinds.c
+ * with its executor and route, its constructor (an ABI call that checks everything before it
+ * allocates), tests and docs (docs/architecture.md, "Adding a kind"); test_kinds.c fails for a
+ * kind that lacks a part. */
+#ifndef TGRAD_KINDS_H
+#define TGRAD_KINDS_H
+
+#include "schedule.h"
+
+typedef struct tg_kind {
+    const char *name;
+    tg_role role;
+    /* Decide the step's route once (schedule.c calls it; it may fill the step's plan) and name it
+     * in st->route. */
+    void (*decide)(tg_step *st);
+    /* Run a decided step into its allocated buffer (the caller holds the buffer's lock). */
+    tgrad_status (*cpu_execute)(const tg_step *st);
+    /* 1 when the GPU backends run it (an emitter renders it); a node of a kind without one is
+     * refused on a GPU device when it is made. */
+    bool gpu;
+    /* Why an elementwise op reading a result of this kind is not fused into its kernel (NULL: it
+     * can be, as its epilogue). */
+    const char *unfused;
+    /* explain: the kernel's name for the step's base op ("matmul", "gelu", "sum", ...). */
+    const char *(*base_name)(const tg_step *st);
+    /* The gradient rule (vector-Jacobian product); filled by the gradients work, NULL until then. */
+    const void *vjp;
+} tg_kind;
+
+TG_HIDDEN extern const tg_kind tg_kinds[TG_OP_COUNT_];
+static inline const tg_kind *tg_kind_of(tg_op op) { return &tg_kinds[(op >= 0 && op < TG_OP_COUNT_) ? op : TG_OP_NONE]; }
+
+/* A node of `op` may be made on `device`: the CPU runs every kind, a GPU those whose row says
+ * so; else TGRAD_ERR_BACKEND_UNAVAILABLE naming fn and the device. */
+TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn);
+
+/* Executors and routes of the kinds that live in their own files. */
+TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
+
+#endif

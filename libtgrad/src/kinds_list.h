@@ -1,0 +1,20 @@
+/* The node kinds of the lazy graph: one row each, X(code, NAME, name, role). The registry of what
+ * each kind is and how it runs (executor, route, explain text, devices) is kinds.h; this list only
+ * numbers them, so that internal.h can declare the node. Adding a kind: docs/architecture.md. */
+#ifndef TGRAD_KINDS_LIST_H
+#define TGRAD_KINDS_LIST_H
+
+/* Fusion roles: an anchor owns a kernel that elementwise chains attach to; an elementwise kind
+ * maps each element alone; a movement kind rearranges elements bit for bit; a reduction folds
+ * axes. */
+typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROLE_MOVEMENT, TG_ROLE_REDUCTION } tg_role;
+
+#define TG_KIND_LIST(X)                                 \
+    X(0, NONE, none, TG_ROLE_NONE)                      \
+    X(1, MATMUL, matmul, TG_ROLE_ANCHOR)                \
+    X(2, COPY, copy, TG_ROLE_MOVEMENT)                  \
+    X(3, ELEMENTWISE, elementwise, TG_ROLE_ELEMENTWISE) \
+    X(4, CAST, cast, TG_ROLE_ELEMENTWISE)               \
+    X(5, REDUCE, reduce, TG_ROLE_REDUCTION)
+
+#endif

@@ -1,0 +1,82 @@
+/* The cast kind: tgrad_cast checks and records the node; tg_cast_execute converts each element of
+ * the input's view into the compact output (docs/numerics.md, "Casts"). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kinds.h"
+
+static bool tensor_dtype(int32_t d) { return d == TGRAD_DTYPE_BF16 || d == TGRAD_DTYPE_F32 || d == TGRAD_DTYPE_I32; }
+
+TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: out is NULL");
+    if (!tensor_dtype(dtype))
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %d is not a tensor dtype (bfloat16 %d, float32 %d, int32 %d)",
+                       (int)dtype, TGRAD_DTYPE_BF16, TGRAD_DTYPE_F32, TGRAD_DTYPE_I32);
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(x, &t);
+    if (s) return s;
+    if (t.buf->dtype == dtype) { /* nothing to convert: the same view */
+        if ((s = tg_handle_new_tensor(t.buf, &t.view, out))) tg_tensor_unref(&t);
+        return s;
+    }
+    tg_view ov;
+    int64_t numel = 0, bytes;
+    s = tg_kind_check_device(TG_OP_CAST, t.buf->device, "cast");
+    if (!s) s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov);
+    if (!s) tg_view_numel(&ov, &numel);
+    if (!s && tg_mul_ovf(numel, tg_dtype_size(dtype), &bytes))
+        s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "cast: %lld elements of %s overflow a 64-bit byte count", (long long)numel,
+                    tg_dtype_name(dtype));
+    tg_node *n = s ? NULL : tg_node_new(TG_OP_CAST, 1);
+    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cast: cannot allocate a graph node");
+    tg_buffer *b = NULL;
+    if (!s) {
+        n->inputs[0] = (tg_node_input){ t.buf, t.view };
+        n->out = ov;
+        n->dtype = dtype;
+        if ((s = tg_buffer_new_typed(numel, dtype, n, &b))) free(n);
+    }
+    if (s) {
+        tg_tensor_unref(&t);
+        return s;
+    }
+    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns t's reference */
+    return s;
+}
+
+/* One element, from its bits in dtype `from` to dtype `to`; false for a float that has no i32. */
+static bool convert(const void *src, int32_t from, void *dst, int32_t to) {
+    double v;
+    if (from == TGRAD_DTYPE_BF16) v = tg_bf16_to_f32(*(const uint16_t *)src);
+    else if (from == TGRAD_DTYPE_F32) v = *(const float *)src;
+    else v = *(const int32_t *)src; /* exact in double */
+    if (to == TGRAD_DTYPE_I32) {
+        if (!(v > -2147483649.0 && v < 2147483648.0)) return false; /* NaN or out of range */
+        *(int32_t *)dst = (int32_t)v;                               /* truncation toward zero */
+    } else if (to == TGRAD_DTYPE_F32) {
+        *(float *)dst = from == TGRAD_DTYPE_I32 ? (float)*(const int32_t *)src : (float)v; /* RNE; bf16 exact */
+    } else {
+        *(uint16_t *)dst = from == TGRAD_DTYPE_I32 ? tg_f64_to_bf16(v) : tg_acc_to_bf16((float)v);
+    }
+    return true;
+}
+
+tgrad_status tg_cast_execute(const tg_step *st) {
+    const tg_node_input *in = &st->inputs[0];
+    const tg_view *v = &in->view;
+    int32_t from = in->buf->dtype, to = st->buf->dtype, isz = tg_dtype_size(from), osz = tg_dtype_size(to);
+    const char *src = (const char *)in->buf->data;
+    char *dst = (char *)st->buf->data;
+    int64_t numel = st->buf->numel, idx[TGRAD_MAX_DIMS] = { 0 };
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t off = v->offset;
+        for (int32_t d = 0; d < v->ndim; d++) off += idx[d] * v->strides[d];
+        if (!convert(src + off * isz, from, dst + i * osz, to))
+            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: element %lld is NaN or outside the int32 range",
+                           (long long)i);
+        for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
+    }
+    return TGRAD_OK;
+}

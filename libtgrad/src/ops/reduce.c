@@ -1,0 +1,356 @@
+/* The reduce kind: tgrad_reduce checks everything and records the node; tg_reduce_execute folds
+ * the reduced axes of the input's view for each output element with the exact engine
+ * (reduce_exact.h): sums are exact integers until the one rounding, so any split over threads
+ * gives the same bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cpu/epilogue.h"
+#include "../kinds.h"
+#include "reduce_exact.h"
+
+#define REDUCE_NAME_(code, NAME, name) [code] = #name,
+static const char *const reduce_names[] = { TGRAD_REDUCE_LIST(REDUCE_NAME_) };
+#undef REDUCE_NAME_
+
+TGRAD_API const char *tgrad_reduce_name(int32_t op) {
+    return op > 0 && op < TGRAD_REDUCE_END_ ? reduce_names[op] : "unknown_reduce";
+}
+
+static bool is_arg(int32_t op) { return op == TGRAD_REDUCE_ARGMAX || op == TGRAD_REDUCE_ARGMIN; }
+static bool is_extremum(int32_t op) { return op >= TGRAD_REDUCE_MAX; }
+
+/* ---- the node ---- */
+/* axes (naxes, or every axis when naxes < 0) normalized into P (ascending) and the mask. */
+static tgrad_status normalize_axes(const tg_view *v, const int32_t *axes, int32_t naxes, const char *fn,
+                                   tg_node_params *P, bool *mask) {
+    if (naxes < 0) {
+        for (int32_t d = 0; d < v->ndim; d++) mask[d] = true;
+    } else {
+        if (naxes > 0 && !axes) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: axes is NULL", fn);
+        if (naxes > v->ndim)
+            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d axes for a tensor of %d dimensions", fn, (int)naxes, (int)v->ndim);
+        for (int32_t i = 0; i < naxes; i++) {
+            int32_t a = axes[i] < 0 ? axes[i] + v->ndim : axes[i];
+            if (a < 0 || a >= v->ndim)
+                return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "%s: axis %d is out of range for a tensor of %d dimensions",
+                               fn, (int)axes[i], (int)v->ndim);
+            if (mask[a]) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: axis %d is given twice", fn, (int)axes[i]);
+            mask[a] = true;
+        }
+    }
+    P->naxes = 0;
+    for (int32_t d = 0; d < v->ndim; d++)
+        if (mask[d]) P->axes[P->naxes++] = d;
+    return TGRAD_OK;
+}
+
+static tgrad_status check_dtypes(int32_t op, int32_t in, int32_t *out_dtype, const char *fn) {
+    if (in != TGRAD_DTYPE_BF16 && in != TGRAD_DTYPE_F32)
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; reductions take bfloat16 or float32", fn,
+                       tg_dtype_name(in));
+    if (*out_dtype == 0) *out_dtype = is_arg(op) ? TGRAD_DTYPE_I32 : in;
+    bool ok = is_arg(op) ? *out_dtype == TGRAD_DTYPE_I32
+                         : (*out_dtype == TGRAD_DTYPE_F32 || (*out_dtype == TGRAD_DTYPE_BF16 &&
+                                                              (in == TGRAD_DTYPE_BF16 || !is_extremum(op))));
+    if (!ok)
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: cannot give %s (code %d) from %s input", fn,
+                       tg_dtype_name(*out_dtype), (int)*out_dtype, tg_dtype_name(in));
+    return TGRAD_OK;
+}
+
+/* The output view and the number of elements folded into each output. */
+static tgrad_status out_view(const tg_view *v, const bool *mask, bool keepdims, const char *fn, tg_view *ov,
+                             int64_t *count) {
+    int64_t shape[TGRAD_MAX_DIMS];
+    int32_t nd = 0;
+    *count = 1;
+    for (int32_t d = 0; d < v->ndim; d++) {
+        if (mask[d]) *count *= v->shape[d]; /* a factor of the input's element count (or 0) */
+        if (!mask[d]) shape[nd++] = v->shape[d];
+        else if (keepdims) shape[nd++] = 1;
+    }
+    (void)fn;
+    return tg_view_contiguous(nd, shape, ov);
+}
+
+TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes, int32_t keepdims,
+                                    int32_t out_dtype, tgrad_tensor_t *out) {
+    const char *fn = tgrad_reduce_name(op);
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "reduce: out is NULL");
+    if (op <= 0 || op >= TGRAD_REDUCE_END_)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "reduce: %d is not a reduction of the registry", (int)op);
+    if (keepdims != 0 && keepdims != 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: keepdims is %d, not 0 or 1", fn, (int)keepdims);
+    if (is_arg(op) && naxes > 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: takes one axis or every axis, not %d", fn, (int)naxes);
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(x, &t);
+    if (s) return s;
+    tg_node_params P = { .reduce_op = op };
+    bool mask[TGRAD_MAX_DIMS] = { false };
+    tg_view ov;
+    int64_t count = 0, numel = 0, bytes;
+    s = tg_kind_check_device(TG_OP_REDUCE, t.buf->device, fn);
+    if (!s) s = check_dtypes(op, t.buf->dtype, &out_dtype, fn);
+    if (!s) s = normalize_axes(&t.view, axes, naxes, fn, &P, mask);
+    if (!s) s = out_view(&t.view, mask, keepdims == 1, fn, &ov, &count);
+    if (!s) tg_view_numel(&ov, &numel);
+    if (!s && tg_mul_ovf(numel, 4, &bytes))
+        s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: the result's byte count overflows 64 bits", fn);
+    if (!s && is_extremum(op) && count == 0 && numel > 0)
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: the reduced axes hold no element (%s of an empty set)", fn, fn);
+    if (!s && is_arg(op) && count > INT32_MAX)
+        s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: %lld reduced elements do not fit an int32 index", fn, (long long)count);
+    tg_node *n = s ? NULL : tg_node_new(TG_OP_REDUCE, 1);
+    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
+    tg_buffer *b = NULL;
+    if (!s) {
+        n->inputs[0] = (tg_node_input){ t.buf, t.view };
+        n->out = ov;
+        n->dtype = out_dtype;
+        n->params = P;
+        if ((s = tg_buffer_new_typed(numel, out_dtype, n, &b))) free(n);
+    }
+    if (s) {
+        tg_tensor_unref(&t);
+        return s;
+    }
+    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns t's reference */
+    return s;
+}
+
+/* ---- the executor ---- */
+/* The input's view split into the kept axes (outer, in order: the output is compact over them)
+ * and the reduced ones (inner, in order, neighbours merged where they step as one, so the last
+ * inner axis is the longest run a single engine call can take). Linear positions over the inner
+ * axes are row-major: argmax's index. */
+typedef struct reduce_job {
+    const char *base;
+    int32_t rdt, esize, op, out_dtype;
+    int32_t no, ni;
+    int64_t oshape[TGRAD_MAX_DIMS], ostride[TGRAD_MAX_DIMS];
+    int64_t ishape[TGRAD_MAX_DIMS], istride[TGRAD_MAX_DIMS];
+    int64_t count, offset, nout;
+    char *out;
+    const tg_chain *pro, *epi; /* fused chains (NULL: none): the prologue makes the input's values */
+    /* split mode: one output, its elements over tasks */
+    int64_t chunk;
+    tg_exact_acc *accs;
+    uint32_t *bits;
+    int64_t *idx;
+    bool *found;
+} reduce_job;
+
+static void split_axes(const tg_view *v, const tg_node_params *P, reduce_job *J) {
+    bool mask[TGRAD_MAX_DIMS] = { false };
+    for (int32_t i = 0; i < P->naxes; i++) mask[P->axes[i]] = true;
+    J->no = J->ni = 0;
+    J->count = 1;
+    for (int32_t d = 0; d < v->ndim; d++) {
+        if (!mask[d]) {
+            J->oshape[J->no] = v->shape[d], J->ostride[J->no++] = v->strides[d];
+            continue;
+        }
+        J->count *= v->shape[d];
+        if (v->shape[d] == 1) continue;
+        if (J->ni && J->istride[J->ni - 1] == v->strides[d] * v->shape[d]) { /* steps as one with the previous */
+            J->ishape[J->ni - 1] *= v->shape[d], J->istride[J->ni - 1] = v->strides[d];
+            continue;
+        }
+        J->ishape[J->ni] = v->shape[d], J->istride[J->ni++] = v->strides[d];
+    }
+    if (J->ni == 0) J->ishape[0] = 1, J->istride[0] = 0, J->ni = 1; /* one element (or none) */
+    J->offset = v->offset;
+}
+
+static int64_t outer_offset(const reduce_job *J, int64_t o) {
+    int64_t off = J->offset;
+    for (int32_t d = J->no - 1; d >= 0; d--) {
+        off += (o % J->oshape[d]) * J->ostride[d];
+        o /= J->oshape[d];
+    }
+    return off;
+}
+
+/* Elements [lo, hi) of the inner positions of the output at element offset `off`, as pieces of
+ * runs: fn(piece start offset, length, stride, linear position of its first element). */
+typedef void (*piece_fn)(const reduce_job *J, int64_t off, int64_t n, int64_t stride, int64_t pos, void *state);
+static void for_pieces(const reduce_job *J, int64_t off, int64_t lo, int64_t hi, piece_fn fn, void *state) {
+    int64_t L = J->ishape[J->ni - 1], s = J->istride[J->ni - 1];
+    while (lo < hi) {
+        int64_t r = lo / L, j = lo % L, n = L - j < hi - lo ? L - j : hi - lo, roff = off, q = r;
+        for (int32_t d = J->ni - 2; d >= 0; d--) {
+            roff += (q % J->ishape[d]) * J->istride[d];
+            q /= J->ishape[d];
+        }
+        fn(J, roff + j * s, n, s, lo, state);
+        lo += n;
+    }
+}
+
+typedef struct { uint32_t bits; int64_t index; bool found; } extremum;
+
+static float as_float(uint32_t bits, int32_t rdt) {
+    union { uint32_t u; float f; } x = { rdt == TG_RDT_BF16 ? bits << 16 : bits };
+    return x.f;
+}
+
+/* Keep the first NaN, else the larger (max) or smaller (min); equal values keep the earlier. */
+static void extremum_take(extremum *e, uint32_t bits, int64_t index, bool want_max, int32_t rdt) {
+    if (e->found) {
+        float cur = as_float(e->bits, rdt), nv = as_float(bits, rdt);
+        if (cur != cur) return;
+        if (!(nv != nv || (want_max ? nv > cur : nv < cur))) return;
+    }
+    *e = (extremum){ bits, index, true };
+}
+
+/* A piece's values through the prologue: the chain's bf16 results at its positions (the input is
+ * the chain's compact output, so an element offset is a position), in blocks of PRO_BLOCK. */
+enum { PRO_BLOCK = 2048 };
+typedef void (*block_fn)(const reduce_job *J, const void *data, int64_t n, int64_t stride, int64_t pos, void *state);
+static void through_prologue(const reduce_job *J, int64_t off, int64_t n, int64_t stride, int64_t pos, void *state,
+                             block_fn fn) {
+    uint16_t vals[PRO_BLOCK];
+    for (int64_t done = 0; done < n;) {
+        int64_t m = n - done < PRO_BLOCK ? n - done : PRO_BLOCK;
+        if (stride == 1) tg_chain_eval(J->pro, vals, off + done, m);
+        else for (int64_t k = 0; k < m; k++) tg_chain_eval(J->pro, &vals[k], off + (done + k) * stride, 1);
+        fn(J, vals, m, 1, pos + done, state);
+        done += m;
+    }
+}
+
+static void block_sum(const reduce_job *J, const void *data, int64_t n, int64_t stride, int64_t pos, void *state) {
+    (void)pos;
+    tg_exact_acc_add(state, data, J->rdt, n, stride);
+}
+
+static void block_extremum(const reduce_job *J, const void *data, int64_t n, int64_t stride, int64_t pos, void *state) {
+    uint32_t bits;
+    int64_t index;
+    bool want_max = J->op == TGRAD_REDUCE_MAX || J->op == TGRAD_REDUCE_ARGMAX;
+    if (tg_extrema(data, J->rdt, n, stride, want_max, &bits, &index) == 0)
+        extremum_take(state, bits, pos + index, want_max, J->rdt);
+}
+
+static void piece_sum(const reduce_job *J, int64_t off, int64_t n, int64_t stride, int64_t pos, void *state) {
+    if (J->pro) through_prologue(J, off, n, stride, pos, state, block_sum);
+    else block_sum(J, J->base + off * J->esize, n, stride, pos, state);
+}
+
+static void piece_extremum(const reduce_job *J, int64_t off, int64_t n, int64_t stride, int64_t pos, void *state) {
+    if (J->pro) through_prologue(J, off, n, stride, pos, state, block_extremum);
+    else block_extremum(J, J->base + off * J->esize, n, stride, pos, state);
+}
+
+static void store(const reduce_job *J, int64_t o, const tg_exact_acc *acc, const extremum *e) {
+    int32_t rout = J->out_dtype == TGRAD_DTYPE_BF16 ? TG_RDT_BF16 : TG_RDT_F32;
+    uint32_t bits;
+    if (is_arg(J->op)) {
+        ((int32_t *)J->out)[o] = (int32_t)e->index;
+        return;
+    }
+    if (acc) {
+        bits = J->op == TGRAD_REDUCE_MEAN ? tg_exact_acc_round_div(acc, J->count, rout) : tg_exact_acc_round(acc, rout);
+    } else {
+        float f = as_float(e->bits, J->rdt);
+        if (f != f) bits = rout == TG_RDT_BF16 ? 0x7fc0u : 0x7fc00000u; /* NaN canonical */
+        else if (J->rdt == TG_RDT_BF16 && rout == TG_RDT_F32) bits = e->bits << 16; /* exact widening */
+        else bits = e->bits;
+    }
+    if (rout == TG_RDT_BF16) ((uint16_t *)J->out)[o] = (uint16_t)bits;
+    else ((uint32_t *)J->out)[o] = bits;
+}
+
+static void fold_one(const reduce_job *J, int64_t o) {
+    int64_t off = outer_offset(J, o);
+    if (J->op == TGRAD_REDUCE_SUM || J->op == TGRAD_REDUCE_MEAN) {
+        tg_exact_acc acc;
+        tg_exact_acc_init(&acc);
+        if (J->count) for_pieces(J, off, 0, J->count, piece_sum, &acc);
+        store(J, o, &acc, NULL);
+    } else {
+        extremum e = { 0 };
+        for_pieces(J, off, 0, J->count, piece_extremum, &e);
+        store(J, o, NULL, &e);
+    }
+}
+
+/* Outputs in blocks of 16 per task. */
+enum { OUT_BLOCK = 16, SPLIT_MIN = 1 << 16 };
+static void task_outputs(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const reduce_job *J = arg;
+    int64_t hi = (task + 1) * OUT_BLOCK < J->nout ? (task + 1) * OUT_BLOCK : J->nout;
+    for (int64_t o = task * OUT_BLOCK; o < hi; o++) fold_one(J, o);
+    if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, task * OUT_BLOCK, hi - task * OUT_BLOCK);
+}
+
+/* One output's elements split over tasks: each task's partial result, combined in task order. */
+static void task_split(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    reduce_job *J = arg;
+    int64_t lo = task * J->chunk, hi = lo + J->chunk < J->count ? lo + J->chunk : J->count, off = J->offset;
+    if (J->op == TGRAD_REDUCE_SUM || J->op == TGRAD_REDUCE_MEAN) {
+        tg_exact_acc_init(&J->accs[task]);
+        for_pieces(J, off, lo, hi, piece_sum, &J->accs[task]);
+    } else {
+        extremum e = { 0 };
+        for_pieces(J, off, lo, hi, piece_extremum, &e);
+        J->bits[task] = e.bits, J->idx[task] = e.index, J->found[task] = e.found;
+    }
+}
+
+static tgrad_status run_split(reduce_job *J, int32_t tasks) {
+    J->chunk = (J->count + tasks - 1) / tasks;
+    bool sum = J->op == TGRAD_REDUCE_SUM || J->op == TGRAD_REDUCE_MEAN;
+    J->accs = sum ? tg_malloc(sizeof *J->accs * (size_t)tasks) : NULL;
+    J->bits = sum ? NULL : tg_malloc(sizeof *J->bits * (size_t)tasks);
+    J->idx = sum ? NULL : tg_malloc(sizeof *J->idx * (size_t)tasks);
+    J->found = sum ? NULL : tg_malloc(sizeof *J->found * (size_t)tasks);
+    tgrad_status s = TGRAD_OK;
+    if (sum ? !J->accs : (!J->bits || !J->idx || !J->found)) {
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate %d partial results", tgrad_reduce_name(J->op), (int)tasks);
+    } else {
+        tg_pool_run(tasks, task_split, J);
+        if (sum) {
+            for (int32_t i = 1; i < tasks; i++) tg_exact_acc_merge(&J->accs[0], &J->accs[i]);
+            store(J, 0, &J->accs[0], NULL);
+        } else {
+            extremum e = { 0 };
+            bool want_max = J->op == TGRAD_REDUCE_MAX || J->op == TGRAD_REDUCE_ARGMAX;
+            for (int32_t i = 0; i < tasks; i++)
+                if (J->found[i]) extremum_take(&e, J->bits[i], J->idx[i], want_max, J->rdt);
+            store(J, 0, NULL, &e);
+        }
+        if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, 0, 1);
+    }
+    free(J->accs), free(J->bits), free(J->idx), free(J->found);
+    return s;
+}
+
+tgrad_status tg_reduce_execute(const tg_step *st) {
+    const tg_node_input *in = &st->inputs[0];
+    /* With a prologue the input buffer is never stored: its values come from the chain (bf16). */
+    int32_t in_dtype = st->pro_base ? TGRAD_DTYPE_BF16 : in->buf->dtype;
+    reduce_job J = { .base = st->pro_base ? NULL : (const char *)in->buf->data, .op = st->base->params.reduce_op,
+                     .out_dtype = st->base->dtype, .out = (char *)st->buf->data, .nout = st->buf->numel };
+    J.rdt = in_dtype == TGRAD_DTYPE_BF16 ? TG_RDT_BF16 : TG_RDT_F32;
+    J.esize = tg_dtype_size(in_dtype);
+    tg_chain pro, epi;
+    if (st->pro_base) tg_chain_prologue(st, &pro), J.pro = &pro;
+    if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
+    split_axes(&in->view, &st->base->params, &J);
+    if (J.nout == 0) return TGRAD_OK;
+    int32_t threads = tg_pool_threads();
+    if (J.nout == 1 && threads > 1 && J.count >= SPLIT_MIN) return run_split(&J, threads * 4);
+    int64_t tasks = (J.nout + OUT_BLOCK - 1) / OUT_BLOCK;
+    if (tasks == 1 || (double)J.nout * (double)J.count < (double)SPLIT_MIN)
+        for (int64_t t = 0; t < tasks; t++) task_outputs(t, 0, &J);
+    else
+        tg_pool_run(tasks, task_outputs, &J);
+    return TGRAD_OK;
+}

@@ -7,6 +7,7 @@
 #include "cpu/epilogue.h"
 #include "kinds.h"
 #include "ops/elementwise.h"
+#include "step_kernel.h"
 
 /* ---- routes ---- */
 static void route_named(tg_step *st, const char *what) {
@@ -70,19 +71,24 @@ static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st
 static const char *name_reduce(const tg_step *st) { return tgrad_reduce_name(st->base->params.reduce_op); }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
-    [TG_OP_NONE] = { "none", TG_ROLE_NONE, decide_none, execute_none, false, "its kind is not fused", name_kind, NULL },
-    [TG_OP_MATMUL] = { "matmul", TG_ROLE_ANCHOR, decide_matmul, execute_matmul, true, NULL, name_kind, NULL },
-    [TG_OP_COPY] = { "copy", TG_ROLE_MOVEMENT, decide_copy, execute_copy, true, "a copy is not fused", name_kind, NULL },
-    [TG_OP_ELEMENTWISE] = { "elementwise", TG_ROLE_ELEMENTWISE, decide_elementwise, execute_elementwise, true, NULL,
-                            name_elementwise, NULL },
-    [TG_OP_CAST] = { "cast", TG_ROLE_ELEMENTWISE, decide_cast, tg_cast_execute, false, "a cast is not fused",
-                     name_kind, NULL },
-    [TG_OP_REDUCE] = { "reduce", TG_ROLE_REDUCTION, decide_reduce, tg_reduce_execute, false, NULL, name_reduce,
-                       NULL },
+    [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
+                     .unfused = "its kind is not fused", .base_name = name_kind },
+    [TG_OP_MATMUL] = { .name = "matmul", .role = TG_ROLE_ANCHOR, .decide = decide_matmul, .cpu_execute = execute_matmul,
+                       .gpu_render = tg_step_render_matmul, .base_name = name_kind },
+    [TG_OP_COPY] = { .name = "copy", .role = TG_ROLE_MOVEMENT, .decide = decide_copy, .cpu_execute = execute_copy,
+                     .gpu_render = tg_step_render_copy, .gpu_route = TGRAD_ROUTE_COPY, .unfused = "a copy is not fused",
+                     .base_name = name_kind },
+    [TG_OP_ELEMENTWISE] = { .name = "elementwise", .role = TG_ROLE_ELEMENTWISE, .decide = decide_elementwise,
+                            .cpu_execute = execute_elementwise, .gpu_render = tg_step_render_elementwise,
+                            .gpu_route = TGRAD_ROUTE_ELEMENTWISE, .base_name = name_elementwise },
+    [TG_OP_CAST] = { .name = "cast", .role = TG_ROLE_ELEMENTWISE, .decide = decide_cast, .cpu_execute = tg_cast_execute,
+                     .unfused = "a cast is not fused", .base_name = name_kind },
+    [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
+                       .cpu_execute = tg_reduce_execute, .base_name = name_reduce },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
-    if (device == TGRAD_DEVICE_CPU || tg_kind_of(op)->gpu) return TGRAD_OK;
+    if (device == TGRAD_DEVICE_CPU || tg_kind_of(op)->gpu_render) return TGRAD_OK;
     return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "%s: the %s kind runs on the CPU only for now; the tensor lives on %s",
                    fn, tg_kind_of(op)->name, tg_device_name(device));
 }

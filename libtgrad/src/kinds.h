@@ -9,6 +9,8 @@
 
 #include "schedule.h"
 
+struct tg_step_kernel;
+
 typedef struct tg_kind {
     const char *name;
     tg_role role;
@@ -17,9 +19,12 @@ typedef struct tg_kind {
     void (*decide)(tg_step *st);
     /* Run a decided step into its allocated buffer (the caller holds the buffer's lock). */
     tgrad_status (*cpu_execute)(const tg_step *st);
-    /* 1 when the GPU backends run it (an emitter renders it); a node of a kind without one is
-     * refused on a GPU device when it is made. */
-    bool gpu;
+    /* The GPU emitter (step_kernel.h): renders a decided step in MSL, OpenCL C or CUDA. NULL:
+     * the GPU backends do not run the kind, and a node of it is refused on a GPU device when it
+     * is made. gpu_route: the renderer's route of its kernel (0: the scheduler decides, as for a
+     * matmul). */
+    tgrad_status (*gpu_render)(const tg_step *st, const tg_route *route, const tg_lang *l, struct tg_step_kernel *k);
+    int32_t gpu_route;
     /* Why an elementwise op reading a result of this kind is not fused into its kernel (NULL: it
      * can be, as its epilogue). */
     const char *unfused;

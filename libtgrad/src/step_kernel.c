@@ -3,6 +3,7 @@
  * order, each binary op reading its other operand through a view over the output's shape. */
 #include <string.h>
 
+#include "kinds.h"
 #include "ops/elementwise.h"
 #include "step_kernel.h"
 
@@ -33,32 +34,46 @@ static void bind_chain(const chain_build *c, uint32_t base, tg_step_kernel *k) {
     }
 }
 
-tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
-    memset(k, 0, sizeof *k);
+tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     chain_build c;
     chain_of(st, &c);
     const tg_node_input *in = st->inputs;
-    tgrad_status s;
-    if (st->op == TG_OP_MATMUL) {
-        tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view);
-        p.epilogue = &c.chain;
-        s = tg_gen_check_matmul(route, l, &p);
-        if (!s) s = tg_gen_render_matmul(route, l, &p, &k->text, &k->launch);
-        k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;
-        bind_chain(&c, 3, k);
-    } else if (st->op == TG_OP_ELEMENTWISE) {
-        tg_gen_elementwise p = { .first = in[0].view, .chain = c.chain };
-        s = tg_gen_check_elementwise(l, &p);
-        if (!s) s = tg_gen_render_elementwise(l, &p, &k->text, &k->launch);
-        k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
-        bind_chain(&c, 2, k);
-    } else if (st->op == TG_OP_COPY) {
-        s = tg_gen_check_copy(l, &in[0].view);
-        if (!s) s = tg_gen_render_copy(l, &in[0].view, &k->text, &k->launch);
-        k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
-    } else {
-        s = tg_fail(TGRAD_ERR_INTERNAL, "render: unknown graph op %d", (int)st->op);
-    }
+    tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view);
+    p.epilogue = &c.chain;
+    tgrad_status s = tg_gen_check_matmul(route, l, &p);
+    if (!s) s = tg_gen_render_matmul(route, l, &p, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;
+    bind_chain(&c, 3, k);
+    return s;
+}
+
+tgrad_status tg_step_render_elementwise(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    chain_build c;
+    chain_of(st, &c);
+    const tg_node_input *in = st->inputs;
+    tg_gen_elementwise p = { .first = in[0].view, .chain = c.chain };
+    tgrad_status s = tg_gen_check_elementwise(l, &p);
+    if (!s) s = tg_gen_render_elementwise(l, &p, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    bind_chain(&c, 2, k);
+    return s;
+}
+
+tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    tgrad_status s = tg_gen_check_copy(l, &in[0].view);
+    if (!s) s = tg_gen_render_copy(l, &in[0].view, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    return s;
+}
+
+tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    memset(k, 0, sizeof *k);
+    const tg_kind *kind = tg_kind_of(st->op);
+    tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
+                                      : tg_fail(TGRAD_ERR_INTERNAL, "render: the %s kind has no GPU emitter", kind->name);
     if (!s && k->text.failed) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate kernel source");
     if (s) tg_step_kernel_free(k);
     return s;

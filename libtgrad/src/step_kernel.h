@@ -21,4 +21,11 @@ TG_HIDDEN tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *
                                              tg_step_kernel *k);
 TG_HIDDEN void tg_step_kernel_free(tg_step_kernel *k);
 
+/* The GPU emitters of the kinds that have one (their rows in kinds.c name them): fill k's text,
+ * launch and bindings for step st. */
+TG_HIDDEN tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_elementwise(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                                  tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+
 #endif

@@ -6,6 +6,7 @@
 
 #include "gen.h"
 #include "routes.h"
+#include "kinds.h"
 #include "step_kernel.h"
 
 TGRAD_API const char *tgrad_route_name(int32_t route) {
@@ -135,8 +136,9 @@ TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char 
 /* The route a step's kernel takes: for a matmul the requested one or (0) the one the scheduler
  * decided (tiled for a CPU matmul); a copy or an elementwise chain has its own. */
 static tgrad_status step_route(const tg_step *st, int32_t route, const tg_route **r) {
-    if (st->op != TG_OP_MATMUL) {
-        *r = tg_route_find(st->op == TG_OP_COPY ? TGRAD_ROUTE_COPY : TGRAD_ROUTE_ELEMENTWISE);
+    int32_t own = tg_kind_of(st->op)->gpu_route; /* a copy or a chain has its own route */
+    if (own) {
+        *r = tg_route_find(own);
         return TGRAD_OK;
     }
     *r = route ? tg_route_find(route) : st->dev_route ? st->dev_route : tg_route_find(TGRAD_ROUTE_TILED);

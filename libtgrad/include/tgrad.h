@@ -407,6 +407,21 @@ TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, c
  * tgrad_last_error(); TGRAD_ERR_BACKEND_UNAVAILABLE where NVRTC is not found or the backend is not
  * built; TGRAD_ERR_INVALID_ARGUMENT for NULL pointers or sm outside 10..999. */
 TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
+
+/* The scheduler's work, for tests and the scheduling benchmark: what the calling thread's latest
+ * schedule (built by realize, explain or render_tensor) has done since its build began, in
+ * work[0 .. count) (count 1 .. TGRAD_DEBUG_WORK_COUNT): the steps it emitted, the operand reads
+ * it planned, the slots of its buffer-to-step index it inspected (walk, memory plan, explain's
+ * look-ups), the steps it examined dropping its references, and the nanoseconds its build took
+ * under the graph lock. All 0 on a thread that built none. TGRAD_ERR_INVALID_ARGUMENT for a NULL
+ * work or another count. */
+#define TGRAD_DEBUG_WORK_STEPS 0
+#define TGRAD_DEBUG_WORK_READS 1
+#define TGRAD_DEBUG_WORK_PROBES 2
+#define TGRAD_DEBUG_WORK_RELEASE_CHECKS 3
+#define TGRAD_DEBUG_WORK_BUILD_NS 4
+#define TGRAD_DEBUG_WORK_COUNT 5
+TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

@@ -175,6 +175,13 @@ tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                      int64_t n);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
+#define TGRAD_DEBUG_WORK_STEPS 0
+#define TGRAD_DEBUG_WORK_READS 1
+#define TGRAD_DEBUG_WORK_PROBES 2
+#define TGRAD_DEBUG_WORK_RELEASE_CHECKS 3
+#define TGRAD_DEBUG_WORK_BUILD_NS 4
+#define TGRAD_DEBUG_WORK_COUNT 5
+tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

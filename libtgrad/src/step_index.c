@@ -1,0 +1,53 @@
+/* The buffer-to-step index: see step_index.h. Linear probing over a power-of-two table kept at
+ * most half full; the hash is the buffer's address times a 64-bit odd constant (Fibonacci
+ * hashing), its top bits picking the slot. Every slot inspected counts as a probe. */
+#include "step_index.h"
+
+_Thread_local tg_schedule_work tg_schedule_work_;
+
+static size_t slot_of(const tg_buffer *b, size_t cap) {
+    uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> (64 - __builtin_ctzll((unsigned long long)cap))); /* cap >= 16 */
+}
+
+/* The slot holding b, or the empty slot where it would go. */
+static tg_index_entry *probe(const tg_index_entry *slots, size_t cap, const tg_buffer *b) {
+    for (size_t i = slot_of(b, cap);; i = (i + 1) & (cap - 1)) {
+        tg_schedule_work_.probes++;
+        if (slots[i].buf == b || !slots[i].buf) return (tg_index_entry *)&slots[i];
+    }
+}
+
+tg_index_entry *tg_step_index_find(const tg_step_index *x, const tg_buffer *b) {
+    if (!x->cap) return NULL;
+    tg_index_entry *e = probe(x->slots, x->cap, b);
+    return e->buf ? e : NULL;
+}
+
+static bool grow(tg_step_index *x) {
+    size_t cap = x->cap ? x->cap * 2 : 16;
+    tg_index_entry *slots = tg_calloc(cap, sizeof *slots);
+    if (!slots) return false;
+    for (size_t i = 0; i < x->cap; i++)
+        if (x->slots[i].buf) *probe(slots, cap, x->slots[i].buf) = x->slots[i];
+    free(x->slots);
+    x->slots = slots, x->cap = cap;
+    return true;
+}
+
+tg_index_entry *tg_step_index_add(tg_step_index *x, const tg_buffer *b) {
+    tg_index_entry *e = x->cap ? probe(x->slots, x->cap, b) : NULL;
+    if (e && e->buf) return e;
+    if (2 * (x->count + 1) > x->cap) {
+        if (!grow(x)) return NULL;
+        e = probe(x->slots, x->cap, b);
+    }
+    *e = (tg_index_entry){ .buf = b, .step = -1, .last = -1 };
+    x->count++;
+    return e;
+}
+
+void tg_step_index_free(tg_step_index *x) {
+    free(x->slots);
+    *x = (tg_step_index){ 0 };
+}

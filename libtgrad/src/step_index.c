@@ -1,13 +1,15 @@
 /* The buffer-to-step index: see step_index.h. Linear probing over a power-of-two table kept at
- * most half full; the hash is the buffer's address times a 64-bit odd constant (Fibonacci
- * hashing), its top bits picking the slot. Every slot inspected counts as a probe. */
+ * most a quarter full (short probe runs at every size), hashing the buffer's address with a full
+ * 64-bit mixer (heap addresses come in strides and clusters). Every slot inspected counts as a
+ * probe. */
 #include "step_index.h"
 
 _Thread_local tg_schedule_work tg_schedule_work_;
 
 static size_t slot_of(const tg_buffer *b, size_t cap) {
-    uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull;
-    return (size_t)(h >> (64 - __builtin_ctzll((unsigned long long)cap))); /* cap >= 16 */
+    uint64_t h = (uint64_t)(uintptr_t)b; /* MurmurHash3's finalizer: every address bit moves every slot bit */
+    h ^= h >> 33, h *= 0xff51afd7ed558ccdull, h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53ull, h ^= h >> 33;
+    return (size_t)h & (cap - 1);
 }
 
 /* The slot holding b, or the empty slot where it would go. */
@@ -38,7 +40,7 @@ static bool grow(tg_step_index *x) {
 tg_index_entry *tg_step_index_add(tg_step_index *x, const tg_buffer *b) {
     tg_index_entry *e = x->cap ? probe(x->slots, x->cap, b) : NULL;
     if (e && e->buf) return e;
-    if (2 * (x->count + 1) > x->cap) {
+    if (4 * (x->count + 1) > x->cap) {
         if (!grow(x)) return NULL;
         e = probe(x->slots, x->cap, b);
     }

@@ -15,7 +15,7 @@ typedef struct tg_index_entry {
 } tg_index_entry;
 
 typedef struct tg_step_index {
-    tg_index_entry *slots; /* cap slots (a power of two), at most half of them used */
+    tg_index_entry *slots; /* cap slots (a power of two), at most a quarter of them used */
     size_t cap, count;
 } tg_step_index;
 

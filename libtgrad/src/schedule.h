@@ -6,6 +6,7 @@
 
 #include "internal.h"
 #include "gen/gen.h"
+#include "step_index.h"
 
 /* Elementwise ops a step applies to its result before storing it (its epilogue). */
 /* A reduction may also read a chain of them (its prologue): the chain's first elementwise op and
@@ -72,6 +73,13 @@ typedef struct tg_schedule {
     int32_t n, cap;
     tg_buffer **free; /* see tg_step.first_free */
     int32_t nfree_total, free_cap;
+    /* Every buffer the steps compute or read: its step, readers and last reader. */
+    tg_step_index index;
+    /* The steps whose release_after is r, in step order: release_order[release_start[r] ..
+     * release_start[r + 1]) (in the block of `free`), so that running the steps drops each
+     * reference once, O(n) in all; released_through: the last r dropped (-1: none). */
+    int32_t *release_start, *release_order;
+    int32_t released_through;
 } tg_schedule;
 
 /* Walk b's pending graph once (under tg_graph_lock) and decide every step. On failure (out of
@@ -85,7 +93,8 @@ TG_HIDDEN int32_t tg_schedule_step_of(const tg_schedule *S, const tg_buffer *b);
 /* Run the steps in order (buffer.c), each under its buffer's lock and skipped when realized
  * meanwhile; stops at the first failure. Every buffer a step computes records the step's route. */
 TG_HIDDEN tgrad_status tg_schedule_run(tg_schedule *S);
-/* Drop the references of steps up to and including `step` whose release_after is <= step. */
+/* Drop the references of the steps whose release_after is <= step (each once; called with step
+ * 0, 1, 2, ... it visits each step once in all). */
 TG_HIDDEN void tg_schedule_release_through(tg_schedule *S, int32_t step);
 /* Drop every reference the schedule still holds and free it. */
 TG_HIDDEN void tg_schedule_free(tg_schedule *S);

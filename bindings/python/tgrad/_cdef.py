@@ -200,6 +200,13 @@ tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, i
                                    int32_t out_dtype, uint32_t *out_bits);
 tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t want_max,
                                  uint32_t *value_bits, int64_t *index);
+#define TGRAD_DEBUG_WORK_STEPS 0
+#define TGRAD_DEBUG_WORK_READS 1
+#define TGRAD_DEBUG_WORK_PROBES 2
+#define TGRAD_DEBUG_WORK_RELEASE_CHECKS 3
+#define TGRAD_DEBUG_WORK_BUILD_NS 4
+#define TGRAD_DEBUG_WORK_COUNT 5
+tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

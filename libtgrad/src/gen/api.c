@@ -173,8 +173,7 @@ TGRAD_API tgrad_status tgrad_render_tensor(int32_t route, int32_t lang, tgrad_te
     if (!s) s = tg_step_kernel_render(st, r, l, &k);
     for (uint32_t i = 0; !s && i < k.launch.buffer_count; i++) k.launch.buffer_ids[i] = k.bufs[i] ? k.bufs[i]->id : 0;
     pthread_mutex_unlock(&tg_graph_lock);
-    free(S.steps);
-    free(S.free);
+    tg_schedule_free(&S); /* built locked: it holds no references */
     tg_tensor_unref(&ts);
     if (s) return s;
     return deliver(TGRAD_OK, &k.text, &k.launch, dst, capacity, length, launch, fn);

@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cuda: tgrad's CUDA backend against torch's CUDA bf16 matmul, paired "
                              "(tgrad/bench/cuda.py); refuses where either is unavailable")
     graph.add_arguments(parser)  # --graph: MLP blocks instead of matmul shapes
+    from . import reduce as _reduce
+
+    _reduce.add_arguments(parser)  # --reduce: reductions against torch and the read bandwidth
     parser.set_defaults(func=run)
 
 
@@ -213,6 +216,10 @@ def run(args: argparse.Namespace) -> int:
         from . import graph
 
         return graph.run(args)
+    if getattr(args, "reduce", False):
+        from . import reduce as _reduce
+
+        return _reduce.run(args)
     if args.device == "cuda":
         from . import cuda
 

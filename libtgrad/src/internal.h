@@ -144,6 +144,9 @@ typedef struct tg_buffer {
 extern TG_HIDDEN pthread_mutex_t tg_graph_lock;
 
 TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out);
+/* TGRAD_OK when a buffer of numel elements fits the memory limit (memory_limit.c), else
+ * TGRAD_ERR_OUT_OF_MEMORY naming fn: checked wherever a tensor is made, before it is allocated. */
+TG_HIDDEN tgrad_status tg_memory_admit(int64_t numel, const char *fn);
 TG_HIDDEN void tg_buffer_retain(tg_buffer *b);
 TG_HIDDEN void tg_buffer_release(tg_buffer *b);
 TG_HIDDEN tgrad_status tg_buffer_realize(tg_buffer *b);

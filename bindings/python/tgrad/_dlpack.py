@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from cffi import FFI  # type: ignore[import-untyped, unused-ignore]
 
-from . import _bf16, errors
+from . import _bf16, _buildable, errors
 from ._ffi import ffi as tffi
 from ._ffi import lib
 from .errors import _check
@@ -282,6 +282,11 @@ def _shape_of(dl: Any) -> tuple[int, ...]:
         raise errors.InvalidArgumentError(f"from_dlpack: negative extent in shape {shape}")
     if functools.reduce(operator.mul, shape, 1) * 2 > _INT64_MAX:
         raise errors.SizeOverflowError(f"from_dlpack: shape {shape} holds more elements than 64 bits count")
+    # An import reads through numpy arrays of this shape (float32 for an empty or copied one):
+    # [2**62, 0] holds nothing, yet numpy refuses it as too big. Refused here, before any numpy call.
+    why = _buildable.problem(shape, 4)
+    if why is not None:
+        raise errors.SizeOverflowError(f"from_dlpack: shape {shape}: {why}")
     return shape
 
 

@@ -194,18 +194,31 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         self._handle = 0
         self._shape = None
         self._handle = _from_numpy_handle(array)
-        self._shape = tuple(array.shape)  # known now: reading a product back asks libtgrad for less
+        self._shape = _library_shape(self._handle)  # libtgrad's, never the array's own claim
         if (recorder := _RECORDER.get()) is not None:
             recorder.report("constant", self, (), {})
 
     @classmethod
     def _wrap(cls, handle: int, shape: tuple[int, ...] | None = None) -> Tensor:
-        """A Tensor owning `handle`; `shape` where the caller knows it (then reading the tensor,
-        or a product of two such tensors, asks libtgrad for it no more), else None."""
+        """A Tensor owning `handle`; `shape` where the caller has it from libtgrad (another
+        tensor's cached shape, read from libtgrad; then reading the tensor, or a product of two
+        such tensors, asks libtgrad for it no more), else None. Never a shape Python objects
+        claim: the cache is only ever libtgrad's answer (issue 33)."""
         tensor = _new_tensor(cls)
         tensor._handle = handle
         tensor._shape = shape
         return tensor
+
+    @classmethod
+    def _adopt(cls, handle: int) -> Tensor:
+        """A Tensor owning a new `handle`, its shape read from libtgrad now (releases the handle
+        if that fails)."""
+        try:
+            shape = _library_shape(handle)
+        except BaseException:
+            lib.tgrad_tensor_release(handle)
+            raise
+        return cls._wrap(handle, shape)
 
     # ---- creation -------------------------------------------------------------------------------
     @classmethod
@@ -219,12 +232,12 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         device: "cpu" (default), "opencl", "cuda" or "metal" (BackendUnavailableError where it is not
         usable; checked before anything is allocated).
         """
-        # array.shape is the tensor's once the handle exists (a non-array was refused)
+        # The shape is read back from libtgrad: an ndarray subclass may claim another in Python.
         if device is None or device == "cpu":
-            return cls._wrap(_from_numpy_handle(array), tuple(array.shape))
+            return cls._adopt(_from_numpy_handle(array))
         target = _device_number(device)
         _ready(target)
-        host = cls._wrap(_from_numpy_handle(array), tuple(array.shape))
+        host = cls._adopt(_from_numpy_handle(array))
         try:
             return host.to(device)
         finally:
@@ -240,11 +253,12 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             raise errors.InvalidArgumentError(
                 f"Tensor.from_bf16_bits: expected a numpy.ndarray of uint16, got {type(bits).__name__}"
             )
+        bits = _plain(bits)
         if bits.dtype.kind != "u" or bits.dtype.itemsize != 2:
             raise errors.DtypeUnsupportedError(
                 f"Tensor.from_bf16_bits: dtype {bits.dtype} is not supported (uint16 bit patterns)"
             )
-        return cls._wrap(_bits_handle(bits), tuple(bits.shape))
+        return cls._adopt(_bits_handle(bits))
 
     # ---- devices -------------------------------------------------------------------------------
     @property
@@ -312,11 +326,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         h = self._h  # a released tensor raises, cached shape or not
         shape = self._shape
         if shape is None:
-            ndim = ffi.new("int32_t *")
-            _check(lib.tgrad_tensor_ndim(h, ndim))
-            out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
-            _check(lib.tgrad_tensor_shape(h, out))
-            shape = self._shape = tuple(out[0:ndim[0]])
+            shape = self._shape = _library_shape(h)
         return shape
 
     @property
@@ -440,7 +450,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             return self._bits().view(dt)
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        values = np.empty(shape, dtype=np.float32)
+        values = _host_array(shape, np.float32)
         _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
         return values
 
@@ -476,7 +486,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         ml_dtypes.bfloat16 for numpy())."""
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        bits = np.empty(shape, dtype=dtype)
+        bits = _host_array(shape, dtype)
         status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
         if status:
             _check(status)
@@ -823,7 +833,8 @@ def _clamp64(value: int) -> int:
 
 
 def _bits_handle(bits: npt.NDArray[Any]) -> int:
-    data = np.ascontiguousarray(bits, dtype=np.uint16)
+    bits = _plain(bits)
+    data = np.ascontiguousarray(bits, dtype=np.uint16)  # 1-d for a 0-d array: the shape is bits'
     shape = bits.shape
     return _new_handle(
         lib.tgrad_tensor_from_bf16,
@@ -853,6 +864,37 @@ def _ready(device: int) -> None:
         raise errors.BackendUnavailableError(f"{ffi.string(name[0]).decode()}: {ffi.string(text[0]).decode()}")
 
 
+def _host_array(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+    """numpy.empty(shape, dtype) for reading a tensor back; numpy's MemoryError (and its "array is
+    too big") become OutOfMemoryError, as every allocation failure in tgrad does."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (MemoryError, ValueError) as exc:
+        count = 1
+        for extent in shape:
+            count *= extent
+        raise errors.OutOfMemoryError(
+            f"numpy(): cannot allocate the host array of shape {shape} ({count} elements of "
+            f"{np.dtype(dtype).itemsize} bytes): {type(exc).__name__}: {str(exc)[:120]}") from None
+
+
+def _library_shape(handle: int) -> tuple[int, ...]:
+    """The shape libtgrad holds for `handle`: the one source of a Tensor's shape."""
+    ndim = ffi.new("int32_t *")
+    _check(lib.tgrad_tensor_ndim(handle, ndim))
+    out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+    _check(lib.tgrad_tensor_shape(handle, out))
+    return tuple(out[0:ndim[0]])
+
+
+def _plain(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`array` as a plain numpy.ndarray over the same memory: the shape, strides and dtype of
+    the buffer itself. An ndarray subclass may override `shape`, `strides`, `dtype`, `__array__`
+    or `__array_interface__` in Python, and a property may answer differently each time it is
+    read; the base-class view reads none of them (numpy copies the C-level descriptor)."""
+    return array if type(array) is np.ndarray else np.ndarray.view(array, np.ndarray)
+
+
 def _from_numpy_handle(array: Any) -> int:
     if isinstance(array, np.generic):
         array = np.asarray(array)
@@ -861,6 +903,7 @@ def _from_numpy_handle(array: Any) -> int:
             f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
             "(wrap Python data with numpy.asarray first)"
         )
+    array = _plain(array)  # from here every read of shape, dtype and memory is the buffer's own
     dt = array.dtype
     shape = array.shape
     if _bf16.is_bf16(dt):

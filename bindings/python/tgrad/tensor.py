@@ -63,6 +63,8 @@ _INT32_MAX = (1 << 31) - 1
 _F32: np.dtype[Any] = np.dtype(np.float32)
 _new_tensor = TensorBase.__new__
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
+#: repr reads a computed tensor's values up to this many (64 MiB as float32); past it, it says so.
+_REPR_MAX_ELEMENTS = 1 << 24
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
 IndexItem = Union[SupportsIndex, slice, EllipsisType, None]
@@ -422,14 +424,23 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         )
 
     def __repr__(self) -> str:
+        """numpy's way for a computed tensor: its values (summarized past 1000 elements, the
+        corners shown), then shape and dtype. A lazy tensor is not computed to be printed: it says
+        so, and how to compute it."""
         if not self._handle:
             return "Tensor(released)"
         try:
-            shape, realized = self.shape, self.is_realized
-            text = f"Tensor(shape={shape}, dtype={self.dtype}, realized={realized}"
-            if realized and self.size <= 16:
-                text += f", values={self.numpy(np.float32).tolist()}"
-            return text + ")"
+            shape, dtype = self.shape, self.dtype
+            if not self.is_realized:
+                return (f"Tensor(shape={shape}, dtype={dtype}, lazy: not computed yet; "
+                        ".realize() computes it, .numpy() reads its values)")
+            size = self.size
+            if size > _REPR_MAX_ELEMENTS:
+                return (f"Tensor(shape={shape}, dtype={dtype}, computed; its {size} values are "
+                        "not read to print them: .numpy() reads them)")
+            values = np.array2string(self.numpy(np.float32), separator=", ", prefix="Tensor(",
+                                     threshold=1000, edgeitems=3)
+            return f"Tensor({values}, shape={shape}, dtype={dtype})"
         except errors.TgradError as exc:
             return f"Tensor(<{exc.code}>)"
 

@@ -203,7 +203,7 @@ def _read(file: io.BufferedReader, path: Path, size: int) -> bytes:
 # ---- headers and indexes ---------------------------------------------------------------------------
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Validate one .safetensors file's header against DESIGN.md §8 and return (name ->
+    """Validate one .safetensors file's header against the safetensors format and tgrad's stricter rules (docs/interop.md) and return (name ->
     TensorInfo in file order, metadata). Reads the 8-byte length and the header only."""
     header = _read_header(Path(path))
     return header.infos, header.meta

@@ -51,7 +51,7 @@ __all__ = ["OpResult", "Trace", "TraceOp", "Validation", "trace", "SCHEMA"]
 #: The "schema" field of Trace.to_json(); bumped on any incompatible change of the layout.
 SCHEMA = "tgrad.trace/1"
 
-#: Kinds that are always zero-copy (DESIGN §3): validate() checks they share their input's buffer.
+#: Kinds that are always zero-copy (docs/views.md): validate() checks they share their input's buffer.
 ZERO_COPY_KINDS = frozenset({"transpose", "permute", "expand", "slice", "select", "view"})
 #: Kinds that are not replayed: their payload is the data the trace starts from.
 SOURCE_KINDS = frozenset({"input", "constant"})

@@ -194,8 +194,8 @@ def fuzz(session: nox.Session) -> None:
     (tests/fuzz): random view chains and matmul arguments (`views`), and caller memory viewed
     through tgrad_tensor_from_external (`external`). `nox -s fuzz -- SECONDS` per target (default
     300); CI runs 30. The library is built with ASan+UBSan too, so a memory error anywhere fails
-    the run. Then the hypothesis properties over forged DLPack capsules and mutated safetensors
-    files, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
+    the run. Then the hypothesis properties over forged DLPack capsules, mutated safetensors
+    files and ndarrays that lie about their layout, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
     seconds = session.posargs[0] if session.posargs else "300"
     session.install("meson>=1.3", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-fuzz").resolve()
@@ -214,6 +214,7 @@ def fuzz(session: nox.Session) -> None:
     session.install(".[test]")
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-n", "auto", "python/test_dlpack_fuzz.py", "python/test_safetensors_fuzz.py",
+                "python/test_hostile_arrays.py",
                 env={"TGRAD_LIB": "", "TGRAD_FUZZ_EXAMPLES": examples})
 
 

@@ -231,3 +231,8 @@ def test_lying_arrays_give_the_right_tensor_or_a_typed_error(case: tuple[np.ndar
     assert out.shape == library_shape(out)
     assert out.numpy().shape == library_shape(out)
     assert out.numpy(np.float32).shape == library_shape(out)
+    # An array as an operand is no number: the operator defers (TypeError), the function refuses.
+    with pytest.raises(TypeError):
+        t + lying  # noqa: B018
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.mul(t, lying)

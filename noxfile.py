@@ -191,8 +191,9 @@ def exhaustive(session: nox.Session) -> None:
 @nox.session
 def fuzz(session: nox.Session) -> None:
     """libFuzzer (clang) on the C API, each target checked against an independent model
-    (tests/fuzz): random view chains and matmul arguments (`views`), and caller memory viewed
-    through tgrad_tensor_from_external (`external`). `nox -s fuzz -- SECONDS` per target (default
+    (tests/fuzz): random view chains and matmul arguments (`views`), caller memory viewed
+    through tgrad_tensor_from_external (`external`), and random graphs of elementwise ops,
+    products and views realized fused and unfused, which must give the same bytes (`graph`). `nox -s fuzz -- SECONDS` per target (default
     300); CI runs 30. The library is built with ASan+UBSan too, so a memory error anywhere fails
     the run. Then the hypothesis properties over forged DLPack capsules, mutated safetensors
     files and ndarrays that lie about their layout, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
@@ -204,7 +205,7 @@ def fuzz(session: nox.Session) -> None:
     session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfuzz=true",
                 "-Db_sanitize=address,undefined", "-Db_lundef=false", env=env)
     session.run("ninja", "-C", str(build))
-    for target in ("views", "external"):
+    for target in ("views", "external", "graph"):
         corpus = ROOT / "tests" / "fuzz" / "corpus" / target
         scratch = pathlib.Path(session.create_tmp()) / f"corpus-{target}"  # new finds stay out of the tree
         scratch.mkdir(exist_ok=True)

@@ -160,7 +160,9 @@ def _shared_array(tensor: Any) -> np.ndarray[Any, Any]:
 
 def _copied_array(tensor: Any) -> np.ndarray[Any, Any]:
     """A fresh row-major uint16 array of the tensor's values (GPU tensors are read back)."""
-    bits = np.empty(tensor.shape, np.uint16)
+    from .tensor import _host_array
+
+    bits = _host_array(tensor.shape, np.uint16)  # numpy's MemoryError: OutOfMemoryError
     _check(lib.tgrad_tensor_read_bf16(tensor._h, tffi.from_buffer("uint16_t[]", bits), bits.size))
     return bits
 

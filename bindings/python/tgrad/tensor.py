@@ -505,7 +505,11 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
 
     def to_bytes(self) -> bytes:
         """The logical view, row-major, as little-endian bf16 bytes."""
-        return self._bits().astype("<u2").tobytes()
+        bits = self._bits()
+        try:
+            return bits.astype("<u2", copy=False).tobytes()
+        except MemoryError:
+            raise errors.OutOfMemoryError(f"to_bytes: cannot allocate {bits.nbytes} bytes") from None
 
     # ---- views ----------------------------------------------------------------------------------
     T = _Reversed()

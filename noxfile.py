@@ -123,7 +123,10 @@ def sanitize(session: nox.Session) -> None:
     session.run("meson", "test", "-C", str(asan), "--print-errorlogs", env=strict)
     # The Python suite against the sanitized library (loaded through TGRAD_LIB, the ASan runtime
     # preloaded into the interpreter). CPython's own allocations are not ours: leaks are checked
-    # by the C tests above and the live-object counters here.
+    # by the C tests above and the live-object counters here. allocator_may_return_null: an
+    # allocation too big for any machine returns NULL, as without ASan, so numpy raises MemoryError
+    # (which tgrad turns into OutOfMemoryError: tests/python/test_memory_limit.py) instead of ASan
+    # aborting the interpreter.
     session.install(".[test,cuda]")  # cuda: NVRTC, so the CUDA backend's compile path runs here too
     libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
     session.chdir(ROOT / "tests")
@@ -132,7 +135,7 @@ def sanitize(session: nox.Session) -> None:
                 "-m", "not typecheck",  # mypy loads no libtgrad; the emulators and compilers neither
                 *session.posargs,
                 env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan, "TGRAD_NATIVE": "1",
-                     "ASAN_OPTIONS": "detect_leaks=0", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],
+                     "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],
                      "TGRAD_POISON_STORAGE": "1"})
     session.chdir(ROOT)
     session.run("meson", "setup", str(tsan), "--buildtype=debugoptimized", "-Db_sanitize=thread")
@@ -191,11 +194,12 @@ def exhaustive(session: nox.Session) -> None:
 @nox.session
 def fuzz(session: nox.Session) -> None:
     """libFuzzer (clang) on the C API, each target checked against an independent model
-    (tests/fuzz): random view chains and matmul arguments (`views`), and caller memory viewed
-    through tgrad_tensor_from_external (`external`). `nox -s fuzz -- SECONDS` per target (default
+    (tests/fuzz): random view chains and matmul arguments (`views`), caller memory viewed
+    through tgrad_tensor_from_external (`external`), and random graphs of elementwise ops,
+    products and views realized fused and unfused, which must give the same bytes (`graph`). `nox -s fuzz -- SECONDS` per target (default
     300); CI runs 30. The library is built with ASan+UBSan too, so a memory error anywhere fails
-    the run. Then the hypothesis properties over forged DLPack capsules and mutated safetensors
-    files, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
+    the run. Then the hypothesis properties over forged DLPack capsules, mutated safetensors
+    files and ndarrays that lie about their layout, with TGRAD_FUZZ_EXAMPLES examples each (`nox -s tests` runs them with a few dozen)."""
     seconds = session.posargs[0] if session.posargs else "300"
     session.install("meson>=1.3", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-fuzz").resolve()
@@ -204,7 +208,7 @@ def fuzz(session: nox.Session) -> None:
     session.run("meson", "setup", str(build), "--buildtype=debugoptimized", "-Dfuzz=true",
                 "-Db_sanitize=address,undefined", "-Db_lundef=false", env=env)
     session.run("ninja", "-C", str(build))
-    for target in ("views", "external"):
+    for target in ("views", "external", "graph"):
         corpus = ROOT / "tests" / "fuzz" / "corpus" / target
         scratch = pathlib.Path(session.create_tmp()) / f"corpus-{target}"  # new finds stay out of the tree
         scratch.mkdir(exist_ok=True)
@@ -214,6 +218,7 @@ def fuzz(session: nox.Session) -> None:
     session.install(".[test]")
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-n", "auto", "python/test_dlpack_fuzz.py", "python/test_safetensors_fuzz.py",
+                "python/test_hostile_arrays.py",
                 env={"TGRAD_LIB": "", "TGRAD_FUZZ_EXAMPLES": examples})
 
 

@@ -336,6 +336,15 @@ TGRAD_API int64_t tgrad_live_bytes(void);
  * 512 MiB, 0 disables). */
 TGRAD_API int64_t tgrad_cached_bytes(void);
 TGRAD_API void tgrad_release_cached(void);
+/* The memory limit: the most bytes one tensor may hold. Making a tensor over it (host data, a
+ * product, an elementwise op, a materializing reshape, a copy to a device) fails at once with
+ * TGRAD_ERR_OUT_OF_MEMORY, before anything is allocated, so a huge broadcast is refused when it
+ * is written rather than when it is realized. Default: the machine's physical memory;
+ * TGRAD_MEMORY_LIMIT=<bytes> at start-up or tgrad_set_memory_limit(bytes) change it (0 restores
+ * the default; negative: TGRAD_ERR_INVALID_ARGUMENT). Process-wide, any thread. Tensors that exist
+ * are unaffected; an allocation that fails below the limit is TGRAD_ERR_OUT_OF_MEMORY too. */
+TGRAD_API tgrad_status tgrad_set_memory_limit(int64_t bytes);
+TGRAD_API int64_t tgrad_memory_limit(void);
 /* CPU kernel variants ("avx512bf16", "portable", ...). Every variant produces the same bytes.
  * tgrad_cpu_isa() names the one packed products (route gemm) use, tgrad_cpu_stream_isa() the one
  * one-row and few-row products (routes rowvec, skinny) use. Automatic choice (the default, and

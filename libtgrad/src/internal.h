@@ -181,6 +181,11 @@ extern TG_HIDDEN pthread_mutex_t tg_graph_lock;
 TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out);
 TG_HIDDEN tgrad_status tg_buffer_new_typed(int64_t numel, int32_t dtype, tg_node *node, tg_buffer **out);
 static inline size_t tg_buffer_bytes(const tg_buffer *b) { return (size_t)b->numel * (size_t)tg_dtype_size(b->dtype); }
+/* TGRAD_OK when a buffer of numel elements fits the memory limit (memory_limit.c), else
+ * TGRAD_ERR_OUT_OF_MEMORY naming fn: checked wherever a tensor is made, before it is allocated. */
+TG_HIDDEN tgrad_status tg_memory_admit(int64_t numel, const char *fn);
+/* The same for elements of esize bytes (float32 and int32 tensors). */
+TG_HIDDEN tgrad_status tg_memory_admit_typed(int64_t numel, int32_t esize, const char *fn);
 TG_HIDDEN void tg_buffer_retain(tg_buffer *b);
 TG_HIDDEN void tg_buffer_release(tg_buffer *b);
 TG_HIDDEN tgrad_status tg_buffer_realize(tg_buffer *b);

@@ -62,6 +62,7 @@ static tgrad_status create(const void *data, int32_t src, int32_t ndim, const in
     tg_view_numel(&v, &numel);
     if ((s = check_bytes(numel, dtype, fn)) || (s = check_bytes(numel, src, fn))) return s;
     if (numel > 0 && !data) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
+    if ((s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn))) return s;
     tg_buffer *b = NULL;
     if ((s = tg_buffer_new_storage_typed(numel, dtype, &b))) return s;
     if (numel) convert_host(data, src, numel, dtype, b->data);
@@ -254,6 +255,7 @@ static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape
     tgrad_status s = tg_view_contiguous(ndim, shape, &dst);
     int64_t numel = 0;
     if (!s) tg_view_numel(&dst, &numel);
+    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(t->buf->dtype), "tensor_reshape");
     tg_node *n = s ? NULL : tg_node_new(TG_OP_COPY, 1);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a graph node");
     if (s) {
@@ -329,6 +331,7 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
                     tg_device_name(ta.buf->device), sb, tg_device_name(tb.buf->device));
     }
     if (!s) tg_view_numel(&ov, &numel);
+    if (!s) s = tg_memory_admit(numel, "matmul");
     tg_node *n = s ? NULL : tg_node_new(TG_OP_MATMUL, 2);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate a graph node");
     tg_buffer *buf = NULL;
@@ -377,7 +380,8 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
     tg_view_contiguous(t.view.ndim, t.view.shape, &dst);
     uint16_t *compact = NULL;
     tg_buffer *b = NULL;
-    s = tg_buffer_realize(t.buf);
+    s = tg_memory_admit(numel, "tensor_to");
+    if (!s) s = tg_buffer_realize(t.buf);
     if (!s && numel > 0) { /* the view, compact, on the host */
         compact = tg_malloc((size_t)numel * 2u);
         if (!compact) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %lld bytes", (long long)numel * 2);

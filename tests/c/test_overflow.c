@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tgrad.h"
 
@@ -288,7 +289,40 @@ static void test_views_near_the_largest_buffer(void) {
     tgrad_tensor_release(v), tgrad_tensor_release(t);
 }
 
+/* The memory limit (issue 33): a node whose buffer passes it is refused when it is made, with
+ * out_of_memory, before anything is allocated; views are not buffers and stay free. Default: the
+ * machine's physical memory; 0 restores it; a negative limit is invalid and changes nothing. */
+static void test_memory_limit_refuses_at_the_node(void) {
+    int64_t physical = (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGE_SIZE);
+    CHECK(tgrad_memory_limit() == physical);
+    uint16_t v = 0x3f80;
+    tgrad_tensor_t one = 0, col = 0, row = 0, c = 0;
+    EXPECT(tgrad_tensor_from_bf16(&v, 2, (int64_t[]){ 1, 1 }, &one), TGRAD_OK);
+    EXPECT(tgrad_tensor_expand(one, (int64_t[]){ 100000, 1 }, 2, &col), TGRAD_OK);
+    EXPECT(tgrad_tensor_expand(one, (int64_t[]){ 1, INT64_C(10000000000) }, 2, &row), TGRAD_OK);
+    int64_t buffers = tgrad_live_buffers();
+    EXPECT(tgrad_binary(TGRAD_OP_ADD, col, row, &c), TGRAD_ERR_OUT_OF_MEMORY); /* 10^15 elements */
+    CHECK(c == 0);
+    EXPECT(tgrad_matmul(col, row, &c), TGRAD_ERR_OUT_OF_MEMORY);
+    CHECK(tgrad_live_buffers() == buffers);
+    EXPECT(tgrad_set_memory_limit(-1), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(tgrad_memory_limit() == physical);
+    EXPECT(tgrad_set_memory_limit(6), TGRAD_OK); /* 3 elements */
+    EXPECT(tgrad_tensor_from_bf16((uint16_t[]){ 1, 2, 3, 4 }, 1, (int64_t[]){ 4 }, &c), TGRAD_ERR_OUT_OF_MEMORY);
+    EXPECT(tgrad_tensor_from_bf16((uint16_t[]){ 1, 2, 3 }, 1, (int64_t[]){ 3 }, &c), TGRAD_OK);
+    tgrad_tensor_release(c);
+    EXPECT(tgrad_unary(TGRAD_OP_NEG, row, &c), TGRAD_ERR_OUT_OF_MEMORY);
+    EXPECT(tgrad_tensor_contiguous(col, &c), TGRAD_ERR_OUT_OF_MEMORY);
+    EXPECT(tgrad_set_memory_limit(0), TGRAD_OK);
+    CHECK(tgrad_memory_limit() == physical);
+    tgrad_tensor_release(row), tgrad_tensor_release(col), tgrad_tensor_release(one);
+}
+
 int main(void) {
+    test_memory_limit_refuses_at_the_node();
+    /* The probes below make huge lazy tensors that are never realized: the memory limit is lifted,
+     * so that what they reach is the int64 arithmetic. */
+    EXPECT(tgrad_set_memory_limit(INT64_MAX), TGRAD_OK);
     test_external_views_reaching_outside_are_refused();
     test_huge_empty_shapes_are_refused();
     test_expand_to_huge_extents_is_refused();

@@ -34,6 +34,8 @@ EXEMPT = {
     "tgrad_live_buffers": "no arguments",
     "tgrad_live_bytes": "no arguments",
     "tgrad_cached_bytes": "no arguments",
+    "tgrad_memory_limit": "no arguments",
+    "tgrad_set_memory_limit": "integer argument only (tested in test_memory_limit)",
     "tgrad_cpu_scratch_bytes": "no arguments",
     "tgrad_release_cached": "no arguments",
     "tgrad_cpu_isa": "no arguments",

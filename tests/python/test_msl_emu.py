@@ -1,5 +1,5 @@
 """The generated-MSL tier: libtgrad's kernels, rendered, compiled as C++ against the Metal
-emulation of tests/msl_emu, and run on the CPU (DESIGN.md §5, docs/msl-subset.md).
+emulation of tests/msl_emu, and run on the CPU (docs/metal.md, docs/msl-subset.md).
 
 Promises checked here, on the conformance roster ("ci": views, below-tile, odd and prime, empty,
 special values, and the sentinels scaled to 64-256):

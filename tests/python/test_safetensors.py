@@ -1,5 +1,5 @@
 """tgrad.safetensors: checkpoints written by the safetensors package load through the typed schema
-bit for bit, files tgrad writes load in the package, and every malformed-file case of DESIGN.md §8
+bit for bit, files tgrad writes load in the package, and every malformed-file case (MALFORMED below)
 is refused with its typed error naming the file (and the tensor, where there is one)."""
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def test_a_file_overwritten_with_garbage_after_open_is_refused(tmp_path: Path) -
         w["a"]
 
 
-# ---- DESIGN.md §8: malformed files, crafted byte by byte ---------------------------------------
+# ---- malformed files (docs/interop.md), crafted byte by byte ---------------------------------------
 
 def _file(header: Any, data: bytes = b"", *, raw: bytes | None = None, length: int | None = None) -> bytes:
     body = raw if raw is not None else json.dumps(header).encode()

@@ -328,14 +328,25 @@ def test_truth_value_is_refused() -> None:
         bool(Tensor.from_numpy(np.ones(1, np.float32)))
 
 
-def test_repr() -> None:
+def test_repr_of_a_lazy_tensor_says_so_and_how_to_compute_it_without_computing_it() -> None:
     a = Tensor.from_numpy(np.ones((2, 3), np.float32))
     lazy = a @ a.T
-    assert repr(lazy) == "Tensor(shape=(2, 2), dtype=bfloat16, realized=False)"
+    assert repr(lazy) == ("Tensor(shape=(2, 2), dtype=bfloat16, lazy: not computed yet; .realize() "
+                          "computes it, .numpy() reads its values)")
+    assert str(lazy) == repr(lazy)
+    assert not lazy.is_realized
     lazy.realize()
-    assert repr(lazy) == "Tensor(shape=(2, 2), dtype=bfloat16, realized=True, values=[[3.0, 3.0], [3.0, 3.0]])"
-    big = Tensor.from_numpy(np.zeros((5, 5), np.float32))
-    assert repr(big) == "Tensor(shape=(5, 5), dtype=bfloat16, realized=True)"
+    assert repr(lazy) == "Tensor([[3., 3.],\n        [3., 3.]], shape=(2, 2), dtype=bfloat16)"
+
+
+def test_repr_of_a_computed_tensor_shows_values_as_numpy_does() -> None:
+    values = np.arange(1_000_000, dtype=np.float32).reshape(1000, 1000) % 256
+    big = Tensor.from_numpy(values)
+    text = repr(big)
+    want = np.array2string(values, separator=", ", prefix="Tensor(", threshold=1000, edgeitems=3)
+    assert text == f"Tensor({want}, shape=(1000, 1000), dtype=bfloat16)"
+    assert "..." in text and text.count("\n") == 6  # summarized: 3 rows, "...", 3 rows
+    assert repr(Tensor.from_numpy(np.float32(2.5))) == "Tensor(2.5, shape=(), dtype=bfloat16)"
     big.release()
     assert repr(big) == "Tensor(released)"
 

@@ -109,19 +109,47 @@ def test_tutorial_mlp_traces_and_validates(activated: Any) -> None:
                                "captured_4", "add_2_7"]
     relu = tr["relu_1_4"]
     assert relu.parents == ("add_1_3",) and relu.children == ("matmul_2_6",) and relu.shape == (2, 16)
-    assert relu.out.dtype == np.dtype(ml_dtypes.bfloat16)
-    assert np.array_equal(relu.out.astype(np.float32), np.maximum(tr["add_1_3"].out.astype(np.float32), 0))
+    assert isinstance(relu.out, tgrad.Tensor) and relu.out.shape == (2, 16)
+    assert relu.payload.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert np.array_equal(relu.out.numpy(np.float32), np.maximum(tr["add_1_3"].out.numpy(np.float32), 0))
     assert tr.output_layers == ["add_2_7"] and tr.input_layers == ["input_1"]
     direct = mlp(x).numpy()
-    assert np.array_equal(tr.output_ops[0].out.view(np.uint16), direct.view(np.uint16))
+    assert np.array_equal(tr.output_ops[0].out.numpy().view(np.uint16), direct.view(np.uint16))
 
-    status = tr.validate_forward_pass()
+    assert tr.validate_forward_pass() is True
+    status = tr.validation_replay_status
     assert status.state == "passed" and status.backend == "tgrad", status.message
-    assert status.replayed_node_count == 7 and tr.validation_replay_status is status
-    assert tr.validate_forward_pass(direct).passed
+    assert status.replayed_node_count == 7 and tr.validate().state == "passed"
+    assert tr.validate_forward_pass(direct) is True
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a failing tl.validate warns
         assert tl.validate(mlp, x, scope="forward", backend="tgrad") is True
+
+
+def test_torchlens_tutorial_runs_line_for_line(activated: Any) -> None:
+    """torchlens' own tutorial lines, with tgrad tensors: validate_forward_pass is True for a
+    completed replay (the status on validation_replay_status) and .out is the framework's tensor."""
+    mlp, x = _tutorial_mlp()
+    trace = tl.trace(mlp, x, backend="tgrad")
+    assert trace.validate_forward_pass([mlp(x)]) is True
+    values = trace.output_ops[0].out.numpy()
+    assert np.array_equal(values.view(np.uint16), mlp(x).numpy().view(np.uint16))
+    assert trace.validation_replay_status.state == "passed"
+    trace["relu_1_4"].payload[0, 0] = -1.0  # a tampered record: a completed replay that fails
+    assert trace.validate_forward_pass() is False
+    assert trace.validation_replay_status.state == "failed"
+
+
+def test_an_incomplete_replay_returns_the_status_not_a_bool(activated: Any) -> None:
+    """As torchlens' Trace: only passed and failed are booleans; an op left unreplayed gives the
+    "unverified" status itself (it has no truth value)."""
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad")
+    tr["relu_1_4"].op.payload = None  # its consumer and itself cannot be replayed now
+    result = tr.validate_forward_pass()
+    assert result is tr.validation_replay_status and result.state == "unverified"
+    with pytest.raises(TypeError):
+        bool(result)
 
 
 class _MLP:
@@ -163,8 +191,9 @@ def test_backend_none_resolves_to_tgrad_once_activated(activated: Any) -> None:
 def test_a_tampered_payload_is_named(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")
-    tr["relu_1_4"].out[1, 3] = 1000.0
-    status = tr.validate_forward_pass()
+    tr["relu_1_4"].payload[1, 3] = 1000.0
+    assert tr.validate_forward_pass() is False
+    status = tr.validation_replay_status
     assert status.state == "failed" and not status.passed
     assert status.message.startswith("Replay validation failed at relu_1_4 (relu): 1 of 32 elements"), status.message
     assert "index (1, 3)" in status.message
@@ -179,25 +208,27 @@ def test_a_stored_trace_is_a_lens_trace_again(activated: Any) -> None:
     tr = tl.trace(mlp, x, backend="tgrad")
     stored = provider.LensTrace(tgrad.Trace.from_json(tr.tgrad_trace.to_json(payloads=True)))
     assert stored.layer_labels == tr.layer_labels and stored.validate().passed
-    assert np.array_equal(stored["relu_1_4"].out.view(np.uint16), tr["relu_1_4"].out.view(np.uint16))
+    assert np.array_equal(stored["relu_1_4"].payload.view(np.uint16), tr["relu_1_4"].payload.view(np.uint16))
 
 
 def test_a_tampered_op_is_named(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")
     tr["add_1_3"].op.kind = "sub"  # the record now claims a sub produced add's bytes
-    status = tr.validate_forward_pass()
+    assert tr.validate_forward_pass() is False
+    status = tr.validation_replay_status
     assert status.state == "failed" and status.message.startswith("Replay validation failed at add_1_3 (sub)")
 
 
 def test_a_wrong_ground_truth_fails(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     tr = tl.trace(mlp, x, backend="tgrad")
-    assert tr.validate_forward_pass([mlp(x)]).passed  # a tgrad Tensor is a ground truth too
-    assert tr.validate_forward_pass(torch.from_dlpack(mlp(x))).passed  # so is torch bfloat16
+    assert tr.validate_forward_pass([mlp(x)]) is True  # a tgrad Tensor is a ground truth too
+    assert tr.validate_forward_pass(torch.from_dlpack(mlp(x))) is True  # so is torch bfloat16
     wrong = mlp(x).numpy()
     wrong[0, 0] = -wrong[0, 0] + 1
-    status = tr.validate_forward_pass(wrong)
+    assert tr.validate_forward_pass(wrong) is False
+    status = tr.validation_replay_status
     assert status.state == "failed" and "ground truth differs from output add_2_7" in status.message
     assert last_validation_failure().check == "ground_truth"
     for odd, why in [(wrong.astype(np.float32), "differs"), ([wrong, wrong], "2 ground-truth outputs for 1"),
@@ -207,7 +238,7 @@ def test_a_wrong_ground_truth_fails(activated: Any) -> None:
                      (torch.zeros(2, 4, dtype=torch.bfloat16, requires_grad=True),  # torch refuses to export
                       "is not an array (InvalidArgumentError)"),
                      ("text", "differs")]:
-        status = tr.validate_forward_pass(odd)
+        status = tr.validate(odd)
         assert status.state == "failed" and why in status.message, (odd, status.message)
 
 
@@ -271,6 +302,36 @@ def test_other_refusals(activated: Any) -> None:
         tr["relu_9_9"]
     with pytest.raises(tgrad.errors.InvalidArgumentError):
         tr[len(tr)]
+
+
+@pytest.mark.parametrize("mode", ["function_root", "object_module"])
+def test_module_identity_mode_is_refused_by_torchlens_own_gate(activated: Any, mode: str) -> None:
+    """docs/interop.md says so: torchlens refuses any explicit mode for a non-torch backend (even
+    the one tgrad declares) before tgrad's capture is called; it is not a tgrad error."""
+    mlp, x = _tutorial_mlp()
+    with pytest.raises(BackendUnsupportedError, match="module_identity_mode selection") as info:
+        tl.trace(mlp, x, backend="tgrad", capture=tl.options.CaptureOptions(module_identity_mode=mode))
+    assert not isinstance(info.value, tgrad.errors.TgradError)
+
+
+def test_a_self_referencing_output_is_a_typed_error_not_recursion(activated: Any) -> None:
+    _, x = _tutorial_mlp()
+
+    def loop(t: tgrad.Tensor) -> Any:
+        out: list[Any] = [t.relu()]
+        out.append(out)
+        return out
+
+    with pytest.raises(tgrad.errors.InvalidArgumentError, match="contains itself"):
+        tl.trace(loop, x, backend="tgrad")
+
+
+def test_forgetting_the_activation_is_torchlens_unknown_backend(declared: None) -> None:
+    """What a user sees without plugins.activate("tgrad"): torchlens' own error (docs/interop.md
+    names the remedy; tgrad's code has not run yet, so it cannot add to the message)."""
+    mlp, x = _tutorial_mlp()
+    with pytest.raises(UnknownBackendError, match="Unknown backend 'tgrad'"):
+        tl.trace(mlp, x, backend="tgrad")
 
 
 def test_activation_without_an_installed_distribution() -> None:

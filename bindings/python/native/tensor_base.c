@@ -148,8 +148,13 @@ static PyObject *read_bf16_array(TensorBase *t) {
         return NULL;
     PyObject *array = PyObject_CallFunctionObjArgs(bound.empty, shape, bound.bf16_dtype, NULL);
     Py_DECREF(shape);
-    if (!array)
-        return NULL;
+    if (!array) {
+        /* numpy's MemoryError: the Python method raises tgrad's OutOfMemoryError instead */
+        if (!PyErr_ExceptionMatches(PyExc_MemoryError))
+            return NULL;
+        PyErr_Clear();
+        return PyObject_CallFunctionObjArgs(bound.slow_numpy, (PyObject *)t, NULL);
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(array, &view, PyBUF_WRITABLE) < 0) {
         Py_DECREF(array);

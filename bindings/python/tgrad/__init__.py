@@ -70,6 +70,7 @@ __all__ = [
     "live_tensors",
     "matmul",
     "maximum",
+    "memory_limit",
     "minimum",
     "mul",
     "neg",
@@ -84,6 +85,7 @@ __all__ = [
     "set_cpu_isa",
     "set_device_route",
     "set_fusion",
+    "set_memory_limit",
     "set_num_threads",
     "sigmoid",
     "silu",
@@ -113,6 +115,27 @@ def set_num_threads(n: int) -> None:
     if not -(1 << 31) <= n <= (1 << 31) - 1:
         raise errors.InvalidArgumentError(f"set_num_threads: n must be >= 1, got {n}")
     _check(lib.tgrad_set_num_threads(n))
+
+
+def set_memory_limit(nbytes: int | None) -> None:
+    """The most bytes one tensor may hold: making a tensor over it (from numpy, a product, an
+    elementwise op or broadcast, a materializing reshape, a copy to a device) raises
+    OutOfMemoryError at once, before anything is allocated. None (or 0) restores the default, the
+    machine's physical memory; TGRAD_MEMORY_LIMIT=<bytes> sets it at start-up. Existing tensors
+    are unaffected. A negative or non-int value raises InvalidArgumentError."""
+    if nbytes is None:
+        nbytes = 0
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise errors.InvalidArgumentError(f"set_memory_limit: expected an int or None, got {type(nbytes).__name__}")
+    if not 0 <= nbytes <= (1 << 63) - 1:
+        raise errors.InvalidArgumentError(
+            f"set_memory_limit: {nbytes} bytes is outside 0 .. 2**63-1 (None or 0 restores the default)")
+    _check(lib.tgrad_set_memory_limit(nbytes))
+
+
+def memory_limit() -> int:
+    """The memory limit in force, in bytes (see set_memory_limit)."""
+    return int(lib.tgrad_memory_limit())
 
 
 def num_threads() -> int:

@@ -175,6 +175,8 @@ tgrad_status tgrad_cpu_read_run(const void *data, int64_t bytes, int32_t threads
 int64_t tgrad_cpu_scratch_bytes(void);
 int64_t tgrad_cached_bytes(void);
 void tgrad_release_cached(void);
+tgrad_status tgrad_set_memory_limit(int64_t bytes);
+int64_t tgrad_memory_limit(void);
 #define TGRAD_DEVICE_CPU 0
 #define TGRAD_DEVICE_METAL 1
 #define TGRAD_DEVICE_OPENCL 2

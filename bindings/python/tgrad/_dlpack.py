@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from cffi import FFI  # type: ignore[import-untyped, unused-ignore]
 
-from . import _bf16, errors
+from . import _bf16, _buildable, errors
 from ._ffi import ffi as tffi
 from ._ffi import lib
 from .errors import _check
@@ -160,7 +160,9 @@ def _shared_array(tensor: Any) -> np.ndarray[Any, Any]:
 
 def _copied_array(tensor: Any) -> np.ndarray[Any, Any]:
     """A fresh row-major uint16 array of the tensor's values (GPU tensors are read back)."""
-    bits = np.empty(tensor.shape, np.uint16)
+    from .tensor import _host_array
+
+    bits = _host_array(tensor.shape, np.uint16)  # numpy's MemoryError: OutOfMemoryError
     _check(lib.tgrad_tensor_read_bf16(tensor._h, tffi.from_buffer("uint16_t[]", bits), bits.size))
     return bits
 
@@ -282,6 +284,11 @@ def _shape_of(dl: Any) -> tuple[int, ...]:
         raise errors.InvalidArgumentError(f"from_dlpack: negative extent in shape {shape}")
     if functools.reduce(operator.mul, shape, 1) * 2 > _INT64_MAX:
         raise errors.SizeOverflowError(f"from_dlpack: shape {shape} holds more elements than 64 bits count")
+    # An import reads through numpy arrays of this shape (float32 for an empty or copied one):
+    # [2**62, 0] holds nothing, yet numpy refuses it as too big. Refused here, before any numpy call.
+    why = _buildable.problem(shape, 4)
+    if why is not None:
+        raise errors.SizeOverflowError(f"from_dlpack: shape {shape}: {why}")
     return shape
 
 

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import errors
+from . import _buildable, errors
 from ._ffi import lib
 from .tensor import Tensor
 
@@ -203,7 +203,7 @@ def _read(file: io.BufferedReader, path: Path, size: int) -> bytes:
 # ---- headers and indexes ---------------------------------------------------------------------------
 
 def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Validate one .safetensors file's header against DESIGN.md §8 and return (name ->
+    """Validate one .safetensors file's header against the safetensors format and tgrad's stricter rules (docs/interop.md) and return (name ->
     TensorInfo in file order, metadata). Reads the 8-byte length and the header only."""
     header = _read_header(Path(path))
     return header.infos, header.meta
@@ -407,6 +407,11 @@ def _check_loadable(entry: _Entry, name: str, convert: bool) -> None:
     if len(shape) > _MAX_DIMS:
         raise errors.by_code["invalid_argument"](
             f"{entry.file}: tensor {name!r} has {len(shape)} dimensions; a tgrad tensor has at most {_MAX_DIMS}")
+    # The header's shape must also be one numpy can build (the read goes through a numpy array):
+    # [2**62, 0] holds no byte and passes the header checks, but numpy refuses it as too big.
+    why = _buildable.problem(shape, int(_LAYOUT[dtype][2:]))
+    if why is not None:
+        raise errors.by_code["size_overflow"](f"{entry.file}: tensor {name!r} cannot be read: {why}")
 
 
 def _unchanged(status: os.stat_result, stamp: _Stamp) -> bool:
@@ -438,7 +443,11 @@ def _read_tensors(file: Path, group: list[tuple[str, _Entry]]) -> dict[str, Tens
 
 def _read_tensor(handle: io.BufferedReader, entry: _Entry, name: str, changed: str) -> Tensor:
     begin, end = entry.span
-    array = np.empty(entry.info.shape, dtype=_LAYOUT[entry.info.dtype])
+    try:  # the shape passed _check_loadable: numpy can build it, given the memory
+        array = np.empty(entry.info.shape, dtype=_LAYOUT[entry.info.dtype])
+    except MemoryError:
+        raise errors.by_code["out_of_memory"](
+            f"{entry.file}: tensor {name!r}: cannot allocate {end - begin} bytes to read it") from None
     view = array.reshape(-1).view(np.uint8).data
     handle.seek(len(entry.stamp.head) + begin)
     got = 0

@@ -65,6 +65,8 @@ _INT32_MAX = (1 << 31) - 1
 _F32: np.dtype[Any] = np.dtype(np.float32)
 _new_tensor = TensorBase.__new__
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
+#: repr reads a computed tensor's values up to this many (64 MiB as float32); past it, it says so.
+_REPR_MAX_ELEMENTS = 1 << 24
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
 IndexItem = Union[SupportsIndex, slice, EllipsisType, None]
@@ -196,18 +198,31 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         self._handle = 0
         self._shape = None
         self._handle = _from_numpy_handle(array)
-        self._shape = tuple(array.shape)  # known now: reading a product back asks libtgrad for less
+        self._shape = _library_shape(self._handle)  # libtgrad's, never the array's own claim
         if (recorder := _RECORDER.get()) is not None:
             recorder.report("constant", self, (), {})
 
     @classmethod
     def _wrap(cls, handle: int, shape: tuple[int, ...] | None = None) -> Tensor:
-        """A Tensor owning `handle`; `shape` where the caller knows it (then reading the tensor,
-        or a product of two such tensors, asks libtgrad for it no more), else None."""
+        """A Tensor owning `handle`; `shape` where the caller has it from libtgrad (another
+        tensor's cached shape, read from libtgrad; then reading the tensor, or a product of two
+        such tensors, asks libtgrad for it no more), else None. Never a shape Python objects
+        claim: the cache is only ever libtgrad's answer (issue 33)."""
         tensor = _new_tensor(cls)
         tensor._handle = handle
         tensor._shape = shape
         return tensor
+
+    @classmethod
+    def _adopt(cls, handle: int) -> Tensor:
+        """A Tensor owning a new `handle`, its shape read from libtgrad now (releases the handle
+        if that fails)."""
+        try:
+            shape = _library_shape(handle)
+        except BaseException:
+            lib.tgrad_tensor_release(handle)
+            raise
+        return cls._wrap(handle, shape)
 
     # ---- creation -------------------------------------------------------------------------------
     @classmethod
@@ -228,13 +243,13 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             if device not in (None, "cpu"):
                 raise errors.DtypeUnsupportedError(
                     f"Tensor.from_numpy: {dtype} tensors stay on the CPU for now (only bfloat16 moves to {device})")
-            return cls._wrap(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")), None)
-        # array.shape is the tensor's once the handle exists (a non-array was refused)
+            return cls._adopt(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")))
+        # The shape is read back from libtgrad: an ndarray subclass may claim another in Python.
         if device is None or device == "cpu":
-            return cls._wrap(_from_numpy_handle(array), tuple(array.shape))
+            return cls._adopt(_from_numpy_handle(array))
         target = _device_number(device)
         _ready(target)
-        host = cls._wrap(_from_numpy_handle(array), tuple(array.shape))
+        host = cls._adopt(_from_numpy_handle(array))
         try:
             return host.to(device)
         finally:
@@ -250,11 +265,12 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             raise errors.InvalidArgumentError(
                 f"Tensor.from_bf16_bits: expected a numpy.ndarray of uint16, got {type(bits).__name__}"
             )
+        bits = _plain(bits)
         if bits.dtype.kind != "u" or bits.dtype.itemsize != 2:
             raise errors.DtypeUnsupportedError(
                 f"Tensor.from_bf16_bits: dtype {bits.dtype} is not supported (uint16 bit patterns)"
             )
-        return cls._wrap(_bits_handle(bits), tuple(bits.shape))
+        return cls._adopt(_bits_handle(bits))
 
     # ---- devices -------------------------------------------------------------------------------
     @property
@@ -325,11 +341,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         h = self._h  # a released tensor raises, cached shape or not
         shape = self._shape
         if shape is None:
-            ndim = ffi.new("int32_t *")
-            _check(lib.tgrad_tensor_ndim(h, ndim))
-            out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
-            _check(lib.tgrad_tensor_shape(h, out))
-            shape = self._shape = tuple(out[0:ndim[0]])
+            shape = self._shape = _library_shape(h)
         return shape
 
     @property
@@ -462,14 +474,23 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         )
 
     def __repr__(self) -> str:
+        """numpy's way for a computed tensor: its values (summarized past 1000 elements, the
+        corners shown), then shape and dtype. A lazy tensor is not computed to be printed: it says
+        so, and how to compute it."""
         if not self._handle:
             return "Tensor(released)"
         try:
-            shape, realized = self.shape, self.is_realized
-            text = f"Tensor(shape={shape}, dtype={self.dtype}, realized={realized}"
-            if realized and self.size <= 16:
-                text += f", values={self.numpy(np.float32).tolist()}"
-            return text + ")"
+            shape, dtype = self.shape, self.dtype
+            if not self.is_realized:
+                return (f"Tensor(shape={shape}, dtype={dtype}, lazy: not computed yet; "
+                        ".realize() computes it, .numpy() reads its values)")
+            size = self.size
+            if size > _REPR_MAX_ELEMENTS:
+                return (f"Tensor(shape={shape}, dtype={dtype}, computed; its {size} values are "
+                        "not read to print them: .numpy() reads them)")
+            values = np.array2string(self.numpy(np.float32), separator=", ", prefix="Tensor(",
+                                     threshold=1000, edgeitems=3)
+            return f"Tensor({values}, shape={shape}, dtype={dtype})"
         except errors.TgradError as exc:
             return f"Tensor(<{exc.code}>)"
 
@@ -505,7 +526,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             return self._bits().view(dt)
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        values = np.empty(shape, dtype=np.float32)
+        values = _host_array(shape, np.float32)
         _check(lib.tgrad_tensor_read_f32(h, ffi.from_buffer("float[]", values), values.size))
         return values
 
@@ -541,7 +562,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         ml_dtypes.bfloat16 for numpy())."""
         h = self._handle or self._h  # _h raises for a released tensor
         shape = self._shape if self._shape is not None else self.shape
-        bits = np.empty(shape, dtype=dtype)
+        bits = _host_array(shape, dtype)
         status = lib.tgrad_tensor_read_bf16(h, ffi.from_buffer("uint16_t[]", bits), bits.size)
         if status:
             _check(status)
@@ -549,7 +570,11 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
 
     def to_bytes(self) -> bytes:
         """The logical view, row-major, as little-endian bf16 bytes."""
-        return self._bits().astype("<u2").tobytes()
+        bits = self._bits()
+        try:
+            return bits.astype("<u2", copy=False).tobytes()
+        except MemoryError:
+            raise errors.OutOfMemoryError(f"to_bytes: cannot allocate {bits.nbytes} bytes") from None
 
     # ---- views ----------------------------------------------------------------------------------
     T = _Reversed()
@@ -888,7 +913,8 @@ def _clamp64(value: int) -> int:
 
 
 def _bits_handle(bits: npt.NDArray[Any]) -> int:
-    data = np.ascontiguousarray(bits, dtype=np.uint16)
+    bits = _plain(bits)
+    data = np.ascontiguousarray(bits, dtype=np.uint16)  # 1-d for a 0-d array: the shape is bits'
     shape = bits.shape
     return _new_handle(
         lib.tgrad_tensor_from_bf16,
@@ -926,9 +952,40 @@ def _typed_handle(array: Any, dtype: _dtypes.DType) -> int:
         raise errors.InvalidArgumentError(
             f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
             "(wrap Python data with numpy.asarray first)")
-    data, src = _dtypes.host_array(array, dtype, "Tensor.from_numpy")
+    data, src = _dtypes.host_array(_plain(array), dtype, "Tensor.from_numpy")  # the buffer's own shape
     return _new_handle(lib.tgrad_tensor_from_host, ffi.from_buffer("char[]", data), src, data.ndim,
                        _int64_array(data.shape, "from_numpy"), dtype.code)
+
+
+def _host_array(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+    """numpy.empty(shape, dtype) for reading a tensor back; numpy's MemoryError (and its "array is
+    too big") become OutOfMemoryError, as every allocation failure in tgrad does."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (MemoryError, ValueError) as exc:
+        count = 1
+        for extent in shape:
+            count *= extent
+        raise errors.OutOfMemoryError(
+            f"numpy(): cannot allocate the host array of shape {shape} ({count} elements of "
+            f"{np.dtype(dtype).itemsize} bytes): {type(exc).__name__}: {str(exc)[:120]}") from None
+
+
+def _library_shape(handle: int) -> tuple[int, ...]:
+    """The shape libtgrad holds for `handle`: the one source of a Tensor's shape."""
+    ndim = ffi.new("int32_t *")
+    _check(lib.tgrad_tensor_ndim(handle, ndim))
+    out = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+    _check(lib.tgrad_tensor_shape(handle, out))
+    return tuple(out[0:ndim[0]])
+
+
+def _plain(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """`array` as a plain numpy.ndarray over the same memory: the shape, strides and dtype of
+    the buffer itself. An ndarray subclass may override `shape`, `strides`, `dtype`, `__array__`
+    or `__array_interface__` in Python, and a property may answer differently each time it is
+    read; the base-class view reads none of them (numpy copies the C-level descriptor)."""
+    return array if type(array) is np.ndarray else np.ndarray.view(array, np.ndarray)
 
 
 def _from_numpy_handle(array: Any) -> int:
@@ -939,6 +996,7 @@ def _from_numpy_handle(array: Any) -> int:
             f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
             "(wrap Python data with numpy.asarray first)"
         )
+    array = _plain(array)  # from here every read of shape, dtype and memory is the buffer's own
     dt = array.dtype
     shape = array.shape
     if _bf16.is_bf16(dt):

@@ -8,8 +8,16 @@ metadata-only and activation explicit, so a user opts in once per process::
     from torchlens.ecosystem import plugins
     plugins.activate("tgrad")                   # or tgrad.torchlens_provider.activate()
     tr = tl.trace(fn, x, backend="tgrad")        # fn: tgrad Tensors in, tgrad Tensors out
-    tr.validate_forward_pass().state             # "passed", or "failed" naming the first bad op
+    tr.validate_forward_pass()                   # True / False, as torchlens' own Trace returns
+    tr.validation_replay_status.message          # "... failed at relu_1_4 (relu): ..." names the first bad op
+    tr.output_ops[0].out.numpy()                 # .out is a tgrad Tensor, as the framework's tensor
     tl.validate(fn, x, scope="forward", backend="tgrad")   # True / False
+
+Forgetting the activation: torchlens answers ``tl.trace(..., backend="tgrad")`` with its own
+``UnknownBackendError`` ("Unknown backend 'tgrad'. Registered backends: ...") and, without
+``backend=``, takes the torch path ("Unsupported model type for capture"). Both messages are
+torchlens' (raised before any tgrad code runs, so tgrad cannot add to them); the remedy is
+``plugins.activate("tgrad")``.
 
 Capture is `tgrad.trace`: ``fn`` runs once building tgrad's lazy graph, every op it makes is
 recorded, the outputs are realized once, and each op's output is read (payloads are bf16 arrays,
@@ -184,8 +192,10 @@ class LensOp:
     """One recorded op in torchlens' terms: ``label`` (``matmul_1_2``: kind, its count among ops
     of that kind, its number among computed ops; sources are ``input_1``, ``captured_1``,
     ``constant_1``), ``address`` (a captured tensor's name in fn: ``fc1.weight``), ``layer_type``, ``parents``/``children`` (labels), ``shape``, ``dtype``,
-    ``out`` (the payload as an ``ml_dtypes.bfloat16`` array, a view of the recorded bits, or None
-    for an op that was never realized) and ``op`` (the `tgrad.trace.TraceOp`)."""
+    ``out`` (the op's output as a tgrad Tensor, the framework's tensor as torchlens' tutorial reads
+    it: ``out.numpy()``; a new Tensor of the recorded bits at each access; None for an op that was
+    never realized), ``payload`` (the recorded bits themselves, an ``ml_dtypes.bfloat16`` array
+    view) and ``op`` (the `tgrad.trace.TraceOp`)."""
 
     def __init__(self, op: TraceOp, label: str, parents: tuple[str, ...]) -> None:
         self.op = op
@@ -210,9 +220,18 @@ class LensOp:
         return self.op.payload is not None
 
     @property
-    def out(self) -> np.ndarray | None:
+    def payload(self) -> np.ndarray | None:
+        """The recorded output bits as an ``ml_dtypes.bfloat16`` array (a view: writing to it
+        changes the record), or None."""
         payload = self.op.payload
         return None if payload is None else payload.view(ml_dtypes.bfloat16)
+
+    @property
+    def out(self) -> Tensor | None:
+        """The op's output as a tgrad Tensor (torchlens' ``.out`` is the framework's tensor), or
+        None for an op that never ran."""
+        payload = self.op.payload
+        return None if payload is None else Tensor.from_bf16_bits(np.ascontiguousarray(payload, dtype=np.uint16))
 
     def __repr__(self) -> str:
         return f"LensOp({self.label}: {self.layer_type} {list(self.shape)} <- {list(self.parents)})"
@@ -371,14 +390,20 @@ class LensTrace:
 
     def validate_forward_pass(self, ground_truth_output_tensors: Any = None, verbose: bool = False,
                               validate_metadata: bool = True) -> Any:
-        """Replay every op through tgrad's oracle; torchlens' ValidationReplayStatus (``state``
-        "passed" or "failed", ``message`` naming the first offending op). Ground truths, when
-        given (tgrad Tensors, bf16 arrays, torch bfloat16 tensors), must equal the recorded outputs
-        bit for bit."""
+        """Replay every op through tgrad's oracle. As torchlens' own ``Trace`` does: True or
+        False for a replay that completed (passed or failed), the ValidationReplayStatus itself
+        otherwise (an op not replayed: "unverified"); either way the status is kept on
+        ``validation_replay_status`` (``message`` names the first offending op). Ground truths,
+        when given (tgrad Tensors, bf16 arrays, torch bfloat16 tensors), must equal the recorded
+        outputs bit for bit."""
+        status = self.validate(ground_truth_output_tensors, verbose, validate_metadata)
+        return status.passed if status.state in ("passed", "failed") else status
+
+    def validate(self, ground_truth_output_tensors: Any = None, verbose: bool = False,
+                 validate_metadata: bool = True) -> Any:
+        """validate_forward_pass, returning the ValidationReplayStatus itself in every case."""
         return validate_trace(self, ground_truth_output_tensors=ground_truth_output_tensors,
                               verbose=verbose, validate_metadata=validate_metadata)
-
-    validate = validate_forward_pass
 
 
 # ---- the BackendSpec's entries ----------------------------------------------------------------
@@ -426,8 +451,8 @@ def _ground_truth_mismatch(trace: LensTrace, truths: Any) -> str | None:
             bits = _truth_bits(truth)
         except (TypeError, ValueError, RuntimeError, errors.TgradError) as exc:
             return f"ground truth for output {op.label} is not an array ({type(exc).__name__})"
-        if bits.dtype != np.dtype(ml_dtypes.bfloat16) or op.out is None or bits.shape != op.shape \
-                or not np.array_equal(bits.view(np.uint16), op.out.view(np.uint16)):
+        if bits.dtype != np.dtype(ml_dtypes.bfloat16) or op.payload is None or bits.shape != op.shape \
+                or not np.array_equal(bits.view(np.uint16), op.payload.view(np.uint16)):
             return f"ground truth differs from output {op.label}"
     return None
 

@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from . import errors
+from . import _buildable, errors
+from ._ffi import lib
 from .tensor import _RECORDER, Tensor
 
 __all__ = ["OpResult", "Trace", "TraceOp", "Validation", "trace", "SCHEMA"]
@@ -50,7 +51,7 @@ __all__ = ["OpResult", "Trace", "TraceOp", "Validation", "trace", "SCHEMA"]
 #: The "schema" field of Trace.to_json(); bumped on any incompatible change of the layout.
 SCHEMA = "tgrad.trace/1"
 
-#: Kinds that are always zero-copy (DESIGN §3): validate() checks they share their input's buffer.
+#: Kinds that are always zero-copy (docs/views.md): validate() checks they share their input's buffer.
 ZERO_COPY_KINDS = frozenset({"transpose", "permute", "expand", "slice", "select", "view"})
 #: Kinds that are not replayed: their payload is the data the trace starts from.
 SOURCE_KINDS = frozenset({"input", "constant"})
@@ -59,6 +60,7 @@ VIEW_KINDS = ZERO_COPY_KINDS | {"reshape", "contiguous"}
 #: How many inputs each kind that is not an elementwise op replays from (those: their arity).
 _INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS}}
 OPTIONS = ("device", "cpu_isa", "threads")
+_MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
 
 # ---- records --------------------------------------------------------------------------------------
@@ -106,6 +108,12 @@ class TraceOp:
             raise _refuse(where, f"kind {kind[:40]!r} is not an op tgrad records "
                                  f"({', '.join(sorted(known_kinds()))})")
         shape = _field(record, "shape", "a list of non-negative integers", where)
+        # Checked before any numpy call: the payload is read into an array of this shape.
+        if len(shape) > _MAX_DIMS:
+            raise _refuse(where, f"shape has {len(shape)} axes; a tgrad tensor has at most {_MAX_DIMS}")
+        why = _buildable.problem(shape, 2)
+        if why is not None:
+            raise _refuse(where, f"shape is not one numpy can build: {why}")
         inputs = _field(record, "inputs", "a list of integers", where)
         for i in inputs:
             if not 0 <= i < op_id:
@@ -513,15 +521,42 @@ class _Recorder:
         self.add(out, kind, inputs, op_args, "fn")
 
 
+def _is_container(value: Any) -> bool:
+    return isinstance(value, (tuple, list, Mapping))
+
+
 def _output_tensors(value: Any) -> list[Tensor]:
-    """The Tensors in fn's return value: a Tensor, or nested tuples, lists and dict values."""
+    """The Tensors in fn's return value: a Tensor, or nested tuples, lists and dict values, in
+    order. Walked with a stack of its own (any depth, no RecursionError); a container that holds
+    itself, at any depth, raises InvalidArgumentError (one held twice side by side is fine)."""
     if isinstance(value, Tensor):
         return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _output_tensors(item)]
-    if isinstance(value, Mapping):
-        return [t for item in value.values() for t in _output_tensors(item)]
-    return []
+    if not _is_container(value):
+        return []
+    found: list[Tensor] = []
+    path: list[Any] = [value]  # the containers being walked, outermost first
+    on_path = {id(value)}
+    stack: list[Iterator[Any]] = [iter(value.values() if isinstance(value, Mapping) else value)]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+            on_path.discard(id(path.pop()))
+        elif isinstance(item, Tensor):
+            found.append(item)
+        elif _is_container(item):
+            if id(item) in on_path:
+                raise errors.InvalidArgumentError(
+                    f"tgrad.trace: fn returned a {type(value).__name__} that contains itself (a "
+                    f"{type(item).__name__} {len(path)} level(s) down refers back to an enclosing one); "
+                    "return a Tensor, or a tuple, list or dict of Tensors without cycles")
+            path.append(item)
+            on_path.add(id(item))
+            stack.append(iter(item.values() if isinstance(item, Mapping) else item))
+    return found
+
+
+_END: Any = object()
 
 
 def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:

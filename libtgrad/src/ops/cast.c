@@ -29,6 +29,7 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     if (!s && tg_mul_ovf(numel, tg_dtype_size(dtype), &bytes))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "cast: %lld elements of %s overflow a 64-bit byte count", (long long)numel,
                     tg_dtype_name(dtype));
+    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), "cast");
     tg_node *n = s ? NULL : tg_node_new(TG_OP_CAST, 1);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cast: cannot allocate a graph node");
     tg_buffer *b = NULL;

@@ -67,6 +67,11 @@ static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view
                          tgrad_tensor_t *out) {
     int64_t numel = 0;
     tg_view_numel(out_view, &numel); /* out_view passed the size rule (tg_view_contiguous) */
+    tgrad_status s = tg_memory_admit(numel, fn);
+    if (s) {
+        unref_all(t, arity);
+        return s;
+    }
     tg_node *n = tg_node_new(TG_OP_ELEMENTWISE, arity);
     if (!n) {
         unref_all(t, arity);
@@ -78,7 +83,7 @@ static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view
     for (int32_t i = 0; i < arity; i++)
         n->inputs[i] = (tg_node_input){ t[i].buf, broadcast_view(&t[i].view, out_view->ndim, out_view->shape) };
     tg_buffer *buf;
-    tgrad_status s = tg_buffer_new(numel, n, &buf);
+    s = tg_buffer_new(numel, n, &buf);
     if (s) {
         free(n);
         unref_all(t, arity);

@@ -103,6 +103,7 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: the reduced axes hold no element (%s of an empty set)", fn, fn);
     if (!s && is_arg(op) && count > INT32_MAX)
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: %lld reduced elements do not fit an int32 index", fn, (long long)count);
+    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(out_dtype), fn);
     tg_node *n = s ? NULL : tg_node_new(TG_OP_REDUCE, 1);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
     tg_buffer *b = NULL;

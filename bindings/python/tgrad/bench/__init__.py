@@ -4,7 +4,7 @@ Without ``--shape`` the default suite runs (``--list`` shows it; ``--full`` adds
 8192-row shapes); ``--graph`` times MLP blocks instead (tgrad.bench.graph). For each shape MxKxN: seeded normal bf16 inputs are made resident, tgrad
 computes ``a @ b``, the result is read back and compared byte for byte with
 ``conformance.oracle.matmul_bits`` (skipped above an oracle size limit unless ``--check-all``),
-then tgrad and its peers are timed live, interleaved in this one process (DESIGN §7):
+then tgrad and its peers are timed live, interleaved in this one process (docs/performance.md, how it is measured):
 
 - timed region of tgrad: ``(a @ b).realize()`` with both inputs resident (input creation,
   readback and release excluded); ``tgrad_call`` also times the whole Python call with the

@@ -29,7 +29,7 @@ ONE_THREAD = "tgrad_1t"
 #: slower even with its untimed call first (tgrad 64^3 3.5 -> 5.1 us, torch 127x255x511 629 ->
 #: 535 GFLOP/s), and its seconds per call would have cut every region's repetitions to the minimum.
 SEPARATE_PEERS = ("tinygrad_bf16",)
-#: tinygrad is timed on its CPU device (DESIGN §7's anchors are tinygrad CPU), with its default
+#: tinygrad is timed on its CPU device (the anchors of docs/performance.md are tinygrad CPU), with its default
 #: renderer where that runs a bf16 matmul, else with its x86 renderer (which needs no compiler):
 #: the default one compiles C with clang, and clang before 15 has no __bf16 on x86. A DEV set in
 #: the environment is tinygrad's own choice and is left as it is.

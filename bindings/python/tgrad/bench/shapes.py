@@ -14,7 +14,7 @@ from typing import Iterable
 ORACLE_LIMIT_MACS = 1 << 33
 #: ml_dtypes' bfloat16 matmul is an elementwise loop (~0.5 GFLOP/s): only small shapes.
 ML_DTYPES_LIMIT_MACS = 1 << 21
-#: tinygrad's CPU matmul ran at ~5 GFLOP/s at 1024^3 (DESIGN §7): nothing bigger.
+#: tinygrad's CPU matmul ran at ~5 GFLOP/s at 1024^3 (docs/performance.md): nothing bigger.
 TINYGRAD_LIMIT_MACS = 1 << 30
 #: tgrad's whole Python call (readback included) is timed up to this size...
 CALL_LIMIT_MACS = 1 << 30
@@ -23,7 +23,7 @@ CALL_TABLE_LIMIT_MACS = 1 << 24
 
 Shape = tuple[int, int, int]
 
-#: The default suite: issue 3's targets, then Tgrad's sentinels (DESIGN §4).
+#: The default suite: issue 3's targets, then Tgrad's sentinels (docs/performance.md).
 DEFAULT_SUITE: list[tuple[Shape, str]] = [
     ((64, 64, 64), "target: whole call under 10 us; sentinel"),
     ((127, 255, 511), "target: odd sizes, whole call"),

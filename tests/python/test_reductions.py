@@ -4,7 +4,9 @@ fractions for sums and means, numpy for the exact extrema)."""
 
 from __future__ import annotations
 
+import base64
 import fractions
+import json
 import itertools
 
 import ml_dtypes
@@ -261,3 +263,31 @@ def test_registry_names_and_sizes_are_total() -> None:
     assert set(names[:2] + names[8:]) == {"unknown_reduce"}
     sizes = {code: lib.tgrad_dtype_size(code) for code in range(-1, 7)}
     assert sizes == {-1: 0, 0: 0, 1: 2, 2: 4, 3: 8, 4: 4, 5: 0, 6: 0}
+
+
+def test_trace_records_and_validates_reductions_and_casts() -> None:
+    rng = np.random.default_rng(9)
+    a = tgrad.Tensor.from_numpy(rng.standard_normal((4, 6)).astype(np.float32))
+
+    def fn(x: tgrad.Tensor) -> tuple[tgrad.Tensor, ...]:
+        f = x.float()
+        return (x.sum(axis=1), (x * x).mean(axis=0, keepdims=True), f.max(), x.argmax(axis=1),
+                f.sum(dtype=tgrad.bfloat16), f.to(tgrad.int32), x.T.argmin())
+
+    tr = tgrad.trace(fn, a)
+    kinds = [op.kind for op in tr.ops]
+    assert {"sum", "mean", "max", "argmax", "argmin", "cast"} <= set(kinds)
+    report = tr.validate()
+    assert report.state == "passed", [(r.kind, r.state, r.detail) for r in report.results if r.state == "failed"]
+    by_kind = {op.kind: op for op in reversed(tr.ops)}  # the first op of each kind
+    assert by_kind["argmax"].dtype == "int32" and by_kind["max"].dtype == "float32"
+    assert by_kind["sum"].args == {"axes": [1], "keepdims": False, "dtype": "bfloat16"}
+    again = tgrad.Trace.from_json(tr.to_json(payloads=True))
+    assert again.validate().state == "passed"
+    # a payload that lies is caught
+    stored = json.loads(tr.to_json(payloads=True))
+    op = next(o for o in stored["ops"] if o["kind"] == "argmax")
+    raw = bytearray(base64.b64decode(op["payload"]["data"]))
+    raw[0] ^= 1
+    op["payload"]["data"] = base64.b64encode(bytes(raw)).decode()
+    assert tgrad.Trace.from_json(json.dumps(stored)).validate().state == "failed"

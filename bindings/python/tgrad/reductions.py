@@ -77,7 +77,18 @@ def reduce(name: str, x: Tensor, axis: Any = None, keepdims: Any = False, dtype:
         status = lib.tgrad_reduce(_OPS[name], x._h, ffi.new("int32_t[]", axes or [0]), len(axes), keep, out_dtype,
                                   out)
     _check(status)
-    return Tensor._wrap(int(out[0]), None)
+    result = Tensor._wrap(int(out[0]), None)
+    _report(name, result, x, {"axes": axes, "keepdims": keep, "dtype": result.dtype})
+    return result
+
+
+def _report(kind: str, out: Tensor, x: Tensor, kwargs: dict[str, Any]) -> None:
+    """Tell tgrad.trace's recorder, while one runs (tgrad.trace_kinds replays these kinds)."""
+    from .tensor import _RECORDER
+
+    recorder = _RECORDER.get()
+    if recorder is not None:
+        recorder.report(kind, out, (x,), kwargs)
 
 
 def cast(x: Tensor, dtype: DType | Any) -> Tensor:
@@ -89,7 +100,9 @@ def cast(x: Tensor, dtype: DType | Any) -> Tensor:
     target = as_dtype(dtype, "Tensor.to")
     out = ffi.new("tgrad_tensor_t *")
     _check(lib.tgrad_cast(x._h, target.code, out))
-    return Tensor._wrap(int(out[0]), x._shape)
+    result = Tensor._wrap(int(out[0]), x._shape)
+    _report("cast", result, x, {"dtype": target})
+    return result
 
 
 def sum(x: Tensor, axis: int | Sequence[int] | None = None, keepdims: bool = False, dtype: Any = None, *,

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from . import _buildable, errors
+from . import trace_kinds as _trace_kinds
 from ._ffi import lib
 from .tensor import _RECORDER, Tensor
 
@@ -58,7 +59,7 @@ SOURCE_KINDS = frozenset({"input", "constant"})
 #: Kinds replayed as a numpy view (or copy) of their one input.
 VIEW_KINDS = ZERO_COPY_KINDS | {"reshape", "contiguous"}
 #: How many inputs each kind that is not an elementwise op replays from (those: their arity).
-_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS}}
+_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS | _trace_kinds.KINDS}}
 OPTIONS = ("device", "cpu_isa", "threads")
 _MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
@@ -66,8 +67,9 @@ _MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 # ---- records --------------------------------------------------------------------------------------
 @dataclass
 class TraceOp:
-    """One recorded op. ``payload`` is its output as bf16 bit patterns (uint16, shape ``shape``),
-    or None when the op was not on the path to an output (it never ran, so it was not read)."""
+    """One recorded op. ``payload`` is its output as bit patterns (uint16 for bfloat16, uint32 for
+    float32 and int32: ``dtype``; shape ``shape``), or None when the op was not on the path to an
+    output (it never ran, so it was not read)."""
 
     id: int
     kind: str
@@ -80,6 +82,7 @@ class TraceOp:
     route: str = ""
     origin: str = "fn"  # "argument" / "captured" for inputs, "fn" for ops made inside fn
     payload: np.ndarray | None = None
+    dtype: str = "bfloat16"
 
     def to_dict(self, payloads: bool = False) -> dict[str, Any]:
         record: dict[str, Any] = {
@@ -88,8 +91,8 @@ class TraceOp:
             "buffer_id": self.buffer_id, "route": self.route, "origin": self.origin, "payload": None,
         }
         if self.payload is not None:
-            raw = np.ascontiguousarray(self.payload, dtype="<u2").tobytes()
-            record["payload"] = {"dtype": "bfloat16", "bytes": len(raw),
+            raw = np.ascontiguousarray(self.payload, dtype=_trace_kinds.BITS[self.dtype]).tobytes()
+            record["payload"] = {"dtype": self.dtype, "bytes": len(raw),
                                  "sha256": hashlib.sha256(raw).hexdigest()}
             if payloads:
                 record["payload"]["data"] = base64.b64encode(raw).decode("ascii")
@@ -111,7 +114,7 @@ class TraceOp:
         # Checked before any numpy call: the payload is read into an array of this shape.
         if len(shape) > _MAX_DIMS:
             raise _refuse(where, f"shape has {len(shape)} axes; a tgrad tensor has at most {_MAX_DIMS}")
-        why = _buildable.problem(shape, 2)
+        why = _buildable.problem(shape, _trace_kinds.BITS[_stored_dtype(record, where)].itemsize)
         if why is not None:
             raise _refuse(where, f"shape is not one numpy can build: {why}")
         inputs = _field(record, "inputs", "a list of integers", where)
@@ -125,15 +128,25 @@ class TraceOp:
                    buffer_id=_field(record, "buffer_id", "an integer", where),
                    route=_field(record, "route", "a string", where),
                    origin=_field(record, "origin", "a string", where, "fn"),
-                   payload=_stored_payload(record, shape, where))
+                   payload=_stored_payload(record, shape, where), dtype=_stored_dtype(record, where))
 
 
 # ---- reading stored traces: every field checked, so a bad document is refused by name -----------
+def _stored_dtype(record: Mapping[str, Any], where: str) -> str:
+    """A record's payload dtype ("bfloat16" when the record predates dtypes or has no payload)."""
+    stored = _field(record, "payload", "an object or null", where, None)
+    dtype = "bfloat16" if stored is None else _field(stored, "dtype", "a string", where, "bfloat16")
+    if dtype not in _trace_kinds.BITS:
+        raise _refuse(where, f"payload dtype {dtype[:40]!r} is not one of {', '.join(_trace_kinds.BITS)}")
+    return str(dtype)
+
+
 def _stored_payload(record: Mapping[str, Any], shape: list[int], where: str) -> np.ndarray | None:
-    """A record's payload bits (uint16 of `shape`), or None when it holds only the digest."""
+    """A record's payload bits (uint16 or uint32 of `shape`), or None when it holds only the digest."""
     stored = _field(record, "payload", "an object or null", where, None)
     if stored is None or "data" not in stored:
         return None
+    bits = _trace_kinds.BITS[_stored_dtype(record, where)]
     data = _field(stored, "data", "a string", where)
     try:
         raw = base64.b64decode(data, validate=True)
@@ -142,9 +155,10 @@ def _stored_payload(record: Mapping[str, Any], shape: list[int], where: str) -> 
     numel = 1
     for extent in shape:
         numel *= extent
-    if len(raw) != 2 * numel:
-        raise _refuse(where, f"payload data of {len(raw)} bytes does not hold bf16 of shape {shape}")
-    return np.frombuffer(raw, dtype="<u2").astype(np.uint16).reshape(shape)
+    if len(raw) != bits.itemsize * numel:
+        raise _refuse(where, f"payload data of {len(raw)} bytes does not hold {bits.itemsize}-byte "
+                             f"elements of shape {shape}")
+    return np.frombuffer(raw, dtype=bits).astype(bits.newbyteorder("=")).reshape(shape)
 
 
 _REQUIRED: Any = object()
@@ -192,7 +206,7 @@ def _elementwise_arity() -> dict[str, int]:
 
 def known_kinds() -> frozenset[str]:
     """Every kind a trace records: sources, matmul, the view ops and the registry's ops."""
-    return SOURCE_KINDS | VIEW_KINDS | {"matmul"} | frozenset(_elementwise_arity())
+    return SOURCE_KINDS | VIEW_KINDS | {"matmul"} | frozenset(_elementwise_arity()) | _trace_kinds.KINDS
 
 
 @dataclass(frozen=True)
@@ -417,6 +431,10 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
                                          "results; no bound is stated to check against yet")
             want = np.asarray(oracles["matmul"](sources[0].payload, sources[1].payload),
                               dtype=np.uint16)
+        elif op.kind in _trace_kinds.REDUCE_KINDS:
+            want = _trace_kinds.replay_reduction(op.kind, op.args, sources[0].payload, sources[0].dtype)
+        elif op.kind == _trace_kinds.CAST_KIND:
+            want = _trace_kinds.replay_cast(op.args, sources[0].payload, sources[0].dtype)
         elif op.kind in elementwise:
             want = np.asarray(oracles["elementwise"](op.kind, *(s.payload for s in sources)),
                               dtype=np.uint16)
@@ -426,7 +444,7 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
         raise  # the oracle lacks a module (mpmath): the op is not judged, validate() says why
     except Exception as exc:  # the recorded inputs do not fit the op: a wrong shape or view
         return result("failed", f"replay raised {type(exc).__name__}: {exc}")
-    got = np.asarray(op.payload, dtype=np.uint16)
+    got = np.asarray(op.payload)
     if want.shape != tuple(op.shape) or got.shape != want.shape:
         return result("failed", f"shape {tuple(op.shape)} (payload {got.shape}), "
                                 f"replay gives {want.shape}")
@@ -473,6 +491,8 @@ def _op_args(kind: str, params: list[Any], kwargs: Mapping[str, Any]) -> tuple[s
         return kind, {"axes": _ints(params)}
     if kind in ("expand", "reshape", "view"):
         return kind, {"shape": _ints(params)}
+    if kind in _trace_kinds.KINDS:
+        return kind, _trace_kinds.args_of(kind, kwargs)
     if kind == "getitem":
         items = _key_items(params[0])
         return ("select" if any(isinstance(i, int) for i in items) else "slice"), {"key": items}
@@ -655,8 +675,9 @@ def trace(fn: Callable[..., Any], *tensors: Any, **options: Any) -> Trace:
             op.buffer_id, op.route = tensor.buffer_id, tensor.route
             # Reached ops were computed by the realization above, so reading runs nothing new;
             # an op off that path is read only if its buffer already holds data.
+            op.dtype = tensor.dtype.name
             if op.id in reached or tensor.is_realized:
-                op.payload = tensor.numpy().view(np.uint16)
+                op.payload = _trace_kinds.payload_bits(tensor.numpy())
     finally:
         recorder.tensors.clear()
         recorder.by_handle.clear()

@@ -1,0 +1,107 @@
+"""tgrad.trace for the reductions and casts (tgrad.reductions): how their arguments are recorded,
+how payloads of every dtype are stored, and how validation replays them against the exact
+references (tgrad.conformance.exact for sums, means and extrema; the documented conversions for
+casts). trace.py calls in here; nothing here runs libtgrad."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+#: Reductions recorded by tgrad.trace, and the cast.
+REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
+CAST_KIND = "cast"
+KINDS = REDUCE_KINDS | {CAST_KIND}
+#: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
+BITS = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"), "int32": np.dtype("<u4")}
+_ENGINE = {"bfloat16": 0, "float32": 1}  # conformance.exact's dtype codes
+
+
+def payload_bits(values: np.ndarray) -> np.ndarray:
+    """A read tensor's values as their bit patterns (uint16 for bf16, uint32 otherwise)."""
+    return values.view(np.uint16 if values.dtype.itemsize == 2 else np.uint32)
+
+
+def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-able arguments of a reported reduction or cast (its keywords as reduce passes them)."""
+    if kind == CAST_KIND:
+        return {"dtype": str(kwargs["dtype"])}
+    axes = kwargs.get("axes")
+    return {"axes": None if axes is None else list(axes), "keepdims": bool(kwargs.get("keepdims")),
+            "dtype": str(kwargs["dtype"])}
+
+
+def _rows(x: np.ndarray, axes: list[int] | None) -> tuple[np.ndarray, tuple[int, ...]]:
+    """x with the reduced axes last and flattened: [outputs, count], and the kept axes' shape."""
+    nd = x.ndim
+    red = list(range(nd)) if axes is None else sorted(a % nd for a in axes) if nd else []
+    kept = [a for a in range(nd) if a not in red]
+    moved = np.transpose(x, kept + red) if nd else x.reshape(())
+    count = int(np.prod([x.shape[a] for a in red], dtype=np.int64)) if red else 1
+    outer = tuple(x.shape[a] for a in kept)
+    return moved.reshape(int(np.prod(outer, dtype=np.int64)), count), outer
+
+
+def replay_reduction(kind: str, args: Mapping[str, Any], source: np.ndarray, source_dtype: str) -> np.ndarray:
+    """The contract's result bits of a recorded reduction over the source payload's bits."""
+    from .conformance import exact
+
+    out_dtype = args["dtype"]
+    rows, outer = _rows(source, args.get("axes"))
+    code = _ENGINE[source_dtype]
+    results = []
+    for row in rows:
+        if kind in ("sum", "mean"):
+            fn = exact.sum_bits if kind == "sum" else exact.mean_bits
+            results.append(fn(row, code, _ENGINE[out_dtype]))
+        else:
+            index = exact.extremum_index(row.tolist(), code, kind in ("max", "argmax"))
+            if kind.startswith("arg"):
+                results.append(index)
+            else:
+                value = int(row[index])
+                results.append(_widen_extremum(value, source_dtype, out_dtype))
+    want = np.array(results, dtype=np.int64).reshape(outer)
+    if args.get("keepdims"):
+        nd = source.ndim
+        red = range(nd) if args.get("axes") is None else [a % nd for a in args["axes"]]
+        shape = [1 if a in red else source.shape[a] for a in range(nd)]
+        want = want.reshape(shape)
+    return want.astype(BITS[out_dtype]) if out_dtype != "int32" else want.astype(np.int32).view(np.uint32)
+
+
+def _widen_extremum(bits: int, source: str, out: str) -> int:
+    """An extremum's bits in the output dtype: NaN canonical, a bf16 widened exactly."""
+    nan = (bits & 0x7FFF) > 0x7F80 if source == "bfloat16" else (bits & 0x7FFFFFFF) > 0x7F800000
+    if nan:
+        return 0x7FC0 if out == "bfloat16" else 0x7FC00000
+    return bits << 16 if source == "bfloat16" and out == "float32" else bits
+
+
+def replay_cast(args: Mapping[str, Any], source: np.ndarray, source_dtype: str) -> np.ndarray:
+    """The documented conversion of the source payload's bits to args["dtype"] (docs/numerics.md)."""
+    import ml_dtypes
+
+    out = args["dtype"]
+    if source_dtype == "bfloat16":
+        values = source.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    elif source_dtype == "float32":
+        values = source.astype(np.uint32).view(np.float32).astype(np.float64)
+    else:
+        values = source.astype(np.uint32).view(np.int32).astype(np.float64)  # exact
+    if out == "int32":
+        return np.trunc(values).astype(np.int32).view(np.uint32)
+    if out == "float32":
+        return values.astype(np.float32).view(np.uint32)  # exact from bf16, RNE from int32
+    if source_dtype == "int32":  # one rounding from the exact integer (not through float32)
+        from fractions import Fraction
+
+        from .conformance import exact
+
+        flat = [exact.round_to(Fraction(int(v)), 0) for v in values.ravel()]
+        return np.array(flat, dtype=np.uint16).reshape(values.shape)
+    bits = values.astype(ml_dtypes.bfloat16).view(np.uint16).copy()  # float32 values: exact in double, RNE once
+    bits[np.isnan(values)] = 0x7FC0
+    return bits

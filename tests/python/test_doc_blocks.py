@@ -5,7 +5,8 @@ uses and makes the files it reads (in a temporary directory).
 Each block runs in this process (a child Python per block would cost 1-2 s each), with a fresh
 globals dict and a fresh working directory. A block that needs a heavy peer (torchlens, dask) is
 marked `interop` and runs in `nox -s interop`; a block for a GPU backend runs where that backend
-is available and is skipped, naming it, where it is not (Metal off macOS). A doctest-style block
+is available and is skipped, naming it, where it is not (Metal off macOS; OpenCL and CUDA through
+the `opencl_device` and `cuda_device` fixtures, so TGRAD_REQUIRE_OPENCL/CUDA=1 fail the skip). A doctest-style block
 (``>>>`` lines) runs its input lines; its output lines show one machine's output and are not
 compared."""
 
@@ -54,11 +55,13 @@ def test_the_docs_have_python_blocks() -> None:
 
 @pytest.mark.parametrize(("code", "device"), blocks())
 def test_a_documentation_block_runs_alone(code: str, device: str | None, tmp_path: pathlib.Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    if device is not None:
+                                         monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if device in ("opencl", "cuda"):  # skipped where unavailable, failed under TGRAD_REQUIRE_<DEVICE>=1
+        request.getfixturevalue(f"{device}_device")
+    elif device is not None:
         row = {b.name: b for b in tgrad.backends()}[device]
         if not row.available:
-            pytest.skip(f"the {device} backend is not available here: {row.device}")
+            pytest.skip(f"{device}: {row.device} (macOS only)")
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "__doc_block__"}
     try:

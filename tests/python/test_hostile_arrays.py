@@ -236,3 +236,20 @@ def test_lying_arrays_give_the_right_tensor_or_a_typed_error(case: tuple[np.ndar
         t + lying  # noqa: B018
     with pytest.raises(errors.InvalidArgumentError):
         tgrad.mul(t, lying)
+
+
+def test_every_way_of_making_a_tensor_caches_only_libtgrads_shape() -> None:
+    """The shape cache (Python twin and tgrad._native alike) holds libtgrad's answer or nothing."""
+    import copy
+    import pickle
+
+    a = tgrad.Tensor.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4).view(type("C", (ClaimsShape,), {"claim": (99,)})))
+    b = tgrad.Tensor.from_numpy(np.ones((4, 2), np.float32))
+    made = [a, b, tgrad.Tensor(np.ones((2, 2), np.float32)), tgrad.Tensor.from_bf16_bits(np.zeros((2, 3), np.uint16)),
+            a @ b, a.T, a.mT, a[1:], a[0], a[..., ::-1], a.reshape(4, 3), a.T.reshape(-1), a.view(2, 6),
+            a.expand(2, 3, 4), a.permute(1, 0), a.contiguous(), a + 1, a * a, a.relu(), tgrad.gelu(a),
+            copy.copy(a), copy.deepcopy(a), pickle.loads(pickle.dumps(a)), a.to("cpu"), tgrad.from_dlpack(a)]
+    for t in made:
+        cached = t._shape
+        assert cached is None or cached == library_shape(t), (cached, library_shape(t))
+        assert t.shape == library_shape(t) and t.numpy().shape == library_shape(t)

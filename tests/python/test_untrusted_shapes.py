@@ -86,6 +86,14 @@ def test_a_dlpack_shape_numpy_cannot_build_is_a_typed_error(shape: list[int], dt
         tgrad.from_dlpack(forge.Producer(forged, forge.store_for(forged, 0)))
 
 
+@pytest.mark.parametrize("shape", [(2**62, 0), (0,) * 70, (2**40, 0, 2**40)])
+def test_a_pickle_with_a_shape_numpy_cannot_build_is_a_typed_error(shape: tuple[int, ...]) -> None:
+    from tgrad.tensor import _unpickle
+
+    with pytest.raises(errors.InvalidArgumentError, match="unpickle"):
+        _unpickle(b"", shape, "cpu")
+
+
 # ---- case 6: a return value that contains itself ----------------------------------------------
 def looping_list(x: tgrad.Tensor) -> Any:
     out: list[Any] = [x + 1]

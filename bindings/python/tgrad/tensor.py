@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, SupportsIndex, TypeVar,
 import numpy as np
 import numpy.typing as npt
 
-from . import _bf16, errors
+from . import _bf16, _buildable, errors
 from . import dtypes as _dtypes
 from . import reductions as _reductions
 from ._ffi import ffi, lib
@@ -1032,6 +1032,9 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
     if min(extents, default=0) < 0 or len(data) != 2 * numel:
         raise errors.InvalidArgumentError(
             f"Tensor unpickle: {len(data)} bytes do not hold a bf16 tensor of shape {shape}")
+    why = _buildable.problem(extents, 2)  # [2**62, 0] holds 0 bytes, yet numpy cannot build it
+    if why is not None:
+        raise errors.InvalidArgumentError(f"Tensor unpickle: shape {shape[:10]}: {why}")
     host = Tensor.from_bf16_bits(np.frombuffer(data, dtype="<u2").reshape(shape))
     if device == "cpu":
         return host

@@ -14,6 +14,7 @@ extents), and `typed` states a shape with a run-time check. Nothing of this cost
 
 from __future__ import annotations
 
+import builtins
 import contextvars
 import functools
 import json as _json
@@ -546,7 +547,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         tolist: each the exact value of its bf16 element (libtgrad widens to float32)."""
         return self.numpy(np.float32).tolist()
 
-    def __float__(self) -> float:
+    def __float__(self) -> builtins.float:  # builtins': Tensor.float() is a method
         """The value of a one-element tensor (any rank); InvalidArgumentError for another size."""
         size = self.size
         if size != 1:

@@ -158,7 +158,8 @@ def _stored_payload(record: Mapping[str, Any], shape: list[int], where: str) -> 
     if len(raw) != bits.itemsize * numel:
         raise _refuse(where, f"payload data of {len(raw)} bytes does not hold {bits.itemsize}-byte "
                              f"elements of shape {shape}")
-    return np.frombuffer(raw, dtype=bits).astype(bits.newbyteorder("=")).reshape(shape)
+    values: np.ndarray = np.frombuffer(raw, dtype=bits).astype(bits.newbyteorder("=")).reshape(shape)
+    return values
 
 
 _REQUIRED: Any = object()
@@ -432,9 +433,9 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             want = np.asarray(oracles["matmul"](sources[0].payload, sources[1].payload),
                               dtype=np.uint16)
         elif op.kind in _trace_kinds.REDUCE_KINDS:
-            want = _trace_kinds.replay_reduction(op.kind, op.args, sources[0].payload, sources[0].dtype)
+            want = _trace_kinds.replay_reduction(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind == _trace_kinds.CAST_KIND:
-            want = _trace_kinds.replay_cast(op.args, sources[0].payload, sources[0].dtype)
+            want = _trace_kinds.replay_cast(op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind in elementwise:
             want = np.asarray(oracles["elementwise"](op.kind, *(s.payload for s in sources)),
                               dtype=np.uint16)

@@ -5,6 +5,7 @@ casts). trace.py calls in here; nothing here runs libtgrad."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,8 +16,14 @@ REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 CAST_KIND = "cast"
 KINDS = REDUCE_KINDS | {CAST_KIND}
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
-BITS = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"), "int32": np.dtype("<u4")}
+BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
+                                  "int32": np.dtype("<u4")}
 _ENGINE = {"bfloat16": 0, "float32": 1}  # conformance.exact's dtype codes
+
+
+def _exact() -> Any:
+    """tgrad.conformance.exact, the exact rational references (shipped inside the package)."""
+    return importlib.import_module("tgrad.conformance.exact")
 
 
 def payload_bits(values: np.ndarray) -> np.ndarray:
@@ -46,7 +53,7 @@ def _rows(x: np.ndarray, axes: list[int] | None) -> tuple[np.ndarray, tuple[int,
 
 def replay_reduction(kind: str, args: Mapping[str, Any], source: np.ndarray, source_dtype: str) -> np.ndarray:
     """The contract's result bits of a recorded reduction over the source payload's bits."""
-    from .conformance import exact
+    exact = _exact()
 
     out_dtype = args["dtype"]
     rows, outer = _rows(source, args.get("axes"))
@@ -69,7 +76,8 @@ def replay_reduction(kind: str, args: Mapping[str, Any], source: np.ndarray, sou
         red = range(nd) if args.get("axes") is None else [a % nd for a in args["axes"]]
         shape = [1 if a in red else source.shape[a] for a in range(nd)]
         want = want.reshape(shape)
-    return want.astype(BITS[out_dtype]) if out_dtype != "int32" else want.astype(np.int32).view(np.uint32)
+    bits: np.ndarray = want.astype(BITS[out_dtype]) if out_dtype != "int32" else want.astype(np.int32).view(np.uint32)
+    return bits
 
 
 def _widen_extremum(bits: int, source: str, out: str) -> int:
@@ -91,17 +99,20 @@ def replay_cast(args: Mapping[str, Any], source: np.ndarray, source_dtype: str) 
         values = source.astype(np.uint32).view(np.float32).astype(np.float64)
     else:
         values = source.astype(np.uint32).view(np.int32).astype(np.float64)  # exact
+    result: np.ndarray
     if out == "int32":
-        return np.trunc(values).astype(np.int32).view(np.uint32)
+        result = np.trunc(values).astype(np.int32).view(np.uint32)
+        return result
     if out == "float32":
-        return values.astype(np.float32).view(np.uint32)  # exact from bf16, RNE from int32
+        result = values.astype(np.float32).view(np.uint32)  # exact from bf16, RNE from int32
+        return result
     if source_dtype == "int32":  # one rounding from the exact integer (not through float32)
         from fractions import Fraction
 
-        from .conformance import exact
-
+        exact = _exact()
         flat = [exact.round_to(Fraction(int(v)), 0) for v in values.ravel()]
-        return np.array(flat, dtype=np.uint16).reshape(values.shape)
-    bits = values.astype(ml_dtypes.bfloat16).view(np.uint16).copy()  # float32 values: exact in double, RNE once
+        result = np.array(flat, dtype=np.uint16).reshape(values.shape)
+        return result
+    bits: np.ndarray = values.astype(ml_dtypes.bfloat16).view(np.uint16).copy()  # float32: exact in double, RNE once
     bits[np.isnan(values)] = 0x7FC0
     return bits

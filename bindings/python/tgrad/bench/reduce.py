@@ -9,6 +9,7 @@ orders; ratios are medians of paired ratios with a bootstrap 95% interval (bench
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check(tgrad: Any, x: Any, bits: np.ndarray, case: Case) -> bool:
     """tgrad's bytes equal the exact reference's (sum) or numpy's (max), at T threads and at 1."""
-    from tgrad.conformance import exact
+    exact = importlib.import_module("tgrad.conformance.exact")
 
     got = getattr(tgrad, case.op)(x, axis=case.axis).numpy().view(np.uint16).ravel()
     rows = bits.reshape(1, -1) if case.axis is None else bits.reshape(-1, bits.shape[-1])
@@ -105,10 +106,9 @@ def run_case(case: Case, *, budget_s: float, seed: int, peers: bool) -> dict[str
 
 def _torch() -> Any:
     try:
-        import torch
+        return importlib.import_module("torch")
     except ImportError:
         return None
-    return torch
 
 
 def format_case(res: dict[str, Any]) -> str:

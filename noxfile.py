@@ -1,7 +1,8 @@
 """Sessions (README.md says what each needs and how long it takes on 2 cores):
 
 - `nox -s tests` (the default): the core suite, no torch: the C tests (`meson test`, less the
-  `exhaustive` and `long` suites), then the unmarked pytest tier against the pip-installed package.
+  `exhaustive` and `long` suites), then the unmarked pytest tier against the pip-installed package,
+  then its CPU tests once more per CPU variant this machine runs, forced (TGRAD_CPU_ISA).
 - `nox -s interop`: the tests marked `interop`, with their peers installed (torch, dask, torchlens).
 - `nox -s slow`: the tests marked `slow`: the bench CLI end to end, the commands through pipes, the
   generated-MSL tier on the C++ emulator, the committed scorecards, the long sweeps.
@@ -43,7 +44,7 @@ TIERS = {
 }
 
 
-def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None) -> None:
+def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None, extra: list[str] | None = None) -> None:
     """pytest on one tier against the package as `pip install .` built it."""
     # Run from tests/ so that the source tree cannot shadow the installed packages. One pytest
     # worker per core (pytest-xdist): most of the suite is single-threaded Python, subprocesses
@@ -54,14 +55,54 @@ def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None) 
     # TGRAD_NATIVE=1: Tensor's hot path must be the C module the install built (ImportError if
     # not); the slow session runs the core tier once more through its Python twin.
     session.chdir(ROOT / "tests")
-    session.run("pytest", "-q", "-n", "auto", "-m", TIERS[tier], "python", *session.posargs,
+    session.run("pytest", "-q", "-n", "auto", "-m", TIERS[tier], "python", *(extra or []), *session.posargs,
                 env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", "TGRAD_NATIVE": "1", **(env or {})})
+
+
+#: Core-tier test files that run no CPU kernel of libtgrad, or nothing a CPU variant could change:
+#: left out of the forced-variant reruns of `nox -s tests` (every other core test file runs once
+#: per variant). GPU backends and their generators; the ABI's surface and packaging; the two
+#: bindings of Tensor's hot path compared (test_native, on whichever variant is in force); the
+#: oracle's self-checks and the mpmath reference; file formats; CLI text, the bench harness, docs.
+NOT_CPU_KERNEL_TESTS = (
+    "cuda_backend", "cuda_device", "opencl", "metal_syntax", "render", "bench_cuda", "devices",
+    "abi_symbols", "cdef", "header_fences", "packaging", "c_example", "rust_example", "errors", "op_registry",
+    "capabilities", "native",
+    "oracle", "elementwise_reference",
+    "safetensors", "safetensors_fuzz", "safetensors_stub", "dlpack_fuzz", "dlpack_hostile",
+    "bench_format", "bench_timing", "bench_conditions", "cli_help", "docs", "architecture_doc",
+)
+#: ... and the files whose tests run every CPU variant themselves (the conformance rosters, the
+#: property sweep): forcing one would repeat them unchanged.
+EVERY_VARIANT_TESTS = ("conformance_cpu", "conformance_graphs", "properties")
+
+
+def _pytest_each_cpu_variant(session: nox.Session) -> None:
+    """The core tier's CPU tests once more per CPU variant this machine runs, each forced with
+    TGRAD_CPU_ISA (matmul micro-kernels and elementwise loops alike), so that no test depends on
+    which variant the automatic choice picks here (issue 38). Left out: the files above, and the
+    tests parametrized by a variant's name (they set that variant themselves)."""
+    files = ROOT / "tests" / "python"
+    args = []
+    for name in NOT_CPU_KERNEL_TESTS + EVERY_VARIANT_TESTS:
+        path = files / f"test_{name}.py"
+        if not path.exists():
+            session.error(f"noxfile.py names {path.name}, which does not exist")
+        args.append(f"--ignore=python/{path.name}")
+    listed = session.run("python", "-c", "import tgrad; print(*(f'{n}:{ok:d}' for n, ok in tgrad.cpu_isas().items()))",
+                         silent=True, env={"TGRAD_LIB": "", "TGRAD_CPU_ISA": ""})
+    variants = dict(item.split(":") for item in str(listed).split())
+    args += ["-k", " and ".join(f"not {name}" for name in variants)]
+    for variant in (name for name, ok in variants.items() if ok == "1"):
+        session.log(f"the CPU tests with TGRAD_CPU_ISA={variant}")
+        _pytest(session, "tests", env={"TGRAD_CPU_ISA": variant}, extra=args)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The core suite, with no torch: C tests (meson test) then pytest's unmarked tier against the
-    package as `pip install .` builds it."""
+    package as `pip install .` builds it, then its CPU tests once more with each CPU variant this
+    machine runs forced."""
     session.install("meson>=1.3", "ninja")
     build = pathlib.Path(session.create_tmp()) / "build-c"
     shutil.rmtree(build, ignore_errors=True)
@@ -70,6 +111,7 @@ def tests(session: nox.Session) -> None:
     session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--no-suite", "long")
     session.install(".[test]", "pkgconf")  # pkgconf: test_c_example builds against the installed copy
     _pytest(session, "tests")
+    _pytest_each_cpu_variant(session)
 
 
 @nox.session

@@ -8,4 +8,5 @@ static int available(void) {
 }
 
 const tg_ew_variant tg_ew_avx2 = {
-    .name = "avx2", .available = available, .lookup = ew_lookup, .unary = ew_unary, .binary = ew_binary };
+    .name = "avx2", .available = available, .lookup = ew_lookup, .unary = ew_unary, .binary = ew_binary,
+    .store_stream = ew_store_stream };

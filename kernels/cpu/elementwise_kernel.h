@@ -34,11 +34,15 @@ typedef struct tg_ew_variant {
      * i: a scalar broadcast) or 1 */
     void (*binary)(tgrad_op op, const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, uint16_t *y,
                    int64_t n);
+    /* y[i] = x[i] for i < n, the whole 64-byte lines of y written past the caches (non-temporal
+     * stores) where the target has them: for outputs too big to stay in cache, so that writing
+     * them reads nothing first. The caller fences (tg_store_fence) before another thread reads y. */
+    void (*store_stream)(const uint16_t *x, uint16_t *y, int64_t n);
 } tg_ew_variant;
 
 extern const tg_ew_variant tg_ew_portable;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-extern const tg_ew_variant tg_ew_avx2;
+extern const tg_ew_variant tg_ew_avx512f, tg_ew_avx2;
 #endif
 
 #endif

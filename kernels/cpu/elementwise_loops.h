@@ -92,6 +92,34 @@ TG_EW_BINARY_LOOP(ew_div_loop, ew_div)
 TG_EW_BINARY_LOOP(ew_max_loop, ew_max)
 TG_EW_BINARY_LOOP(ew_min_loop, ew_min)
 
+/* Non-temporal stores of whole 64-byte lines, plain stores for the unaligned head and tail. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define EW_LINE_STORE(dst, src) _mm512_stream_si512((void *)(dst), _mm512_loadu_si512((const void *)(src)))
+#elif defined(__AVX__)
+#include <immintrin.h>
+#define EW_LINE_STORE(dst, src)                                                                     \
+    (_mm256_stream_si256((__m256i *)(dst), _mm256_loadu_si256((const __m256i *)(src))),               \
+     _mm256_stream_si256((__m256i *)(dst) + 1, _mm256_loadu_si256((const __m256i *)(src) + 1)))
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#define EW_LINE_STORE(dst, src)                                                                     \
+    for (int q = 0; q < 4; q++) _mm_stream_si128((__m128i *)(dst) + q, _mm_loadu_si128((const __m128i *)(src) + q))
+#endif
+
+static void ew_store_stream(const uint16_t *x, uint16_t *y, int64_t n) {
+#if defined(EW_LINE_STORE)
+    int64_t head = (int64_t)((64 - ((uintptr_t)y & 63)) & 63) / 2;
+    if ((uintptr_t)y & 1 || head > n) head = n; /* an odd address has no aligned lines */
+    memcpy(y, x, (size_t)head * 2);
+    int64_t i = head;
+    for (; i + 32 <= n; i += 32) EW_LINE_STORE(y + i, x + i);
+    memcpy(y + i, x + i, (size_t)(n - i) * 2);
+#else
+    memcpy(y, x, (size_t)n * 2);
+#endif
+}
+
 static void ew_lookup(const uint16_t *table, const uint16_t *x, uint16_t *y, int64_t n) {
     ew_lookup_loop(table, x, y, n);
 }

@@ -5,4 +5,5 @@
 static int available(void) { return 1; }
 
 const tg_ew_variant tg_ew_portable = {
-    .name = "portable", .available = available, .lookup = ew_lookup, .unary = ew_unary, .binary = ew_binary };
+    .name = "portable", .available = available, .lookup = ew_lookup, .unary = ew_unary, .binary = ew_binary,
+    .store_stream = ew_store_stream };

@@ -348,16 +348,21 @@ TGRAD_API int64_t tgrad_memory_limit(void);
 /* CPU kernel variants ("avx512bf16", "portable", ...). Every variant produces the same bytes.
  * tgrad_cpu_isa() names the one packed products (route gemm) use, tgrad_cpu_stream_isa() the one
  * one-row and few-row products (routes rowvec, skinny) use. Automatic choice (the default, and
- * "auto"): streaming from the first variant this CPU runs (the list is in order of capability);
- * packed products from the same one unless another variant's core instruction measured at least
- * 1.3x its flops per second on this CPU at first use, then the fastest (fp32 FMA beats vdpbf16ps
- * on Intel Xeons with AVX512-BF16: docs/performance.md). TGRAD_CPU_ISA at start-up or
- * tgrad_set_cpu_isa() force one variant for both; tgrad_cpu_isa_forced() is 1 while one is
- * forced, 0 under the automatic choice. A variant this CPU cannot run is refused with
- * TGRAD_ERR_BACKEND_UNAVAILABLE, an unknown name with TGRAD_ERR_INVALID_ARGUMENT. */
+ * "auto"), a rule so that every process on one machine takes the same routes: streaming from the
+ * first variant this CPU runs (the list is in order of capability); packed products from the
+ * same one unless another variant's core instruction does at least sqrt(2) times its flops per
+ * cycle, by a table of known CPUs (CPUID vendor and family: fp32 FMA does twice vdpbf16ps's flops
+ * on Intel cores with AVX512-BF16, half on AMD Zen 4 and 5), or, for a CPU with AVX512-BF16 the
+ * table does not know, by rates measured once per process (docs/performance.md).
+ * tgrad_cpu_isa_reason() says which of these made the present choice, in one line of text (a
+ * static string). TGRAD_CPU_ISA at start-up or tgrad_set_cpu_isa() force one variant for both;
+ * tgrad_cpu_isa_forced() is 1 while one is forced, 0 under the automatic choice. A variant this
+ * CPU cannot run is refused with TGRAD_ERR_BACKEND_UNAVAILABLE, an unknown name with
+ * TGRAD_ERR_INVALID_ARGUMENT. */
 TGRAD_API const char *tgrad_cpu_isa(void);
 TGRAD_API const char *tgrad_cpu_stream_isa(void);
 TGRAD_API int32_t tgrad_cpu_isa_forced(void);
+TGRAD_API const char *tgrad_cpu_isa_reason(void);
 TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, most capable first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
@@ -455,10 +460,17 @@ TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint
 TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 
 /* CPU variant choice, for tests: the automatic choice uses these flops-per-second figures (one per
- * variant, in tgrad_cpu_isa_name's order; 0 = not measured) instead of measuring, from the next
- * tgrad_set_cpu_isa("auto") on; count 0 measures again. TGRAD_ERR_INVALID_ARGUMENT unless count is
- * 0 or the number of variants and every rate is >= 0. Results never depend on the choice. */
+ * variant, in tgrad_cpu_isa_name's order; 0 = none) instead of its table or a measurement, from
+ * the next tgrad_set_cpu_isa("auto") on; count 0 returns to the rule. TGRAD_ERR_INVALID_ARGUMENT
+ * unless count is 0 or the number of variants and every rate is >= 0. Results never depend on the
+ * choice. */
 TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
+/* The same, for the rule's table: the automatic choice reads this CPUID vendor string (at most 12
+ * characters, e.g. "GenuineIntel") and family instead of the CPU's own, from the next
+ * tgrad_set_cpu_isa("auto") on (which variants the CPU runs is still its own); vendor NULL returns
+ * to the CPU's. TGRAD_ERR_INVALID_ARGUMENT for a longer vendor or a negative family. Not for use
+ * while another thread makes the automatic choice. */
+TGRAD_API tgrad_status tgrad_debug_cpu_identity(const char *vendor, int32_t family);
 
 /* Elementwise kernels, for tests (an independent check against an outside oracle): out[i] =
  * op(a[i]) for a unary op (b must be NULL) or op(a[i], b[i]) for a binary one, over n bf16

@@ -272,6 +272,8 @@ TG_HIDDEN void tg_pool_run(int64_t ntasks, tg_task_fn fn, void *arg);
 /* Run exactly ntasks tasks, task i on its own thread i (threads are started as needed). */
 TG_HIDDEN void tg_pool_run_exact(int32_t ntasks, tg_task_fn fn, void *arg);
 TG_HIDDEN int32_t tg_pool_threads(void);
+/* Jobs handed to the pool since the process started (each one wakes or releases the workers). */
+TG_HIDDEN uint64_t tg_pool_jobs(void);
 
 /* dst[*len...] = s, truncated so that dst (cap bytes) stays a terminated string; *len grows by
  * what was copied. The realize path names routes with it: snprintf's format parser cost ~0.1 us

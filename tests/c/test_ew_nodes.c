@@ -105,6 +105,35 @@ static void test_threaded_pass(void) {
     tgrad_tensor_release(x), tgrad_tensor_release(xt), tgrad_tensor_release(compact);
 }
 
+/* An output of 16 MiB or more is written past the caches (non-temporal stores of whole lines,
+ * plain stores for each run's unaligned head and tail): compact operands, a broadcast row (runs of
+ * C = 2833 elements, most starting off a line), a transposed operand (gathered), on every CPU
+ * variant (each forces its elementwise loops) at 1 and 3 threads. */
+static void test_streamed_pass(void) {
+    int64_t R = 3001, C = 2833, n = R * C; /* 17.0 MB of bf16 */
+    tgrad_tensor_t a = iota(2, (int64_t[]){ R, C }, n), b = iota(2, (int64_t[]){ R, C }, n);
+    tgrad_tensor_t row = iota(1, (int64_t[]){ C }, C), at = iota(2, (int64_t[]){ C, R }, n), t = 0;
+    EXPECT(tgrad_tensor_transpose(at, 0, 1, &t), TGRAD_OK);
+    int32_t threads_before = tgrad_num_threads();
+    for (int32_t i = 0;; i++) {
+        int32_t available = 0;
+        const char *name = tgrad_cpu_isa_name(i, &available);
+        if (!name) break;
+        if (!available) continue;
+        EXPECT(tgrad_set_cpu_isa(name), TGRAD_OK);
+        for (int32_t threads = 1; threads <= 3; threads += 2) {
+            EXPECT(tgrad_set_num_threads(threads), TGRAD_OK);
+            check_binary(TGRAD_OP_ADD, a, b, 2, (int64_t[]){ R, C });
+            check_binary(TGRAD_OP_MUL, row, a, 2, (int64_t[]){ R, C });
+            check_binary(TGRAD_OP_MAXIMUM, t, b, 2, (int64_t[]){ R, C });
+        }
+    }
+    EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+    EXPECT(tgrad_set_num_threads(threads_before), TGRAD_OK);
+    tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(row);
+    tgrad_tensor_release(at), tgrad_tensor_release(t);
+}
+
 static void test_refusals(void) {
     tgrad_tensor_t a = iota(2, (int64_t[]){ 2, 3 }, 6), b = iota(1, (int64_t[]){ 4 }, 4), y = 123;
     int64_t buffers = tgrad_live_buffers(), tensors = tgrad_live_tensors();
@@ -123,6 +152,7 @@ static void test_refusals(void) {
 int main(void) {
     test_broadcasting();
     test_threaded_pass();
+    test_streamed_pass();
     test_refusals();
     CHECK(tgrad_live_tensors() == 0 && tgrad_live_buffers() == 0);
     printf("%d passed, %d failed\n", passed, failed);

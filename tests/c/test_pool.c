@@ -26,6 +26,35 @@ static void task(int64_t t, int32_t worker, void *arg) {
     if (((uint32_t)t * 2654435761u ^ J->seed) % 7 == 0) sched_yield(); /* a straggler, now and then */
 }
 
+static tgrad_tensor_t ones(int64_t rows, int64_t cols) {
+    static uint16_t v[256 * 256];
+    for (int64_t i = 0; i < rows * cols; i++) v[i] = 0x3f80; /* 1.0 */
+    tgrad_tensor_t t = 0;
+    EXPECT(tgrad_tensor_from_bf16(v, 2, (int64_t[]){ rows, cols }, &t), TGRAD_OK);
+    return t;
+}
+
+static uint64_t jobs_for(tgrad_tensor_t a, tgrad_tensor_t b, bool relu) {
+    uint64_t before = tg_pool_jobs();
+    tgrad_tensor_t c = 0, d = 0;
+    EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK);
+    if (relu) EXPECT(tgrad_unary(TGRAD_OP_RELU, c, &d), TGRAD_OK);
+    EXPECT(tgrad_tensor_realize(relu ? d : c), TGRAD_OK);
+    tgrad_tensor_release(c), tgrad_tensor_release(d);
+    return tg_pool_jobs() - before;
+}
+
+/* A small product (64^3, under the frame's threshold) runs on the calling thread, and nothing on
+ * its call path (node, schedule, realize, an elementwise op after it) hands the pool a job, which
+ * would wake sleeping workers (issue 38, "cold calls"); a product past the threshold does. */
+static void small_products_leave_the_workers_alone(void) {
+    tgrad_tensor_t a = ones(64, 64), big = ones(256, 256);
+    CHECK(jobs_for(big, big, false) > 0); /* 2^24 multiply-adds: the pool works */
+    CHECK(jobs_for(a, a, false) == 0);
+    CHECK(jobs_for(a, a, true) == 0);
+    tgrad_tensor_release(a), tgrad_tensor_release(big);
+}
+
 int main(void) {
     EXPECT(tgrad_set_num_threads(5), TGRAD_OK); /* more threads than this machine's cores */
     static job_state J;
@@ -43,6 +72,7 @@ int main(void) {
     }
     CHECK(bad_jobs == 0);
     EXPECT(tgrad_set_num_threads(2), TGRAD_OK);
+    small_products_leave_the_workers_alone();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

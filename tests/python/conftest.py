@@ -96,6 +96,32 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     )
 
 
+def _cpu_isa_setting() -> str | None:
+    """What tgrad.set_cpu_isa takes to restore the CPU variant choice now in force (the forced
+    name, or "auto"); None without libtgrad."""
+    try:
+        import tgrad
+    except ImportError:
+        return None
+    return tgrad._cpu_isa_setting()
+
+
+@pytest.fixture(autouse=True)
+def keeps_the_cpu_variant() -> Iterator[None]:
+    """Fails a test that leaves another CPU variant choice in force than it found: `nox -s
+    tests` runs the core tier again with each variant forced (TGRAD_CPU_ISA), and a test that
+    ended with set_cpu_isa("auto") would quietly run the rest of its worker's tests on the
+    automatic choice. Restore with tgrad.set_cpu_isa(tgrad._cpu_isa_setting() read before)."""
+    before = _cpu_isa_setting()
+    yield
+    after = _cpu_isa_setting()
+    if after != before:
+        import tgrad
+
+        tgrad.set_cpu_isa(before or "auto")
+        pytest.fail(f"the test left the CPU variant choice {after!r}, it found {before!r}")
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20240601)

@@ -41,6 +41,7 @@ EXEMPT = {
     "tgrad_cpu_isa": "no arguments",
     "tgrad_cpu_stream_isa": "no arguments",
     "tgrad_cpu_isa_forced": "no arguments",
+    "tgrad_cpu_isa_reason": "no arguments",
     "tgrad_cpu_isa_name": "returns NULL past the end; NULL available allowed (tested below)",
     "tgrad_route_name": "returns NULL for unknown codes (tested with the generator)",
     "tgrad_lang_name": "returns NULL for unknown codes (tested with the generator)",
@@ -118,14 +119,18 @@ def _make_args(name: str, handle: int, null_index: int | None) -> list[Any]:
 
 
 def _call(name: str, args: list[Any]) -> Any:
+    isa = tgrad._cpu_isa_setting()  # the sweep's "auto" must not replace a forced variant
     result = getattr(lib, name)(*args[:-1])
     if name == "tgrad_debug_fail_allocation":  # a fault-injection build was armed: disarm it
         lib.tgrad_debug_fail_allocation(0, ffi.NULL)
     if name == "tgrad_debug_cpu_blocking":  # back to the automatic CPU blocking
         lib.tgrad_debug_cpu_blocking(0, 0, 0)
-    if name == "tgrad_debug_cpu_isa_rates":  # back to the measured rates and the automatic choice
+    if name == "tgrad_debug_cpu_isa_rates":  # back to the rule's own rates
         lib.tgrad_debug_cpu_isa_rates(ffi.NULL, 0)
-        lib.tgrad_set_cpu_isa(b"auto")
+    if name == "tgrad_debug_cpu_identity":  # back to the CPU's own identity
+        lib.tgrad_debug_cpu_identity(ffi.NULL, 0)
+    if name in ("tgrad_set_cpu_isa", "tgrad_debug_cpu_isa_rates", "tgrad_debug_cpu_identity"):
+        tgrad.set_cpu_isa(isa)
     if result == 0:  # a call that succeeded may have made tensors: release them
         for i, t in enumerate(_signature(name).args):
             if t.kind == "pointer" and t.item.cname == "uint64_t" and (name, i) not in CONST_POINTERS:

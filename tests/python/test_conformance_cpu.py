@@ -38,10 +38,11 @@ def _configurations():
 @pytest.fixture(autouse=True)
 def _restore_runtime_settings():
     threads = tgrad.num_threads()
+    isa = tgrad._cpu_isa_setting() if hasattr(tgrad, "_cpu_isa_setting") else "auto"
     yield
     tgrad.set_num_threads(threads)
     if hasattr(tgrad, "set_cpu_isa"):
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa)
 
 
 def _describe(got: np.ndarray, want: np.ndarray, a_bits: np.ndarray, b_bits: np.ndarray) -> str:

@@ -63,6 +63,7 @@ def test_a_wrong_output_fails_the_case_naming_the_variants(monkeypatch: pytest.M
         return out
 
     monkeypatch.setattr(runner, "matmul_bits", off_by_one)
+    isa_before = tgrad._cpu_isa_setting()
     card = runner.run("cpu", cases=FEW[:3])
     failed = [c for c in card["cases"] if c["outcome"] == "fail"]
     assert failed, card["cases"]
@@ -70,7 +71,7 @@ def test_a_wrong_output_fails_the_case_naming_the_variants(monkeypatch: pytest.M
         assert f"{isa}: " in failed[0]["detail"]
     assert "first C[0, 0]" in failed[0]["detail"]
     assert card["claim"].startswith("no claim: ") and not card["claim_made"]
-    assert not tgrad.cpu_isa_forced()  # the automatic choice restored
+    assert tgrad._cpu_isa_setting() == isa_before  # the choice in force before, restored
 
 
 @pytest.mark.parametrize("backend", ["opencl", "metal"])

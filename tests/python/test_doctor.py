@@ -67,11 +67,12 @@ def test_a_worse_cpu_variant_than_available_warns() -> None:
     runnable = [n for n, ok in tgrad.cpu_isas().items() if ok]
     if len(runnable) < 2:
         pytest.skip("one CPU variant runs here")
+    isa_before = tgrad._cpu_isa_setting()
     tgrad.set_cpu_isa(runnable[-1])
     try:
         check = _by_name(doctor.collect(peak=False))["cpu isa"]
     finally:
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)
     assert check.state == "WARN" and runnable[0] in check.detail
 
 

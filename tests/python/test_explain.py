@@ -123,12 +123,13 @@ def test_route_names_what_computed_the_buffer(rng: np.random.Generator) -> None:
 def test_a_pending_route_follows_the_cpu_variant() -> None:
     a = tgrad.Tensor.from_numpy(np.ones((16, 16), np.float32))
     out = a @ a
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa("portable")
         assert out.route == "cpu.portable.gemm"
         out.realize()
     finally:
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)
     assert out.route == "cpu.portable.gemm"  # what ran, not what would run now
 
 
@@ -183,6 +184,7 @@ def test_fma_variants_stream_one_row_and_short_m(variant: str, most_rows: int) -
     def ones(*shape: int) -> tgrad.Tensor:
         return tgrad.Tensor.from_numpy(np.ones(shape, np.float32))
 
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa(variant)
         b = ones(40, 70)
@@ -195,12 +197,13 @@ def test_fma_variants_stream_one_row_and_short_m(variant: str, most_rows: int) -
         assert (ones(most_rows, 1024) @ big_b).route == f"cpu.{variant}.skinny"
         assert (ones(most_rows + 1, 1024) @ big_b).route == f"cpu.{variant}.gemm"
     finally:
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)
 
 
 @pytest.mark.skipif(not tgrad.cpu_isas().get("avx512bf16"), reason="this CPU has no AVX512-BF16")
 def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
     b = tgrad.Tensor.from_numpy(np.ones((40, 70), np.float32))
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa("avx512bf16")
         for m, route in ((1, "rowvec"), (2, "skinny"), (16, "skinny"), (17, "gemm")):
@@ -215,4 +218,4 @@ def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
         bt = tgrad.Tensor.from_numpy(np.ones((70, 40), np.float32)).T
         assert (tgrad.Tensor.from_numpy(np.ones((4, 40), np.float32)) @ bt).route == "cpu.avx512bf16.gemm"
     finally:
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)

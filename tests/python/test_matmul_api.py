@@ -190,6 +190,7 @@ def test_results_do_not_depend_on_thread_count_or_cpu_variant(rng: np.random.Gen
         return (Tensor.from_numpy(a) @ Tensor.from_numpy(b)).to_bytes()
 
     before = tgrad.num_threads()
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_num_threads(1)
         one = run()
@@ -203,7 +204,7 @@ def test_results_do_not_depend_on_thread_count_or_cpu_variant(rng: np.random.Gen
                 assert run() == one, name
     finally:
         tgrad.set_num_threads(before)
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)
 
 
 def test_a_shared_lazy_result_realizes_once_across_threads(rng: np.random.Generator) -> None:
@@ -283,6 +284,7 @@ def test_cpu_scratch_is_bounded_by_the_blocking_and_reused(rng: np.random.Genera
     are reused: a second round of the same products holds no more, and what is held stays under
     a bound set by the blocking constants, whatever M*N*K was (up to 2^33 here)."""
     threads = tgrad.num_threads()
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa(variant)
         tgrad.set_num_threads(1)  # the calling thread only: which worker runs which block varies
@@ -294,7 +296,7 @@ def test_cpu_scratch_is_bounded_by_the_blocking_and_reused(rng: np.random.Genera
         k_max = _every_cpu_path(rng)
     finally:
         tgrad.set_num_threads(threads)
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)
     held = tgrad.cpu_scratch_bytes()
     assert 0 < held <= SCRATCH_CALLER + threads * SCRATCH_PER_THREAD + SCRATCH_PER_K * k_max
 
@@ -312,13 +314,24 @@ def _set_rates(rates: list[float] | None) -> None:
     tgrad.set_cpu_isa("auto")
 
 
+def _set_identity(vendor: str | None, family: int = 0) -> None:
+    from tgrad._ffi import ffi, lib
+
+    assert lib.tgrad_debug_cpu_identity(ffi.NULL if vendor is None else vendor.encode(), family) == 0
+    tgrad.set_cpu_isa("auto")
+
+
+def _choice() -> tuple[str, str, bool]:
+    return tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()
+
+
 def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
         bf16_bits: Callable[..., np.ndarray]) -> None:
-    """Where another SIMD variant's core instruction runs >= 1.3x the flops of the most capable
-    one's (avx512f's FMA against vdpbf16ps on Intel Xeons), packed products take it and one-row
-    and few-row products keep the most capable variant's streaming routes; bytes are the oracle's
-    either way. The rates are set through the testing aid, so this runs on any CPU with two SIMD
-    variants."""
+    """Where another SIMD variant's core instruction does >= sqrt(2) times the flops of the most
+    capable one's (avx512f's FMA against vdpbf16ps on Intel Xeons), packed products take it and
+    one-row and few-row products keep the most capable variant's streaming routes; bytes are the
+    oracle's either way. The rates are set through the testing aid, so this runs on any CPU with
+    two SIMD variants."""
     from tgrad.conformance.oracle import matmul_bits
 
     if len(SIMD_VARIANTS) < 2:
@@ -326,14 +339,16 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
     names = list(tgrad.cpu_isas())
     first, second = SIMD_VARIANTS[0], SIMD_VARIANTS[1]
     rates = [0.0] * len(names)
+    isa_before = tgrad._cpu_isa_setting()
     try:
-        rates[names.index(first)], rates[names.index(second)] = 100e9, 125e9  # 1.25x: not enough
+        rates[names.index(first)], rates[names.index(second)] = 100e9, 140e9  # 1.40x: not enough
         _set_rates(rates)
-        assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()) == (first, first, False)
+        assert _choice() == (first, first, False)
+        assert tgrad.cpu_isa_reason().startswith("rates set by tgrad_debug_cpu_isa_rates")
 
         rates[names.index(second)] = 200e9
         _set_rates(rates)
-        assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()) == (second, first, False)
+        assert _choice() == (second, first, False)
         paths: set[str] = set()
         for m, k, n in [(1, 300, 70), (5, 300, 70), (70, 300, 1), (40, 300, 70), (33, 129, 65)]:
             xa, xb = bf16_bits(m, k), bf16_bits(k, n)
@@ -346,12 +361,82 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
         assert "gemm" in paths and len(paths) >= 2, paths
 
         tgrad.set_cpu_isa(second)  # forcing one variant uses it for every route
-        assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced()) == (second, second, True)
+        assert _choice() == (second, second, True)
         one_row = Tensor.from_bf16_bits(bf16_bits(1, 300)) @ Tensor.from_bf16_bits(bf16_bits(300, 70))
         assert one_row.route.split(".")[1] == second
+        _set_rates(None)
+        assert tgrad.cpu_stream_isa() == first and not tgrad.cpu_isa_forced()
     finally:
         _set_rates(None)
-    assert tgrad.cpu_stream_isa() == first and not tgrad.cpu_isa_forced()
+        tgrad.set_cpu_isa(isa_before)
+
+
+def test_the_automatic_choice_is_a_function_of_the_rules_inputs() -> None:
+    """The same rates give the same choice, every time it is made; the threshold is sqrt(2)
+    (halfway, in ratio, between the 1x and 2x that cores show), on either side of it by 1%."""
+    if len(SIMD_VARIANTS) < 2:
+        pytest.skip(f"needs two SIMD variants; this CPU runs {SIMD_VARIANTS or 'none'}")
+    names = list(tgrad.cpu_isas())
+    first, second = SIMD_VARIANTS[0], SIMD_VARIANTS[1]
+    isa_before = tgrad._cpu_isa_setting()
+    try:
+        for ratio in (0.5, 1.0, 1.3, 1.40, 1.42, 2.0, 4.0):
+            rates = [0.0] * len(names)
+            rates[names.index(first)], rates[names.index(second)] = 50e9, ratio * 50e9
+            want = (second if ratio >= 2 ** 0.5 else first, first, False)
+            for _ in range(3):
+                _set_rates(rates)
+                assert _choice() == want, ratio
+    finally:
+        _set_rates(None)
+        tgrad.set_cpu_isa(isa_before)
+
+
+@pytest.mark.skipif(not all(tgrad.cpu_isas().get(v) for v in ("avx512bf16", "avx512f")),
+                    reason="the rule's table is about CPUs that run both avx512bf16 and avx512f")
+@pytest.mark.parametrize("vendor,family,want,reason", [
+    ("GenuineIntel", 6, "avx512f", "rule: an Intel family-6 core"),
+    ("AuthenticAMD", 0x19, "avx512bf16", "rule: an AMD Zen 4 core"),
+    ("AuthenticAMD", 0x1a, "avx512bf16", "rule: an AMD Zen 5 core"),
+    ("HygonGenuine", 0x18, None, "measured: "),  # not in the table: measured once per process
+])
+def test_the_rule_reads_cpuid_vendor_and_family(vendor: str, family: int, want: str | None, reason: str) -> None:
+    """On a CPU with AVX512-BF16 the table decides by CPUID vendor and family: Intel's FMA does
+    twice vdpbf16ps's flops, AMD Zen 4 and 5's half; streaming routes keep avx512bf16."""
+    isa_before = tgrad._cpu_isa_setting()
+    try:
+        _set_identity(vendor, family)
+        assert tgrad.cpu_isa_reason().startswith(reason), tgrad.cpu_isa_reason()
+        assert tgrad.cpu_stream_isa() == "avx512bf16" and not tgrad.cpu_isa_forced()
+        if want is not None:
+            assert tgrad.cpu_isa() == want
+        else:
+            assert tgrad.cpu_isa() in ("avx512bf16", "avx512f")
+    finally:
+        _set_identity(None)
+        tgrad.set_cpu_isa(isa_before)
+
+
+def test_two_processes_pick_the_same_variants() -> None:
+    """Two interpreters started together (so that they compete for the cores, as a measurement
+    would) make the automatic choice: the same variants, for the same reason, as this process."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import tgrad; print(tgrad.cpu_isa(), tgrad.cpu_stream_isa(), tgrad.cpu_isa_forced(), tgrad.cpu_isa_reason())"
+    env = {k: v for k, v in os.environ.items() if k != "TGRAD_CPU_ISA"}
+    children = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    lines = [child.communicate(timeout=120)[0].strip() for child in children]
+    assert all(child.returncode == 0 for child in children)
+    isa_before = tgrad._cpu_isa_setting()
+    try:
+        tgrad.set_cpu_isa("auto")
+        mine = f"{tgrad.cpu_isa()} {tgrad.cpu_stream_isa()} False {tgrad.cpu_isa_reason()}"
+    finally:
+        tgrad.set_cpu_isa(isa_before)
+    assert lines == [mine, mine]
 
 
 @pytest.mark.parametrize("rates,count", [(None, 3), ([1.0], -1), ([-1.0], None), ([float("nan")], None)])
@@ -362,14 +447,36 @@ def test_the_rates_testing_aid_refuses_bad_input(rates: list[float] | None, coun
     n = len(tgrad.cpu_isas())
     if count == -1:  # one rate too many
         rates, count = [1.0] * (n + 1), n + 1
-    before = (tgrad.cpu_isa(), tgrad.cpu_stream_isa())
     if rates is not None and count is None:  # a bad value among the right number of rates
         rates, count = rates + [1.0] * (n - 1), n
     arg = ffi.NULL if rates is None else ffi.new("double[]", rates)
-    with pytest.raises(errors.InvalidArgumentError):
-        _check(lib.tgrad_debug_cpu_isa_rates(arg, count))
-    tgrad.set_cpu_isa("auto")
-    assert (tgrad.cpu_isa(), tgrad.cpu_stream_isa()) == before  # nothing changed
+    isa_before = tgrad._cpu_isa_setting()
+    try:
+        tgrad.set_cpu_isa("auto")
+        before = _choice(), tgrad.cpu_isa_reason()
+        with pytest.raises(errors.InvalidArgumentError):
+            _check(lib.tgrad_debug_cpu_isa_rates(arg, count))
+        tgrad.set_cpu_isa("auto")
+        assert (_choice(), tgrad.cpu_isa_reason()) == before  # nothing changed
+    finally:
+        tgrad.set_cpu_isa(isa_before)
+
+
+@pytest.mark.parametrize("vendor,family", [("GenuineIntel!", 6), ("GenuineIntel", -1)])
+def test_the_identity_testing_aid_refuses_bad_input(vendor: str, family: int) -> None:
+    from tgrad._ffi import lib
+    from tgrad.errors import _check
+
+    isa_before = tgrad._cpu_isa_setting()
+    try:
+        tgrad.set_cpu_isa("auto")
+        before = _choice(), tgrad.cpu_isa_reason()
+        with pytest.raises(errors.InvalidArgumentError):
+            _check(lib.tgrad_debug_cpu_identity(vendor.encode(), family))
+        tgrad.set_cpu_isa("auto")
+        assert (_choice(), tgrad.cpu_isa_reason()) == before  # nothing changed
+    finally:
+        tgrad.set_cpu_isa(isa_before)
 
 
 @pytest.mark.parametrize("variant", SIMD_VARIANTS)
@@ -380,9 +487,10 @@ def test_outputs_with_rows_4k_apart_bypass_the_caches_exactly(variant: str,
     from tgrad.conformance.oracle import matmul_bits
 
     xa, xb = bf16_bits(300, 1100), bf16_bits(1100, 2048)
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa(variant)
         got = bits_of(Tensor.from_bf16_bits(xa) @ Tensor.from_bf16_bits(xb))
     finally:
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)
     np.testing.assert_array_equal(got, matmul_bits(xa, xb))

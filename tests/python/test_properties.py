@@ -64,6 +64,7 @@ def test_random_problems_match_the_oracle_on_every_variant(problem: tuple[np.nda
     a, b, a_view, b_view = problem
     ta, tb, na, nb = _views(a, b, a_view, b_view)
     want = matmul_bits(na, nb)
+    isa_before = tgrad._cpu_isa_setting()
     try:
         for name in VARIANTS:
             tgrad.set_cpu_isa(name)
@@ -71,4 +72,4 @@ def test_random_problems_match_the_oracle_on_every_variant(problem: tuple[np.nda
             assert got.shape == want.shape
             assert np.array_equal(got, want), f"{name}: {a_view} @ {b_view} differs"
     finally:
-        tgrad.set_cpu_isa("auto")
+        tgrad.set_cpu_isa(isa_before)

@@ -518,16 +518,20 @@ def test_cpu_isa_variants() -> None:
     variants = tgrad.cpu_isas()
     assert "portable" in variants and variants["portable"]
     assert tgrad.cpu_isa() in variants and variants[tgrad.cpu_isa()]
+    isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa("portable")
         assert tgrad.cpu_isa() == "portable"
         assert tgrad.cpu_stream_isa() == "portable" and tgrad.cpu_isa_forced()
-    finally:
+        assert tgrad.cpu_isa_reason().startswith("forced:")
         tgrad.set_cpu_isa("auto")
-    # the automatic choice streams with the most capable variant; packed products use it too
-    # unless another measured faster here (test_matmul_api.py tests that choice)
-    assert tgrad.cpu_stream_isa() == next(name for name, ok in variants.items() if ok)
-    assert variants[tgrad.cpu_isa()] and not tgrad.cpu_isa_forced()
+        # the automatic choice streams with the most capable variant; packed products use it too
+        # unless the rule prefers another here (test_matmul_api.py tests that choice)
+        assert tgrad.cpu_stream_isa() == next(name for name, ok in variants.items() if ok)
+        assert variants[tgrad.cpu_isa()] and not tgrad.cpu_isa_forced()
+        assert tgrad.cpu_isa_reason().startswith(("rule:", "measured:"))
+    finally:
+        tgrad.set_cpu_isa(isa_before)
 
 
 def test_set_cpu_isa_refusals() -> None:
@@ -539,7 +543,6 @@ def test_set_cpu_isa_refusals() -> None:
         if not available:
             with pytest.raises(errors.BackendUnavailableError):
                 tgrad.set_cpu_isa(name)
-    tgrad.set_cpu_isa("auto")
 
 
 def test_a_failing_call_writes_no_output_and_allocates_nothing() -> None:

@@ -81,8 +81,10 @@ def test_a_traced_product_takes_the_route_it_takes_untraced(rng: np.random.Gener
     # streamed ones) is kept under trace: the route must not depend on whether a trace records it.
     a, b = _t(rng, m, k), _t(rng, k, n)
     untraced = (a @ b).route
+    explained = (a @ b).explain(json=True)["steps"][0]["route"]
     tr = tgrad.trace(lambda x, y: x @ y, a, b)
-    assert tr.ops[-1].route == untraced
+    assert tr.ops[-1].route == untraced == explained  # explain, trace and the route agree
+    assert tr.plans[0]["steps"][0]["route"] == untraced
     assert tr.options["cpu_isa"] == (tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto")
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "capabilities",
     "cpu_isa",
     "cpu_isa_forced",
+    "cpu_isa_reason",
     "cpu_isas",
     "cpu_peak_gflops",
     "cpu_scratch_bytes",
@@ -161,7 +162,8 @@ def live_bytes() -> int:
 def cpu_isa() -> str:
     """Name of the CPU kernel variant packed products (route gemm) use ("avx512bf16", "avx512f",
     "avx2", "portable", ...). Automatically the most capable variant this CPU runs, unless another
-    one's core instruction measured at least 1.3x its flops per second here (see cpu_stream_isa)."""
+    one's core instruction does at least sqrt(2) times its flops per cycle here: a rule, so every
+    process on this machine picks the same (cpu_isa_reason says which part of it applied)."""
     return _string(lib.tgrad_cpu_isa())
 
 
@@ -171,6 +173,13 @@ def cpu_stream_isa() -> str:
     the automatic choice took a faster packed kernel from another variant (fp32 FMA on Intel Xeons
     with AVX512-BF16: avx512f for packed products, avx512bf16 for streaming ones)."""
     return _string(lib.tgrad_cpu_stream_isa())
+
+
+def cpu_isa_reason() -> str:
+    """Why cpu_isa() and cpu_stream_isa() are what they are, in one line: forced, the rule's table
+    entry for this CPU (CPUID vendor and family), or a measurement for a CPU the table does not
+    know (docs/performance.md, "Which variant")."""
+    return _string(lib.tgrad_cpu_isa_reason())
 
 
 def cpu_isa_forced() -> bool:

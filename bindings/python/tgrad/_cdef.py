@@ -167,6 +167,7 @@ int64_t tgrad_live_bytes(void);
 const char *tgrad_cpu_isa(void);
 const char *tgrad_cpu_stream_isa(void);
 int32_t tgrad_cpu_isa_forced(void);
+const char *tgrad_cpu_isa_reason(void);
 tgrad_status tgrad_set_cpu_isa(const char *name);
 const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
 tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops);
@@ -195,6 +196,7 @@ tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t gener
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
 tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
+tgrad_status tgrad_debug_cpu_identity(const char *vendor, int32_t family);
 tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                      int64_t n);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);

@@ -121,23 +121,24 @@ def _usable_cores() -> int:
 
 
 def _check_cpu(report: Report, peak: bool) -> None:
-    from . import cpu_isa, cpu_isa_forced, cpu_isas, cpu_peak_gflops, cpu_stream_isa, errors, num_threads
+    from . import cpu_isa, cpu_isa_forced, cpu_isa_reason, cpu_isas, cpu_peak_gflops, cpu_stream_isa, errors, \
+        num_threads
 
     chosen, stream, forced, variants = cpu_isa(), cpu_stream_isa(), cpu_isa_forced(), cpu_isas()
+    reason = cpu_isa_reason()
     runnable = [name for name, ok in variants.items() if ok]
     threads, cores = num_threads(), _usable_cores()
-    report.facts["cpu"] = {"isa": chosen, "stream_isa": stream, "isa_forced": forced, "isas": variants,
-                           "threads": threads, "cores": cores}
+    report.facts["cpu"] = {"isa": chosen, "stream_isa": stream, "isa_forced": forced, "isa_reason": reason,
+                           "isas": variants, "threads": threads, "cores": cores}
     others = ", ".join(f"{n}{'' if ok else ' (not on this CPU)'}" for n, ok in variants.items())
     if forced and runnable and chosen != runnable[0]:
         report.add("cpu isa", "WARN", f"{chosen} in use, but {runnable[0]} runs here (variants: "
                                       f"{others}); TGRAD_CPU_ISA or set_cpu_isa chose it")
     elif chosen != stream:
-        report.add("cpu isa", "PASS", f"{chosen} for packed products (its core instruction measured "
-                                      f">= 1.3x {stream}'s flops per second here), {stream} for one-row "
-                                      f"and few-row products (variants: {others})")
+        report.add("cpu isa", "PASS", f"{chosen} for packed products, {stream} for one-row and few-row "
+                                      f"products ({reason}; variants: {others})")
     else:
-        report.add("cpu isa", "PASS", f"{chosen} in use{' (forced)' if forced else ''} (variants: {others})")
+        report.add("cpu isa", "PASS", f"{chosen} in use ({reason}; variants: {others})")
     if threads > cores:
         report.add("threads", "WARN", f"{threads} worker threads on {cores} usable cores "
                                       "(oversubscribed: TGRAD_NUM_THREADS?)")

@@ -121,18 +121,27 @@ static const uint16_t *first_run(const tg_chain *c, const int64_t *idx, uint16_t
     return val;
 }
 
-void tg_chain_eval(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n) {
+/* The chain at positions lin .. lin + n into dst[0 .. n) (out + lin when applied in place), in
+ * runs along the last axis. stream (a pass with a first operand only): each run is computed in an
+ * L1 buffer and written out past the caches. */
+static void apply_runs(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n, bool stream) {
+    _Alignas(64) uint16_t buf[RUN];
     while (n > 0) {
         int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
         for (int32_t i = 0; i < c->ndim; i++) idx[i] = rem / c->pitch[i], rem %= c->pitch[i];
         if (c->ndim && run > c->shape[c->ndim - 1] - idx[c->ndim - 1]) run = c->shape[c->ndim - 1] - idx[c->ndim - 1];
         if (run > RUN) run = RUN;
-        run_ops(c, idx, c->first ? first_run(c, idx, dst, run) : dst, dst, run);
+        uint16_t *val = stream ? buf : dst;
+        run_ops(c, idx, c->first ? first_run(c, idx, val, run) : dst, val, run);
+        if (stream) c->v->store_stream(buf, dst, run);
         lin += run, n -= run, dst += run;
     }
+    if (stream) tg_store_fence(); /* before the task reports done */
 }
 
-void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) { tg_chain_eval(c, out + lin, lin, n); }
+void tg_chain_eval(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n) { apply_runs(c, dst, lin, n, false); }
+
+void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) { apply_runs(c, out + lin, lin, n, false); }
 
 void tg_chain_apply_block(const tg_chain *c, uint16_t *out, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
                           int64_t cols) {
@@ -143,30 +152,37 @@ void tg_chain_apply_block(const tg_chain *c, uint16_t *out, int64_t ld, int64_t 
 /* ---- the pass ----------------------------------------------------------------------------- */
 
 enum { PASS_ALONE = 1 << 16, PASS_TASK_MIN = 1 << 14 };
+/* A pass whose output has at least this many bytes writes it past the caches: a plain store
+ * first reads the line it writes (a third stream of memory traffic beside the read and the
+ * write), and an output this big is not read back from cache anyway. The matmul's output uses
+ * the same size (gemm_packed.c, STREAM_BYTES). */
+#define PASS_STREAM_BYTES (16.0 * 1024 * 1024)
 
 typedef struct {
     const tg_chain *c;
     uint16_t *out;
     int64_t numel, per_task;
+    bool stream;
 } pass_job;
 
 static void pass_task(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     const pass_job *J = arg;
     int64_t lin = task * J->per_task, n = J->numel - lin < J->per_task ? J->numel - lin : J->per_task;
-    tg_chain_apply(J->c, J->out, lin, n);
+    apply_runs(J->c, J->out + lin, lin, n, J->stream);
 }
 
 void tg_chain_pass(const tg_chain *c, uint16_t *out, int64_t numel) {
     int32_t threads = numel < PASS_ALONE ? 1 : tg_pool_threads();
+    bool stream = c->first && (double)numel * 2.0 >= PASS_STREAM_BYTES;
     if (threads == 1) {
-        tg_chain_apply(c, out, 0, numel);
+        apply_runs(c, out, 0, numel, stream);
         return;
     }
     /* a few tasks per thread, whole cache lines each, so that threads never share a line */
     int64_t per_task = (numel + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
     if (per_task < PASS_TASK_MIN) per_task = PASS_TASK_MIN;
     per_task = (per_task + 31) / 32 * 32;
-    pass_job J = { c, out, numel, per_task };
+    pass_job J = { c, out, numel, per_task, stream };
     tg_pool_run((numel + per_task - 1) / per_task, pass_task, &J);
 }

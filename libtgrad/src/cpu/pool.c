@@ -238,6 +238,8 @@ void tg_pool_run_exact(int32_t ntasks, tg_task_fn fn, void *arg) {
     run(ntasks, fn, arg, true);
 }
 
+uint64_t tg_pool_jobs(void) { return (uint64_t)(atomic_load(&job_seq) >> 16); }
+
 int32_t tg_pool_threads(void) {
     pthread_once(&init_once, pool_init);
     pthread_mutex_lock(&state_lock);

@@ -1,8 +1,11 @@
-/* CPU kernel variants: which one packed and streamed products run (forced or measured). */
+/* CPU kernel variants: which one packed and streamed products run (forced, or by a rule). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "frame.h"
 
@@ -22,25 +25,32 @@ enum { NVARIANTS = (int)(sizeof variants / sizeof variants[0]) };
 
 /* Packed products (the gemm route) run the "gemm" variant; one-row and few-row products (the
  * rowvec and skinny routes, which stream B in place) run the "stream" variant. A variant forced by
- * TGRAD_CPU_ISA or tgrad_set_cpu_isa is both. The automatic choice: stream = the first variant
- * this CPU runs (the list is in order of capability); gemm = the same, unless another SIMD
- * variant's core instruction runs at least PREFER_RATE times as many flops per second on this CPU
- * (measured once, below), then the fastest. Every variant gives the same bytes, so the choice is
- * about speed only. Why it is measured: on Intel Xeons with AVX512-BF16 (an Emerald Rapids here)
- * fp32 FMA runs 2.0x the flops of vdpbf16ps, so avx512f's packed kernel is 1.6x faster there,
- * while on AMD Zen 5 vdpbf16ps runs 2x the FMA's flops (docs/performance.md). */
-#define PREFER_RATE 1.3
-/* The selection in one word, so that readers see the gemm variant, the stream variant and
- * whether it was forced together: (gemm index + 1) * 64 + stream index, plus FORCED when it came
- * from TGRAD_CPU_ISA or tgrad_set_cpu_isa; 0 until first use. */
-enum { FORCED = 1 << 12 };
+ * TGRAD_CPU_ISA or tgrad_set_cpu_isa is both. Every variant gives the same bytes, so the choice is
+ * about speed only, and it is a rule, so that two processes on one machine take the same routes:
+ *  - stream = the first variant this CPU runs (the list is in order of capability);
+ *  - gemm = the same, unless another variant's core instruction does at least PREFER_RATE times
+ *    its flops per cycle, then the fastest. The rates come, in this order, from
+ *    tgrad_debug_cpu_isa_rates (tests); from nothing when the CPU has no AVX512-BF16 (avx512f's
+ *    zmm FMA does at least avx2's flops per cycle on every AVX-512 core, so the most capable
+ *    variant stays); from the table of known CPUs below, by CPUID vendor and family; else
+ *    measured once per process (an unknown CPU with AVX512-BF16), with a dead band around
+ *    PREFER_RATE where a close measurement is repeated and, if still close, the most capable
+ *    variant stays. docs/performance.md ("Which variant") has the measurements behind the table. */
+#define PREFER_RATE 1.41421356 /* sqrt(2): halfway, in ratio, between the 1x and 2x cores show */
+#define DEAD_BAND 1.15         /* a measured ratio within this factor of PREFER_RATE is not trusted */
+
+/* The selection in one word, so that readers see the gemm variant, the stream variant and why
+ * together: bits 0-5 the stream variant's index, 6-11 the gemm variant's index + 1, 12-15 the
+ * basis (0 until first use), 16-23 the row of known_cpus for BASIS_TABLE. */
+enum basis { BASIS_FORCED = 1, BASIS_ONLY, BASIS_NO_BF16, BASIS_TABLE, BASIS_MEASURED, BASIS_CLOSE, BASIS_RATES };
 static atomic_int selection;
 
-static int encode_selection(int gemm, int stream, bool forced) {
-    return (gemm + 1) * 64 + stream + (forced ? FORCED : 0);
+static int encode_selection(int gemm, int stream, enum basis basis, int row) {
+    return stream | (gemm + 1) << 6 | (int)basis << 12 | row << 16;
 }
-const tg_ukernel *tg_cpu_gemm_variant(int sel) { return variants[(sel & (FORCED - 1)) / 64 - 1]; }
-const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel % 64]; }
+static enum basis basis_of(int sel) { return (enum basis)((sel >> 12) & 15); }
+const tg_ukernel *tg_cpu_gemm_variant(int sel) { return variants[((sel >> 6) & 63) - 1]; }
+const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel & 63]; }
 
 static const tg_ukernel *find_variant(const char *name) {
     for (int i = 0; i < NVARIANTS; i++)
@@ -60,16 +70,79 @@ double tg_cpu_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- the CPU's identity and the known CPUs ---- */
+typedef struct {
+    char vendor[13];
+    int family, model;
+} cpu_identity;
+
+/* Cores whose core-instruction rates are known: flops per cycle and core of vdpbf16ps (zmm,
+ * avx512bf16) and of an fp32 FMA (zmm, avx512f), in any common unit; a row applies to a CPU of
+ * that vendor and family with AVX512-BF16. */
+static const struct known_cpu {
+    const char *vendor;
+    int family;
+    double bf16_rate, fma_rate;
+    const char *why; /* tgrad_cpu_isa_reason's text */
+} known_cpus[] = {
+    { "GenuineIntel", 6, 1, 2,
+      "rule: an Intel family-6 core with AVX512-BF16: vdpbf16ps does half the flops of an fp32 FMA, so "
+      "packed products take avx512f's FMA kernel" },
+    { "AuthenticAMD", 0x19, 2, 1,
+      "rule: an AMD Zen 4 core (family 0x19) with AVX512-BF16: vdpbf16ps does twice the flops of an fp32 "
+      "FMA, so every route takes avx512bf16" },
+    { "AuthenticAMD", 0x1a, 2, 1,
+      "rule: an AMD Zen 5 core (family 0x1a) with AVX512-BF16: vdpbf16ps does twice the flops of an fp32 "
+      "FMA, so every route takes avx512bf16" },
+};
+enum { NKNOWN = (int)(sizeof known_cpus / sizeof known_cpus[0]) };
+
+static cpu_identity cpuid_identity(void) {
+    cpu_identity id = { "", 0, 0 };
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        memcpy(id.vendor, &b, 4), memcpy(id.vendor + 4, &d, 4), memcpy(id.vendor + 8, &c, 4);
+        id.vendor[12] = 0;
+    }
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        int family = (a >> 8) & 15, model = (a >> 4) & 15;
+        if (family == 15) family += (a >> 20) & 255;
+        if (family == 6 || family >= 15) model |= ((a >> 16) & 15) << 4;
+        id.family = family, id.model = model;
+    }
+#endif
+    return id;
+}
+
+static cpu_identity real_identity, dbg_identity;
+static atomic_int dbg_identity_set;
+static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
+static void read_identity(void) { real_identity = cpuid_identity(); }
+
+static cpu_identity identity(void) {
+    if (atomic_load(&dbg_identity_set)) return dbg_identity;
+    pthread_once(&identity_once, read_identity);
+    return real_identity;
+}
+
+static int known_row(cpu_identity id) {
+    for (int r = 0; r < NKNOWN; r++)
+        if (strcmp(known_cpus[r].vendor, id.vendor) == 0 && known_cpus[r].family == id.family) return r;
+    return -1;
+}
+
+/* ---- measured rates: the fallback for an unknown CPU ---- */
 /* Flops per second of each variant's core instruction on the calling thread (0: not measured:
- * unavailable, or the portable variant), best of 5 short runs taken in turn (well under 1 ms in
- * all), measured once per process; or the rates a test set with tgrad_debug_cpu_isa_rates. */
+ * unavailable, or the portable variant), best of the runs taken in turn (ROUND runs of ~2000
+ * iterations per variant each, well under a millisecond); or the rates a test set with
+ * tgrad_debug_cpu_isa_rates. */
 static double measured_rate[NVARIANTS], dbg_rates[NVARIANTS];
 static atomic_int dbg_rates_set;
-static pthread_once_t rates_once = PTHREAD_ONCE_INIT;
 
 static bool simd_available(int i) { return variants[i] != &tg_ukernel_portable && variants[i]->available(); }
 
-static void measure_rates(void) {
+static void measure_round(double rate[NVARIANTS]) {
     enum { ITERS = 2000, REPS = 5 };
     for (int i = 0; i < NVARIANTS; i++)
         if (simd_available(i)) variants[i]->peak(ITERS / 4); /* wake the vector units up */
@@ -77,27 +150,71 @@ static void measure_rates(void) {
         for (int i = 0; i < NVARIANTS; i++) {
             if (!simd_available(i)) continue;
             double t0 = tg_cpu_now_s(), f = variants[i]->peak(ITERS), dt = tg_cpu_now_s() - t0;
-            if (dt > 0 && f / dt > measured_rate[i]) measured_rate[i] = f / dt;
+            if (dt > 0 && f / dt > rate[i]) rate[i] = f / dt;
         }
 }
 
-static int auto_selection(void) {
-    int first = NVARIANTS - 1, simd = 0;
-    for (int i = NVARIANTS - 1; i >= 0; i--)
-        if (variants[i]->available()) first = i, simd += simd_available(i);
+/* The gemm variant the rates give: the fastest whose rate is at least PREFER_RATE x the first's. */
+static int gemm_by_rates(int first, const double rate[NVARIANTS]) {
     int gemm = first;
-    if (simd >= 2) {
-        double rate[NVARIANTS];
-        if (atomic_load(&dbg_rates_set)) {
-            memcpy(rate, dbg_rates, sizeof rate);
-        } else {
-            pthread_once(&rates_once, measure_rates);
-            memcpy(rate, measured_rate, sizeof rate);
-        }
-        for (int i = 0; i < NVARIANTS; i++)
-            if (variants[i]->available() && rate[i] >= PREFER_RATE * rate[first] && rate[i] > rate[gemm]) gemm = i;
+    for (int i = 0; i < NVARIANTS; i++)
+        if (variants[i]->available() && rate[i] >= PREFER_RATE * rate[first] && rate[i] > rate[gemm]) gemm = i;
+    return gemm;
+}
+
+/* Is any variant's measured ratio to the first within DEAD_BAND of PREFER_RATE? */
+static bool close_call(int first, const double rate[NVARIANTS]) {
+    for (int i = 0; i < NVARIANTS; i++)
+        if (i != first && simd_available(i) && rate[i] > PREFER_RATE / DEAD_BAND * rate[first] &&
+            rate[i] < PREFER_RATE * DEAD_BAND * rate[first])
+            return true;
+    return false;
+}
+
+/* Measured once per process: up to 4 rounds while the call is close, the best rates kept. */
+static int measured_gemm = -1;
+static bool measured_close;
+static pthread_once_t measure_once = PTHREAD_ONCE_INIT;
+static int first_available(void) {
+    for (int i = 0; i < NVARIANTS; i++)
+        if (variants[i]->available()) return i;
+    return NVARIANTS - 1; /* the portable variant is always available */
+}
+static void measure(void) {
+    int first = first_available();
+    for (int round = 0; round < 4; round++) {
+        measure_round(measured_rate);
+        measured_close = close_call(first, measured_rate);
+        if (!measured_close) break;
     }
-    return encode_selection(gemm, first, false);
+    measured_gemm = measured_close ? first : gemm_by_rates(first, measured_rate);
+}
+
+static int index_of_name(const char *name) {
+    const tg_ukernel *k = find_variant(name);
+    return k ? variant_index(k) : -1;
+}
+
+static int auto_selection(void) {
+    int first = first_available(), simd = 0;
+    for (int i = 0; i < NVARIANTS; i++) simd += simd_available(i);
+    if (atomic_load(&dbg_rates_set)) {
+        double rate[NVARIANTS];
+        memcpy(rate, dbg_rates, sizeof rate);
+        return encode_selection(gemm_by_rates(first, rate), first, BASIS_RATES, 0);
+    }
+    if (simd < 2) return encode_selection(first, first, BASIS_ONLY, 0);
+    int bf16 = index_of_name("avx512bf16"), fma = index_of_name("avx512f");
+    if (bf16 < 0 || fma < 0 || !variants[bf16]->available() || !variants[fma]->available())
+        return encode_selection(first, first, BASIS_NO_BF16, 0);
+    int row = known_row(identity());
+    if (row >= 0) {
+        double rate[NVARIANTS] = { 0 };
+        rate[bf16] = known_cpus[row].bf16_rate, rate[fma] = known_cpus[row].fma_rate;
+        return encode_selection(gemm_by_rates(first, rate), first, BASIS_TABLE, row);
+    }
+    pthread_once(&measure_once, measure);
+    return encode_selection(measured_gemm, first, measured_close ? BASIS_CLOSE : BASIS_MEASURED, 0);
 }
 
 int tg_cpu_selected(void) {
@@ -109,7 +226,7 @@ int tg_cpu_selected(void) {
         const tg_ukernel *want = find_variant(env);
         if (want && want->available()) { /* an unusable request falls back to the automatic choice */
             int i = variant_index(want);
-            pick = encode_selection(i, i, true);
+            pick = encode_selection(i, i, BASIS_FORCED, 0);
         }
     }
     if (!pick) pick = auto_selection();
@@ -122,7 +239,28 @@ const tg_ukernel *tg_cpu_current(void) { return tg_cpu_gemm_variant(tg_cpu_selec
 
 TGRAD_API const char *tgrad_cpu_isa(void) { return tg_cpu_current()->name; }
 TGRAD_API const char *tgrad_cpu_stream_isa(void) { return tg_cpu_stream_variant(tg_cpu_selected())->name; }
-TGRAD_API int32_t tgrad_cpu_isa_forced(void) { return (tg_cpu_selected() & FORCED) != 0; }
+TGRAD_API int32_t tgrad_cpu_isa_forced(void) { return basis_of(tg_cpu_selected()) == BASIS_FORCED; }
+
+TGRAD_API const char *tgrad_cpu_isa_reason(void) {
+    int sel = tg_cpu_selected();
+    switch (basis_of(sel)) {
+    case BASIS_FORCED: return "forced: TGRAD_CPU_ISA or tgrad_set_cpu_isa names the variant for every route";
+    case BASIS_ONLY: return "rule: the most capable variant this CPU runs (it runs one SIMD variant at most)";
+    case BASIS_NO_BF16:
+        return "rule: the most capable variant this CPU runs (without AVX512-BF16, avx512f's zmm FMA does at least "
+               "avx2's flops per cycle on every AVX-512 core)";
+    case BASIS_TABLE: return known_cpus[(sel >> 16) & 255].why;
+    case BASIS_MEASURED:
+        return "measured: a CPU with AVX512-BF16 that the rule does not know; each variant's core instruction was "
+               "timed at first use and packed products take one that did at least 1.41x the flops of the most "
+               "capable one";
+    case BASIS_CLOSE:
+        return "measured: a CPU with AVX512-BF16 that the rule does not know; the core instructions' timed rates "
+               "stayed within 15% of the 1.41x threshold over 4 rounds, so the most capable variant stays";
+    case BASIS_RATES: return "rates set by tgrad_debug_cpu_isa_rates (a testing aid)";
+    }
+    return "unknown";
+}
 
 TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name) {
     if (!name) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_cpu_isa: name is NULL");
@@ -135,7 +273,7 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name) {
     if (!k->available())
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "set_cpu_isa: this CPU cannot run '%s'", name);
     int i = variant_index(k);
-    atomic_store(&selection, encode_selection(i, i, true));
+    atomic_store(&selection, encode_selection(i, i, BASIS_FORCED, 0));
     return TGRAD_OK;
 }
 
@@ -159,4 +297,21 @@ TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available) {
     if (index < 0 || index >= NVARIANTS) return NULL;
     if (available) *available = variants[index]->available();
     return variants[index]->name;
+}
+
+TGRAD_API tgrad_status tgrad_debug_cpu_identity(const char *vendor, int32_t family) {
+    if (!vendor) {
+        atomic_store(&dbg_identity_set, 0);
+        return TGRAD_OK;
+    }
+    if (strlen(vendor) > 12)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_cpu_identity: a CPUID vendor has 12 characters, got %zu",
+                       strlen(vendor));
+    if (family < 0)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_cpu_identity: family %d is negative", (int)family);
+    atomic_store(&dbg_identity_set, 0); /* no reader sees half a new identity: it is off while written */
+    snprintf(dbg_identity.vendor, sizeof dbg_identity.vendor, "%s", vendor);
+    dbg_identity.family = family, dbg_identity.model = 0;
+    atomic_store(&dbg_identity_set, 1);
+    return TGRAD_OK;
 }

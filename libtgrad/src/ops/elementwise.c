@@ -6,6 +6,7 @@
 
 static const tg_ew_variant *const variants[] = {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
+    &tg_ew_avx512f,
     &tg_ew_avx2,
 #endif
     &tg_ew_portable,
@@ -31,8 +32,8 @@ const tg_ew_variant *tg_ew_best(void) {
 }
 
 /* The loops a step uses, decided with the step: a variant forced by TGRAD_CPU_ISA or
- * tgrad_set_cpu_isa picks the elementwise variant of its name if there is one (avx512 ones,
- * which have none yet, the best this CPU runs), "portable" the portable loops. Every variant
+ * tgrad_set_cpu_isa picks the elementwise variant of its name if there is one (avx512bf16, which
+ * has none, the best this CPU runs: avx512f's), "portable" the portable loops. Every variant
  * gives the same bytes; forcing one is how tests run each. */
 const tg_ew_variant *tg_ew_for_selection(void) {
     if (!tgrad_cpu_isa_forced()) return tg_ew_best();

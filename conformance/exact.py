@@ -30,8 +30,8 @@ __all__ = [
     "value_of",
 ]
 
-BF16 = 0  # the engine's dtype codes (libtgrad/src/ops/reduce_exact.h)
-F32 = 1
+BF16 = 1  # tgrad.h's dtype codes (TGRAD_DTYPE_BF16, TGRAD_DTYPE_F32)
+F32 = 2
 
 # (significand bits with the implicit one, sign bit, infinity's bits, canonical NaN)
 _FMT = {BF16: (8, 0x8000, 0x7F80, 0x7FC0), F32: (24, 0x80000000, 0x7F800000, 0x7FC00000)}

@@ -409,10 +409,11 @@ TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, c
 TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 
 /* Exact reductions, for tests (before the graph has a reduction kind): the n values data[i * stride]
- * (dtype 0 = bfloat16 bits as uint16_t, 1 = float32; stride in elements, may be 0 or negative),
+ * (dtype 1 = bfloat16 bits as uint16_t, 2 = float32, the codes TGRAD_DTYPE_BF16 and
+ * TGRAD_DTYPE_F32; stride in elements, may be 0 or negative),
  * reduced by the engine the reductions use.
  * tgrad_debug_exact_sum: their exact sum (mean = 0) or exact sum / n (mean = 1), rounded once to
- * out_dtype (0 or 1) by round to nearest even, written to *out_bits (bf16 in the low 16 bits):
+ * out_dtype (1 or 2) by round to nearest even, written to *out_bits (bf16 in the low 16 bits):
  * gradual underflow, overflow to +-inf, NaN (canonical 0x7FC0 / 0x7FC00000) if any value is NaN or
  * both infinities occur; a zero result is -0.0 only when every value is -0.0; the empty sum is
  * +0.0 and the empty mean NaN (docs/numerics.md).

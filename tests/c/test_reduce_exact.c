@@ -170,7 +170,7 @@ static void check_all(const char *what, const void *base, int dtype, int64_t n, 
     for (int way = 0; way < NWAYS; way++) {
         tg_exact_acc a;
         engine(way, base, dtype, n, stride, &a);
-        for (int out = 0; out < 2; out++) {
+        for (int out = TG_RDT_BF16; out <= TG_RDT_F32; out++) {
             uint32_t want_sum = ref_result(&r, -1, out), want_mean = ref_result(&r, n, out);
             uint32_t got_sum = tg_exact_acc_round(&a, out), got_mean = tg_exact_acc_round_div(&a, n, out);
             int ok = got_sum == want_sum && got_mean == want_mean;
@@ -206,7 +206,7 @@ static void test_random(void *buf, int64_t cap) {
     static const int spreads[] = { 0, 5, 13, 14, 20, 27, 28, 40, 60, 300 };
     static const int tops[] = { 1, 20, 33, 34, 35, 60, 127, 200, 254 };
     int cases = 0;
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
             for (size_t pi = 0; pi < sizeof spreads / sizeof *spreads; pi++)
                 for (size_t ti = 0; ti < sizeof tops / sizeof *tops; ti++) {
@@ -217,7 +217,7 @@ static void test_random(void *buf, int64_t cap) {
                     cases++;
                 }
     /* strides: 2, -1, 0, 3 over the same buffer */
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 20; k++) {
             int64_t n = rnd_in(1, 6000);
             fill(buf, dtype, 3 * n, (int)rnd_in(30, 200), (int)rnd_in(0, 40), 10);
@@ -260,7 +260,7 @@ static void test_adversarial(void *buf) {
     uint32_t c2[] = { 0x7149F2CA, 0x3F800000, 0xF149F2CA, 0x00000001 };
     check_all("1e30+1-1e30+tiny f32", c2, TG_RDT_F32, 4, 1);
     /* cancellation in a long block: x_i and -x_i scattered, plus one tiny value */
-    for (int dtype = 0; dtype < 2; dtype++) {
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++) {
         int64_t n = 9001;
         fill(buf, dtype, n, 200, 60, 0);
         for (int64_t i = 0; i + 1 < n; i += 2) {
@@ -272,7 +272,7 @@ static void test_adversarial(void *buf) {
         check_all("cancellation", buf, dtype, n, 1);
     }
     /* subnormals only; subnormals summing into normals */
-    for (int dtype = 0; dtype < 2; dtype++) {
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++) {
         fill(buf, dtype, 5000, 0, 0, 0);
         check_all("subnormals", buf, dtype, 5000, 1);
         for (int i = 0; i < 5000; i++) {
@@ -328,7 +328,7 @@ static void test_adversarial(void *buf) {
     check_all("tie broken up by a subnormal", t3, TG_RDT_BF16, 3, 1);
     check_all("tie broken down by a subnormal", t4, TG_RDT_BF16, 3, 1);
     /* huge spreads: each value a random exponent over the whole range */
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 10; k++) {
             fill(buf, dtype, 5000, 254, 254, 5);
             check_all("huge spread", buf, dtype, 5000, 1);
@@ -338,7 +338,7 @@ static void test_adversarial(void *buf) {
 /* 2^40 and 2^100 copies of the largest bf16 and float32 values, built by doubling merges, then
  * cancelled: the accumulator does not wrap (the sum stays +inf-bound and then exactly zero). */
 static void test_range(void) {
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int doublings = 40; doublings <= 100; doublings += 60) {
             uint32_t maxv = dtype == TG_RDT_BF16 ? 0x7F7F : 0x7F7FFFFF, minv = dtype == TG_RDT_BF16 ? 0xFF7F : 0xFF7FFFFF;
             tg_exact_acc p, m;
@@ -371,7 +371,7 @@ static void test_range(void) {
  * fast blocks with the portable fallback (a NaN, a tiny value, a wide spread). */
 static void test_rows(void *buf) {
     static uint32_t out[64];
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 12; k++) {
             int64_t rows = rnd_in(1, 20), n = k < 3 ? k : rnd_in(1, 500), stride = (k % 3 == 1) ? 2 : 1;
             int64_t row_stride = k % 4 == 3 ? -(n * stride) : n * stride + rnd_in(0, 5);
@@ -384,7 +384,7 @@ static void test_rows(void *buf) {
             }
             const char *base = (const char *)buf + (row_stride < 0 ? (size_t)(rows - 1) * (size_t)-row_stride * es : 0);
             for (int mean = 0; mean < 2; mean++)
-                for (int o = 0; o < 2; o++) {
+                for (int o = TG_RDT_BF16; o <= TG_RDT_F32; o++) {
                     tg_exact_rows(base, dtype, rows, row_stride, n, stride, mean, o, out);
                     for (int64_t r = 0; r < rows; r++) {
                         tg_exact_acc a;
@@ -414,7 +414,7 @@ static int64_t ref_extremum(const void *base, int dtype, int64_t n, int64_t stri
 
 static void test_extrema(void *buf) {
     int cases = 0;
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 300; k++) {
             int64_t n = k < 20 ? k + 1 : rnd_in(1, 10000);
             int spread = (int)rnd_in(0, 8);
@@ -465,30 +465,30 @@ static void test_debug_abi(void) {
     uint16_t x[] = { 0x3F80, 0x4000 };
     uint32_t out = 0x12345678;
     int64_t idx = 99;
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 0, &out), TGRAD_OK);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 0, 1, &out), TGRAD_OK);
     CHECK(out == 0x4040);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 1, 1, &out), TGRAD_OK);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 1, 2, &out), TGRAD_OK);
     CHECK(out == 0x3FC00000u);
     out = 7;
-    EXPECT(tgrad_debug_exact_sum(x, 2, 2, 1, 0, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, -1, 1, 0, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(NULL, 0, 2, 1, 0, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 5, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 2, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 0, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, -1, 1, 0, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(NULL, 1, 2, 1, 0, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 0, 3, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 2, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 0, 1, NULL), TGRAD_ERR_INVALID_ARGUMENT);
     CHECK(out == 7);
-    EXPECT(tgrad_debug_exact_sum(NULL, 0, 0, 1, 1, 0, &out), TGRAD_OK);
+    EXPECT(tgrad_debug_exact_sum(NULL, 1, 0, 1, 1, 1, &out), TGRAD_OK);
     CHECK(out == 0x7FC0);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 1, &out, &idx), TGRAD_OK);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 1, &out, &idx), TGRAD_OK);
     CHECK(out == 0x4000 && idx == 1);
     out = 7;
-    EXPECT(tgrad_debug_extrema(x, 0, 0, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 1, -2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 0, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 2, -2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_debug_extrema(x, 3, 2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 2, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 1, NULL, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 1, &out, NULL), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(NULL, 0, 2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 2, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 1, NULL, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 1, &out, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(NULL, 1, 2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
     CHECK(out == 7 && idx == 1);
 }
 

@@ -19,11 +19,11 @@ enum experimental_names {
     tgrad_debug_cpu_blocking,
     tgrad_debug_cpu_isa_rates,
     tgrad_debug_elementwise,
-    tgrad_debug_exact_sum,
-    tgrad_debug_extrema,
     tgrad_render_matmul,
     tgrad_render_copy,
-    tgrad_render_tensor,
+    tgrad_render_tensor, /* 8: main checks it */
+    tgrad_debug_exact_sum,
+    tgrad_debug_extrema,
 };
 struct tgrad_launch {
     int not_the_header_s;

@@ -325,19 +325,21 @@ def test_debug_entry_points_refuse_bad_arguments() -> None:
     x = ffi.new("uint16_t[]", [0x3F80, 0x4000])
     o, i = ffi.new("uint32_t *", 7), ffi.new("int64_t *", 9)
     s = lib.tgrad_debug_exact_sum
-    assert s(x, 2, 2, 1, 0, 0, o) == INVALID  # unknown dtype
-    assert s(x, 0, -1, 1, 0, 0, o) == INVALID
-    assert s(ffi.NULL, 0, 2, 1, 0, 0, o) == INVALID
-    assert s(x, 0, 2, 1, 0, 9, o) == INVALID  # unknown output dtype
-    assert s(x, 0, 2, 1, 3, 0, o) == INVALID  # mean neither 0 nor 1
-    assert s(x, 0, 2, 1, 0, 0, ffi.NULL) == INVALID
+    assert s(x, 0, 2, 1, 0, BF16, o) == INVALID  # unknown dtype
+    assert s(x, 4, 2, 1, 0, BF16, o) == INVALID  # int32: not summed by this engine
+    assert s(x, BF16, -1, 1, 0, BF16, o) == INVALID
+    assert s(ffi.NULL, BF16, 2, 1, 0, BF16, o) == INVALID
+    assert s(x, BF16, 2, 1, 0, 9, o) == INVALID  # unknown output dtype
+    assert s(x, BF16, 2, 1, 3, BF16, o) == INVALID  # mean neither 0 nor 1
+    assert s(x, BF16, 2, 1, 0, BF16, ffi.NULL) == INVALID
     e = lib.tgrad_debug_extrema
-    assert e(x, 0, 0, 1, 1, o, i) == INVALID  # the extremum of nothing
+    assert e(x, BF16, 0, 1, 1, o, i) == INVALID  # the extremum of nothing
     assert e(x, 5, 2, 1, 1, o, i) == INVALID
-    assert e(x, 0, -3, 1, 1, o, i) == INVALID
-    assert e(ffi.NULL, 0, 2, 1, 1, o, i) == INVALID
-    assert e(x, 0, 2, 1, 1, ffi.NULL, i) == INVALID
-    assert e(x, 0, 2, 1, 1, o, ffi.NULL) == INVALID
+    assert e(x, BF16, -3, 1, 1, o, i) == INVALID
+    assert e(ffi.NULL, BF16, 2, 1, 1, o, i) == INVALID
+    assert e(x, BF16, 2, 1, 1, ffi.NULL, i) == INVALID
+    assert e(x, BF16, 2, 1, 1, o, ffi.NULL) == INVALID
+    assert e(x, BF16, 2, 1, 2, o, i) == INVALID  # want_max neither 0 nor 1
     assert o[0] == 7 and i[0] == 9  # untouched
     with pytest.raises(tgrad.errors.InvalidArgumentError, match="extremum of nothing"):
-        tgrad.errors._check(e(x, 0, 0, 1, 1, o, i))
+        tgrad.errors._check(e(x, BF16, 0, 1, 1, o, i))

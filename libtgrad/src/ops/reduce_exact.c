@@ -340,7 +340,7 @@ int tg_extrema(const void *base, int dtype, int64_t n, int64_t stride, int want_
 /* ---- the debug entry points ------------------------------------------------------------------- */
 static tgrad_status check_args(const char *fn, const void *data, int32_t dtype, int64_t n) {
     if (dtype != TG_RDT_BF16 && dtype != TG_RDT_F32)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: dtype %d is neither 0 (bfloat16) nor 1 (float32)", fn,
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: dtype %d is neither 1 (bfloat16) nor 2 (float32)", fn,
                        (int)dtype);
     if (n < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: n = %lld < 0", fn, (long long)n);
     if (!data && n > 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: data is NULL with n = %lld", fn, (long long)n);
@@ -352,7 +352,7 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, in
     tgrad_status s = check_args("debug_exact_sum", data, dtype, n);
     if (s) return s;
     if (out_dtype != TG_RDT_BF16 && out_dtype != TG_RDT_F32)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum: out_dtype %d is neither 0 (bfloat16) nor 1 (float32)",
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum: out_dtype %d is neither 1 (bfloat16) nor 2 (float32)",
                        (int)out_dtype);
     if (mean != 0 && mean != 1)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum: mean = %d is neither 0 nor 1", (int)mean);

@@ -16,8 +16,12 @@
 
 #include "internal.h"
 
-/* Element and output dtypes of this engine. */
-enum { TG_RDT_BF16 = 0, TG_RDT_F32 = 1 };
+/* Element and output dtypes of this engine: tgrad.h's frozen dtype codes (TGRAD_DTYPE_BF16 = 1,
+ * TGRAD_DTYPE_F32 = 2), so that no caller translates. */
+enum { TG_RDT_BF16 = 1, TG_RDT_F32 = 2 };
+#if defined(TGRAD_DTYPE_BF16) && defined(TGRAD_DTYPE_F32)
+_Static_assert(TG_RDT_BF16 == TGRAD_DTYPE_BF16 && TG_RDT_F32 == TGRAD_DTYPE_F32, "the engine's dtype codes are tgrad.h's");
+#endif
 
 #define TG_EXACT_LIMBS 6 /* 384 bits */
 /* Bits of tg_exact_acc.flags */

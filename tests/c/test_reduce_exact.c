@@ -1,7 +1,7 @@
 /* The exact reductions (libtgrad/src/ops/reduce_exact.h) against a slow, obviously correct
  * reference: every finite value's integer significand added into an int64 bin per unit position
  * (value = m 2^(p - 149)), the bins folded into a base-2^32 big integer, and that integer rounded
- * bit by bit. Checked on every kernel (AVX512-BF16 where the CPU runs it, portable, strided),
+ * bit by bit. Checked on every kernel (AVX512-BF16 and AVX-512F where the CPU runs them, portable, strided),
  * under a hostile floating-point environment, with the data split and merged in any order, on
  * random and adversarial data (window edges, cancellation, subnormals, overflow, specials,
  * signed zeros, ties), plus the accumulator's range (2^40 and 2^100 largest values) and the
@@ -128,13 +128,20 @@ static uint32_t ref_result(const ref_sum *r, int64_t n_mean, int out) {
 }
 
 /* ---- the engine, one way or another ---- */
-enum { WAY_BEST, WAY_PORTABLE, WAY_SPLIT, WAY_HOSTILE, NWAYS };
-static const char *const way_name[NWAYS] = { "best", "portable", "split+merge", "hostile-env" };
+enum { WAY_BEST, WAY_PORTABLE, WAY_AVX512F, WAY_AVX512BF16, WAY_SPLIT, WAY_HOSTILE, NWAYS };
+static const char *const way_name[NWAYS] = { "best", "portable", "avx512f", "avx512bf16", "split+merge", "hostile-env" };
 
 static void engine(int way, const void *base, int dtype, int64_t n, int64_t stride, tg_exact_acc *out) {
     tg_exact_acc_init(out);
     if (way == WAY_PORTABLE) {
         tg_exact_add_portable(out, base, dtype, n, stride);
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    } else if (way == WAY_AVX512F && stride == 1 && tg_exact_avx512f_available()) { /* each kernel itself */
+        if (dtype == TG_RDT_BF16) tg_exact_add_bf16_avx512f(out, base, n, NULL, 0);
+        else tg_exact_add_f32_avx512f(out, base, n, NULL, 0);
+    } else if (way == WAY_AVX512BF16 && stride == 1 && dtype == TG_RDT_BF16 && tg_exact_avx512bf16_available()) {
+        tg_exact_add_bf16_avx512bf16(out, base, n, NULL, 0);
+#endif
     } else if (way == WAY_SPLIT) { /* random pieces, accumulated alone and merged last to first */
         tg_exact_acc parts[8];
         int np = 0;
@@ -232,22 +239,24 @@ static void test_random(void *buf, int64_t cap) {
     printf("random: %d cases\n", cases);
 }
 
-/* One block whose values sit exactly at the AVX512 kernel's window edges: the largest exponent E,
- * then values at E - 13, E - 14, E - 27, E - 28 (each case alone and mixed), for E around the
- * kernel's lower limit 34 and the top. */
-static void test_window_edges(uint16_t *buf) {
-    static const int Es[] = { 33, 34, 35, 47, 48, 61, 62, 100, 254 };
-    static const int offs[] = { 0, 1, 12, 13, 14, 15, 26, 27, 28, 29, 40 };
-    for (size_t ei = 0; ei < sizeof Es / sizeof *Es; ei++)
-        for (size_t oi = 0; oi < sizeof offs / sizeof *offs; oi++)
-            for (int n = 33; n <= 4096 + 33; n += 2048) {
-                int E = Es[ei];
-                for (int i = 0; i < n; i++) {
-                    int e = i == n / 2 ? E : (rnd() & 1) ? E - offs[oi] : (int)rnd_in(E - offs[oi], E);
-                    buf[i] = bf16_of((int)(rnd() & 1), e < 0 ? 0 : e, (uint32_t)rnd());
+/* One block whose values sit exactly at the SIMD kernels' window edges: the largest exponent E,
+ * then values at E - d for d around 13, 27 (AVX512-BF16), 27 (AVX-512F float32) and 43
+ * (AVX-512F bf16), each alone and mixed, for E around the kernels' lower limits and the top. */
+static void test_window_edges(void *buf) {
+    static const int Es[] = { 1, 2, 27, 28, 29, 33, 34, 35, 44, 45, 47, 48, 61, 62, 100, 254 };
+    static const int offs[] = { 0, 1, 12, 13, 14, 15, 26, 27, 28, 29, 40, 42, 43, 44, 45 };
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
+        for (size_t ei = 0; ei < sizeof Es / sizeof *Es; ei++)
+            for (size_t oi = 0; oi < sizeof offs / sizeof *offs; oi++)
+                for (int n = 33; n <= 4096 + 33; n += 2048) {
+                    int E = Es[ei];
+                    for (int i = 0; i < n; i++) {
+                        int e = i == n / 2 ? E : (rnd() & 1) ? E - offs[oi] : (int)rnd_in(E - offs[oi], E);
+                        if (dtype == TG_RDT_BF16) ((uint16_t *)buf)[i] = bf16_of((int)(rnd() & 1), e < 0 ? 0 : e, (uint32_t)rnd());
+                        else ((uint32_t *)buf)[i] = f32_of((int)(rnd() & 1), e < 0 ? 0 : e, (uint32_t)rnd());
+                    }
+                    check_all("window edges", buf, dtype, n, 1);
                 }
-                check_all("window edges", buf, TG_RDT_BF16, n, 1);
-            }
 }
 
 static void test_adversarial(void *buf) {
@@ -497,7 +506,8 @@ int main(void) {
     void *buf = malloc((size_t)cap * 4);
     if (!buf) return 2;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    printf("AVX512-BF16 kernel: %s\n", tg_exact_avx512bf16_available() ? "checked" : "not on this CPU (portable only)");
+    printf("AVX512-BF16 kernel: %s; AVX-512F kernels: %s\n", tg_exact_avx512bf16_available() ? "checked" : "not on this CPU",
+           tg_exact_avx512f_available() ? "checked" : "not on this CPU");
 #endif
     test_random(buf, cap);
     test_window_edges(buf);

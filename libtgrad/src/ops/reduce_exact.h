@@ -66,13 +66,17 @@ TG_HIDDEN void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t 
                              int mean, int out_dtype, uint32_t *out_bits);
 
 /* ---- kernels (the SIMD file and the tests) ---- */
-/* Which contiguous-bf16 kernel tg_exact_acc_add uses (after, after_n: the contiguous values the
- * caller sums next, or NULL: a hint to prefetch, never read): the tgrad_set_cpu_isa selection's
- * ("portable" forces the portable loops; "avx512bf16", or no forced choice, the AVX512-BF16
- * kernel where the CPU runs it). */
+/* The contiguous kernels tg_exact_acc_add uses (after, after_n: the contiguous values the caller
+ * sums next, or NULL: a hint to prefetch, never read), by the tgrad_set_cpu_isa selection: with
+ * no forced choice the most capable this CPU runs (bf16: AVX512-BF16, else AVX-512F; float32:
+ * AVX-512F); a forced "avx512bf16" or "avx512f" that kernel where it exists (float32 under
+ * "avx512bf16": AVX-512F); "avx2" and "portable" the portable loops. */
 typedef void (*tg_exact_bf16_kernel)(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                      int64_t after_n);
+typedef void (*tg_exact_f32_kernel)(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
+                                    int64_t after_n);
 TG_HIDDEN tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void);
+TG_HIDDEN tg_exact_f32_kernel tg_exact_f32_kernel_for_selection(void);
 /* The portable loops, always available: exact for any data. */
 TG_HIDDEN void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride);
 #if defined(TGRAD_HAVE_X86_VARIANTS)
@@ -81,6 +85,13 @@ TG_HIDDEN void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtyp
 TG_HIDDEN void tg_exact_add_bf16_avx512bf16(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                             int64_t after_n);
 TG_HIDDEN int tg_exact_avx512bf16_available(void);
+/* kernels/cpu/reduce_avx512f.c: contiguous float32, and bf16 widened, through exact double FMAs
+ * into int64 lanes; blocks it cannot take exactly go to tg_exact_add_portable. */
+TG_HIDDEN void tg_exact_add_f32_avx512f(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
+                                        int64_t after_n);
+TG_HIDDEN void tg_exact_add_bf16_avx512f(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                         int64_t after_n);
+TG_HIDDEN int tg_exact_avx512f_available(void);
 #endif
 
 /* Adds v * 2^(p - 149) to the accumulator (0 <= p <= 300, any int64 v). */

@@ -8,6 +8,7 @@
  * same bf16 data (what CPUs without AVX512-BF16 run); and 64 MiB of float32 (the same values).
  *
  *   ninja -C build tests/c/bench_reduce_exact && build/tests/c/bench_reduce_exact [reps]
+ *   TGRAD_CPU_ISA=avx2 build/tests/c/bench_reduce_exact   (the AVX2 kernels as "best")
  *
  * Linked from libtgrad's objects (the engine is hidden in the shared library). The data are
  * normal-like (a sum of four uniforms, rounded to bf16), the common case the window covers. */
@@ -130,6 +131,8 @@ int main(int argc, char **argv) {
     double bytes[NCASES] = { (double)n * 2, (double)n * 2, (double)n * 2, 4096.0 * 4096 * 2, 4096.0 * 4096 * 2,
                              4096.0 * 4096 * 2, 4096.0 * 4096 * 2, (double)n * 2, (double)n * 2 };
     double med[NCASES], *ratio = calloc((size_t)reps, sizeof(double));
+    printf("kernels: the CPU variant selection's (%s%s; TGRAD_CPU_ISA=avx2 or portable picks those)\n",
+           tgrad_cpu_isa_forced() ? "forced " : "auto, ", tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "the most capable");
     printf("single thread, %d repetitions, interleaved; 'of read': the median over repetitions of\n"
            "read time / case time (paired, so that the machine's drift cancels)\n", reps);
     for (int c = 0; c < NCASES; c++) {

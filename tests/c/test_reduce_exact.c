@@ -1,8 +1,9 @@
 /* The exact reductions (libtgrad/src/ops/reduce_exact.h) against a slow, obviously correct
  * reference: every finite value's integer significand added into an int64 bin per unit position
  * (value = m 2^(p - 149)), the bins folded into a base-2^32 big integer, and that integer rounded
- * bit by bit. Checked on every kernel (AVX512-BF16 and AVX-512F where the CPU runs them, portable, strided),
- * under a hostile floating-point environment, with the data split and merged in any order, on
+ * bit by bit. Checked on every kernel (AVX512-BF16, AVX-512F, AVX2 where the CPU runs them;
+ * portable; strided), under a hostile floating-point environment, with the data split and merged
+ * in any order, on
  * random and adversarial data (window edges, cancellation, subnormals, overflow, specials,
  * signed zeros, ties), plus the accumulator's range (2^40 and 2^100 largest values) and the
  * extrema's rules. Linked from libtgrad's objects (the engine is hidden). Prints "N passed, N failed". */
@@ -128,14 +129,18 @@ static uint32_t ref_result(const ref_sum *r, int64_t n_mean, int out) {
 }
 
 /* ---- the engine, one way or another ---- */
-enum { WAY_BEST, WAY_PORTABLE, WAY_AVX512F, WAY_AVX512BF16, WAY_SPLIT, WAY_HOSTILE, NWAYS };
-static const char *const way_name[NWAYS] = { "best", "portable", "avx512f", "avx512bf16", "split+merge", "hostile-env" };
+enum { WAY_BEST, WAY_PORTABLE, WAY_AVX2, WAY_AVX512F, WAY_AVX512BF16, WAY_SPLIT, WAY_HOSTILE, NWAYS };
+static const char *const way_name[NWAYS] = { "best",       "portable",    "avx2",       "avx512f",
+                                             "avx512bf16", "split+merge", "hostile-env" };
 
 static void engine(int way, const void *base, int dtype, int64_t n, int64_t stride, tg_exact_acc *out) {
     tg_exact_acc_init(out);
     if (way == WAY_PORTABLE) {
         tg_exact_add_portable(out, base, dtype, n, stride);
 #if defined(TGRAD_HAVE_X86_VARIANTS)
+    } else if (way == WAY_AVX2 && stride == 1 && tg_exact_avx2_available()) {
+        if (dtype == TG_RDT_BF16) tg_exact_add_bf16_avx2(out, base, n, NULL, 0);
+        else tg_exact_add_f32_avx2(out, base, n, NULL, 0);
     } else if (way == WAY_AVX512F && stride == 1 && tg_exact_avx512f_available()) { /* each kernel itself */
         if (dtype == TG_RDT_BF16) tg_exact_add_bf16_avx512f(out, base, n, NULL, 0);
         else tg_exact_add_f32_avx512f(out, base, n, NULL, 0);
@@ -506,8 +511,9 @@ int main(void) {
     void *buf = malloc((size_t)cap * 4);
     if (!buf) return 2;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    printf("AVX512-BF16 kernel: %s; AVX-512F kernels: %s\n", tg_exact_avx512bf16_available() ? "checked" : "not on this CPU",
-           tg_exact_avx512f_available() ? "checked" : "not on this CPU");
+    printf("AVX512-BF16 kernel: %s; AVX-512F kernels: %s; AVX2 kernels: %s\n",
+           tg_exact_avx512bf16_available() ? "checked" : "not on this CPU",
+           tg_exact_avx512f_available() ? "checked" : "not on this CPU", tg_exact_avx2_available() ? "checked" : "not on this CPU");
 #endif
     test_random(buf, cap);
     test_window_edges(buf);

@@ -22,10 +22,14 @@ from tgrad.conformance.exact import BF16, F32
 INVALID = lib.TGRAD_ERR_INVALID_ARGUMENT
 
 
-@pytest.fixture(params=["auto", "portable"])
+def _runnable() -> list[str]:
+    return [name for name, runs in tgrad.cpu_isas().items() if runs]
+
+
+@pytest.fixture(params=["auto", *_runnable()])
 def variant(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each test runs on the automatic choice (the AVX512-BF16 kernel where the CPU has it) and on
-    the portable loops."""
+    """Each test runs on the automatic choice and on every CPU variant this machine runs (each
+    selects its exact-sum kernels: AVX512-BF16, AVX-512F, AVX2, or the portable loops)."""
     before = tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto"
     tgrad.set_cpu_isa(request.param)
     try:
@@ -243,7 +247,7 @@ def test_same_bytes_on_every_variant() -> None:
     results = set()
     before = tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto"
     try:
-        for name in ["auto", *(name for name, runs in tgrad.cpu_isas().items() if runs)]:
+        for name in ["auto", *_runnable()]:
             tgrad.set_cpu_isa(name)
             results.add(tuple(_engine_sum(x, BF16, m, o) for m in (False, True) for o in (BF16, F32)))
     finally:

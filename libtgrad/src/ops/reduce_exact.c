@@ -159,6 +159,7 @@ tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void) {
     if (tg_exact_avx512bf16_available() && (!f || strcmp(name, "avx512bf16") == 0)) return tg_exact_add_bf16_avx512bf16;
     if (tg_exact_avx512f_available() && (!f || strcmp(name, "avx512f") == 0 || strcmp(name, "avx512bf16") == 0))
         return tg_exact_add_bf16_avx512f;
+    if (tg_exact_avx2_available() && (!f || strcmp(name, "avx2") == 0)) return tg_exact_add_bf16_avx2;
 #endif
     return add_bf16_portable;
 }
@@ -169,6 +170,7 @@ tg_exact_f32_kernel tg_exact_f32_kernel_for_selection(void) {
     int f = forced(&name);
     if (tg_exact_avx512f_available() && (!f || strcmp(name, "avx512f") == 0 || strcmp(name, "avx512bf16") == 0))
         return tg_exact_add_f32_avx512f;
+    if (tg_exact_avx2_available() && (!f || strcmp(name, "avx2") == 0)) return tg_exact_add_f32_avx2;
 #endif
     return add_f32_portable;
 }

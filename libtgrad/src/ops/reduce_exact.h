@@ -68,9 +68,9 @@ TG_HIDDEN void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t 
 /* ---- kernels (the SIMD file and the tests) ---- */
 /* The contiguous kernels tg_exact_acc_add uses (after, after_n: the contiguous values the caller
  * sums next, or NULL: a hint to prefetch, never read), by the tgrad_set_cpu_isa selection: with
- * no forced choice the most capable this CPU runs (bf16: AVX512-BF16, else AVX-512F; float32:
- * AVX-512F); a forced "avx512bf16" or "avx512f" that kernel where it exists (float32 under
- * "avx512bf16": AVX-512F); "avx2" and "portable" the portable loops. */
+ * no forced choice the most capable this CPU runs (bf16: AVX512-BF16, AVX-512F, AVX2; float32:
+ * AVX-512F, AVX2); a forced "avx512bf16", "avx512f" or "avx2" that kernel where it exists
+ * (float32 under "avx512bf16": AVX-512F); "portable" the portable loops. */
 typedef void (*tg_exact_bf16_kernel)(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                      int64_t after_n);
 typedef void (*tg_exact_f32_kernel)(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
@@ -92,6 +92,12 @@ TG_HIDDEN void tg_exact_add_f32_avx512f(tg_exact_acc *a, const uint32_t *x, int6
 TG_HIDDEN void tg_exact_add_bf16_avx512f(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                          int64_t after_n);
 TG_HIDDEN int tg_exact_avx512f_available(void);
+/* kernels/cpu/reduce_avx2.c: the same method on 256-bit vectors (AVX2 and FMA). */
+TG_HIDDEN void tg_exact_add_f32_avx2(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
+                                     int64_t after_n);
+TG_HIDDEN void tg_exact_add_bf16_avx2(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                      int64_t after_n);
+TG_HIDDEN int tg_exact_avx2_available(void);
 #endif
 
 /* Adds v * 2^(p - 149) to the accumulator (0 <= p <= 300, any int64 v). */

@@ -53,14 +53,15 @@ static void read_all(const void *data, int64_t bytes) {
     read_sink = x0[0] ^ x0[1];
 }
 
-enum { READ, SUM_BEST, SUM_PORTABLE, ROWS_BEST, ROWS_PORTABLE, ROW_L1, ROW_L1_PORTABLE, SUM_BF16_F, SUM_F32, NCASES };
+enum { READ, SUM_BEST, SUM_PORTABLE, ROWS_BEST, ROWS_PORTABLE, ROW_L1, ROW_L1_PORTABLE, SUM_BF16_F, SUM_F32, COLS, NCASES };
 static const char *const names[NCASES] = { "read bandwidth (plain read loop)", "exact sum, 64 MiB, best kernel",
                                            "exact sum, 64 MiB, portable", "row sums [4096,4096], best kernel",
                                            "row sums [4096,4096], portable",
                                            "one 4096 row x 4096, in L1, best kernel",
                                            "one 4096 row x 4096, in L1, portable",
                                            "exact sum, 64 MiB, avx512f kernel (bf16)",
-                                           "exact sum, 64 MiB float32, best kernel" };
+                                           "exact sum, 64 MiB float32, best kernel",
+                                           "column sums [4096,4096] (tg_exact_cols)" };
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 15;
@@ -90,7 +91,10 @@ int main(int argc, char **argv) {
         for (int c = 0; c < NCASES; c++) {
             tg_exact_acc a;
             double t0 = now_s();
-            if (c == SUM_BF16_F || c == SUM_F32) {
+            if (c == COLS) {
+                tg_exact_cols(x, TG_RDT_BF16, 4096, 4096, 4096, 1, 0, TG_RDT_BF16, rows_out);
+                sink = rows_out[4095];
+            } else if (c == SUM_BF16_F || c == SUM_F32) {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
                 tg_exact_acc_init(&a);
                 if (c == SUM_BF16_F && tg_exact_avx512f_available()) tg_exact_add_bf16_avx512f(&a, x, n, NULL, 0);
@@ -129,7 +133,7 @@ int main(int argc, char **argv) {
             t[c][r] = now_s() - t0;
         }
     double bytes[NCASES] = { (double)n * 2, (double)n * 2, (double)n * 2, 4096.0 * 4096 * 2, 4096.0 * 4096 * 2,
-                             4096.0 * 4096 * 2, 4096.0 * 4096 * 2, (double)n * 2, (double)n * 2 };
+                             4096.0 * 4096 * 2, 4096.0 * 4096 * 2, (double)n * 2, (double)n * 2, 4096.0 * 4096 * 2 };
     double med[NCASES], *ratio = calloc((size_t)reps, sizeof(double));
     printf("kernels: the CPU variant selection's (%s%s; TGRAD_CPU_ISA=avx2 or portable picks those)\n",
            tgrad_cpu_isa_forced() ? "forced " : "auto, ", tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "the most capable");

@@ -410,6 +410,50 @@ static void test_rows(void *buf) {
         }
 }
 
+/* tg_exact_cols: each column's sum and mean as tg_exact_add_portable gives it over the column's
+ * stride, for chunks of 64 columns and blocks of 4096 rows (sizes around both), column strides 1,
+ * 2 and -1, and columns holding a NaN, an inf, only -0.0, only zeros, a tiny value, a wide spread. */
+static void test_cols(void *buf) {
+    static uint32_t out[200];
+    static const int64_t shapes[][2] = { { 1, 1 }, { 3, 70 }, { 4097, 3 }, { 100, 130 }, { 9, 64 }, { 0, 3 }, { 5000, 2 } };
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (int cs = -1; cs <= 2; cs++) {
+                if (cs == 0) continue;
+                int64_t rows = shapes[si][0], cols = shapes[si][1], acs = cs < 0 ? 1 : cs;
+                int64_t rs = cols * acs + 1; /* a padded row; rows * rs <= 28,679 fits the buffer */
+                size_t es = dtype == TG_RDT_BF16 ? 2 : 4;
+                fill(buf, dtype, rows * rs + 1, (int)rnd_in(40, 200), (int)rnd_in(0, 50), 10);
+                for (int64_t c = 0; c < cols && rows > 0; c += 7) { /* special columns */
+                    int kind = (int)(c / 7 % 5);
+                    for (int64_t r = 0; r < rows; r++) {
+                        int64_t at = r * rs + c * acs;
+                        uint32_t v = kind == 0 ? (r == rows / 2 ? 0x7FC00000u : 0x3F800000u)
+                                   : kind == 1 ? (r == 0 ? 0xFF800000u : 0x40000000u)
+                                   : kind == 2 ? 0x80000000u
+                                   : kind == 3 ? (r & 1) * 0x80000000u
+                                               : (r == 1 ? 0x00000005u : 0x7E000000u);
+                        if (dtype == TG_RDT_BF16) ((uint16_t *)buf)[at] = (uint16_t)(v >> 16 | (kind == 4 && r == 1));
+                        else ((uint32_t *)buf)[at] = v;
+                    }
+                }
+                const char *base = (const char *)buf + (cs < 0 ? (size_t)(cols - 1) * es : 0);
+                for (int mean = 0; mean < 2; mean++)
+                    for (int o = TG_RDT_BF16; o <= TG_RDT_F32; o++) {
+                        /* the portable loops (forced) and the CPU's kernel, alternately */
+                        EXPECT(tgrad_set_cpu_isa((mean + o) & 1 ? "portable" : "auto"), TGRAD_OK);
+                        tg_exact_cols(base, dtype, rows, rs, cols, cs < 0 ? -1 : acs, mean, o, out);
+                        EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+                        for (int64_t c = 0; c < cols; c++) {
+                            tg_exact_acc a;
+                            tg_exact_acc_init(&a);
+                            tg_exact_add_portable(&a, base + (cs < 0 ? -c : c * acs) * (int64_t)es, dtype, rows, rs);
+                            CHECK(out[c] == (mean ? tg_exact_acc_round_div(&a, rows, o) : tg_exact_acc_round(&a, o)));
+                        }
+                    }
+            }
+}
+
 /* ---- extrema ---- */
 static int64_t ref_extremum(const void *base, int dtype, int64_t n, int64_t stride, int want_max) {
     uint32_t sign = dtype == TG_RDT_BF16 ? 0x8000u : 0x80000000u, inf = dtype == TG_RDT_BF16 ? 0x7F80u : 0x7F800000u;
@@ -520,6 +564,7 @@ int main(void) {
     test_adversarial(buf);
     test_range();
     test_rows(buf);
+    test_cols(buf);
     test_extrema(buf);
     test_debug_abi();
     free(buf);

@@ -199,6 +199,90 @@ void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t row_stride
     }
 }
 
+/* ---- column sums: many accumulators, each row read once --------------------------------------
+ * Chunks of COLS_W columns over blocks of BLOCK rows. Per column and block, as block_portable:
+ * the largest and smallest nonzero magnitudes set the column's window; in-window values are
+ * integers below 2^50 in its units, BLOCK of them below 2^62 in the column's int64; a column with
+ * inf/NaN or only zeros goes value by value, values below a window one at a time. */
+#define COLS_W 64
+static inline __attribute__((always_inline)) void cols_block(tg_exact_acc *acc, const void *base, int dtype, int64_t h,
+                                                             int64_t rs, int w, int64_t cs, const int P, const int W) {
+    const uint16_t *x16 = base;
+    const uint32_t *x32 = base;
+    const uint32_t sign = 1u << (P + 7), magmask = sign - 1, inf = 0xFFu << (P - 1);
+#define AT(r, c) (P == 8 ? (uint32_t)x16[(r) * rs + (c) * cs] : x32[(r) * rs + (c) * cs])
+    uint32_t mx[COLS_W], mn[COLS_W];
+    int lo[COLS_W], low[COLS_W];
+    int64_t sum[COLS_W];
+    const int unit = P == 8 ? 15 : -1; /* value = m 2^(e + unit - 149) */
+    for (int c = 0; c < w; c++) mx[c] = 0, mn[c] = ~0u, sum[c] = 0;
+    for (int64_t r = 0; r < h; r++)
+        for (int c = 0; c < w; c++) {
+            uint32_t m = AT(r, c) & magmask;
+            mx[c] = m > mx[c] ? m : mx[c];
+            mn[c] = m - 1 < mn[c] ? m - 1 : mn[c];
+        }
+    for (int c = 0; c < w; c++) {
+        acc[c].flags |= TG_EXACT_NONEMPTY;
+        lo[c] = 1000, low[c] = 0; /* skipped by the main loop: every shift is negative */
+        if (mx[c] >= inf) {
+            for (int64_t r = 0; r < h; r++) add_one(&acc[c], AT(r, c), dtype);
+        } else if (mx[c] == 0) {
+            for (int64_t r = 0; r < h; r++)
+                if (AT(r, c) != sign) { acc[c].flags |= TG_EXACT_NOT_NEGZERO; break; }
+        } else {
+            acc[c].flags |= TG_EXACT_NOT_NEGZERO;
+            int top = (int)(mx[c] >> (P - 1)) > 1 ? (int)(mx[c] >> (P - 1)) : 1;
+            lo[c] = top - W > 1 ? top - W : 1;
+            low[c] = (int)((mn[c] + 1) >> (P - 1)) < lo[c];
+        }
+    }
+    for (int64_t r = 0; r < h; r++)
+        for (int c = 0; c < w; c++) {
+            uint32_t b = AT(r, c);
+            uint32_t e = (b >> (P - 1)) & 0xFF;
+            int64_t m = (int64_t)((b & ((1u << (P - 1)) - 1)) | ((uint32_t)(e != 0) << (P - 1)));
+            int64_t neg = -(int64_t)(b >> (P + 7));
+            int ee = e > 0 ? (int)e : 1, sh = ee - lo[c];
+            int64_t v = sh >= 0 ? m << (sh & 63) : 0;
+            sum[c] += (v ^ neg) - neg;
+            if (low[c] && sh < 0 && m) tg_exact_acc_add_scaled(&acc[c], (m ^ neg) - neg, ee + unit);
+        }
+#undef AT
+    for (int c = 0; c < w; c++)
+        if (lo[c] != 1000) tg_exact_acc_add_scaled(&acc[c], sum[c], lo[c] + unit);
+}
+
+void tg_exact_cols(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride,
+                   int mean, int out_dtype, uint32_t *out_bits) {
+    int64_t es = dtype == TG_RDT_BF16 ? 2 : 4;
+    int simd = 0;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    simd = col_stride == 1 && tg_exact_f32_kernel_for_selection() == tg_exact_add_f32_avx512f;
+#endif
+    int64_t rblock = simd ? 1024 : BLOCK; /* the kernel's lanes hold at most 2048 values */
+    tg_exact_acc acc[COLS_W];
+    for (int64_t c0 = 0; c0 < cols; c0 += COLS_W) {
+        int w = cols - c0 < COLS_W ? (int)(cols - c0) : COLS_W;
+        for (int c = 0; c < w; c++) tg_exact_acc_init(&acc[c]);
+        for (int64_t r0 = 0; r0 < rows; r0 += rblock) {
+            int64_t h = rows - r0 < rblock ? rows - r0 : rblock;
+            const char *p = (const char *)base + (r0 * row_stride + c0 * col_stride) * es;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+            if (simd) {
+                for (int c = 0; c < w; c += 16)
+                    tg_exact_cols16_avx512f(acc + c, p + c * es, dtype, h, row_stride, w - c < 16 ? w - c : 16);
+                continue;
+            }
+#endif
+            if (dtype == TG_RDT_BF16) cols_block(acc, p, dtype, h, row_stride, w, col_stride, 8, 42);
+            else cols_block(acc, p, dtype, h, row_stride, w, col_stride, 24, 26);
+        }
+        for (int c = 0; c < w; c++)
+            out_bits[c0 + c] = mean ? tg_exact_acc_round_div(&acc[c], rows, out_dtype) : tg_exact_acc_round(&acc[c], out_dtype);
+    }
+}
+
 /* ---- rounding --------------------------------------------------------------------------------- */
 static int top_bit(const uint64_t *q, int nl) { /* -1 for zero */
     for (int i = nl - 1; i >= 0; i--)

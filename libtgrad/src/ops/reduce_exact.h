@@ -65,6 +65,13 @@ TG_HIDDEN int tg_extrema(const void *base, int dtype, int64_t n, int64_t stride,
 TG_HIDDEN void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t n, int64_t stride,
                              int mean, int out_dtype, uint32_t *out_bits);
 
+/* The sum or mean over rows of each of `cols` columns: out_bits[c] reduces the `rows` values
+ * base[r * row_stride + c * col_stride] (a reduction over a non-innermost axis: each row is read
+ * once, in order, for many columns at a time; contiguous columns take the AVX-512F kernel where
+ * the CPU variant selection allows it, as tg_exact_f32_kernel_for_selection does). */
+TG_HIDDEN void tg_exact_cols(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t cols,
+                             int64_t col_stride, int mean, int out_dtype, uint32_t *out_bits);
+
 /* ---- kernels (the SIMD file and the tests) ---- */
 /* The contiguous kernels tg_exact_acc_add uses (after, after_n: the contiguous values the caller
  * sums next, or NULL: a hint to prefetch, never read), by the tgrad_set_cpu_isa selection: with
@@ -92,6 +99,9 @@ TG_HIDDEN void tg_exact_add_f32_avx512f(tg_exact_acc *a, const uint32_t *x, int6
 TG_HIDDEN void tg_exact_add_bf16_avx512f(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                          int64_t after_n);
 TG_HIDDEN int tg_exact_avx512f_available(void);
+/* w <= 16 contiguous columns over h <= 2048 rows (row stride rs elements) into acc[0 .. w-1]:
+ * tg_exact_cols's kernel. */
+TG_HIDDEN void tg_exact_cols16_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w);
 /* kernels/cpu/reduce_avx2.c: the same method on 256-bit vectors (AVX2 and FMA). */
 TG_HIDDEN void tg_exact_add_f32_avx2(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
                                      int64_t after_n);

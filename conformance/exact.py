@@ -27,6 +27,7 @@ __all__ = [
     "mean_bits",
     "round_to",
     "sum_bits",
+    "sum_mean_bits",
     "value_of",
 ]
 
@@ -146,6 +147,18 @@ def mean_bits(bits: np.ndarray, dtype: int, out_dtype: int) -> int:
         return _FMT[out_dtype][3]
     total = Fraction(exact_sum_units(flat, dtype)) * UNIT / flat.size
     return _finish(total, flat, dtype, out_dtype)
+
+
+def sum_mean_bits(bits: np.ndarray, dtype: int) -> dict[tuple[bool, int], int]:
+    """sum_bits and mean_bits for both output dtypes at once, keyed (mean, out_dtype): the exact
+    sum is found once."""
+    flat = np.asarray(bits).ravel()
+    total = Fraction(exact_sum_units(flat, dtype)) * UNIT
+    result = {}
+    for out in (BF16, F32):
+        result[(False, out)] = _finish(total, flat, dtype, out)
+        result[(True, out)] = _FMT[out][3] if flat.size == 0 else _finish(total / flat.size, flat, dtype, out)
+    return result
 
 
 def extremum_index(bits: Iterable[int], dtype: int, want_max: bool) -> int:

@@ -10,6 +10,8 @@
  *   ninja -C build tests/c/bench_reduce_exact && build/tests/c/bench_reduce_exact [reps]
  *   TGRAD_CPU_ISA=avx2 build/tests/c/bench_reduce_exact   (the AVX2 kernels as "best")
  *
+ * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared VM the
+ * wall clock also runs while other processes hold the core.
  * Linked from libtgrad's objects (the engine is hidden in the shared library). The data are
  * normal-like (a sum of four uniforms, rounded to bf16), the common case the window covers. */
 #ifndef _GNU_SOURCE
@@ -22,9 +24,11 @@
 
 #include "../libtgrad/src/ops/reduce_exact.h"
 
+/* CPU time of this thread: on a shared machine wall time also counts other processes' slices
+ * (docs/performance.md); a memory-bound loop's CPU time still includes its stalls. */
 static double now_s(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 static int by_value(const void *x, const void *y) {
@@ -137,8 +141,8 @@ int main(int argc, char **argv) {
     double med[NCASES], *ratio = calloc((size_t)reps, sizeof(double));
     printf("kernels: the CPU variant selection's (%s%s; TGRAD_CPU_ISA=avx2 or portable picks those)\n",
            tgrad_cpu_isa_forced() ? "forced " : "auto, ", tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "the most capable");
-    printf("single thread, %d repetitions, interleaved; 'of read': the median over repetitions of\n"
-           "read time / case time (paired, so that the machine's drift cancels)\n", reps);
+    printf("single thread, %d repetitions, interleaved, thread CPU time; 'of read': the median over\n"
+           "repetitions of read time / case time (paired, so that the machine's drift cancels)\n", reps);
     for (int c = 0; c < NCASES; c++) {
         for (int r = 0; r < reps; r++) ratio[r] = (t[READ][r] / bytes[READ]) / (t[c][r] / bytes[c]);
         qsort(ratio, (size_t)reps, sizeof(double), by_value);

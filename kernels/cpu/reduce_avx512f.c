@@ -118,64 +118,93 @@ int tg_exact_avx512f_available(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
-/* Column sums (tg_exact_cols): w <= 16 contiguous columns over h <= 2048 rows (row stride rs
- * elements) into acc[0 .. w-1]. Each lane is one column, with its own window from a first pass
- * over the rows (bf16 widened to float32 bits; the window's ulp u is 2^(Elo - 150) for float32,
- * 2^(Elo - 134) for bf16, whose window is W = 43 as in the row kernel);
- * |v| < 2^51 per value and at most 2048 values per lane keep the int64 lane below 2^62. A column
- * its window cannot take (inf/NaN, a value below the window, a subnormal, only zeros) is masked
- * out of the loads and summed by tg_exact_add_portable over its stride. */
-void tg_exact_cols16_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w) {
-    const int bf16 = dtype == TG_RDT_BF16, W = bf16 ? 43 : 27;
-    const __mmask16 wmask = (__mmask16)((1u << w) - 1);
+/* Column sums (tg_exact_cols): w <= TG_EXACT_COLS_PANEL contiguous columns over h <= 2048 rows
+ * (row stride rs elements) into acc[0 .. w-1]. Rows are read whole (a row stride that is a power
+ * of two would map a column walk onto a few cache sets); the per-column state lives in arrays,
+ * one 16-lane vector per 16 columns. Each lane is one column, with its own window from a first
+ * pass over the rows (bf16 widened to float32 bits; the window's ulp u is 2^(Elo - 150) for
+ * float32, 2^(Elo - 134) for bf16, whose window is W = 43 as in the row kernel); |v| < 2^51 per
+ * value and at most 2048 values per lane keep the int64 lane below 2^62. A column its window
+ * cannot take (inf/NaN, a value below the window, a subnormal, only zeros) is masked out of the
+ * loads and summed by tg_exact_add_portable over its stride. */
+void tg_exact_cols_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w) {
+    enum { NCH = TG_EXACT_COLS_PANEL / 16 };
+    const int bf16 = dtype == TG_RDT_BF16, W = bf16 ? 43 : 27, es = bf16 ? 2 : 4;
+    const int nch = (w + 15) / 16;
     const __m512i magmask = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1);
-#define ROW(r, mask)                                                                                                 \
-    (bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, (const uint16_t *)base + (r) * rs)), \
-                              16)                                                                                    \
-          : _mm512_maskz_loadu_epi32(mask, (const uint32_t *)base + (r) * rs))
-    __m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(-1);
-    for (int64_t r = 0; r < h; r++) {
-        __m512i m = _mm512_and_si512(ROW(r, wmask), magmask);
-        vmax = _mm512_max_epu32(vmax, m);
-        vmin = _mm512_min_epu32(vmin, _mm512_sub_epi32(m, one));
+    __m512i vmax[NCH], vmin[NCH], a0[NCH], a1[NCH];
+    __m512d s0[NCH], s1[NCH];
+    __mmask16 wm[NCH], ok[NCH];
+    for (int k = 0; k < nch; k++) {
+        int left = w - 16 * k;
+        wm[k] = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1);
+        vmax[k] = _mm512_setzero_si512(), vmin[k] = _mm512_set1_epi32(-1);
+        a0[k] = a1[k] = _mm512_setzero_si512();
     }
-    uint32_t mx[16], mn[16];
-    int32_t lo[16];
-    _mm512_storeu_si512(mx, vmax);
-    _mm512_storeu_si512(mn, vmin);
-    __mmask16 ok = 0;
-    for (int c = 0; c < w; c++) {
-        int E = (int)(mx[c] >> 23), Emin = (int)((mn[c] + 1u) >> 23);
-        lo[c] = E - W > 1 ? E - W : 1;
-        if (mx[c] != 0 && E != 255 && mn[c] != ~0u && Emin >= lo[c]) {
-            ok |= (__mmask16)(1u << c);
-            acc[c].flags |= TG_EXACT_NONEMPTY | TG_EXACT_NOT_NEGZERO;
-        } else {
-            lo[c] = 1;
-            tg_exact_add_portable(&acc[c], (const char *)base + c * (bf16 ? 2 : 4), dtype, h, rs);
+#define LOAD(row, k, mask)                                                                                         \
+    (bf16 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, (const uint16_t *)(row) + 16 * (k))), 16) \
+          : _mm512_maskz_loadu_epi32(mask, (const uint32_t *)(row) + 16 * (k)))
+    for (int64_t r = 0; r < h; r += 4) { /* four rows per visit of a column's state */
+        const char *row = (const char *)base + r * rs * es;
+        int rows4 = h - r < 4 ? (int)(h - r) : 4;
+        for (int k = 0; k < nch; k++) {
+            __m512i mxk = vmax[k], mnk = vmin[k];
+            for (int j = 0; j < rows4; j++) {
+                __m512i m = _mm512_and_si512(LOAD(row + j * rs * es, k, wm[k]), magmask);
+                mxk = _mm512_max_epu32(mxk, m);
+                mnk = _mm512_min_epu32(mnk, _mm512_sub_epi32(m, one));
+            }
+            vmax[k] = mxk, vmin[k] = mnk;
         }
     }
-    for (int c = w; c < 16; c++) lo[c] = 1;
-    if (!ok) return;
-    /* per lane 1/u = 2^(150 - lo) (bf16: 2^(134 - lo)) as a double: exponent field that + 1023 */
     const int ulp0 = bf16 ? 134 : 150, unit = bf16 ? 15 : -1; /* u = 2^(lo - ulp0) = 2^(lo + unit - 149) */
-    __m512i e = _mm512_sub_epi32(_mm512_set1_epi32(ulp0 + 1023), _mm512_loadu_si512(lo));
-    const __m512d s0 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(e)), 52));
-    const __m512d s1 = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(e, 1)), 52));
-    const __m512d magic = _mm512_castsi512_pd(_mm512_set1_epi64(MAGIC));
-    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
-    for (int64_t r = 0; r < h; r++) {
-        __m512 v = _mm512_castsi512_ps(ROW(r, ok));
-        __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-        __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-        a0 = _mm512_add_epi64(a0, _mm512_castpd_si512(_mm512_fmadd_pd(d0, s0, magic)));
-        a1 = _mm512_add_epi64(a1, _mm512_castpd_si512(_mm512_fmadd_pd(d1, s1, magic)));
+    int32_t lo[TG_EXACT_COLS_PANEL];
+    for (int k = 0; k < nch; k++) {
+        uint32_t mx[16], mn[16];
+        _mm512_storeu_si512(mx, vmax[k]);
+        _mm512_storeu_si512(mn, vmin[k]);
+        ok[k] = 0;
+        for (int l = 0; l < 16 && 16 * k + l < w; l++) {
+            int c = 16 * k + l, E = (int)(mx[l] >> 23), Emin = (int)((mn[l] + 1u) >> 23);
+            lo[c] = E - W > 1 ? E - W : 1;
+            if (mx[l] != 0 && E != 255 && mn[l] != ~0u && Emin >= lo[c]) {
+                ok[k] |= (__mmask16)(1u << l);
+                acc[c].flags |= TG_EXACT_NONEMPTY | TG_EXACT_NOT_NEGZERO;
+            } else {
+                lo[c] = 1;
+                tg_exact_add_portable(&acc[c], (const char *)base + c * es, dtype, h, rs);
+            }
+        }
+        for (int l = w - 16 * k; l < 16; l++) lo[16 * k + l] = 1; /* past the last column */
+        /* per lane 1/u = 2^(ulp0 - lo) as a double: exponent field ulp0 - lo + 1023 */
+        __m512i e = _mm512_sub_epi32(_mm512_set1_epi32(ulp0 + 1023), _mm512_loadu_si512(lo + 16 * k));
+        s0[k] = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(e)), 52));
+        s1[k] = _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(e, 1)), 52));
     }
-#undef ROW
-    int64_t sums[16];
+    const __m512d magic = _mm512_castsi512_pd(_mm512_set1_epi64(MAGIC));
+    for (int64_t r = 0; r < h; r += 4) {
+        const char *row = (const char *)base + r * rs * es;
+        int rows4 = h - r < 4 ? (int)(h - r) : 4;
+        for (int k = 0; k < nch; k++) {
+            __m512i x0 = a0[k], x1 = a1[k];
+            for (int j = 0; j < rows4; j++) {
+                __m512 v = _mm512_castsi512_ps(LOAD(row + j * rs * es, k, ok[k]));
+                __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+                __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+                x0 = _mm512_add_epi64(x0, _mm512_castpd_si512(_mm512_fmadd_pd(d0, s0[k], magic)));
+                x1 = _mm512_add_epi64(x1, _mm512_castpd_si512(_mm512_fmadd_pd(d1, s1[k], magic)));
+            }
+            a0[k] = x0, a1[k] = x1;
+        }
+    }
+#undef LOAD
     const __m512i km = _mm512_set1_epi64((int64_t)((uint64_t)h * (uint64_t)MAGIC));
-    _mm512_storeu_si512(sums, _mm512_sub_epi64(a0, km));
-    _mm512_storeu_si512(sums + 8, _mm512_sub_epi64(a1, km));
-    for (int c = 0; c < w; c++)
-        if (ok & (1u << c)) tg_exact_acc_add_scaled(&acc[c], sums[c], lo[c] + unit);
+    for (int k = 0; k < nch; k++) {
+        if (!ok[k]) continue;
+        int64_t sums[16];
+        _mm512_storeu_si512(sums, _mm512_sub_epi64(a0[k], km));
+        _mm512_storeu_si512(sums + 8, _mm512_sub_epi64(a1[k], km));
+        for (int l = 0; l < 16; l++)
+            if (ok[k] & (1u << l)) tg_exact_acc_add_scaled(&acc[16 * k + l], sums[l], lo[16 * k + l] + unit);
+    }
 }

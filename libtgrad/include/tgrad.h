@@ -426,6 +426,14 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, in
                                              int32_t out_dtype, uint32_t *out_bits);
 TGRAD_API tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t want_max,
                                            uint32_t *value_bits, int64_t *index);
+/* The same sums over one axis of a 2-D view: element (r, c) is data[r * row_stride + c * col_stride];
+ * axis = 1 reduces each row (out_bits[r], r < rows: what a reduction over the last axis runs,
+ * the next row prefetched), axis = 0 each column (out_bits[c], c < cols: every row read once for
+ * many columns). Errors as tgrad_debug_exact_sum's, and for an axis other than 0 or 1, rows or
+ * cols < 0, or out_bits NULL with outputs to write. */
+TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
+                                                int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
+                                                int32_t out_dtype, uint32_t *out_bits);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

@@ -414,8 +414,8 @@ static void test_rows(void *buf) {
  * stride, for chunks of 64 columns and blocks of 4096 rows (sizes around both), column strides 1,
  * 2 and -1, and columns holding a NaN, an inf, only -0.0, only zeros, a tiny value, a wide spread. */
 static void test_cols(void *buf) {
-    static uint32_t out[200];
-    static const int64_t shapes[][2] = { { 1, 1 }, { 3, 70 }, { 4097, 3 }, { 100, 130 }, { 9, 64 }, { 0, 3 }, { 5000, 2 } };
+    static uint32_t out[1200];
+    static const int64_t shapes[][2] = { { 1, 1 }, { 3, 70 }, { 4097, 3 }, { 100, 130 }, { 9, 64 }, { 0, 3 }, { 5000, 2 }, { 3, 1100 }, { 300, 40 } };
     for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
             for (int cs = -1; cs <= 2; cs++) {

@@ -24,6 +24,7 @@ enum experimental_names {
     tgrad_render_tensor, /* 8: main checks it */
     tgrad_debug_exact_sum,
     tgrad_debug_extrema,
+    tgrad_debug_exact_sum_2d,
 };
 struct tgrad_launch {
     int not_the_header_s;

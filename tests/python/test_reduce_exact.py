@@ -257,6 +257,56 @@ def test_same_bytes_on_every_variant() -> None:
     assert results == {want}
 
 
+def _engine_2d(bits: np.ndarray, dtype: int, axis: int, mean: bool, out: int, transpose: bool = False) -> list[int]:
+    """bits is a C-contiguous [rows, cols] array; with transpose, the engine reads its transpose."""
+    a = np.ascontiguousarray(bits)
+    rows, cols = a.shape
+    rs, cs = cols, 1
+    if transpose:
+        rows, cols, rs, cs = cols, rows, 1, cols
+    n_out = rows if axis == 1 else cols
+    o = ffi.new("uint32_t[]", max(n_out, 1))
+    buf = ffi.from_buffer("uint16_t[]" if dtype == BF16 else "uint32_t[]", a)
+    assert lib.tgrad_debug_exact_sum_2d(buf, dtype, rows, rs, cols, cs, axis, int(mean), out, o) == 0
+    return [int(o[i]) for i in range(n_out)]
+
+
+_REFS_2D: dict[tuple[int, ...], list[dict[tuple[bool, int], int]]] = {}  # the oracle's answers, per case
+
+
+def _matrix(rows: int, cols: int) -> np.ndarray:
+    rng = np.random.default_rng(rows * 10007 + cols)
+    x = (rng.standard_normal((rows, cols)) * 2.0 ** rng.integers(-30, 1, (rows, cols))).astype(np.float32)
+    if rows > 2 and cols > 4:
+        x[1, 0] = np.nan
+        x[:, 1] = np.float32(-0.0)
+        x[2, 2] = np.inf
+        x[:, 3] = np.float32(3e30)
+        x[0, 3] = np.float32(1e-30)
+    return x
+
+
+def test_rows_and_columns_of_a_matrix(variant: str) -> None:
+    """Sums over the last axis (rows, the next one prefetched) and over the first (columns, each
+    row read once), through views and their transposes, against the oracle per row or column;
+    columns with a NaN, an inf, only -0.0, a tiny value beside large ones."""
+    for rows, cols in ((1, 1), (3, 70), (600, 5), (5, 600), (0, 4), (4, 0)):
+        x = _matrix(rows, cols)
+        for dtype, bits in ((BF16, _bf16(x)), (F32, _f32(x))):
+            for transpose in (False, True):
+                view = bits.T if transpose else bits
+                for axis in (0, 1):
+                    key = (rows, cols, dtype, transpose, axis)
+                    if key not in _REFS_2D:
+                        lines = [view[r, :] for r in range(view.shape[0])] if axis == 1 else [
+                            view[:, c] for c in range(view.shape[1])]
+                        _REFS_2D[key] = [exact.sum_mean_bits(line, dtype) for line in lines]
+                    for mean in (False, True):
+                        for out in (BF16, F32):
+                            got = _engine_2d(bits, dtype, axis, mean, out, transpose)
+                            assert got == [r[(mean, out)] for r in _REFS_2D[key]], (*key, mean, out)
+
+
 @pytest.mark.slow
 def test_ten_million_element_rows() -> None:
     """10^7-value rows, bf16 and float32, with cancellation and a wide spread."""
@@ -345,5 +395,16 @@ def test_debug_entry_points_refuse_bad_arguments() -> None:
     assert e(x, BF16, 2, 1, 1, o, ffi.NULL) == INVALID
     assert e(x, BF16, 2, 1, 2, o, i) == INVALID  # want_max neither 0 nor 1
     assert o[0] == 7 and i[0] == 9  # untouched
+    d = lib.tgrad_debug_exact_sum_2d
+    assert d(x, BF16, 1, 2, 2, 1, 2, 0, BF16, o) == INVALID  # axis neither 0 nor 1
+    assert d(x, BF16, -1, 2, 2, 1, 1, 0, BF16, o) == INVALID
+    assert d(x, BF16, 1, 2, -2, 1, 1, 0, BF16, o) == INVALID
+    assert d(ffi.NULL, BF16, 1, 2, 2, 1, 1, 0, BF16, o) == INVALID
+    assert d(x, 3, 1, 2, 2, 1, 1, 0, BF16, o) == INVALID
+    assert d(x, BF16, 1, 2, 2, 1, 1, 0, 0, o) == INVALID
+    assert d(x, BF16, 1, 2, 2, 1, 1, 5, BF16, o) == INVALID
+    assert d(x, BF16, 1, 2, 2, 1, 1, 0, BF16, ffi.NULL) == INVALID
+    assert o[0] == 7
+    assert d(ffi.NULL, BF16, 0, 0, 5, 1, 1, 0, BF16, ffi.NULL) == 0  # no rows: nothing to write
     with pytest.raises(tgrad.errors.InvalidArgumentError, match="extremum of nothing"):
         tgrad.errors._check(e(x, BF16, 0, 1, 1, o, i))

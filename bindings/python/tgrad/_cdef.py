@@ -179,6 +179,9 @@ tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, i
                                    int32_t out_dtype, uint32_t *out_bits);
 tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t want_max,
                                  uint32_t *value_bits, int64_t *index);
+tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
+                                      int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
+                                      int32_t out_dtype, uint32_t *out_bits);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

@@ -256,25 +256,31 @@ static inline __attribute__((always_inline)) void cols_block(tg_exact_acc *acc, 
 void tg_exact_cols(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride,
                    int mean, int out_dtype, uint32_t *out_bits) {
     int64_t es = dtype == TG_RDT_BF16 ? 2 : 4;
-    int simd = 0;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    simd = col_stride == 1 && tg_exact_f32_kernel_for_selection() == tg_exact_add_f32_avx512f;
+    if (col_stride == 1 && tg_exact_f32_kernel_for_selection() == tg_exact_add_f32_avx512f) {
+        /* panels of whole-row segments; blocks of rows whose panel (<= 512 KiB) stays in L2 for
+         * the kernel's second pass */
+        int64_t rblock = (512 << 10) / (TG_EXACT_COLS_PANEL * es);
+        tg_exact_acc acc[TG_EXACT_COLS_PANEL];
+        for (int64_t c0 = 0; c0 < cols; c0 += TG_EXACT_COLS_PANEL) {
+            int w = cols - c0 < TG_EXACT_COLS_PANEL ? (int)(cols - c0) : TG_EXACT_COLS_PANEL;
+            for (int c = 0; c < w; c++) tg_exact_acc_init(&acc[c]);
+            for (int64_t r0 = 0; r0 < rows; r0 += rblock)
+                tg_exact_cols_avx512f(acc, (const char *)base + (r0 * row_stride + c0) * es, dtype,
+                                      rows - r0 < rblock ? rows - r0 : rblock, row_stride, w);
+            for (int c = 0; c < w; c++)
+                out_bits[c0 + c] = mean ? tg_exact_acc_round_div(&acc[c], rows, out_dtype) : tg_exact_acc_round(&acc[c], out_dtype);
+        }
+        return;
+    }
 #endif
-    int64_t rblock = simd ? 1024 : BLOCK; /* the kernel's lanes hold at most 2048 values */
     tg_exact_acc acc[COLS_W];
     for (int64_t c0 = 0; c0 < cols; c0 += COLS_W) {
         int w = cols - c0 < COLS_W ? (int)(cols - c0) : COLS_W;
         for (int c = 0; c < w; c++) tg_exact_acc_init(&acc[c]);
-        for (int64_t r0 = 0; r0 < rows; r0 += rblock) {
-            int64_t h = rows - r0 < rblock ? rows - r0 : rblock;
+        for (int64_t r0 = 0; r0 < rows; r0 += BLOCK) {
+            int64_t h = rows - r0 < BLOCK ? rows - r0 : BLOCK;
             const char *p = (const char *)base + (r0 * row_stride + c0 * col_stride) * es;
-#if defined(TGRAD_HAVE_X86_VARIANTS)
-            if (simd) {
-                for (int c = 0; c < w; c += 16)
-                    tg_exact_cols16_avx512f(acc + c, p + c * es, dtype, h, row_stride, w - c < 16 ? w - c : 16);
-                continue;
-            }
-#endif
             if (dtype == TG_RDT_BF16) cols_block(acc, p, dtype, h, row_stride, w, col_stride, 8, 42);
             else cols_block(acc, p, dtype, h, row_stride, w, col_stride, 24, 26);
         }
@@ -459,6 +465,28 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, in
     /* a negative stride reads backwards from data: element i is data[i * stride] */
     tg_exact_acc_add(&a, data, dtype, n, stride);
     *out_bits = mean ? tg_exact_acc_round_div(&a, n, out_dtype) : tg_exact_acc_round(&a, out_dtype);
+    return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
+                                                int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
+                                                int32_t out_dtype, uint32_t *out_bits) {
+    if (rows < 0 || cols < 0)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: shape [%lld, %lld] has a negative extent",
+                       (long long)rows, (long long)cols);
+    tgrad_status s = check_args("debug_exact_sum_2d", data, dtype, rows && cols ? 1 : 0);
+    if (s) return s;
+    if (out_dtype != TG_RDT_BF16 && out_dtype != TG_RDT_F32)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT,
+                       "debug_exact_sum_2d: out_dtype %d is neither 1 (bfloat16) nor 2 (float32)", (int)out_dtype);
+    if (mean != 0 && mean != 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: mean = %d is neither 0 nor 1", (int)mean);
+    if (axis != 0 && axis != 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: axis = %d is neither 0 nor 1", (int)axis);
+    if (!out_bits && (axis ? rows : cols) > 0)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: out_bits is NULL");
+    if (axis == 1) tg_exact_rows(data, dtype, rows, row_stride, cols, col_stride, mean, out_dtype, out_bits);
+    else tg_exact_cols(data, dtype, rows, row_stride, cols, col_stride, mean, out_dtype, out_bits);
     return TGRAD_OK;
 }
 

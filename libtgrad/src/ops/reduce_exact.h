@@ -99,9 +99,10 @@ TG_HIDDEN void tg_exact_add_f32_avx512f(tg_exact_acc *a, const uint32_t *x, int6
 TG_HIDDEN void tg_exact_add_bf16_avx512f(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                          int64_t after_n);
 TG_HIDDEN int tg_exact_avx512f_available(void);
-/* w <= 16 contiguous columns over h <= 2048 rows (row stride rs elements) into acc[0 .. w-1]:
- * tg_exact_cols's kernel. */
-TG_HIDDEN void tg_exact_cols16_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w);
+/* w <= TG_EXACT_COLS_PANEL contiguous columns over h <= 2048 rows (row stride rs elements) into
+ * acc[0 .. w-1]: tg_exact_cols's kernel, reading whole rows. */
+#define TG_EXACT_COLS_PANEL 512
+TG_HIDDEN void tg_exact_cols_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w);
 /* kernels/cpu/reduce_avx2.c: the same method on 256-bit vectors (AVX2 and FMA). */
 TG_HIDDEN void tg_exact_add_f32_avx2(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
                                      int64_t after_n);

@@ -278,8 +278,10 @@ void tg_exact_cols(const void *base, int dtype, int64_t rows, int64_t row_stride
     for (int64_t c0 = 0; c0 < cols; c0 += COLS_W) {
         int w = cols - c0 < COLS_W ? (int)(cols - c0) : COLS_W;
         for (int c = 0; c < w; c++) tg_exact_acc_init(&acc[c]);
-        for (int64_t r0 = 0; r0 < rows; r0 += BLOCK) {
-            int64_t h = rows - r0 < BLOCK ? rows - r0 : BLOCK;
+        /* blocks of 512 rows: a chunk's block (<= 128 KiB) stays in L2 for the second pass even
+         * when a power-of-two row stride maps its rows onto a sixteenth of L2's sets */
+        for (int64_t r0 = 0; r0 < rows; r0 += 512) {
+            int64_t h = rows - r0 < 512 ? rows - r0 : 512;
             const char *p = (const char *)base + (r0 * row_stride + c0 * col_stride) * es;
             if (dtype == TG_RDT_BF16) cols_block(acc, p, dtype, h, row_stride, w, col_stride, 8, 42);
             else cols_block(acc, p, dtype, h, row_stride, w, col_stride, 24, 26);

@@ -4,11 +4,12 @@
  *
  * tg_exact_acc holds the exact sum of every finite value added so far as one fixed-point integer
  * (two's complement, 384 bits, least significant bit 2^-149: every bf16 and float32 value is an
- * integer multiple of 2^-149 below 2^128, so a sum of up to 2^100 of them fits), plus the special
- * values' bookkeeping. Adding is order-independent integer arithmetic, so any split of the data
- * over threads or blocks, merged in any order, gives the same accumulator and the same rounded
- * bytes. Nothing here uses the floating-point environment (MXCSR/FPCR) of the calling thread.
- * Nothing allocates or fails; an accumulator belongs to one thread at a time. */
+ * integer multiple of 2^-149 below 2^128, so a sum of fewer than 2^106 of them fits), plus the
+ * special values' bookkeeping. Adding is order-independent integer arithmetic, so any split of
+ * the data over threads or blocks, merged in any order, gives the same accumulator and the same
+ * rounded bytes. Nothing here uses the floating-point environment (MXCSR/FPCR) of the calling thread.
+ * Nothing allocates or fails; an accumulator belongs to one thread at a time; tg_exact_cols uses
+ * about 45 KiB of stack. */
 #ifndef TGRAD_OPS_REDUCE_EXACT_H
 #define TGRAD_OPS_REDUCE_EXACT_H
 
@@ -38,8 +39,9 @@ typedef struct tg_exact_acc {
 
 TG_HIDDEN void tg_exact_acc_init(tg_exact_acc *a);
 /* Adds the n values base[i * stride_elems], i = 0 .. n-1 (stride may be negative or 0; n <= 0
- * adds nothing). dtype TG_RDT_BF16 (uint16_t bits) or TG_RDT_F32 (float bits). Contiguous bf16
- * takes the fastest SIMD kernel this CPU runs; every path gives the same accumulator. */
+ * adds nothing). dtype TG_RDT_BF16 (uint16_t bits) or TG_RDT_F32 (float bits). Contiguous values
+ * take the fastest SIMD kernel the CPU variant selection allows; every path gives the same
+ * accumulator. */
 TG_HIDDEN void tg_exact_acc_add(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride_elems);
 /* dst += src (exact; flags combined). */
 TG_HIDDEN void tg_exact_acc_merge(tg_exact_acc *dst, const tg_exact_acc *src);

@@ -27,11 +27,12 @@ __all__ = [
     "mean_bits",
     "round_to",
     "sum_bits",
+    "sum_mean_bits",
     "value_of",
 ]
 
-BF16 = 0  # the engine's dtype codes (libtgrad/src/ops/reduce_exact.h)
-F32 = 1
+BF16 = 1  # tgrad.h's dtype codes (TGRAD_DTYPE_BF16, TGRAD_DTYPE_F32)
+F32 = 2
 
 # (significand bits with the implicit one, sign bit, infinity's bits, canonical NaN)
 _FMT = {BF16: (8, 0x8000, 0x7F80, 0x7FC0), F32: (24, 0x80000000, 0x7F800000, 0x7FC00000)}
@@ -146,6 +147,18 @@ def mean_bits(bits: np.ndarray, dtype: int, out_dtype: int) -> int:
         return _FMT[out_dtype][3]
     total = Fraction(exact_sum_units(flat, dtype)) * UNIT / flat.size
     return _finish(total, flat, dtype, out_dtype)
+
+
+def sum_mean_bits(bits: np.ndarray, dtype: int) -> dict[tuple[bool, int], int]:
+    """sum_bits and mean_bits for both output dtypes at once, keyed (mean, out_dtype): the exact
+    sum is found once."""
+    flat = np.asarray(bits).ravel()
+    total = Fraction(exact_sum_units(flat, dtype)) * UNIT
+    result = {}
+    for out in (BF16, F32):
+        result[(False, out)] = _finish(total, flat, dtype, out)
+        result[(True, out)] = _FMT[out][3] if flat.size == 0 else _finish(total / flat.size, flat, dtype, out)
+    return result
 
 
 def extremum_index(bits: Iterable[int], dtype: int, want_max: bool) -> int:

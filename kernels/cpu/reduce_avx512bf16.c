@@ -20,21 +20,11 @@
 #include <immintrin.h>
 
 #include "ops/reduce_exact.h"
+#include "reduce_avx512_prepass.h"
 
 #define BLOCK 4096
 #define MAGIC 0x4B400000 /* 1.5 * 2^23 */
 
-static inline uint32_t hmax_epu16(__m512i v) {
-    __m256i a = _mm256_max_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-    __m128i b = _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    b = _mm_xor_si128(b, _mm_set1_epi32(-1)); /* max = ~min(~x) */
-    return 0xFFFFu & ~(uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(b));
-}
-static inline uint32_t hmin_epu16(__m512i v) {
-    __m256i a = _mm256_min_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-    __m128i b = _mm_min_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    return 0xFFFFu & (uint32_t)_mm_cvtsi128_si32(_mm_minpos_epu16(b));
-}
 /* The sum of the int32 lanes' pair sums: lane - k MAGIC, exact in int32, added in int64. */
 static inline int64_t lanes_sum(__m512i acc, int64_t k) {
     __m512i v = _mm512_sub_epi32(acc, _mm512_set1_epi32((int32_t)((uint32_t)k * (uint32_t)MAGIC)));
@@ -47,21 +37,11 @@ static inline __m512bh scale_vec(int k) { /* 2^k as bf16 in every lane */
 }
 
 static void block(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *next, int64_t next_n) {
-    const __m512i magmask = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
-    __m512i vmax = _mm512_setzero_si512(), vmin = _mm512_set1_epi32(-1);
+    const __m512i magmask = _mm512_set1_epi16(0x7FFF);
     int64_t full = n & ~(int64_t)31;
     __mmask32 tail = (__mmask32)((UINT64_C(1) << (n - full)) - 1);
-    for (int64_t i = 0; i < full; i += 32) {
-        __m512i m = _mm512_and_si512(_mm512_loadu_si512(x + i), magmask);
-        vmax = _mm512_max_epu16(vmax, m);
-        vmin = _mm512_min_epu16(vmin, _mm512_sub_epi16(m, one)); /* 0 wraps to 0xFFFF: skipped */
-    }
-    if (tail) {
-        __m512i m = _mm512_and_si512(_mm512_maskz_loadu_epi16(tail, x + full), magmask);
-        vmax = _mm512_max_epu16(vmax, m);
-        vmin = _mm512_min_epu16(vmin, _mm512_sub_epi16(m, one));
-    }
-    uint32_t mx = hmax_epu16(vmax), mn = hmin_epu16(vmin) + 1; /* mn: the smallest nonzero (0x10000: none) */
+    uint32_t mx, mn; /* mn: the smallest nonzero magnitude (0x10000: none) */
+    tg_prepass_bf16(x, n, &mx, &mn);
     int E = (int)(mx >> 7), Emin = (int)(mn >> 7);
     if (mx == 0 || E == 255 || E < 34 || E - Emin > 27) { /* zeros only, inf/NaN, tiny, wide */
         tg_exact_add_portable(a, x, TG_RDT_BF16, n, 1);

@@ -487,10 +487,11 @@ TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, c
 TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 
 /* Exact reductions, for tests (before the graph has a reduction kind): the n values data[i * stride]
- * (dtype 0 = bfloat16 bits as uint16_t, 1 = float32; stride in elements, may be 0 or negative),
+ * (dtype 1 = bfloat16 bits as uint16_t, 2 = float32, the codes TGRAD_DTYPE_BF16 and
+ * TGRAD_DTYPE_F32; stride in elements, may be 0 or negative),
  * reduced by the engine the reductions use.
  * tgrad_debug_exact_sum: their exact sum (mean = 0) or exact sum / n (mean = 1), rounded once to
- * out_dtype (0 or 1) by round to nearest even, written to *out_bits (bf16 in the low 16 bits):
+ * out_dtype (1 or 2) by round to nearest even, written to *out_bits (bf16 in the low 16 bits):
  * gradual underflow, overflow to +-inf, NaN (canonical 0x7FC0 / 0x7FC00000) if any value is NaN or
  * both infinities occur; a zero result is -0.0 only when every value is -0.0; the empty sum is
  * +0.0 and the empty mean NaN (docs/numerics.md).
@@ -517,6 +518,14 @@ TGRAD_API tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int6
 #define TGRAD_DEBUG_WORK_BUILD_NS 4
 #define TGRAD_DEBUG_WORK_COUNT 5
 TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
+/* The same sums over one axis of a 2-D view: element (r, c) is data[r * row_stride + c * col_stride];
+ * axis = 1 reduces each row (out_bits[r], r < rows: what a reduction over the last axis runs,
+ * the next row prefetched), axis = 0 each column (out_bits[c], c < cols: every row read once for
+ * many columns). Errors as tgrad_debug_exact_sum's, and for an axis other than 0 or 1, rows or
+ * cols < 0, or out_bits NULL with outputs to write. */
+TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
+                                                int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
+                                                int32_t out_dtype, uint32_t *out_bits);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

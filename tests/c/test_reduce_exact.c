@@ -1,8 +1,9 @@
 /* The exact reductions (libtgrad/src/ops/reduce_exact.h) against a slow, obviously correct
  * reference: every finite value's integer significand added into an int64 bin per unit position
  * (value = m 2^(p - 149)), the bins folded into a base-2^32 big integer, and that integer rounded
- * bit by bit. Checked on every kernel (AVX512-BF16 where the CPU runs it, portable, strided),
- * under a hostile floating-point environment, with the data split and merged in any order, on
+ * bit by bit. Checked on every kernel (AVX512-BF16, AVX-512F, AVX2 where the CPU runs them;
+ * portable; strided), under a hostile floating-point environment, with the data split and merged
+ * in any order, on
  * random and adversarial data (window edges, cancellation, subnormals, overflow, specials,
  * signed zeros, ties), plus the accumulator's range (2^40 and 2^100 largest values) and the
  * extrema's rules. Linked from libtgrad's objects (the engine is hidden). Prints "N passed, N failed". */
@@ -128,13 +129,23 @@ static uint32_t ref_result(const ref_sum *r, int64_t n_mean, int out) {
 }
 
 /* ---- the engine, one way or another ---- */
-enum { WAY_BEST, WAY_PORTABLE, WAY_SPLIT, WAY_HOSTILE, NWAYS };
-static const char *const way_name[NWAYS] = { "best", "portable", "split+merge", "hostile-env" };
+enum { WAY_BEST, WAY_PORTABLE, WAY_AVX2, WAY_AVX512F, WAY_AVX512BF16, WAY_SPLIT, NWAYS };
+static const char *const way_name[NWAYS] = { "best", "portable", "avx2", "avx512f", "avx512bf16", "split+merge" };
 
-static void engine(int way, const void *base, int dtype, int64_t n, int64_t stride, tg_exact_acc *out) {
+static void run_way(int way, const void *base, int dtype, int64_t n, int64_t stride, tg_exact_acc *out) {
     tg_exact_acc_init(out);
     if (way == WAY_PORTABLE) {
         tg_exact_add_portable(out, base, dtype, n, stride);
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    } else if (way == WAY_AVX2 && stride == 1 && tg_exact_avx2_available()) { /* each kernel itself */
+        if (dtype == TG_RDT_BF16) tg_exact_add_bf16_avx2(out, base, n, NULL, 0);
+        else tg_exact_add_f32_avx2(out, base, n, NULL, 0);
+    } else if (way == WAY_AVX512F && stride == 1 && tg_exact_avx512f_available()) {
+        if (dtype == TG_RDT_BF16) tg_exact_add_bf16_avx512f(out, base, n, NULL, 0);
+        else tg_exact_add_f32_avx512f(out, base, n, NULL, 0);
+    } else if (way == WAY_AVX512BF16 && stride == 1 && dtype == TG_RDT_BF16 && tg_exact_avx512bf16_available()) {
+        tg_exact_add_bf16_avx512bf16(out, base, n, NULL, 0);
+#endif
     } else if (way == WAY_SPLIT) { /* random pieces, accumulated alone and merged last to first */
         tg_exact_acc parts[8];
         int np = 0;
@@ -148,18 +159,23 @@ static void engine(int way, const void *base, int dtype, int64_t n, int64_t stri
             np++;
         }
         for (int i = np - 1; i >= 0; i--) tg_exact_acc_merge(out, &parts[i]);
-    } else if (way == WAY_HOSTILE) {
-#if defined(__x86_64__)
-        unsigned saved = _mm_getcsr();
-        _mm_setcsr(0x1f80u | 0x8040u | 0x6000u); /* FTZ, DAZ, round toward zero */
-        tg_exact_acc_add(out, base, dtype, n, stride);
-        _mm_setcsr(saved);
-#else
-        tg_exact_acc_add(out, base, dtype, n, stride);
-#endif
     } else {
         tg_exact_acc_add(out, base, dtype, n, stride);
     }
+}
+
+/* The way, in the default floating-point environment (even `way`s of the list) or a hostile one
+ * (odd: MXCSR with FTZ, DAZ and round toward zero), so that each kernel runs under both. */
+static void engine(int way, int hostile, const void *base, int dtype, int64_t n, int64_t stride, tg_exact_acc *out) {
+#if defined(__x86_64__)
+    unsigned saved = _mm_getcsr();
+    if (hostile) _mm_setcsr(0x1f80u | 0x8040u | 0x6000u);
+    run_way(way, base, dtype, n, stride, out);
+    _mm_setcsr(saved);
+#else
+    (void)hostile;
+    run_way(way, base, dtype, n, stride, out);
+#endif
 }
 
 static int reported;
@@ -167,18 +183,18 @@ static int reported;
 static void check_all(const char *what, const void *base, int dtype, int64_t n, int64_t stride) {
     ref_sum r;
     reference(base, dtype, n, stride, &r);
-    for (int way = 0; way < NWAYS; way++) {
+    for (int way = 0; way < 2 * NWAYS; way++) {
         tg_exact_acc a;
-        engine(way, base, dtype, n, stride, &a);
-        for (int out = 0; out < 2; out++) {
+        engine(way / 2, way & 1, base, dtype, n, stride, &a);
+        for (int out = TG_RDT_BF16; out <= TG_RDT_F32; out++) {
             uint32_t want_sum = ref_result(&r, -1, out), want_mean = ref_result(&r, n, out);
             uint32_t got_sum = tg_exact_acc_round(&a, out), got_mean = tg_exact_acc_round_div(&a, n, out);
             int ok = got_sum == want_sum && got_mean == want_mean;
             CHECK(ok);
             if (!ok && reported++ < 20)
-                fprintf(stderr, "  %s: dtype %d n %lld stride %lld way %s out %d: sum %#x (want %#x) mean %#x (want %#x)\n",
-                        what, dtype, (long long)n, (long long)stride, way_name[way], out, got_sum, want_sum, got_mean,
-                        want_mean);
+                fprintf(stderr, "  %s: dtype %d n %lld stride %lld way %s%s out %d: sum %#x (want %#x) mean %#x (want %#x)\n",
+                        what, dtype, (long long)n, (long long)stride, way_name[way / 2], way & 1 ? " hostile-env" : "",
+                        out, got_sum, want_sum, got_mean, want_mean);
         }
     }
 }
@@ -206,7 +222,7 @@ static void test_random(void *buf, int64_t cap) {
     static const int spreads[] = { 0, 5, 13, 14, 20, 27, 28, 40, 60, 300 };
     static const int tops[] = { 1, 20, 33, 34, 35, 60, 127, 200, 254 };
     int cases = 0;
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
             for (size_t pi = 0; pi < sizeof spreads / sizeof *spreads; pi++)
                 for (size_t ti = 0; ti < sizeof tops / sizeof *tops; ti++) {
@@ -217,7 +233,7 @@ static void test_random(void *buf, int64_t cap) {
                     cases++;
                 }
     /* strides: 2, -1, 0, 3 over the same buffer */
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 20; k++) {
             int64_t n = rnd_in(1, 6000);
             fill(buf, dtype, 3 * n, (int)rnd_in(30, 200), (int)rnd_in(0, 40), 10);
@@ -232,22 +248,24 @@ static void test_random(void *buf, int64_t cap) {
     printf("random: %d cases\n", cases);
 }
 
-/* One block whose values sit exactly at the AVX512 kernel's window edges: the largest exponent E,
- * then values at E - 13, E - 14, E - 27, E - 28 (each case alone and mixed), for E around the
- * kernel's lower limit 34 and the top. */
-static void test_window_edges(uint16_t *buf) {
-    static const int Es[] = { 33, 34, 35, 47, 48, 61, 62, 100, 254 };
-    static const int offs[] = { 0, 1, 12, 13, 14, 15, 26, 27, 28, 29, 40 };
-    for (size_t ei = 0; ei < sizeof Es / sizeof *Es; ei++)
-        for (size_t oi = 0; oi < sizeof offs / sizeof *offs; oi++)
-            for (int n = 33; n <= 4096 + 33; n += 2048) {
-                int E = Es[ei];
-                for (int i = 0; i < n; i++) {
-                    int e = i == n / 2 ? E : (rnd() & 1) ? E - offs[oi] : (int)rnd_in(E - offs[oi], E);
-                    buf[i] = bf16_of((int)(rnd() & 1), e < 0 ? 0 : e, (uint32_t)rnd());
+/* One block whose values sit exactly at the SIMD kernels' window edges: the largest exponent E,
+ * then values at E - d for d around 13, 27 (AVX512-BF16), 27 (AVX-512F float32) and 43
+ * (AVX-512F bf16), each alone and mixed, for E around the kernels' lower limits and the top. */
+static void test_window_edges(void *buf) {
+    static const int Es[] = { 1, 2, 27, 28, 29, 33, 34, 35, 44, 45, 47, 48, 61, 62, 100, 254 };
+    static const int offs[] = { 0, 1, 12, 13, 14, 15, 26, 27, 28, 29, 40, 42, 43, 44, 45 };
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
+        for (size_t ei = 0; ei < sizeof Es / sizeof *Es; ei++)
+            for (size_t oi = 0; oi < sizeof offs / sizeof *offs; oi++)
+                for (int n = 33; n <= 4096 + 33; n += 2048) {
+                    int E = Es[ei];
+                    for (int i = 0; i < n; i++) {
+                        int e = i == n / 2 ? E : (rnd() & 1) ? E - offs[oi] : (int)rnd_in(E - offs[oi], E);
+                        if (dtype == TG_RDT_BF16) ((uint16_t *)buf)[i] = bf16_of((int)(rnd() & 1), e < 0 ? 0 : e, (uint32_t)rnd());
+                        else ((uint32_t *)buf)[i] = f32_of((int)(rnd() & 1), e < 0 ? 0 : e, (uint32_t)rnd());
+                    }
+                    check_all("window edges", buf, dtype, n, 1);
                 }
-                check_all("window edges", buf, TG_RDT_BF16, n, 1);
-            }
 }
 
 static void test_adversarial(void *buf) {
@@ -260,7 +278,7 @@ static void test_adversarial(void *buf) {
     uint32_t c2[] = { 0x7149F2CA, 0x3F800000, 0xF149F2CA, 0x00000001 };
     check_all("1e30+1-1e30+tiny f32", c2, TG_RDT_F32, 4, 1);
     /* cancellation in a long block: x_i and -x_i scattered, plus one tiny value */
-    for (int dtype = 0; dtype < 2; dtype++) {
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++) {
         int64_t n = 9001;
         fill(buf, dtype, n, 200, 60, 0);
         for (int64_t i = 0; i + 1 < n; i += 2) {
@@ -272,7 +290,7 @@ static void test_adversarial(void *buf) {
         check_all("cancellation", buf, dtype, n, 1);
     }
     /* subnormals only; subnormals summing into normals */
-    for (int dtype = 0; dtype < 2; dtype++) {
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++) {
         fill(buf, dtype, 5000, 0, 0, 0);
         check_all("subnormals", buf, dtype, 5000, 1);
         for (int i = 0; i < 5000; i++) {
@@ -328,7 +346,7 @@ static void test_adversarial(void *buf) {
     check_all("tie broken up by a subnormal", t3, TG_RDT_BF16, 3, 1);
     check_all("tie broken down by a subnormal", t4, TG_RDT_BF16, 3, 1);
     /* huge spreads: each value a random exponent over the whole range */
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 10; k++) {
             fill(buf, dtype, 5000, 254, 254, 5);
             check_all("huge spread", buf, dtype, 5000, 1);
@@ -338,7 +356,7 @@ static void test_adversarial(void *buf) {
 /* 2^40 and 2^100 copies of the largest bf16 and float32 values, built by doubling merges, then
  * cancelled: the accumulator does not wrap (the sum stays +inf-bound and then exactly zero). */
 static void test_range(void) {
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int doublings = 40; doublings <= 100; doublings += 60) {
             uint32_t maxv = dtype == TG_RDT_BF16 ? 0x7F7F : 0x7F7FFFFF, minv = dtype == TG_RDT_BF16 ? 0xFF7F : 0xFF7FFFFF;
             tg_exact_acc p, m;
@@ -371,7 +389,7 @@ static void test_range(void) {
  * fast blocks with the portable fallback (a NaN, a tiny value, a wide spread). */
 static void test_rows(void *buf) {
     static uint32_t out[64];
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 12; k++) {
             int64_t rows = rnd_in(1, 20), n = k < 3 ? k : rnd_in(1, 500), stride = (k % 3 == 1) ? 2 : 1;
             int64_t row_stride = k % 4 == 3 ? -(n * stride) : n * stride + rnd_in(0, 5);
@@ -384,7 +402,7 @@ static void test_rows(void *buf) {
             }
             const char *base = (const char *)buf + (row_stride < 0 ? (size_t)(rows - 1) * (size_t)-row_stride * es : 0);
             for (int mean = 0; mean < 2; mean++)
-                for (int o = 0; o < 2; o++) {
+                for (int o = TG_RDT_BF16; o <= TG_RDT_F32; o++) {
                     tg_exact_rows(base, dtype, rows, row_stride, n, stride, mean, o, out);
                     for (int64_t r = 0; r < rows; r++) {
                         tg_exact_acc a;
@@ -394,6 +412,50 @@ static void test_rows(void *buf) {
                     }
                 }
         }
+}
+
+/* tg_exact_cols: each column's sum and mean as tg_exact_add_portable gives it over the column's
+ * stride, for chunks of 64 columns and blocks of 4096 rows (sizes around both), column strides 1,
+ * 2 and -1, and columns holding a NaN, an inf, only -0.0, only zeros, a tiny value, a wide spread. */
+static void test_cols(void *buf) {
+    static uint32_t out[1200];
+    static const int64_t shapes[][2] = { { 1, 1 }, { 3, 70 }, { 4097, 3 }, { 100, 130 }, { 9, 64 }, { 0, 3 }, { 5000, 2 }, { 3, 1100 }, { 300, 40 } };
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (int cs = -1; cs <= 2; cs++) {
+                if (cs == 0) continue;
+                int64_t rows = shapes[si][0], cols = shapes[si][1], acs = cs < 0 ? 1 : cs;
+                int64_t rs = cols * acs + 1; /* a padded row; rows * rs <= 28,679 fits the buffer */
+                size_t es = dtype == TG_RDT_BF16 ? 2 : 4;
+                fill(buf, dtype, rows * rs + 1, (int)rnd_in(40, 200), (int)rnd_in(0, 50), 10);
+                for (int64_t c = 0; c < cols && rows > 0; c += 7) { /* special columns */
+                    int kind = (int)(c / 7 % 5);
+                    for (int64_t r = 0; r < rows; r++) {
+                        int64_t at = r * rs + c * acs;
+                        uint32_t v = kind == 0 ? (r == rows / 2 ? 0x7FC00000u : 0x3F800000u)
+                                   : kind == 1 ? (r == 0 ? 0xFF800000u : 0x40000000u)
+                                   : kind == 2 ? 0x80000000u
+                                   : kind == 3 ? (r & 1) * 0x80000000u
+                                               : (r == 1 ? 0x00000005u : 0x7E000000u);
+                        if (dtype == TG_RDT_BF16) ((uint16_t *)buf)[at] = (uint16_t)(v >> 16 | (kind == 4 && r == 1));
+                        else ((uint32_t *)buf)[at] = v;
+                    }
+                }
+                const char *base = (const char *)buf + (cs < 0 ? (size_t)(cols - 1) * es : 0);
+                for (int mean = 0; mean < 2; mean++)
+                    for (int o = TG_RDT_BF16; o <= TG_RDT_F32; o++) {
+                        /* the portable loops (forced) and the CPU's kernel, alternately */
+                        EXPECT(tgrad_set_cpu_isa((mean + o) & 1 ? "portable" : "auto"), TGRAD_OK);
+                        tg_exact_cols(base, dtype, rows, rs, cols, cs < 0 ? -1 : acs, mean, o, out);
+                        EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
+                        for (int64_t c = 0; c < cols; c++) {
+                            tg_exact_acc a;
+                            tg_exact_acc_init(&a);
+                            tg_exact_add_portable(&a, base + (cs < 0 ? -c : c * acs) * (int64_t)es, dtype, rows, rs);
+                            CHECK(out[c] == (mean ? tg_exact_acc_round_div(&a, rows, o) : tg_exact_acc_round(&a, o)));
+                        }
+                    }
+            }
 }
 
 /* ---- extrema ---- */
@@ -414,7 +476,7 @@ static int64_t ref_extremum(const void *base, int dtype, int64_t n, int64_t stri
 
 static void test_extrema(void *buf) {
     int cases = 0;
-    for (int dtype = 0; dtype < 2; dtype++)
+    for (int dtype = TG_RDT_BF16; dtype <= TG_RDT_F32; dtype++)
         for (int k = 0; k < 300; k++) {
             int64_t n = k < 20 ? k + 1 : rnd_in(1, 10000);
             int spread = (int)rnd_in(0, 8);
@@ -465,30 +527,30 @@ static void test_debug_abi(void) {
     uint16_t x[] = { 0x3F80, 0x4000 };
     uint32_t out = 0x12345678;
     int64_t idx = 99;
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 0, &out), TGRAD_OK);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 0, 1, &out), TGRAD_OK);
     CHECK(out == 0x4040);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 1, 1, &out), TGRAD_OK);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 1, 2, &out), TGRAD_OK);
     CHECK(out == 0x3FC00000u);
     out = 7;
-    EXPECT(tgrad_debug_exact_sum(x, 2, 2, 1, 0, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, -1, 1, 0, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(NULL, 0, 2, 1, 0, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 5, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 2, 0, &out), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 0, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 0, 2, 1, 0, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, -1, 1, 0, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(NULL, 1, 2, 1, 0, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 0, 3, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 2, 1, &out), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_exact_sum(x, 1, 2, 1, 0, 1, NULL), TGRAD_ERR_INVALID_ARGUMENT);
     CHECK(out == 7);
-    EXPECT(tgrad_debug_exact_sum(NULL, 0, 0, 1, 1, 0, &out), TGRAD_OK);
+    EXPECT(tgrad_debug_exact_sum(NULL, 1, 0, 1, 1, 1, &out), TGRAD_OK);
     CHECK(out == 0x7FC0);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 1, &out, &idx), TGRAD_OK);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 1, &out, &idx), TGRAD_OK);
     CHECK(out == 0x4000 && idx == 1);
     out = 7;
-    EXPECT(tgrad_debug_extrema(x, 0, 0, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 1, -2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 0, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 2, -2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_debug_extrema(x, 3, 2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 2, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 1, NULL, &idx), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(x, 0, 2, 1, 1, &out, NULL), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_extrema(NULL, 0, 2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 2, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 1, NULL, &idx), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(x, 1, 2, 1, 1, &out, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_extrema(NULL, 1, 2, 1, 1, &out, &idx), TGRAD_ERR_INVALID_ARGUMENT);
     CHECK(out == 7 && idx == 1);
 }
 
@@ -497,13 +559,16 @@ int main(void) {
     void *buf = malloc((size_t)cap * 4);
     if (!buf) return 2;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    printf("AVX512-BF16 kernel: %s\n", tg_exact_avx512bf16_available() ? "checked" : "not on this CPU (portable only)");
+    printf("AVX512-BF16 kernel: %s; AVX-512F kernels: %s; AVX2 kernels: %s\n",
+           tg_exact_avx512bf16_available() ? "checked" : "not on this CPU",
+           tg_exact_avx512f_available() ? "checked" : "not on this CPU", tg_exact_avx2_available() ? "checked" : "not on this CPU");
 #endif
     test_random(buf, cap);
     test_window_edges(buf);
     test_adversarial(buf);
     test_range();
     test_rows(buf);
+    test_cols(buf);
     test_extrema(buf);
     test_debug_abi();
     free(buf);

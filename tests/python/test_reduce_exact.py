@@ -22,10 +22,14 @@ from tgrad.conformance.exact import BF16, F32
 INVALID = lib.TGRAD_ERR_INVALID_ARGUMENT
 
 
-@pytest.fixture(params=["auto", "portable"])
+def _runnable() -> list[str]:
+    return [name for name, runs in tgrad.cpu_isas().items() if runs]
+
+
+@pytest.fixture(params=["auto", *_runnable()])
 def variant(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each test runs on the automatic choice (the AVX512-BF16 kernel where the CPU has it) and on
-    the portable loops."""
+    """Each test runs on the automatic choice and on every CPU variant this machine runs (each
+    selects its exact-sum kernels: AVX512-BF16, AVX-512F, AVX2, or the portable loops)."""
     before = tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto"
     tgrad.set_cpu_isa(request.param)
     try:
@@ -243,7 +247,7 @@ def test_same_bytes_on_every_variant() -> None:
     results = set()
     before = tgrad.cpu_isa() if tgrad.cpu_isa_forced() else "auto"
     try:
-        for name in ["auto", *(name for name, runs in tgrad.cpu_isas().items() if runs)]:
+        for name in ["auto", *_runnable()]:
             tgrad.set_cpu_isa(name)
             results.add(tuple(_engine_sum(x, BF16, m, o) for m in (False, True) for o in (BF16, F32)))
     finally:
@@ -251,6 +255,56 @@ def test_same_bytes_on_every_variant() -> None:
     assert len(results) == 1
     want = tuple(f(x, BF16, o) for f in (exact.sum_bits, exact.mean_bits) for o in (BF16, F32))
     assert results == {want}
+
+
+def _engine_2d(bits: np.ndarray, dtype: int, axis: int, mean: bool, out: int, transpose: bool = False) -> list[int]:
+    """bits is a C-contiguous [rows, cols] array; with transpose, the engine reads its transpose."""
+    a = np.ascontiguousarray(bits)
+    rows, cols = a.shape
+    rs, cs = cols, 1
+    if transpose:
+        rows, cols, rs, cs = cols, rows, 1, cols
+    n_out = rows if axis == 1 else cols
+    o = ffi.new("uint32_t[]", max(n_out, 1))
+    buf = ffi.from_buffer("uint16_t[]" if dtype == BF16 else "uint32_t[]", a)
+    assert lib.tgrad_debug_exact_sum_2d(buf, dtype, rows, rs, cols, cs, axis, int(mean), out, o) == 0
+    return [int(o[i]) for i in range(n_out)]
+
+
+_REFS_2D: dict[tuple[int, ...], list[dict[tuple[bool, int], int]]] = {}  # the oracle's answers, per case
+
+
+def _matrix(rows: int, cols: int) -> np.ndarray:
+    rng = np.random.default_rng(rows * 10007 + cols)
+    x = (rng.standard_normal((rows, cols)) * 2.0 ** rng.integers(-30, 1, (rows, cols))).astype(np.float32)
+    if rows > 2 and cols > 4:
+        x[1, 0] = np.nan
+        x[:, 1] = np.float32(-0.0)
+        x[2, 2] = np.inf
+        x[:, 3] = np.float32(3e30)
+        x[0, 3] = np.float32(1e-30)
+    return x
+
+
+def test_rows_and_columns_of_a_matrix(variant: str) -> None:
+    """Sums over the last axis (rows, the next one prefetched) and over the first (columns, each
+    row read once), through views and their transposes, against the oracle per row or column;
+    columns with a NaN, an inf, only -0.0, a tiny value beside large ones."""
+    for rows, cols in ((1, 1), (3, 70), (600, 5), (5, 600), (0, 4), (4, 0)):
+        x = _matrix(rows, cols)
+        for dtype, bits in ((BF16, _bf16(x)), (F32, _f32(x))):
+            for transpose in (False, True):
+                view = bits.T if transpose else bits
+                for axis in (0, 1):
+                    key = (rows, cols, dtype, transpose, axis)
+                    if key not in _REFS_2D:
+                        lines = [view[r, :] for r in range(view.shape[0])] if axis == 1 else [
+                            view[:, c] for c in range(view.shape[1])]
+                        _REFS_2D[key] = [exact.sum_mean_bits(line, dtype) for line in lines]
+                    for mean in (False, True):
+                        for out in (BF16, F32):
+                            got = _engine_2d(bits, dtype, axis, mean, out, transpose)
+                            assert got == [r[(mean, out)] for r in _REFS_2D[key]], (*key, mean, out)
 
 
 @pytest.mark.slow
@@ -325,19 +379,32 @@ def test_debug_entry_points_refuse_bad_arguments() -> None:
     x = ffi.new("uint16_t[]", [0x3F80, 0x4000])
     o, i = ffi.new("uint32_t *", 7), ffi.new("int64_t *", 9)
     s = lib.tgrad_debug_exact_sum
-    assert s(x, 2, 2, 1, 0, 0, o) == INVALID  # unknown dtype
-    assert s(x, 0, -1, 1, 0, 0, o) == INVALID
-    assert s(ffi.NULL, 0, 2, 1, 0, 0, o) == INVALID
-    assert s(x, 0, 2, 1, 0, 9, o) == INVALID  # unknown output dtype
-    assert s(x, 0, 2, 1, 3, 0, o) == INVALID  # mean neither 0 nor 1
-    assert s(x, 0, 2, 1, 0, 0, ffi.NULL) == INVALID
+    assert s(x, 0, 2, 1, 0, BF16, o) == INVALID  # unknown dtype
+    assert s(x, 4, 2, 1, 0, BF16, o) == INVALID  # int32: not summed by this engine
+    assert s(x, BF16, -1, 1, 0, BF16, o) == INVALID
+    assert s(ffi.NULL, BF16, 2, 1, 0, BF16, o) == INVALID
+    assert s(x, BF16, 2, 1, 0, 9, o) == INVALID  # unknown output dtype
+    assert s(x, BF16, 2, 1, 3, BF16, o) == INVALID  # mean neither 0 nor 1
+    assert s(x, BF16, 2, 1, 0, BF16, ffi.NULL) == INVALID
     e = lib.tgrad_debug_extrema
-    assert e(x, 0, 0, 1, 1, o, i) == INVALID  # the extremum of nothing
+    assert e(x, BF16, 0, 1, 1, o, i) == INVALID  # the extremum of nothing
     assert e(x, 5, 2, 1, 1, o, i) == INVALID
-    assert e(x, 0, -3, 1, 1, o, i) == INVALID
-    assert e(ffi.NULL, 0, 2, 1, 1, o, i) == INVALID
-    assert e(x, 0, 2, 1, 1, ffi.NULL, i) == INVALID
-    assert e(x, 0, 2, 1, 1, o, ffi.NULL) == INVALID
+    assert e(x, BF16, -3, 1, 1, o, i) == INVALID
+    assert e(ffi.NULL, BF16, 2, 1, 1, o, i) == INVALID
+    assert e(x, BF16, 2, 1, 1, ffi.NULL, i) == INVALID
+    assert e(x, BF16, 2, 1, 1, o, ffi.NULL) == INVALID
+    assert e(x, BF16, 2, 1, 2, o, i) == INVALID  # want_max neither 0 nor 1
     assert o[0] == 7 and i[0] == 9  # untouched
+    d = lib.tgrad_debug_exact_sum_2d
+    assert d(x, BF16, 1, 2, 2, 1, 2, 0, BF16, o) == INVALID  # axis neither 0 nor 1
+    assert d(x, BF16, -1, 2, 2, 1, 1, 0, BF16, o) == INVALID
+    assert d(x, BF16, 1, 2, -2, 1, 1, 0, BF16, o) == INVALID
+    assert d(ffi.NULL, BF16, 1, 2, 2, 1, 1, 0, BF16, o) == INVALID
+    assert d(x, 3, 1, 2, 2, 1, 1, 0, BF16, o) == INVALID
+    assert d(x, BF16, 1, 2, 2, 1, 1, 0, 0, o) == INVALID
+    assert d(x, BF16, 1, 2, 2, 1, 1, 5, BF16, o) == INVALID
+    assert d(x, BF16, 1, 2, 2, 1, 1, 0, BF16, ffi.NULL) == INVALID
+    assert o[0] == 7
+    assert d(ffi.NULL, BF16, 0, 0, 5, 1, 1, 0, BF16, ffi.NULL) == 0  # no rows: nothing to write
     with pytest.raises(tgrad.errors.InvalidArgumentError, match="extremum of nothing"):
-        tgrad.errors._check(e(x, 0, 0, 1, 1, o, i))
+        tgrad.errors._check(e(x, BF16, 0, 1, 1, o, i))

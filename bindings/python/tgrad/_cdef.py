@@ -211,6 +211,9 @@ tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int64_t n, int
 #define TGRAD_DEBUG_WORK_BUILD_NS 4
 #define TGRAD_DEBUG_WORK_COUNT 5
 tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
+tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
+                                      int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
+                                      int32_t out_dtype, uint32_t *out_bits);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

@@ -70,76 +70,59 @@ static void add_one(tg_exact_acc *a, uint32_t b, int dtype) {
 }
 
 /* ---- the portable loops ----------------------------------------------------------------------
- * A block of at most BLOCK values: a first pass finds the largest magnitude (and any inf/NaN);
- * values whose exponent lies within W binades below the largest are integers in units of the
- * window's bottom ulp, below 2^(8 + 42) (bf16) or 2^(24 + 26) (float32), so BLOCK = 2^12 of them
- * sum in an int64 (< 2^62) exactly. The rare values below the window go one at a time. */
-static void block_bf16(tg_exact_acc *a, const uint16_t *x, int64_t n, int64_t s) {
-    uint32_t mx = 0;
+ * A block of at most BLOCK values: a first pass finds the largest magnitude (and any inf/NaN) and
+ * the smallest nonzero one. Values whose exponent lies within W binades below the largest are
+ * integers in units of the window's bottom ulp, below 2^(8 + 42) (bf16) or 2^(24 + 26) (float32),
+ * so BLOCK = 2^12 of them sum in an int64 (< 2^62) exactly; each is its signed significand times
+ * a per-exponent power of two from a table (0 below the window). A block with values below the
+ * window (2^-42 or 2^-26 of the largest) adds those one at a time. One body for both dtypes:
+ * P significand bits, W the window. */
+static inline __attribute__((always_inline)) void block_portable(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t s, const int P,
+                                  const int W) {
+    const uint16_t *x16 = base;
+    const uint32_t *x32 = base;
+    const uint32_t sign = 1u << (P + 7), magmask = sign - 1, inf = 0xFFu << (P - 1);
+#define LOAD(i) (P == 8 ? (uint32_t)x16[(i) * s] : x32[(i) * s])
+    uint32_t mx = 0, mn = ~0u;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t m = x[i * s] & 0x7FFFu;
+        uint32_t m = LOAD(i) & magmask;
         mx = m > mx ? m : mx;
+        mn = m - 1 < mn ? m - 1 : mn; /* zero wraps to ~0: the smallest nonzero */
     }
-    if (mx >= 0x7F80u) { /* inf or NaN: every value through add_one */
-        for (int64_t i = 0; i < n; i++) add_one(a, x[i * s], TG_RDT_BF16);
+    if (mx >= inf) { /* inf or NaN: every value through add_one */
+        for (int64_t i = 0; i < n; i++) add_one(a, LOAD(i), dtype);
         return;
     }
     if (mx == 0) { /* only zeros: just the -0 bookkeeping */
         for (int64_t i = 0; i < n; i++)
-            if (x[i * s] != 0x8000u) { a->flags |= TG_EXACT_NOT_NEGZERO; break; }
+            if (LOAD(i) != sign) { a->flags |= TG_EXACT_NOT_NEGZERO; break; }
         return;
     }
     a->flags |= TG_EXACT_NOT_NEGZERO;
-    int top = (int)(mx >> 7) > 1 ? (int)(mx >> 7) : 1;
-    int lo = top - 42 > 1 ? top - 42 : 1; /* the window's bottom exponent */
+    int top = (int)(mx >> (P - 1)) > 1 ? (int)(mx >> (P - 1)) : 1;
+    int lo = top - W > 1 ? top - W : 1; /* the window's bottom exponent */
+    int low = (int)((mn + 1) >> (P - 1)) < lo; /* a value below the window (or a subnormal, lo > 1) */
+    int unit = P == 8 ? 15 : -1;              /* value = m 2^(e + unit - 149) */
+    int64_t pow[256];
+    for (int e = 0; e <= top; e++) pow[e] = (e > 0 ? e : 1) >= lo ? INT64_C(1) << ((e > 0 ? e : 1) - lo) : 0;
     int64_t sum = 0;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t b = x[i * s];
-        int e = (int)((b >> 7) & 0xFF);
-        int64_t m = (b & 0x7F) | (e ? 0x80 : 0);
-        e += !e;
-        if (e >= lo) {
-            int64_t v = m << (e - lo);
-            sum += (b & 0x8000) ? -v : v;
-        } else if (m) {
-            tg_exact_acc_add_scaled(a, (b & 0x8000) ? -m : m, e + 15);
-        }
+        uint32_t b = LOAD(i);
+        uint32_t e = (b >> (P - 1)) & 0xFF;
+        int64_t m = (int64_t)((b & ((1u << (P - 1)) - 1)) | ((uint32_t)(e != 0) << (P - 1)));
+        int64_t neg = -(int64_t)(b >> (P + 7)); /* 0 or -1 */
+        sum += ((m ^ neg) - neg) * pow[e];
+        if (low && m && pow[e] == 0) tg_exact_acc_add_scaled(a, (m ^ neg) - neg, (e > 0 ? (int)e : 1) + unit);
     }
-    tg_exact_acc_add_scaled(a, sum, lo + 15);
+#undef LOAD
+    tg_exact_acc_add_scaled(a, sum, lo + unit);
 }
 
+static void block_bf16(tg_exact_acc *a, const uint16_t *x, int64_t n, int64_t s) {
+    block_portable(a, x, TG_RDT_BF16, n, s, 8, 42);
+}
 static void block_f32(tg_exact_acc *a, const uint32_t *x, int64_t n, int64_t s) {
-    uint32_t mx = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t m = x[i * s] & 0x7FFFFFFFu;
-        mx = m > mx ? m : mx;
-    }
-    if (mx >= 0x7F800000u) {
-        for (int64_t i = 0; i < n; i++) add_one(a, x[i * s], TG_RDT_F32);
-        return;
-    }
-    if (mx == 0) {
-        for (int64_t i = 0; i < n; i++)
-            if (x[i * s] != 0x80000000u) { a->flags |= TG_EXACT_NOT_NEGZERO; break; }
-        return;
-    }
-    a->flags |= TG_EXACT_NOT_NEGZERO;
-    int top = (int)(mx >> 23) > 1 ? (int)(mx >> 23) : 1;
-    int lo = top - 26 > 1 ? top - 26 : 1;
-    int64_t sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t b = x[i * s];
-        int e = (int)((b >> 23) & 0xFF);
-        int64_t m = (b & 0x7FFFFF) | (e ? 0x800000 : 0);
-        e += !e;
-        if (e >= lo) {
-            int64_t v = m << (e - lo);
-            sum += (b & 0x80000000u) ? -v : v;
-        } else if (m) {
-            tg_exact_acc_add_scaled(a, (b & 0x80000000u) ? -m : m, e - 1);
-        }
-    }
-    tg_exact_acc_add_scaled(a, sum, lo - 1);
+    block_portable(a, x, TG_RDT_F32, n, s, 24, 26);
 }
 
 void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride) {
@@ -157,32 +140,154 @@ static void add_bf16_portable(tg_exact_acc *a, const uint16_t *x, int64_t n, con
     tg_exact_add_portable(a, x, TG_RDT_BF16, n, 1);
 }
 
+static void add_f32_portable(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after, int64_t after_n) {
+    (void)after, (void)after_n;
+    tg_exact_add_portable(a, x, TG_RDT_F32, n, 1);
+}
+
+/* 0: no forced choice; 1: a forced name; the name in *name */
+static int forced(const char **name) {
+    if (!tgrad_cpu_isa_forced()) return 0;
+    *name = tgrad_cpu_isa();
+    return 1;
+}
+
 tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void) {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    if (tg_exact_avx512bf16_available() &&
-        (!tgrad_cpu_isa_forced() || strcmp(tgrad_cpu_isa(), "avx512bf16") == 0))
-        return tg_exact_add_bf16_avx512bf16;
+    const char *name = "";
+    int f = forced(&name);
+    if (tg_exact_avx512bf16_available() && (!f || strcmp(name, "avx512bf16") == 0)) return tg_exact_add_bf16_avx512bf16;
+    if (tg_exact_avx512f_available() && (!f || strcmp(name, "avx512f") == 0 || strcmp(name, "avx512bf16") == 0))
+        return tg_exact_add_bf16_avx512f;
+    if (tg_exact_avx2_available() && (!f || strcmp(name, "avx2") == 0)) return tg_exact_add_bf16_avx2;
 #endif
     return add_bf16_portable;
 }
 
+tg_exact_f32_kernel tg_exact_f32_kernel_for_selection(void) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    const char *name = "";
+    int f = forced(&name);
+    if (tg_exact_avx512f_available() && (!f || strcmp(name, "avx512f") == 0 || strcmp(name, "avx512bf16") == 0))
+        return tg_exact_add_f32_avx512f;
+    if (tg_exact_avx2_available() && (!f || strcmp(name, "avx2") == 0)) return tg_exact_add_f32_avx2;
+#endif
+    return add_f32_portable;
+}
+
 void tg_exact_acc_add(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride_elems) {
     if (n <= 0) return;
-    if (dtype == TG_RDT_BF16 && stride_elems == 1) tg_exact_bf16_kernel_for_selection()(a, base, n, NULL, 0);
-    else tg_exact_add_portable(a, base, dtype, n, stride_elems);
+    if (stride_elems != 1) tg_exact_add_portable(a, base, dtype, n, stride_elems);
+    else if (dtype == TG_RDT_BF16) tg_exact_bf16_kernel_for_selection()(a, base, n, NULL, 0);
+    else tg_exact_f32_kernel_for_selection()(a, base, n, NULL, 0);
 }
 
 void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t n, int64_t stride, int mean,
                    int out_dtype, uint32_t *out_bits) {
     int64_t es = dtype == TG_RDT_BF16 ? 2 : 4;
-    tg_exact_bf16_kernel k = dtype == TG_RDT_BF16 && stride == 1 ? tg_exact_bf16_kernel_for_selection() : NULL;
+    tg_exact_bf16_kernel kb = stride == 1 && dtype == TG_RDT_BF16 ? tg_exact_bf16_kernel_for_selection() : NULL;
+    tg_exact_f32_kernel kf = stride == 1 && dtype == TG_RDT_F32 ? tg_exact_f32_kernel_for_selection() : NULL;
     for (int64_t r = 0; r < rows; r++) {
         const char *row = (const char *)base + r * row_stride * es;
+        const char *next = r + 1 < rows ? row + row_stride * es : NULL; /* prefetched while this row is summed */
         tg_exact_acc a;
         tg_exact_acc_init(&a);
-        if (k && n > 0) k(&a, (const uint16_t *)row, n, r + 1 < rows ? (const uint16_t *)(row + row_stride * 2) : NULL, n);
+        if (kb && n > 0) kb(&a, (const uint16_t *)row, n, (const uint16_t *)next, n);
+        else if (kf && n > 0) kf(&a, (const uint32_t *)row, n, (const uint32_t *)next, n);
         else tg_exact_add_portable(&a, row, dtype, n, stride);
         out_bits[r] = mean ? tg_exact_acc_round_div(&a, n, out_dtype) : tg_exact_acc_round(&a, out_dtype);
+    }
+}
+
+/* ---- column sums: many accumulators, each row read once --------------------------------------
+ * Chunks of COLS_W columns over blocks of BLOCK rows. Per column and block, as block_portable:
+ * the largest and smallest nonzero magnitudes set the column's window; in-window values are
+ * integers below 2^50 in its units, BLOCK of them below 2^62 in the column's int64; a column with
+ * inf/NaN or only zeros goes value by value, values below a window one at a time. */
+#define COLS_W 64
+static inline __attribute__((always_inline)) void cols_block(tg_exact_acc *acc, const void *base, int dtype, int64_t h,
+                                                             int64_t rs, int w, int64_t cs, const int P, const int W) {
+    const uint16_t *x16 = base;
+    const uint32_t *x32 = base;
+    const uint32_t sign = 1u << (P + 7), magmask = sign - 1, inf = 0xFFu << (P - 1);
+#define AT(r, c) (P == 8 ? (uint32_t)x16[(r) * rs + (c) * cs] : x32[(r) * rs + (c) * cs])
+    uint32_t mx[COLS_W], mn[COLS_W];
+    int lo[COLS_W], low[COLS_W];
+    int64_t sum[COLS_W];
+    const int unit = P == 8 ? 15 : -1; /* value = m 2^(e + unit - 149) */
+    for (int c = 0; c < w; c++) mx[c] = 0, mn[c] = ~0u, sum[c] = 0;
+    for (int64_t r = 0; r < h; r++)
+        for (int c = 0; c < w; c++) {
+            uint32_t m = AT(r, c) & magmask;
+            mx[c] = m > mx[c] ? m : mx[c];
+            mn[c] = m - 1 < mn[c] ? m - 1 : mn[c];
+        }
+    for (int c = 0; c < w; c++) {
+        acc[c].flags |= TG_EXACT_NONEMPTY;
+        lo[c] = 1000, low[c] = 0; /* skipped by the main loop: every shift is negative */
+        if (mx[c] >= inf) {
+            for (int64_t r = 0; r < h; r++) add_one(&acc[c], AT(r, c), dtype);
+        } else if (mx[c] == 0) {
+            for (int64_t r = 0; r < h; r++)
+                if (AT(r, c) != sign) { acc[c].flags |= TG_EXACT_NOT_NEGZERO; break; }
+        } else {
+            acc[c].flags |= TG_EXACT_NOT_NEGZERO;
+            int top = (int)(mx[c] >> (P - 1)) > 1 ? (int)(mx[c] >> (P - 1)) : 1;
+            lo[c] = top - W > 1 ? top - W : 1;
+            low[c] = (int)((mn[c] + 1) >> (P - 1)) < lo[c];
+        }
+    }
+    for (int64_t r = 0; r < h; r++)
+        for (int c = 0; c < w; c++) {
+            uint32_t b = AT(r, c);
+            uint32_t e = (b >> (P - 1)) & 0xFF;
+            int64_t m = (int64_t)((b & ((1u << (P - 1)) - 1)) | ((uint32_t)(e != 0) << (P - 1)));
+            int64_t neg = -(int64_t)(b >> (P + 7));
+            int ee = e > 0 ? (int)e : 1, sh = ee - lo[c];
+            int64_t v = sh >= 0 ? m << (sh & 63) : 0;
+            sum[c] += (v ^ neg) - neg;
+            if (low[c] && sh < 0 && m) tg_exact_acc_add_scaled(&acc[c], (m ^ neg) - neg, ee + unit);
+        }
+#undef AT
+    for (int c = 0; c < w; c++)
+        if (lo[c] != 1000) tg_exact_acc_add_scaled(&acc[c], sum[c], lo[c] + unit);
+}
+
+void tg_exact_cols(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t cols, int64_t col_stride,
+                   int mean, int out_dtype, uint32_t *out_bits) {
+    int64_t es = dtype == TG_RDT_BF16 ? 2 : 4;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (col_stride == 1 && tg_exact_f32_kernel_for_selection() == tg_exact_add_f32_avx512f) {
+        /* panels of whole-row segments; blocks of rows whose panel (<= 512 KiB) stays in L2 for
+         * the kernel's second pass */
+        int64_t rblock = (512 << 10) / (TG_EXACT_COLS_PANEL * es);
+        tg_exact_acc acc[TG_EXACT_COLS_PANEL];
+        for (int64_t c0 = 0; c0 < cols; c0 += TG_EXACT_COLS_PANEL) {
+            int w = cols - c0 < TG_EXACT_COLS_PANEL ? (int)(cols - c0) : TG_EXACT_COLS_PANEL;
+            for (int c = 0; c < w; c++) tg_exact_acc_init(&acc[c]);
+            for (int64_t r0 = 0; r0 < rows; r0 += rblock)
+                tg_exact_cols_avx512f(acc, (const char *)base + (r0 * row_stride + c0) * es, dtype,
+                                      rows - r0 < rblock ? rows - r0 : rblock, row_stride, w);
+            for (int c = 0; c < w; c++)
+                out_bits[c0 + c] = mean ? tg_exact_acc_round_div(&acc[c], rows, out_dtype) : tg_exact_acc_round(&acc[c], out_dtype);
+        }
+        return;
+    }
+#endif
+    tg_exact_acc acc[COLS_W];
+    for (int64_t c0 = 0; c0 < cols; c0 += COLS_W) {
+        int w = cols - c0 < COLS_W ? (int)(cols - c0) : COLS_W;
+        for (int c = 0; c < w; c++) tg_exact_acc_init(&acc[c]);
+        /* blocks of 512 rows: a chunk's block (<= 128 KiB) stays in L2 for the second pass even
+         * when a power-of-two row stride maps its rows onto a sixteenth of L2's sets */
+        for (int64_t r0 = 0; r0 < rows; r0 += 512) {
+            int64_t h = rows - r0 < 512 ? rows - r0 : 512;
+            const char *p = (const char *)base + (r0 * row_stride + c0 * col_stride) * es;
+            if (dtype == TG_RDT_BF16) cols_block(acc, p, dtype, h, row_stride, w, col_stride, 8, 42);
+            else cols_block(acc, p, dtype, h, row_stride, w, col_stride, 24, 26);
+        }
+        for (int c = 0; c < w; c++)
+            out_bits[c0 + c] = mean ? tg_exact_acc_round_div(&acc[c], rows, out_dtype) : tg_exact_acc_round(&acc[c], out_dtype);
     }
 }
 
@@ -340,7 +445,7 @@ int tg_extrema(const void *base, int dtype, int64_t n, int64_t stride, int want_
 /* ---- the debug entry points ------------------------------------------------------------------- */
 static tgrad_status check_args(const char *fn, const void *data, int32_t dtype, int64_t n) {
     if (dtype != TG_RDT_BF16 && dtype != TG_RDT_F32)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: dtype %d is neither 0 (bfloat16) nor 1 (float32)", fn,
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: dtype %d is neither 1 (bfloat16) nor 2 (float32)", fn,
                        (int)dtype);
     if (n < 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: n = %lld < 0", fn, (long long)n);
     if (!data && n > 0) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: data is NULL with n = %lld", fn, (long long)n);
@@ -352,7 +457,7 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, in
     tgrad_status s = check_args("debug_exact_sum", data, dtype, n);
     if (s) return s;
     if (out_dtype != TG_RDT_BF16 && out_dtype != TG_RDT_F32)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum: out_dtype %d is neither 0 (bfloat16) nor 1 (float32)",
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum: out_dtype %d is neither 1 (bfloat16) nor 2 (float32)",
                        (int)out_dtype);
     if (mean != 0 && mean != 1)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum: mean = %d is neither 0 nor 1", (int)mean);
@@ -362,6 +467,28 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, in
     /* a negative stride reads backwards from data: element i is data[i * stride] */
     tg_exact_acc_add(&a, data, dtype, n, stride);
     *out_bits = mean ? tg_exact_acc_round_div(&a, n, out_dtype) : tg_exact_acc_round(&a, out_dtype);
+    return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
+                                                int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
+                                                int32_t out_dtype, uint32_t *out_bits) {
+    if (rows < 0 || cols < 0)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: shape [%lld, %lld] has a negative extent",
+                       (long long)rows, (long long)cols);
+    tgrad_status s = check_args("debug_exact_sum_2d", data, dtype, rows && cols ? 1 : 0);
+    if (s) return s;
+    if (out_dtype != TG_RDT_BF16 && out_dtype != TG_RDT_F32)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT,
+                       "debug_exact_sum_2d: out_dtype %d is neither 1 (bfloat16) nor 2 (float32)", (int)out_dtype);
+    if (mean != 0 && mean != 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: mean = %d is neither 0 nor 1", (int)mean);
+    if (axis != 0 && axis != 1)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: axis = %d is neither 0 nor 1", (int)axis);
+    if (!out_bits && (axis ? rows : cols) > 0)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_exact_sum_2d: out_bits is NULL");
+    if (axis == 1) tg_exact_rows(data, dtype, rows, row_stride, cols, col_stride, mean, out_dtype, out_bits);
+    else tg_exact_cols(data, dtype, rows, row_stride, cols, col_stride, mean, out_dtype, out_bits);
     return TGRAD_OK;
 }
 

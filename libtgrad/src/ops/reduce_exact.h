@@ -4,11 +4,12 @@
  *
  * tg_exact_acc holds the exact sum of every finite value added so far as one fixed-point integer
  * (two's complement, 384 bits, least significant bit 2^-149: every bf16 and float32 value is an
- * integer multiple of 2^-149 below 2^128, so a sum of up to 2^100 of them fits), plus the special
- * values' bookkeeping. Adding is order-independent integer arithmetic, so any split of the data
- * over threads or blocks, merged in any order, gives the same accumulator and the same rounded
- * bytes. Nothing here uses the floating-point environment (MXCSR/FPCR) of the calling thread.
- * Nothing allocates or fails; an accumulator belongs to one thread at a time. */
+ * integer multiple of 2^-149 below 2^128, so a sum of fewer than 2^106 of them fits), plus the
+ * special values' bookkeeping. Adding is order-independent integer arithmetic, so any split of
+ * the data over threads or blocks, merged in any order, gives the same accumulator and the same
+ * rounded bytes. Nothing here uses the floating-point environment (MXCSR/FPCR) of the calling thread.
+ * Nothing allocates or fails; an accumulator belongs to one thread at a time; tg_exact_cols uses
+ * about 45 KiB of stack. */
 #ifndef TGRAD_OPS_REDUCE_EXACT_H
 #define TGRAD_OPS_REDUCE_EXACT_H
 
@@ -16,8 +17,12 @@
 
 #include "internal.h"
 
-/* Element and output dtypes of this engine. */
-enum { TG_RDT_BF16 = 0, TG_RDT_F32 = 1 };
+/* Element and output dtypes of this engine: tgrad.h's frozen dtype codes (TGRAD_DTYPE_BF16 = 1,
+ * TGRAD_DTYPE_F32 = 2), so that no caller translates. */
+enum { TG_RDT_BF16 = 1, TG_RDT_F32 = 2 };
+#if defined(TGRAD_DTYPE_BF16) && defined(TGRAD_DTYPE_F32)
+_Static_assert(TG_RDT_BF16 == TGRAD_DTYPE_BF16 && TG_RDT_F32 == TGRAD_DTYPE_F32, "the engine's dtype codes are tgrad.h's");
+#endif
 
 #define TG_EXACT_LIMBS 6 /* 384 bits */
 /* Bits of tg_exact_acc.flags */
@@ -34,8 +39,9 @@ typedef struct tg_exact_acc {
 
 TG_HIDDEN void tg_exact_acc_init(tg_exact_acc *a);
 /* Adds the n values base[i * stride_elems], i = 0 .. n-1 (stride may be negative or 0; n <= 0
- * adds nothing). dtype TG_RDT_BF16 (uint16_t bits) or TG_RDT_F32 (float bits). Contiguous bf16
- * takes the fastest SIMD kernel this CPU runs; every path gives the same accumulator. */
+ * adds nothing). dtype TG_RDT_BF16 (uint16_t bits) or TG_RDT_F32 (float bits). Contiguous values
+ * take the fastest SIMD kernel the CPU variant selection allows; every path gives the same
+ * accumulator. */
 TG_HIDDEN void tg_exact_acc_add(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride_elems);
 /* dst += src (exact; flags combined). */
 TG_HIDDEN void tg_exact_acc_merge(tg_exact_acc *dst, const tg_exact_acc *src);
@@ -61,14 +67,25 @@ TG_HIDDEN int tg_extrema(const void *base, int dtype, int64_t n, int64_t stride,
 TG_HIDDEN void tg_exact_rows(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t n, int64_t stride,
                              int mean, int out_dtype, uint32_t *out_bits);
 
+/* The sum or mean over rows of each of `cols` columns: out_bits[c] reduces the `rows` values
+ * base[r * row_stride + c * col_stride] (a reduction over a non-innermost axis: each row is read
+ * once, in order, for many columns at a time; contiguous columns take the AVX-512F kernel where
+ * the CPU variant selection allows it, as tg_exact_f32_kernel_for_selection does). */
+TG_HIDDEN void tg_exact_cols(const void *base, int dtype, int64_t rows, int64_t row_stride, int64_t cols,
+                             int64_t col_stride, int mean, int out_dtype, uint32_t *out_bits);
+
 /* ---- kernels (the SIMD file and the tests) ---- */
-/* Which contiguous-bf16 kernel tg_exact_acc_add uses (after, after_n: the contiguous values the
- * caller sums next, or NULL: a hint to prefetch, never read): the tgrad_set_cpu_isa selection's
- * ("portable" forces the portable loops; "avx512bf16", or no forced choice, the AVX512-BF16
- * kernel where the CPU runs it). */
+/* The contiguous kernels tg_exact_acc_add uses (after, after_n: the contiguous values the caller
+ * sums next, or NULL: a hint to prefetch, never read), by the tgrad_set_cpu_isa selection: with
+ * no forced choice the most capable this CPU runs (bf16: AVX512-BF16, AVX-512F, AVX2; float32:
+ * AVX-512F, AVX2); a forced "avx512bf16", "avx512f" or "avx2" that kernel where it exists
+ * (float32 under "avx512bf16": AVX-512F); "portable" the portable loops. */
 typedef void (*tg_exact_bf16_kernel)(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                      int64_t after_n);
+typedef void (*tg_exact_f32_kernel)(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
+                                    int64_t after_n);
 TG_HIDDEN tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void);
+TG_HIDDEN tg_exact_f32_kernel tg_exact_f32_kernel_for_selection(void);
 /* The portable loops, always available: exact for any data. */
 TG_HIDDEN void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride);
 #if defined(TGRAD_HAVE_X86_VARIANTS)
@@ -77,6 +94,23 @@ TG_HIDDEN void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtyp
 TG_HIDDEN void tg_exact_add_bf16_avx512bf16(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
                                             int64_t after_n);
 TG_HIDDEN int tg_exact_avx512bf16_available(void);
+/* kernels/cpu/reduce_avx512f.c: contiguous float32, and bf16 widened, through exact double FMAs
+ * into int64 lanes; blocks it cannot take exactly go to tg_exact_add_portable. */
+TG_HIDDEN void tg_exact_add_f32_avx512f(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
+                                        int64_t after_n);
+TG_HIDDEN void tg_exact_add_bf16_avx512f(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                         int64_t after_n);
+TG_HIDDEN int tg_exact_avx512f_available(void);
+/* w <= TG_EXACT_COLS_PANEL contiguous columns over h <= 2048 rows (row stride rs elements) into
+ * acc[0 .. w-1]: tg_exact_cols's kernel, reading whole rows. */
+#define TG_EXACT_COLS_PANEL 512
+TG_HIDDEN void tg_exact_cols_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w);
+/* kernels/cpu/reduce_avx2.c: the same method on 256-bit vectors (AVX2 and FMA). */
+TG_HIDDEN void tg_exact_add_f32_avx2(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,
+                                     int64_t after_n);
+TG_HIDDEN void tg_exact_add_bf16_avx2(tg_exact_acc *a, const uint16_t *x, int64_t n, const uint16_t *after,
+                                      int64_t after_n);
+TG_HIDDEN int tg_exact_avx2_available(void);
 #endif
 
 /* Adds v * 2^(p - 149) to the accumulator (0 <= p <= 300, any int64 v). */

@@ -326,7 +326,7 @@ static int64_t now_ns(void) {
 }
 
 tgrad_status tg_schedule_build_locked(tg_buffer *b, tg_schedule *out) {
-    tg_schedule *S = out; /* built in place: the index's inline table is not copied */
+    tg_schedule *S = out; /* built in place */
     *S = (tg_schedule){ .released_through = -1 };
     int64_t t0 = atomic_load_explicit(&timed, memory_order_relaxed) ? now_ns() : 0;
     if (!visit(S, b) || !plan_memory(S)) {

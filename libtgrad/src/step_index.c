@@ -1,7 +1,8 @@
 /* The buffer-to-step index: see step_index.h. Linear probing over a power-of-two table kept at
  * most a quarter full (short probe runs at every size), hashing the buffer's address with a full
- * 64-bit mixer (heap addresses come in strides and clusters). Every slot inspected counts as a
- * probe. */
+ * 64-bit mixer (heap addresses come in strides and clusters); a buffer found past its first slot
+ * moves there (the transposition heuristic), so that the buffers looked up most cost one probe.
+ * Every slot inspected counts as a probe. */
 #include "step_index.h"
 
 static size_t slot_of(const tg_buffer *b, size_t cap) {
@@ -20,8 +21,14 @@ static tg_index_entry *probe(tg_index_entry *slots, size_t cap, const tg_buffer 
 
 tg_index_entry *tg_step_index_find(tg_step_index *x, const tg_buffer *b) {
     if (!x->cap) return NULL;
-    tg_index_entry *e = probe(x->slots, x->cap, b, &x->probes);
-    return e->buf ? e : NULL;
+    tg_index_entry *e = probe(x->slots, x->cap, b, &x->probes), *home = &x->slots[slot_of(b, x->cap)];
+    if (!e->buf) return NULL;
+    if (e != home) { /* found past its first slot: trade places with the entry there, so that a */
+        tg_index_entry t = *home; /* buffer looked up again and again (an operand many steps read) */
+        *home = *e, *e = t;       /* costs one probe from now on; the other stays reachable, every */
+        e = home;                 /* slot from its own first slot to here being taken */
+    }
+    return e;
 }
 
 static bool grow(tg_step_index *x) {

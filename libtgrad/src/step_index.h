@@ -21,7 +21,8 @@ typedef struct tg_step_index {
     int64_t probes;        /* slots inspected so far (tgrad_debug_schedule_work) */
 } tg_step_index;
 
-/* b's entry, or NULL when b has none (the probes are counted in x->probes). */
+/* b's entry, or NULL when b has none (the probes are counted in x->probes). Finding may move
+ * entries: a pointer from before is stale. */
 TG_HIDDEN tg_index_entry *tg_step_index_find(tg_step_index *x, const tg_buffer *b);
 /* b's entry, added (step and last -1, no readers) when it has none; NULL when out of memory (the
  * index is then as it was). Adding may move every entry (pointers from before are stale). */

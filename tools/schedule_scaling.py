@@ -10,7 +10,9 @@ A graph of n ops is a chain on a [1, 2] tensor (+1, neg, +1, neg, ...), in two s
 
 Each is realized and timed: ``build`` is the schedule's build (the walk, the buffer-to-step index,
 the memory plan: what runs under the graph lock), from tgrad_debug_schedule_work; ``realize`` is
-the whole ``realize()`` (the build, the tiny kernels, the releases), wall clock. Also the index's
+the whole ``realize()`` (the build, the tiny kernels, the releases), wall clock, and ``cpu`` its
+CPU time (the process's, all threads: on a shared machine the wall times include the time others
+held the CPUs, the CPU time does not). Also the index's
 probes per step and read (a count: about 3 at every size when the work is linear). The median of
 ``--repeat`` runs. Against a library without tgrad_debug_schedule_work (TGRAD_LIB naming an older
 build) only ``realize`` is reported; such a library overflows the C stack on a kept chain of about
@@ -59,13 +61,13 @@ def _chain(n: int, keep: bool) -> tuple[tgrad.Tensor, list[tgrad.Tensor]]:
 def measure(n: int, keep: bool) -> dict[str, float]:
     end, kept = _chain(n, keep)
     gc.collect()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     end.realize()
-    realize_s = time.perf_counter() - t0
+    realize_s, realize_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     w = _work()
     expect = (0.5, 1.5, -1.5, -0.5)[n % 4]
     assert float(end.numpy()[0, 0]) == expect, "wrong value"
-    out = {"realize_ms": realize_s * 1e3}
+    out = {"realize_ms": realize_s * 1e3, "realize_cpu_ms": realize_cpu_s * 1e3}
     if w:
         steps, reads, probes, _, build_ns = w
         out.update(steps=steps, build_ms=build_ns / 1e6, build_ns_per_step=build_ns / max(steps, 1),
@@ -86,16 +88,18 @@ def main() -> int:
     _work()  # the first call turns the build's clock on
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}, "
           f"libtgrad {tgrad.library_path()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"{'shape':6s} {'ops':>8s} {'steps':>8s} {'build ms':>9s} {'ns/step':>8s} {'probes':>7s} {'realize ms':>11s}")
+    print(f"{'shape':6s} {'ops':>8s} {'steps':>8s} {'build ms':>9s} {'ns/step':>8s} {'probes':>7s} {'realize ms':>11s} "
+          f"{'cpu ms':>9s}")
     for shape in args.shapes.split(","):
         for n in sizes:
             runs = [measure(n, shape == "kept") for _ in range(args.repeat)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             if "steps" in med:
                 print(f"{shape:6s} {n:8d} {int(med['steps']):8d} {med['build_ms']:9.2f} {med['build_ns_per_step']:8.0f} "
-                      f"{med['probes_per_read']:7.2f} {med['realize_ms']:11.1f}", flush=True)
+                      f"{med['probes_per_read']:7.2f} {med['realize_ms']:11.1f} {med['realize_cpu_ms']:9.1f}", flush=True)
             else:
-                print(f"{shape:6s} {n:8d} {'-':>8s} {'-':>9s} {'-':>8s} {'-':>7s} {med['realize_ms']:11.1f}", flush=True)
+                print(f"{shape:6s} {n:8d} {'-':>8s} {'-':>9s} {'-':>8s} {'-':>7s} {med['realize_ms']:11.1f} "
+                      f"{med['realize_cpu_ms']:9.1f}", flush=True)
     return 0
 
 

@@ -509,8 +509,10 @@ TGRAD_API tgrad_status tgrad_debug_extrema(const void *data, int32_t dtype, int6
  * work[0 .. count) (count 1 .. TGRAD_DEBUG_WORK_COUNT): the steps it emitted, the operand reads
  * it planned, the slots of its buffer-to-step index it inspected (walk, memory plan, explain's
  * look-ups), the steps it examined dropping its references, and the nanoseconds its build took
- * under the graph lock. All 0 on a thread that built none. TGRAD_ERR_INVALID_ARGUMENT for a NULL
- * work or another count. */
+ * under the graph lock (measured once any thread has called this function: 0 before, so that
+ * realize does not read the clock otherwise). Recorded when the schedule is freed (realize and
+ * explain free theirs before returning); all 0 on a thread that freed none.
+ * TGRAD_ERR_INVALID_ARGUMENT for a NULL work or another count. */
 #define TGRAD_DEBUG_WORK_STEPS 0
 #define TGRAD_DEBUG_WORK_READS 1
 #define TGRAD_DEBUG_WORK_PROBES 2

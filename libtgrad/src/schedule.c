@@ -12,8 +12,22 @@
 #include "kinds.h"
 #include "ops/elementwise.h"
 
+/* A schedule of up to SCAN_STEPS steps (a product, a short chain: most realizes) finds a buffer's
+ * step and readers by scanning its steps, which costs no more than hashing there and allocates
+ * nothing; past that the index takes over (built from the steps so far), so that the work stays
+ * linear (docs/architecture.md, "The walk and the index"). */
+enum { SCAN_STEPS = 4 };
+
+static bool indexed(const tg_schedule *S) { return S->index.cap != 0; }
+
 int32_t tg_schedule_step_of(const tg_schedule *S, const tg_buffer *b) {
-    const tg_index_entry *e = tg_step_index_find(&S->index, b);
+    if (!indexed(S)) {
+        for (int32_t i = 0; i < S->n; i++)
+            if (S->steps[i].buf == b) return i;
+        return -1;
+    }
+    /* the index counts its probes: the one field a look-up writes */
+    const tg_index_entry *e = tg_step_index_find((tg_step_index *)&S->index, b);
     return e ? e->step : -1;
 }
 
@@ -41,11 +55,24 @@ TGRAD_API tgrad_status tgrad_set_fusion(int32_t enabled) {
 
 TGRAD_API int32_t tgrad_fusion_enabled(void) { return tg_fusion_on(); }
 
+/* The work of this thread's latest schedule, published when it is freed (it counts in its own
+ * fields meanwhile: no thread-local access in the loops). */
+typedef struct work_record {
+    int64_t steps, reads, probes, release_checks, build_ns;
+} work_record;
+static _Thread_local work_record last_work;
+static atomic_bool timed; /* set by tgrad_debug_schedule_work: only then do builds read the clock */
+
+static void publish_work(const tg_schedule *S) {
+    last_work = (work_record){ S->n, S->reads, S->index.probes, S->release_checks, S->build_ns };
+}
+
 TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count) {
     if (!work || count < 1 || count > TGRAD_DEBUG_WORK_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_schedule_work: work is NULL or count %d is not 1 .. %d",
                        (int)count, TGRAD_DEBUG_WORK_COUNT);
-    const tg_schedule_work *w = &tg_schedule_work_;
+    atomic_store_explicit(&timed, true, memory_order_relaxed);
+    const work_record *w = &last_work;
     const int64_t all[TGRAD_DEBUG_WORK_COUNT] = { w->steps, w->reads, w->probes, w->release_checks, w->build_ns };
     memcpy(work, all, sizeof *work * (size_t)count);
     return TGRAD_OK;
@@ -141,10 +168,13 @@ static bool emit(tg_schedule *S, const tg_step *st) {
         if (!q) return false;
         S->steps = q, S->cap = cap;
     }
-    tg_index_entry *e = tg_step_index_add(&S->index, st->buf);
-    if (!e) return false;
-    e->step = S->n;
     S->steps[S->n++] = *st;
+    if (S->n <= SCAN_STEPS) return true;
+    for (int32_t i = indexed(S) ? S->n - 1 : 0; i < S->n; i++) { /* the index starts with every step so far */
+        tg_index_entry *e = tg_step_index_add(&S->index, S->steps[i].buf);
+        if (!e) return false;
+        e->step = i;
+    }
     return true;
 }
 
@@ -160,7 +190,7 @@ typedef struct walk_frame {
     int32_t next;
 } walk_frame;
 
-enum { WALK_INLINE = 8 }; /* frames on the C stack before the walk moves its path to the heap */
+enum { WALK_INLINE = 4 }; /* frames on the C stack before the walk moves its path to the heap */
 
 /* Post order from b: every operand's step first, each pending buffer once, in the order of a
  * depth-first walk over each step's reads. Iterative: the path is an explicit stack (on the heap
@@ -218,13 +248,32 @@ static bool read_before(const tg_step *st, int32_t i) {
     return false;
 }
 
+/* How b is used: the step computing it (-1: none), how many times the steps read it and the last
+ * step that does (-1: none). From the index (counted by plan_memory), or by scanning the steps. */
+typedef struct buffer_use {
+    int32_t step, last;
+    int64_t readers;
+} buffer_use;
+
+static buffer_use use_of(tg_schedule *S, const tg_buffer *b) {
+    if (indexed(S)) {
+        const tg_index_entry *e = tg_step_index_find(&S->index, b);
+        return (buffer_use){ e->step, e->last, e->readers };
+    }
+    buffer_use u = { tg_schedule_step_of(S, b), -1, 0 };
+    for (int32_t s = 0; s < S->n; s++)
+        for (int32_t i = 0; i < S->steps[s].nreads; i++)
+            if (S->steps[s].reads[i]->buf == b) u.readers++, u.last = s;
+    return u;
+}
+
 /* Memory: a buffer is freed after its last reader when all its references are readers in this
  * schedule (no handle holds it); the schedule's own reference goes after that same step. One pass
  * counts every buffer's readers and finds its last one (in the index); a second decides. */
 static bool plan_memory(tg_schedule *S) {
     int64_t total = 0;
     for (int32_t s = 0; s < S->n; s++) total += S->steps[s].nreads, S->steps[s].release_after = s;
-    for (int32_t s = 0; s < S->n; s++) {
+    for (int32_t s = 0; indexed(S) && s < S->n; s++) { /* every buffer's readers, in one pass */
         const tg_step *st = &S->steps[s];
         for (int32_t i = 0; i < st->nreads; i++) {
             tg_index_entry *e = tg_step_index_add(&S->index, st->reads[i]->buf);
@@ -232,25 +281,26 @@ static bool plan_memory(tg_schedule *S) {
             e->readers++, e->last = s;
         }
     }
-    tg_schedule_work_.reads = total;
+    S->reads = total;
     if (!S->n) return true;
-    /* free[total], then release_start[n + 1] and release_order[n] */
-    size_t bytes = sizeof *S->free * (size_t)total + sizeof(int32_t) * (2 * (size_t)S->n + 1);
+    /* free[total], then (indexed) release_start[n + 1] and release_order[n] */
+    size_t bytes = sizeof *S->free * (size_t)total + (indexed(S) ? sizeof(int32_t) * (2 * (size_t)S->n + 1) : 0);
     if (!(S->free = tg_malloc(bytes))) return false;
-    S->release_start = (int32_t *)(S->free + total), S->release_order = S->release_start + S->n + 1;
     for (int32_t s = 0; s < S->n; s++) {
         tg_step *st = &S->steps[s];
         st->first_free = S->nfree_total;
         for (int32_t i = 0; i < st->nreads; i++) {
             tg_buffer *in = st->reads[i]->buf;
             if (read_before(st, i)) continue;
-            const tg_index_entry *e = tg_step_index_find(&S->index, in);
-            if (e->step >= 0) S->steps[e->step].release_after = e->last;
-            if (e->last == s && e->readers == (int64_t)atomic_load(&in->refs)) S->free[S->nfree_total++] = in;
+            buffer_use u = use_of(S, in);
+            if (u.step >= 0) S->steps[u.step].release_after = u.last;
+            if (u.last == s && u.readers == (int64_t)atomic_load(&in->refs)) S->free[S->nfree_total++] = in;
         }
         st->nfree = S->nfree_total - st->first_free;
     }
+    if (!indexed(S)) return true; /* a few steps: dropping their references scans them */
     /* the steps by release_after, stable (a counting sort): each bucket in step order */
+    S->release_start = (int32_t *)(S->free + total), S->release_order = S->release_start + S->n + 1;
     int32_t *start = S->release_start;
     memset(start, 0, sizeof *start * ((size_t)S->n + 1));
     for (int32_t s = 0; s < S->n; s++) start[S->steps[s].release_after + 1]++;
@@ -268,21 +318,19 @@ static int64_t now_ns(void) {
 }
 
 tgrad_status tg_schedule_build_locked(tg_buffer *b, tg_schedule *out) {
-    tg_schedule S = { .released_through = -1 };
-    tg_schedule_work_ = (tg_schedule_work){ 0 };
-    int64_t t0 = now_ns();
-    if (!visit(&S, b) || !plan_memory(&S)) {
-        free(S.steps);
-        free(S.free);
-        tg_step_index_free(&S.index);
-        *out = (tg_schedule){ .released_through = -1 };
+    tg_schedule *S = out; /* built in place */
+    *S = (tg_schedule){ .released_through = -1 };
+    int64_t t0 = atomic_load_explicit(&timed, memory_order_relaxed) ? now_ns() : 0;
+    if (!visit(S, b) || !plan_memory(S)) {
+        free(S->steps);
+        free(S->free);
+        tg_step_index_free(&S->index);
+        *S = (tg_schedule){ .released_through = -1 };
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate the schedule of a pending tensor");
     }
-    note_unfused(&S);
-    tg_schedule_work_.steps = S.n;
-    tg_schedule_work_.build_ns = now_ns() - t0;
-    for (int32_t s = 0; s < S.n; s++) S.steps[s].released = true; /* holds no references */
-    *out = S;
+    note_unfused(S);
+    if (t0) S->build_ns = now_ns() - t0;
+    for (int32_t s = 0; s < S->n; s++) S->steps[s].released = true; /* holds no references */
     return TGRAD_OK;
 }
 
@@ -300,7 +348,6 @@ tgrad_status tg_schedule_build(tg_buffer *b, tg_schedule *out) {
 }
 
 static void release_step(tg_step *st) {
-    tg_schedule_work_.release_checks++;
     if (st->released) return;
     st->released = true;
     tg_buffer_release(st->buf);
@@ -311,10 +358,10 @@ void tg_schedule_release_through(tg_schedule *S, int32_t step) {
     if (upto <= S->released_through) return;
     if (upto == S->released_through + 1 && S->release_start) {
         /* the next bucket: the steps whose release_after is upto, in step order */
-        for (int32_t k = S->release_start[upto]; k < S->release_start[upto + 1]; k++)
+        for (int32_t k = S->release_start[upto]; k < S->release_start[upto + 1]; k++, S->release_checks++)
             release_step(&S->steps[S->release_order[k]]);
-    } else { /* a jump (the end of a run that stopped early): every step, once, in step order */
-        for (int32_t s = 0; s < S->n; s++)
+    } else { /* a few steps, or a jump (a run that stopped early): every step, in step order */
+        for (int32_t s = 0; s < S->n; s++, S->release_checks++)
             if (S->steps[s].release_after <= upto) release_step(&S->steps[s]);
     }
     S->released_through = upto;
@@ -322,6 +369,7 @@ void tg_schedule_release_through(tg_schedule *S, int32_t step) {
 
 void tg_schedule_free(tg_schedule *S) {
     tg_schedule_release_through(S, INT32_MAX);
+    publish_work(S);
     free(S->steps);
     free(S->free);
     tg_step_index_free(&S->index);

@@ -77,9 +77,12 @@ typedef struct tg_schedule {
     tg_step_index index;
     /* The steps whose release_after is r, in step order: release_order[release_start[r] ..
      * release_start[r + 1]) (in the block of `free`), so that running the steps drops each
-     * reference once, O(n) in all; released_through: the last r dropped (-1: none). */
+     * reference once, O(n) in all (NULL for a schedule of a few steps: scanned instead);
+     * released_through: the last r dropped (-1: none). */
     int32_t *release_start, *release_order;
     int32_t released_through;
+    /* Work done (tgrad_debug_schedule_work; the probes are the index's). */
+    int64_t reads, release_checks, build_ns;
 } tg_schedule;
 
 /* Walk b's pending graph once (under tg_graph_lock) and decide every step. On failure (out of

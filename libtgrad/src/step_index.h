@@ -14,23 +14,19 @@ typedef struct tg_index_entry {
     int64_t readers;      /* the steps' reads of buf, with multiplicity */
 } tg_index_entry;
 
+/* All zero is an empty index (no table yet). */
 typedef struct tg_step_index {
     tg_index_entry *slots; /* cap slots (a power of two), at most a quarter of them used */
     size_t cap, count;
+    int64_t probes;        /* slots inspected so far (tgrad_debug_schedule_work) */
 } tg_step_index;
 
-/* b's entry, or NULL when b has none. */
-TG_HIDDEN tg_index_entry *tg_step_index_find(const tg_step_index *x, const tg_buffer *b);
+/* b's entry, or NULL when b has none (the probes are counted in x->probes). Finding may move
+ * entries: a pointer from before is stale. */
+TG_HIDDEN tg_index_entry *tg_step_index_find(tg_step_index *x, const tg_buffer *b);
 /* b's entry, added (step and last -1, no readers) when it has none; NULL when out of memory (the
- * index is then as it was). */
+ * index is then as it was). Adding may move every entry (pointers from before are stale). */
 TG_HIDDEN tg_index_entry *tg_step_index_add(tg_step_index *x, const tg_buffer *b);
 TG_HIDDEN void tg_step_index_free(tg_step_index *x);
-
-/* The scheduler's work on this thread since its latest schedule build began (for
- * tgrad_debug_schedule_work: tests show it grows linearly, the benchmark reads build_ns). */
-typedef struct tg_schedule_work {
-    int64_t steps, reads, probes, release_checks, build_ns;
-} tg_schedule_work;
-extern TG_HIDDEN _Thread_local tg_schedule_work tg_schedule_work_;
 
 #endif

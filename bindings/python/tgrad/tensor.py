@@ -14,6 +14,7 @@ extents), and `typed` states a shape with a run-time check. Nothing of this cost
 
 from __future__ import annotations
 
+import builtins
 import contextvars
 import functools
 import json as _json
@@ -525,7 +526,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         tolist: each the exact value of its bf16 element (libtgrad widens to float32)."""
         return self.numpy(np.float32).tolist()
 
-    def __float__(self) -> float:
+    def __float__(self) -> builtins.float:  # `float` in this class is the method above
         """The value of a one-element tensor (any rank); InvalidArgumentError for another size."""
         size = self.size
         if size != 1:
@@ -681,7 +682,8 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         return int(shape[axis])
 
     # ---- matmul ---------------------------------------------------------------------------------
-    def matmul(self, other: Tensor, *, out_dtype: _dtypes.DType | str | None = None) -> Tensor:
+    def matmul(self: Tensor[A, B], other: Tensor[B, C], *,
+               out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
         """self @ other for 2-D tensors, lazily (computed when read or realized). out_dtype
         tgrad.float32 gives the fp32 accumulators unrounded (see `tgrad.matmul`)."""
         return matmul(self, other, out_dtype=out_dtype)
@@ -984,7 +986,7 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
         host.release()
 
 
-def matmul(a: Tensor, b: Tensor, *, out_dtype: _dtypes.DType | str | None = None) -> Tensor:
+def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
     """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now.
 
     out_dtype: None or tgrad.bfloat16 (the default, ``a @ b``), or tgrad.float32: the fp32

@@ -211,3 +211,14 @@ def test_float32_on_a_gpu_device_is_refused_before_any_allocation(opencl_device)
             tgrad.matmul(a, a, out_dtype=tgrad.float32)
         assert (tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes()) == before
         assert (a @ a).dtype == tgrad.bfloat16  # bf16 stays on the device routes
+
+
+def test_a_float32_product_has_no_device_kernel_to_render():
+    """tgrad.render shows what a GPU runs; the GPU routes store bf16, so a float32 product is
+    refused there too (its bf16 twin renders)."""
+    from tgrad import render
+
+    a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
+    with pytest.raises(errors.DtypeUnsupportedError, match="store bfloat16"):
+        render.render_tensor(tgrad.matmul(a, a, out_dtype=tgrad.float32))
+    assert render.render_tensor(a @ a).source

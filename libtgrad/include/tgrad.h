@@ -164,8 +164,8 @@ TGRAD_API int32_t tgrad_op_arity(tgrad_op op);
 
 /* Element types. Frozen codes. Tensors hold bf16, f32 or i32 elements; host data given to the
  * creation calls may also be f64. Matmul and the elementwise ops take bf16 tensors (others are
- * refused with TGRAD_ERR_DTYPE_UNSUPPORTED before anything is allocated); views, copies, casts,
- * reads and reductions take every tensor dtype. */
+ * refused with TGRAD_ERR_DTYPE_UNSUPPORTED before anything is allocated; a matmul may give f32,
+ * tgrad_matmul_ex); views, copies, casts, reads and reductions take every tensor dtype. */
 #define TGRAD_DTYPE_BF16 1
 #define TGRAD_DTYPE_F32 2
 #define TGRAD_DTYPE_F64 3
@@ -303,6 +303,12 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
  * in the documented order (docs/numerics.md), bf16 out (round to nearest even, NaN canonical).
  * M, N or K may be 0 (K = 0 gives zeros). Checks happen here, before any allocation. */
 TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+/* tgrad_matmul with the result's dtype: TGRAD_DTYPE_BF16 (tgrad_matmul itself) or TGRAD_DTYPE_F32,
+ * the fp32 accumulator of the documented order without its final rounding (NaN as the canonical
+ * 0x7FC00000; K = 0 gives +0). The bf16 result is that value rounded to nearest even, on every
+ * route. Another out_dtype is TGRAD_ERR_DTYPE_UNSUPPORTED, and so is F32 for operands on a GPU
+ * device (the GPU routes store bf16 only); checked here, before any allocation. */
+TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
 
 /* ---- elementwise ops ------------------------------------------------------------------------ */
 /* out = op(x) for a unary op of the registry, lazily, with x's shape. out = op(a, b) for a binary

@@ -233,16 +233,18 @@ typedef struct tg_cpu_matmul_plan {
     const struct tg_ukernel *uk; /* the variant that runs */
     int64_t M, N, K;             /* as computed (after the swap) */
     int64_t a_strides[2], b_strides[2];
+    int32_t out_dtype;           /* TGRAD_DTYPE_BF16, or TGRAD_DTYPE_F32: the accumulators unrounded */
 } tg_cpu_matmul_plan;
-TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, tg_cpu_matmul_plan *plan);
+TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *plan);
 /* The route's name: "cpu.<variant>.gemm", "cpu.<variant>.rowvec", "cpu.empty", ... */
 TG_HIDDEN void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *plan, char *dst, size_t cap);
 /* out = A @ B as planned, with A [M,K] and B [K,N] read through views over a and b (the views the
- * plan was made from); out is [M,N] row-major. ep (NULL: none) is the epilogue, applied by the
- * frame to each finished block of out (cpu/epilogue.h). */
+ * plan was made from); out is [M,N] row-major, of the plan's out_dtype (bf16 bits or f32). ep
+ * (NULL: none; bf16 results only) is the epilogue, applied by the frame to each finished block of
+ * out (cpu/epilogue.h). */
 struct tg_chain;
 TG_HIDDEN tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *plan, const uint16_t *a, const tg_view *av,
-                                         const uint16_t *b, const tg_view *bv, uint16_t *out, const struct tg_chain *ep);
+                                         const uint16_t *b, const tg_view *bv, void *out, const struct tg_chain *ep);
 /* The variant the calling thread's last tg_cpu_matmul_run ran (NULL before any; tests check that
  * the route a step records names it). */
 extern TG_HIDDEN _Thread_local const struct tg_ukernel *tg_cpu_matmul_ran;

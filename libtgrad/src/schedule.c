@@ -95,6 +95,9 @@ static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
     if (p->device != device) return "computed on another device";
     const char *kind_says = tg_kind_of(p->node->op)->unfused;
     if (kind_says) return kind_says;
+    /* An anchor's epilogue runs on its finished bf16 blocks (cpu/epilogue.h, the GPU store step) */
+    if (tg_kind_of(p->node->op)->role == TG_ROLE_ANCHOR && p->dtype != TGRAD_DTYPE_BF16)
+        return "its result is float32 (epilogues run on bf16 results only)";
     /* Only this node holds it: no handle, no other reader (a second read would need it stored). */
     if (atomic_load(&p->refs) != 1) return "its result is also held by a handle or read by another op";
     if (!same_shape(&in->view, &p->node->out) || in->view.offset || !tg_view_is_compact_rowmajor(&in->view))

@@ -35,6 +35,11 @@ static void bind_chain(const chain_build *c, uint32_t base, tg_step_kernel *k) {
 }
 
 tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    /* The device routes store bf16 (tgrad_matmul_ex refuses float32 on a GPU device); a CPU
+     * float32 product has no kernel to show. */
+    if (st->buf->dtype != TGRAD_DTYPE_BF16)
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "render: the GPU routes store bfloat16; this matmul's result is %s",
+                       tg_dtype_name(st->buf->dtype));
     chain_build c;
     chain_of(st, &c);
     const tg_node_input *in = st->inputs;

@@ -313,6 +313,10 @@ TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tens
 
 /* ---- matmul -------------------------------------------------------------------------------- */
 TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out) {
+    return tgrad_matmul_ex(a, b, TGRAD_DTYPE_BF16, out);
+}
+
+TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out) {
     CHECK_OUT(out, "matmul");
     tg_tensor ta, tb;
     tgrad_status s = tg_handle_get_pair(a, b, &ta, &tb);
@@ -323,6 +327,9 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
     if (!s && (ta.buf->dtype != TGRAD_DTYPE_BF16 || tb.buf->dtype != TGRAD_DTYPE_BF16))
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "matmul: operands are %s and %s; matmul takes bfloat16 (cast first)",
                     tg_dtype_name(ta.buf->dtype), tg_dtype_name(tb.buf->dtype));
+    if (!s && out_dtype != TGRAD_DTYPE_BF16 && out_dtype != TGRAD_DTYPE_F32)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "matmul: out_dtype %d is not bfloat16 (%d) or float32 (%d)",
+                    (int)out_dtype, TGRAD_DTYPE_BF16, TGRAD_DTYPE_F32);
     if (!s && ta.buf->device != tb.buf->device) {
         char sa[160], sb[160];
         tg_format_shape(sa, sizeof sa, &ta.view);
@@ -330,8 +337,16 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "matmul: %s on %s @ %s on %s: operands live on different devices", sa,
                     tg_device_name(ta.buf->device), sb, tg_device_name(tb.buf->device));
     }
+    /* The GPU routes store bf16 only (device memory holds bf16 tensors): a float32 result is
+     * refused there, before anything is allocated (docs/numerics.md, "out_dtype"). */
+    if (!s && out_dtype != TGRAD_DTYPE_BF16 && ta.buf->device != TGRAD_DEVICE_CPU)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
+                    "matmul: out_dtype float32 runs on the CPU only for now; the operands live on %s",
+                    tg_device_name(ta.buf->device));
     if (!s) tg_view_numel(&ov, &numel);
-    if (!s) s = tg_memory_admit(numel, "matmul");
+    if (!s && numel > INT64_MAX / tg_dtype_size(out_dtype))
+        s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "matmul: %lld float32 results do not fit in int64 bytes", (long long)numel);
+    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(out_dtype), "matmul");
     tg_node *n = s ? NULL : tg_node_new(TG_OP_MATMUL, 2);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate a graph node");
     tg_buffer *buf = NULL;
@@ -339,8 +354,8 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
         n->inputs[0] = (tg_node_input){ ta.buf, ta.view };
         n->inputs[1] = (tg_node_input){ tb.buf, tb.view };
         n->out = ov;
-        n->dtype = TGRAD_DTYPE_BF16;
-        if ((s = tg_buffer_new(numel, n, &buf))) free(n);
+        n->dtype = out_dtype;
+        if ((s = tg_buffer_new_typed(numel, out_dtype, n, &buf))) free(n);
         else buf->device = ta.buf->device;
     }
     if (s) {

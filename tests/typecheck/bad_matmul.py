@@ -2,6 +2,7 @@
 
 from typing import Literal
 
+import tgrad
 from tgrad import Tensor
 
 Batch = Literal[32]
@@ -25,3 +26,13 @@ def wrong_order(x: Tensor[Batch, Model], w: Tensor[Hidden, Model]) -> Tensor:
 
 def three_axes(x: Tensor[Batch, Batch, Model], w: Tensor[Model, Hidden]) -> Tensor:
     return x @ w  # expect-error: mypy[misc,operator] pyright[reportOperatorIssue]
+
+
+# mypy cannot solve the function's type variables from operands that disagree [misc]; the method,
+# its self bound first, reports the argument.
+def forgot_the_transpose_in_float32(x: Tensor[Batch, Model], w: Tensor[Hidden, Model]) -> Tensor:
+    return tgrad.matmul(x, w, out_dtype=tgrad.float32)  # expect-error: mypy[misc] pyright[reportArgumentType]
+
+
+def forgot_the_transpose_in_the_method(x: Tensor[Batch, Model], w: Tensor[Hidden, Model]) -> Tensor:
+    return x.matmul(w, out_dtype=tgrad.float32)  # expect-error: mypy[arg-type] pyright[reportArgumentType]

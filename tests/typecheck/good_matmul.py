@@ -2,6 +2,7 @@
 
 from typing import Literal, TypeVar, assert_type
 
+import tgrad
 from tgrad import Tensor
 
 M = TypeVar("M", bound=int)
@@ -38,3 +39,9 @@ def use(x: Tensor[Batch, Model], w: Tensor[Hidden, Model]) -> None:
     assert_type(any_linear(x, w), Tensor[Batch, Hidden])
     assert_type(gram(x), Tensor[Batch, Batch])
     assert_type(x.T.T, Tensor[Batch, Model])
+
+
+def accumulators(x: Tensor[Batch, Model], w: Tensor[Hidden, Model]) -> Tensor[Batch, Hidden]:
+    """out_dtype changes the element type, not the shape."""
+    assert_type(tgrad.matmul(x, w.T, out_dtype=tgrad.float32), Tensor[Batch, Hidden])
+    return x.matmul(w.T, out_dtype="float32")

@@ -153,6 +153,7 @@ tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int
                           int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
 
 tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);
 tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);

@@ -707,9 +707,11 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         return int(shape[axis])
 
     # ---- matmul ---------------------------------------------------------------------------------
-    def matmul(self, other: Tensor) -> Tensor:
-        """self @ other for 2-D tensors, lazily (computed when read or realized)."""
-        return matmul(self, other)
+    def matmul(self: Tensor[A, B], other: Tensor[B, C], *,
+               out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
+        """self @ other for 2-D tensors, lazily (computed when read or realized). out_dtype
+        tgrad.float32 gives the fp32 accumulators unrounded (see `tgrad.matmul`)."""
+        return matmul(self, other, out_dtype=out_dtype)
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
@@ -1045,14 +1047,26 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
         host.release()
 
 
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now."""
+def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
+    """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now.
+
+    out_dtype: None or tgrad.bfloat16 (the default, ``a @ b``), or tgrad.float32: the fp32
+    accumulators of the documented order without their final rounding (NaN canonical); the bf16
+    result is exactly that value rounded to nearest even. float32 runs on the CPU only
+    (DtypeUnsupportedError on a GPU device), and elementwise ops are not fused into it
+    (docs/numerics.md, "out_dtype")."""
     for name, operand in (("a", a), ("b", b)):
         if not isinstance(operand, Tensor):
             raise errors.InvalidArgumentError(
                 f"matmul: operand {name} must be a Tensor, got {type(operand).__name__}"
             )
-    return a @ b
+    target = _dtypes.bfloat16 if out_dtype is None else _dtypes.as_dtype(out_dtype, "matmul")
+    if target is _dtypes.bfloat16:
+        return a @ b
+    out = ffi.new("tgrad_tensor_t *")
+    _check(lib.tgrad_matmul_ex(a._h, b._h, target.code, out))
+    sa, sb = a._shape, b._shape  # libtgrad checked [M, K] @ [K, N]
+    return Tensor._wrap(int(out[0]), (sa[0], sb[1]) if sa is not None and sb is not None else None)
 
 
 _bind_base(Tensor, _RECORDER)

@@ -18,7 +18,7 @@ KINDS = REDUCE_KINDS | {CAST_KIND}
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
                                   "int32": np.dtype("<u4")}
-_ENGINE = {"bfloat16": 0, "float32": 1}  # conformance.exact's dtype codes
+_ENGINE = {"bfloat16": 1, "float32": 2}  # tgrad.conformance.exact's dtype codes (tgrad.h's)
 
 
 def _exact() -> Any:
@@ -110,7 +110,7 @@ def replay_cast(args: Mapping[str, Any], source: np.ndarray, source_dtype: str) 
         from fractions import Fraction
 
         exact = _exact()
-        flat = [exact.round_to(Fraction(int(v)), 0) for v in values.ravel()]
+        flat = [exact.round_to(Fraction(int(v)), _ENGINE["bfloat16"]) for v in values.ravel()]
         result = np.array(flat, dtype=np.uint16).reshape(values.shape)
         return result
     bits: np.ndarray = values.astype(ml_dtypes.bfloat16).view(np.uint16).copy()  # float32: exact in double, RNE once

@@ -11,6 +11,8 @@
 #ifndef TGRAD_CPU_FRAME_H
 #define TGRAD_CPU_FRAME_H
 
+#include <string.h>
+
 #include "../internal.h"
 #include "epilogue.h"
 #include "ukernel.h"
@@ -55,7 +57,28 @@ TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_opera
                                             int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);
 TG_HIDDEN tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
                                             int64_t K, int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);
+/* The packed path writes bf16 to out or, when out32 is set instead (out NULL, ep NULL), the fp32
+ * accumulators: the micro-kernels store them to acc (no bf16 out) and the frame copies each
+ * finished tile (store_f32_tile), so every variant's kernels serve both without a change to
+ * their bf16 store. */
 TG_HIDDEN tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
-                                          int64_t N, int64_t K, int32_t threads, uint16_t *out, const tg_chain *ep);
+                                          int64_t N, int64_t K, int32_t threads, uint16_t *out, float *out32,
+                                          const tg_chain *ep);
+
+/* The most accumulators one micro-kernel tile holds (mr x nr of every variant: 12 x 32 at most). */
+enum { TILE_MAX = 1024 };
+
+/* rows x cols fp32 accumulators of a finished tile (row stride ldacc) into a float32 result (row
+ * stride ld): the values unrounded, NaN made the canonical 0x7FC00000 (which NaN an instruction
+ * gives differs between CPUs; the bf16 store canonicalizes the same way). */
+static inline void store_f32_tile(const float *acc, int64_t ldacc, float *dst, int64_t ld, int32_t rows, int32_t cols) {
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t j = 0; j < cols; j++) {
+            uint32_t u;
+            memcpy(&u, acc + r * ldacc + j, 4);
+            if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
+            memcpy(dst + r * ld + j, &u, 4);
+        }
+}
 
 #endif

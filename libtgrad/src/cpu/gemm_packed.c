@@ -40,6 +40,7 @@ typedef struct {
     tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
     uint16_t *out;
+    float *out32; /* instead of out: the fp32 accumulators (frame.h) */
     const tg_chain *ep;
     atomic_int failed;
 } job;
@@ -114,6 +115,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     int64_t KC = uk->kc;
     int64_t kc_max = J->K < KC ? round_up(J->K, 2) : KC;
     bool multi_panel = J->K > KC;
+    float scratch[TILE_MAX]; /* one tile's accumulators of a float32 result over one K panel */
     workspace *w = tg_cpu_workspace(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
                           (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * (kc_max / 2)),
                           (size_t)uk->b_entry_bytes * (size_t)(ldacc * (kc_max / 2)));
@@ -136,12 +138,15 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
             const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->b_entry_bytes;
             for (int64_t i0 = 0; i0 < mb; i0 += mr) {
                 tg_tile t = { .acc = acc + i0 * ldacc + j0, .ldacc = ldacc, .load = k0 > 0,
-                              .out = last ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
+                              .out = last && J->out ? J->out + (m0 + i0) * J->N + n0 + j0 : NULL, .ldout = J->N,
                               .rows = (int32_t)(mb - i0 < mr ? mb - i0 : mr),
                               .cols = (int32_t)(nb - j0 < uk->nr ? nb - j0 : uk->nr) };
+                if (J->out32 && !multi_panel) t.acc = scratch, t.ldacc = uk->nr;
                 tg_prefetch_lines(&next.walk, next.per_call);
                 if (i0 < a_lo) direct_tile(uk, &J->A, m0 + i0, k0, kc, bj, &t);
                 else pick(&J->k, t.rows)(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
+                if (last && J->out32)
+                    store_f32_tile(t.acc, t.ldacc, J->out32 + (m0 + i0) * J->N + n0 + j0, J->N, t.rows, t.cols);
             }
         }
     }
@@ -279,6 +284,7 @@ typedef struct {
     int64_t mc, nc, tiles_n;           /* compute split */
     bool own_cols; /* a task owns nc columns over all rows and packs their B itself (see below) */
     uint16_t *out;
+    float *out32; /* instead of out: the fp32 accumulators (frame.h) */
     const tg_chain *ep;
 } chunk_job;
 
@@ -307,6 +313,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     int64_t i_lo = J->own_cols ? 0 : (task / J->tiles_n) * J->mc, j_lo = (task % J->tiles_n) * J->nc;
     int64_t i_hi = J->own_cols || i_lo + J->mc > J->mb ? J->mb : i_lo + J->mc;
     int64_t j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
+    float scratch[TILE_MAX]; /* one tile's accumulators of a float32 result over one K panel */
     for (int64_t ib = i_lo; ib < i_hi; ib += J->mc) { /* row blocks of mc: one, unless own_cols */
         for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
             char *bp = J->bpack + (size_t)(j0 * kp * beb);
@@ -315,13 +322,16 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
             int64_t ie = ib + J->mc < i_hi ? ib + J->mc : i_hi;
             for (int64_t i0 = ib; i0 < ie; i0 += mr) {
                 tg_tile t = { .acc = J->acc ? J->acc + i0 * J->ldacc + j0 : NULL, .ldacc = J->ldacc, .load = J->load,
-                              .out = J->last ? J->out + (J->m0 + i0) * J->N + J->n0 + j0 : NULL, .ldout = J->N,
+                              .out = J->last && J->out ? J->out + (J->m0 + i0) * J->N + J->n0 + j0 : NULL, .ldout = J->N,
                               .rows = (int32_t)(J->mb - i0 < mr ? J->mb - i0 : mr),
                               .cols = (int32_t)(J->nb - j0 < nr ? J->nb - j0 : nr), .stream = J->stream };
+                if (J->out32 && !J->acc) t.acc = scratch, t.ldacc = nr;
                 if (i0 < J->a_lo)
                     direct_tile(uk, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
                 else
                     pick(&J->k, t.rows)(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
+                if (J->last && J->out32)
+                    store_f32_tile(t.acc, t.ldacc, J->out32 + (J->m0 + i0) * J->N + J->n0 + j0, J->N, t.rows, t.cols);
             }
         }
         /* the row block is finished over the task's columns and still in L2: long runs for the
@@ -335,7 +345,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
 
 static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool direct, const tg_operand *A,
                                    const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
-                                   uint16_t *out, const tg_chain *ep) {
+                                   uint16_t *out, float *out32, const tg_chain *ep) {
     int32_t mr = k->mr;
     int64_t cap = atomic_load(&dbg_chunk_bytes), kcb_max = atomic_load(&dbg_panel_k);
     if (!cap) cap = CHUNK_BYTES;
@@ -360,7 +370,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
                           (size_t)(apanel_rows * a_row_bytes), (size_t)(nch * b_col_bytes));
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     chunk_job J = { .uk = uk, .k = *k, .A = *A, .B = *B, .N = N,
-                    .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out, .ep = ep,
+                    .apack = w->apack, .bpack = w->bpack, .acc = multi ? w->acc : NULL, .out = out, .out32 = out32, .ep = ep,
                     /* an epilogue reads the block back at once: keep it in cache */
                     .stream = stream_output(M, N) && !(ep && ep->n) };
     /* With one K panel, the outer loop's chunk is packed once and serves every chunk of the inner
@@ -414,7 +424,8 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
 /* The packed path (route gemm) for A [M, K] @ B [K, N] into out [M, N] row-major: per-block tasks
  * or, for big problems, chunks packed by all threads together. */
 tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t N,
-                                int64_t K, int32_t threads, uint16_t *out, const tg_chain *ep) {
+                                int64_t K, int32_t threads, uint16_t *out, float *out32, const tg_chain *ep) {
+    if (out32 && uk->mr * uk->nr > TILE_MAX) return tg_fail(TGRAD_ERR_INTERNAL, "matmul: the %s tile exceeds TILE_MAX", uk->name);
     /* Tile height: the main one, or for M below it the shortest kernel that holds all of M; then
      * the tail panel's. (Choosing the kernel with the fewest padded rows for every M < 48 ran
      * 17 rows on the one-row kernel: 17x4096x4096 took 4.3 ms.) */
@@ -440,7 +451,7 @@ tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const
     bool chunked = M > 2 * MC_MAX || atomic_load(&dbg_chunk_bytes) ||
                    (direct && b_bytes >= CHUNKED_B_BYTES &&
                     (K <= 1024 || (K <= 2048 && M > MC_MAX)));
-    if (chunked) return matmul_chunked(uk, &k, direct, A, B, M, N, K, threads, out, ep);
+    if (chunked) return matmul_chunked(uk, &k, direct, A, B, M, N, K, threads, out, out32, ep);
     /* Per-block tasks: blocks up to 2 x MC_MAX rows, so that up to there B is packed once rather
      * than once per row block (C loop, 2 threads, paired, against blocks of at most MC_MAX rows
      * and chunks from 3 of them: 200 to 384 x 3000-4096 x 1024-4096 +5-20%, 256x512x512 +10%,
@@ -457,7 +468,7 @@ tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const
     choose_blocks(M, N, K, mr, uk->nr, threads, 2 * MC_MAX, nc_max, 8.0, &mc, &nc);
     int64_t tiles_m = (M + mc - 1) / mc, tiles_n = (N + nc - 1) / nc;
     job J = { .uk = uk, .k = k, .direct = direct, .M = M, .N = N, .K = K,
-              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .ep = ep, .A = *A, .B = *B };
+              .mc = mc, .nc = nc, .tiles_n = tiles_n, .out = out, .out32 = out32, .ep = ep, .A = *A, .B = *B };
     atomic_init(&J.failed, 0);
     run_tasks(tiles_m * tiles_n, threads, run_block, &J);
     if (atomic_load(&J.failed))

@@ -33,10 +33,10 @@ def _variants() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _restore_runtime_settings():
-    threads = tgrad.num_threads()
+    threads, isa = tgrad.num_threads(), tgrad._cpu_isa_setting()
     yield
     tgrad.set_num_threads(threads)
-    tgrad.set_cpu_isa("auto")
+    tgrad.set_cpu_isa(isa)  # the choice it found: a forced-variant run stays forced
     lib.tgrad_debug_cpu_blocking(0, 0, 0)
 
 

@@ -14,7 +14,7 @@
 //
 // The common subset of C99, OpenCL C 1.2, MSL 2.3 and CUDA: the types uint, int and tg_u64 (a
 // 64-bit unsigned integer the renderer typedefs before this text), clz, structs passed by value,
-// no pointers.
+// no pointers; no identifier that is a type or builtin in one of them (half, sign, any, nan).
 
 // The accumulator: q, the sum of the finite values in units of 2^-149 (two's complement,
 // little-endian limbs); flags: 1 a NaN was added, 2 +inf, 4 -inf, 8 at least one value, 16 a
@@ -111,27 +111,27 @@ static inline uint tg_wide_bits(tg_wide w, int pos, int width) {
 static inline uint tg_wide_any_below(tg_wide w, int pos) {
     int k = pos >> 5;
     int s = pos & 31;
-    uint any = 0u;
+    uint nz = 0u;
     for (int i = 0; i < 16; i++) {
-        any |= i < k ? w.q[i] : 0u;
-        any |= i == k && s != 0 ? (w.q[i] & ((1u << s) - 1u)) : 0u;
+        nz |= i < k ? w.q[i] : 0u;
+        nz |= i == k && s != 0 ? (w.q[i] & ((1u << s) - 1u)) : 0u;
     }
-    return any != 0u ? 1u : 0u;
+    return nz != 0u ? 1u : 0u;
 }
 
 // The nonzero magnitude w * 2^L (plus a nonzero remainder below its last bit when sticky),
 // rounded to nearest even in bf16 (out_bf16 != 0, bits in the low 16) or float32: gradual
-// underflow, overflow to inf.
+// underflow, overflow to infbits.
 static inline uint tg_round_wide(tg_wide w, int L, uint sticky, uint neg, uint out_bf16) {
     int p = out_bf16 != 0u ? 8 : 24;
-    uint sign = neg != 0u ? (out_bf16 != 0u ? 0x8000u : 0x80000000u) : 0u;
-    uint inf = out_bf16 != 0u ? 0x7f80u : 0x7f800000u;
+    uint sgn = neg != 0u ? (out_bf16 != 0u ? 0x8000u : 0x80000000u) : 0u;
+    uint infbits = out_bf16 != 0u ? 0x7f80u : 0x7f800000u;
     int t = 0;
     for (int i = 0; i < 16; i++)
         t = w.q[i] != 0u ? i * 32 + 31 - (int)clz(w.q[i]) : t;
     int ex = t + L; // the value lies in [2^ex, 2^(ex + 1))
     if (ex > 127)
-        return sign | inf;
+        return sgn | infbits;
     int qe = (ex > -126 ? ex : -126) - (p - 1); // the exponent of the result's last bit
     int shift = qe - L;
     uint kept;
@@ -139,47 +139,47 @@ static inline uint tg_round_wide(tg_wide w, int L, uint sticky, uint neg, uint o
         kept = tg_wide_bits(w, 0, p) << (-shift); // exact: fewer than p bits
     } else {
         kept = tg_wide_bits(w, shift, p + 1);
-        uint half = tg_wide_bits(w, shift - 1, 1);
+        uint halfbit = tg_wide_bits(w, shift - 1, 1);
         uint rest = sticky | tg_wide_any_below(w, shift - 1);
-        if (half != 0u && (rest != 0u || (kept & 1u) != 0u))
+        if (halfbit != 0u && (rest != 0u || (kept & 1u) != 0u))
             kept += 1u;
     }
     // ((F - 1) << (p - 1)) + kept encodes normal and subnormal values alike, carries included
     int f = qe + (p - 1) + 127;
     uint bits = ((uint)(f - 1) << (p - 1)) + kept;
-    return sign | (bits >= inf ? inf : bits);
+    return sgn | (bits >= infbits ? infbits : bits);
 }
 
 // The exact sum / n (n >= 1; a sum: n = 1), rounded once to bf16 or float32; n = 0: NaN (the mean
 // of nothing). NaN if a NaN or both infinities were added (canonical 0x7fc0 / 0x7fc00000), else
-// +-inf if one was; a zero result is -0.0 when every value added was -0.0 (one at least), else
+// +-infbits if one was; a zero result is -0.0 when every value added was -0.0 (one at least), else
 // +0.0.
 static inline uint tg_acc_round(tg_acc a, uint n, uint out_bf16) {
-    uint nan = out_bf16 != 0u ? 0x7fc0u : 0x7fc00000u;
-    uint inf = out_bf16 != 0u ? 0x7f80u : 0x7f800000u;
-    uint sign = out_bf16 != 0u ? 0x8000u : 0x80000000u;
+    uint nanbits = out_bf16 != 0u ? 0x7fc0u : 0x7fc00000u;
+    uint infbits = out_bf16 != 0u ? 0x7f80u : 0x7f800000u;
+    uint sgn = out_bf16 != 0u ? 0x8000u : 0x80000000u;
     if (n == 0u || (a.flags & 1u) != 0u || (a.flags & 6u) == 6u)
-        return nan;
+        return nanbits;
     if ((a.flags & 2u) != 0u)
-        return inf;
+        return infbits;
     if ((a.flags & 4u) != 0u)
-        return sign | inf;
+        return sgn | infbits;
     uint neg = a.q[11] >> 31;
     // the magnitude, shifted up by 128 bits: num = |sum| * 2^128
     tg_wide num;
     for (int i = 0; i < 4; i++)
         num.q[i] = 0u;
     uint c = neg;
-    uint any = 0u;
+    uint nz = 0u;
     for (int i = 0; i < 12; i++) {
         uint v = neg != 0u ? ~a.q[i] : a.q[i];
         uint r = v + c;
         c = r < c ? 1u : 0u;
         num.q[i + 4] = r;
-        any |= r;
+        nz |= r;
     }
-    if (any == 0u)
-        return (a.flags & 24u) == 8u ? sign : 0u;
+    if (nz == 0u)
+        return (a.flags & 24u) == 8u ? sgn : 0u;
     // q = floor(num / n), the remainder as the sticky bit: q has at least 97 significant bits
     tg_wide q;
     tg_u64 r = 0u;

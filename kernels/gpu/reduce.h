@@ -93,28 +93,23 @@ typedef struct tg_wide {
     uint q[16];
 } tg_wide;
 
-// Bits [pos, pos + width) of w, width <= 25, 0 <= pos < 512.
+// Bits [pos, pos + width) of w, width <= 25, 0 <= pos < 512: each limb shifted into place and
+// or-ed in (no limb is picked by a run-time index, which compilers would turn into local memory).
 static inline uint tg_wide_bits(tg_wide w, int pos, int width) {
-    int k = pos >> 5;
-    int s = pos & 31;
-    uint lo = 0u;
-    uint hi = 0u;
+    uint v = 0u;
     for (int i = 0; i < 16; i++) {
-        lo = i == k ? w.q[i] : lo;
-        hi = i == k + 1 ? w.q[i] : hi;
+        int sh = 32 * i - pos; // where the limb's bit 0 lands
+        v |= sh >= 32 || sh <= -32 ? 0u : (sh >= 0 ? w.q[i] << sh : w.q[i] >> (-sh));
     }
-    uint v = s == 0 ? lo : (lo >> s) | (hi << (32 - s));
     return v & ((1u << width) - 1u);
 }
 
 // Is any bit below position pos set?
 static inline uint tg_wide_any_below(tg_wide w, int pos) {
-    int k = pos >> 5;
-    int s = pos & 31;
     uint nz = 0u;
     for (int i = 0; i < 16; i++) {
-        nz |= i < k ? w.q[i] : 0u;
-        nz |= i == k && s != 0 ? (w.q[i] & ((1u << s) - 1u)) : 0u;
+        int below = pos - 32 * i; // how many of the limb's bits lie below pos
+        nz |= below >= 32 ? w.q[i] : (below <= 0 ? 0u : (w.q[i] & ((1u << below) - 1u)));
     }
     return nz != 0u ? 1u : 0u;
 }
@@ -180,13 +175,22 @@ static inline uint tg_acc_round(tg_acc a, uint n, uint out_bf16) {
     }
     if (nz == 0u)
         return (a.flags & 24u) == 8u ? sgn : 0u;
-    // q = floor(num / n), the remainder as the sticky bit: q has at least 97 significant bits
+    // q = floor(num / n), the remainder as the sticky bit: q has at least 97 significant bits.
+    // Long division from the top limb; num and q shift by a limb per step, so that every array
+    // index is a constant once the inner loops unroll (the outer one need not).
     tg_wide q;
+    for (int i = 0; i < 16; i++)
+        q.q[i] = 0u;
     tg_u64 r = 0u;
-    for (int i = 15; i >= 0; i--) {
-        tg_u64 cur = (r << 32) | (tg_u64)num.q[i];
-        q.q[i] = (uint)(cur / (tg_u64)n);
+    for (int step = 0; step < 16; step++) {
+        tg_u64 cur = (r << 32) | (tg_u64)num.q[15];
         r = cur % (tg_u64)n;
+        for (int i = 15; i > 0; i--) {
+            num.q[i] = num.q[i - 1];
+            q.q[i] = q.q[i - 1];
+        }
+        num.q[0] = 0u;
+        q.q[0] = (uint)(cur / (tg_u64)n);
     }
     return tg_round_wide(q, -149 - 128, r != 0u ? 1u : 0u, neg, out_bf16);
 }

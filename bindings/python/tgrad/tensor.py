@@ -225,10 +225,15 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         where it is not usable; checked before anything is allocated).
         """
         if dtype is not None and _dtypes.as_dtype(dtype, "Tensor.from_numpy") is not _dtypes.bfloat16:
-            if device not in (None, "cpu"):
-                raise errors.DtypeUnsupportedError(
-                    f"Tensor.from_numpy: {dtype} tensors stay on the CPU for now (only bfloat16 moves to {device})")
-            return cls._wrap(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")), None)
+            if device not in (None, "cpu"):  # float32 and int32 live on a device for reductions
+                _ready(_device_number(device))
+            typed = cls._wrap(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")), None)
+            if device in (None, "cpu"):
+                return typed
+            try:
+                return typed.to(device)
+            finally:
+                typed.release()
         # array.shape is the tensor's once the handle exists (a non-array was refused)
         if device is None or device == "cpu":
             return cls._wrap(_from_numpy_handle(array), tuple(array.shape))

@@ -177,7 +177,7 @@ tgrad_status tg_gen_render_reduce(const tg_lang *l, const tg_gen_reduce *p, tg_t
     char key[8192];
     key_of(p, key, sizeof key);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_%s_%" PRId64 "_%08" PRIx32, tgrad_reduce_name(p->op),
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_reduce_%s_%" PRId64 "_%08" PRIx32, tgrad_reduce_name(p->op),
              count, h);
 
     int64_t reach = in_hi;

@@ -54,7 +54,7 @@ def fusion() -> Iterator[None]:
 
 
 def _bytes(t: Any) -> np.ndarray:
-    return np.atleast_1d(np.ascontiguousarray(t.numpy())).view(np.uint8).copy()
+    return np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8).copy()
 
 
 def _input(case: ReductionCase, device: str = "cpu") -> tgrad.Tensor:

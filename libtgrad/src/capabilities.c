@@ -39,7 +39,7 @@
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
     X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
     X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \
-    X("cuda", "reductions (sum, mean, max, min, argmax, argmin)", "unverified", "meant correctly rounded (the opencl kernels' integer accumulators); the CPU's bytes on the CUDA emulator, compiled by nvcc/ptxas and NVRTC in CI, never run on a GPU yet") \
+    X("cuda", "reductions (sum, mean, max, min, argmax, argmin)", "unverified", "meant correctly rounded (the opencl kernels' integer accumulators); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
     X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

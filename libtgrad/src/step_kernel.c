@@ -97,6 +97,15 @@ tgrad_status tg_step_render_reduce(const tg_step *st, const tg_route *route, con
     return s;
 }
 
+tgrad_status tg_step_render_cast(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    tgrad_status s = tg_gen_check_cast(l, &in[0].view, in[0].buf->dtype, st->buf->dtype);
+    if (!s) s = tg_gen_render_cast(l, &in[0].view, in[0].buf->dtype, st->buf->dtype, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     const tg_kind *kind = tg_kind_of(st->op);

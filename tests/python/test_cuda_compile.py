@@ -5,7 +5,8 @@ The kernels: each matmul case of the "ci" and "full" rosters under naive, tiled 
 eligible), a copy of each of its operand views, and each step of each graph case's schedule
 (fused and unfused, every route) exactly as tgrad.render.render_tensor renders it for a device,
 epilogues included, and so is each step of each reduction case (conformance.reductions: the
-reduce route, its prologues and epilogues). Identical texts are compiled once.
+reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
+route). Identical texts are compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
@@ -134,6 +135,15 @@ def _reduction_kernels(add) -> None:
         tgrad.set_fusion(saved)
 
 
+def _cast_kernels(add) -> None:
+    """bfloat16 <-> float32 casts (the cast route) of a plain and a transposed, sliced view."""
+    for dtype, to in ((tgrad.bfloat16, tgrad.float32), (tgrad.float32, tgrad.bfloat16)):
+        with tgrad.Tensor.from_numpy(np.zeros((33, 70), np.float32), dtype=dtype) as x:
+            for v in (x, x.T[::2, 1:]):
+                with v.to(to) as y:
+                    add(R.render_tensor(y, None, "cuda"))
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -146,6 +156,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _matmul_kernels(add)
     _graph_kernels(add)
     _reduction_kernels(add)
+    _cast_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -376,7 +387,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 # ---- the tier ---------------------------------------------------------------------------------------
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
-    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce"}
+    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

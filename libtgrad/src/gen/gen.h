@@ -142,6 +142,10 @@ TG_HIDDEN tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_
                                                  struct tgrad_launch *launch);
 TG_HIDDEN tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t,
                                           struct tgrad_launch *launch);
+/* The cast of src's view (dtype from) into a compact buffer of dtype to: bfloat16 <-> float32. */
+TG_HIDDEN tgrad_status tg_gen_check_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to);
+TG_HIDDEN tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to, tg_text *t,
+                                          struct tgrad_launch *launch);
 
 /* ---- reductions (render_reduce.c) ----
  * out[o] (compact row-major over the kept axes) = the reduction `op` (TGRAD_REDUCE_*) of the

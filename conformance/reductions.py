@@ -158,9 +158,40 @@ def _case(op: str, shape: tuple[int, ...], view: str, axis: Any, fill: str, dtyp
     return ReductionCase("-".join(parts), op, shape, view, axis, keepdims, dtype, out_dtype, fill, program)
 
 
+def _random_cases(n: int) -> list[ReductionCase]:
+    """n seeded random cases: rank 1 to 4, extents 1 to 9 (a 3-D one sometimes permuted, a 2-D one
+    through a random view kind), a random set of axes (or every axis), keepdims, op, dtypes, fill."""
+    rng = np.random.default_rng(2026)
+    views2 = ("plain", "transpose", "slice2", "slice_offset", "negstep", "negstep_rows", "expand", "negstep_transpose")
+    ops = ("sum", "mean", "max", "min", "argmax", "argmin")
+    out = []
+    while len(out) < n:
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(v) for v in rng.integers(1, 10, rank))
+        view = "plain"
+        if rank == 2:
+            view = str(rng.choice(views2))
+        elif rank == 3 and rng.random() < 0.5:
+            view = "permute3"
+        op = str(rng.choice(ops))
+        if op.startswith("arg"):
+            axis: Any = None if rng.random() < 0.3 else int(rng.integers(-rank, rank))
+        else:
+            k = int(rng.integers(0, rank + 1))
+            axis = None if k == 0 else tuple(sorted(int(a) for a in rng.choice(rank, k, replace=False)))
+        dtype = str(rng.choice(["bfloat16", "float32"]))
+        out_dtype = "float32" if not op.startswith("arg") and rng.random() < 0.3 else None
+        case = _case(op, shape, view, axis, str(rng.choice(FILLS)), dtype=dtype, out_dtype=out_dtype,
+                     keepdims=bool(rng.random() < 0.3))
+        if all(c.id != case.id for c in out):
+            out.append(case)
+    return out
+
+
 def reduction_roster(name: str = "ci") -> list[ReductionCase]:
     """The reduction cases of a roster: "core" (a few, for the core tier's PoCL run), "ci" (every
-    op, dtype, fill, view kind and fusion, at small shapes), "full" (ci plus long rows)."""
+    op, dtype, fill, view kind and fusion, at small shapes, and 24 seeded random shapes, axes and
+    views), "full" (ci plus long rows)."""
     if name not in ("core", "ci", "full"):
         raise ValueError(f"unknown roster {name!r}; known: core, ci, full")
     core = [
@@ -196,6 +227,7 @@ def reduction_roster(name: str = "ci") -> list[ReductionCase]:
             if op.startswith("arg") and program in ("rsqrt_eps", "scale"):
                 continue  # an int32 result has no elementwise readers
             cases.append(_case(op, (9, 75), "transpose", 1, "special", program=program))
+    cases += _random_cases(24)
     if name == "full":
         cases.append(_case("sum", (2, 100_000), "plain", 1, "cancel"))
         cases.append(_case("mean", (1, 65_537), "plain", None, "normal", dtype="float32"))

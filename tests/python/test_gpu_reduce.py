@@ -170,6 +170,30 @@ def test_pocl_gives_the_cpu_bytes_on_the_ci_roster(case: ReductionCase, fusion: 
     _check_device(case, "opencl")
 
 
+def _long_chains(device: str) -> tgrad.Tensor:
+    """sum(x0 * x1 + x2 * ... (9 binary ops)) + x10 + ... + x17: 19 buffers fused, more than a
+    kernel binds (16)."""
+    rng = np.random.default_rng(1)
+    xs = [tgrad.Tensor.from_numpy(rng.standard_normal((4, 50)).astype(np.float32), device=device) for _ in range(18)]
+    v = xs[0]
+    for k in range(1, 10):
+        v = v * xs[k] if k % 2 else v + xs[k]
+    r = tgrad.sum(v, axis=1, keepdims=True)
+    for k in range(10, 18):
+        r = r + xs[k][:, :1]
+    return r
+
+
+@needs_opencl
+def test_a_device_stores_a_prologue_whose_kernel_would_bind_too_many_buffers(fusion: None) -> None:
+    tgrad.set_fusion(True)
+    with _long_chains("cpu") as c, _long_chains("opencl") as d:
+        assert [s["op"] for s in c.explain(json=True)["steps"]] == ["sum"]  # everything fused on the CPU
+        ops = [s["op"] for s in d.explain(json=True)["steps"]]
+        assert len(ops) == 2 and ops[-1] == "sum"  # the chain stored by its own step on the device
+        assert np.array_equal(_bytes(d), _bytes(c))
+
+
 # ---- the emulators -----------------------------------------------------------------------------------
 class Harness:
     """A case's schedule, rendered step by step in one language and run on an emulator; buffers by

@@ -1,7 +1,8 @@
 /* The kind registry (libtgrad/src/kinds.h): every kind of TG_KIND_LIST has its whole row (name as
  * listed, role, route decision, CPU executor, explain name, a fusion answer, a GPU emitter's route),
- * and the C ABI runs each kind end to end (a reduction and a cast through tgrad_reduce and tgrad_cast). A kind added
- * to the list without its parts fails here. Linked from libtgrad's objects (hidden symbols). */
+ * and the C ABI runs each kind end to end (a reduction and a cast through tgrad_reduce and
+ * tgrad_cast). A kind added to the list without its parts fails here. Linked from libtgrad's
+ * objects (hidden symbols). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -112,6 +112,16 @@ def test_every_case_renders_one_reduce_kernel_in_each_language(lang: str) -> Non
     assert len({n for n, _ in names}) == len(names), "one entry-point name per kernel text"
 
 
+@pytest.mark.parametrize(("route", "name"), [("reduce", "tgrad_reduce_sum_70_"), ("cast", "tgrad_cast_f32_280_")])
+def test_the_render_command_prints_the_reduce_and_cast_kernels(route: str, name: str) -> None:
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-m", "tgrad", "render", "--shape", "4x70x1", "--route", route,
+                          "--lang", "opencl", "--transpose-a"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert f"__kernel void {name}" in run.stdout and f"(route {route}, language opencl)" in run.stdout
+
+
 def test_fused_chains_are_in_the_reduce_kernel(fusion: None) -> None:
     tgrad.set_fusion(True)
     for case in CI:

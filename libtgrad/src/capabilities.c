@@ -27,16 +27,22 @@
     X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
     X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "reductions (sum, mean, max, min, argmax, argmin)", "correctly rounded", "rendered kernels (route reduce: exact integer accumulators, one rounding; exact extrema); verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only); int32 casts stay on the CPU; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
     X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
+    X("opencl", "reductions (sum, mean, max, min, argmax, argmin)", "correctly rounded", "rendered kernels (route reduce: exact integer accumulators, one rounding; exact extrema), the CPU's bytes on PoCL in CI (tests/python/test_gpu_reduce.py)") \
+    X("opencl", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only), the CPU's bytes on PoCL in CI; int32 casts stay on the CPU") \
     X("opencl", "fusion", "bit-exact", "epilogues on the naive and tiled routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
     X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
     X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "reductions (sum, mean, max, min, argmax, argmin)", "unverified", "meant correctly rounded (the opencl kernels' integer accumulators); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
+    X("cuda", "casts bfloat16 <-> float32", "unverified", "meant bit-exact (the opencl kernel); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI; int32 casts stay on the CPU") \
     X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

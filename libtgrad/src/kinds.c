@@ -16,8 +16,14 @@ static void route_named(tg_step *st, const char *what) {
 
 static void decide_none(tg_step *st) { route_named(st, "unknown"); }
 static void decide_copy(tg_step *st) { route_named(st, "copy"); }
-static void decide_cast(tg_step *st) { route_named(st, "cast"); }
-static void decide_reduce(tg_step *st) { route_named(st, "reduce"); }
+static void decide_cast(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
+    route_named(st, "cast");
+}
+static void decide_reduce(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_REDUCE);
+    route_named(st, "reduce");
+}
 
 static void decide_matmul(tg_step *st) {
     if (st->device == TGRAD_DEVICE_CPU) {
@@ -82,9 +88,11 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                             .cpu_execute = execute_elementwise, .gpu_render = tg_step_render_elementwise,
                             .gpu_route = TGRAD_ROUTE_ELEMENTWISE, .base_name = name_elementwise },
     [TG_OP_CAST] = { .name = "cast", .role = TG_ROLE_ELEMENTWISE, .decide = decide_cast, .cpu_execute = tg_cast_execute,
-                     .unfused = "a cast is not fused", .base_name = name_kind },
+                     .gpu_render = tg_step_render_cast, .gpu_route = TGRAD_ROUTE_CAST, .unfused = "a cast is not fused",
+                     .base_name = name_kind },
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
-                       .cpu_execute = tg_reduce_execute, .base_name = name_reduce },
+                       .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,
+                       .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -125,14 +125,28 @@ static const tg_buffer *collect_chain(tg_step *st, const tg_buffer *b) {
     return cur;
 }
 
+/* The buffers a GPU kernel binds for fused ops (an upper bound: a binary op's operand, a table
+ * op's table, each counted). */
+static int32_t chain_buffers(const tg_fused_op *ops, int32_t n) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++) k += ops[i].operand != NULL || tg_ew_from_table(ops[i].op);
+    return k;
+}
+
 /* A reduction's prologue: the pending elementwise chain that only it reads (its input 0, read
  * whole), up to its first elementwise op; not when the chain starts at an anchor (a matmul keeps
- * it as its epilogue and stores the result). */
+ * it as its epilogue and stores the result). On a GPU device, not when the kernel would bind more
+ * than TGRAD_LAUNCH_MAX_BUFFERS buffers with it (the reduction's input and output, the
+ * epilogue's and the prologue's): the chain is then its own step, stored, and the bytes are the
+ * same (docs/kernels.md, "The reduce route"). */
 static void collect_prologue(tg_step *st, const tg_node *n) {
     if (why_not_fused(n, 0, st->device) || n->inputs[0].buf->node->op != TG_OP_ELEMENTWISE) return;
     tg_step chain = { .device = st->device };
     const tg_buffer *first = collect_chain(&chain, n->inputs[0].buf);
     if (first->node->op != TG_OP_ELEMENTWISE) return;
+    int32_t binds = 2 + chain_buffers(st->epilogue, st->nfused) + chain_buffers(chain.epilogue, chain.nfused) +
+                    (first->node->ninputs == 2 || tg_ew_from_table(first->node->ew));
+    if (st->device != TGRAD_DEVICE_CPU && binds > TGRAD_LAUNCH_MAX_BUFFERS) return;
     st->pro_base = first->node;
     st->npro = chain.nfused;
     memcpy(st->prologue, chain.epilogue, sizeof chain.epilogue[0] * (size_t)chain.nfused);

@@ -74,6 +74,43 @@ tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *route, const
     return s;
 }
 
+/* A reduction: its input (or, with a prologue, the first operand of the prologue's base op) read
+ * through its view, the prologue's ops (tag "p") on each value, the epilogue's on the result. */
+tgrad_status tg_step_render_reduce(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    chain_build epi, pro;
+    chain_of(st, &epi);
+    memset(&pro, 0, sizeof pro);
+    const tg_node_input *x = &st->inputs[0];
+    tg_gen_reduce p = { .op = st->base->params.reduce_op, .in_dtype = x->buf->dtype, .out_dtype = st->base->dtype,
+                        .in = x->view, .out = *st->out, .epilogue = &epi.chain };
+    for (int32_t i = 0; i < st->base->params.naxes; i++) p.reduced[st->base->params.axes[i]] = true;
+    if (st->pro_base) {
+        const tg_node *b = st->pro_base;
+        x = &b->inputs[0];
+        add_op(&pro, b->ew, false, b->ninputs == 2 ? &b->inputs[1] : NULL);
+        for (int32_t i = 0; i < st->npro; i++) add_op(&pro, st->prologue[i].op, st->prologue[i].value_right, st->prologue[i].operand);
+        pro.chain.tag = "p";
+        p.in = x->view, p.in_dtype = x->buf->dtype, p.prologue = &pro.chain;
+    }
+    tgrad_status s = tg_gen_check_reduce(l, &p);
+    if (!s) s = tg_gen_render_reduce(l, &p, &k->text, &k->launch);
+    k->bufs[0] = x->buf, k->bufs[1] = st->buf;
+    tg_gen_binding pb[TG_GEN_MAX_CHAIN];
+    bind_chain(&pro, 2, k);
+    bind_chain(&epi, 2 + (uint32_t)tg_gen_chain_bindings(&pro.chain, pb), k);
+    return s;
+}
+
+tgrad_status tg_step_render_cast(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    tgrad_status s = tg_gen_check_cast(l, &in[0].view, in[0].buf->dtype, st->buf->dtype);
+    if (!s) s = tg_gen_render_cast(l, &in[0].view, in[0].buf->dtype, st->buf->dtype, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     const tg_kind *kind = tg_kind_of(st->op);

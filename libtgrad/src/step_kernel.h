@@ -14,9 +14,10 @@ typedef struct tg_step_kernel {
     tgrad_op table_op[TGRAD_LAUNCH_MAX_BUFFERS];
 } tg_step_kernel;
 
-/* Render step st (a matmul by `route`, a copy, or an elementwise chain; its fused ops as the
- * epilogue) in language l. Caller holds what keeps st's nodes alive (tg_graph_lock, or st->buf's
- * lock while it is pending). On failure nothing is held. */
+/* Render step st (a matmul by `route`, a copy, an elementwise chain or a reduction; its fused ops
+ * as the epilogue, a reduction's prologue in its read) in language l. Caller holds what keeps
+ * st's nodes alive (tg_graph_lock, or st->buf's lock while it is pending). On failure nothing is
+ * held. */
 TG_HIDDEN tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l,
                                              tg_step_kernel *k);
 TG_HIDDEN void tg_step_kernel_free(tg_step_kernel *k);
@@ -26,6 +27,8 @@ TG_HIDDEN void tg_step_kernel_free(tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_elementwise(const tg_step *st, const tg_route *route, const tg_lang *l,
                                                   tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_reduce(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_cast(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 
 #endif

@@ -256,6 +256,11 @@ static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape
     int64_t numel = 0;
     if (!s) tg_view_numel(&dst, &numel);
     if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(t->buf->dtype), "tensor_reshape");
+    /* the device copy kernel moves bf16 elements; float32 and int32 on a device are reductions'
+     * inputs and results only */
+    if (!s && t->buf->device != TGRAD_DEVICE_CPU && t->buf->dtype != TGRAD_DTYPE_BF16)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "materializing a %s view runs on the CPU only; the tensor lives on %s",
+                    tg_dtype_name(t->buf->dtype), tg_device_name(t->buf->device));
     tg_node *n = s ? NULL : tg_node_new(TG_OP_COPY, 1);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a graph node");
     if (s) {
@@ -376,9 +381,13 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(tensor, &t);
     if (s) return s;
-    if (!(s = tg_device_ready(device)) && device != TGRAD_DEVICE_CPU && t.buf->dtype != TGRAD_DTYPE_BF16)
-        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "tensor_to: %s tensors stay on the CPU for now (only bfloat16 moves to %s)",
-                    tg_dtype_name(t.buf->dtype), tg_device_name(device));
+    /* bf16 runs everywhere; float32 and int32 live on a device as the reductions' inputs and
+     * results (every other kind refuses them when a node is made) */
+    int32_t dt = t.buf->dtype;
+    if (!(s = tg_device_ready(device)) && device != TGRAD_DEVICE_CPU && dt != TGRAD_DTYPE_BF16 &&
+        dt != TGRAD_DTYPE_F32 && dt != TGRAD_DTYPE_I32)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "tensor_to: %s tensors stay on the CPU (bfloat16, float32 and int32 move to %s)",
+                    tg_dtype_name(dt), tg_device_name(device));
     if (s) {
         tg_tensor_unref(&t);
         return s;
@@ -387,38 +396,40 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
         if ((s = tg_handle_new_tensor(t.buf, &t.view, out))) tg_tensor_unref(&t);
         return s;
     }
-    /* The view's shape obeys the size rule (view.c), so its contiguous layout exists and numel * 2
-     * fits in int64. */
+    /* The view's shape obeys the size rule (view.c), so its contiguous layout exists and its byte
+     * count fits in int64. */
     int64_t numel;
     tg_view_numel(&t.view, &numel);
+    const size_t es = (size_t)tg_dtype_size(dt);
     tg_view dst;
     tg_view_contiguous(t.view.ndim, t.view.shape, &dst);
-    uint16_t *compact = NULL;
+    char *compact = NULL;
     tg_buffer *b = NULL;
     s = tg_memory_admit(numel, "tensor_to");
     if (!s) s = tg_buffer_realize(t.buf);
     if (!s && numel > 0) { /* the view, compact, on the host */
-        compact = tg_malloc((size_t)numel * 2u);
-        if (!compact) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %lld bytes", (long long)numel * 2);
+        compact = tg_malloc((size_t)numel * es);
+        if (!compact) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %lld bytes", (long long)numel * (long long)es);
     }
     if (!s && numel > 0) {
         if (t.buf->device == TGRAD_DEVICE_CPU) {
-            tg_cpu_copy_view(t.buf->data, &t.view, compact);
+            tg_cpu_copy_view_sized(t.buf->data, &t.view, compact, (int32_t)es);
         } else {
-            uint16_t *whole = tg_malloc((size_t)t.buf->numel * 2u);
-            if (!whole) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %lld bytes", (long long)t.buf->numel * 2);
-            if (!s) s = tg_device_download(t.buf->device, t.buf->dev_mem, whole, (size_t)t.buf->numel * 2u);
-            if (!s) tg_cpu_copy_view(whole, &t.view, compact);
+            size_t whole_bytes = tg_buffer_bytes(t.buf);
+            char *whole = tg_malloc(whole_bytes);
+            if (!whole) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "tensor_to: cannot stage %zu bytes", whole_bytes);
+            if (!s) s = tg_device_download(t.buf->device, t.buf->dev_mem, whole, whole_bytes);
+            if (!s) tg_cpu_copy_view_sized(whole, &t.view, compact, (int32_t)es);
             free(whole);
         }
     }
-    if (!s) s = tg_buffer_new(numel, NULL, &b);
+    if (!s) s = tg_buffer_new_typed(numel, dt, NULL, &b);
     if (!s) {
         b->device = device;
         s = tg_buffer_storage(b);
         if (!s && numel > 0) {
-            if (device == TGRAD_DEVICE_CPU) memcpy(b->data, compact, (size_t)numel * 2u);
-            else s = tg_device_upload(device, b->dev_mem, compact, (size_t)numel * 2u);
+            if (device == TGRAD_DEVICE_CPU) memcpy(b->data, compact, (size_t)numel * es);
+            else s = tg_device_upload(device, b->dev_mem, compact, (size_t)numel * es);
         }
         if (!s) s = tg_handle_new_tensor(b, &dst, out);
         if (s) tg_buffer_release(b);

@@ -1,7 +1,8 @@
 /* The kind registry (libtgrad/src/kinds.h): every kind of TG_KIND_LIST has its whole row (name as
- * listed, role, route decision, CPU executor, explain name, a fusion answer), and the C ABI runs
- * each kind end to end (a reduction and a cast through tgrad_reduce and tgrad_cast). A kind added
- * to the list without its parts fails here. Linked from libtgrad's objects (hidden symbols). */
+ * listed, role, route decision, CPU executor, explain name, a fusion answer, a GPU emitter's route),
+ * and the C ABI runs each kind end to end (a reduction and a cast through tgrad_reduce and
+ * tgrad_cast). A kind added to the list without its parts fails here. Linked from libtgrad's
+ * objects (hidden symbols). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,8 @@ static void every_row_is_whole(void) {
         CHECK(k->name && strcmp(k->name, #name_) == 0);                                         \
         CHECK(k->role == (role_));                                                              \
         CHECK(k->decide != NULL && k->cpu_execute != NULL && k->base_name != NULL);             \
+        /* a GPU emitter comes with its route (an anchor's is decided per step) */              \
+        CHECK(!k->gpu_render || k->role == TG_ROLE_ANCHOR || tg_route_find(k->gpu_route) != NULL); \
         /* a kind that takes no epilogue says why (explain prints it); anchors, chains and */    \
         /* reductions take one */                                                               \
         CHECK((k->unfused == NULL) == (k->role == TG_ROLE_ANCHOR || k->role == TG_ROLE_REDUCTION ||   \

@@ -4,7 +4,9 @@ C++, through the toolkit's compilers (no GPU needed).
 The kernels: each matmul case of the "ci" and "full" rosters under naive, tiled and tc (where
 eligible), a copy of each of its operand views, and each step of each graph case's schedule
 (fused and unfused, every route) exactly as tgrad.render.render_tensor renders it for a device,
-epilogues included. Identical texts are compiled once.
+epilogues included, and so is each step of each reduction case (conformance.reductions: the
+reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
+route). Identical texts are compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
@@ -41,6 +43,7 @@ import tgrad
 from tgrad import errors
 from tgrad import render as R
 from tgrad.conformance.graphs import PROGRAMS, build_graph_operands, graph_roster
+from tgrad.conformance.reductions import base_array, build, operand, reduction_roster
 from tgrad.conformance.rosters import apply_view_ops, base_shape, roster, view_ops
 
 pytestmark = pytest.mark.cuda
@@ -114,6 +117,33 @@ def _program_kernels(case, tensors, apply_view, add) -> None:
             t.release()
 
 
+def _reduction_kernels(add) -> None:
+    """Every step of every reduction case's schedule (conformance.reductions), fused and unfused."""
+    saved = tgrad.fusion_enabled()
+    try:
+        for case in reduction_roster("ci"):
+            for fusion in (True, False):
+                tgrad.set_fusion(fusion)
+                with tgrad.Tensor.from_numpy(base_array(case), dtype=getattr(tgrad, case.dtype)) as base:
+                    out = build(tgrad, case, operand(case, base))
+                    try:
+                        for i in range(len(out.explain(json=True)["steps"])):
+                            add(R.render_tensor(out, None, "cuda", step=i))
+                    finally:
+                        out.release()
+    finally:
+        tgrad.set_fusion(saved)
+
+
+def _cast_kernels(add) -> None:
+    """bfloat16 <-> float32 casts (the cast route) of a plain and a transposed, sliced view."""
+    for dtype, to in ((tgrad.bfloat16, tgrad.float32), (tgrad.float32, tgrad.bfloat16)):
+        with tgrad.Tensor.from_numpy(np.zeros((33, 70), np.float32), dtype=dtype) as x:
+            for v in (x, x.T[::2, 1:]):
+                with v.to(to) as y:
+                    add(R.render_tensor(y, None, "cuda"))
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -125,6 +155,8 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
 
     _matmul_kernels(add)
     _graph_kernels(add)
+    _reduction_kernels(add)
+    _cast_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -355,7 +387,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 # ---- the tier ---------------------------------------------------------------------------------------
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
-    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise"}
+    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

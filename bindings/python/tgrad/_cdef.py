@@ -232,7 +232,9 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_TC 3
 #define TGRAD_ROUTE_COPY 4
 #define TGRAD_ROUTE_ELEMENTWISE 5
-#define TGRAD_ROUTE_COUNT 5
+#define TGRAD_ROUTE_REDUCE 6
+#define TGRAD_ROUTE_CAST 7
+#define TGRAD_ROUTE_COUNT 7
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_CUDA 3

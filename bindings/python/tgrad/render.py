@@ -184,7 +184,8 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", type=_shape, required=True, metavar="MxKxN",
-                        help="C[M, N] = A[M, K] @ B[K, N]; the copy route copies A's view")
+                        help="C[M, N] = A[M, K] @ B[K, N]; the copy route copies A's view, the reduce "
+                             "route sums A over its last axis, the cast route casts A to float32")
     parser.add_argument("--route", choices=routes(), default="tiled", help="kernel route (default: tiled)")
     parser.add_argument("--lang", choices=langs(), default="msl", help="kernel language (default: msl)")
     parser.add_argument("--transpose-a", action="store_true", help="A is the transpose of a [K, M] tensor")
@@ -222,7 +223,11 @@ def main(args: argparse.Namespace) -> int:
     a = _placeholder(k, m).T if args.transpose_a else _placeholder(m, k)
     b = _placeholder(n, k).T if args.transpose_b else _placeholder(k, n)
     try:
-        if args.route == "elementwise":
+        if args.route in ("reduce", "cast"):
+            from .reductions import cast, sum as sum_
+
+            kernel = render_tensor(sum_(a, axis=-1) if args.route == "reduce" else cast(a, "float32"), lang=args.lang)
+        elif args.route == "elementwise":
             x = _placeholder(m, n)  # held here, so the chain is not fused into the product making it
             kernel = render_tensor(_chain(x, args.epilogue or ["relu"], n), lang=args.lang)
         elif args.epilogue and args.route != "copy":

@@ -241,10 +241,15 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         where it is not usable; checked before anything is allocated).
         """
         if dtype is not None and _dtypes.as_dtype(dtype, "Tensor.from_numpy") is not _dtypes.bfloat16:
-            if device not in (None, "cpu"):
-                raise errors.DtypeUnsupportedError(
-                    f"Tensor.from_numpy: {dtype} tensors stay on the CPU for now (only bfloat16 moves to {device})")
-            return cls._adopt(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")))
+            if device not in (None, "cpu"):  # float32 and int32 live on a device for reductions
+                _ready(_device_number(device))
+            typed = cls._adopt(_typed_handle(array, _dtypes.as_dtype(dtype, "Tensor.from_numpy")))
+            if device in (None, "cpu"):
+                return typed
+            try:
+                return typed.to(device)
+            finally:
+                typed.release()
         # The shape is read back from libtgrad: an ndarray subclass may claim another in Python.
         if device is None or device == "cpu":
             return cls._adopt(_from_numpy_handle(array))

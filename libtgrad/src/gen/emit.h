@@ -77,7 +77,11 @@ TG_HIDDEN void tg_gen_chain_key(const tg_gen_chain *c, char *dst, size_t cap);
 /* The chain's buffer parameters (decls[j] holds the text, ptrs[*n..] point at them). */
 TG_HIDDEN void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decls[][64], const char **ptrs,
                                         int *n);
-/* The prelude, when the chain has ops. */
+/* A device prelude's text (kernels/gpu/<name>.h), its `static inline` in the language's spelling. */
+TG_HIDDEN void tg_gen_emit_text(const emitter *e, const char *text);
+/* kernels/gpu/reduce.h's text (generated into the build by embed_text.py) */
+extern const char tg_gen_reduce_prelude[];
+/* The elementwise prelude, when the chain has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */
 TG_HIDDEN void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord);

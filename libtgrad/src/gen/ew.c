@@ -54,9 +54,10 @@ int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_M
     return n;
 }
 
-/* The name a binding's buffer has in the kernel: e<op> (an operand) or t<op> (a table). */
-static void binding_name(const tg_gen_binding *b, char *dst, size_t cap) {
-    snprintf(dst, cap, "%c%d", b->table ? 't' : 'e', (int)b->op);
+/* The name a binding's buffer has in the kernel: e<op> (an operand) or t<op> (a table), after
+ * the chain's tag. */
+static void binding_name(const tg_gen_chain *c, const tg_gen_binding *b, char *dst, size_t cap) {
+    snprintf(dst, cap, "%s%c%d", c->tag ? c->tag : "", b->table ? 't' : 'e', (int)b->op);
 }
 
 /* The chain's buffer of table op `op`. */
@@ -99,7 +100,7 @@ void tg_gen_chain_launch(const tg_gen_chain *c, struct tgrad_launch *launch) {
         else if (!tg_view_numel(&c->ops[b[j].op].operand, &numel) && numel > 0)
             tg_span_view(&c->ops[b[j].op].operand, &lo, &hi);
         launch->buffer_elements[at] = (uint64_t)(hi + 1);
-        binding_name(&b[j], launch->buffer_names[at], sizeof launch->buffer_names[at]);
+        binding_name(c, &b[j], launch->buffer_names[at], sizeof launch->buffer_names[at]);
     }
 }
 
@@ -121,18 +122,16 @@ void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decl
     int32_t nb = tg_gen_chain_bindings(c, b);
     for (int32_t j = 0; j < nb; j++) {
         char name[8];
-        binding_name(&b[j], name, sizeof name);
+        binding_name(c, &b[j], name, sizeof name);
         tg_buffer_param(decls[j], 64, e->l->global_in, name);
         ptrs[(*n)++] = decls[j];
     }
 }
 
-/* The prelude, verbatim but for its functions' prefix: a line starting `static inline` gets the
+/* A prelude, verbatim but for its functions' prefix: a line starting `static inline` gets the
  * language's function_prefix (the same words in MSL and OpenCL C; CUDA's are __device__). */
-void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
+void tg_gen_emit_text(const emitter *e, const char *s) {
     static const char plain[] = "static inline";
-    if (!c || !c->n) return;
-    const char *s = tg_gen_elementwise_prelude;
     while (*s) {
         const char *nl = strchr(s, '\n');
         size_t len = nl ? (size_t)(nl - s) + 1 : strlen(s);
@@ -146,6 +145,10 @@ void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
     E("\n");
 }
 
+void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
+    if (c && c->n) tg_gen_emit_text(e, tg_gen_elementwise_prelude);
+}
+
 void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord) {
     tg_gen_binding b[TG_GEN_MAX_CHAIN];
     int32_t nb = tg_gen_chain_bindings(c, b);
@@ -154,15 +157,16 @@ void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *inde
         const ew_spelling *sp = spelling_of(o->op);
         if (!sp->fn) {
             char name[8];
-            binding_name(&b[table_binding(c, b, nb, o->op)], name, sizeof name);
+            binding_name(c, &b[table_binding(c, b, nb, o->op)], name, sizeof name);
             E("%sv = %s[v]; // %s\n", indent, name, tgrad_op_name(o->op));
         } else if (!is_binary(o->op)) {
             E("%sv = %s(v);\n", indent, sp->fn);
         } else {
             char idx[TGRAD_MAX_DIMS * 48 + 32];
             tg_view_index(idx, sizeof idx, &o->operand, coord);
-            if (o->value_right) E("%sv = %s(e%d[%s], v);\n", indent, sp->fn, (int)i, idx);
-            else E("%sv = %s(v, e%d[%s]);\n", indent, sp->fn, (int)i, idx);
+            const char *tag = c->tag ? c->tag : "";
+            if (o->value_right) E("%sv = %s(%se%d[%s], v);\n", indent, sp->fn, tag, (int)i, idx);
+            else E("%sv = %s(v, %se%d[%s]);\n", indent, sp->fn, tag, (int)i, idx);
         }
     }
 }

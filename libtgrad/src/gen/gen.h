@@ -57,6 +57,7 @@ typedef struct tg_lang {
      * shape); load / store (%s: the fragment, %s: the first element's lvalue, %d: its row pitch);
      * multiply-accumulate (%s: acc, a, b) as acc = a * b + acc. */
     const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
+    const char *u64;              /* a 64-bit unsigned integer type (the reductions' tg_u64) */
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);
@@ -96,6 +97,7 @@ typedef struct tg_gen_ew_op {
 typedef struct tg_gen_chain {
     int32_t n;
     tg_gen_ew_op ops[TG_GEN_MAX_CHAIN];
+    const char *tag; /* NULL, or a prefix of its buffers' names (a kernel with two chains: "p") */
 } tg_gen_chain;
 
 /* The buffers a chain adds to a kernel, after the base op's: for op `op` of the chain its
@@ -140,5 +142,29 @@ TG_HIDDEN tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_
                                                  struct tgrad_launch *launch);
 TG_HIDDEN tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t,
                                           struct tgrad_launch *launch);
+/* The cast of src's view (dtype from) into a compact buffer of dtype to: bfloat16 <-> float32. */
+TG_HIDDEN tgrad_status tg_gen_check_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to);
+TG_HIDDEN tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to, tg_text *t,
+                                          struct tgrad_launch *launch);
+
+/* ---- reductions (render_reduce.c) ----
+ * out[o] (compact row-major over the kept axes) = the reduction `op` (TGRAD_REDUCE_*) of the
+ * elements of `in` along the axes reduced[d], exactly as the CPU (kernels/gpu/reduce.h): one
+ * threadgroup per output, its threads striding over the reduced elements, partial results
+ * combined by a tree in threadgroup memory. With a prologue the values are the chain over `in`
+ * (bf16, its operands views over in's shape); the epilogue runs on a bf16 result (operands views
+ * over out's shape). */
+typedef struct tg_gen_reduce {
+    int32_t op;
+    int32_t in_dtype, out_dtype; /* TGRAD_DTYPE_*; in_dtype is bf16 with a prologue */
+    tg_view in;
+    bool reduced[TGRAD_MAX_DIMS];
+    tg_view out;
+    const tg_gen_chain *prologue, *epilogue; /* NULL or empty: none */
+} tg_gen_reduce;
+
+TG_HIDDEN tgrad_status tg_gen_check_reduce(const tg_lang *l, const tg_gen_reduce *p);
+TG_HIDDEN tgrad_status tg_gen_render_reduce(const tg_lang *l, const tg_gen_reduce *p, tg_text *t,
+                                            struct tgrad_launch *launch);
 
 #endif

@@ -48,6 +48,7 @@ static const tg_lang langs[] = {
         .matrix_load = "simdgroup_load(%s, &%s, %d);",
         .matrix_store = "simdgroup_store(%s, &%s, %d);",
         .matrix_mma = "simdgroup_multiply_accumulate(%s, %s, %s, %s);",
+        .u64 = "ulong",
     },
     {
         .id = TGRAD_LANG_OPENCL,
@@ -73,6 +74,7 @@ static const tg_lang langs[] = {
         .simdgroup_matrix = false,
         .matrix_type = NULL,
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
+        .u64 = "ulong",
     },
     {
         .id = TGRAD_LANG_CUDA,
@@ -101,6 +103,7 @@ static const tg_lang langs[] = {
         .warp_mma = true,
         .matrix_type = NULL,
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
+        .u64 = "unsigned long long",
     },
 };
 

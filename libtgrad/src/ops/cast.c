@@ -24,6 +24,12 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     tg_view ov;
     int64_t numel = 0, bytes;
     s = tg_kind_check_device(TG_OP_CAST, t.buf->device, "cast");
+    /* a GPU casts between bfloat16 and float32 (route cast); int32 has no error channel there (a
+     * NaN or an out-of-range value must fail the cast) */
+    if (!s && t.buf->device != TGRAD_DEVICE_CPU && (dtype == TGRAD_DTYPE_I32 || t.buf->dtype == TGRAD_DTYPE_I32))
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %s -> %s runs on the CPU only; the tensor lives on %s (%s)",
+                    tg_dtype_name(t.buf->dtype), tg_dtype_name(dtype), tg_device_name(t.buf->device),
+                    "bfloat16 <-> float32 run on devices");
     if (!s) s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov);
     if (!s) tg_view_numel(&ov, &numel);
     if (!s && tg_mul_ovf(numel, tg_dtype_size(dtype), &bytes))
@@ -38,6 +44,7 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
         n->out = ov;
         n->dtype = dtype;
         if ((s = tg_buffer_new_typed(numel, dtype, n, &b))) free(n);
+        else b->device = t.buf->device; /* computed where its input lives */
     }
     if (s) {
         tg_tensor_unref(&t);

@@ -113,6 +113,7 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
         n->dtype = out_dtype;
         n->params = P;
         if ((s = tg_buffer_new_typed(numel, out_dtype, n, &b))) free(n);
+        else b->device = t.buf->device; /* computed where its input lives */
     }
     if (s) {
         tg_tensor_unref(&t);

@@ -458,6 +458,22 @@ TGRAD_API tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t co
 TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                                int64_t n);
 
+/* float32 elementwise kernels, for tests: as tgrad_debug_elementwise over n float32 values (bits
+ * as uint32_t), run by the CPU loops float32 tensors use; the same refusals. */
+TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *a, const uint32_t *b, uint32_t *out,
+                                                   int64_t n);
+/* How the float32 ops of `op` have been computed in this process, in counts[0 .. count) (count
+ * 1 .. TGRAD_DEBUG_F32_COUNT): the values a transcendental op evaluated, the ones whose double
+ * evaluation could not decide the rounding and took the slow path (rsqrt: whose exact midpoint
+ * test corrected the double), and the ones the slow path could not decide either (rounded from
+ * its value and counted: none is known). TGRAD_ERR_INVALID_ARGUMENT for a code outside the
+ * registry, a NULL counts or another count. */
+#define TGRAD_DEBUG_F32_EVALUATED 0
+#define TGRAD_DEBUG_F32_SLOW 1
+#define TGRAD_DEBUG_F32_UNDECIDED 2
+#define TGRAD_DEBUG_F32_COUNT 3
+TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
+
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
  * NVRTC as the backend does (--fmad=false, no fast math) into a CUBIN for sm_<sm> (e.g. 90) and
  * report its size in *image_bytes. TGRAD_ERR_KERNEL_COMPILE_FAILED with NVRTC's log in

@@ -123,8 +123,9 @@ TGRAD_API tgrad_status tgrad_last_status(void);
 /* The one registry of elementwise ops. X(code, NAME, name, arity): arity 1 (unary) or 2 (binary).
  * Codes are frozen: never renumber, never reuse; new ops are appended. Code 0 names no op, so a
  * zeroed field never means one. Every op returns the correctly rounded bf16 (round to nearest
- * even) of the exact result of its bf16 inputs: gradual underflow, overflow to inf, every NaN
- * out the canonical 0x7FC0; the special cases of each op are in docs/numerics.md. gelu is the
+ * even) of the exact result of its bf16 inputs, and the correctly rounded float32 of the exact
+ * result of float32 inputs: gradual underflow, overflow to inf, every NaN out the canonical
+ * 0x7FC0 (0x7FC00000); the special cases of each op are in docs/numerics.md. gelu is the
  * exact erf form, gelu_tanh torch's approximate="tanh" (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))), its constants taken as exact reals); maximum and minimum propagate NaN and order
  * -0 < +0. */
@@ -309,10 +310,13 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
  * one with numpy broadcasting: the shapes are aligned at their last axis (the shorter one padded
  * with leading 1s) and each pair of extents must be equal or one of them 1 (a 0-d tensor is a
  * scalar). Operands are read through their views (a broadcast is a stride-0 read, no copy); out
- * is compact row-major. Each element is correctly rounded (docs/numerics.md). Checks happen here,
- * before any allocation: an op code outside the registry or of the other arity is
- * TGRAD_ERR_INVALID_ARGUMENT, shapes that do not broadcast TGRAD_ERR_SHAPE_MISMATCH (the message
- * names both), operands on two devices TGRAD_ERR_DEVICE_MISMATCH. */
+ * is compact row-major. Each element is correctly rounded (docs/numerics.md). Operands are
+ * TGRAD_DTYPE_BF16 or TGRAD_DTYPE_F32; out is float32 when any operand is (a bf16 operand is first
+ * widened exactly: torch's promotion), else bf16. Checks happen here, before any allocation: an
+ * op code outside the registry or of the other arity is TGRAD_ERR_INVALID_ARGUMENT, another dtype
+ * (int32), or float32 on a GPU device (CPU only for now), TGRAD_ERR_DTYPE_UNSUPPORTED, shapes that
+ * do not broadcast TGRAD_ERR_SHAPE_MISMATCH (the message names both), operands on two devices
+ * TGRAD_ERR_DEVICE_MISMATCH. */
 TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);
 TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 /* Fusion: when on (the default; TGRAD_FUSION=0 at start-up turns it off), realize runs an

@@ -52,7 +52,9 @@ static inline float float_of(uint32_t u) {
 static inline bool is_nan32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
 
 /* ---- the slow-path counters (tgrad_debug_f32_slow_path) ------------------------------------- */
-enum { NOPS = 18 };
+#define TG_OP_ONE_(code, NAME, name, arity) +1
+enum { NOPS = 1 TGRAD_OP_LIST(TG_OP_ONE_) }; /* codes 1 .. count, dense (registry.c checks) */
+#undef TG_OP_ONE_
 static _Atomic int64_t counters[NOPS][TGRAD_DEBUG_F32_COUNT];
 
 static inline void count(tgrad_op op, int32_t what, int64_t n) {

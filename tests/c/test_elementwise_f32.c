@@ -157,9 +157,44 @@ static void fusion_changes_no_byte(void) {
     CHECK(memcmp(on, off, sizeof on) == 0);
 }
 
+/* Promotion makes two nodes (the cast, then the op): a failed allocation at any point of either
+ * leaves nothing behind (only a -Dfault_injection=true build injects). */
+static void promotion_survives_failed_allocations(void) {
+    float av[3] = { 1.0f, 2.0f, 3.0f };
+    uint16_t bv[3] = { 0x3f80, 0x4000, 0x4040 };
+    int64_t shape[1] = { 3 };
+    tgrad_tensor_t a = 0, b = 0;
+    EXPECT(tgrad_tensor_from_host(av, TGRAD_DTYPE_F32, 1, shape, TGRAD_DTYPE_F32, &a), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(bv, TGRAD_DTYPE_BF16, 1, shape, TGRAD_DTYPE_BF16, &b), TGRAD_OK);
+    if (tgrad_debug_fail_allocation(0, NULL) == TGRAD_ERR_BACKEND_UNAVAILABLE) {
+        printf("  (no fault injection in this build)\n");
+    } else {
+        for (int64_t nth = 1; nth <= 12; nth++) {
+            int64_t live = tgrad_live_tensors(), buffers = tgrad_live_buffers();
+            tgrad_tensor_t out = 0;
+            EXPECT(tgrad_debug_fail_allocation(nth, NULL), TGRAD_OK);
+            tgrad_status s = tgrad_binary(TGRAD_OP_MUL, b, a, &out);
+            EXPECT(tgrad_debug_fail_allocation(0, NULL), TGRAD_OK);
+            CHECK(s == TGRAD_OK || s == TGRAD_ERR_OUT_OF_MEMORY);
+            if (s == TGRAD_OK) {
+                float got[3] = { 0 };
+                tgrad_status r = tgrad_tensor_read(out, got, sizeof got);
+                CHECK(r == TGRAD_OK || r == TGRAD_ERR_OUT_OF_MEMORY);
+                if (r == TGRAD_OK) CHECK(got[0] == 1.0f && got[1] == 4.0f && got[2] == 9.0f);
+                tgrad_tensor_release(out);
+            } else {
+                CHECK(out == 0);
+            }
+            CHECK(tgrad_live_tensors() == live && tgrad_live_buffers() == buffers);
+        }
+    }
+    tgrad_tensor_release(a), tgrad_tensor_release(b);
+}
+
 int main(void) {
     loops_ignore_the_callers_environment();
     binary_promotes_and_refuses();
+    promotion_survives_failed_allocations();
     fusion_changes_no_byte();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

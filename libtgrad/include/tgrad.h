@@ -123,8 +123,9 @@ TGRAD_API tgrad_status tgrad_last_status(void);
 /* The one registry of elementwise ops. X(code, NAME, name, arity): arity 1 (unary) or 2 (binary).
  * Codes are frozen: never renumber, never reuse; new ops are appended. Code 0 names no op, so a
  * zeroed field never means one. Every op returns the correctly rounded bf16 (round to nearest
- * even) of the exact result of its bf16 inputs: gradual underflow, overflow to inf, every NaN
- * out the canonical 0x7FC0; the special cases of each op are in docs/numerics.md. gelu is the
+ * even) of the exact result of its bf16 inputs, and the correctly rounded float32 of the exact
+ * result of float32 inputs: gradual underflow, overflow to inf, every NaN out the canonical
+ * 0x7FC0 (0x7FC00000); the special cases of each op are in docs/numerics.md. gelu is the
  * exact erf form, gelu_tanh torch's approximate="tanh" (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))), its constants taken as exact reals); maximum and minimum propagate NaN and order
  * -0 < +0. */
@@ -315,10 +316,13 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
  * one with numpy broadcasting: the shapes are aligned at their last axis (the shorter one padded
  * with leading 1s) and each pair of extents must be equal or one of them 1 (a 0-d tensor is a
  * scalar). Operands are read through their views (a broadcast is a stride-0 read, no copy); out
- * is compact row-major. Each element is correctly rounded (docs/numerics.md). Checks happen here,
- * before any allocation: an op code outside the registry or of the other arity is
- * TGRAD_ERR_INVALID_ARGUMENT, shapes that do not broadcast TGRAD_ERR_SHAPE_MISMATCH (the message
- * names both), operands on two devices TGRAD_ERR_DEVICE_MISMATCH. */
+ * is compact row-major. Each element is correctly rounded (docs/numerics.md). Operands are
+ * TGRAD_DTYPE_BF16 or TGRAD_DTYPE_F32; out is float32 when any operand is (a bf16 operand is first
+ * widened exactly: torch's promotion), else bf16. Checks happen here, before any allocation: an
+ * op code outside the registry or of the other arity is TGRAD_ERR_INVALID_ARGUMENT, another dtype
+ * (int32), or float32 on a GPU device (CPU only for now), TGRAD_ERR_DTYPE_UNSUPPORTED, shapes that
+ * do not broadcast TGRAD_ERR_SHAPE_MISMATCH (the message names both), operands on two devices
+ * TGRAD_ERR_DEVICE_MISMATCH. */
 TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);
 TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 /* Fusion: when on (the default; TGRAD_FUSION=0 at start-up turns it off), realize runs an
@@ -484,6 +488,22 @@ TGRAD_API tgrad_status tgrad_debug_cpu_identity(const char *vendor, int32_t fami
  * the registry, n < 0, a NULL array with n > 0, or b given to a unary op; out is then untouched. */
 TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                                int64_t n);
+
+/* float32 elementwise kernels, for tests: as tgrad_debug_elementwise over n float32 values (bits
+ * as uint32_t), run by the CPU loops float32 tensors use; the same refusals. */
+TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *a, const uint32_t *b, uint32_t *out,
+                                                   int64_t n);
+/* How the float32 ops of `op` have been computed in this process, in counts[0 .. count) (count
+ * 1 .. TGRAD_DEBUG_F32_COUNT): the values a transcendental op evaluated, the ones whose double
+ * evaluation could not decide the rounding and took the slow path (rsqrt: whose exact midpoint
+ * test corrected the double), and the ones the slow path could not decide either (rounded from
+ * its value and counted: none is known). TGRAD_ERR_INVALID_ARGUMENT for a code outside the
+ * registry, a NULL counts or another count. */
+#define TGRAD_DEBUG_F32_EVALUATED 0
+#define TGRAD_DEBUG_F32_SLOW 1
+#define TGRAD_DEBUG_F32_UNDECIDED 2
+#define TGRAD_DEBUG_F32_COUNT 3
+TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
  * NVRTC as the backend does (--fmad=false, no fast math) into a CUBIN for sm_<sm> (e.g. 90) and

@@ -7,6 +7,7 @@
 #include "cpu/epilogue.h"
 #include "kinds.h"
 #include "ops/elementwise.h"
+#include "ops/elementwise_f32.h"
 #include "step_kernel.h"
 
 /* ---- routes ---- */
@@ -38,7 +39,10 @@ static void decide_matmul(tg_step *st) {
 
 static void decide_elementwise(tg_step *st) {
     if (st->device == TGRAD_DEVICE_CPU) {
-        snprintf(st->route, sizeof st->route, "cpu.%s.elementwise", st->ew_variant->name);
+        if (st->buf->dtype == TGRAD_DTYPE_F32) /* one portable loop set (ops/elementwise_f32.c) */
+            snprintf(st->route, sizeof st->route, "cpu.portable.elementwise_f32");
+        else
+            snprintf(st->route, sizeof st->route, "cpu.%s.elementwise", st->ew_variant->name);
     } else {
         st->dev_route = tg_route_find(TGRAD_ROUTE_ELEMENTWISE);
         route_named(st, "elementwise");
@@ -59,6 +63,7 @@ static tgrad_status execute_matmul(const tg_step *st) {
 }
 
 static tgrad_status execute_elementwise(const tg_step *st) {
+    if (st->buf->dtype == TGRAD_DTYPE_F32) return tg_ew32_execute(st);
     tg_chain chain;
     tg_chain_from_step(st, &chain);
     tg_chain_pass(&chain, st->buf->data, st->buf->numel);

@@ -93,6 +93,7 @@ static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
     if (!p->node) return "realized";
     if (!tg_fusion_on()) return "fusion is off";
     if (p->device != device) return "computed on another device";
+    if (p->dtype != TGRAD_DTYPE_BF16) return "a float32 value is not fused (the fused chains compute on bfloat16)";
     const char *kind_says = tg_kind_of(p->node->op)->unfused;
     if (kind_says) return kind_says;
     /* An anchor's epilogue runs on its finished bf16 blocks (cpu/epilogue.h, the GPU store step) */

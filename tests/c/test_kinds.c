@@ -59,7 +59,7 @@ static void reduce_and_cast_through_the_abi(void) {
     EXPECT(tgrad_reduce(TGRAD_REDUCE_SUM, x, NULL, -1, 0, TGRAD_DTYPE_I32, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED);
     EXPECT(tgrad_cast(x, TGRAD_DTYPE_F64, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED);
     EXPECT(tgrad_matmul(x, x, &bad), TGRAD_ERR_SHAPE_MISMATCH);
-    EXPECT(tgrad_unary(TGRAD_OP_RELU, x, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED);
+    EXPECT(tgrad_unary(TGRAD_OP_RELU, am, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED); /* int32: no elementwise op */
     CHECK(bad == 0 && tgrad_live_tensors() == live);
     tgrad_tensor_release(x), tgrad_tensor_release(s), tgrad_tensor_release(am), tgrad_tensor_release(c);
 }

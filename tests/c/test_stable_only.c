@@ -8,7 +8,8 @@
 
 #include "tgrad.h"
 
-#if defined(TGRAD_LAUNCH_MAX_BUFFERS) || defined(TGRAD_KERNEL_NAME_MAX) || defined(TGRAD_DEBUG_CPU_NO_DIRECT_A)
+#if defined(TGRAD_LAUNCH_MAX_BUFFERS) || defined(TGRAD_KERNEL_NAME_MAX) || defined(TGRAD_DEBUG_CPU_NO_DIRECT_A) || \
+    defined(TGRAD_DEBUG_F32_COUNT)
 #error "an experimental macro of tgrad.h is visible under TGRAD_STABLE_ONLY"
 #endif
 
@@ -20,6 +21,8 @@ enum experimental_names {
     tgrad_debug_cpu_isa_rates,
     tgrad_debug_cpu_identity,
     tgrad_debug_elementwise,
+    tgrad_debug_elementwise_f32,
+    tgrad_debug_f32_slow_path,
     tgrad_debug_schedule_work,
     tgrad_render_matmul,
     tgrad_render_copy,
@@ -40,7 +43,7 @@ int main(void) {
              tgrad_lang_name(TGRAD_LANG_OPENCL) != NULL &&
              tgrad_route_check(TGRAD_ROUTE_TILED, TGRAD_LANG_OPENCL, 0, 0) == TGRAD_ERR_INVALID_HANDLE &&
              tgrad_tensor_explain(0, TGRAD_FORMAT_TEXT, NULL, 0, &length) == TGRAD_ERR_INVALID_HANDLE &&
-             mine.not_the_header_s == 10;
+             mine.not_the_header_s == 12;
     printf("stable-only: %s\n", ok ? "ok" : "FAILED");
     return !ok;
 }

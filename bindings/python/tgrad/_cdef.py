@@ -200,6 +200,13 @@ tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 tgrad_status tgrad_debug_cpu_identity(const char *vendor, int32_t family);
 tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,
                                      int64_t n);
+tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *a, const uint32_t *b, uint32_t *out,
+                                         int64_t n);
+#define TGRAD_DEBUG_F32_EVALUATED 0
+#define TGRAD_DEBUG_F32_SLOW 1
+#define TGRAD_DEBUG_F32_UNDECIDED 2
+#define TGRAD_DEBUG_F32_COUNT 3
+tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
                                    int32_t out_dtype, uint32_t *out_bits);

@@ -3,8 +3,8 @@
 A ``DType`` names one of libtgrad's frozen dtype codes (tgrad.h, ``TGRAD_DTYPE_*``); it compares
 equal to itself, to its name ("bfloat16") and to the matching numpy dtype, so code that compared
 ``x.dtype == "bfloat16"`` keeps working. Promotion of mixed operands follows torch (bfloat16 with
-float32 gives float32); today only the reductions and casts take float32 and int32 tensors
-(docs/numerics.md).
+float32 gives float32; a Python number takes the tensor's dtype); the elementwise ops, reductions
+and casts take float32, the reductions and casts int32 too (docs/numerics.md).
 """
 
 from __future__ import annotations

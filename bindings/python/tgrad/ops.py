@@ -10,9 +10,12 @@ Python computes nothing. The op codes are read from the registry (TGRAD_OP_LIST)
 name is an op exactly when libtgrad says so; `apply(name, *operands)` reaches every op by its
 registry name and the named functions below are spellings of it.
 
-A Python or numpy real number as an operand becomes a 0-d bf16 tensor, rounded once to nearest
-even by libtgrad as Tensor.from_numpy rounds (a float from its float64 value, a numpy float32 from
-its float32 value; bool counts as 0 or 1, as in torch and numpy). A complex number or a long
+Operands are bfloat16 or float32 tensors; the op computes in float32 when either is float32 (a
+bfloat16 operand is widened exactly: torch's promotion) and every element is correctly rounded to
+the result's dtype. A Python or numpy real number as an operand becomes a 0-d tensor of the other
+operand's dtype (a number never promotes, as in torch), rounded once to nearest even by libtgrad
+as Tensor.from_numpy rounds (a float from its float64 value, a numpy float32 from its float32
+value; bool counts as 0 or 1, as in torch and numpy). A complex number or a long
 double is refused with DtypeUnsupportedError. Anything else is not an operand: the operators
 return NotImplemented, so Python raises TypeError as it does for numpy arrays; the functions
 raise InvalidArgumentError.
@@ -32,6 +35,7 @@ from typing import Any, NamedTuple, TypeVarTuple, Union, Unpack, cast
 import numpy as np
 
 from . import _bf16, errors
+from . import dtypes as _dtypes
 from ._ffi import _string, lib
 from .errors import _check
 from .tensor import _RECORDER, Tensor, _new_handle, _reports
@@ -145,15 +149,18 @@ def _is_operand(value: object) -> bool:
         isinstance(value, np.generic) and _bf16.is_bf16(value.dtype))
 
 
-def _constant(value: object, name: str, device: str = "cpu") -> Tensor:
-    """The 0-d bf16 tensor of a number on `device` (the other operand's: a number goes where the
-    tensor it meets lives), made by Tensor.from_numpy, so tgrad.trace records it as a "constant"
-    op; InvalidArgumentError for anything else."""
+def _constant(value: object, name: str, like: Tensor) -> Tensor:
+    """The 0-d tensor of a number in the dtype and on the device of the tensor it meets (torch's
+    rule: a Python number does not promote a tensor; float32 and bfloat16 numbers are rounded once
+    from their value), made by Tensor.from_numpy, so tgrad.trace records it as a "constant" op;
+    InvalidArgumentError for anything else."""
     host = _host_array(value)
     if host is None:
         raise errors.InvalidArgumentError(
             f"{name}: an operand must be a Tensor or a real number, got {type(value).__name__}")
-    return Tensor.from_numpy(host, device=device)
+    if like.dtype is _dtypes.float32:
+        return Tensor.from_numpy(host, device=like.device, dtype=_dtypes.float32)
+    return Tensor.from_numpy(host, device=like.device)
 
 
 # ---- applying ops ---------------------------------------------------------------------------------
@@ -171,11 +178,11 @@ def _binary(name: str, a: Operand, b: Operand) -> Tensor:
             f"{name}: at least one operand must be a Tensor, got {type(a).__name__} and {type(b).__name__}")
     made: list[Tensor] = []
     try:
-        device = (a if isinstance(a, Tensor) else b).device  # type: ignore[union-attr]  # one is a Tensor
-        x = a if isinstance(a, Tensor) else _constant(a, name, device)
+        like = cast(Tensor, a if isinstance(a, Tensor) else b)  # one is a Tensor
+        x = a if isinstance(a, Tensor) else _constant(a, name, like)
         if x is not a:
             made.append(x)
-        y = b if isinstance(b, Tensor) else _constant(b, name, device)
+        y = b if isinstance(b, Tensor) else _constant(b, name, like)
         if y is not b:
             made.append(y)
         return run(x, y)

@@ -1,7 +1,9 @@
 /* Elementwise graph nodes: tgrad_unary and tgrad_binary check their operands (op code, arity,
  * devices, numpy broadcasting) before any allocation and record a lazy TG_OP_ELEMENTWISE node
  * whose inputs are read through views already broadcast to the result's shape (stride 0 along a
- * broadcast axis), so the executors only ever see same-shape operands. */
+ * broadcast axis), so the executors only ever see same-shape operands. The node computes in
+ * bfloat16 or float32; a bf16 operand meeting a float32 one is first cast to float32 (exact:
+ * torch's promotion), and float32 nodes are refused on GPU devices. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -48,12 +50,20 @@ static tgrad_status broadcast_shape(const tg_view *a, const tg_view *b, const ch
     return TGRAD_OK;
 }
 
-/* The elementwise ops compute on bf16 (float32 ones are to come, correctly rounded too). */
-static tgrad_status check_dtypes(const tg_tensor *t, int32_t arity, const char *fn) {
-    for (int32_t i = 0; i < arity; i++)
-        if (t[i].buf->dtype != TGRAD_DTYPE_BF16)
-            return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: operand %d is %s; the elementwise ops take bfloat16 (cast first)",
-                           fn, (int)i, tg_dtype_name(t[i].buf->dtype));
+/* The dtype the op computes in: bf16 or float32 operands, mixed ones promoted to float32 (torch's
+ * rule); float32 runs on the CPU only for now (the GPU emitters render bf16 chains). */
+static tgrad_status check_dtypes(const tg_tensor *t, int32_t arity, const char *fn, int32_t *dtype) {
+    *dtype = TGRAD_DTYPE_BF16;
+    for (int32_t i = 0; i < arity; i++) {
+        int32_t d = t[i].buf->dtype;
+        if (d != TGRAD_DTYPE_BF16 && d != TGRAD_DTYPE_F32)
+            return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: operand %d is %s; the elementwise ops take bfloat16 or float32 (cast first)",
+                           fn, (int)i, tg_dtype_name(d));
+        if (d == TGRAD_DTYPE_F32) *dtype = d;
+    }
+    if (*dtype == TGRAD_DTYPE_F32 && t[0].buf->device != TGRAD_DEVICE_CPU)
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: float32 elementwise ops run on the CPU only for now (the tensor lives on %s; cast to bfloat16 first)",
+                       fn, tg_device_name(t[0].buf->device));
     return TGRAD_OK;
 }
 
@@ -63,11 +73,11 @@ static void unref_all(tg_tensor *t, int32_t count) {
 
 /* The node for op over operands t[0 .. arity), its buffer and the result's handle. Takes the
  * operands' references in every case: to the node on success, released on failure. */
-static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view *out_view, const char *fn,
-                         tgrad_tensor_t *out) {
+static tgrad_status make(tgrad_op op, int32_t arity, int32_t dtype, tg_tensor *t, const tg_view *out_view,
+                         const char *fn, tgrad_tensor_t *out) {
     int64_t numel = 0;
     tg_view_numel(out_view, &numel); /* out_view passed the size rule (tg_view_contiguous) */
-    tgrad_status s = tg_memory_admit(numel, fn);
+    tgrad_status s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn);
     if (s) {
         unref_all(t, arity);
         return s;
@@ -78,12 +88,12 @@ static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
     }
     n->ew = op;
-    n->dtype = TGRAD_DTYPE_BF16;
+    n->dtype = dtype;
     n->out = *out_view;
     for (int32_t i = 0; i < arity; i++)
         n->inputs[i] = (tg_node_input){ t[i].buf, broadcast_view(&t[i].view, out_view->ndim, out_view->shape) };
     tg_buffer *buf;
-    s = tg_buffer_new(numel, n, &buf);
+    s = tg_buffer_new_typed(numel, dtype, n, &buf);
     if (s) {
         free(n);
         unref_all(t, arity);
@@ -95,18 +105,32 @@ static tgrad_status make(tgrad_op op, int32_t arity, tg_tensor *t, const tg_view
     return s;
 }
 
+/* Mixed bf16 and float32 operands (checked): the bf16 one cast to float32 (exact), then the op on
+ * two float32 tensors. Takes t's references. */
+static tgrad_status promoted(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tg_tensor *t, tgrad_tensor_t *out) {
+    int32_t widen = t[0].buf->dtype == TGRAD_DTYPE_BF16 ? 0 : 1;
+    unref_all(t, 2);
+    tgrad_tensor_t wide = 0;
+    tgrad_status s = tgrad_cast(widen == 0 ? a : b, TGRAD_DTYPE_F32, &wide);
+    if (s) return s;
+    s = tgrad_binary(op, widen == 0 ? wide : a, widen == 0 ? b : wide, out);
+    tgrad_tensor_release(wide); /* the op's node holds the cast's buffer now */
+    return s;
+}
+
 TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out) {
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "unary: out is NULL");
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(x, &t);
     if (s) return s;
     tg_view ov;
-    if ((s = check_op(op, 1, "unary")) || (s = check_dtypes(&t, 1, tgrad_op_name(op))) ||
+    int32_t dtype;
+    if ((s = check_op(op, 1, "unary")) || (s = check_dtypes(&t, 1, tgrad_op_name(op), &dtype)) ||
         (s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov))) {
         tg_tensor_unref(&t);
         return s;
     }
-    return make(op, 1, &t, &ov, tgrad_op_name(op), out);
+    return make(op, 1, dtype, &t, &ov, tgrad_op_name(op), out);
 }
 
 TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out) {
@@ -118,8 +142,9 @@ TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_
     int32_t ndim = 0;
     int64_t shape[TGRAD_MAX_DIMS];
     tg_view ov;
+    int32_t dtype = TGRAD_DTYPE_BF16;
     s = check_op(op, 2, "binary");
-    if (!s) s = check_dtypes(t, 2, fn);
+    if (!s) s = check_dtypes(t, 2, fn, &dtype);
     if (!s) s = broadcast_shape(&t[0].view, &t[1].view, fn, &ndim, shape);
     if (!s && t[0].buf->device != t[1].buf->device)
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: operands live on different devices (%s and %s)", fn,
@@ -129,5 +154,6 @@ TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_
         unref_all(t, 2);
         return s;
     }
-    return make(op, 2, t, &ov, fn, out);
+    if (t[0].buf->dtype != t[1].buf->dtype) return promoted(op, a, b, t, out);
+    return make(op, 2, dtype, t, &ov, fn, out);
 }

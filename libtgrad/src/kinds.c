@@ -2,6 +2,7 @@
  * support and explain name. The matmul, copy and elementwise executors are here; cast and reduce
  * have their own files (ops/cast.c, ops/reduce.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/epilogue.h"
@@ -104,6 +105,30 @@ tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
     if (device == TGRAD_DEVICE_CPU || tg_kind_of(op)->gpu_render) return TGRAD_OK;
     return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "%s: the %s kind runs on the CPU only for now; the tensor lives on %s",
                    fn, tg_kind_of(op)->name, tg_device_name(device));
+}
+
+tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg_view *ov, int32_t dtype,
+                                const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
+    int64_t numel = 0;
+    if (!s) tg_view_numel(ov, &numel);
+    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn);
+    tg_node *n = s ? NULL : tg_node_new(op, 1);
+    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
+    tg_buffer *b = NULL;
+    if (!s) {
+        n->inputs[0] = (tg_node_input){ t->buf, t->view };
+        n->out = *ov;
+        n->dtype = dtype;
+        if (params) n->params = *params;
+        if ((s = tg_buffer_new_typed(numel, dtype, n, &b))) free(n);
+        else b->device = t->buf->device; /* computed where its input lives */
+    }
+    if (s) {
+        tg_tensor_unref(t);
+        return s;
+    }
+    if ((s = tg_handle_new_tensor(b, ov, out))) tg_buffer_release(b); /* the node owns t's reference */
+    return s;
 }
 
 /* The list and the table agree: every kind of the list has a row with its name and role. */

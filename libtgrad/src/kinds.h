@@ -41,6 +41,13 @@ static inline const tg_kind *tg_kind_of(tg_op op) { return &tg_kinds[(op >= 0 &&
  * so; else TGRAD_ERR_BACKEND_UNAVAILABLE naming fn and the device. */
 TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn);
 
+/* The last part of a one-input kind's constructor, after every check passed (s == TGRAD_OK) or
+ * failed (s != 0): admit the result by the memory limit, make the node (t read through its view,
+ * output view ov, dtype, params) and its buffer where t lives, and the handle. Takes t's reference
+ * in every case: to the node on success, released on failure. */
+TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg_view *ov, int32_t dtype,
+                                          const tg_node_params *params, const char *fn, tgrad_tensor_t *out);
+
 /* Executors and routes of the kinds that live in their own files. */
 TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);

@@ -35,23 +35,7 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     if (!s && tg_mul_ovf(numel, tg_dtype_size(dtype), &bytes))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "cast: %lld elements of %s overflow a 64-bit byte count", (long long)numel,
                     tg_dtype_name(dtype));
-    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), "cast");
-    tg_node *n = s ? NULL : tg_node_new(TG_OP_CAST, 1);
-    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cast: cannot allocate a graph node");
-    tg_buffer *b = NULL;
-    if (!s) {
-        n->inputs[0] = (tg_node_input){ t.buf, t.view };
-        n->out = ov;
-        n->dtype = dtype;
-        if ((s = tg_buffer_new_typed(numel, dtype, n, &b))) free(n);
-        else b->device = t.buf->device; /* computed where its input lives */
-    }
-    if (s) {
-        tg_tensor_unref(&t);
-        return s;
-    }
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns t's reference */
-    return s;
+    return tg_kind_make_unary(s, TG_OP_CAST, &t, &ov, dtype, NULL, "cast", out);
 }
 
 /* One element, from its bits in dtype `from` to dtype `to`; false for a float that has no i32. */

@@ -103,24 +103,7 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: the reduced axes hold no element (%s of an empty set)", fn, fn);
     if (!s && is_arg(op) && count > INT32_MAX)
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: %lld reduced elements do not fit an int32 index", fn, (long long)count);
-    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(out_dtype), fn);
-    tg_node *n = s ? NULL : tg_node_new(TG_OP_REDUCE, 1);
-    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
-    tg_buffer *b = NULL;
-    if (!s) {
-        n->inputs[0] = (tg_node_input){ t.buf, t.view };
-        n->out = ov;
-        n->dtype = out_dtype;
-        n->params = P;
-        if ((s = tg_buffer_new_typed(numel, out_dtype, n, &b))) free(n);
-        else b->device = t.buf->device; /* computed where its input lives */
-    }
-    if (s) {
-        tg_tensor_unref(&t);
-        return s;
-    }
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns t's reference */
-    return s;
+    return tg_kind_make_unary(s, TG_OP_REDUCE, &t, &ov, out_dtype, &P, fn, out);
 }
 
 /* ---- the executor ---- */

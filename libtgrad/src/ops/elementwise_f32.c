@@ -26,8 +26,8 @@ typedef long double xf; /* binary128 on aarch64 Linux; x87's 64 bits on x86; dou
 #define XEXP expl
 #define XERFC erfcl
 #define XTANH tanhl
-#define XSQRT1_2 M_SQRT1_2l
-#define XK (M_2_SQRTPIl * M_SQRT1_2l)
+#define XSQRT1_2 0.707106781186547524400844362104849039L /* spelled out: macOS has no M_SQRT1_2l */
+#define XK (1.12837916709551257389615890312154517L * XSQRT1_2) /* 2/sqrt(pi) * sqrt(1/2) */
 #define XA 0.044715L
 #define XWINDOW ((xf)ldexp(1.0, 16 - LDBL_MANT_DIG)) /* 2^-97 for binary128 */
 #endif

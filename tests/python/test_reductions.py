@@ -291,3 +291,13 @@ def test_trace_records_and_validates_reductions_and_casts() -> None:
     raw[0] ^= 1
     op["payload"]["data"] = base64.b64encode(bytes(raw)).decode()
     assert tgrad.Trace.from_json(json.dumps(stored)).validate().state == "failed"
+
+
+def test_trace_records_float32_ops_and_says_what_it_cannot_replay() -> None:
+    a = tgrad.Tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3), dtype=tgrad.float32)
+    tr = tgrad.trace(lambda x: (x.exp() + x).sum(axis=0), a)
+    report = tr.validate()
+    states = {r.kind: r.state for r in report.results}
+    assert states["sum"] == "passed" and states["exp"] == "skipped" and states["add"] == "skipped"
+    assert report.state != "failed"
+    assert [op.dtype for op in tr.ops] == ["float32"] * 4

@@ -100,8 +100,15 @@ TG_HIDDEN bool tg_poison_enabled(void);
 TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
 /* ---- element types ---- */
+/* Bytes of one element: bf16 2, f32 and i32 4, f64 8 (host data only: no buffer holds f64), 0 for
+ * anything else. */
 static inline int32_t tg_dtype_size(int32_t dtype) {
-    return dtype == TGRAD_DTYPE_BF16 ? 2 : (dtype == TGRAD_DTYPE_F32 || dtype == TGRAD_DTYPE_I32) ? 4 : 0;
+    switch (dtype) {
+    case TGRAD_DTYPE_BF16: return 2;
+    case TGRAD_DTYPE_F32: case TGRAD_DTYPE_I32: return 4;
+    case TGRAD_DTYPE_F64: return 8;
+    default: return 0;
+    }
 }
 static inline const char *tg_dtype_name(int32_t dtype) {
     switch (dtype) {
@@ -180,6 +187,16 @@ extern TG_HIDDEN pthread_mutex_t tg_graph_lock;
 /* A buffer of numel bf16 elements (tg_buffer_new) or of another dtype (tg_buffer_new_typed). */
 TG_HIDDEN tgrad_status tg_buffer_new(int64_t numel, tg_node *node, tg_buffer **out);
 TG_HIDDEN tgrad_status tg_buffer_new_typed(int64_t numel, int32_t dtype, tg_node *node, tg_buffer **out);
+/* TGRAD_OK when numel elements of dtype have a byte count that fits in int64 (the view rule checks
+ * 2-byte elements only), else TGRAD_ERR_SIZE_OVERFLOW naming fn: wider elements (host f64 data, a
+ * f32 or i32 result of a bf16 view) are checked with this before they are admitted. */
+static inline tgrad_status tg_check_bytes(int64_t numel, int32_t dtype, const char *fn) {
+    int64_t bytes;
+    if (__builtin_mul_overflow(numel, (int64_t)tg_dtype_size(dtype), &bytes))
+        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: %lld elements of %s overflow a 64-bit byte count", fn,
+                       (long long)numel, tg_dtype_name(dtype));
+    return TGRAD_OK;
+}
 static inline size_t tg_buffer_bytes(const tg_buffer *b) { return (size_t)b->numel * (size_t)tg_dtype_size(b->dtype); }
 /* TGRAD_OK when a buffer of numel elements fits the memory limit (memory_limit.c), else
  * TGRAD_ERR_OUT_OF_MEMORY naming fn: checked wherever a tensor is made, before it is allocated. */

@@ -111,6 +111,7 @@ tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg
                                 const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
     int64_t numel = 0;
     if (!s) tg_view_numel(ov, &numel);
+    if (!s) s = tg_check_bytes(numel, dtype, fn);
     if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn);
     tg_node *n = s ? NULL : tg_node_new(op, 1);
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);

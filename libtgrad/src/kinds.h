@@ -42,7 +42,7 @@ static inline const tg_kind *tg_kind_of(tg_op op) { return &tg_kinds[(op >= 0 &&
 TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn);
 
 /* The last part of a one-input kind's constructor, after every check passed (s == TGRAD_OK) or
- * failed (s != 0): admit the result by the memory limit, make the node (t read through its view,
+ * failed (s != 0): check the result's byte count and admit it by the memory limit, make the node (t read through its view,
  * output view ov, dtype, params) and its buffer where t lives, and the handle. Takes t's reference
  * in every case: to the node on success, released on failure. */
 TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg_view *ov, int32_t dtype,

@@ -14,15 +14,6 @@ TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
     } while (0)
 
 /* ---- creation ---------------------------------------------------------------------------- */
-/* Bytes of numel elements of dtype fit in int64 (the view rule checks 2-byte elements only). */
-static tgrad_status check_bytes(int64_t numel, int32_t dtype, const char *fn) {
-    int64_t bytes;
-    if (tg_mul_ovf(numel, tg_dtype_size(dtype), &bytes))
-        return tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: %lld elements of %s overflow a 64-bit byte count", fn,
-                       (long long)numel, tg_dtype_name(dtype));
-    return TGRAD_OK;
-}
-
 /* Which host types convert to which tensor types (tgrad.h, tgrad_tensor_from_host). */
 static bool host_pair_ok(int32_t src, int32_t dtype) {
     bool float_src = src == TGRAD_DTYPE_BF16 || src == TGRAD_DTYPE_F32 || src == TGRAD_DTYPE_F64;
@@ -60,7 +51,7 @@ static tgrad_status create(const void *data, int32_t src, int32_t ndim, const in
     if (s) return s;
     int64_t numel;
     tg_view_numel(&v, &numel);
-    if ((s = check_bytes(numel, dtype, fn)) || (s = check_bytes(numel, src, fn))) return s;
+    if ((s = tg_check_bytes(numel, dtype, fn)) || (s = tg_check_bytes(numel, src, fn))) return s;
     if (numel > 0 && !data) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: data is NULL", fn);
     if ((s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn))) return s;
     tg_buffer *b = NULL;
@@ -87,7 +78,7 @@ TGRAD_API tgrad_status tgrad_tensor_from_host(const void *data, int32_t src_dtyp
     return create(data, src_dtype, ndim, shape, dtype, out, "tensor_from_host");
 }
 
-TGRAD_API int32_t tgrad_dtype_size(int32_t dtype) { return dtype == TGRAD_DTYPE_F64 ? 8 : tg_dtype_size(dtype); }
+TGRAD_API int32_t tgrad_dtype_size(int32_t dtype) { return tg_dtype_size(dtype); }
 
 TGRAD_API tgrad_status tgrad_tensor_release(tgrad_tensor_t tensor) { return tg_handle_release(tensor); }
 

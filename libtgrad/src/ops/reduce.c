@@ -20,6 +20,8 @@ TGRAD_API const char *tgrad_reduce_name(int32_t op) {
 
 static bool is_arg(int32_t op) { return op == TGRAD_REDUCE_ARGMAX || op == TGRAD_REDUCE_ARGMIN; }
 static bool is_extremum(int32_t op) { return op >= TGRAD_REDUCE_MAX; }
+static bool is_sum(int32_t op) { return op == TGRAD_REDUCE_SUM || op == TGRAD_REDUCE_MEAN; }
+static bool wants_max(int32_t op) { return op == TGRAD_REDUCE_MAX || op == TGRAD_REDUCE_ARGMAX; }
 
 /* ---- the node ---- */
 /* axes (naxes, or every axis when naxes < 0) normalized into P (ascending) and the mask. */
@@ -61,8 +63,7 @@ static tgrad_status check_dtypes(int32_t op, int32_t in, int32_t *out_dtype, con
 }
 
 /* The output view and the number of elements folded into each output. */
-static tgrad_status out_view(const tg_view *v, const bool *mask, bool keepdims, const char *fn, tg_view *ov,
-                             int64_t *count) {
+static tgrad_status out_view(const tg_view *v, const bool *mask, bool keepdims, tg_view *ov, int64_t *count) {
     int64_t shape[TGRAD_MAX_DIMS];
     int32_t nd = 0;
     *count = 1;
@@ -71,7 +72,6 @@ static tgrad_status out_view(const tg_view *v, const bool *mask, bool keepdims, 
         if (!mask[d]) shape[nd++] = v->shape[d];
         else if (keepdims) shape[nd++] = 1;
     }
-    (void)fn;
     return tg_view_contiguous(nd, shape, ov);
 }
 
@@ -91,14 +91,12 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
     tg_node_params P = { .reduce_op = op };
     bool mask[TGRAD_MAX_DIMS] = { false };
     tg_view ov;
-    int64_t count = 0, numel = 0, bytes;
+    int64_t count = 0, numel = 0;
     s = tg_kind_check_device(TG_OP_REDUCE, t.buf->device, fn);
     if (!s) s = check_dtypes(op, t.buf->dtype, &out_dtype, fn);
     if (!s) s = normalize_axes(&t.view, axes, naxes, fn, &P, mask);
-    if (!s) s = out_view(&t.view, mask, keepdims == 1, fn, &ov, &count);
+    if (!s) s = out_view(&t.view, mask, keepdims == 1, &ov, &count);
     if (!s) tg_view_numel(&ov, &numel);
-    if (!s && tg_mul_ovf(numel, 4, &bytes))
-        s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: the result's byte count overflows 64 bits", fn);
     if (!s && is_extremum(op) && count == 0 && numel > 0)
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: the reduced axes hold no element (%s of an empty set)", fn, fn);
     if (!s && is_arg(op) && count > INT32_MAX)
@@ -216,9 +214,8 @@ static void block_sum(const reduce_job *J, const void *data, int64_t n, int64_t 
 static void block_extremum(const reduce_job *J, const void *data, int64_t n, int64_t stride, int64_t pos, void *state) {
     uint32_t bits;
     int64_t index;
-    bool want_max = J->op == TGRAD_REDUCE_MAX || J->op == TGRAD_REDUCE_ARGMAX;
-    if (tg_extrema(data, J->rdt, n, stride, want_max, &bits, &index) == 0)
-        extremum_take(state, bits, pos + index, want_max, J->rdt);
+    if (tg_extrema(data, J->rdt, n, stride, wants_max(J->op), &bits, &index) == 0)
+        extremum_take(state, bits, pos + index, wants_max(J->op), J->rdt);
 }
 
 static void piece_sum(const reduce_job *J, int64_t off, int64_t n, int64_t stride, int64_t pos, void *state) {
@@ -232,7 +229,7 @@ static void piece_extremum(const reduce_job *J, int64_t off, int64_t n, int64_t 
 }
 
 static void store(const reduce_job *J, int64_t o, const tg_exact_acc *acc, const extremum *e) {
-    int32_t rout = J->out_dtype == TGRAD_DTYPE_BF16 ? TG_RDT_BF16 : TG_RDT_F32;
+    int32_t rout = J->out_dtype; /* bf16 or f32 here: the engine's codes are tgrad.h's */
     uint32_t bits;
     if (is_arg(J->op)) {
         ((int32_t *)J->out)[o] = (int32_t)e->index;
@@ -252,7 +249,7 @@ static void store(const reduce_job *J, int64_t o, const tg_exact_acc *acc, const
 
 static void fold_one(const reduce_job *J, int64_t o) {
     int64_t off = outer_offset(J, o);
-    if (J->op == TGRAD_REDUCE_SUM || J->op == TGRAD_REDUCE_MEAN) {
+    if (is_sum(J->op)) {
         tg_exact_acc acc;
         tg_exact_acc_init(&acc);
         if (J->count) for_pieces(J, off, 0, J->count, piece_sum, &acc);
@@ -279,7 +276,7 @@ static void task_split(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     reduce_job *J = arg;
     int64_t lo = task * J->chunk, hi = lo + J->chunk < J->count ? lo + J->chunk : J->count, off = J->offset;
-    if (J->op == TGRAD_REDUCE_SUM || J->op == TGRAD_REDUCE_MEAN) {
+    if (is_sum(J->op)) {
         tg_exact_acc_init(&J->accs[task]);
         for_pieces(J, off, lo, hi, piece_sum, &J->accs[task]);
     } else {
@@ -291,7 +288,7 @@ static void task_split(int64_t task, int32_t worker, void *arg) {
 
 static tgrad_status run_split(reduce_job *J, int32_t tasks) {
     J->chunk = (J->count + tasks - 1) / tasks;
-    bool sum = J->op == TGRAD_REDUCE_SUM || J->op == TGRAD_REDUCE_MEAN;
+    bool sum = is_sum(J->op);
     J->accs = sum ? tg_malloc(sizeof *J->accs * (size_t)tasks) : NULL;
     J->bits = sum ? NULL : tg_malloc(sizeof *J->bits * (size_t)tasks);
     J->idx = sum ? NULL : tg_malloc(sizeof *J->idx * (size_t)tasks);
@@ -306,9 +303,8 @@ static tgrad_status run_split(reduce_job *J, int32_t tasks) {
             store(J, 0, &J->accs[0], NULL);
         } else {
             extremum e = { 0 };
-            bool want_max = J->op == TGRAD_REDUCE_MAX || J->op == TGRAD_REDUCE_ARGMAX;
             for (int32_t i = 0; i < tasks; i++)
-                if (J->found[i]) extremum_take(&e, J->bits[i], J->idx[i], want_max, J->rdt);
+                if (J->found[i]) extremum_take(&e, J->bits[i], J->idx[i], wants_max(J->op), J->rdt);
             store(J, 0, NULL, &e);
         }
         if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, 0, 1);
@@ -323,7 +319,7 @@ tgrad_status tg_reduce_execute(const tg_step *st) {
     int32_t in_dtype = st->pro_base ? TGRAD_DTYPE_BF16 : in->buf->dtype;
     reduce_job J = { .base = st->pro_base ? NULL : (const char *)in->buf->data, .op = st->base->params.reduce_op,
                      .out_dtype = st->base->dtype, .out = (char *)st->buf->data, .nout = st->buf->numel };
-    J.rdt = in_dtype == TGRAD_DTYPE_BF16 ? TG_RDT_BF16 : TG_RDT_F32;
+    J.rdt = in_dtype; /* the engine's dtype codes are tgrad.h's (reduce_exact.h asserts it) */
     J.esize = tg_dtype_size(in_dtype);
     tg_chain pro, epi;
     if (st->pro_base) tg_chain_prologue(st, &pro), J.pro = &pro;

@@ -49,27 +49,25 @@ static void simplify(tg_chain *c) {
     for (int32_t i = c->ndim - 1; i >= 0; i--) c->shape[i] = shape->shape[i], c->pitch[i] = pitch, pitch *= shape->shape[i];
 }
 
-void tg_chain_prologue(const tg_step *st, tg_chain *c) {
+/* The chain of step st: first_op (an elementwise node over its realized operands, which the
+ * chain starts from; NULL: the running value is the step's own result, as for a matmul's or a
+ * reduction's epilogue), then ops[0 .. n). */
+static void build(tg_chain *c, const tg_step *st, const tg_node *first_op, const tg_fused_op *ops, int32_t n) {
     *c = (tg_chain){ .v = st->ew_variant };
-    const tg_node *b = st->pro_base; /* its first operand's view is already the chain's shape */
-    c->first = b->inputs[0].buf->data;
-    c->first_view = b->inputs[0].view;
-    add_op(c, b->ew, false, b->ninputs == 2 ? &b->inputs[1] : NULL);
-    for (int32_t i = 0; i < st->npro; i++) add_op(c, st->prologue[i].op, st->prologue[i].value_right, st->prologue[i].operand);
+    tg_view_contiguous(st->out->ndim, st->out->shape, &c->first_view);
+    if (first_op) { /* its first operand's view is already the chain's shape */
+        c->first = first_op->inputs[0].buf->data;
+        c->first_view = first_op->inputs[0].view;
+        add_op(c, first_op->ew, false, first_op->ninputs == 2 ? &first_op->inputs[1] : NULL);
+    }
+    for (int32_t i = 0; i < n; i++) add_op(c, ops[i].op, ops[i].value_right, ops[i].operand);
     simplify(c);
 }
 
+void tg_chain_prologue(const tg_step *st, tg_chain *c) { build(c, st, st->pro_base, st->prologue, st->npro); }
+
 void tg_chain_from_step(const tg_step *st, tg_chain *c) {
-    *c = (tg_chain){ .v = st->ew_variant };
-    /* a matmul's own result is the running value: its "first view" is the compact output */
-    tg_view_contiguous(st->out->ndim, st->out->shape, &c->first_view);
-    if (st->op == TG_OP_ELEMENTWISE) {
-        c->first = st->inputs[0].buf->data;
-        c->first_view = st->inputs[0].view;
-        add_op(c, st->ew, false, st->ninputs == 2 ? &st->inputs[1] : NULL);
-    }
-    for (int32_t i = 0; i < st->nfused; i++) add_op(c, st->epilogue[i].op, st->epilogue[i].value_right, st->epilogue[i].operand);
-    simplify(c);
+    build(c, st, st->op == TG_OP_ELEMENTWISE ? st->base : NULL, st->epilogue, st->nfused);
 }
 
 /* ---- applying ----------------------------------------------------------------------------- */

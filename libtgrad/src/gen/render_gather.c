@@ -77,6 +77,22 @@ static void view_key(const tg_view *v, char *key, size_t cap, char *dims, size_t
     }
 }
 
+/* What the gather kernels (copy, cast) share after their header comment: the language's
+ * preamble, the signature over the two buffers bp (source, destination), the element index i with
+ * its bounds check, and the source view's coordinates of i. */
+static void emit_gather_head(emitter *e, const tg_route *r, const tg_view *src, int64_t numel, const char *name,
+                             const char *const bp[2]) {
+    if (*e->l->preamble) E("%s", e->l->preamble);
+    E("\n");
+    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
+    tg_emit_signature(e, name, bp, 2, used);
+    E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
+    E("    if (i >= %" PRId64 ")\n        return;\n", numel);
+    bool needed[TGRAD_MAX_DIMS] = { false };
+    mark_needed(src, needed);
+    emit_coords(e, src->ndim, src->shape, needed);
+}
+
 tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t, struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_COPY);
     int64_t numel, hi;
@@ -96,19 +112,11 @@ tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t
     E("), compact row-major, bit for bit.\n");
     E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers src, dst.\n", launch->grid[0],
       launch->grid[1], launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    if (*l->preamble) E("%s", l->preamble);
-    E("\n");
     char b0[64], b1[64];
     tg_buffer_param(b0, sizeof b0, l->global_in, "src");
     tg_buffer_param(b1, sizeof b1, l->global_out, "dst");
     const char *bp[2] = { b0, b1 };
-    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
-    tg_emit_signature(e, launch->kernel_name, bp, 2, used);
-    E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
-    E("    if (i >= %" PRId64 ")\n        return;\n", numel);
-    bool needed[TGRAD_MAX_DIMS] = { false };
-    mark_needed(src, needed);
-    emit_coords(e, src->ndim, src->shape, needed);
+    emit_gather_head(e, r, src, numel, launch->kernel_name, bp);
     E("    dst[i] = src[%s];\n", src_idx);
     E("}\n");
     tg_finish_launch(t, launch);
@@ -219,19 +227,11 @@ tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t fr
                             : "float32 -> bf16: round to nearest even, any NaN made 0x7fc0 (integers only).");
     E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers x, c.\n", launch->grid[0], launch->grid[1],
       launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    if (*l->preamble) E("%s", l->preamble);
-    E("\n");
     char b0[64], b1[64];
     snprintf(b0, sizeof b0, "%s%s%s *x", l->global_in, *l->global_in ? " " : "", widen ? "ushort" : "uint");
     snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", widen ? "uint" : "ushort");
     const char *bp[2] = { b0, b1 };
-    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
-    tg_emit_signature(e, launch->kernel_name, bp, 2, used);
-    E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
-    E("    if (i >= %" PRId64 ")\n        return;\n", numel);
-    bool needed[TGRAD_MAX_DIMS] = { false };
-    mark_needed(src, needed);
-    emit_coords(e, src->ndim, src->shape, needed);
+    emit_gather_head(e, r, src, numel, launch->kernel_name, bp);
     if (widen) {
         E("    c[i] = (uint)x[%s] << 16;\n", src_idx);
     } else {

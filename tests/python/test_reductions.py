@@ -1,6 +1,6 @@
 """Reductions (tgrad.sum, mean, max, min, argmax, argmin), dtypes and casts: the contract of
 tgrad.h's reduction registry and docs/numerics.md, checked against exact references (Python
-fractions for sums and means, numpy for the exact extrema)."""
+fractions rounded by the conformance kit for sums and means, numpy for the exact extrema)."""
 
 from __future__ import annotations
 
@@ -15,32 +15,17 @@ import pytest
 
 import tgrad
 from tgrad import errors
+from tgrad.conformance import exact
 
 BF16 = ml_dtypes.bfloat16
 
 
 def _round_exact(q: fractions.Fraction, dtype: np.dtype) -> float:
-    """q rounded to nearest even in float32 or bfloat16: the nearest of the two neighbours that
-    bracket q, ties to the even significand (overflow to inf past the rounding boundary)."""
-    info = ml_dtypes.finfo(dtype) if dtype == BF16 else np.finfo(dtype)
-    if q == 0:
-        return 0.0
-    sign = -1 if q < 0 else 1
-    a = abs(q)
-    mant = int(info.nmant)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if fractions.Fraction(2) ** e > a:
-        e -= 1
-    e = max(e, int(info.minexp))  # subnormals share the smallest exponent's spacing
-    ulp = fractions.Fraction(2) ** (e - mant)
-    k, rem = divmod(a, ulp)
-    k = int(k)
-    if rem * 2 > ulp or (rem * 2 == ulp and k % 2 == 1):
-        k += 1
-    value = k * ulp
-    if value >= fractions.Fraction(2) ** (int(info.maxexp)):
-        return sign * float("inf")
-    return sign * float(value)
+    """q rounded to nearest even in float32 or bfloat16 (overflow to inf): the conformance kit's
+    exact rounding (tgrad.conformance.exact.round_to), read back as a float."""
+    bf16 = np.dtype(dtype) == np.dtype(BF16)
+    bits = exact.round_to(q, exact.BF16 if bf16 else exact.F32)
+    return float(np.array([bits], np.uint16 if bf16 else np.uint32).view(BF16 if bf16 else np.float32)[0])
 
 
 def _exact_sum(values: np.ndarray) -> fractions.Fraction:

@@ -202,6 +202,8 @@ def test_dtypes_casts_and_creation() -> None:
         tgrad.Tensor.from_numpy(np.array([2 ** 40]), dtype=tgrad.int32)
     with pytest.raises(errors.InvalidArgumentError):
         tgrad.Tensor.from_numpy(np.array([np.nan], np.float32), dtype=tgrad.float32).to(tgrad.int32).numpy()
+    with pytest.raises(errors.DtypeUnsupportedError):  # a numpy dtype tgrad lacks, not a device name
+        f.to("float64")
     with pytest.raises(errors.DtypeUnsupportedError):
         f @ f.T
     with pytest.raises(errors.DtypeUnsupportedError):

@@ -70,8 +70,8 @@ def is_dtype_like(value: Any) -> bool:
     """Whether `value` names a dtype (rather than, say, a device name)."""
     if isinstance(value, DType):
         return True
-    if isinstance(value, str):
-        return value.lower() in _BY_NAME
+    if isinstance(value, str) and value.lower() in _BY_NAME:
+        return True
     if value is None or isinstance(value, (int, float)):
         return False
     try:

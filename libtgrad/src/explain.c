@@ -112,7 +112,12 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
             put(t, "step %d: %s %s -> buf#%llu ", s, kernel, route, (unsigned long long)b->id);
         }
         put_dims(t, b->node->out.shape, b->node->out.ndim, json);
-        if (json) put(t, ", \"dtype\": \"%s\", \"bytes\": %lld}, \"inputs\": [", tg_dtype_name(b->dtype), (long long)written);
+        char detail[128] = "";
+        if (tg_kind_of(st->op)->plan_detail) tg_kind_of(st->op)->plan_detail(st, detail, sizeof detail);
+        if (json) put(t, ", \"dtype\": \"%s\", \"bytes\": %lld}, ", tg_dtype_name(b->dtype), (long long)written);
+        if (json && detail[0]) put(t, "\"plan\": \"%s\", ", detail);
+        if (!json && detail[0]) put(t, " | %s", detail);
+        if (json) put(t, "\"inputs\": [");
         for (int32_t i = 0; i < st->nreads; i++) {
             const tg_buffer *in = st->reads[i]->buf;
             const tg_view *v = &st->reads[i]->view;

@@ -72,6 +72,17 @@ TG_HIDDEN int tg_format_shape(char *dst, size_t cap, const tg_view *v);
 /* a [M, K] @ b [K, N]: rank and inner-dimension checks (messages name fn and both shapes) and the
  * compact [M, N] result view. */
 TG_HIDDEN tgrad_status tg_view_matmul(const tg_view *a, const tg_view *b, const char *fn, tg_view *out);
+/* torch.matmul's rule for tgrad_matmul: a [..., M, K] @ b [..., K, N] with the batch axes
+ * broadcast (numpy's rule), a 1-D operand read as [1, K] (left) or [K, 1] (right). a and b: the
+ * operands read as [batch..., M, K] and [batch..., K, N] (rank R = the larger rank, at least 2;
+ * stride 0 along a broadcast axis); out: the compact [batch..., M, N] the product computes;
+ * result: the same elements without the axis a 1-D operand added (what the caller gets).
+ * TGRAD_ERR_RANK_MISMATCH for a 0-d operand, TGRAD_ERR_SHAPE_MISMATCH for batch axes that do not
+ * broadcast or inner dimensions that differ (messages name fn and both shapes). */
+typedef struct tg_matmul_views {
+    tg_view a, b, out, result;
+} tg_matmul_views;
+TG_HIDDEN tgrad_status tg_view_matmul_batched(const tg_view *a, const tg_view *b, const char *fn, tg_matmul_views *mv);
 
 /* ---- conversions (convert.c) ---- */
 TG_HIDDEN uint16_t tg_f32_to_bf16(float f);
@@ -251,12 +262,22 @@ typedef struct tg_cpu_matmul_plan {
     int64_t M, N, K;             /* as computed (after the swap) */
     int64_t a_strides[2], b_strides[2];
     int32_t out_dtype;           /* TGRAD_DTYPE_BF16, or TGRAD_DTYPE_F32: the accumulators unrounded */
+    /* A batched product (tgrad_matmul on operands of rank > 2): `batch` 2-D products, each
+     * planned as above (the batches differ only in their operands' offsets), over the batch axes
+     * bshape[0 .. bdims) with each operand's strides along them (0: broadcast); batch 1 for a
+     * 2-D product. batch_tasks > 1: the batches are spread over the pool in that many tasks, each
+     * product on one thread (small products, which alone would use one thread); else they run
+     * one after another, each threaded over its tiles as a 2-D product is. */
+    int32_t bdims;
+    int64_t batch, batch_tasks;
+    int64_t bshape[TGRAD_MAX_DIMS], a_bstrides[TGRAD_MAX_DIMS], b_bstrides[TGRAD_MAX_DIMS];
 } tg_cpu_matmul_plan;
 TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *plan);
 /* The route's name: "cpu.<variant>.gemm", "cpu.<variant>.rowvec", "cpu.empty", ... */
 TG_HIDDEN void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *plan, char *dst, size_t cap);
-/* out = A @ B as planned, with A [M,K] and B [K,N] read through views over a and b (the views the
- * plan was made from); out is [M,N] row-major, of the plan's out_dtype (bf16 bits or f32). ep
+/* out = A @ B as planned, with A [batch..., M,K] and B [batch..., K,N] read through views over a and
+ * b (the views the plan was made from, of one rank >= 2 and the same batch extents); out is
+ * [batch..., M,N] row-major, of the plan's out_dtype (bf16 bits or f32). ep
  * (NULL: none; bf16 results only) is the epilogue, applied by the frame to each finished block of
  * out (cpu/epilogue.h). */
 struct tg_chain;

@@ -77,6 +77,15 @@ static tgrad_status execute_copy(const tg_step *st) {
     return TGRAD_OK;
 }
 
+/* ---- explain details ---- */
+static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
+    dst[0] = '\0';
+    if (st->device != TGRAD_DEVICE_CPU || st->out->ndim <= 2) return;
+    snprintf(dst, cap, "batch %lld (%s)", (long long)st->cpu.batch,
+             st->cpu.batch_tasks > 1 ? "whole products spread over the threads"
+                                     : "one product after another, each threaded over its tiles");
+}
+
 /* ---- explain names ---- */
 static const char *name_kind(const tg_step *st) { return tg_kind_of(st->op)->name; }
 static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st->ew); }
@@ -86,7 +95,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
                      .unfused = "its kind is not fused", .base_name = name_kind },
     [TG_OP_MATMUL] = { .name = "matmul", .role = TG_ROLE_ANCHOR, .decide = decide_matmul, .cpu_execute = execute_matmul,
-                       .gpu_render = tg_step_render_matmul, .base_name = name_kind },
+                       .gpu_render = tg_step_render_matmul, .base_name = name_kind, .plan_detail = detail_matmul },
     [TG_OP_COPY] = { .name = "copy", .role = TG_ROLE_MOVEMENT, .decide = decide_copy, .cpu_execute = execute_copy,
                      .gpu_render = tg_step_render_copy, .gpu_route = TGRAD_ROUTE_COPY, .unfused = "a copy is not fused",
                      .base_name = name_kind },

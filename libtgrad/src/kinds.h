@@ -30,6 +30,9 @@ typedef struct tg_kind {
     const char *unfused;
     /* explain: the kernel's name for the step's base op ("matmul", "gelu", "sum", ...). */
     const char *(*base_name)(const tg_step *st);
+    /* explain: more about the step's plan, written to dst ("" for nothing to add; NULL: never
+     * anything), e.g. a batched matmul's batch count and how its threads share it. */
+    void (*plan_detail)(const tg_step *st, char *dst, size_t cap);
     /* The gradient rule (vector-Jacobian product); filled by the gradients work, NULL until then. */
     const void *vjp;
 } tg_kind;

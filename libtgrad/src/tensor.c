@@ -318,8 +318,9 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
     tgrad_status s = tg_handle_get_pair(a, b, &ta, &tb);
     if (s) return s;
     int64_t numel = 0;
-    tg_view ov;
-    s = tg_view_matmul(&ta.view, &tb.view, "matmul", &ov);
+    tg_matmul_views mv;
+    s = tg_view_matmul_batched(&ta.view, &tb.view, "matmul", &mv);
+    const tg_view ov = s ? ta.view : mv.out;
     if (!s && (ta.buf->dtype != TGRAD_DTYPE_BF16 || tb.buf->dtype != TGRAD_DTYPE_BF16))
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "matmul: operands are %s and %s; matmul takes bfloat16 (cast first)",
                     tg_dtype_name(ta.buf->dtype), tg_dtype_name(tb.buf->dtype));
@@ -339,6 +340,12 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
                     "matmul: out_dtype float32 runs on the CPU only for now; the operands live on %s",
                     tg_device_name(ta.buf->device));
+    /* Batched products are rendered for no GPU route yet (docs/kernels.md): refused on a GPU
+     * device before anything is allocated; 2-D ones (1-D operands included) run there. */
+    if (!s && ov.ndim > 2 && ta.buf->device != TGRAD_DEVICE_CPU)
+        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                    "matmul: batched products (%d-D) run on the CPU only for now; the operands live on %s",
+                    (int)ov.ndim, tg_device_name(ta.buf->device));
     if (!s) tg_view_numel(&ov, &numel);
     if (!s && numel > INT64_MAX / tg_dtype_size(out_dtype))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "matmul: %lld float32 results do not fit in int64 bytes", (long long)numel);
@@ -347,8 +354,8 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
     if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate a graph node");
     tg_buffer *buf = NULL;
     if (!s) {
-        n->inputs[0] = (tg_node_input){ ta.buf, ta.view };
-        n->inputs[1] = (tg_node_input){ tb.buf, tb.view };
+        n->inputs[0] = (tg_node_input){ ta.buf, mv.a };
+        n->inputs[1] = (tg_node_input){ tb.buf, mv.b };
         n->out = ov;
         n->dtype = out_dtype;
         if ((s = tg_buffer_new_typed(numel, out_dtype, n, &buf))) free(n);
@@ -359,8 +366,9 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
         tg_tensor_unref(&tb);
         return s;
     }
-    /* the node owns both input references now */
-    if ((s = tg_handle_new_tensor(buf, &ov, out))) tg_buffer_release(buf);
+    /* the node owns both input references now; the handle sees the result without the axes
+     * 1-D operands added */
+    if ((s = tg_handle_new_tensor(buf, &mv.result, out))) tg_buffer_release(buf);
     return s;
 }
 

@@ -303,3 +303,62 @@ tgrad_status tg_view_matmul(const tg_view *a, const tg_view *b, const char *fn, 
                        (long long)a->shape[1], (long long)b->shape[0]);
     return tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
 }
+
+/* torch.matmul's shape rule (internal.h, tg_matmul_views). */
+tgrad_status tg_view_matmul_batched(const tg_view *a, const tg_view *b, const char *fn, tg_matmul_views *mv) {
+    char sa[160], sb[160];
+    if (a->ndim < 1 || b->ndim < 1) {
+        tg_format_shape(sa, sizeof sa, a);
+        tg_format_shape(sb, sizeof sb, b);
+        return tg_fail(TGRAD_ERR_RANK_MISMATCH, "%s: %s @ %s: both operands need at least 1 dimension (got %d-D and %d-D)",
+                       fn, sa, sb, a->ndim, b->ndim);
+    }
+    /* 1-D operands as matrices: [K] as [1, K] on the left, as [K, 1] on the right */
+    tg_view pa = *a, pb = *b;
+    if (a->ndim == 1) pa = (tg_view){ .ndim = 2, .shape = { 1, a->shape[0] }, .strides = { 0, a->strides[0] }, .offset = a->offset };
+    if (b->ndim == 1) pb = (tg_view){ .ndim = 2, .shape = { b->shape[0], 1 }, .strides = { b->strides[0], 0 }, .offset = b->offset };
+    int64_t M = pa.shape[pa.ndim - 2], K = pa.shape[pa.ndim - 1], N = pb.shape[pb.ndim - 1];
+    int32_t nd = pa.ndim > pb.ndim ? pa.ndim : pb.ndim, la = nd - pa.ndim, lb = nd - pb.ndim;
+    int64_t shape[TGRAD_MAX_DIMS];
+    bool broadcasts = true;
+    for (int32_t i = 0; i < nd - 2; i++) { /* the batch axes, aligned at the right (numpy's rule) */
+        int64_t ea = i < la ? 1 : pa.shape[i - la], eb = i < lb ? 1 : pb.shape[i - lb];
+        if (ea != eb && ea != 1 && eb != 1) broadcasts = false;
+        shape[i] = ea == 1 ? eb : ea;
+    }
+    if (!broadcasts || K != pb.shape[pb.ndim - 2]) {
+        tg_format_shape(sa, sizeof sa, a);
+        tg_format_shape(sb, sizeof sb, b);
+        if (!broadcasts)
+            return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: %s @ %s: batch dimensions do not broadcast", fn, sa, sb);
+        return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: %s @ %s: inner dimensions %lld and %lld differ", fn, sa, sb,
+                       (long long)K, (long long)pb.shape[pb.ndim - 2]);
+    }
+    shape[nd - 2] = M, shape[nd - 1] = N;
+    tgrad_status s = tg_view_contiguous(nd, shape, &mv->out);
+    if (s) {
+        tg_format_shape(sa, sizeof sa, a);
+        tg_format_shape(sb, sizeof sb, b);
+        return tg_fail(s, "%s: %s @ %s: the result's size overflows 64 bits", fn, sa, sb);
+    }
+    /* the operands read as [batch..., M, K] and [batch..., K, N]: stride 0 along a broadcast axis */
+    tg_view *ops[2] = { &mv->a, &mv->b };
+    const tg_view *src[2] = { &pa, &pb };
+    for (int32_t o = 0; o < 2; o++) {
+        const tg_view *v = src[o];
+        int32_t lead = nd - v->ndim;
+        *ops[o] = (tg_view){ .ndim = nd, .offset = v->offset };
+        for (int32_t i = 0; i < nd; i++) {
+            bool batch = i < nd - 2;
+            ops[o]->shape[i] = batch ? shape[i] : v->shape[i - lead];
+            ops[o]->strides[i] = i < lead || (batch && v->shape[i - lead] == 1) ? 0 : v->strides[i - lead];
+        }
+    }
+    /* the result without the axes the 1-D operands added (the same compact elements) */
+    int64_t rshape[TGRAD_MAX_DIMS];
+    int32_t rn = 0;
+    for (int32_t i = 0; i < nd; i++)
+        if (!(i == nd - 2 && a->ndim == 1) && !(i == nd - 1 && b->ndim == 1)) rshape[rn++] = shape[i];
+    tg_view_contiguous(rn, rshape, &mv->result); /* fewer extents of the same product: fits */
+    return TGRAD_OK;
+}

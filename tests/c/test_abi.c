@@ -311,7 +311,12 @@ static void test_matmul_refusals(void) {
     CHECK(strstr(tgrad_last_error(), "matmul: [32, 768] @ [512, 768]: inner dimensions 768 and 512 differ") != NULL);
     tgrad_tensor_t row = 0;
     EXPECT(tgrad_tensor_select(a, 0, 0, &row), TGRAD_OK);
-    EXPECT(tgrad_matmul(row, b, &c), TGRAD_ERR_RANK_MISMATCH);
+    EXPECT(tgrad_matmul(row, b, &c), TGRAD_ERR_SHAPE_MISMATCH); /* [768] @ [512, 768]: 768 vs 512 */
+    tgrad_tensor_t scalar = 0;
+    EXPECT(tgrad_tensor_select(row, 0, 0, &scalar), TGRAD_OK);
+    EXPECT(tgrad_matmul(scalar, b, &c), TGRAD_ERR_RANK_MISMATCH); /* a 0-d operand */
+    CHECK(c == 123);
+    tgrad_tensor_release(scalar);
     EXPECT(tgrad_matmul(a, 0, &c), TGRAD_ERR_INVALID_HANDLE);
     EXPECT(tgrad_matmul(a, b, NULL), TGRAD_ERR_INVALID_ARGUMENT);
     /* empty dimensions: K = 0 gives zeros, M = 0 an empty result */

@@ -239,12 +239,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             tgrad_tensor_t b = 0, c = 0;
             REQUIRE(tgrad_tensor_from_bf16(zeros, 2, bs, &b) == TGRAD_OK);
             s = tgrad_matmul(t, b, &c);
-            if (m.nd != 2) REQUIRE(s == TGRAD_ERR_RANK_MISMATCH);
-            else if (m.shape[1] != bs[0]) REQUIRE(s == TGRAD_ERR_SHAPE_MISMATCH);
+            /* torch.matmul's rule: t's last axis contracts with b's first; t's other axes lead */
+            if (m.nd == 0) REQUIRE(s == TGRAD_ERR_RANK_MISMATCH);
+            else if (m.shape[m.nd - 1] != bs[0]) REQUIRE(s == TGRAD_ERR_SHAPE_MISMATCH);
             else {
                 REQUIRE(s == TGRAD_OK);
+                int64_t rows = 1;
+                for (int32_t d = 0; d + 1 < m.nd; d++) rows *= m.shape[d];
                 uint16_t out[64];
-                REQUIRE(tgrad_tensor_read_bf16(c, out, 64) == TGRAD_OK || m.shape[0] * bs[1] > 64);
+                REQUIRE(tgrad_tensor_read_bf16(c, out, 64) == TGRAD_OK || rows * bs[1] > 64);
             }
             tgrad_tensor_release(b), tgrad_tensor_release(c);
             s = TGRAD_ERR_INVALID_ARGUMENT; /* the chain goes on from t */

@@ -73,7 +73,8 @@ class PythonTensorBase:
                 pass
 
     def __matmul__(self, other: Any) -> Any:
-        """self @ other for 2-D tensors [M, K] @ [K, N], lazily; shapes are checked now."""
+        """self @ other with torch.matmul's rules ([..., M, K] @ [..., K, N], batch axes broadcast,
+        1-D operands promoted), lazily; shapes are checked now."""
         tensor: Any = _bound.tensor
         if tensor is None or not isinstance(other, tensor):  # Python then tries other.__rmatmul__
             return NotImplemented
@@ -87,8 +88,8 @@ class PythonTensorBase:
             _check(status)
         c = tensor.__new__(tensor)
         c._handle = out[0]
-        sa, sb = self._shape, other._shape  # libtgrad checked [M, K] @ [K, N]
-        c._shape = (sa[0], sb[1]) if sa is not None and sb is not None else None
+        sa, sb = self._shape, other._shape  # libtgrad checked the shapes; other ranks: read when asked
+        c._shape = (sa[0], sb[1]) if sa is not None and sb is not None and len(sa) == len(sb) == 2 else None
         recorder = _bound.recorder.get() if _bound.recorder is not None else None
         if recorder is not None:
             recorder.report("matmul", c, (self, other), {})

@@ -714,8 +714,8 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     # ---- matmul ---------------------------------------------------------------------------------
     def matmul(self: Tensor[A, B], other: Tensor[B, C], *,
                out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
-        """self @ other for 2-D tensors, lazily (computed when read or realized). out_dtype
-        tgrad.float32 gives the fp32 accumulators unrounded (see `tgrad.matmul`)."""
+        """self @ other with torch.matmul's rules (see `tgrad.matmul`), lazily (computed when read
+        or realized). out_dtype tgrad.float32 gives the fp32 accumulators unrounded."""
         return matmul(self, other, out_dtype=out_dtype)
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
@@ -1053,7 +1053,15 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
 
 
 def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
-    """a @ b for 2-D tensors [M, K] @ [K, N], lazily; checks shapes now.
+    """a @ b with torch.matmul's rules, lazily; checks shapes now.
+
+    [M, K] @ [K, N] gives [M, N]; [..., M, K] @ [..., K, N] gives [..., M, N], each batch the 2-D
+    product of its matrices (the same bytes), with the batch axes broadcast by numpy's rule and
+    every operand read through its view (strides, expand, transposes: no copies). A 1-D operand
+    is promoted as torch does ([K] as [1, K] on the left, [K, 1] on the right) and the added axis
+    is removed from the result. 0-d operands raise RankMismatchError, batch axes that do not
+    broadcast or inner dimensions that differ ShapeMismatchError. Batched products (a result of
+    3 or more axes) run on the CPU only for now (BackendUnavailableError on a GPU device).
 
     out_dtype: None or tgrad.bfloat16 (the default, ``a @ b``), or tgrad.float32: the fp32
     accumulators of the documented order without their final rounding (NaN canonical); the bf16
@@ -1070,8 +1078,9 @@ def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str |
         return a @ b
     out = ffi.new("tgrad_tensor_t *")
     _check(lib.tgrad_matmul_ex(a._h, b._h, target.code, out))
-    sa, sb = a._shape, b._shape  # libtgrad checked [M, K] @ [K, N]
-    return Tensor._wrap(int(out[0]), (sa[0], sb[1]) if sa is not None and sb is not None else None)
+    sa, sb = a._shape, b._shape  # libtgrad checked the shapes; other ranks: read when asked
+    shape = (sa[0], sb[1]) if sa is not None and sb is not None and len(sa) == len(sb) == 2 else None
+    return Tensor._wrap(int(out[0]), shape)
 
 
 _bind_base(Tensor, _RECORDER)

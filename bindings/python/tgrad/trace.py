@@ -406,6 +406,24 @@ def _exact_route(route: str) -> bool:
     return "tc" not in route.split(".")
 
 
+def _matmul_replay(oracle: Callable[..., np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """torch.matmul's rule over the 2-D oracle: 1-D operands promoted ([K] as [1, K] on the
+    left, [K, 1] on the right), the batch axes broadcast, each batch the 2-D product, the added
+    axes removed (what tgrad_matmul computes: each batch's bytes are its 2-D product's)."""
+    if a.ndim == 2 and b.ndim == 2:
+        return np.asarray(oracle(a, b), dtype=np.uint16)
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a3 = np.broadcast_to(a2, (*batch, *a2.shape[-2:])).reshape(-1, *a2.shape[-2:])
+    b3 = np.broadcast_to(b2, (*batch, *b2.shape[-2:])).reshape(-1, *b2.shape[-2:])
+    out = np.empty((a3.shape[0], a2.shape[-2], b2.shape[-1]), np.uint16)
+    for i in range(out.shape[0]):
+        out[i] = np.asarray(oracle(a3[i], b3[i]), dtype=np.uint16)
+    shape = (*batch, *(() if a.ndim == 1 else (a2.shape[-2],)), *(() if b.ndim == 1 else (b2.shape[-1],)))
+    return out.reshape(shape)
+
+
 def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[..., np.ndarray]]) -> OpResult:
     def result(state: str, detail: str = "", index: tuple[int, ...] | None = None) -> OpResult:
         return OpResult(op.id, op.kind, state, detail, index)
@@ -430,8 +448,7 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             if not _exact_route(op.route):
                 return result("skipped", f"route {op.route} promises an error bound, not bit-exact "
                                          "results; no bound is stated to check against yet")
-            want = np.asarray(oracles["matmul"](sources[0].payload, sources[1].payload),
-                              dtype=np.uint16)
+            want = _matmul_replay(oracles["matmul"], np.asarray(sources[0].payload), np.asarray(sources[1].payload))
         elif op.kind in _trace_kinds.REDUCE_KINDS:
             want = _trace_kinds.replay_reduction(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind == _trace_kinds.CAST_KIND:

@@ -137,9 +137,11 @@ static void apply_runs(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n,
     if (stream) tg_store_fence(); /* before the task reports done */
 }
 
-void tg_chain_eval(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n) { apply_runs(c, dst, lin, n, false); }
+void tg_chain_eval(const tg_chain *c, uint16_t *dst, int64_t lin, int64_t n) { apply_runs(c, dst, c->lin0 + lin, n, false); }
 
-void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) { apply_runs(c, out + lin, lin, n, false); }
+void tg_chain_apply(const tg_chain *c, uint16_t *out, int64_t lin, int64_t n) {
+    apply_runs(c, out + lin, c->lin0 + lin, n, false);
+}
 
 void tg_chain_apply_block(const tg_chain *c, uint16_t *out, int64_t ld, int64_t row0, int64_t col0, int64_t rows,
                           int64_t cols) {

@@ -30,6 +30,10 @@ typedef struct tg_chain {
     /* the first operand of an elementwise pass (gathered into the output, then the chain runs) */
     const uint16_t *first;
     tg_view first_view;
+    /* Added to every position the appliers are given (0 from tg_chain_from_step): a batched
+     * matmul applies one product's block at a time, with its positions counted from its own
+     * start, through a copy whose lin0 is where that product starts in the whole output. */
+    int64_t lin0;
 } tg_chain;
 
 /* The chain of a decided step over its realized operands: the base elementwise op (when the step

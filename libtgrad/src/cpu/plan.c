@@ -10,13 +10,28 @@
  * route explain names and realize records is the one tg_cpu_matmul_run executes. */
 typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_SKINNY, PATH_GEMM } cpu_path;
 
+/* The batch axes of a plan: extent-1 axes dropped (they move no operand), so that a product
+ * whose batch is 1 runs exactly as the 2-D one. */
+static void plan_batch(const tg_view *av, const tg_view *bv, tg_cpu_matmul_plan *P) {
+    P->batch = 1;
+    for (int32_t i = 0; i + 2 < av->ndim; i++) {
+        P->batch *= av->shape[i]; /* the output's extents: their product fits (view.c's size rule) */
+        if (av->shape[i] == 1) continue;
+        P->bshape[P->bdims] = av->shape[i];
+        P->a_bstrides[P->bdims] = av->strides[i], P->b_bstrides[P->bdims] = bv->strides[i];
+        P->bdims++;
+    }
+}
+
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *P) {
-    int64_t M = av->shape[0], K = av->shape[1], N = bv->shape[1];
+    int32_t r = av->ndim - 2; /* the matrix axes are the last two; any before them are batch axes */
+    int64_t M = av->shape[r], K = av->shape[r + 1], N = bv->shape[r + 1];
     int sel = tg_cpu_selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
     *P = (tg_cpu_matmul_plan){ .uk = tg_cpu_gemm_variant(sel), .M = M, .N = N, .K = K,
-                               .a_strides = { av->strides[0], av->strides[1] },
-                               .b_strides = { bv->strides[0], bv->strides[1] }, .out_dtype = out_dtype };
-    if (M == 0 || N == 0) {
+                               .a_strides = { av->strides[r], av->strides[r + 1] },
+                               .b_strides = { bv->strides[r], bv->strides[r + 1] }, .out_dtype = out_dtype };
+    plan_batch(av, bv, P);
+    if (M == 0 || N == 0 || P->batch == 0) {
         P->path = PATH_EMPTY;
         return;
     }
@@ -34,8 +49,17 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
         P->swapped = true;
         P->N = M, P->M = 1;
     }
-    bool small = (double)P->M * (double)P->N * (double)K < (double)SMALL_MNK;
+    double mnk = (double)P->M * (double)P->N * (double)K;
+    bool small = mnk < (double)SMALL_MNK;
     P->threads = small ? 1 : tg_pool_threads();
+    /* Small products of a batch big enough to share: whole products as pool tasks (a few per
+     * thread, each task's batches in a row), each on one thread; the bytes are each product's
+     * own either way. */
+    int32_t pool = tg_pool_threads();
+    if (small && P->batch > 1 && pool > 1 && mnk * (double)P->batch >= (double)SMALL_MNK) {
+        int64_t want = 4 * (int64_t)pool;
+        P->batch_tasks = P->batch < want ? P->batch : want;
+    }
     const tg_ukernel *S = tg_cpu_stream_variant(sel);
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
     /* A float32 result takes the packed path: its micro-kernels all store their fp32
@@ -59,6 +83,62 @@ void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap)
     tg_str_append(dst, cap, &len, names[P->path]);
 }
 
+/* ---- running ---- */
+
+/* One 2-D product of the plan: A and B at these element addresses (the batch's), out its
+ * [M, N] block; ep's positions start at lin0 of the whole output. */
+static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, const uint16_t *bbase, void *out,
+                            const tg_chain *ep, int32_t threads) {
+    tg_operand A = { P->swapped ? bbase : abase, P->a_strides[0], P->a_strides[1] };
+    tg_operand B = { P->swapped ? abase : bbase, P->b_strides[0], P->b_strides[1] };
+    const tg_ukernel *uk = P->uk;
+    if (P->out_dtype == TGRAD_DTYPE_F32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
+    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, threads, out, ep);
+    if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, out, ep);
+    return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, out, NULL, ep);
+}
+
+typedef struct {
+    const tg_cpu_matmul_plan *P;
+    const uint16_t *a, *b; /* the operands' bases (their views' offsets added) */
+    char *out;
+    const tg_chain *ep;
+    int32_t threads;
+    atomic_int failed; /* the first failing status */
+} batch_job;
+
+/* Batches [b0, b1) one after another. */
+static void run_batches(batch_job *J, int64_t b0, int64_t b1) {
+    const tg_cpu_matmul_plan *P = J->P;
+    int64_t mn = P->M * P->N; /* each product's outputs (the swap keeps their count) */
+    size_t es = P->out_dtype == TGRAD_DTYPE_F32 ? 4u : 2u;
+    tg_chain ep;
+    if (J->ep) ep = *J->ep;
+    for (int64_t bi = b0; bi < b1 && !atomic_load(&J->failed); bi++) {
+        int64_t aoff = 0, boff = 0, rem = bi;
+        for (int32_t d = P->bdims - 1; d >= 0; d--) {
+            int64_t i = rem % P->bshape[d];
+            rem /= P->bshape[d];
+            aoff += i * P->a_bstrides[d], boff += i * P->b_bstrides[d];
+        }
+        if (J->ep) ep.lin0 = J->ep->lin0 + bi * mn;
+        tgrad_status s = run_one(P, J->a + aoff, J->b + boff, J->out + (size_t)(bi * mn) * es, J->ep ? &ep : NULL,
+                                 J->threads);
+        if (s) {
+            int expected = 0;
+            atomic_compare_exchange_strong(&J->failed, &expected, (int)s);
+        }
+    }
+}
+
+static void batch_task(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    batch_job *J = arg;
+    int64_t per = J->P->batch / J->P->batch_tasks, extra = J->P->batch % J->P->batch_tasks;
+    int64_t b0 = task * per + (task < extra ? task : extra);
+    run_batches(J, b0, b0 + per + (task < extra));
+}
+
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
     tg_cpu_matmul_plan P;
     tg_cpu_matmul_plan_make(av, bv, TGRAD_DTYPE_BF16, &P);
@@ -72,21 +152,27 @@ tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, c
     tg_cpu_matmul_ran = P->uk;
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     if (P->path == PATH_EMPTY) return TGRAD_OK;
-    if (P->path == PATH_ZEROS) {
-        memset(out, 0, (size_t)(P->M * P->N) * (f32 ? 4u : 2u));
-        if (!f32) tg_chain_apply_block(ep, out, P->N, 0, 0, P->M, P->N);
+    if (P->path == PATH_ZEROS) { /* every batch: [batch * M, N] zeros */
+        memset(out, 0, (size_t)(P->batch * P->M * P->N) * (f32 ? 4u : 2u));
+        if (!f32) tg_chain_apply_block(ep, out, P->N, 0, 0, P->batch * P->M, P->N);
         return TGRAD_OK;
     }
     /* Both operands have elements now, so their views lie inside their buffers: every address the
-     * kernels form, base + i * s0 + k * s1 for i, k inside the shape, is an element of the buffer
-     * (and each partial sum of the offset lies between the view's lowest and highest element). An
-     * empty operand may carry any offset: it is never addressed. */
+     * kernels form, base + i * s0 + k * s1 (+ the batch's offset) for indices inside the shape, is
+     * an element of the buffer (and each partial sum of the offset lies between the view's lowest
+     * and highest element). An empty operand may carry any offset: it is never addressed. */
     const uint16_t *abase = a + av->offset, *bbase = b + bv->offset;
-    tg_operand A = { P->swapped ? bbase : abase, P->a_strides[0], P->a_strides[1] };
-    tg_operand B = { P->swapped ? abase : bbase, P->b_strides[0], P->b_strides[1] };
-    const tg_ukernel *uk = P->uk;
-    if (f32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, P->threads, NULL, out, NULL);
-    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, P->threads, out, ep);
-    if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, P->threads, out, ep);
-    return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, P->threads, out, NULL, ep);
+    if (P->batch == 1) return run_one(P, abase, bbase, out, ep, P->threads);
+    batch_job J = { .P = P, .a = abase, .b = bbase, .out = out, .ep = ep, .threads = P->threads };
+    atomic_init(&J.failed, 0);
+    if (P->batch_tasks > 1) {
+        J.threads = 1;
+        run_tasks(P->batch_tasks, tg_pool_threads(), batch_task, &J);
+    } else {
+        run_batches(&J, 0, P->batch);
+    }
+    tgrad_status s = (tgrad_status)atomic_load(&J.failed);
+    if (s && P->batch_tasks > 1) /* a worker's detail message is its own thread's: say it here */
+        return tg_fail(s, "matmul: a product of the batch failed on a worker (%s)", tgrad_status_name(s));
+    return s;
 }

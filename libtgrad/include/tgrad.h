@@ -299,10 +299,19 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
                                     int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
 /* ---- matmul --------------------------------------------------------------------------------- */
-/* out = a @ b for 2-D a [M, K] and b [K, N], lazily: the result is computed when read or
- * realized. Both operands are read through their views (no copies). bf16 in, fp32 accumulation
- * in the documented order (docs/numerics.md), bf16 out (round to nearest even, NaN canonical).
- * M, N or K may be 0 (K = 0 gives zeros). Checks happen here, before any allocation. */
+/* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a
+ * [M, K] @ b [K, N] gives [M, N]; operands of rank > 2, a [..., M, K] @ b [..., K, N], give
+ * [..., M, N], the batch axes (all but the last two) broadcast by numpy's rule (aligned at the
+ * right, each pair equal or one of them 1), each batch's bytes those of the 2-D product of its
+ * matrices; a 1-D operand is read as [1, K] on the left or [K, 1] on the right and that axis is
+ * removed from the result ([K] @ [K] gives a 0-d tensor). Both operands are read through their
+ * views (strides, expand, transposes: no copies). bf16 in, fp32 accumulation in the documented
+ * order (docs/numerics.md), bf16 out (round to nearest even, NaN canonical). M, N, K or a batch
+ * extent may be 0 (K = 0 gives zeros). Checks happen here, before any allocation: a 0-d operand
+ * is TGRAD_ERR_RANK_MISMATCH, batch axes that do not broadcast or inner dimensions that differ
+ * TGRAD_ERR_SHAPE_MISMATCH, and a batched product (a result of rank > 2) on a GPU device
+ * TGRAD_ERR_BACKEND_UNAVAILABLE (the GPU routes render 2-D products only for now). (This extends
+ * the earlier rule, which refused every rank but 2 with TGRAD_ERR_RANK_MISMATCH.) */
 TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 /* tgrad_matmul with the result's dtype: TGRAD_DTYPE_BF16 (tgrad_matmul itself) or TGRAD_DTYPE_F32,
  * the fp32 accumulator of the documented order without its final rounding (NaN as the canonical

@@ -234,3 +234,12 @@ def test_gpu_refuses_batched_and_runs_1d(opencl_device: str) -> None:
             assert c.shape == (3,) and d.shape == (3,)
             assert np.array_equal(_bits(c), _bits(Tensor.from_numpy(vn) @ Tensor.from_numpy(mn)))
             assert np.array_equal(_bits(d), _bits(Tensor.from_numpy(mn).T @ Tensor.from_numpy(vn)))
+
+
+def test_bench_case_checks_and_times_a_small_batch() -> None:
+    from tgrad.bench import batched
+
+    res = batched.run_case(batched.Case(3, 20, 30, 10), budget_s=0.01, seed=1, peers=False)
+    assert res["correct"] is True
+    assert set(res["gflops"]) == {"tgrad batched", "tgrad 2-D"} and all(g > 0 for g in res["gflops"].values())
+    assert "each batch its 2-D product" in batched.format_case(res)

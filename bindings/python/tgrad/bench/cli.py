@@ -83,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import reduce as _reduce
 
     _reduce.add_arguments(parser)  # --reduce: reductions against torch and the read bandwidth
+    from . import batched as _batched
+
+    _batched.add_arguments(parser)  # --batched: a batched matmul against the 2-D one and torch
     parser.set_defaults(func=run)
 
 
@@ -220,6 +223,10 @@ def run(args: argparse.Namespace) -> int:
         from . import reduce as _reduce
 
         return _reduce.run(args)
+    if getattr(args, "batched", False):
+        from . import batched as _batched
+
+        return _batched.run(args)
     if args.device == "cuda":
         from . import cuda
 

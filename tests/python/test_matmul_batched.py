@@ -85,11 +85,12 @@ def _views(rng: np.random.Generator, case: str, batch: tuple[int, ...], m: int, 
 
 
 CASES = ["plain", "broadcast_right", "broadcast_left", "broadcast_ones", "transposed", "expanded", "sliced"]
-# (batch, M, K, N): products far below the one-thread threshold (spread over the pool as whole
-# products), a skinny and a one-row product per batch, and one above it (each threaded over
-# its tiles); odd sizes around the tiles
+# (batch, M, K, N): products below the one-thread threshold, run one after another when the
+# whole batch is below it too and else spread over the pool as whole products (gemm, one-row
+# and few-row routes each way), and products above it (each threaded over its tiles); odd sizes
+# around the tiles
 SHAPES = [((4,), 5, 7, 9), ((6,), 33, 40, 17), ((3,), 1, 64, 50), ((5,), 12, 96, 70), ((8,), 64, 72, 64),
-          ((12,), 20, 100, 90), ((2,), 130, 150, 120)]
+          ((12,), 20, 100, 90), ((40,), 1, 256, 210), ((27,), 12, 96, 70), ((2,), 130, 150, 120)]
 SMALL_MNK = 1 << 21  # cpu/frame.h: below it one product runs on one thread
 
 

@@ -244,3 +244,13 @@ def test_bench_case_checks_and_times_a_small_batch() -> None:
     assert res["correct"] is True
     assert set(res["gflops"]) == {"tgrad batched", "tgrad 2-D"} and all(g > 0 for g in res["gflops"].values())
     assert "each batch its 2-D product" in batched.format_case(res)
+
+
+def test_render_refuses_a_batched_step_and_renders_a_1d_one() -> None:
+    from tgrad import render
+
+    rng = np.random.default_rng(19)
+    a, m, v = (Tensor.from_numpy(_rand(rng, s)) for s in [(2, 4, 6), (6, 3), (6,)])
+    with pytest.raises(errors.RouteNotEligibleError, match="batched"):
+        render.render_tensor(a @ m, "tiled")
+    assert render.render_tensor(v @ m, "tiled").source  # [6] @ [6, 3] is a 2-D product

@@ -270,6 +270,9 @@ typedef struct tg_cpu_matmul_plan {
      * one after another, each threaded over its tiles as a 2-D product is. */
     int32_t bdims;
     int64_t batch, batch_tasks;
+    /* B shared by every batch and A's batches stepping through its rows: one product of batch x
+     * M rows (M above counts them all), the same bytes (cpu/plan.c, merge_rows). */
+    bool rows_merged;
     int64_t bshape[TGRAD_MAX_DIMS], a_bstrides[TGRAD_MAX_DIMS], b_bstrides[TGRAD_MAX_DIMS];
 } tg_cpu_matmul_plan;
 TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *plan);

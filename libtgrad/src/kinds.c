@@ -81,9 +81,11 @@ static tgrad_status execute_copy(const tg_step *st) {
 static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
     dst[0] = '\0';
     if (st->device != TGRAD_DEVICE_CPU || st->out->ndim <= 2) return;
-    snprintf(dst, cap, "batch %lld (%s)", (long long)st->cpu.batch,
-             st->cpu.batch_tasks > 1 ? "whole products spread over the threads"
-                                     : "one product after another, each threaded over its tiles");
+    const tg_cpu_matmul_plan *P = &st->cpu;
+    snprintf(dst, cap, "batch %lld (%s)", (long long)P->batch,
+             P->rows_merged         ? "one product of all the batches' rows: b is shared"
+             : P->batch_tasks > 1 ? "whole products spread over the threads"
+                                    : "one product after another, each threaded over its tiles");
 }
 
 /* ---- explain names ---- */

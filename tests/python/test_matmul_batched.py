@@ -105,7 +105,9 @@ def test_each_batch_is_its_2d_product(case: str, shape) -> None:
         tgrad.set_num_threads(threads)
         c = a @ b
         nbatch = int(np.prod(c.shape[:-2]))
-        if threads > 1 and m * k * n < SMALL_MNK <= m * k * n * nbatch:  # the products spread over the pool
+        if case == "broadcast_right":  # b shared, a's batches contiguous rows: one product of their rows
+            assert f"batch {nbatch} (one product of all the batches' rows: b is shared)" in c.explain()
+        elif threads > 1 and m * k * n < SMALL_MNK <= m * k * n * nbatch:  # the products spread over the pool
             assert f"batch {nbatch} (whole products spread over the threads)" in c.explain()
         got = _bits(c)
         assert got.shape == want.shape

@@ -23,6 +23,21 @@ static void plan_batch(const tg_view *av, const tg_view *bv, tg_cpu_matmul_plan 
     }
 }
 
+/* A right operand shared by every batch (stride 0 along each batch axis) and a left one whose
+ * batch axes step through its rows as one axis: the batch is one product of batch x M rows,
+ * which reads B once instead of once per batch. The bytes are the same: each output's sum reads
+ * only its row of A and its column of B, in the documented order, on every path. Sets A's row
+ * stride for the merged rows. */
+static bool merge_rows(tg_cpu_matmul_plan *P) {
+    if (P->bdims == 0) return false;
+    int64_t s0 = P->M > 1 ? P->a_strides[0] : P->a_bstrides[P->bdims - 1], step;
+    if (tg_mul_ovf(s0, P->M, &step)) return false;
+    for (int32_t d = P->bdims - 1; d >= 0; d--)
+        if (P->b_bstrides[d] != 0 || P->a_bstrides[d] != step || tg_mul_ovf(step, P->bshape[d], &step)) return false;
+    P->a_strides[0] = s0;
+    return true;
+}
+
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *P) {
     int32_t r = av->ndim - 2; /* the matrix axes are the last two; any before them are batch axes */
     int64_t M = av->shape[r], K = av->shape[r + 1], N = bv->shape[r + 1];
@@ -39,7 +54,8 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
         P->path = PATH_ZEROS;
         return;
     }
-    if (N == 1 && M > 1) {
+    if ((P->rows_merged = merge_rows(P))) P->M *= P->batch; /* the output's extents: fits */
+    if (N == 1 && P->M > 1) {
         /* Matrix-vector: C^T = B^T A^T computes the same sums (a product's operands commute
          * exactly) with the long side along the kernel's columns, and a [M, 1] result has the
          * same memory layout as a [1, M] one. */
@@ -47,7 +63,7 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
         P->a_strides[0] = P->b_strides[1], P->a_strides[1] = P->b_strides[0];
         P->b_strides[0] = a1, P->b_strides[1] = a0;
         P->swapped = true;
-        P->N = M, P->M = 1;
+        P->N = P->M, P->M = 1;
     }
     double mnk = (double)P->M * (double)P->N * (double)K;
     bool small = mnk < (double)SMALL_MNK;
@@ -56,7 +72,7 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * thread, each task's batches in a row), each on one thread; the bytes are each product's
      * own either way. */
     int32_t pool = tg_pool_threads();
-    if (small && P->batch > 1 && pool > 1 && mnk * (double)P->batch >= (double)SMALL_MNK) {
+    if (small && P->batch > 1 && !P->rows_merged && pool > 1 && mnk * (double)P->batch >= (double)SMALL_MNK) {
         int64_t want = 4 * (int64_t)pool;
         P->batch_tasks = P->batch < want ? P->batch : want;
     }
@@ -162,7 +178,7 @@ tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, c
      * an element of the buffer (and each partial sum of the offset lies between the view's lowest
      * and highest element). An empty operand may carry any offset: it is never addressed. */
     const uint16_t *abase = a + av->offset, *bbase = b + bv->offset;
-    if (P->batch == 1) return run_one(P, abase, bbase, out, ep, P->threads);
+    if (P->batch == 1 || P->rows_merged) return run_one(P, abase, bbase, out, ep, P->threads);
     batch_job J = { .P = P, .a = abase, .b = bbase, .out = out, .ep = ep, .threads = P->threads };
     atomic_init(&J.failed, 0);
     if (P->batch_tasks > 1) {

@@ -71,7 +71,8 @@ _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
 _REPR_MAX_ELEMENTS = 1 << 24
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
-IndexItem = Union[SupportsIndex, slice, EllipsisType, None, Sequence[int], npt.NDArray[Any], "Tensor"]
+_BasicIndexItem = Union[SupportsIndex, slice, EllipsisType, None]
+IndexItem = Union[_BasicIndexItem, Sequence[int], npt.NDArray[Any], "Tensor"]
 _Maker = TypeVar("_Maker", bound=Callable[..., Any])
 
 #: The recorder of the tgrad.trace call running in this context (None outside one). Every method
@@ -648,10 +649,10 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         axis (tgrad.take, a copy)."""
         if _shape_ops.is_extended_key(key):
             return _shape_ops.getitem(self, key)
-        return self._getitem_basic(key)
+        return self._getitem_basic(cast(Any, key))
 
     @_reports("getitem")
-    def _getitem_basic(self, key: IndexItem | tuple[IndexItem, ...]) -> Tensor:
+    def _getitem_basic(self, key: _BasicIndexItem | tuple[_BasicIndexItem, ...]) -> Tensor:
         """numpy basic indexing: integers, slices and one Ellipsis (all zero-copy)."""
         items = key if isinstance(key, tuple) else (key,)
         parsed: list[int | slice | None] = []  # None marks the Ellipsis

@@ -302,13 +302,33 @@ def test_trace_and_explain_run_on_the_kinds(rng: np.random.Generator) -> None:
         return y[[0, 9, 3]][..., None].flatten() * 2
 
     tr = tgrad.trace(fn, x)
-    assert tr.validate().state in ("passed", "failed")  # runs; the recorded view ops replay
+    kinds = [op.kind for op in tr]
+    assert "concat" in kinds and "gather" in kinds
+    assert tr.validate().passed, tr.validate().message
+    gather = next(op for op in tr if op.kind == "gather")
+    gather.payload[1, 0] ^= 0x0001  # a wrong bit, as a broken gather would write
+    result = tr.validate()
+    assert not result.passed and gather.id in result.failed_ops
     out = fn(x)
     text = out.explain()
     assert "gather" in text and "concat" in text
     steps = [s["op"] for s in out.explain(json=True)["steps"]]
     assert "gather" in steps and "concat" in steps
     same(out, ((np.concatenate([x.numpy(), x.numpy() + 1])[[0, 9, 3]]).reshape(-1) * 2).astype(ml_dtypes.bfloat16))
+
+
+def test_trace_replays_stack_take_and_int32_operands(rng: np.random.Generator) -> None:
+    i = tensor(host(rng, (3, 4), "int32"))
+    ids = Tensor.from_numpy(np.array([[0, -1], [2, 1]], np.int32), dtype=tgrad.int32)
+
+    def fn(i: Tensor, ids: Tensor) -> tuple[Tensor, ...]:
+        z = tgrad.stack([i, i[::-1], i.T.T], -1)
+        return z, tgrad.take(z, tgrad.cat([ids, ids[::-1]], dim=1), axis=1), i[:, ids]
+
+    tr = tgrad.trace(fn, i, ids)
+    assert tr.validate().passed, tr.validate().message
+    stored = type(tr).from_json(tr.to_json())
+    assert stored.validate().passed
 
 
 def test_gpu_operands_are_refused_with_a_typed_error(opencl_device: str) -> None:

@@ -68,6 +68,15 @@ def _wrap(call: Any, *args: Any) -> Tensor:
     return Tensor._wrap(int(out[0]), None)
 
 
+def _report(kind: str, out: Tensor, inputs: tuple[Tensor, ...], kwargs: dict[str, Any]) -> None:
+    """Tell tgrad.trace's recorder, while one runs (tgrad.trace_kinds replays concat and gather)."""
+    from .tensor import _RECORDER
+
+    recorder = _RECORDER.get()
+    if recorder is not None:
+        recorder.report(kind, out, inputs, kwargs)
+
+
 def _tensors(tensors: Any, what: str) -> list[Tensor]:
     from .tensor import Tensor
 
@@ -89,7 +98,9 @@ def cat(tensors: Sequence[Tensor], dim: int | None = None, *, axis: int | None =
     if not _INT32_MIN <= a <= _INT32_MAX:
         raise errors.IndexOutOfRangeError(f"cat: dim {a} is out of range")
     handles = ffi.new("tgrad_tensor_t[]", [t._h for t in items])
-    return _wrap(lib.tgrad_concat, len(items), handles, a)
+    out = _wrap(lib.tgrad_concat, len(items), handles, a)
+    _report("concat", out, tuple(items), {"axis": a % out.ndim})
+    return out
 
 
 def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
@@ -154,7 +165,9 @@ def take(x: Tensor, indices: Any, axis: int | None = 0, *, dim: int | None = Non
         raise errors.IndexOutOfRangeError("take: a 0-d tensor has no axis to take along")
     a = _norm_axis(axis, x.ndim, "take")
     ids = _index_tensor(indices, x.shape[a], "take")
-    return _wrap(lib.tgrad_take, x._h, ids._h, a)
+    out = _wrap(lib.tgrad_take, x._h, ids._h, a)
+    _report("gather", out, (x, ids), {"axis": a})
+    return out
 
 
 # ---- views --------------------------------------------------------------------------------------
@@ -276,6 +289,11 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     ellipses = [i for i, item in enumerate(items) if item is Ellipsis]
     if len(ellipses) > 1:
         raise errors.InvalidArgumentError("Tensor index: only one Ellipsis (...) is allowed")
+    # numpy: the ints and the array form one advanced block; separated in the key as written (by a
+    # slice, None or ..., even one that stands for no axis), its axes go first
+    advanced = [i for i, item in enumerate(items) if _is_array_index(item) or
+                (item is not None and item is not Ellipsis and not isinstance(item, slice))]
+    separated = bool(advanced) and advanced[-1] - advanced[0] + 1 != len(advanced)
     used = sum(1 for item in items if item is not None and item is not Ellipsis)
     if used > x.ndim:
         raise errors.IndexOutOfRangeError(f"too many indices: tensor is {x.ndim}-dimensional, but {used} were indexed")
@@ -309,10 +327,7 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     if array is None:
         return y
     result = take(y, array, out_axis)
-    # numpy: the ints and the array form one advanced block; separated, its axes go first
-    advanced = [i for i, item in enumerate(items) if _is_array_index(item) or
-                (item is not None and not isinstance(item, slice))]
-    if advanced and advanced[-1] - advanced[0] + 1 != len(advanced) and out_axis > 0:
+    if separated and out_axis > 0:
         nidx = result.ndim - y.ndim + 1
         order = list(range(out_axis, out_axis + nidx)) + [d for d in range(result.ndim)
                                                           if not out_axis <= d < out_axis + nidx]

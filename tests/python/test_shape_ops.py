@@ -85,6 +85,18 @@ def test_stack_equals_numpy_stack(dtype: str, rng: np.random.Generator) -> None:
             same(tgrad.stack([t for t, _ in pairs], axis), np.stack([n for _, n in pairs], axis))
 
 
+def test_cat_and_take_move_bits_unchanged() -> None:
+    # NaN payloads, -0, subnormals, infinities
+    special = np.array([0x7FA1, 0xFFC3, 0x8000, 0x0000, 0x0001, 0x807F, 0x7F80, 0xFF80], np.uint16)
+    t = Tensor.from_bf16_bits(special)
+    np.testing.assert_array_equal(bits(tgrad.cat([t, t[::-1]])), np.concatenate([special, special[::-1]]))
+    np.testing.assert_array_equal(bits(t[[7, 0, 1, -4]]), special[[7, 0, 1, -4]])
+    words = np.array([0x7FC00001, 0x80000000, 0x00000001, 0xFF800000], np.uint32)
+    f = Tensor.from_numpy(words.view(np.float32), dtype=tgrad.float32)
+    np.testing.assert_array_equal(bits(tgrad.stack([f, f])), np.stack([words, words]))
+    np.testing.assert_array_equal(bits(f[[3, 0]]), words[[3, 0]])
+
+
 def test_cat_of_one_and_of_many_operands(rng: np.random.Generator) -> None:
     x = host(rng, (3, 2), "bfloat16")
     same(tgrad.cat([tensor(x)]), x)

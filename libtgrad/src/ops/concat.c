@@ -33,8 +33,8 @@ static tgrad_status check_operands(const tg_tensor *ts, int32_t n, int32_t axis,
             return tg_fail(TGRAD_ERR_RANK_MISMATCH, "concat: tensor %d has %d dimensions, tensor 0 has %d", (int)i,
                            (int)t->view.ndim, (int)nd);
         if (t->buf->dtype != ts[0].buf->dtype)
-            return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "concat: tensor %d is %s, tensor 0 is %s (cast them to one dtype first)",
-                           (int)i, tg_dtype_name(t->buf->dtype), tg_dtype_name(ts[0].buf->dtype));
+            return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
+                           "concat: tensor %d is %s, tensor 0 is %s (cast them to one dtype first)", (int)i, tg_dtype_name(t->buf->dtype), tg_dtype_name(ts[0].buf->dtype));
         if (t->buf->device != ts[0].buf->device)
             return tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "concat: tensor %d lives on %s, tensor 0 on %s", (int)i,
                            tg_device_name(t->buf->device), tg_device_name(ts[0].buf->device));

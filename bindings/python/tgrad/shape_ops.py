@@ -302,26 +302,19 @@ def getitem(x: Tensor, key: Any) -> Tensor:
         items[at:at + 1] = [slice(None)] * (x.ndim - used)
     else:
         items += [slice(None)] * (x.ndim - used)
-    # the basic part: the array's axis kept whole; None marks where new axes go
-    basic: list[Any] = []
+    # the basic part (its refusals typed there), the array's axis kept whole; then the new axes
+    array = next((item for item in items if _is_array_index(item)), None)
+    basic = tuple(slice(None) if _is_array_index(item) else item for item in items if item is not None)
+    y = x[basic] if basic else x
+    kept = iter(y.shape)
     shape: list[int] = []
-    axis = 0
-    out_axis = -1  # the array's axis in the basic result
-    array: Any = None
+    out_axis = -1  # the array's axis in the result of the views
     for item in items:
         if item is None:
             shape.append(1)
-            continue
-        if _is_array_index(item):
-            array, out_axis = item, len(shape)
-            basic.append(slice(None))
-            shape.append(x.shape[axis])
-        else:
-            basic.append(item)
-            if isinstance(item, slice):
-                shape.append(len(range(*item.indices(x.shape[axis]))))
-        axis += 1
-    y = x[tuple(basic)] if basic else x
+        elif isinstance(item, slice) or _is_array_index(item):
+            out_axis = len(shape) if _is_array_index(item) else out_axis
+            shape.append(next(kept))
     if list(y.shape) != shape:
         y = y.view(shape)
     if array is None:

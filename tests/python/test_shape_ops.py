@@ -288,6 +288,7 @@ def test_fusion_on_and_off_give_the_same_bytes(rng: np.random.Generator) -> None
 
 def test_thread_counts_give_the_same_bytes(rng: np.random.Generator) -> None:
     n = host(rng, (300, 257), "bfloat16")  # past the threaded size
+    w = host(rng, (3, 70, 40), "int32").transpose(0, 2, 1)[1]  # [40, 70], inner stride 40
     ids = rng.integers(-257, 257, size=(400,))  # fit both axes
     threads = tgrad.num_threads()
     results = []
@@ -295,12 +296,16 @@ def test_thread_counts_give_the_same_bytes(rng: np.random.Generator) -> None:
         for count in (1, 2, 3):
             tgrad.set_num_threads(count)
             t = tensor(n)
+            f = tensor(w)
             results.append((bits(tgrad.cat([t, t.T.T[::-1], t[:1].expand(300, 257)], dim=0)),
-                            bits(tgrad.cat([t, t[:, :5]], dim=1)), bits(t[ids]), bits(t.T[ids])))
+                            bits(tgrad.cat([t, t[:, :5]], dim=1)), bits(t[ids]), bits(t.T[ids]),
+                            # transposed operands (copied in tiles), reversed, of 2- and 4-byte elements
+                            bits(tgrad.cat([t.T, t.T[:, ::-1], t.T[5:40, ::-1]], dim=0)),
+                            bits(tgrad.cat([f.T, f.T[::-1]], dim=0))))
     finally:
         tgrad.set_num_threads(threads)
     want = (np.concatenate([n, n[::-1], np.broadcast_to(n[:1], n.shape)]), np.concatenate([n, n[:, :5]], 1),
-            n[ids], n.T[ids])
+            n[ids], n.T[ids], np.concatenate([n.T, n.T[:, ::-1], n.T[5:40, ::-1]]), np.concatenate([w.T, w.T[::-1]]))
     for got in results:
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, bits(w))

@@ -6,8 +6,42 @@
 /* Outputs below this many bytes are copied on the calling thread (waking the pool costs more). */
 enum { THREADED_BYTES = 1 << 18, TASKS_PER_THREAD = 4 };
 
-/* Any element size: 2 and 4 bytes through the view copy, others element by element. */
+/* A view whose last axis does not step by one element (a transposed operand): each plane of its
+ * last two axes copied in TILE x TILE tiles, so that the reads along a column and the writes along
+ * a row both stay within a few cache lines (walking the rows element by element misses the cache
+ * on every read: ~15x slower on a [4096, 2048] transpose). */
+enum { TILE = 32 };
+#define COPY_TILED(fn, T)                                                                          \
+    static void fn(const T *src, const tg_view *v, T *dst) {                                        \
+        int32_t nd = v->ndim;                                                                       \
+        int64_t R = v->shape[nd - 2], C = v->shape[nd - 1], sr = v->strides[nd - 2], sc = v->strides[nd - 1]; \
+        int64_t idx[TGRAD_MAX_DIMS] = { 0 }, planes = 1;                                            \
+        for (int32_t d = 0; d < nd - 2; d++) planes *= v->shape[d];                                 \
+        for (int64_t p = 0; p < planes; p++, dst += R * C) {                                        \
+            int64_t off = v->offset;                                                                \
+            for (int32_t d = 0; d < nd - 2; d++) off += idx[d] * v->strides[d];                     \
+            for (int64_t i0 = 0; i0 < R; i0 += TILE)                                                \
+                for (int64_t j0 = 0; j0 < C; j0 += TILE) {                                          \
+                    int64_t i1 = i0 + TILE < R ? i0 + TILE : R, j1 = j0 + TILE < C ? j0 + TILE : C; \
+                    for (int64_t j = j0; j < j1; j++)                                               \
+                        for (int64_t i = i0; i < i1; i++) dst[i * C + j] = src[off + i * sr + j * sc]; \
+                }                                                                                   \
+            for (int32_t d = nd - 3; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;            \
+        }                                                                                           \
+    }
+COPY_TILED(copy_tiled16, uint16_t)
+COPY_TILED(copy_tiled32, uint32_t)
+
+/* Any element size: 2 and 4 bytes through the view copy (tiled for a last axis that does not
+ * step by one), others element by element. */
 static void copy_view_any(const void *src, const tg_view *v, void *dst, int32_t esize) {
+    int32_t nd = v->ndim;
+    if ((esize == 2 || esize == 4) && nd >= 2 && v->strides[nd - 1] != 1 && v->shape[nd - 1] >= TILE &&
+        v->shape[nd - 2] >= TILE) {
+        if (esize == 2) copy_tiled16(src, v, dst);
+        else copy_tiled32(src, v, dst);
+        return;
+    }
     if (esize == 2 || esize == 4) {
         tg_cpu_copy_view_sized(src, v, dst, esize);
         return;

@@ -298,6 +298,23 @@ TGRAD_API const char *tgrad_reduce_name(int32_t op);
 TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes,
                                     int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
+/* ---- concatenation and gather ---------------------------------------------------------------- */
+/* out = the n tensors joined along `axis` (negative counts from the end), lazily: every operand
+ * is read through its view and copied bit for bit into one compact result. n >= 1; every operand
+ * has the same rank (else TGRAD_ERR_RANK_MISMATCH), dtype (any; else TGRAD_ERR_DTYPE_UNSUPPORTED),
+ * device (else TGRAD_ERR_DEVICE_MISMATCH) and extents off the axis (else
+ * TGRAD_ERR_SHAPE_MISMATCH); an axis outside the rank (a 0-d operand has none) is
+ * TGRAD_ERR_INDEX_OUT_OF_RANGE. CPU only for now (a GPU operand: TGRAD_ERR_BACKEND_UNAVAILABLE).
+ * Checks happen here, before any allocation; the operands' handles stay the caller's. */
+TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, int32_t axis, tgrad_tensor_t *out);
+/* out = numpy's take(x, indices, axis), lazily: shape x.shape[:axis] + indices.shape +
+ * x.shape[axis+1:], out[..., j..., ...] = x[..., indices[j...], ...], bit for bit (any dtype).
+ * indices is an int32 tensor (else TGRAD_ERR_DTYPE_UNSUPPORTED) on x's device; each lies in
+ * -n .. n-1 for the axis' extent n (negative ones count from the end). An index outside is
+ * TGRAD_ERR_INDEX_OUT_OF_RANGE before any work: here when the indices are computed already (host
+ * data), else when the gather runs (realize), before it writes anything. CPU only for now. */
+TGRAD_API tgrad_status tgrad_take(tgrad_tensor_t x, tgrad_tensor_t indices, int32_t axis, tgrad_tensor_t *out);
+
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a
  * [M, K] @ b [K, N] gives [M, N]; operands of rank > 2, a [..., M, K] @ b [..., K, N], give

@@ -13,6 +13,8 @@
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large, except on avx2): B read in place and streamed, only A packed (avx512bf16, avx512f, avx2)") \
     X("cpu", "route copy", "bit-exact", "bit-preserving gather that materializes a view")                   \
+    X("cpu", "route concat (tgrad_concat: cat, stack)", "bit-exact", "any dtype; each operand read through its view into one compact result, threaded when large; CPU only for now") \
+    X("cpu", "route gather (tgrad_take: take, x[ids])", "bit-exact", "any dtype, int32 indices (negative count from the end) checked before anything is written; CPU only for now") \
     X("cpu", "elementwise ops (17, tgrad_unary/tgrad_binary)", "correctly rounded", "numpy broadcasting through views; one threaded pass (avx2, portable loops)") \
     X("cpu", "fusion", "bit-exact", "a matmul's consumer ops as its epilogue on every route and variant; elementwise chains in one pass; TGRAD_FUSION=0 turns it off") \
     X("cpu", "host input float32", "yes", "rounded to nearest even; NaN kept quiet with its sign")          \

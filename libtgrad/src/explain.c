@@ -94,7 +94,7 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
         const char *route = st->route;
         uint64_t read = 0;
         int64_t written = (int64_t)tg_buffer_bytes(b); /* a buffer's byte count fits */
-        for (int32_t i = 0; i < st->nreads; i++) read += view_bytes(&st->reads[i]->view, st->reads[i]->buf->dtype);
+        for (int32_t i = 0; i < st->nreads; i++) read += view_bytes(&tg_step_read(st, i)->view, tg_step_read(st, i)->buf->dtype);
         char kernel[160];
         kernel_name(st, kernel, sizeof kernel);
         if (json) {
@@ -119,8 +119,8 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
         if (!json && detail[0]) put(t, " | %s", detail);
         if (json) put(t, "\"inputs\": [");
         for (int32_t i = 0; i < st->nreads; i++) {
-            const tg_buffer *in = st->reads[i]->buf;
-            const tg_view *v = &st->reads[i]->view;
+            const tg_buffer *in = tg_step_read(st, i)->buf;
+            const tg_view *v = &tg_step_read(st, i)->view;
             int32_t from = tg_schedule_step_of(P, in);
             /* Every kernel reads its operands through their views; a copy step is itself the
              * materialization of a view. */

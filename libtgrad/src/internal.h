@@ -139,7 +139,8 @@ typedef enum tg_op { TG_KIND_LIST(TG_KIND_ENUM_) TG_OP_COUNT_ } tg_op;
 #undef TG_KIND_ENUM_
 
 /* A node's parameter block: what its kind needs beyond the inputs (reduce: the op and axes in the
- * input's numbering; cast: nothing beyond the node's dtype). */
+ * input's numbering; cast: nothing beyond the node's dtype; gather and concat: their axis as
+ * axes[0], naxes 1). */
 typedef struct tg_node_params {
     int32_t reduce_op;               /* TGRAD_REDUCE_* */
     int32_t naxes;

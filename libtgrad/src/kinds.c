@@ -18,6 +18,8 @@ static void route_named(tg_step *st, const char *what) {
 
 static void decide_none(tg_step *st) { route_named(st, "unknown"); }
 static void decide_copy(tg_step *st) { route_named(st, "copy"); }
+static void decide_gather(tg_step *st) { route_named(st, "gather"); }
+static void decide_concat(tg_step *st) { route_named(st, "concat"); }
 static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
@@ -110,6 +112,12 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
                        .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,
                        .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce },
+    /* gather and concat: CPU only for now (no GPU emitter: a GPU operand is refused when the
+     * node is made) */
+    [TG_OP_GATHER] = { .name = "gather", .role = TG_ROLE_MOVEMENT, .decide = decide_gather,
+                       .cpu_execute = tg_gather_execute, .unfused = "a gather is not fused", .base_name = name_kind },
+    [TG_OP_CONCAT] = { .name = "concat", .role = TG_ROLE_MOVEMENT, .decide = decide_concat,
+                       .cpu_execute = tg_concat_execute, .unfused = "a concat is not fused", .base_name = name_kind },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -165,7 +165,8 @@ static void step_init(tg_step *st, tg_buffer *b) {
         for (int32_t i = 0; i < st->npro; i++)
             if (st->prologue[i].operand) st->reads[st->nreads++] = st->prologue[i].operand;
     } else {
-        for (int32_t i = 0; i < st->ninputs; i++) st->reads[st->nreads++] = &st->inputs[i];
+        for (int32_t i = 0; i < st->ninputs; i++, st->nreads++) /* past TG_MAX_READS: tg_step_read */
+            if (i < TG_MAX_READS) st->reads[i] = &st->inputs[i];
     }
     for (int32_t i = 0; i < st->nfused; i++)
         if (st->epilogue[i].operand) st->reads[st->nreads++] = st->epilogue[i].operand;
@@ -229,7 +230,7 @@ static bool visit(tg_schedule *S, tg_buffer *b) {
             depth--;
             continue;
         }
-        tg_buffer *in = f->st.reads[f->next++]->buf;
+        tg_buffer *in = tg_step_read(&f->st, f->next++)->buf;
         if (!unvisited(S, in)) continue;
         if (depth == cap) {
             int32_t ncap = cap * 2;
@@ -262,7 +263,7 @@ static void note_unfused(tg_schedule *S) {
 
 static bool read_before(const tg_step *st, int32_t i) {
     for (int32_t j = 0; j < i; j++)
-        if (st->reads[j]->buf == st->reads[i]->buf) return true;
+        if (tg_step_read(st, j)->buf == tg_step_read(st, i)->buf) return true;
     return false;
 }
 
@@ -281,7 +282,7 @@ static buffer_use use_of(tg_schedule *S, const tg_buffer *b) {
     buffer_use u = { tg_schedule_step_of(S, b), -1, 0 };
     for (int32_t s = 0; s < S->n; s++)
         for (int32_t i = 0; i < S->steps[s].nreads; i++)
-            if (S->steps[s].reads[i]->buf == b) u.readers++, u.last = s;
+            if (tg_step_read(&S->steps[s], i)->buf == b) u.readers++, u.last = s;
     return u;
 }
 
@@ -294,7 +295,7 @@ static bool plan_memory(tg_schedule *S) {
     for (int32_t s = 0; indexed(S) && s < S->n; s++) { /* every buffer's readers, in one pass */
         const tg_step *st = &S->steps[s];
         for (int32_t i = 0; i < st->nreads; i++) {
-            tg_index_entry *e = tg_step_index_add(&S->index, st->reads[i]->buf);
+            tg_index_entry *e = tg_step_index_add(&S->index, tg_step_read(st, i)->buf);
             if (!e) return false;
             e->readers++, e->last = s;
         }
@@ -308,7 +309,7 @@ static bool plan_memory(tg_schedule *S) {
         tg_step *st = &S->steps[s];
         st->first_free = S->nfree_total;
         for (int32_t i = 0; i < st->nreads; i++) {
-            tg_buffer *in = st->reads[i]->buf;
+            tg_buffer *in = tg_step_read(st, i)->buf;
             if (read_before(st, i)) continue;
             buffer_use u = use_of(S, in);
             if (u.step >= 0) S->steps[u.step].release_after = u.last;

@@ -55,7 +55,9 @@ typedef struct tg_step {
     /* Why the op reading this step's result was not fused into it (NULL: it was, or none reads
      * it in this schedule); for explain. */
     const char *unfused;
-    /* Every operand the step reads (the base inputs, then the fused ops' operands). */
+    /* Every operand the step reads (the base inputs, then the fused ops' operands): read them
+     * with tg_step_read. A step of more than TG_MAX_READS (a concat of many tensors) reads its
+     * base inputs alone, nothing fused; reads[] holds the first TG_MAX_READS of them. */
     int32_t nreads;
     const tg_node_input *reads[TG_MAX_READS];
     /* Memory: the inputs whose last reader this is and that no handle holds (freed once this step
@@ -67,6 +69,11 @@ typedef struct tg_step {
     int32_t release_after;
     bool released;
 } tg_step;
+
+/* Operand i (0 <= i < nreads) of the step. */
+static inline const tg_node_input *tg_step_read(const tg_step *st, int32_t i) {
+    return i < TG_MAX_READS ? st->reads[i] : &st->inputs[i];
+}
 
 typedef struct tg_schedule {
     tg_step *steps; /* post order: every step after the steps it reads */

@@ -16,12 +16,15 @@ static int passed, failed;
 
 enum { M = 37, K = 301, N = 530 };
 static float a[M * K], b[K * N];
+static int32_t reversed[M * K];
 
 /* The scenario: creation, views, a chain of two matmuls with elementwise ops fused into the
- * second and a broadcast elementwise pass, a materializing reshape, explain, read. Returns the
+ * second and a broadcast elementwise pass, a materializing reshape, a gather (reversed) and a
+ * concat of its result with itself, explain, read. Returns the
  * first failing status (the rest is skipped, as a careful caller would). */
 static tgrad_status scenario(uint16_t *out, size_t cap, tgrad_tensor_t *result) {
     tgrad_tensor_t ta = 0, tb = 0, bt = 0, ab = 0, r = 0, v = 0, c = 0, bias = 0, d = 0, g = 0, e = 0;
+    tgrad_tensor_t ix = 0, tk = 0, half = 0, cc = 0;
     tgrad_status s = tgrad_tensor_from_f32(a, 2, (int64_t[]){ M, K }, &ta);
     if (!s) s = tgrad_tensor_from_f32(b, 2, (int64_t[]){ K, N }, &tb);
     if (!s) s = tgrad_tensor_from_f32(a, 1, (int64_t[]){ K }, &bias);
@@ -33,7 +36,15 @@ static tgrad_status scenario(uint16_t *out, size_t cap, tgrad_tensor_t *result) 
     tgrad_tensor_release(c), tgrad_tensor_release(d), c = d = 0;         /* no handle holds them */
     if (!s) s = tgrad_binary(TGRAD_OP_MUL, g, ta, &e);                   /* g is held: a pass */
     if (!s) s = tgrad_tensor_transpose(e, 0, 1, &v);
-    if (!s) s = tgrad_tensor_reshape(v, (int64_t[]){ -1 }, 1, &r);      /* materializes */
+    if (!s) s = tgrad_tensor_reshape(v, (int64_t[]){ -1 }, 1, &tk);     /* materializes */
+    if (!s) s = tgrad_tensor_from_host(reversed, TGRAD_DTYPE_I32, 1, (int64_t[]){ M * K }, TGRAD_DTYPE_I32, &ix);
+    if (!s) s = tgrad_take(tk, ix, 0, &half);                            /* reversed */
+    if (!s) s = tgrad_tensor_slice(half, 0, 0, M * K / 2, 1, 0, &cc);
+    tgrad_tensor_t two[2] = { cc, 0 };
+    if (!s) s = tgrad_tensor_slice(half, 0, M * K / 2, M * K, 1, 0, &two[1]);
+    if (!s) s = tgrad_concat(2, two, 0, &r);                             /* back together */
+    tgrad_tensor_release(two[1]), tgrad_tensor_release(ix), tgrad_tensor_release(tk);
+    tgrad_tensor_release(half), tgrad_tensor_release(cc);
     size_t len = 0;
     if (!s) {
         s = tgrad_tensor_explain(r, TGRAD_FORMAT_TEXT, NULL, 0, &len);
@@ -56,6 +67,7 @@ int main(void) {
     }
     for (int i = 0; i < M * K; i++) a[i] = (float)((i * 7) % 11) - 5;
     for (int i = 0; i < K * N; i++) b[i] = (float)((i * 5) % 9) - 4;
+    for (int i = 0; i < M * K; i++) reversed[i] = M * K - 1 - i;
     static uint16_t ref[M * K], out[M * K];
     tgrad_tensor_t result = 0;
     tgrad_set_num_threads(2);

@@ -64,9 +64,61 @@ static void reduce_and_cast_through_the_abi(void) {
     tgrad_tensor_release(x), tgrad_tensor_release(s), tgrad_tensor_release(am), tgrad_tensor_release(c);
 }
 
+/* concat and gather (take) through the ABI: any element size, operands through their views, a
+ * concat of more operands than a step's inline reads, and every refusal before allocation. */
+static void concat_and_take_through_the_abi(void) {
+    int32_t iv[6] = { 1, 2, 3, 4, 5, 6 }; /* [2, 3] int32 */
+    int64_t shape[2] = { 2, 3 };
+    tgrad_tensor_t x = 0, xt = 0, c = 0, ids = 0, g = 0, bad = 0;
+    EXPECT(tgrad_tensor_from_host(iv, TGRAD_DTYPE_I32, 2, shape, TGRAD_DTYPE_I32, &x), TGRAD_OK);
+    EXPECT(tgrad_tensor_transpose(x, 0, 1, &xt), TGRAD_OK); /* [3, 2] */
+    tgrad_tensor_t parts[2] = { x, x };
+    EXPECT(tgrad_concat(2, parts, -1, &c), TGRAD_OK); /* [2, 6] */
+    int32_t got[12];
+    EXPECT(tgrad_tensor_read(c, got, sizeof got), TGRAD_OK);
+    const int32_t want[12] = { 1, 2, 3, 1, 2, 3, 4, 5, 6, 4, 5, 6 };
+    CHECK(memcmp(got, want, sizeof want) == 0);
+    tgrad_tensor_release(c), c = 0;
+    /* 40 operands, more than a step reads inline (TG_MAX_READS) */
+    tgrad_tensor_t many[40];
+    for (int i = 0; i < 40; i++) many[i] = i % 2 ? xt : x;
+    EXPECT(tgrad_concat(40, many, 0, &bad), TGRAD_ERR_SHAPE_MISMATCH);
+    for (int i = 0; i < 40; i++) many[i] = xt;
+    EXPECT(tgrad_concat(40, many, 0, &c), TGRAD_OK); /* [120, 2] */
+    int32_t big[240];
+    EXPECT(tgrad_tensor_read(c, big, sizeof big), TGRAD_OK);
+    CHECK(big[0] == 1 && big[1] == 4 && big[2] == 2 && big[238] == 3 && big[239] == 6);
+    int32_t k[3] = { 2, -3, 0 };
+    int64_t kshape[1] = { 3 };
+    EXPECT(tgrad_tensor_from_host(k, TGRAD_DTYPE_I32, 1, kshape, TGRAD_DTYPE_I32, &ids), TGRAD_OK);
+    EXPECT(tgrad_take(xt, ids, 0, &g), TGRAD_OK); /* rows 2, 0, 0 of x^T */
+    int32_t rows[6];
+    EXPECT(tgrad_tensor_read(g, rows, sizeof rows), TGRAD_OK);
+    CHECK(rows[0] == 3 && rows[1] == 6 && rows[2] == 1 && rows[3] == 4 && rows[4] == 1 && rows[5] == 4);
+    /* refusals: nothing made */
+    int64_t live = tgrad_live_tensors(), buffers = tgrad_live_buffers();
+    EXPECT(tgrad_take(x, ids, 1, &bad), TGRAD_OK); /* -3 .. 2 fit an extent of 3 */
+    tgrad_tensor_release(bad), bad = 0;
+    EXPECT(tgrad_take(x, ids, 0, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE); /* extent 2: index 2 is out */
+    EXPECT(tgrad_take(x, ids, 2, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_take(ids, x, 0, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE); /* x holds 1 .. 6 */
+    EXPECT(tgrad_take(x, c, 0, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_concat(0, parts, 0, &bad), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_concat(1, NULL, 0, &bad), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_concat(2, parts, 2, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    tgrad_tensor_t mixed[2] = { x, ids };
+    EXPECT(tgrad_concat(2, mixed, 0, &bad), TGRAD_ERR_RANK_MISMATCH);
+    tgrad_tensor_t stale[2] = { x, 0 };
+    EXPECT(tgrad_concat(2, stale, 0, &bad), TGRAD_ERR_INVALID_HANDLE);
+    CHECK(bad == 0 && tgrad_live_tensors() == live && tgrad_live_buffers() == buffers);
+    tgrad_tensor_release(x), tgrad_tensor_release(xt), tgrad_tensor_release(c), tgrad_tensor_release(ids);
+    tgrad_tensor_release(g);
+}
+
 int main(void) {
     every_row_is_whole();
     reduce_and_cast_through_the_abi();
+    concat_and_take_through_the_abi();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

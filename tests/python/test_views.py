@@ -296,8 +296,9 @@ def test_too_many_indices() -> None:
 
 @pytest.mark.parametrize(
     "key",
-    [None, (None, 0), 1.0, True, np.bool_(False), np.array([0, 1]), [0, 1], "a", (Ellipsis, Ellipsis),
-     slice(0.0, 2), slice(None, None, 1.5)],
+    # None and integer arrays are supported (tests/python/test_shape_ops.py); masks and pairs of arrays not
+    [1.0, True, np.bool_(False), np.array([True, False, True, True]), ([0, 1], [0, 1]), [0.5], "a",
+     (Ellipsis, Ellipsis), (None, Ellipsis, Ellipsis), slice(0.0, 2), slice(None, None, 1.5)],
     ids=repr,
 )
 def test_unsupported_index_types_are_refused(key: Any) -> None:

@@ -26,6 +26,8 @@ from . import nn
 from ._dlpack import from_dlpack as _from_dlpack
 from .dtypes import DType, bfloat16, float32, int32
 from . import reductions
+from . import shape_ops
+from .shape_ops import cat, chunk, concatenate, flatten, split, squeeze, stack, take, unsqueeze
 
 __all__ = [
     "Backend",
@@ -49,6 +51,9 @@ __all__ = [
     "add",
     "backends",
     "cached_bytes",
+    "cat",
+    "chunk",
+    "concatenate",
     "capabilities",
     "cpu_isa",
     "cpu_isa_forced",
@@ -61,6 +66,7 @@ __all__ = [
     "errors",
     "exp",
     "explain",
+    "flatten",
     "from_dlpack",
     "fusion_enabled",
     "gelu",
@@ -88,13 +94,19 @@ __all__ = [
     "set_fusion",
     "set_memory_limit",
     "set_num_threads",
+    "shape_ops",
     "sigmoid",
     "silu",
+    "split",
     "square",
+    "squeeze",
+    "stack",
     "sub",
+    "take",
     "tanh",
     "trace",
     "typed",
+    "unsqueeze",
     "version",
 ]
 

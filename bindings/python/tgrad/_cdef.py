@@ -137,6 +137,8 @@ tgrad_status tgrad_tensor_reshape(tgrad_tensor_t tensor, const int64_t *shape, i
 tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out);
 
 tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
+tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, int32_t axis, tgrad_tensor_t *out);
+tgrad_status tgrad_take(tgrad_tensor_t x, tgrad_tensor_t indices, int32_t axis, tgrad_tensor_t *out);
 
 enum tgrad_reduce_code {
     TGRAD_REDUCE_NONE = 0,

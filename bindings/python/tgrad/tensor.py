@@ -30,6 +30,7 @@ import numpy.typing as npt
 from . import _bf16, _buildable, errors
 from . import dtypes as _dtypes
 from . import reductions as _reductions
+from . import shape_ops as _shape_ops
 from ._ffi import ffi, lib
 from ._tensor_base import TensorBase
 from ._tensor_base import bind as _bind_base
@@ -70,7 +71,8 @@ _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
 _REPR_MAX_ELEMENTS = 1 << 24
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
-IndexItem = Union[SupportsIndex, slice, EllipsisType, None]
+_BasicIndexItem = Union[SupportsIndex, slice, EllipsisType, None]
+IndexItem = Union[_BasicIndexItem, Sequence[int], npt.NDArray[Any], "Tensor"]
 _Maker = TypeVar("_Maker", bound=Callable[..., Any])
 
 #: The recorder of the tgrad.trace call running in this context (None outside one). Every method
@@ -641,8 +643,16 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         """A compact row-major tensor with the same values (shares the buffer when already compact)."""
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_contiguous, self._h))
 
-    @_reports("getitem")
     def __getitem__(self, key: IndexItem | tuple[IndexItem, ...]) -> Tensor:
+        """numpy indexing: integers, slices, one Ellipsis and None (new axes) are zero-copy views;
+        one integer array (a list, a numpy integer array or an int32 Tensor) gathers along its
+        axis (tgrad.take, a copy)."""
+        if _shape_ops.is_extended_key(key):
+            return _shape_ops.getitem(self, key)
+        return self._getitem_basic(cast(Any, key))
+
+    @_reports("getitem")
+    def _getitem_basic(self, key: _BasicIndexItem | tuple[_BasicIndexItem, ...]) -> Tensor:
         """numpy basic indexing: integers, slices and one Ellipsis (all zero-copy)."""
         items = key if isinstance(key, tuple) else (key,)
         parsed: list[int | slice | None] = []  # None marks the Ellipsis
@@ -876,6 +886,31 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         """tgrad.rsqrt(self) (tgrad.ops)."""
         return _ops.rsqrt(self)
 
+    # --- hshape: shape ops (tgrad.shape_ops) ---
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        """tgrad.squeeze(self, dim): a view without axes of extent 1."""
+        return _shape_ops.squeeze(self, dim)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        """tgrad.unsqueeze(self, dim): a view with a new axis of extent 1 at dim."""
+        return _shape_ops.unsqueeze(self, dim)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """tgrad.flatten(self, start_dim, end_dim): axes merged (a view where strides allow)."""
+        return _shape_ops.flatten(self, start_dim, end_dim)
+
+    def split(self, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """tgrad.split(self, ...): views along dim (torch.split)."""
+        return _shape_ops.split(self, split_size_or_sections, dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """tgrad.chunk(self, chunks, dim): at most `chunks` views along dim (torch.chunk)."""
+        return _shape_ops.chunk(self, chunks, dim)
+
+    def take(self, indices: Any, axis: int | None = 0) -> Tensor:
+        """tgrad.take(self, indices, axis): numpy's take along one axis (a gather)."""
+        return _shape_ops.take(self, indices, axis)
+
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:
     """A string from a libtgrad call with the (dst, cap, len) contract: ask the length with cap 0,
@@ -960,9 +995,10 @@ def _typed_handle(array: Any, dtype: _dtypes.DType) -> int:
         raise errors.InvalidArgumentError(
             f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
             "(wrap Python data with numpy.asarray first)")
-    data, src = _dtypes.host_array(_plain(array), dtype, "Tensor.from_numpy")  # the buffer's own shape
-    return _new_handle(lib.tgrad_tensor_from_host, ffi.from_buffer("char[]", data), src, data.ndim,
-                       _int64_array(data.shape, "from_numpy"), dtype.code)
+    plain = _plain(array)  # the buffer's own shape (a 0-d array stays 0-d: ascontiguousarray gives 1-d)
+    data, src = _dtypes.host_array(plain, dtype, "Tensor.from_numpy")
+    return _new_handle(lib.tgrad_tensor_from_host, ffi.from_buffer("char[]", data), src, plain.ndim,
+                       _int64_array(plain.shape, "from_numpy"), dtype.code)
 
 
 def _host_array(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:

@@ -59,7 +59,7 @@ SOURCE_KINDS = frozenset({"input", "constant"})
 #: Kinds replayed as a numpy view (or copy) of their one input.
 VIEW_KINDS = ZERO_COPY_KINDS | {"reshape", "contiguous"}
 #: How many inputs each kind that is not an elementwise op replays from (those: their arity).
-_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS | _trace_kinds.KINDS}}
+_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS | _trace_kinds.KINDS}, **_trace_kinds.INPUT_COUNTS}
 OPTIONS = ("device", "cpu_isa", "threads")
 _MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
@@ -435,6 +435,8 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
     sources = [ops[i] for i in op.inputs]
     elementwise = _elementwise_arity()
     wanted = elementwise.get(op.kind, _INPUT_COUNTS.get(op.kind))
+    if wanted is None and op.kind in _INPUT_COUNTS:  # any number of inputs, at least one (concat)
+        wanted = len(sources) or 1
     if len(sources) != wanted:  # only a stored trace can say so; a call records its operands
         return result("failed", f"a {op.kind} op replays from {wanted} input(s), it has "
                                 f"{len(sources)}")
@@ -453,6 +455,8 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             want = _trace_kinds.replay_reduction(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind == _trace_kinds.CAST_KIND:
             want = _trace_kinds.replay_cast(op.args, np.asarray(sources[0].payload), sources[0].dtype)
+        elif op.kind in _trace_kinds.SHAPE_KINDS:
+            want = _trace_kinds.replay_shape(op.kind, op.args, [np.asarray(s.payload) for s in sources])
         elif op.kind in elementwise and (op.dtype != "bfloat16" or any(s.dtype != "bfloat16" for s in sources)):
             return result("skipped", "a float32 elementwise op: the trace's oracle replays bfloat16 ops only "
                                      "(tests/python/test_elementwise_f32_reference.py proves the float32 ones)")
@@ -460,7 +464,7 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             want = np.asarray(oracles["elementwise"](op.kind, *(s.payload for s in sources)),
                               dtype=np.uint16)
         else:
-            want = _replay_view(op, np.asarray(sources[0].payload, dtype=np.uint16))
+            want = _replay_view(op, np.asarray(sources[0].payload, dtype=_trace_kinds.BITS[sources[0].dtype]))
     except ModuleNotFoundError:
         raise  # the oracle lacks a module (mpmath): the op is not judged, validate() says why
     except Exception as exc:  # the recorded inputs do not fit the op: a wrong shape or view

@@ -1,7 +1,8 @@
-"""tgrad.trace for the reductions and casts (tgrad.reductions): how their arguments are recorded,
-how payloads of every dtype are stored, and how validation replays them against the exact
-references (tgrad.conformance.exact for sums, means and extrema; the documented conversions for
-casts). trace.py calls in here; nothing here runs libtgrad."""
+"""tgrad.trace for the reductions and casts (tgrad.reductions) and the shape ops concat and gather
+(tgrad.shape_ops): how their arguments are recorded, how payloads of every dtype are stored, and
+how validation replays them against the exact references (tgrad.conformance.exact for sums, means
+and extrema; the documented conversions for casts; numpy's concatenate and take on the payloads'
+bits for the shape ops). trace.py calls in here; nothing here runs libtgrad."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ import numpy as np
 #: Reductions recorded by tgrad.trace, and the cast.
 REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 CAST_KIND = "cast"
-KINDS = REDUCE_KINDS | {CAST_KIND}
+#: The shape ops that copy (cat, stack, take, x[ids]); the views are recorded as view kinds.
+SHAPE_KINDS = frozenset({"concat", "gather"})
+KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS
+#: Inputs each replays from where it is not one: gather (x, indices); concat any number (None).
+INPUT_COUNTS: dict[str, int | None] = {"gather": 2, "concat": None}
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
                                   "int32": np.dtype("<u4")}
@@ -35,6 +40,8 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-able arguments of a reported reduction or cast (its keywords as reduce passes them)."""
     if kind == CAST_KIND:
         return {"dtype": str(kwargs["dtype"])}
+    if kind in SHAPE_KINDS:
+        return {"axis": int(kwargs["axis"])}
     axes = kwargs.get("axes")
     return {"axes": None if axes is None else list(axes), "keepdims": bool(kwargs.get("keepdims")),
             "dtype": str(kwargs["dtype"])}
@@ -116,3 +123,14 @@ def replay_cast(args: Mapping[str, Any], source: np.ndarray, source_dtype: str) 
     bits: np.ndarray = values.astype(ml_dtypes.bfloat16).view(np.uint16).copy()  # float32: exact in double, RNE once
     bits[np.isnan(values)] = 0x7FC0
     return bits
+
+
+def replay_shape(kind: str, args: Mapping[str, Any], sources: list[np.ndarray]) -> np.ndarray:
+    """A concat or gather replayed on its inputs' payload bits (the ops copy bits): numpy's
+    concatenate, or numpy's take with the int32 index payload."""
+    axis = int(args["axis"])
+    if kind == "concat":
+        return np.concatenate(sources, axis=axis)
+    indices = np.asarray(sources[1]).astype(np.uint32).view(np.int32)
+    taken: np.ndarray = np.take(sources[0], indices, axis=axis)
+    return taken

@@ -876,6 +876,18 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         """tgrad.rsqrt(self) (tgrad.ops)."""
         return _ops.rsqrt(self)
 
+    # --- hcreate: creation (tgrad.creation) ---
+    def item(self) -> builtins.float | int:
+        """The value of a one-element tensor (any rank) as a Python float (bfloat16, float32:
+        exact) or int (int32); InvalidArgumentError for another size."""
+        size = self.size
+        if size != 1:
+            raise errors.InvalidArgumentError(
+                f"item(): only a one-element tensor has an item; this one has shape {self.shape} ({size} elements)")
+        if self.dtype == _dtypes.int32:
+            return int(self.numpy().reshape(()))
+        return float(self)
+
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:
     """A string from a libtgrad call with the (dst, cap, len) contract: ask the length with cap 0,
@@ -960,9 +972,11 @@ def _typed_handle(array: Any, dtype: _dtypes.DType) -> int:
         raise errors.InvalidArgumentError(
             f"Tensor.from_numpy: expected a numpy.ndarray, got {type(array).__name__} "
             "(wrap Python data with numpy.asarray first)")
-    data, src = _dtypes.host_array(_plain(array), dtype, "Tensor.from_numpy")  # the buffer's own shape
-    return _new_handle(lib.tgrad_tensor_from_host, ffi.from_buffer("char[]", data), src, data.ndim,
-                       _int64_array(data.shape, "from_numpy"), dtype.code)
+    array = _plain(array)
+    shape = array.shape  # the buffer's own (ascontiguousarray makes a 0-d array 1-d)
+    data, src = _dtypes.host_array(array, dtype, "Tensor.from_numpy")
+    return _new_handle(lib.tgrad_tensor_from_host, ffi.from_buffer("char[]", data), src, len(shape),
+                       _int64_array(shape, "from_numpy"), dtype.code)
 
 
 def _host_array(shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:

@@ -224,6 +224,10 @@ def test_torch_style_surface() -> None:
     vals = w.numpy().astype(np.float64)
     assert w.shape == (8, 4) and vals.min() >= -0.5 and vals.max() < 0.5
     assert "normal" in tgrad.randn(3).explain()
+    from tgrad import render
+
+    with pytest.raises(errors.BackendUnavailableError):  # no GPU emitter yet (issue 37)
+        render.render_tensor(tgrad.randn(4), lang="opencl")
 
 
 def test_refusals() -> None:

@@ -72,7 +72,9 @@ def test_rand_is_the_top_bits_of_one_word(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("low,high", [(-0.1, 0.1), (0.0, 3.0), (1.0, 1.0 + 2**-9), (-1e30, 7.5), (1e-40, 3e-40)])
+@pytest.mark.parametrize("low,high", [(-0.1, 0.1), (0.0, 3.0), (1.0, 1.0 + 2**-9), (-1e30, 7.5), (1e-40, 3e-40),
+                                      (0.999, 1.001), (1 - 2**-30, 1 + 2**-30), (-1e-38, 1e-38), (3e38, 3.3e38),
+                                      (2.0**126 - 2.0**100, 2.0**126 + 2.0**100), (-5.0, -5.0)])
 def test_uniform_is_rounded_once(dtype: str, low: float, high: float) -> None:
     """low + (high - low) U exactly, then one rounding (some of these are exact midpoints)."""
     b = 8 if dtype == "bfloat16" else 24

@@ -80,8 +80,30 @@ static inline uint32_t round_x(xf y, int32_t dtype) {
     }
     return tg_f64_to_bf16(d);
 }
-/* True (and *out) when every value within e of y rounds alike: the ends agree (RNE is monotonic). */
+/* True (and *out, the rounding of y) when every value within e of y rounds alike. In the normal
+ * range of the output, by y's bits: its distance to the nearest rounding midpoint of its binade,
+ * in units of y's last bit, must exceed e in those units plus one, and so must a quarter of the
+ * output's spacing (the distance from a power of two down to the binade below's top midpoint).
+ * Elsewhere (tiny, huge, zero): the two ends of the interval
+ * must round alike (RNE is monotonic). */
 static inline bool decide_d(double y, double e, int32_t dtype, uint32_t *out) {
+    double a = fabs(y);
+    if (a >= 0x1p-120 && a < 0x1p126) {
+        uint64_t u;
+        memcpy(&u, &y, sizeof u);
+        int32_t keep = dtype == TGRAD_DTYPE_F32 ? 23 : 7, drop = 52 - keep;
+        uint64_t mag = u & ~((uint64_t)1 << 63), half = (uint64_t)1 << (drop - 1);
+        uint64_t rest = mag & ((half << 1) - 1), dist = rest > half ? rest - half : half - rest;
+        int32_t ex = (int32_t)(mag >> 52) - 1023; /* a = 1.f 2^ex; y's last bit is 2^(ex - 52) */
+        uint64_t scale_bits = (uint64_t)(1023 + 52 - ex) << 52;
+        double scale;
+        memcpy(&scale, &scale_bits, sizeof scale);
+        double reach = e * scale + 1; /* the lower binade's top midpoint is half/2 below a power of two */
+        if (!((double)dist > reach && (double)(half >> 1) > reach)) return false;
+        uint64_t r = ((mag + half) >> drop) - ((uint64_t)(1023 - 127) << keep); /* not a tie: up is RNE */
+        *out = (uint32_t)((u >> 63) << (keep + 8)) | (uint32_t)r;
+        return true;
+    }
     *out = round_d(y - e, dtype);
     return *out == round_d(y + e, dtype);
 }
@@ -156,7 +178,7 @@ static uint32_t uniform_exact(double low, double high, uint32_t k, int32_t b, in
 }
 
 static inline uint32_t uniform_value(double low, double high, uint32_t k, int32_t b, int32_t dtype) {
-    double u = ldexp((double)k, -b), y = low + (high - low) * u;
+    double u = (double)k * (b == 24 ? 0x1p-24 : 0x1p-8), y = low + (high - low) * u;
     /* three roundings, each within 2^-53 of its result: (|low| + |high| + |y|) 2^-50 bounds them */
     uint32_t r;
     if (decide_d(y, (fabs(low) + fabs(high) + fabs(y)) * 0x1p-50, dtype, &r)) return r;
@@ -310,19 +332,16 @@ static void task(int64_t t, int32_t worker, void *arg) {
     int32_t per = p->random.dist == TGRAD_RANDOM_RANDINT ? 2 : 4; /* elements per Philox call */
     bool unit = p->random.p0 == 0 && p->random.p1 == 1;
     int32_t b = J->dtype == TGRAD_DTYPE_F32 ? 24 : 8;
-    uint64_t have = UINT64_MAX;
-    tg_philox_words w = { { 0 } };
+    uint64_t g = off + (uint64_t)lo, c = g / (uint64_t)per; /* element lo's call and word */
+    int32_t j = (int32_t)(g % (uint64_t)per);
+    tg_philox_words w = call(p, c);
     uint32_t normals[4] = { 0 };
+    bool normal = p->random.dist == TGRAD_RANDOM_NORMAL;
+    if (normal) {
+        normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J->dtype, normals);
+        normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J->dtype, normals + 2);
+    }
     for (int64_t i = lo; i < hi; i++) {
-        uint64_t g = off + (uint64_t)i, c = g / (uint64_t)per;
-        int32_t j = (int32_t)(g % (uint64_t)per);
-        if (c != have) {
-            have = c, w = call(p, c);
-            if (p->random.dist == TGRAD_RANDOM_NORMAL) {
-                normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J->dtype, normals);
-                normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J->dtype, normals + 2);
-            }
-        }
         switch (p->random.dist) {
         case TGRAD_RANDOM_UNIFORM:
             if (unit) store(J, i, J->dtype == TGRAD_DTYPE_F32 ? tg_philox_unit_f32(w.w[j]) : tg_philox_unit_bf16(w.w[j]));
@@ -333,6 +352,13 @@ static void task(int64_t t, int32_t worker, void *arg) {
             uint32_t n = (uint32_t)(p->random.p1 - p->random.p0);
             ((int32_t *)J->out)[i] = (int32_t)((int64_t)p->random.p0 + tg_philox_below(w.w[2 * j], w.w[2 * j + 1], n));
         }
+        }
+        if (++j == per && i + 1 < hi) { /* the next call (no division per element) */
+            j = 0, w = call(p, ++c);
+            if (normal) {
+                normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J->dtype, normals);
+                normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J->dtype, normals + 2);
+            }
         }
     }
 }

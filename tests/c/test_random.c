@@ -127,11 +127,36 @@ static void refusals(void) {
     tgrad_tensor_release(t);
 }
 
+/* Allocation failures (a -Dfault_injection=true build): every allocation of a draw and its
+ * realize fails in turn with a clean TGRAD_ERR_OUT_OF_MEMORY and nothing left behind. */
+static void allocation_failures(void) {
+    int64_t fired = 0, shape[1] = { 40000 };
+    if (tgrad_debug_fail_allocation(0, &fired) == TGRAD_ERR_BACKEND_UNAVAILABLE) return;
+    int64_t tensors = tgrad_live_tensors(), buffers = tgrad_live_buffers();
+    for (int64_t n = 1; n < 100; n++) {
+        int64_t before = 0, after = 0;
+        tgrad_tensor_t t = 0;
+        tgrad_debug_fail_allocation(n, &before);
+        tgrad_status s = tgrad_random(TGRAD_RANDOM_NORMAL, 3, 0, 1, shape, TGRAD_DTYPE_F32, 0, 1, TGRAD_DEVICE_CPU, &t);
+        if (!s) s = tgrad_tensor_realize(t);
+        tgrad_debug_fail_allocation(0, &after);
+        tgrad_tensor_release(t);
+        if (after == before) { /* every allocation was tried */
+            CHECK(s == TGRAD_OK && n > 2);
+            break;
+        }
+        CHECK(s == TGRAD_ERR_OUT_OF_MEMORY);
+        tgrad_release_cached();
+        CHECK(tgrad_live_tensors() == tensors && tgrad_live_buffers() == buffers);
+    }
+}
+
 int main(void) {
     philox_known_answers();
     element_depends_on_its_counter_only();
     values_in_range();
     refusals();
+    allocation_failures();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

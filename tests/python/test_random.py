@@ -167,6 +167,21 @@ def test_bytes_do_not_depend_on_threads_or_chunking(draw: str) -> None:
     assert make(1234, 0) + make(n - 1234, 1234) == one
 
 
+def test_fusion_setting_changes_no_byte() -> None:
+    def chain() -> bytes:
+        g = tgrad.random.Generator(4)
+        return bytes(((g.randn(5000) * 2 + 1).relu() + g.rand(5000)).numpy().tobytes())
+
+    was = tgrad.fusion_enabled()
+    try:
+        tgrad.set_fusion(True)
+        fused = chain()
+        tgrad.set_fusion(False)
+        assert chain() == fused
+    finally:
+        tgrad.set_fusion(was)
+
+
 def test_generator_replays_and_advances() -> None:
     tgrad.manual_seed(3)
     a, b = tgrad.rand(1000), tgrad.rand(1000)

@@ -314,6 +314,37 @@ TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, in
  * TGRAD_ERR_INDEX_OUT_OF_RANGE before any work: here when the indices are computed already (host
  * data), else when the gather runs (realize), before it writes anything. CPU only for now. */
 TGRAD_API tgrad_status tgrad_take(tgrad_tensor_t x, tgrad_tensor_t indices, int32_t axis, tgrad_tensor_t *out);
+/* ---- random numbers ------------------------------------------------------------------------ */
+/* The distribution registry. X(code, NAME, name). Codes are frozen. Every value is a pure function
+ * of (seed, offset + i) for element i (row-major) of a draw: Philox-4x32-10 keyed by the 64-bit
+ * seed, counter (call index, distribution code), so the bytes do not depend on the thread count,
+ * the chunking, the device or the backend. docs/random.md defines each value:
+ *   uniform: low + (high - low) U, U = k 2^-b with k the top b bits of one 32-bit word, b = 8 for
+ *            bf16 and 24 for f32 (torch's digits), rounded once (uniform(0, 1) is U, exactly; in
+ *            [0, 1)). p0 = low, p1 = high (finite, low <= high, high - low finite).
+ *   normal:  mean + std z, z from Box-Muller on two words (docs/random.md), rounded once.
+ *            p0 = mean (finite), p1 = std (finite, >= 0).
+ *   randint: low + floor(x n / 2^64), x a 64-bit word pair, n = high - low (int32 result). p0 =
+ *            low, p1 = high: integers, -2^31 <= low < high <= 2^31, n < 2^32. */
+#define TGRAD_RANDOM_LIST(X)                                                                        \
+    X(1, UNIFORM, uniform)                                                                          \
+    X(2, NORMAL, normal)                                                                            \
+    X(3, RANDINT, randint)
+#define TGRAD_RANDOM_ENUM_(code, NAME, name) TGRAD_RANDOM_##NAME = code,
+enum tgrad_random_code { TGRAD_RANDOM_NONE = 0, TGRAD_RANDOM_LIST(TGRAD_RANDOM_ENUM_) TGRAD_RANDOM_END_ };
+#undef TGRAD_RANDOM_ENUM_
+/* Stable name ("normal"); "unknown_random" outside the registry. */
+TGRAD_API const char *tgrad_random_name(int32_t dist);
+/* out = a lazy tensor of `shape` (ndim 0 .. TGRAD_MAX_DIMS, extents >= 0, the size rule) whose
+ * element i is drawn by `dist` from (seed, offset + i), with parameters p0, p1 (above). dtype:
+ * TGRAD_DTYPE_BF16 or TGRAD_DTYPE_F32 for uniform and normal, TGRAD_DTYPE_I32 for randint (0: that
+ * default, bf16 for the floating ones). device: TGRAD_DEVICE_CPU (the GPU backends do not run
+ * this kind yet: TGRAD_ERR_BACKEND_UNAVAILABLE). offset + numel must not pass 2^64. A caller
+ * drawing again advances offset by numel (the Python generator does). Checks happen here, before
+ * any allocation: an unknown dist (TGRAD_ERR_INVALID_ARGUMENT), a dtype the distribution does not
+ * give (TGRAD_ERR_DTYPE_UNSUPPORTED), bad parameters or shape (TGRAD_ERR_INVALID_ARGUMENT). */
+TGRAD_API tgrad_status tgrad_random(int32_t dist, uint64_t seed, uint64_t offset, int32_t ndim, const int64_t *shape,
+                                    int32_t dtype, double p0, double p1, int32_t device, tgrad_tensor_t *out);
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a
@@ -530,6 +561,19 @@ TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *
 #define TGRAD_DEBUG_F32_UNDECIDED 2
 #define TGRAD_DEBUG_F32_COUNT 3
 TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
+
+/* Philox-4x32-10 of counter[0..4) under key[0..2) into out[0..4) (kernels/gpu/philox.h), for the
+ * known-answer tests. TGRAD_ERR_INVALID_ARGUMENT for a NULL pointer. */
+TGRAD_API tgrad_status tgrad_debug_philox(const uint32_t *counter, const uint32_t *key, uint32_t *out);
+/* How the values of distribution `dist` have been computed in this process, in counts[0 .. count)
+ * (count 1 .. TGRAD_DEBUG_RANDOM_COUNT): the values whose double evaluation could not decide the
+ * rounding and took the slow path (uniform: exact arithmetic; normal: binary128), and the ones the
+ * slow path could not decide (normal only; rounded from its binary128 value and counted: none is
+ * known). TGRAD_ERR_INVALID_ARGUMENT for an unknown dist, a NULL counts or another count. */
+#define TGRAD_DEBUG_RANDOM_SLOW 0
+#define TGRAD_DEBUG_RANDOM_UNDECIDED 1
+#define TGRAD_DEBUG_RANDOM_COUNT 2
+TGRAD_API tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t count);
 
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
  * NVRTC as the backend does (--fmad=false, no fast math) into a CUBIN for sm_<sm> (e.g. 90) and

@@ -27,6 +27,7 @@
     X("cpu", "view reshape (strides cannot)", "materialized", "a lazy bit-preserving copy; view() refuses instead") \
     X("cpu", "empty dimensions", "yes", "M or N = 0: empty result; K = 0: zeros")                           \
     X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
+    X("cpu", "random numbers (uniform, normal, randint)", "bit-exact", "Philox-4x32-10, element i drawn from (seed, offset + i): the same bytes on every thread count and chunking; each value rounded once (docs/random.md); GPU devices refuse the kind for now") \
     X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
     X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); verified on the MSL emulation tier, not on Apple hardware") \

@@ -145,6 +145,11 @@ typedef struct tg_node_params {
     int32_t reduce_op;               /* TGRAD_REDUCE_* */
     int32_t naxes;
     int32_t axes[TGRAD_MAX_DIMS];    /* ascending, non-negative */
+    struct {                         /* RANDOM (ops/random.c): element i is drawn from (seed, offset + i) */
+        int32_t dist;                /* TGRAD_RANDOM_* */
+        uint64_t seed, offset;
+        double p0, p1;               /* the distribution's parameters (tgrad.h) */
+    } random;
 } tg_node_params;
 
 struct tg_buffer;

@@ -29,6 +29,8 @@ static void decide_reduce(tg_step *st) {
     route_named(st, "reduce");
 }
 
+static void decide_random(tg_step *st) { route_named(st, "random"); }
+
 static void decide_matmul(tg_step *st) {
     if (st->device == TGRAD_DEVICE_CPU) {
         tg_cpu_matmul_plan_make(&st->inputs[0].view, &st->inputs[1].view, st->base->dtype, &st->cpu);
@@ -94,6 +96,7 @@ static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
 static const char *name_kind(const tg_step *st) { return tg_kind_of(st->op)->name; }
 static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st->ew); }
 static const char *name_reduce(const tg_step *st) { return tgrad_reduce_name(st->base->params.reduce_op); }
+static const char *name_random(const tg_step *st) { return tgrad_random_name(st->base->params.random.dist); }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -118,6 +121,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                        .cpu_execute = tg_gather_execute, .unfused = "a gather is not fused", .base_name = name_kind },
     [TG_OP_CONCAT] = { .name = "concat", .role = TG_ROLE_MOVEMENT, .decide = decide_concat,
                        .cpu_execute = tg_concat_execute, .unfused = "a concat is not fused", .base_name = name_kind },
+    [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
+                       .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
@@ -152,6 +157,6 @@ tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg
 }
 
 /* The list and the table agree: every kind of the list has a row with its name and role. */
-#define TG_KIND_CHECK_(code, NAME, name_, role_) _Static_assert(code == TG_OP_##NAME, "kind codes are dense");
+#define TG_KIND_CHECK_(code, NAME, name_, role_) _Static_assert(code == TG_OP_##NAME && code < TG_OP_COUNT_, "kind codes ascend");
 TG_KIND_LIST(TG_KIND_CHECK_)
 #undef TG_KIND_CHECK_

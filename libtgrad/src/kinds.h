@@ -38,7 +38,9 @@ typedef struct tg_kind {
 } tg_kind;
 
 TG_HIDDEN extern const tg_kind tg_kinds[TG_OP_COUNT_];
-static inline const tg_kind *tg_kind_of(tg_op op) { return &tg_kinds[(op >= 0 && op < TG_OP_COUNT_) ? op : TG_OP_NONE]; }
+static inline const tg_kind *tg_kind_of(tg_op op) {
+    return &tg_kinds[(op >= 0 && op < TG_OP_COUNT_ && tg_kinds[op].name) ? op : TG_OP_NONE]; /* a code not listed: none's row */
+}
 
 /* A node of `op` may be made on `device`: the CPU runs every kind, a GPU those whose row says
  * so; else TGRAD_ERR_BACKEND_UNAVAILABLE naming fn and the device. */
@@ -56,5 +58,6 @@ TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);
 
 #endif

@@ -7,6 +7,8 @@
 /* Fusion roles: an anchor owns a kernel that elementwise chains attach to; an elementwise kind
  * maps each element alone; a movement kind rearranges elements bit for bit; a reduction folds
  * axes. */
+/* Codes are pre-assigned (issue 34): a code may be listed before the kinds below it are, and the
+ * registry's rows of the missing codes stay empty. Role none: a source with no inputs (random). */
 typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROLE_MOVEMENT, TG_ROLE_REDUCTION } tg_role;
 
 #define TG_KIND_LIST(X)                                 \
@@ -17,6 +19,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(4, CAST, cast, TG_ROLE_ELEMENTWISE)               \
     X(5, REDUCE, reduce, TG_ROLE_REDUCTION)             \
     X(6, GATHER, gather, TG_ROLE_MOVEMENT)              \
-    X(7, CONCAT, concat, TG_ROLE_MOVEMENT)
+    X(7, CONCAT, concat, TG_ROLE_MOVEMENT)              \
+    X(11, RANDOM, random, TG_ROLE_NONE)
 
 #endif

@@ -120,7 +120,8 @@ tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, con
     memset(k, 0, sizeof *k);
     const tg_kind *kind = tg_kind_of(st->op);
     tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
-                                      : tg_fail(TGRAD_ERR_INTERNAL, "render: the %s kind has no GPU emitter", kind->name);
+                                      : tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                                                "render: the %s kind runs on the CPU only for now (no GPU emitter)", kind->name);
     if (!s && k->text.failed) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate kernel source");
     if (s) tg_step_kernel_free(k);
     return s;

@@ -28,8 +28,34 @@ from .dtypes import DType, bfloat16, float32, int32
 from . import reductions
 from . import shape_ops
 from .shape_ops import cat, chunk, concatenate, flatten, split, squeeze, stack, take, unsqueeze
+from . import creation, random
+from .creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, tensor, zeros,
+                       zeros_like)
+from .random import Generator, manual_seed, normal, rand, rand_like, randint, randn, randn_like
 
 __all__ = [
+    "Generator",
+    "arange",
+    "creation",
+    "empty",
+    "empty_like",
+    "eye",
+    "full",
+    "full_like",
+    "linspace",
+    "manual_seed",
+    "normal",
+    "ones",
+    "ones_like",
+    "rand",
+    "rand_like",
+    "randint",
+    "randn",
+    "randn_like",
+    "random",
+    "tensor",
+    "zeros",
+    "zeros_like",
     "Backend",
     "DType",
     "argmax",

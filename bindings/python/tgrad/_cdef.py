@@ -154,6 +154,17 @@ const char *tgrad_reduce_name(int32_t op);
 tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes,
                           int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
+enum tgrad_random_code {
+    TGRAD_RANDOM_NONE = 0,
+    TGRAD_RANDOM_UNIFORM = 1,
+    TGRAD_RANDOM_NORMAL = 2,
+    TGRAD_RANDOM_RANDINT = 3,
+    TGRAD_RANDOM_END_ = 4
+};
+const char *tgrad_random_name(int32_t dist);
+tgrad_status tgrad_random(int32_t dist, uint64_t seed, uint64_t offset, int32_t ndim, const int64_t *shape,
+                          int32_t dtype, double p0, double p1, int32_t device, tgrad_tensor_t *out);
+
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
 
@@ -209,6 +220,11 @@ tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *a, const u
 #define TGRAD_DEBUG_F32_UNDECIDED 2
 #define TGRAD_DEBUG_F32_COUNT 3
 tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
+tgrad_status tgrad_debug_philox(const uint32_t *counter, const uint32_t *key, uint32_t *out);
+#define TGRAD_DEBUG_RANDOM_SLOW 0
+#define TGRAD_DEBUG_RANDOM_UNDECIDED 1
+#define TGRAD_DEBUG_RANDOM_COUNT 2
+tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
                                    int32_t out_dtype, uint32_t *out_bits);

@@ -910,6 +910,17 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     def take(self, indices: Any, axis: int | None = 0) -> Tensor:
         """tgrad.take(self, indices, axis): numpy's take along one axis (a gather)."""
         return _shape_ops.take(self, indices, axis)
+    # --- hcreate: creation (tgrad.creation) ---
+    def item(self) -> builtins.float | int:
+        """The value of a one-element tensor (any rank) as a Python float (bfloat16, float32:
+        exact) or int (int32); InvalidArgumentError for another size."""
+        size = self.size
+        if size != 1:
+            raise errors.InvalidArgumentError(
+                f"item(): only a one-element tensor has an item; this one has shape {self.shape} ({size} elements)")
+        if self.dtype == _dtypes.int32:
+            return int(self.numpy().reshape(()))
+        return float(self)
 
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:

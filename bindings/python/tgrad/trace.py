@@ -59,7 +59,7 @@ SOURCE_KINDS = frozenset({"input", "constant"})
 #: Kinds replayed as a numpy view (or copy) of their one input.
 VIEW_KINDS = ZERO_COPY_KINDS | {"reshape", "contiguous"}
 #: How many inputs each kind that is not an elementwise op replays from (those: their arity).
-_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS | _trace_kinds.KINDS}}
+_INPUT_COUNTS = {"matmul": 2, **{kind: 1 for kind in VIEW_KINDS}, **_trace_kinds.INPUT_COUNTS}
 OPTIONS = ("device", "cpu_isa", "threads")
 _MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 
@@ -436,6 +436,11 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             want = _trace_kinds.replay_reduction(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind == _trace_kinds.CAST_KIND:
             want = _trace_kinds.replay_cast(op.args, np.asarray(sources[0].payload), sources[0].dtype)
+        elif op.kind in _trace_kinds.COMPARE_KINDS:
+            want = _trace_kinds.replay_compare(op.kind, np.asarray(sources[0].payload), sources[0].dtype,
+                                               np.asarray(sources[1].payload), sources[1].dtype)
+        elif op.kind == _trace_kinds.WHERE_KIND:
+            want = _trace_kinds.replay_where(*(np.asarray(s.payload) for s in sources))
         elif op.kind in elementwise and (op.dtype != "bfloat16" or any(s.dtype != "bfloat16" for s in sources)):
             return result("skipped", "a float32 elementwise op: the trace's oracle replays bfloat16 ops only "
                                      "(tests/python/test_elementwise_f32_reference.py proves the float32 ones)")

@@ -297,7 +297,20 @@ def test_gpu_operands_are_refused_typed() -> None:
     if not names:
         pytest.skip("no GPU device here (PoCL absent)")
     x = tgrad.Tensor.from_numpy(np.ones((2, 2), np.float32), device=names[0])
+    cond = tgrad.Tensor.from_numpy(np.ones((2, 2), bool))
     live = tgrad.live_tensors()
     with pytest.raises(errors.BackendUnavailableError):
         x == x
+    with pytest.raises(errors.DtypeUnsupportedError):
+        cond.to(names[0])  # bool tensors stay on the CPU
+    with pytest.raises(errors.DeviceMismatchError):
+        tgrad.where(cond, x, x)
     assert tgrad.live_tensors() == live
+
+
+def test_dlpack_refuses_bool_typed() -> None:
+    t = tgrad.Tensor.from_numpy(np.array([True, False]))
+    with pytest.raises(errors.DtypeUnsupportedError):
+        t.__dlpack__()
+    with pytest.raises(errors.DtypeUnsupportedError):
+        t.__dlpack__(copy=True)

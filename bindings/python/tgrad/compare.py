@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _bf16
 from . import dtypes as _dtypes
 from . import errors
 from . import ops as _ops
@@ -60,7 +61,7 @@ def _number_kind(value: object) -> str | None:
         return "bool"
     if isinstance(value, (int, np.integer)):
         return "int"
-    if isinstance(value, (float, np.floating)) or (isinstance(value, np.generic) and _ops._bf16.is_bf16(value.dtype)):
+    if isinstance(value, (float, np.floating)) or (isinstance(value, np.generic) and _bf16.is_bf16(value.dtype)):
         return "float"
     if isinstance(value, (complex, np.complexfloating)):
         raise errors.DtypeUnsupportedError(f"a {type(value).__name__} operand is not supported (real numbers only)")
@@ -83,11 +84,15 @@ def _number_dtype(value: object, like: _dtypes.DType | None, name: str) -> _dtyp
 
 def _constant(value: object, dtype: _dtypes.DType, device: str) -> Tensor:
     """The 0-d tensor of a number in `dtype`, rounded once (recorded by tgrad.trace as a constant)."""
+    host: np.ndarray[Any, Any] | None
     if dtype is _dtypes.bool_:
-        return Tensor.from_numpy(np.array(bool(value)), device=device, dtype=dtype)  # type: ignore[call-overload]
-    if dtype is _dtypes.int32:
-        return Tensor.from_numpy(np.array(int(value), np.int32), device=device, dtype=dtype)  # type: ignore[call-overload]
-    host = _ops._host_array(value)  # float64 (ints rounded to odd past 2^53), float32 or bfloat16: one rounding
+        host = np.array(bool(value))
+    elif dtype is _dtypes.int32:
+        host = np.array(int(value), np.int32)  # type: ignore[call-overload]
+    else:
+        host = _ops._host_array(value)  # float64 (ints rounded to odd past 2^53), float32 or bfloat16: one rounding
+    if host is None:
+        raise errors.InvalidArgumentError(f"an operand must be a Tensor or a real number, got {type(value).__name__}")
     return Tensor.from_numpy(host, device=device, dtype=dtype)
 
 
@@ -194,7 +199,8 @@ def _values_dtype(a: Any, b: Any) -> _dtypes.DType:
     """The result dtype of where's values (see the module's docstring)."""
     ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
     if ta and tb:
-        da, db = a.dtype, b.dtype
+        da: _dtypes.DType = a.dtype
+        db: _dtypes.DType = b.dtype
         return da if _RANK[da.code] >= _RANK[db.code] else db
     if ta or tb:
         t, n = (a, b) if ta else (b, a)

@@ -886,10 +886,10 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     # identity, as torch's: `t in {t}` and dict keys work, while `t == u` compares values.
     __hash__ = object.__hash__
 
-    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+    def __eq__(self, other: object) -> Any:
         return _compare.eq(self, other) if _compare._is_comparable(other) else NotImplemented
 
-    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+    def __ne__(self, other: object) -> Any:
         return _compare.ne(self, other) if _compare._is_comparable(other) else NotImplemented
 
     def __lt__(self, other: Operand) -> Tensor:

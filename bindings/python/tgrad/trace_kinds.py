@@ -103,13 +103,16 @@ def values_of(bits: np.ndarray, dtype: str) -> np.ndarray:
     """A payload's exact values as float64 (every bf16, float32, int32 and bool value is exact)."""
     import ml_dtypes
 
+    values: np.ndarray
     if dtype == "bfloat16":
-        return bits.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
-    if dtype == "float32":
-        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-    if dtype == "bool":
-        return bits.astype(np.float64)
-    return bits.astype(np.uint32).view(np.int32).astype(np.float64)
+        values = bits.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    elif dtype == "float32":
+        values = bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    elif dtype == "bool":
+        values = bits.astype(np.float64)
+    else:
+        values = bits.astype(np.uint32).view(np.int32).astype(np.float64)
+    return values
 
 
 def replay_compare(kind: str, a: np.ndarray, a_dtype: str, b: np.ndarray, b_dtype: str) -> np.ndarray:

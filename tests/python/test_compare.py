@@ -111,6 +111,7 @@ def test_bool_round_trips_and_casts() -> None:
                                   [False, True, True])
     assert "True" in repr(t.realize()) and "bool" in repr(t)
     assert make(np.array([3, 0]), tgrad.bool).numpy().tolist() == [True, False]  # x != 0
+    assert t.tolist() == host.tolist() and t[0, 0].tolist() is True
 
 
 def test_where_broadcasts_and_selects_bits() -> None:

@@ -552,8 +552,9 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
 
     def tolist(self) -> Any:
         """The values as nested Python lists of floats (a float for a 0-d tensor), as numpy's
-        tolist: each the exact value of its bf16 element (libtgrad widens to float32)."""
-        return self.numpy(np.float32).tolist()
+        tolist: each the exact value of its bf16 element (libtgrad widens to float32); bools and
+        ints for bool and int32 tensors."""
+        return (self.numpy(np.float32) if self.dtype.is_floating_point else self.numpy()).tolist()
 
     def __float__(self) -> builtins.float:  # builtins': Tensor.float() is a method
         """The value of a one-element tensor (any rank); InvalidArgumentError for another size."""

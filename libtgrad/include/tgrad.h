@@ -163,14 +163,16 @@ TGRAD_API int32_t tgrad_op_arity(tgrad_op op);
 /* ---- limits and types --------------------------------------------------------------------- */
 #define TGRAD_MAX_DIMS 8
 
-/* Element types. Frozen codes. Tensors hold bf16, f32 or i32 elements; host data given to the
- * creation calls may also be f64. Matmul and the elementwise ops take bf16 tensors (others are
+/* Element types. Frozen codes. Tensors hold bf16, f32, i32 or bool elements (bool: one byte, 0 or
+ * 1; made by the comparisons, tgrad_compare); host data given to the creation calls may also be
+ * f64. Matmul and the elementwise ops take bf16 tensors (others are
  * refused with TGRAD_ERR_DTYPE_UNSUPPORTED before anything is allocated; a matmul may give f32,
  * tgrad_matmul_ex); views, copies, casts, reads and reductions take every tensor dtype. */
 #define TGRAD_DTYPE_BF16 1
 #define TGRAD_DTYPE_F32 2
 #define TGRAD_DTYPE_F64 3
 #define TGRAD_DTYPE_I32 4
+#define TGRAD_DTYPE_BOOL 5
 
 /* A tensor handle: an immutable value (possibly lazy) of one dtype, a view over a shared buffer. */
 typedef uint64_t tgrad_tensor_t;
@@ -189,10 +191,11 @@ TGRAD_API tgrad_status tgrad_tensor_from_f64(const double *data, int32_t ndim, c
                                              tgrad_tensor_t *out);
 TGRAD_API tgrad_status tgrad_tensor_from_bf16(const uint16_t *bits, int32_t ndim, const int64_t *shape,
                                               tgrad_tensor_t *out);
-/* Create a tensor of element type `dtype` (bf16, f32 or i32) from contiguous row-major host data
- * of type `src_dtype`, with the size rule above. Floating sources (bf16, f32, f64) give a bf16 or
- * f32 tensor, rounded to nearest even where the source is wider (f32 from f32 or bf16 is exact);
- * an i32 source gives an i32 tensor. Any other pair is TGRAD_ERR_DTYPE_UNSUPPORTED (use
+/* Create a tensor of element type `dtype` (bf16, f32, i32 or bool) from contiguous row-major host
+ * data of type `src_dtype`, with the size rule above. Floating sources (bf16, f32, f64) give a bf16
+ * or f32 tensor, rounded to nearest even where the source is wider (f32 from f32 or bf16 is
+ * exact); an i32 source gives an i32 tensor; a bool source (bytes, 0 or 1; any nonzero byte is
+ * stored as 1) a bool tensor. Any other pair is TGRAD_ERR_DTYPE_UNSUPPORTED (use
  * tgrad_cast). The host data is copied. */
 TGRAD_API tgrad_status tgrad_tensor_from_host(const void *data, int32_t src_dtype, int32_t ndim,
                                               const int64_t *shape, int32_t dtype, tgrad_tensor_t *out);
@@ -210,7 +213,8 @@ TGRAD_API tgrad_status tgrad_tensor_read_f32(tgrad_tensor_t tensor, float *dst, 
  * tensors; read_f32 also reads f32 tensors (exactly); any other pair is
  * TGRAD_ERR_DTYPE_UNSUPPORTED. */
 TGRAD_API tgrad_status tgrad_tensor_read(tgrad_tensor_t tensor, void *dst, size_t capacity);
-/* Element size in bytes of a tensor dtype (bf16 2, f32 4, i32 4; host-only f64 8), 0 otherwise. */
+/* Element size in bytes of a tensor dtype (bf16 2, f32 4, i32 4, bool 1; host-only f64 8), 0
+ * otherwise. */
 TGRAD_API int32_t tgrad_dtype_size(int32_t dtype);
 
 /* ---- tensors: properties ------------------------------------------------------------------- */
@@ -263,8 +267,30 @@ TGRAD_API tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tens
 /* out = x converted to `dtype`, lazily (compact row-major; x itself when the dtype is the same).
  * bf16 -> f32 is exact; f32 -> bf16 rounds to nearest even (NaN canonical 0x7FC0); i32 -> bf16 or
  * f32 rounds to nearest even; bf16 or f32 -> i32 truncates toward zero, and NaN or a value outside
- * the i32 range is TGRAD_ERR_INVALID_ARGUMENT when the cast runs (at realize). */
+ * the i32 range is TGRAD_ERR_INVALID_ARGUMENT when the cast runs (at realize). bool -> bf16, f32
+ * or i32 gives 0 or 1; bf16, f32 or i32 -> bool gives x != 0 (NaN gives 1, -0 gives 0). */
 TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
+
+/* ---- comparisons and selection ------------------------------------------------------------- */
+/* Comparison codes. Frozen. */
+#define TGRAD_COMPARE_EQ 1
+#define TGRAD_COMPARE_NE 2
+#define TGRAD_COMPARE_LT 3
+#define TGRAD_COMPARE_LE 4
+#define TGRAD_COMPARE_GT 5
+#define TGRAD_COMPARE_GE 6
+/* out = (a cmp b), a bool tensor, elementwise with numpy broadcasting, lazily. Operands of any
+ * tensor dtype (bf16, f32, i32, bool; they may differ): each pair is compared by its exact values
+ * (every element is exact in double), as IEEE 754 compares: NaN is unequal to everything, itself
+ * included (only NE gives 1), -0 == +0. Both operands on the CPU (a GPU operand:
+ * TGRAD_ERR_BACKEND_UNAVAILABLE). Checked before allocating: the code (TGRAD_ERR_INVALID_ARGUMENT),
+ * shapes (TGRAD_ERR_SHAPE_MISMATCH), devices. */
+TGRAD_API tgrad_status tgrad_compare(int32_t cmp, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+/* out = cond ? a : b, elementwise with numpy broadcasting of all three, lazily: each element is
+ * a's or b's bits, unchanged. cond is bool (another dtype: TGRAD_ERR_DTYPE_UNSUPPORTED); a and b
+ * have one dtype, the result's (bf16 with f32 is TGRAD_ERR_DTYPE_UNSUPPORTED: cast first); all on
+ * the CPU. Checked before allocating, as tgrad_compare. */
+TGRAD_API tgrad_status tgrad_where(tgrad_tensor_t cond, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 
 /* ---- reductions ----------------------------------------------------------------------------- */
 /* The reduction registry. X(code, NAME, name). Codes are frozen. sum and mean are correctly

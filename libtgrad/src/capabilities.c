@@ -17,6 +17,7 @@
     X("cpu", "route gather (tgrad_take: take, x[ids])", "bit-exact", "any dtype, int32 indices (negative count from the end) checked before anything is written; CPU only for now") \
     X("cpu", "elementwise ops (17, tgrad_unary/tgrad_binary)", "correctly rounded", "numpy broadcasting through views; one threaded pass (avx2, portable loops)") \
     X("cpu", "fusion", "bit-exact", "a matmul's consumer ops as its epilogue on every route and variant; elementwise chains in one pass; TGRAD_FUSION=0 turns it off") \
+    X("cpu", "comparisons and where (tgrad_compare, tgrad_where)", "exact", "bool results (1 byte, 0/1) of IEEE comparisons of exact values, any dtype pair; where copies bits; numpy broadcasting through views; threaded; GPU devices refuse them for now") \
     X("cpu", "host input float32", "yes", "rounded to nearest even; NaN kept quiet with its sign")          \
     X("cpu", "host input float64", "yes", "one rounding straight to bf16")                                  \
     X("cpu", "host input bf16", "yes", "bits copied unchanged")                                             \

@@ -65,7 +65,8 @@ static void kernel_name(const tg_step *st, char *dst, size_t cap) {
 static const char *operand_name(const tg_step *st, int32_t i) {
     if (tg_kind_of(st->op)->role == TG_ROLE_MOVEMENT) return "source";
     int32_t nbase = st->pro_base ? st->pro_base->ninputs : st->ninputs;
-    if (i < nbase) return nbase == 1 ? "x" : (i ? "b" : "a");
+    static const char *const abc[] = { "a", "b", "c" }; /* where: cond, then its values */
+    if (i < nbase) return nbase == 1 ? "x" : i < 3 ? abc[i] : "operand";
     int32_t k = i - nbase;
     for (int32_t f = 0; f < st->npro; f++)
         if (st->prologue[f].operand && k-- == 0) return tgrad_op_name(st->prologue[f].op);

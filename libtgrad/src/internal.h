@@ -111,13 +111,14 @@ TG_HIDDEN bool tg_poison_enabled(void);
 TG_HIDDEN void tg_poison_fill(void *p, size_t bytes);
 
 /* ---- element types ---- */
-/* Bytes of one element: bf16 2, f32 and i32 4, f64 8 (host data only: no buffer holds f64), 0 for
- * anything else. */
+/* Bytes of one element: bf16 2, f32 and i32 4, bool 1, f64 8 (host data only: no buffer holds
+ * f64), 0 for anything else. */
 static inline int32_t tg_dtype_size(int32_t dtype) {
     switch (dtype) {
     case TGRAD_DTYPE_BF16: return 2;
     case TGRAD_DTYPE_F32: case TGRAD_DTYPE_I32: return 4;
     case TGRAD_DTYPE_F64: return 8;
+    case TGRAD_DTYPE_BOOL: return 1;
     default: return 0;
     }
 }
@@ -127,6 +128,7 @@ static inline const char *tg_dtype_name(int32_t dtype) {
     case TGRAD_DTYPE_F32: return "float32";
     case TGRAD_DTYPE_I32: return "int32";
     case TGRAD_DTYPE_F64: return "float64";
+    case TGRAD_DTYPE_BOOL: return "bool";
     default: return "unknown dtype";
     }
 }
@@ -150,6 +152,7 @@ typedef struct tg_node_params {
         uint64_t seed, offset;
         double p0, p1;               /* the distribution's parameters (tgrad.h) */
     } random;
+    int32_t compare_op;              /* COMPARE: TGRAD_COMPARE_* */
 } tg_node_params;
 
 struct tg_buffer;
@@ -302,9 +305,12 @@ TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const
 TG_HIDDEN void tg_cpu_copy_view(const uint16_t *src, const tg_view *v, uint16_t *dst);
 /* The same for 4-byte elements (f32, i32). */
 TG_HIDDEN void tg_cpu_copy_view32(const uint32_t *src, const tg_view *v, uint32_t *dst);
-/* Either, by element size (2 or 4 bytes). */
+/* The same for 1-byte elements (bool). */
+TG_HIDDEN void tg_cpu_copy_view8(const uint8_t *src, const tg_view *v, uint8_t *dst);
+/* Any of them, by element size (1, 2 or 4 bytes). */
 static inline void tg_cpu_copy_view_sized(const void *src, const tg_view *v, void *dst, int32_t size) {
     if (size == 4) tg_cpu_copy_view32(src, v, dst);
+    else if (size == 1) tg_cpu_copy_view8(src, v, dst);
     else tg_cpu_copy_view(src, v, dst);
 }
 /* The CPU frame's choice to read A in place, as a function of the L1 data cache (tested in

@@ -20,6 +20,8 @@ static void decide_none(tg_step *st) { route_named(st, "unknown"); }
 static void decide_copy(tg_step *st) { route_named(st, "copy"); }
 static void decide_gather(tg_step *st) { route_named(st, "gather"); }
 static void decide_concat(tg_step *st) { route_named(st, "concat"); }
+static void decide_where(tg_step *st) { route_named(st, "where"); }
+static void decide_compare(tg_step *st) { route_named(st, "compare"); }
 static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
@@ -97,6 +99,11 @@ static const char *name_kind(const tg_step *st) { return tg_kind_of(st->op)->nam
 static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st->ew); }
 static const char *name_reduce(const tg_step *st) { return tgrad_reduce_name(st->base->params.reduce_op); }
 static const char *name_random(const tg_step *st) { return tgrad_random_name(st->base->params.random.dist); }
+static const char *name_compare(const tg_step *st) {
+    static const char *const names[] = { "compare", "eq", "ne", "lt", "le", "gt", "ge" };
+    int32_t c = st->base->params.compare_op;
+    return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
+}
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -123,6 +130,14 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                        .cpu_execute = tg_concat_execute, .unfused = "a concat is not fused", .base_name = name_kind },
     [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
                        .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random },
+    /* where and compare (ops/compare.c) run on the CPU only for now (gpu_render NULL: a GPU
+     * operand is refused when the node is made); they read stored operands and store their result */
+    [TG_OP_WHERE] = { .name = "where", .role = TG_ROLE_ELEMENTWISE, .decide = decide_where,
+                      .cpu_execute = tg_where_execute,
+                      .unfused = "a where is not fused (its selection runs as its own step)", .base_name = name_kind },
+    [TG_OP_COMPARE] = { .name = "compare", .role = TG_ROLE_ELEMENTWISE, .decide = decide_compare,
+                        .cpu_execute = tg_compare_execute,
+                        .unfused = "a comparison is not fused (its result is bool)", .base_name = name_compare },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

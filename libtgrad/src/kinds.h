@@ -59,5 +59,7 @@ TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 
 #endif

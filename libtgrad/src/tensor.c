@@ -18,11 +18,13 @@ TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
 static bool host_pair_ok(int32_t src, int32_t dtype) {
     bool float_src = src == TGRAD_DTYPE_BF16 || src == TGRAD_DTYPE_F32 || src == TGRAD_DTYPE_F64;
     if (dtype == TGRAD_DTYPE_BF16 || dtype == TGRAD_DTYPE_F32) return float_src;
-    return dtype == TGRAD_DTYPE_I32 && src == TGRAD_DTYPE_I32;
+    return (dtype == TGRAD_DTYPE_I32 || dtype == TGRAD_DTYPE_BOOL) && src == dtype;
 }
 
 static void convert_host(const void *data, int32_t src, int64_t numel, int32_t dtype, void *dst) {
-    if (src == dtype) {
+    if (dtype == TGRAD_DTYPE_BOOL) { /* bytes: any nonzero one is true, stored as 1 */
+        for (int64_t i = 0; i < numel; i++) ((uint8_t *)dst)[i] = ((const uint8_t *)data)[i] != 0;
+    } else if (src == dtype) {
         memcpy(dst, data, (size_t)numel * (size_t)tg_dtype_size(dtype));
     } else if (dtype == TGRAD_DTYPE_BF16) {
         uint16_t *d = dst;

@@ -249,7 +249,7 @@ def test_registry_names_and_sizes_are_total() -> None:
     assert names[2:8] == ["sum", "mean", "max", "min", "argmax", "argmin"]
     assert set(names[:2] + names[8:]) == {"unknown_reduce"}
     sizes = {code: lib.tgrad_dtype_size(code) for code in range(-1, 7)}
-    assert sizes == {-1: 0, 0: 0, 1: 2, 2: 4, 3: 8, 4: 4, 5: 0, 6: 0}
+    assert sizes == {-1: 0, 0: 0, 1: 2, 2: 4, 3: 8, 4: 4, 5: 1, 6: 0}
 
 
 def test_trace_records_and_validates_reductions_and_casts() -> None:

@@ -56,6 +56,29 @@ __all__ = [
     "tensor",
     "zeros",
     "zeros_like",
+# hcmp: comparisons, where, logic (tgrad.compare); tgrad.bool through __getattr__ below
+from . import compare
+from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logical_xor, lt, masked_fill, ne,
+                      where)
+from .dtypes import bool_
+
+__all__ = [
+    "all",
+    "any",
+    "bool_",
+    "compare",
+    "eq",
+    "ge",
+    "gt",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "lt",
+    "masked_fill",
+    "ne",
+    "where",
     "Backend",
     "DType",
     "argmax",
@@ -315,3 +338,12 @@ def from_dlpack(x: object) -> Tensor:
 
 # Last, so that the builtins they shadow in this module's namespace are not used above.
 from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
+from .compare import all, any  # noqa: E402  (last: they shadow the builtins, as max and sum do)
+
+
+def __getattr__(name: str) -> object:
+    """``tgrad.bool`` (torch's name for the bool dtype, tgrad.dtypes.bool_) without shadowing the
+    builtin inside this package."""
+    if name == "bool":
+        return bool_
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -91,6 +91,7 @@ int32_t tgrad_op_arity(tgrad_op op);
 #define TGRAD_DTYPE_F32 2
 #define TGRAD_DTYPE_F64 3
 #define TGRAD_DTYPE_I32 4
+#define TGRAD_DTYPE_BOOL 5
 
 typedef uint64_t tgrad_tensor_t;
 
@@ -139,6 +140,15 @@ tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out)
 tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
 tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, int32_t axis, tgrad_tensor_t *out);
 tgrad_status tgrad_take(tgrad_tensor_t x, tgrad_tensor_t indices, int32_t axis, tgrad_tensor_t *out);
+
+#define TGRAD_COMPARE_EQ 1
+#define TGRAD_COMPARE_NE 2
+#define TGRAD_COMPARE_LT 3
+#define TGRAD_COMPARE_LE 4
+#define TGRAD_COMPARE_GT 5
+#define TGRAD_COMPARE_GE 6
+tgrad_status tgrad_compare(int32_t cmp, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
+tgrad_status tgrad_where(tgrad_tensor_t cond, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 
 enum tgrad_reduce_code {
     TGRAD_REDUCE_NONE = 0,

@@ -1,10 +1,13 @@
-"""Element types: ``tgrad.bfloat16``, ``tgrad.float32``, ``tgrad.int32``.
+"""Element types: ``tgrad.bfloat16``, ``tgrad.float32``, ``tgrad.int32``, ``tgrad.bool``.
 
 A ``DType`` names one of libtgrad's frozen dtype codes (tgrad.h, ``TGRAD_DTYPE_*``); it compares
 equal to itself, to its name ("bfloat16") and to the matching numpy dtype, so code that compared
 ``x.dtype == "bfloat16"`` keeps working. Promotion of mixed operands follows torch (bfloat16 with
 float32 gives float32; a Python number takes the tensor's dtype); the elementwise ops, reductions
-and casts take float32, the reductions and casts int32 too (docs/numerics.md).
+and casts take float32, the reductions and casts int32 too (docs/numerics.md). ``tgrad.bool`` (one
+byte, 0 or 1) is what comparisons give and where takes (tgrad.compare); it is ``tgrad.dtypes.bool_``
+too, as numpy names it (``bool`` is reached through the module's ``__getattr__``, so the builtin
+is not shadowed here).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy.typing as npt
 from . import _bf16, errors
 from ._ffi import lib
 
-__all__ = ["DType", "bfloat16", "float32", "int32", "as_dtype"]
+__all__ = ["DType", "bfloat16", "float32", "int32", "bool_", "as_dtype"]
 
 
 class DType:
@@ -35,7 +38,7 @@ class DType:
 
     @property
     def is_floating_point(self) -> bool:
-        return self.code != int(lib.TGRAD_DTYPE_I32)
+        return self.code not in (int(lib.TGRAD_DTYPE_I32), int(lib.TGRAD_DTYPE_BOOL))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DType):
@@ -60,9 +63,17 @@ class DType:
 bfloat16 = DType("bfloat16", int(lib.TGRAD_DTYPE_BF16), 2)
 float32 = DType("float32", int(lib.TGRAD_DTYPE_F32), 4)
 int32 = DType("int32", int(lib.TGRAD_DTYPE_I32), 4)
-_BY_CODE = {d.code: d for d in (bfloat16, float32, int32)}
+bool_ = DType("bool", int(lib.TGRAD_DTYPE_BOOL), 1)
+_BY_CODE = {d.code: d for d in (bfloat16, float32, int32, bool_)}
 _BY_NAME = {"bfloat16": bfloat16, "bf16": bfloat16, "float32": float32, "float": float32, "f32": float32,
-            "int32": int32, "i32": int32}
+            "int32": int32, "i32": int32, "bool": bool_}
+
+
+def __getattr__(name: str) -> Any:
+    """``tgrad.dtypes.bool`` (torch's name) without shadowing the builtin in this module."""
+    if name == "bool":
+        return bool_
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 _ALIASES_OF = {"bfloat16": "bf16"}
 
 
@@ -100,15 +111,17 @@ def as_dtype(dtype: Any, what: str) -> DType:
         dt: np.dtype[Any] = np.dtype(dtype)
     except (TypeError, ValueError):
         raise errors.DtypeUnsupportedError(
-            f"{what}: dtype {dtype!r} is not a tgrad dtype (tgrad.bfloat16, tgrad.float32, tgrad.int32)") from None
+            f"{what}: dtype {dtype!r} is not a tgrad dtype (tgrad.bfloat16, tgrad.float32, tgrad.int32, tgrad.bool)") from None
     if _bf16.is_bf16(dt):
         return bfloat16
     if dt == np.float32:
         return float32
     if dt == np.int32:
         return int32
+    if dt == np.bool_:
+        return bool_
     raise errors.DtypeUnsupportedError(
-        f"{what}: dtype {dt} is not a tgrad dtype (tgrad.bfloat16, tgrad.float32, tgrad.int32)")
+        f"{what}: dtype {dt} is not a tgrad dtype (tgrad.bfloat16, tgrad.float32, tgrad.int32, tgrad.bool)")
 
 
 def host_array(array: npt.NDArray[Any], dtype: DType, what: str) -> tuple[npt.NDArray[Any], int]:
@@ -116,6 +129,10 @@ def host_array(array: npt.NDArray[Any], dtype: DType, what: str) -> tuple[npt.ND
     float sources for bfloat16 and float32 (rounded once in libtgrad where wider), integer
     sources for int32 (values outside int32 refused here, before anything is allocated)."""
     dt = array.dtype
+    if dtype is bool_:  # numpy's bool, or any real data as x != 0 (NaN is true), as numpy's astype
+        if dt.kind not in "biuf" and not _bf16.is_bf16(dt):
+            raise errors.DtypeUnsupportedError(f"{what}: dtype {dt} is not supported for a bool tensor")
+        return np.ascontiguousarray(array if dt.kind == "b" else array != 0, dtype=np.bool_), int(lib.TGRAD_DTYPE_BOOL)
     if dtype is int32:
         if dt.kind not in "iub":
             raise errors.DtypeUnsupportedError(

@@ -67,6 +67,10 @@ def reduce(name: str, x: Tensor, axis: Any = None, keepdims: Any = False, dtype:
 
     if not isinstance(x, Tensor):
         raise errors.InvalidArgumentError(f"tgrad.{name}: expected a Tensor, got {type(x).__name__}")
+    if x.dtype.code == int(lib.TGRAD_DTYPE_BOOL):  # numpy's rules for bool, composed (tgrad.compare)
+        from .compare import reduce_bool
+
+        return reduce_bool(name, x, axis, keepdims, dtype, dim, keepdim)
     axes = _axes(name, axis, dim)
     keep = _keep(name, keepdims, keepdim)
     out_dtype = 0 if dtype is None else as_dtype(dtype, f"tgrad.{name}").code

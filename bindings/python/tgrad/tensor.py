@@ -477,9 +477,9 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             yield self[i]
 
     def __bool__(self) -> bool:
-        raise errors.InvalidArgumentError(
-            "the truth value of a Tensor is ambiguous; test `t is not None` or inspect t.numpy()"
-        )
+        """The truth of a one-element tensor (nonzero; NaN is true), as numpy's; InvalidArgumentError
+        (a ValueError) for any other size."""
+        return builtins.bool(self._one_value("bool()") != 0)
 
     def __repr__(self) -> str:
         """numpy's way for a computed tensor: its values (summarized past 1000 elements, the
@@ -496,7 +496,8 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             if size > _REPR_MAX_ELEMENTS:
                 return (f"Tensor(shape={shape}, dtype={dtype}, computed; its {size} values are "
                         "not read to print them: .numpy() reads them)")
-            values = np.array2string(self.numpy(np.float32), separator=", ", prefix="Tensor(",
+            values = np.array2string(self.numpy(np.float32) if dtype.is_floating_point else self.numpy(),
+                                     separator=", ", prefix="Tensor(",
                                      threshold=1000, edgeitems=3)
             return f"Tensor({values}, shape={shape}, dtype={dtype})"
         except errors.TgradError as exc:
@@ -526,6 +527,8 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             own = self._numpy_own() if self.dtype is not _dtypes.bfloat16 else self._bits(_bf16.dtype())
             if dtype is None or np.dtype(dtype) == own.dtype:
                 return own
+            if own.dtype == np.bool_:  # 0 and 1 are exact in every numpy dtype
+                return own.astype(np.dtype(dtype))
             if own.dtype == np.int32:
                 raise errors.DtypeUnsupportedError(
                     f"Tensor.numpy: an int32 tensor reads as int32 (asked for {np.dtype(dtype)})")
@@ -551,8 +554,9 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
 
     def tolist(self) -> Any:
         """The values as nested Python lists of floats (a float for a 0-d tensor), as numpy's
-        tolist: each the exact value of its bf16 element (libtgrad widens to float32)."""
-        return self.numpy(np.float32).tolist()
+        tolist: each the exact value of its bf16 element (libtgrad widens to float32); bools and
+        ints for bool and int32 tensors."""
+        return (self.numpy(np.float32) if self.dtype.is_floating_point else self.numpy()).tolist()
 
     def __float__(self) -> builtins.float:  # builtins': Tensor.float() is a method
         """The value of a one-element tensor (any rank); InvalidArgumentError for another size."""
@@ -561,6 +565,8 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
             raise errors.InvalidArgumentError(
                 f"float(): only a one-element tensor converts to a Python float; this one has shape "
                 f"{self.shape} ({size} elements)")
+        if not self.dtype.is_floating_point:  # int32, bool: exact
+            return builtins.float(self._one_value("float()"))
         value = ffi.new("float[1]")
         _check(lib.tgrad_tensor_read_f32(self._h, value, 1))
         return float(value[0])
@@ -921,6 +927,120 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         if self.dtype == _dtypes.int32:
             return int(self.numpy().reshape(()))
         return float(self)
+    # --- hcmp: comparisons, where, logic, truth (tgrad.compare) ---
+    # Comparisons are elementwise and give bool tensors (tgrad.compare); a Tensor stays hashable by
+    # identity, as torch's: `t in {t}` and dict keys work, while `t == u` compares values.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> Any:
+        return _compare.eq(self, other) if _compare._is_comparable(other) else NotImplemented
+
+    def __ne__(self, other: object) -> Any:
+        return _compare.ne(self, other) if _compare._is_comparable(other) else NotImplemented
+
+    def __lt__(self, other: Operand) -> Tensor:
+        return _compare.lt(self, other) if _compare._is_comparable(other) else NotImplemented
+
+    def __le__(self, other: Operand) -> Tensor:
+        return _compare.le(self, other) if _compare._is_comparable(other) else NotImplemented
+
+    def __gt__(self, other: Operand) -> Tensor:
+        return _compare.gt(self, other) if _compare._is_comparable(other) else NotImplemented
+
+    def __ge__(self, other: Operand) -> Tensor:
+        return _compare.ge(self, other) if _compare._is_comparable(other) else NotImplemented
+
+    def __and__(self, other: Any) -> Tensor:
+        return _compare.bitwise("&", self, other)  # type: ignore[no-any-return]
+
+    def __rand__(self, other: Any) -> Tensor:
+        return _compare.bitwise("&", other, self)  # type: ignore[no-any-return]
+
+    def __or__(self, other: Any) -> Tensor:
+        return _compare.bitwise("|", self, other)  # type: ignore[no-any-return]
+
+    def __ror__(self, other: Any) -> Tensor:
+        return _compare.bitwise("|", other, self)  # type: ignore[no-any-return]
+
+    def __xor__(self, other: Any) -> Tensor:
+        return _compare.bitwise("^", self, other)  # type: ignore[no-any-return]
+
+    def __rxor__(self, other: Any) -> Tensor:
+        return _compare.bitwise("^", other, self)  # type: ignore[no-any-return]
+
+    def __invert__(self) -> Tensor:
+        return _compare.invert(self)
+
+    def __int__(self) -> int:
+        """The value of a one-element tensor truncated toward zero, as int(numpy value)."""
+        return builtins.int(self._one_value("int()"))
+
+    def _one_value(self, what: str) -> Any:
+        """The Python value of a one-element tensor (float, int or bool); InvalidArgumentError (a
+        ValueError, as numpy's "truth value ... is ambiguous") for another size."""
+        size = self.size
+        if size != 1:
+            raise errors.InvalidArgumentError(
+                f"{what}: the truth value or number of a tensor with more than one element is ambiguous "
+                f"(shape {self.shape}, {size} elements); use .any() or .all(), or index one element")
+        values = self.numpy(np.float32) if self.dtype.is_floating_point else self.numpy()
+        return values.reshape(-1)[0].item()
+
+    def eq(self, other: Operand) -> Tensor:
+        """self == other (tgrad.compare)."""
+        return _compare.eq(self, other)
+
+    def ne(self, other: Operand) -> Tensor:
+        """self != other (tgrad.compare)."""
+        return _compare.ne(self, other)
+
+    def lt(self, other: Operand) -> Tensor:
+        """self < other (tgrad.compare)."""
+        return _compare.lt(self, other)
+
+    def le(self, other: Operand) -> Tensor:
+        """self <= other (tgrad.compare)."""
+        return _compare.le(self, other)
+
+    def gt(self, other: Operand) -> Tensor:
+        """self > other (tgrad.compare)."""
+        return _compare.gt(self, other)
+
+    def ge(self, other: Operand) -> Tensor:
+        """self >= other (tgrad.compare)."""
+        return _compare.ge(self, other)
+
+    def where(self, condition: Tensor, other: Any) -> Tensor:
+        """tgrad.where(condition, self, other), as torch's Tensor.where."""
+        return _compare.where(condition, self, other)
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        """self with `value` where mask is True (tgrad.compare.masked_fill)."""
+        return _compare.masked_fill(self, mask, value)
+
+    def logical_not(self) -> Tensor:
+        """tgrad.logical_not(self)."""
+        return _compare.logical_not(self)
+
+    def logical_and(self, other: Tensor) -> Tensor:
+        """tgrad.logical_and(self, other)."""
+        return _compare.logical_and(self, other)
+
+    def logical_or(self, other: Tensor) -> Tensor:
+        """tgrad.logical_or(self, other)."""
+        return _compare.logical_or(self, other)
+
+    def logical_xor(self, other: Tensor) -> Tensor:
+        """tgrad.logical_xor(self, other)."""
+        return _compare.logical_xor(self, other)
+
+    def any(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool | None = None) -> Tensor:
+        """tgrad.any(self, axis): whether any element is nonzero (bool)."""
+        return _compare.any(self, axis, keepdims, dim=dim, keepdim=keepdim)
+
+    def all(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool | None = None) -> Tensor:
+        """tgrad.all(self, axis): whether every element is nonzero (bool)."""
+        return _compare.all(self, axis, keepdims, dim=dim, keepdim=keepdim)
 
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:
@@ -1054,6 +1174,8 @@ def _from_numpy_handle(array: Any) -> int:
     array = _plain(array)  # from here every read of shape, dtype and memory is the buffer's own
     dt = array.dtype
     shape = array.shape
+    if dt.kind == "b":  # numpy's bool gives a tgrad.bool tensor (as torch.from_numpy)
+        return _typed_handle(array, _dtypes.bool_)
     if _bf16.is_bf16(dt):
         return _bits_handle(np.ascontiguousarray(array).view(np.uint16).reshape(shape))
     if dt.kind == "f" and dt.itemsize == 2:
@@ -1200,3 +1322,4 @@ def _shape_text(extents: Sequence[int | None]) -> str:
 
 # The ops are defined on Tensor, and Tensor's operators call them: imported last, once Tensor exists.
 from . import ops as _ops  # noqa: E402
+from . import compare as _compare  # noqa: E402

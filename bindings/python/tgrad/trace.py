@@ -457,6 +457,11 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             want = _trace_kinds.replay_cast(op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind in _trace_kinds.SHAPE_KINDS:
             want = _trace_kinds.replay_shape(op.kind, op.args, [np.asarray(s.payload) for s in sources])
+        elif op.kind in _trace_kinds.COMPARE_KINDS:
+            want = _trace_kinds.replay_compare(op.kind, np.asarray(sources[0].payload), sources[0].dtype,
+                                               np.asarray(sources[1].payload), sources[1].dtype)
+        elif op.kind == _trace_kinds.WHERE_KIND:
+            want = _trace_kinds.replay_where(*(np.asarray(s.payload) for s in sources))
         elif op.kind in elementwise and (op.dtype != "bfloat16" or any(s.dtype != "bfloat16" for s in sources)):
             return result("skipped", "a float32 elementwise op: the trace's oracle replays bfloat16 ops only "
                                      "(tests/python/test_elementwise_f32_reference.py proves the float32 ones)")

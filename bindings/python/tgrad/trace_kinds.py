@@ -1,8 +1,14 @@
-"""tgrad.trace for the reductions and casts (tgrad.reductions) and the shape ops concat and gather
-(tgrad.shape_ops): how their arguments are recorded, how payloads of every dtype are stored, and
-how validation replays them against the exact references (tgrad.conformance.exact for sums, means
-and extrema; the documented conversions for casts; numpy's concatenate and take on the payloads'
-bits for the shape ops). trace.py calls in here; nothing here runs libtgrad."""
+"""tgrad.trace for the reductions and casts (tgrad.reductions), the shape ops concat and gather
+(tgrad.shape_ops), the comparisons and where (tgrad.compare): how their arguments are recorded,
+how payloads of every dtype are stored, and how validation replays them against the exact
+references (tgrad.conformance.exact for sums, means and extrema; the documented conversions for
+casts; numpy's concatenate and take on the payloads' bits for the shape ops; numpy's exact
+comparisons and selection of bits). trace.py calls in here; nothing here runs libtgrad."""
+"""tgrad.trace for the reductions and casts (tgrad.reductions), the comparisons and where
+(tgrad.compare): how their arguments are recorded, how payloads of every dtype are stored, and how
+validation replays them against the exact references (tgrad.conformance.exact for sums, means and
+extrema; the documented conversions for casts; numpy's exact comparisons and selection of bits).
+trace.py calls in here; nothing here runs libtgrad."""
 
 from __future__ import annotations
 
@@ -17,12 +23,18 @@ REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 CAST_KIND = "cast"
 #: The shape ops that copy (cat, stack, take, x[ids]); the views are recorded as view kinds.
 SHAPE_KINDS = frozenset({"concat", "gather"})
-KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS
-#: Inputs each replays from where it is not one: gather (x, indices); concat any number (None).
-INPUT_COUNTS: dict[str, int | None] = {"gather": 2, "concat": None}
-#: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
+#: The comparisons (2 inputs, a bool result) and where (3 inputs: the bool condition, then values).
+COMPARE_KINDS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+WHERE_KIND = "where"
+KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND}
+#: How many inputs each kind replays from: gather (x, indices); concat any number (None).
+INPUT_COUNTS: dict[str, int | None] = {**{kind: 1 for kind in REDUCE_KINDS | {CAST_KIND}},
+                                       **{kind: 2 for kind in COMPARE_KINDS}, WHERE_KIND: 3,
+                                       "gather": 2, "concat": None}
+#: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian),
+#: bool as bytes (0 or 1).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
-                                  "int32": np.dtype("<u4")}
+                                  "int32": np.dtype("<u4"), "bool": np.dtype("u1")}
 _ENGINE = {"bfloat16": 1, "float32": 2}  # tgrad.conformance.exact's dtype codes (tgrad.h's)
 
 
@@ -32,8 +44,9 @@ def _exact() -> Any:
 
 
 def payload_bits(values: np.ndarray) -> np.ndarray:
-    """A read tensor's values as their bit patterns (uint16 for bf16, uint32 otherwise)."""
-    return values.view(np.uint16 if values.dtype.itemsize == 2 else np.uint32)
+    """A read tensor's values as their bit patterns (uint16 for bf16, uint8 for bool, uint32
+    otherwise)."""
+    return values.view({1: np.uint8, 2: np.uint16}.get(values.dtype.itemsize, np.uint32))
 
 
 def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,6 +55,8 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {"dtype": str(kwargs["dtype"])}
     if kind in SHAPE_KINDS:
         return {"axis": int(kwargs["axis"])}
+    if kind in COMPARE_KINDS or kind == WHERE_KIND:
+        return {}
     axes = kwargs.get("axes")
     return {"axes": None if axes is None else list(axes), "keepdims": bool(kwargs.get("keepdims")),
             "dtype": str(kwargs["dtype"])}
@@ -95,25 +110,53 @@ def _widen_extremum(bits: int, source: str, out: str) -> int:
     return bits << 16 if source == "bfloat16" and out == "float32" else bits
 
 
+def values_of(bits: np.ndarray, dtype: str) -> np.ndarray:
+    """A payload's exact values as float64 (every bf16, float32, int32 and bool value is exact)."""
+    import ml_dtypes
+
+    values: np.ndarray
+    if dtype == "bfloat16":
+        values = bits.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    elif dtype == "float32":
+        values = bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    elif dtype == "bool":
+        values = bits.astype(np.float64)
+    else:
+        values = bits.astype(np.uint32).view(np.int32).astype(np.float64)
+    return values
+
+
+def replay_compare(kind: str, a: np.ndarray, a_dtype: str, b: np.ndarray, b_dtype: str) -> np.ndarray:
+    """The bool bytes of a recorded comparison: numpy's IEEE comparison of the exact values."""
+    op = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+          "ge": np.greater_equal}[kind]
+    result: np.ndarray = op(values_of(a, a_dtype), values_of(b, b_dtype)).astype(np.uint8)
+    return result
+
+
+def replay_where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The bits of a recorded where: a's where the condition's byte is nonzero, else b's."""
+    result: np.ndarray = np.where(cond != 0, a, b)
+    return result
+
+
 def replay_cast(args: Mapping[str, Any], source: np.ndarray, source_dtype: str) -> np.ndarray:
     """The documented conversion of the source payload's bits to args["dtype"] (docs/numerics.md)."""
     import ml_dtypes
 
     out = args["dtype"]
-    if source_dtype == "bfloat16":
-        values = source.astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
-    elif source_dtype == "float32":
-        values = source.astype(np.uint32).view(np.float32).astype(np.float64)
-    else:
-        values = source.astype(np.uint32).view(np.int32).astype(np.float64)  # exact
+    values = values_of(source, source_dtype)
     result: np.ndarray
+    if out == "bool":  # x != 0: NaN is true
+        result = (values != 0).astype(np.uint8)
+        return result
     if out == "int32":
         result = np.trunc(values).astype(np.int32).view(np.uint32)
         return result
     if out == "float32":
         result = values.astype(np.float32).view(np.uint32)  # exact from bf16, RNE from int32
         return result
-    if source_dtype == "int32":  # one rounding from the exact integer (not through float32)
+    if source_dtype in ("int32", "bool"):  # one rounding from the exact integer (not through float32)
         from fractions import Fraction
 
         exact = _exact()

@@ -35,6 +35,7 @@
         }                                                                                      \
     }
 
-/* bf16 (2-byte) and f32/i32 (4-byte) elements: one body. */
+/* bf16 (2-byte), f32/i32 (4-byte) and bool (1-byte) elements: one body. */
 COPY_VIEW(tg_cpu_copy_view, uint16_t)
 COPY_VIEW(tg_cpu_copy_view32, uint32_t)
+COPY_VIEW(tg_cpu_copy_view8, uint8_t)

@@ -7,13 +7,16 @@
 
 #include "../kinds.h"
 
-static bool tensor_dtype(int32_t d) { return d == TGRAD_DTYPE_BF16 || d == TGRAD_DTYPE_F32 || d == TGRAD_DTYPE_I32; }
+static bool tensor_dtype(int32_t d) {
+    return d == TGRAD_DTYPE_BF16 || d == TGRAD_DTYPE_F32 || d == TGRAD_DTYPE_I32 || d == TGRAD_DTYPE_BOOL;
+}
+static bool device_dtype(int32_t d) { return d == TGRAD_DTYPE_BF16 || d == TGRAD_DTYPE_F32; }
 
 TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out) {
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: out is NULL");
     if (!tensor_dtype(dtype))
-        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %d is not a tensor dtype (bfloat16 %d, float32 %d, int32 %d)",
-                       (int)dtype, TGRAD_DTYPE_BF16, TGRAD_DTYPE_F32, TGRAD_DTYPE_I32);
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %d is not a tensor dtype (bfloat16 %d, float32 %d, int32 %d, bool %d)",
+                       (int)dtype, TGRAD_DTYPE_BF16, TGRAD_DTYPE_F32, TGRAD_DTYPE_I32, TGRAD_DTYPE_BOOL);
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(x, &t);
     if (s) return s;
@@ -24,8 +27,8 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     tg_view ov;
     s = tg_kind_check_device(TG_OP_CAST, t.buf->device, "cast");
     /* a GPU casts between bfloat16 and float32 (route cast); int32 has no error channel there (a
-     * NaN or an out-of-range value must fail the cast) */
-    if (!s && t.buf->device != TGRAD_DEVICE_CPU && (dtype == TGRAD_DTYPE_I32 || t.buf->dtype == TGRAD_DTYPE_I32))
+     * NaN or an out-of-range value must fail the cast), and bool tensors live on the CPU only */
+    if (!s && t.buf->device != TGRAD_DEVICE_CPU && (!device_dtype(dtype) || !device_dtype(t.buf->dtype)))
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %s -> %s runs on the CPU only; the tensor lives on %s (%s)",
                     tg_dtype_name(t.buf->dtype), tg_dtype_name(dtype), tg_device_name(t.buf->device),
                     "bfloat16 <-> float32 run on devices");
@@ -38,14 +41,17 @@ static bool convert(const void *src, int32_t from, void *dst, int32_t to) {
     double v;
     if (from == TGRAD_DTYPE_BF16) v = tg_bf16_to_f32(*(const uint16_t *)src);
     else if (from == TGRAD_DTYPE_F32) v = *(const float *)src;
+    else if (from == TGRAD_DTYPE_BOOL) v = *(const uint8_t *)src;
     else v = *(const int32_t *)src; /* exact in double */
-    if (to == TGRAD_DTYPE_I32) {
+    if (to == TGRAD_DTYPE_BOOL) {
+        *(uint8_t *)dst = v != 0; /* NaN is nonzero: true, as numpy and torch */
+    } else if (to == TGRAD_DTYPE_I32) {
         if (!(v > -2147483649.0 && v < 2147483648.0)) return false; /* NaN or out of range */
         *(int32_t *)dst = (int32_t)v;                               /* truncation toward zero */
     } else if (to == TGRAD_DTYPE_F32) {
-        *(float *)dst = from == TGRAD_DTYPE_I32 ? (float)*(const int32_t *)src : (float)v; /* RNE; bf16 exact */
+        *(float *)dst = (float)v; /* RNE for an i32; exact from bf16 and bool; f32 -> f32 never runs */
     } else {
-        *(uint16_t *)dst = from == TGRAD_DTYPE_I32 ? tg_f64_to_bf16(v) : tg_acc_to_bf16((float)v);
+        *(uint16_t *)dst = from == TGRAD_DTYPE_F32 ? tg_acc_to_bf16((float)v) : tg_f64_to_bf16(v);
     }
     return true;
 }

@@ -54,9 +54,10 @@ class Embedding(Module):
                     f"Embedding({self.num_embeddings}, {self.embedding_dim}): give the table (weight=), or use "
                     "Embedding.from_pretrained or Embedding.from_checkpoint; drawing it at random needs "
                     "tgrad.random, which this build of tgrad does not have")
-            weight = borrowed("random", "randn", "Embedding")(shape)
+            drawn: Tensor = borrowed("random", "randn", "Embedding")(shape)
+            weight = drawn
             if padding_idx is not None:
-                bits = weight.numpy().view(np.uint16)
+                bits = drawn.numpy().view(np.uint16)
                 bits[padding_idx] = 0  # torch zeroes the padding row
                 weight = Tensor.from_bf16_bits(bits)
         if not isinstance(weight, Tensor):

@@ -90,7 +90,7 @@ class Module:
     def _place(self, registry: int, name: str, value: Any) -> None:
         """Register `value` as `name` in one registry (0 parameters, 1 buffers, 2 modules), in
         its old place when it is there already, and nowhere else."""
-        tables = self._registries()
+        tables: tuple[dict[str, Any], ...] = self._registries()
         for index, table in enumerate(tables):
             if index != registry:
                 table.pop(name, None)

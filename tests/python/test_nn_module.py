@@ -253,3 +253,30 @@ def test_repr_is_torchs(rng: np.random.Generator) -> None:
     (4): Dropout(p=0.1, inplace=False)
   )
 )"""
+
+
+def test_layers_from_checkpoint_take_their_sizes_from_the_schema(tmp_path: Path, rng: np.random.Generator) -> None:
+    pytest.importorskip("safetensors")
+    table, w, b = tensor(rng, 10, 4), tensor(rng, 4), tensor(rng, 4)
+    path = tmp_path / "model.safetensors"
+    tgrad.safetensors.save(path, {"embed_tokens.weight": table, "norm.weight": w, "ln.weight": w, "ln.bias": b,
+                                  "odd.weight": w, "odd.bias": tensor(rng, 3), "flat.weight": w})
+    ckpt = tgrad.safetensors.open(path)
+    embed = nn.Embedding.from_checkpoint(ckpt, "embed_tokens", padding_idx=0)
+    assert (embed.num_embeddings, embed.embedding_dim, embed.padding_idx) == (10, 4, 0)
+    assert np.array_equal(bits(embed.weight), bits(table))
+    norm = nn.RMSNorm.from_checkpoint(path, "norm", eps=1e-6)
+    assert norm.normalized_shape == (4,) and norm.eps == 1e-6 and norm.weight is not None
+    assert np.array_equal(bits(norm.weight), bits(w))
+    ln = nn.LayerNorm.from_checkpoint(ckpt, "ln")
+    assert ln.bias is not None and np.array_equal(bits(ln.bias), bits(b))
+    assert nn.LayerNorm.from_checkpoint(ckpt, "norm").bias is None  # no norm.bias: none
+    refusals = [(lambda: nn.Embedding.from_checkpoint(ckpt, "flat"), errors.ShapeMismatchError, "2-D"),
+                (lambda: nn.Embedding.from_checkpoint(ckpt, "nope"), errors.TensorNotFoundError, "nope.weight"),
+                (lambda: nn.RMSNorm.from_checkpoint(ckpt, "nope"), errors.TensorNotFoundError, "nope.weight"),
+                (lambda: nn.LayerNorm.from_checkpoint(ckpt, "odd"), errors.ShapeMismatchError, r"'odd.bias' is \[3\]"),
+                (lambda: nn.RMSNorm.from_checkpoint(ckpt, 3), errors.InvalidArgumentError, "prefix"),
+                (lambda: nn.Embedding.from_checkpoint(42, "x"), errors.InvalidArgumentError, "Checkpoint")]
+    for make, error, text in refusals:
+        with pytest.raises(error, match=text):
+            make()  # type: ignore[no-untyped-call]

@@ -352,6 +352,33 @@ def test_repr_of_a_computed_tensor_shows_values_as_numpy_does() -> None:
     assert repr(big) == "Tensor(released)"
 
 
+@pytest.mark.parametrize("shape", [(2000,), (1001,), (3, 2000), (2, 3, 400), (7, 7, 7, 7), (6, 6, 6, 6), (8, 1, 200)])
+def test_a_summarized_repr_is_numpys_of_the_whole_tensor(shape: tuple[int, ...]) -> None:
+    # repr reads only the corners a summary shows; the text is numpy's for all the values.
+    values = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    t = Tensor.from_numpy(values)
+    want = np.array2string(t.numpy(np.float32), separator=", ", prefix="Tensor(", threshold=1000, edgeitems=3)
+    assert repr(t) == f"Tensor({want}, shape={shape}, dtype=bfloat16)"
+
+
+def test_repr_of_a_huge_view_reads_only_its_corners() -> None:
+    row = np.arange(5000, dtype=np.float32) % 97
+    huge = Tensor.from_numpy(row).reshape(1, 5000).expand(5000, 5000)  # 25e6 elements, one buffer of 5000
+    assert huge.is_realized and huge.size == 25_000_000
+    want = np.array2string(np.broadcast_to(row, (5000, 5000)), separator=", ", prefix="Tensor(", threshold=1000,
+                           edgeitems=3)
+    assert repr(huge) == f"Tensor({want}, shape=(5000, 5000), dtype=bfloat16)"
+
+
+def test_repr_shows_float32_and_int32_tensors_in_their_dtype() -> None:
+    x = Tensor.from_numpy(np.array([[0.1, 5.0, 2.0], [7.0, 1.0, 3.0]], np.float32), dtype="float32")
+    assert repr(x) == "Tensor([[0.1, 5. , 2. ],\n        [7. , 1. , 3. ]], shape=(2, 3), dtype=float32)"
+    index = x.argmax(axis=1).realize()
+    assert repr(index) == "Tensor([1, 0], shape=(2,), dtype=int32)"
+    wide = Tensor.from_numpy(np.arange(3000, dtype=np.float32), dtype="float32").argmax(axis=0).realize()
+    assert repr(wide) == "Tensor(2999, shape=(), dtype=int32)"
+
+
 # ---- lifetime ----------------------------------------------------------------------------------
 def test_release_is_idempotent_and_later_use_is_invalid_handle() -> None:
     t = Tensor.from_numpy(np.ones(3, np.float32))

@@ -182,6 +182,17 @@ def test_captured_tensors_are_named_as_fn_reaches_them(activated: Any) -> None:
     assert tr["input_1"].address is None and tr["relu_1_4"].address is None
 
 
+def test_a_modules_tensors_are_named_by_their_paths(activated: Any) -> None:
+    """A tgrad.nn.Module's parameters are addressed by their state_dict paths, not through the
+    registries that hold them."""
+    rng = np.random.default_rng(5)
+    model = tgrad.nn.Sequential(tgrad.nn.Linear.from_tensors(_tensor(rng, 16, 8), _tensor(rng, 16)), tgrad.nn.ReLU(),
+                                tgrad.nn.Linear.from_tensors(_tensor(rng, 4, 16), _tensor(rng, 4)))
+    tr = tl.trace(model, _tensor(rng, 2, 8), backend="tgrad")
+    assert [op.address for op in tr if op.op.origin == "captured"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert tr.validate().passed
+
+
 def test_backend_none_resolves_to_tgrad_once_activated(activated: Any) -> None:
     mlp, x = _tutorial_mlp()
     assert tl.trace(mlp, x).backend == "tgrad"

@@ -67,8 +67,10 @@ _INT32_MAX = (1 << 31) - 1
 _F32: np.dtype[Any] = np.dtype(np.float32)
 _new_tensor = TensorBase.__new__
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
-#: repr reads a computed tensor's values up to this many (64 MiB as float32); past it, it says so.
-_REPR_MAX_ELEMENTS = 1 << 24
+#: repr summarizes past this many elements, showing this many at each end of an axis (numpy's
+#: threshold and edgeitems).
+_REPR_THRESHOLD = 1000
+_REPR_EDGE = 3
 
 ShapeArg = Union[SupportsIndex, Sequence[SupportsIndex]]
 _BasicIndexItem = Union[SupportsIndex, slice, EllipsisType, None]
@@ -482,24 +484,22 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         return builtins.bool(self._one_value("bool()") != 0)
 
     def __repr__(self) -> str:
-        """numpy's way for a computed tensor: its values (summarized past 1000 elements, the
-        corners shown), then shape and dtype. A lazy tensor is not computed to be printed: it says
-        so, and how to compute it."""
+        """numpy's way for a computed tensor: its values (past 1000 elements summarized as numpy's
+        threshold=1000, edgeitems=3 do, reading only the corners it shows), then shape, dtype and
+        a device other than the CPU. A lazy tensor is not computed to be printed: it says so, and
+        how to compute it."""
         if not self._handle:
             return "Tensor(released)"
         try:
-            shape, dtype = self.shape, self.dtype
+            shape, dtype, device = self.shape, self.dtype, self.device
+            where = "" if device == "cpu" else f", device={device}"
             if not self.is_realized:
-                return (f"Tensor(shape={shape}, dtype={dtype}, lazy: not computed yet; "
+                return (f"Tensor(shape={shape}, dtype={dtype}{where}, lazy: not computed yet; "
                         ".realize() computes it, .numpy() reads its values)")
-            size = self.size
-            if size > _REPR_MAX_ELEMENTS:
-                return (f"Tensor(shape={shape}, dtype={dtype}, computed; its {size} values are "
-                        "not read to print them: .numpy() reads them)")
-            values = np.array2string(self.numpy(np.float32) if dtype.is_floating_point else self.numpy(),
-                                     separator=", ", prefix="Tensor(",
-                                     threshold=1000, edgeitems=3)
-            return f"Tensor({values}, shape={shape}, dtype={dtype})"
+            summarized = self.size > _REPR_THRESHOLD
+            values = np.array2string(_repr_values(self, summarized), separator=", ", prefix="Tensor(",
+                                     threshold=0 if summarized else _REPR_THRESHOLD, edgeitems=_REPR_EDGE)
+            return f"Tensor({values}, shape={shape}, dtype={dtype}{where})"
         except errors.TgradError as exc:
             return f"Tensor(<{exc.code}>)"
 
@@ -1041,6 +1041,35 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     def all(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool | None = None) -> Tensor:
         """tgrad.all(self, axis): whether every element is nonzero (bool)."""
         return _compare.all(self, axis, keepdims, dim=dim, keepdim=keepdim)
+
+
+def _repr_values(t: Tensor, summarized: bool) -> npt.NDArray[Any]:
+    """The values repr prints, as numpy: all of them, or (summarized) only the corners numpy's
+    summary shows. Each axis longer than 2 * edgeitems becomes edgeitems from each end around one
+    filler element that numpy's summary skips ("..."), so array2string with threshold=0 prints
+    exactly what it prints for the whole tensor; one read per corner block."""
+
+    def read(view: Tensor) -> npt.NDArray[Any]:
+        return view.numpy(np.float32) if view.dtype is _dtypes.bfloat16 else view.numpy()
+
+    if not summarized:
+        return read(t)
+    edge, shape = _REPR_EDGE, t.shape
+    long_axes = [axis for axis, n in enumerate(shape) if n > 2 * edge]
+    out: npt.NDArray[Any] | None = None
+    for corner in range(1 << len(long_axes)):
+        src: list[slice] = [slice(None)] * len(shape)
+        dst: list[slice] = [slice(None)] * len(shape)
+        for bit, axis in enumerate(long_axes):
+            end = (corner >> bit) & 1
+            src[axis] = slice(shape[axis] - edge, shape[axis]) if end else slice(0, edge)
+            dst[axis] = slice(edge + 1, 2 * edge + 1) if end else slice(0, edge)
+        block = read(t[tuple(src)])
+        if out is None:
+            out = np.zeros([2 * edge + 1 if n > 2 * edge else n for n in shape], block.dtype)
+        out[tuple(dst)] = block
+    assert out is not None
+    return out
 
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:

@@ -63,6 +63,7 @@ from torchlens.validation import (  # type: ignore[import-not-found, unused-igno
 from torchlens.validation import diagnostics as _diagnostics  # type: ignore[import-not-found, unused-ignore]
 
 from . import errors
+from .nn.module import Module
 from .tensor import Tensor
 from .trace import SOURCE_KINDS, OpResult, Trace, TraceOp, Validation
 from .trace import trace as tgrad_trace
@@ -282,6 +283,10 @@ def _roots(model: Any) -> list[tuple[str, Any]]:
     return found
 
 
+#: Module's registries: walked by their entries' names ("fc1.weight"), not as attributes.
+_MODULE_REGISTRIES = ("_parameters", "_buffers", "_modules")
+
+
 def _addresses(model: Any) -> dict[_View, str]:
     """Each tensor fn reaches by name, by its view (buffer, shape, strides, offset), breadth
     first (the shortest name wins), within a bounded walk of plain attributes and containers."""
@@ -303,6 +308,9 @@ def _addresses(model: Any) -> dict[_View, str]:
             items = [(str(k), v) for k, v in value.items()]
         elif isinstance(value, (list, tuple)):
             items = [(str(i), v) for i, v in enumerate(value)]
+        elif isinstance(value, Module):  # its parameters, buffers and children by their names
+            items = [*value._parameters.items(), *value._buffers.items(), *value._modules.items(),
+                     *((k, v) for k, v in vars(value).items() if k not in _MODULE_REGISTRIES)]
         elif hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType)) \
                 and type(value).__module__ != "builtins":
             items = list(vars(value).items())

@@ -1,21 +1,26 @@
-"""Layers built from tgrad ops: `Linear`, holding its weights as torch.nn.Linear does.
+"""Linear: y = x @ weight.T + bias, holding its weights as torch.nn.Linear does.
 
     up = tgrad.nn.Linear.from_checkpoint(ckpt, "model.layers.0.mlp.up_proj")
-    y = up(x)                        # x @ up.weight.T + up.bias, lazily
+    y = up(x)                        # F.linear(x, up.weight, up.bias), lazily
 
-tgrad has no random numbers and no training, so a layer is made from the weights it runs:
-`Linear.from_tensors(weight, bias)`, `Linear.from_checkpoint(checkpoint, prefix)`, or
-`Linear(in_features, out_features, weight=..., bias=...)`; a Linear without weights is refused
-(torch would draw them at random, which no inference program wants by accident).
+A layer is made from the weights it runs: `Linear.from_tensors(weight, bias)`,
+`Linear.from_checkpoint(checkpoint, prefix)`, or `Linear(in_features, out_features, weight=...,
+bias=...)`. `Linear(in_features, out_features)` without weights draws them as torch does
+(kaiming_uniform with a=sqrt(5): U(-1/sqrt(in), 1/sqrt(in)) for weight and bias) from tgrad's
+generator (tgrad.random); a build without tgrad.random refuses it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-from . import errors, safetensors
-from .tensor import Tensor, _as_int
+from .. import errors, safetensors
+from ..tensor import Tensor, _as_int
+from . import functional as F
+from ._borrow import borrowed, has
+from .module import Module, open_checkpoint
 
 __all__ = ["Linear"]
 
@@ -31,7 +36,7 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
 
-class Linear:
+class Linear(Module):
     """y = x @ weight.T + bias, with ``weight`` [out_features, in_features] and ``bias``
     [out_features] (or None), as torch.nn.Linear holds them.
 
@@ -49,21 +54,30 @@ class Linear:
     def __init__(self, in_features: int, out_features: int, bias: bool | Tensor | None = True, *,
                  weight: Tensor | None = None) -> None:
         """A layer over the given weights: ``weight`` [out, in] and ``bias`` a Tensor [out], or
-        False (or None) for none. Missing weights (or bias=True without its tensor) raise
-        InvalidArgumentError; shapes other than these, ShapeMismatchError."""
+        False (or None) for none. Without ``weight``, weight (and, for bias=True, the bias) are
+        drawn as torch initializes them, from tgrad.random; in a build without it that raises
+        InvalidArgumentError, as does bias=True without its tensor beside a given weight. Shapes
+        other than these raise ShapeMismatchError."""
+        super().__init__()
         self.in_features = _features(in_features, "in_features")
         self.out_features = _features(out_features, "out_features")
+        shape = (self.out_features, self.in_features)
         if weight is None:
-            raise errors.InvalidArgumentError(
-                f"Linear({self.in_features}, {self.out_features}): give the weights (weight=, bias=), "
-                "or use Linear.from_tensors or Linear.from_checkpoint; tgrad does not initialize "
-                "layers at random")
+            if not has("random"):
+                raise errors.InvalidArgumentError(
+                    f"Linear({self.in_features}, {self.out_features}): give the weights (weight=, bias=), "
+                    "or use Linear.from_tensors or Linear.from_checkpoint; drawing them at random needs "
+                    "tgrad.random, which this build of tgrad does not have")
+            weight = _torch_uniform(shape, self.in_features, "Linear")
+            if bias is True:
+                bias = _torch_uniform((self.out_features,), self.in_features, "Linear")
         if bias is True:
             raise errors.InvalidArgumentError(
                 f"Linear({self.in_features}, {self.out_features}): bias=True needs the bias tensor "
                 f"[{self.out_features}] (bias=<Tensor>), or bias=False for none")
-        self.weight = self._checked(weight, "weight", (self.out_features, self.in_features))
-        self.bias = None if bias is False or bias is None else self._checked(bias, "bias", (self.out_features,))
+        self.weight = self._checked(weight, "weight", shape)
+        self.register_parameter(
+            "bias", None if bias is False or bias is None else self._checked(bias, "bias", (self.out_features,)))
         if self.bias is not None and self.bias.device != self.weight.device:
             raise errors.DeviceMismatchError(
                 f"{self!r}: weight on {self.weight.device}, bias on {self.bias.device}")
@@ -103,7 +117,7 @@ class Linear:
         the checkpoint has one, True requires it, False ignores it. The shapes are checked
         against the schema (and the given features) before any tensor is read: a missing tensor
         raises TensorNotFoundError, a wrong shape ShapeMismatchError."""
-        ckpt = checkpoint if isinstance(checkpoint, safetensors.Checkpoint) else _open(checkpoint)
+        ckpt = open_checkpoint(checkpoint, "Linear.from_checkpoint")
         if not isinstance(prefix, str):
             raise errors.InvalidArgumentError(
                 f"Linear.from_checkpoint: prefix must be a str, got {type(prefix).__name__}")
@@ -121,40 +135,25 @@ class Linear:
 
     # ---- running --------------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
-        """x @ weight.T + bias for x [..., in_features], lazily; another last extent raises
-        ShapeMismatchError."""
+        """F.linear(x, weight, bias): x @ weight.T + bias for x [..., in_features], lazily;
+        another last extent raises ShapeMismatchError."""
         if not isinstance(x, Tensor):
             raise errors.InvalidArgumentError(f"{self!r}: input must be a tgrad.Tensor, got {type(x).__name__}")
-        shape = x.shape
-        if not shape or shape[-1] != self.in_features:
-            raise errors.ShapeMismatchError(
-                f"{self!r}: input is {_shape_text(shape)}, expected [..., {self.in_features}]")
-        rows = x if len(shape) == 2 else x.reshape(_count(shape[:-1]), self.in_features)
-        y = rows @ self.weight.T
-        if self.bias is not None:
-            y = y + self.bias
-        return y if len(shape) == 2 else y.reshape(*shape[:-1], self.out_features)
+        return F.linear(x, self.weight, self.bias)
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.forward(x)
 
-    def __repr__(self) -> str:
-        return f"Linear(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None})"
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _count(extents: tuple[int, ...]) -> int:
-    count = 1
-    for extent in extents:
-        count *= extent
-    return count
-
-
-def _open(path: Any) -> safetensors.Checkpoint:
-    if not isinstance(path, (str, os.PathLike)):
-        raise errors.InvalidArgumentError(
-            "Linear.from_checkpoint: expected a tgrad.safetensors.Checkpoint or a path, got "
-            f"{type(path).__name__}")
-    return safetensors.open(path)
+def _torch_uniform(shape: tuple[int, ...], fan_in: int, user: str) -> Tensor:
+    """U(-1/sqrt(fan_in), 1/sqrt(fan_in)) of `shape` from tgrad's generator: torch's
+    kaiming_uniform_(a=sqrt(5)) bound for a weight, and its bias bound (0 when fan_in is 0)."""
+    uniform = borrowed("random", "uniform_", user)
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    return uniform(shape, -bound, bound)  # type: ignore[no-any-return]
 
 
 def _checkpoint_names(ckpt: safetensors.Checkpoint, prefix: str, bias: bool | None) -> list[str]:

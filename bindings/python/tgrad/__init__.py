@@ -33,6 +33,12 @@ from .creation import (arange, empty, empty_like, eye, full, full_like, linspace
                        zeros_like)
 from .random import Generator, manual_seed, normal, rand, rand_like, randint, randn, randn_like
 
+# comparisons, where, logic (tgrad.compare); tgrad.bool through __getattr__ below
+from . import compare
+from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logical_xor, lt, masked_fill, ne,
+                      where)
+from .dtypes import bool_
+
 __all__ = [
     "Generator",
     "arange",
@@ -56,13 +62,6 @@ __all__ = [
     "tensor",
     "zeros",
     "zeros_like",
-# hcmp: comparisons, where, logic (tgrad.compare); tgrad.bool through __getattr__ below
-from . import compare
-from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logical_xor, lt, masked_fill, ne,
-                      where)
-from .dtypes import bool_
-
-__all__ = [
     "all",
     "any",
     "bool_",

@@ -4,11 +4,6 @@ how payloads of every dtype are stored, and how validation replays them against 
 references (tgrad.conformance.exact for sums, means and extrema; the documented conversions for
 casts; numpy's concatenate and take on the payloads' bits for the shape ops; numpy's exact
 comparisons and selection of bits). trace.py calls in here; nothing here runs libtgrad."""
-"""tgrad.trace for the reductions and casts (tgrad.reductions), the comparisons and where
-(tgrad.compare): how their arguments are recorded, how payloads of every dtype are stored, and how
-validation replays them against the exact references (tgrad.conformance.exact for sums, means and
-extrema; the documented conversions for casts; numpy's exact comparisons and selection of bits).
-trace.py calls in here; nothing here runs libtgrad."""
 
 from __future__ import annotations
 

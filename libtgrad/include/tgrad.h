@@ -298,6 +298,19 @@ TGRAD_API const char *tgrad_reduce_name(int32_t op);
 TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes,
                                     int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
 
+/* ---- norms (hnorm) ------------------------------------------------------------------------- */
+/* Correctly rounded norms over the last `naxes` axes of a bf16 x, lazily; bf16 out, x's shape.
+ * rms_norm: y = x * w / sqrt(mean(x^2) + eps); layer_norm: y = (x - mean) / sqrt(var + eps) * w
+ * + b (biased variance). weight and bias (0: none, i.e. w = 1, b = 0) are bf16 tensors of the
+ * shape of x's last naxes axes. Each element is the exact value of the formula rounded once
+ * (docs/numerics.md, "Norms"); eps is the double given: 0 or in [2^-256, 2^64]. Checks happen
+ * here, before any allocation: handles, dtypes, naxes in 1 .. ndim, eps, shapes
+ * (TGRAD_ERR_SHAPE_MISMATCH), devices. */
+TGRAD_API tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t naxes, double eps,
+                                      tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
+                                        double eps, tgrad_tensor_t *out);
+
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b for 2-D a [M, K] and b [K, N], lazily: the result is computed when read or
  * realized. Both operands are read through their views (no copies). bf16 in, fp32 accumulation
@@ -554,6 +567,13 @@ TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
                                                 int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
                                                 int32_t out_dtype, uint32_t *out_bits);
+/* How the norms (tgrad_rms_norm, tgrad_layer_norm) have been computed in this process, in
+ * counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the elements evaluated, and those whose
+ * double evaluation could not decide the rounding and were decided exactly. */
+#define TGRAD_DEBUG_NORM_EVALUATED 0
+#define TGRAD_DEBUG_NORM_SLOW 1
+#define TGRAD_DEBUG_NORM_COUNT 2
+TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

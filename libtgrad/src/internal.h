@@ -133,7 +133,14 @@ typedef struct tg_node_params {
     int32_t reduce_op;               /* TGRAD_REDUCE_* */
     int32_t naxes;
     int32_t axes[TGRAD_MAX_DIMS];    /* ascending, non-negative */
+    /* --- hnorm: norm (rms/layer) and rope (ops/norm.c, ops/rope.c) --- */
+    int32_t norm_op;                 /* TG_NORM_RMS or TG_NORM_LAYER */
+    int32_t has_weight, has_bias;    /* norm: inputs 1 (weight) and 2 (bias) when set; rope: inv_freq */
+    int32_t norm_axes;               /* norm: the trailing axes normalized */
+    int32_t rotary_dim, interleaved; /* rope */
+    double eps;                      /* norm: eps; rope: base */
 } tg_node_params;
+enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 
 struct tg_buffer;
 /* One operand of a node: the buffer (retained by the node) and how the op reads it. */

@@ -22,6 +22,7 @@ static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
 }
+static void decide_norm(tg_step *st) { route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"); }
 static void decide_reduce(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_REDUCE);
     route_named(st, "reduce");
@@ -81,6 +82,7 @@ static tgrad_status execute_copy(const tg_step *st) {
 static const char *name_kind(const tg_step *st) { return tg_kind_of(st->op)->name; }
 static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st->ew); }
 static const char *name_reduce(const tg_step *st) { return tgrad_reduce_name(st->base->params.reduce_op); }
+static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -99,6 +101,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
                        .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,
                        .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce },
+    [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
+                     .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -26,6 +26,8 @@ from . import nn
 from ._dlpack import from_dlpack as _from_dlpack
 from .dtypes import DType, bfloat16, float32, int32
 from . import reductions
+from . import norms  # hnorm: correctly rounded rms_norm, layer_norm
+from .norms import layer_norm, rms_norm
 
 __all__ = [
     "Backend",
@@ -35,6 +37,9 @@ __all__ = [
     "bfloat16",
     "float32",
     "int32",
+    "layer_norm",
+    "norms",
+    "rms_norm",
     "max",
     "mean",
     "min",

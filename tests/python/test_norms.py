@@ -218,3 +218,13 @@ def test_a_row_of_ten_to_the_fifth() -> None:
     got = out_bits(tgrad.rms_norm(tensor(x[None]), 100_000, eps=1e-5))[0]
     want = rms_norm_row(list(x[:100_000]), None, 1e-5)
     assert list(got) == want
+
+
+def test_trace_records_the_norms_and_says_it_cannot_replay_them() -> None:
+    x = tgrad.Tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+    tr = tgrad.trace(lambda t: tgrad.layer_norm(tgrad.rms_norm(t * 2.0, 3, eps=1e-6), [3]), x)
+    kinds = [op.kind for op in tr.ops]
+    assert "rms_norm" in kinds and "layer_norm" in kinds
+    states = {r.kind: r.state for r in tr.validate().results}
+    assert states["rms_norm"] == "skipped" and states["layer_norm"] == "skipped" and states["mul"] == "passed"
+    assert tgrad.Trace.from_json(tr.to_json(payloads=True)).validate().state != "failed"

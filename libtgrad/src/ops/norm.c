@@ -11,6 +11,9 @@
 #include "../kinds.h"
 #include "norm_exact.h"
 
+#define NORM_FN(name) tg_##name##_portable
+#include "../../../kernels/cpu/norm_loops.h"
+
 /* ---- the debug counters (tgrad_debug_norm_slow_path) ---- */
 static _Atomic int64_t counters[TGRAD_DEBUG_NORM_COUNT];
 static void count(int what, int64_t n) {
@@ -119,12 +122,35 @@ TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight,
 /* ---- the executor ---- */
 #define U 0x1p-53
 
+/* The hot loops of the CPU variant selected (tgrad_set_cpu_isa): AVX-512 or portable. */
+typedef struct norm_loops {
+    void (*sumsq)(const uint16_t *, int64_t, double *);
+    void (*sums)(const uint16_t *, int64_t, double *, double *);
+    void (*sumdev)(const uint16_t *, int64_t, double, double *);
+    void (*rms_out)(const uint16_t *, const uint16_t *, int64_t, double, double, uint16_t *);
+    void (*layer_out)(const uint16_t *, const uint16_t *, const uint16_t *, int64_t, double, double, double, double,
+                      uint16_t *);
+} norm_loops;
+
+static norm_loops loops_for_selection(void) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    const char *name = tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "";
+    if (tg_norm_avx512f_available() && (!*name || !strcmp(name, "avx512f") || !strcmp(name, "avx512bf16")))
+        return (norm_loops){ tg_norm_sumsq_avx512f, tg_norm_sums_avx512f, tg_norm_sumdev_avx512f,
+                             tg_norm_rms_out_avx512f, tg_norm_layer_out_avx512f };
+#endif
+    return (norm_loops){ tg_norm_sumsq_portable, tg_norm_sums_portable, tg_norm_sumdev_portable,
+                         tg_norm_rms_out_portable, tg_norm_layer_out_portable };
+}
+
 typedef struct norm_job {
     int32_t op;
     int64_t rows, n;
     double eps;
     const uint16_t *x; /* rows x n, compact */
     const uint16_t *w, *b; /* n each, compact, or NULL */
+    const uint16_t *wv, *bv; /* w and b, or n ones and n zeros when absent (the loops' operands) */
+    norm_loops loops;
     uint16_t *out;
 } norm_job;
 
@@ -270,24 +296,16 @@ static uint16_t decide(exact_row *E, double lo, double hi) {
 
 static void rms_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t *slow) {
     int64_t n = J->n;
-    double a[8] = { 0 };
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            double v = bf(x[i + k]);
-            a[k] += v * v;
-        }
-    for (int k = 0; i < n; i++, k++) {
-        double v = bf(x[i]);
-        a[k] += v * v;
-    }
-    double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    double s;
+    J->loops.sumsq(x, n, &s);
     double r = s / (double)n + J->eps, inv = 1.0 / sqrt(r);
     bool exact_ok = isfinite(s) && r > 0;
     double rel = ((double)n + 16) * U;
+    if (exact_ok) J->loops.rms_out(x, J->wv, n, inv, rel, out);
     exact_row E = { .J = J, .x = x };
-    for (i = 0; i < n; i++) {
-        double w = J->w ? bf(J->w[i]) : 1.0, y = bf(x[i]) * w * inv;
+    for (int64_t i = 0; i < n; i++) {
+        if (exact_ok && out[i] != 0xFFFF) continue;
+        double w = bf(J->wv[i]), y = bf(x[i]) * w * inv;
         if (!exact_ok || !isfinite(y) || y == 0) { /* IEEE double of the formula (exact for 0) */
             out[i] = tg_bf16_from_double(y);
             continue;
@@ -299,42 +317,19 @@ static void rms_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t
             continue;
         }
         (*slow)++;
-        E.xi = x[i], E.wi = J->w ? J->w[i] : 0x3F80;
+        E.xi = x[i], E.wi = J->wv[i];
         out[i] = decide(&E, lo, hi);
     }
 }
 
 static void layer_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t *slow) {
     int64_t n = J->n;
-    double a[8] = { 0 }, b[8] = { 0 };
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            double v = bf(x[i + k]);
-            a[k] += v, b[k] += fabs(v);
-        }
-    for (int k = 0; i < n; i++, k++) {
-        double v = bf(x[i]);
-        a[k] += v, b[k] += fabs(v);
-    }
-    double dn = (double)n;
-    double sx = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-    double sa = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
+    double dn = (double)n, sx, sa, q;
+    J->loops.sums(x, n, &sx, &sa);
     double mu = sx / dn;
     /* |mu - exact mean| <= delta */
     double delta = (dn + 4) * U * (sa / dn) * 1.01;
-    double q8[8] = { 0 };
-    i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            double d = bf(x[i + k]) - mu;
-            q8[k] += d * d;
-        }
-    for (int k = 0; i < n; i++, k++) {
-        double d = bf(x[i]) - mu;
-        q8[k] += d * d;
-    }
-    double q = ((q8[0] + q8[1]) + (q8[2] + q8[3])) + ((q8[4] + q8[5]) + (q8[6] + q8[7]));
+    J->loops.sumdev(x, n, mu, &q);
     double rmid = q / dn + J->eps, inv = 1.0 / sqrt(rmid);
     double g = (dn + 4) * U * 1.01;
     double rlo = ((q / (1 + g) - dn * delta * delta) / dn + J->eps) * (1 - 4 * U);
@@ -343,27 +338,29 @@ static void layer_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64
     bool bounded = finite && rlo > 0 && rhi < INFINITY;
     /* relative error of inv against 1 / sqrt(exact v + eps) */
     double rho = bounded ? 0.5 * ((rhi - rlo) / rlo) * 1.01 + 4 * U : INFINITY;
+    double c1 = (rho + 5 * U) * 1.01, c2 = delta * (1 + rho + U) * 1.01;
+    if (bounded) J->loops.layer_out(x, J->wv, J->bv, n, mu, inv, c1, c2, out);
     exact_row E = { .J = J, .x = x };
-    for (i = 0; i < n; i++) {
-        double w = J->w ? bf(J->w[i]) : 1.0, bb = J->b ? bf(J->b[i]) : 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (bounded && out[i] != 0xFFFF) continue;
+        double w = bf(J->wv[i]), bb = bf(J->bv[i]);
         double dx = bf(x[i]) - mu, z = w * dx * inv, y = J->b ? z + bb : z;
         if (!finite || !isfinite(y)) { /* IEEE double of the formula */
             out[i] = tg_bf16_from_double(y);
             continue;
         }
-        uint16_t rl, rh;
         double lo = -INFINITY, hi = INFINITY;
         if (bounded) {
-            double err = fabs(w) * inv * (fabs(dx) * (rho + 5 * U) + delta * (1 + rho + U)) * 1.01 + fabs(y) * 2 * U;
+            double err = fabs(w) * inv * (fabs(dx) * c1 + c2) + fabs(y) * 2 * U;
             lo = y - err, hi = y + err;
-            rl = tg_bf16_from_double(lo), rh = tg_bf16_from_double(hi);
+            uint16_t rl = tg_bf16_from_double(lo), rh = tg_bf16_from_double(hi);
             if (rl == rh && (rl & 0x7FFF) != 0) {
                 out[i] = rl;
                 continue;
             }
         }
         (*slow)++;
-        E.xi = x[i], E.wi = J->w ? J->w[i] : 0x3F80, E.bi = J->b ? J->b[i] : 0;
+        E.xi = x[i], E.wi = J->wv[i], E.bi = J->bv[i];
         out[i] = decide(&E, lo, hi);
     }
 }
@@ -380,6 +377,15 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     }
     count(TGRAD_DEBUG_NORM_EVALUATED, (hi - lo) * J->n);
     count(TGRAD_DEBUG_NORM_SLOW, slow);
+}
+
+/* n zeros (bias absent and weight absent: fill holds ones), owned by *owned; NULL when out of
+ * memory or fill is. */
+static const uint16_t *zeros_or(const uint16_t *fill, int64_t n, uint16_t **owned) {
+    if (!fill) return NULL;
+    *owned = tg_malloc((size_t)n * 2);
+    if (*owned) memset(*owned, 0, (size_t)n * 2);
+    return *owned;
 }
 
 /* A compact copy of an input when its view is not compact (NULL data: out of memory). */
@@ -405,8 +411,15 @@ tgrad_status tg_norm_execute(const tg_step *st) {
     int32_t k = 1;
     if (P->has_weight) J.w = compact(&st->inputs[k], &own[k]), k++;
     if (P->has_bias) J.b = compact(&st->inputs[k], &own[k]), k++;
+    uint16_t *fill = (!P->has_weight || !P->has_bias) ? tg_malloc((size_t)J.n * 2) : NULL;
+    if (fill) {
+        for (int64_t i = 0; i < J.n; i++) fill[i] = P->has_weight ? 0 : 0x3F80; /* ones for w, else zeros for b */
+    }
+    J.wv = P->has_weight ? J.w : fill;
+    J.bv = P->has_bias ? J.b : (P->has_weight ? fill : zeros_or(fill, J.n, &own[2]));
+    J.loops = loops_for_selection();
     tgrad_status s = TGRAD_OK;
-    if (!J.x || (P->has_weight && !J.w) || (P->has_bias && !J.b)) {
+    if (!J.x || (P->has_weight && !J.w) || (P->has_bias && !J.b) || !J.wv || !J.bv) {
         s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a compact copy of an input",
                     P->norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
     } else {
@@ -416,5 +429,6 @@ tgrad_status tg_norm_execute(const tg_step *st) {
         else tg_pool_run(tasks, task_rows, &J);
     }
     for (int32_t i = 0; i < 3; i++) free(own[i]);
+    free(fill);
     return s;
 }

@@ -45,4 +45,19 @@ TG_HIDDEN double tg_bf16_key_midpoint(int32_t k);
 typedef int (*tg_midpoint_cmp)(double mid, void *ctx);
 TG_HIDDEN int32_t tg_bf16_round_exact(int32_t klo, int32_t khi, tg_midpoint_cmp cmp, void *ctx);
 
+/* The norms' hot loops (kernels/cpu/norm_loops.h), portable and AVX-512 builds of one source. */
+#define TG_NORM_DECLARE_(sfx)                                                                                  \
+    TG_HIDDEN void tg_norm_sumsq_##sfx(const uint16_t *x, int64_t n, double *sumsq);                           \
+    TG_HIDDEN void tg_norm_sums_##sfx(const uint16_t *x, int64_t n, double *sum, double *sumabs);              \
+    TG_HIDDEN void tg_norm_sumdev_##sfx(const uint16_t *x, int64_t n, double mu, double *q);                   \
+    TG_HIDDEN void tg_norm_rms_out_##sfx(const uint16_t *x, const uint16_t *w, int64_t n, double inv, double rel, \
+                                         uint16_t *out);                                                       \
+    TG_HIDDEN void tg_norm_layer_out_##sfx(const uint16_t *x, const uint16_t *w, const uint16_t *b, int64_t n,  \
+                                           double mu, double inv, double c1, double c2, uint16_t *out);
+TG_NORM_DECLARE_(portable)
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+TG_NORM_DECLARE_(avx512f)
+TG_HIDDEN int tg_norm_avx512f_available(void);
+#endif
+
 #endif

@@ -37,6 +37,7 @@ static inline uint16_t NORM_FN(fast_round)(double y, double err) {
     return (uint16_t)(r | (uint16_t)(0u - (uint32_t)!ok)); /* 0xFFFF when undecided */
 }
 
+#ifndef NORM_OWN_SUMS
 /* sum x^2 (rms) over n values. */
 void NORM_FN(norm_sumsq)(const uint16_t *x, int64_t n, double *sumsq) {
     double a[8] = { 0 };
@@ -85,6 +86,8 @@ void NORM_FN(norm_sumdev)(const uint16_t *x, int64_t n, double mu, double *q) {
     }
     *q = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
+
+#endif
 
 /* (w and b: n values each, never NULL) rms outputs: y = x w inv with relative error <= rel; out[i] where decided, else 0xFFFF. */
 void NORM_FN(norm_rms_out)(const uint16_t *x, const uint16_t *w, int64_t n, double inv, double rel, uint16_t *out) {

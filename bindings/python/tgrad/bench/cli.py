@@ -83,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import reduce as _reduce
 
     _reduce.add_arguments(parser)  # --reduce: reductions against torch and the read bandwidth
+    from . import norms as _norms
+
+    _norms.add_arguments(parser)  # --norms: rms_norm and layer_norm against torch
     parser.set_defaults(func=run)
 
 
@@ -220,6 +223,10 @@ def run(args: argparse.Namespace) -> int:
         from . import reduce as _reduce
 
         return _reduce.run(args)
+    if getattr(args, "norms", False):
+        from . import norms as _norms
+
+        return _norms.run(args)
     if args.device == "cuda":
         from . import cuda
 

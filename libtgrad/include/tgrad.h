@@ -311,6 +311,16 @@ TGRAD_API tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, i
 TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
                                         double eps, tgrad_tensor_t *out);
 
+/* Rotary position embedding of a bf16 x [..., L, d], lazily; bf16 out, x's shape. positions:
+ * int32 [L], or [B, L] with B = x's first axis. Pairs (i, i + rotary_dim/2) ("rotate half",
+ * interleaved 0) or (2i, 2i + 1) (interleaved 1) of the first rotary_dim features (0: d; even,
+ * 2 .. d) rotate by theta_i = p * f_i: (x1 cos - x2 sin, x2 cos + x1 sin); the other features pass
+ * through. f_i = base^(-2i / rotary_dim) (exact), or inv_freq's float32 values taken as exact
+ * (inv_freq: float32 [rotary_dim / 2], or 0). Each output is the exact value rounded once
+ * (docs/numerics.md, "Rotary position embedding"). Every check happens here, before allocating. */
+TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                                  int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
+
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b for 2-D a [M, K] and b [K, N], lazily: the result is computed when read or
  * realized. Both operands are read through their views (no copies). bf16 in, fp32 accumulation
@@ -567,12 +577,17 @@ TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
                                                 int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
                                                 int32_t out_dtype, uint32_t *out_bits);
-/* How the norms (tgrad_rms_norm, tgrad_layer_norm) have been computed in this process, in
- * counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the elements evaluated, and those whose
- * double evaluation could not decide the rounding and were decided exactly. */
+/* How the norms (tgrad_rms_norm, tgrad_layer_norm) and rope have been computed in this process,
+ * in counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the norm elements evaluated, those
+ * whose double evaluation could not decide the rounding and were decided exactly; the rope
+ * values evaluated, those decided in binary128, and those binary128 could not decide either
+ * (rounded from it and counted: none is known). */
 #define TGRAD_DEBUG_NORM_EVALUATED 0
 #define TGRAD_DEBUG_NORM_SLOW 1
-#define TGRAD_DEBUG_NORM_COUNT 2
+#define TGRAD_DEBUG_ROPE_EVALUATED 2
+#define TGRAD_DEBUG_ROPE_SLOW 3
+#define TGRAD_DEBUG_ROPE_UNDECIDED 4
+#define TGRAD_DEBUG_NORM_COUNT 5
 TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 

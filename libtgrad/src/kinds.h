@@ -52,5 +52,6 @@ TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t
 TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
+TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
 
 #endif

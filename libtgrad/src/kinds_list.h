@@ -16,6 +16,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(3, ELEMENTWISE, elementwise, TG_ROLE_ELEMENTWISE) \
     X(4, CAST, cast, TG_ROLE_ELEMENTWISE)               \
     X(5, REDUCE, reduce, TG_ROLE_REDUCTION)             \
-    X(9, NORM, norm, TG_ROLE_NONE)
+    X(9, NORM, norm, TG_ROLE_NONE)                      \
+    X(10, ROPE, rope, TG_ROLE_NONE)
 
 #endif

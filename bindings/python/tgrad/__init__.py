@@ -27,7 +27,7 @@ from ._dlpack import from_dlpack as _from_dlpack
 from .dtypes import DType, bfloat16, float32, int32
 from . import reductions
 from . import norms  # hnorm: correctly rounded rms_norm, layer_norm
-from .norms import layer_norm, rms_norm
+from .norms import layer_norm, rms_norm, rope
 
 __all__ = [
     "Backend",
@@ -40,6 +40,7 @@ __all__ = [
     "layer_norm",
     "norms",
     "rms_norm",
+    "rope",
     "max",
     "mean",
     "min",

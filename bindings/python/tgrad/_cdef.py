@@ -155,6 +155,8 @@ tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t nax
                             tgrad_tensor_t *out);
 tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
                               double eps, tgrad_tensor_t *out);
+tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                        int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
@@ -228,7 +230,10 @@ tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t r
                                       int32_t out_dtype, uint32_t *out_bits);
 #define TGRAD_DEBUG_NORM_EVALUATED 0
 #define TGRAD_DEBUG_NORM_SLOW 1
-#define TGRAD_DEBUG_NORM_COUNT 2
+#define TGRAD_DEBUG_ROPE_EVALUATED 2
+#define TGRAD_DEBUG_ROPE_SLOW 3
+#define TGRAD_DEBUG_ROPE_UNDECIDED 4
+#define TGRAD_DEBUG_NORM_COUNT 5
 tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1

@@ -1,5 +1,6 @@
 """Correctly rounded norms: ``tgrad.rms_norm`` and ``tgrad.layer_norm`` with torch's signatures
-(``torch.nn.functional.rms_norm`` / ``layer_norm``).
+(``torch.nn.functional.rms_norm`` / ``layer_norm``), and rotary position embedding
+(``tgrad.rope``).
 
 Each is one libtgrad call (``tgrad_rms_norm``, ``tgrad_layer_norm``), lazy like every op, and
 returns the exact value of its formula over the last ``len(normalized_shape)`` axes rounded once
@@ -21,7 +22,7 @@ from .errors import _check
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-__all__ = ["layer_norm", "rms_norm"]
+__all__ = ["layer_norm", "rms_norm", "rope"]
 
 #: torch.finfo(dtype).eps by tgrad dtype name (rms_norm's default eps).
 _FINFO_EPS = {"bfloat16": 2.0**-7, "float32": 2.0**-23}
@@ -94,12 +95,64 @@ def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor 
     return result
 
 
+def rope(x: Tensor, positions: Any, base: float = 10000.0, *, rotary_dim: int | None = None,
+         interleaved: bool = False, scaling: Any = None, inv_freq: Any = None) -> Tensor:
+    """Rotary position embedding of x [..., L, d] at int32 positions [L] or [B, L] (a Tensor or
+    anything numpy reads): pairs (i, i + rotary_dim/2) (Hugging Face Llama's "rotate half") or,
+    interleaved, (2i, 2i + 1) of the first rotary_dim features (default d) rotate by
+    theta_i = p * base^(-2i/rotary_dim), or p * inv_freq[i] with inv_freq's float32 values taken as
+    exact (Llama-3's rope scaling computes such a table); each output rounded once
+    (docs/numerics.md, "Rotary position embedding")."""
+    import numpy as np
+
+    from .dtypes import float32, int32
+    from .tensor import Tensor
+
+    if not isinstance(x, Tensor):
+        raise errors.InvalidArgumentError(f"tgrad.rope: expected a Tensor, got {type(x).__name__}")
+    if scaling is not None:
+        raise errors.InvalidArgumentError("tgrad.rope: scaling is not supported; pass the scaled frequencies as "
+                                          "inv_freq= (float32 [rotary_dim / 2])")
+    if not isinstance(interleaved, (bool, int)) or interleaved not in (0, 1):
+        raise errors.InvalidArgumentError(f"tgrad.rope: interleaved must be a bool, got {interleaved!r}")
+    rd = 0 if rotary_dim is None else rotary_dim
+    if isinstance(rd, bool) or not isinstance(rd, int) or not 0 <= rd < 1 << 31:
+        raise errors.InvalidArgumentError(f"tgrad.rope: rotary_dim must be a positive int, got {rotary_dim!r}")
+    if rotary_dim is not None and rd == 0:
+        raise errors.InvalidArgumentError("tgrad.rope: rotary_dim must be at least 2")
+    if isinstance(base, bool) or not isinstance(base, (int, float)):
+        raise errors.InvalidArgumentError(f"tgrad.rope: base must be a float, got {type(base).__name__}")
+    if not isinstance(positions, Tensor):
+        arr = np.asarray(positions)
+        if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31)):
+            raise errors.InvalidArgumentError("tgrad.rope: positions must be integers that fit int32")
+        positions = Tensor.from_numpy(np.ascontiguousarray(arr, np.int32), dtype=int32)
+    freq = 0
+    if inv_freq is not None:
+        if not isinstance(inv_freq, Tensor):
+            inv_freq = Tensor.from_numpy(np.ascontiguousarray(np.asarray(inv_freq, np.float32)), dtype=float32)
+        freq = inv_freq._h
+    out = ffi.new("tgrad_tensor_t *")
+    _check(lib.tgrad_rope(x._h, positions._h, freq, float(base), rd, int(interleaved), out))
+    result = Tensor._wrap(int(out[0]), tuple(x.shape))
+    _report("rope", result, x, {"base": float(base), "rotary_dim": rd, "interleaved": bool(interleaved)})
+    return result
+
+
 def slow_path_counts() -> tuple[int, int]:
     """(elements evaluated, elements decided exactly) by the norms in this process (a debug
     counter: docs/numerics.md reports the rate)."""
     counts = ffi.new("int64_t[2]")
     _check(lib.tgrad_debug_norm_slow_path(counts, 2))
     return int(counts[0]), int(counts[1])
+
+
+def rope_slow_path_counts() -> tuple[int, int, int]:
+    """(values evaluated, decided in binary128, undecided by binary128 too) by rope in this
+    process (a debug counter: docs/numerics.md reports the rate)."""
+    counts = ffi.new("int64_t[5]")
+    _check(lib.tgrad_debug_norm_slow_path(counts, 5))
+    return int(counts[2]), int(counts[3]), int(counts[4])
 
 
 def _report(kind: str, out: Tensor, x: Tensor, kwargs: dict[str, Any]) -> None:

@@ -14,9 +14,9 @@ import numpy as np
 #: Reductions recorded by tgrad.trace, and the cast.
 REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 CAST_KIND = "cast"
-#: The norms (tgrad.norms): recorded with their arguments, reported as skipped on replay (their
+#: The norms and rope (tgrad.norms): recorded with their arguments, reported as skipped on replay (their
 #: exact reference is tests/python/norm_reference.py, too slow for a trace's oracle).
-NORM_KINDS = frozenset({"rms_norm", "layer_norm"})
+NORM_KINDS = frozenset({"rms_norm", "layer_norm", "rope"})
 KINDS = REDUCE_KINDS | {CAST_KIND} | NORM_KINDS
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
@@ -38,6 +38,9 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-able arguments of a reported reduction or cast (its keywords as reduce passes them)."""
     if kind == CAST_KIND:
         return {"dtype": str(kwargs["dtype"])}
+    if kind == "rope":
+        return {"base": float(kwargs["base"]), "rotary_dim": int(kwargs["rotary_dim"]),
+                "interleaved": bool(kwargs["interleaved"])}
     if kind in NORM_KINDS:
         return {"normalized_shape": list(kwargs["normalized_shape"]), "eps": float(kwargs["eps"])}
     axes = kwargs.get("axes")

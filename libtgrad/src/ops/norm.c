@@ -15,7 +15,7 @@
 #include "../../../kernels/cpu/norm_loops.h"
 
 /* ---- the debug counters (tgrad_debug_norm_slow_path) ---- */
-static _Atomic int64_t counters[TGRAD_DEBUG_NORM_COUNT];
+static _Atomic int64_t counters[2];
 static void count(int what, int64_t n) {
     if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
 }
@@ -24,7 +24,10 @@ TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count
     if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_norm_slow_path: counts is NULL or count %d is not 1 .. %d",
                        (int)count_, TGRAD_DEBUG_NORM_COUNT);
-    for (int32_t i = 0; i < count_; i++) counts[i] = atomic_load_explicit(&counters[i], memory_order_relaxed);
+    int64_t rope[3];
+    tg_rope_counts(rope);
+    for (int32_t i = 0; i < count_; i++)
+        counts[i] = i < 2 ? atomic_load_explicit(&counters[i], memory_order_relaxed) : rope[i - 2];
     return TGRAD_OK;
 }
 

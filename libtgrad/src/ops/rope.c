@@ -151,10 +151,15 @@ static uint16_t round_q(xf yq, xf eq) {
 
 static _Atomic int64_t rope_counts[3];
 
+/* theta, cos and sin of one (position, pair index), shared by every row at that position. */
+typedef struct angle {
+    double th, c, s;
+} angle;
+
 /* One pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) with theta = p f_i. */
-static void pair(const rope_job *J, int32_t p, int32_t i, uint16_t a, uint16_t b, uint16_t *oa, uint16_t *ob,
-                 int64_t *slow, int64_t *undecided) {
-    double x1 = bf(a), x2 = bf(b), th = (double)p * J->fd[i], c = cos(th), s = sin(th);
+static void pair(const rope_job *J, int32_t p, int32_t i, const angle *A, uint16_t a, uint16_t b, uint16_t *oa,
+                 uint16_t *ob, int64_t *slow, int64_t *undecided) {
+    double x1 = bf(a), x2 = bf(b), th = A->th, c = A->c, s = A->s;
     double y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
     if (!isfinite(x1) || !isfinite(x2) || p == 0 || J->fd[i] == 0) { /* IEEE double; exact for theta = 0 */
         *oa = (p == 0 || J->fd[i] == 0) && isfinite(x1) && isfinite(x2) ? a : tg_bf16_from_double(y1);
@@ -185,24 +190,38 @@ static void pair(const rope_job *J, int32_t p, int32_t i, uint16_t a, uint16_t b
     *oa = r1, *ob = r2;
 }
 
-enum { ROPE_BLOCK = 64 }; /* vectors of d features a task */
+/* A task: a group of rows sharing positions (all rows, or one batch entry's) over a block of
+ * ROPE_BLOCK positions; the angles of a position are computed once for the group. */
+enum { ROPE_BLOCK = 8 };
 static void task_rows(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     const rope_job *J = arg;
-    int64_t slow = 0, undecided = 0, lo = task * ROPE_BLOCK, total = J->rows * J->L;
-    int64_t hi = lo + ROPE_BLOCK < total ? lo + ROPE_BLOCK : total;
-    for (int64_t v = lo; v < hi; v++) {
-        int64_t r = v / J->L, l = v % J->L;
-        const uint16_t *x = J->x + v * J->d;
-        uint16_t *o = J->out + v * J->d;
-        int32_t p = J->pos[(J->batched ? (r / J->per_b) * J->L : 0) + l], half = J->rd / 2;
-        for (int32_t i = 0; i < half; i++) {
-            int64_t ia = J->interleaved ? 2 * i : i, ib = J->interleaved ? 2 * i + 1 : i + half;
-            pair(J, p, i, x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
+    int64_t lblocks = (J->L + ROPE_BLOCK - 1) / ROPE_BLOCK, g = task / lblocks, l0 = (task % lblocks) * ROPE_BLOCK;
+    int64_t l1 = l0 + ROPE_BLOCK < J->L ? l0 + ROPE_BLOCK : J->L, rows = J->batched ? J->per_b : J->rows;
+    int32_t half = J->rd / 2;
+    int64_t slow = 0, undecided = 0;
+    angle A[256];
+    for (int64_t l = l0; l < l1; l++) {
+        int32_t p = J->pos[(J->batched ? g * J->L : 0) + l];
+        for (int32_t i0 = 0; i0 < half; i0 += 256) {
+            int32_t i1 = i0 + 256 < half ? i0 + 256 : half;
+            for (int32_t i = i0; i < i1; i++) {
+                double th = (double)p * J->fd[i];
+                A[i - i0] = (angle){ th, cos(th), sin(th) };
+            }
+            for (int64_t r = g * rows; r < (g + 1) * rows; r++) {
+                const uint16_t *x = J->x + (r * J->L + l) * J->d;
+                uint16_t *o = J->out + (r * J->L + l) * J->d;
+                for (int32_t i = i0; i < i1; i++) {
+                    int64_t ia = J->interleaved ? 2 * i : i, ib = J->interleaved ? 2 * i + 1 : i + half;
+                    pair(J, p, i, &A[i - i0], x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
+                }
+                if (i1 == half)
+                    for (int64_t k = J->rd; k < J->d; k++) o[k] = x[k];
+            }
         }
-        for (int64_t k = J->rd; k < J->d; k++) o[k] = x[k];
     }
-    atomic_fetch_add_explicit(&rope_counts[0], (hi - lo) * J->rd, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rope_counts[0], (l1 - l0) * rows * J->rd, memory_order_relaxed);
     if (slow) atomic_fetch_add_explicit(&rope_counts[1], slow, memory_order_relaxed);
     if (undecided) atomic_fetch_add_explicit(&rope_counts[2], undecided, memory_order_relaxed);
 }
@@ -248,7 +267,8 @@ tgrad_status tg_rope_execute(const tg_step *st) {
             }
         }
         J.fd = fd, J.fq = fq;
-        int64_t tasks = (J.rows * J.L + ROPE_BLOCK - 1) / ROPE_BLOCK;
+        int64_t groups = J.batched ? J.rows / J.per_b : 1;
+        int64_t tasks = groups * ((J.L + ROPE_BLOCK - 1) / ROPE_BLOCK);
         if (tasks == 1) task_rows(0, 0, &J);
         else tg_pool_run(tasks, task_rows, &J);
     }

@@ -371,6 +371,28 @@ TGRAD_API const char *tgrad_random_name(int32_t dist);
  * give (TGRAD_ERR_DTYPE_UNSUPPORTED), bad parameters or shape (TGRAD_ERR_INVALID_ARGUMENT). */
 TGRAD_API tgrad_status tgrad_random(int32_t dist, uint64_t seed, uint64_t offset, int32_t ndim, const int64_t *shape,
                                     int32_t dtype, double p0, double p1, int32_t device, tgrad_tensor_t *out);
+/* ---- norms (hnorm) ------------------------------------------------------------------------- */
+/* Correctly rounded norms over the last `naxes` axes of a bf16 x, lazily; bf16 out, x's shape.
+ * rms_norm: y = x * w / sqrt(mean(x^2) + eps); layer_norm: y = (x - mean) / sqrt(var + eps) * w
+ * + b (biased variance). weight and bias (0: none, i.e. w = 1, b = 0) are bf16 tensors of the
+ * shape of x's last naxes axes. Each element is the exact value of the formula rounded once
+ * (docs/numerics.md, "Norms"); eps is the double given: 0 or in [2^-256, 2^64]. Checks happen
+ * here, before any allocation: handles, dtypes, naxes in 1 .. ndim, eps, shapes
+ * (TGRAD_ERR_SHAPE_MISMATCH), devices. */
+TGRAD_API tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t naxes, double eps,
+                                      tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
+                                        double eps, tgrad_tensor_t *out);
+
+/* Rotary position embedding of a bf16 x [..., L, d], lazily; bf16 out, x's shape. positions:
+ * int32 [L], or [B, L] with B = x's first axis. Pairs (i, i + rotary_dim/2) ("rotate half",
+ * interleaved 0) or (2i, 2i + 1) (interleaved 1) of the first rotary_dim features (0: d; even,
+ * 2 .. d) rotate by theta_i = p * f_i: (x1 cos - x2 sin, x2 cos + x1 sin); the other features pass
+ * through. f_i = base^(-2i / rotary_dim) (exact), or inv_freq's float32 values taken as exact
+ * (inv_freq: float32 [rotary_dim / 2], or 0). Each output is the exact value rounded once
+ * (docs/numerics.md, "Rotary position embedding"). Every check happens here, before allocating. */
+TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                                  int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a
@@ -650,6 +672,18 @@ TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
                                                 int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
                                                 int32_t out_dtype, uint32_t *out_bits);
+/* How the norms (tgrad_rms_norm, tgrad_layer_norm) and rope have been computed in this process,
+ * in counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the norm elements evaluated, those
+ * whose double evaluation could not decide the rounding and were decided exactly; the rope
+ * values evaluated, those decided in binary128, and those binary128 could not decide either
+ * (rounded from it and counted: none is known). */
+#define TGRAD_DEBUG_NORM_EVALUATED 0
+#define TGRAD_DEBUG_NORM_SLOW 1
+#define TGRAD_DEBUG_ROPE_EVALUATED 2
+#define TGRAD_DEBUG_ROPE_SLOW 3
+#define TGRAD_DEBUG_ROPE_UNDECIDED 4
+#define TGRAD_DEBUG_NORM_COUNT 5
+TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */

@@ -153,7 +153,14 @@ typedef struct tg_node_params {
         double p0, p1;               /* the distribution's parameters (tgrad.h) */
     } random;
     int32_t compare_op;              /* COMPARE: TGRAD_COMPARE_* */
+    /* --- hnorm: norm (rms/layer) and rope (ops/norm.c, ops/rope.c) --- */
+    int32_t norm_op;                 /* TG_NORM_RMS or TG_NORM_LAYER */
+    int32_t has_weight, has_bias;    /* norm: inputs 1 (weight) and 2 (bias) when set; rope: inv_freq */
+    int32_t norm_axes;               /* norm: the trailing axes normalized */
+    int32_t rotary_dim, interleaved; /* rope */
+    double eps;                      /* norm: eps; rope: base */
 } tg_node_params;
+enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 
 struct tg_buffer;
 /* One operand of a node: the buffer (retained by the node) and how the op reads it. */

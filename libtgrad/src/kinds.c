@@ -26,6 +26,8 @@ static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
 }
+static void decide_norm(tg_step *st) { route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"); }
+static void decide_rope(tg_step *st) { route_named(st, "rope"); }
 static void decide_reduce(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_REDUCE);
     route_named(st, "reduce");
@@ -104,6 +106,7 @@ static const char *name_compare(const tg_step *st) {
     int32_t c = st->base->params.compare_op;
     return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
 }
+static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -138,6 +141,10 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_COMPARE] = { .name = "compare", .role = TG_ROLE_ELEMENTWISE, .decide = decide_compare,
                         .cpu_execute = tg_compare_execute,
                         .unfused = "a comparison is not fused (its result is bool)", .base_name = name_compare },
+    [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
+                     .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm },
+    [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,
+                     .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_kind },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -115,10 +115,39 @@ static void concat_and_take_through_the_abi(void) {
     tgrad_tensor_release(g);
 }
 
+/* norm and rope through the ABI: an exact midpoint decided exactly (rms_norm of [3, 1, 1, 5],
+ * weight 255/128, eps 0: y_3 = 425/128 ties to 3.3125), a refusal before allocating, and rope at
+ * position 0 keeping the bits. */
+static void norm_and_rope_through_the_abi(void) {
+    float xv[4] = { 3.0f, 1.0f, 1.0f, 5.0f }, wv[4] = { 255 / 128.0f, 255 / 128.0f, 255 / 128.0f, 255 / 128.0f };
+    int64_t shape[2] = { 1, 4 }, wshape[1] = { 4 }, pshape[1] = { 1 };
+    tgrad_tensor_t x = 0, w = 0, y = 0, p = 0, r = 0, bad = 0;
+    EXPECT(tgrad_tensor_from_host(xv, TGRAD_DTYPE_F32, 2, shape, TGRAD_DTYPE_BF16, &x), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(wv, TGRAD_DTYPE_F32, 1, wshape, TGRAD_DTYPE_BF16, &w), TGRAD_OK);
+    EXPECT(tgrad_rms_norm(x, w, 1, 0.0, &y), TGRAD_OK);
+    uint16_t bits[4];
+    EXPECT(tgrad_tensor_read_bf16(y, bits, 4), TGRAD_OK);
+    CHECK(bits[3] == 0x4054); /* 3.3125 */
+    int64_t live = tgrad_live_tensors();
+    EXPECT(tgrad_layer_norm(x, w, 0, 2, 1e-5, &bad), TGRAD_ERR_SHAPE_MISMATCH); /* weight [4] vs axes [1, 4] */
+    EXPECT(tgrad_rms_norm(x, 0, 1, -1.0, &bad), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(tgrad_live_tensors() == live && bad == 0);
+    int32_t pos = 0;
+    EXPECT(tgrad_tensor_from_host(&pos, TGRAD_DTYPE_I32, 1, pshape, TGRAD_DTYPE_I32, &p), TGRAD_OK);
+    EXPECT(tgrad_rope(x, p, 0, 10000.0, 0, 0, &r), TGRAD_OK);
+    uint16_t in[4], rot[4];
+    EXPECT(tgrad_tensor_read_bf16(x, in, 4), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_bf16(r, rot, 4), TGRAD_OK);
+    CHECK(memcmp(in, rot, sizeof in) == 0);
+    tgrad_tensor_release(x), tgrad_tensor_release(w), tgrad_tensor_release(y), tgrad_tensor_release(p);
+    tgrad_tensor_release(r);
+}
+
 int main(void) {
     every_row_is_whole();
     reduce_and_cast_through_the_abi();
     concat_and_take_through_the_abi();
+    norm_and_rope_through_the_abi();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

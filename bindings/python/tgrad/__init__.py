@@ -38,6 +38,8 @@ from . import compare
 from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logical_xor, lt, masked_fill, ne,
                       where)
 from .dtypes import bool_
+from . import norms  # hnorm: correctly rounded rms_norm, layer_norm
+from .norms import layer_norm, rms_norm, rope
 
 __all__ = [
     "Generator",
@@ -85,6 +87,10 @@ __all__ = [
     "bfloat16",
     "float32",
     "int32",
+    "layer_norm",
+    "norms",
+    "rms_norm",
+    "rope",
     "max",
     "mean",
     "min",

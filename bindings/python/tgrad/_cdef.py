@@ -163,6 +163,12 @@ enum tgrad_reduce_code {
 const char *tgrad_reduce_name(int32_t op);
 tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t *axes, int32_t naxes,
                           int32_t keepdims, int32_t out_dtype, tgrad_tensor_t *out);
+tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t naxes, double eps,
+                            tgrad_tensor_t *out);
+tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
+                              double eps, tgrad_tensor_t *out);
+tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                        int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 enum tgrad_random_code {
     TGRAD_RANDOM_NONE = 0,
@@ -250,6 +256,13 @@ tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
                                       int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
                                       int32_t out_dtype, uint32_t *out_bits);
+#define TGRAD_DEBUG_NORM_EVALUATED 0
+#define TGRAD_DEBUG_NORM_SLOW 1
+#define TGRAD_DEBUG_ROPE_EVALUATED 2
+#define TGRAD_DEBUG_ROPE_SLOW 3
+#define TGRAD_DEBUG_ROPE_UNDECIDED 4
+#define TGRAD_DEBUG_NORM_COUNT 5
+tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

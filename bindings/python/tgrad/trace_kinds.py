@@ -21,11 +21,14 @@ SHAPE_KINDS = frozenset({"concat", "gather"})
 #: The comparisons (2 inputs, a bool result) and where (3 inputs: the bool condition, then values).
 COMPARE_KINDS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 WHERE_KIND = "where"
-KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND}
 #: How many inputs each kind replays from: gather (x, indices); concat any number (None).
 INPUT_COUNTS: dict[str, int | None] = {**{kind: 1 for kind in REDUCE_KINDS | {CAST_KIND}},
                                        **{kind: 2 for kind in COMPARE_KINDS}, WHERE_KIND: 3,
                                        "gather": 2, "concat": None}
+#: The norms and rope (tgrad.norms): recorded with their arguments, reported as skipped on replay (their
+#: exact reference is tests/python/norm_reference.py, too slow for a trace's oracle).
+NORM_KINDS = frozenset({"rms_norm", "layer_norm", "rope"})
+KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND} | NORM_KINDS
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian),
 #: bool as bytes (0 or 1).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
@@ -52,6 +55,11 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {"axis": int(kwargs["axis"])}
     if kind in COMPARE_KINDS or kind == WHERE_KIND:
         return {}
+    if kind == "rope":
+        return {"base": float(kwargs["base"]), "rotary_dim": int(kwargs["rotary_dim"]),
+                "interleaved": bool(kwargs["interleaved"])}
+    if kind in NORM_KINDS:
+        return {"normalized_shape": list(kwargs["normalized_shape"]), "eps": float(kwargs["eps"])}
     axes = kwargs.get("axes")
     return {"axes": None if axes is None else list(axes), "keepdims": bool(kwargs.get("keepdims")),
             "dtype": str(kwargs["dtype"])}

@@ -86,6 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import batched as _batched
 
     _batched.add_arguments(parser)  # --batched: a batched matmul against the 2-D one and torch
+    from . import norms as _norms
+
+    _norms.add_arguments(parser)  # --norms: rms_norm and layer_norm against torch
     parser.set_defaults(func=run)
 
 
@@ -227,6 +230,10 @@ def run(args: argparse.Namespace) -> int:
         from . import batched as _batched
 
         return _batched.run(args)
+    if getattr(args, "norms", False):
+        from . import norms as _norms
+
+        return _norms.run(args)
     if args.device == "cuda":
         from . import cuda
 

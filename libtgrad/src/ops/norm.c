@@ -1,0 +1,437 @@
+/* The norm kind: tgrad_rms_norm and tgrad_layer_norm check everything and record the node (x,
+ * then the optional weight and bias); tg_norm_execute computes each row of the normalized
+ * trailing axes, correctly rounded: a double evaluation with a rigorous error bound decides
+ * almost every element; the rest are decided exactly (norm_exact.h) by comparing the exact
+ * value with bf16 rounding midpoints in big-integer arithmetic. docs/numerics.md, "Norms". */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kinds.h"
+#include "norm_exact.h"
+
+#define NORM_FN(name) tg_##name##_portable
+#include "../../../kernels/cpu/norm_loops.h"
+
+/* ---- the debug counters (tgrad_debug_norm_slow_path) ---- */
+static _Atomic int64_t counters[2];
+static void count(int what, int64_t n) {
+    if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
+}
+
+TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count_) {
+    if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_norm_slow_path: counts is NULL or count %d is not 1 .. %d",
+                       (int)count_, TGRAD_DEBUG_NORM_COUNT);
+    int64_t rope[3];
+    tg_rope_counts(rope);
+    for (int32_t i = 0; i < count_; i++)
+        counts[i] = i < 2 ? atomic_load_explicit(&counters[i], memory_order_relaxed) : rope[i - 2];
+    return TGRAD_OK;
+}
+
+/* ---- the node ---- */
+/* eps: 0, or finite in [2^-256, 2^64] (so that eps * 2^400 is an integer of bounded size in the
+ * exact decisions: docs/numerics.md). */
+static tgrad_status check_eps(double eps, const char *fn) {
+    if (eps == 0 || (eps >= 0x1p-256 && eps <= 0x1p64)) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: eps %g is not 0 or a number in [2^-256, 2^64]", fn, eps);
+}
+
+/* A weight or bias: bf16, on x's device, of the shape of x's last naxes axes. */
+static tgrad_status check_param(const tg_tensor *x, const tg_tensor *p, int32_t naxes, const char *what, const char *fn) {
+    if (p->buf->dtype != TGRAD_DTYPE_BF16)
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the %s is %s; it must be bfloat16 like the input", fn, what,
+                       tg_dtype_name(p->buf->dtype));
+    if (p->buf->device != x->buf->device)
+        return tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: the %s lives on %s, the input on %s", fn, what,
+                       tg_device_name(p->buf->device), tg_device_name(x->buf->device));
+    bool same = p->view.ndim == naxes;
+    for (int32_t d = 0; same && d < naxes; d++) same = p->view.shape[d] == x->view.shape[x->view.ndim - naxes + d];
+    if (!same) {
+        char sp[160], sx[160];
+        tg_format_shape(sp, sizeof sp, &p->view);
+        tg_format_shape(sx, sizeof sx, &x->view);
+        return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: the %s is %s; it must be the last %d axes of the input %s", fn,
+                       what, sp, (int)naxes, sx);
+    }
+    return TGRAD_OK;
+}
+
+static tgrad_status make_norm(int32_t op, tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
+                              double eps, tgrad_tensor_t *out, const char *fn) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    tg_tensor t[3] = { 0 };
+    int32_t have = 0;
+    tgrad_status s = tg_handle_get_tensor(x, &t[0]);
+    if (s) return s;
+    have = 1;
+    tg_node_params P = { .norm_op = op, .norm_axes = naxes, .eps = eps };
+    if (weight) {
+        if (!(s = tg_handle_get_tensor(weight, &t[have]))) P.has_weight = 1, have++;
+    }
+    if (!s && bias) {
+        if (!(s = tg_handle_get_tensor(bias, &t[have]))) P.has_bias = 1, have++;
+    }
+    if (!s) s = tg_kind_check_device(TG_OP_NORM, t[0].buf->device, fn);
+    if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; norms take bfloat16", fn,
+                    tg_dtype_name(t[0].buf->dtype));
+    if (!s && (naxes < 1 || naxes > t[0].view.ndim))
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d normalized axes for a tensor of %d dimensions", fn, (int)naxes,
+                    (int)t[0].view.ndim);
+    if (!s) s = check_eps(eps, fn);
+    if (!s && P.has_weight) s = check_param(&t[0], &t[1], naxes, "weight", fn);
+    if (!s && P.has_bias) s = check_param(&t[0], &t[have - 1], naxes, "bias", fn);
+    int64_t n = 1, numel = 0;
+    for (int32_t d = 0; !s && d < naxes; d++) n *= t[0].view.shape[t[0].view.ndim - 1 - d];
+    if (!s && n > ((int64_t)1 << 40))
+        s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: rows of %lld elements (at most 2^40)", fn, (long long)n);
+    tg_view ov;
+    if (!s) s = tg_view_contiguous(t[0].view.ndim, t[0].view.shape, &ov);
+    if (!s) tg_view_numel(&ov, &numel);
+    if (!s) s = tg_check_bytes(numel, TGRAD_DTYPE_BF16, fn);
+    if (!s) s = tg_memory_admit_typed(numel, 2, fn);
+    tg_node *node = s ? NULL : tg_node_new(TG_OP_NORM, have);
+    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
+    tg_buffer *b = NULL;
+    if (!s) {
+        for (int32_t i = 0; i < have; i++) node->inputs[i] = (tg_node_input){ t[i].buf, t[i].view };
+        node->out = ov;
+        node->dtype = TGRAD_DTYPE_BF16;
+        node->params = P;
+        if ((s = tg_buffer_new_typed(numel, TGRAD_DTYPE_BF16, node, &b))) free(node);
+        else b->device = t[0].buf->device;
+    }
+    if (s) {
+        for (int32_t i = 0; i < have; i++) tg_tensor_unref(&t[i]);
+        return s;
+    }
+    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns the references */
+    return s;
+}
+
+TGRAD_API tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t naxes, double eps,
+                                      tgrad_tensor_t *out) {
+    return make_norm(TG_NORM_RMS, x, weight, 0, naxes, eps, out, "rms_norm");
+}
+
+TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
+                                        double eps, tgrad_tensor_t *out) {
+    return make_norm(TG_NORM_LAYER, x, weight, bias, naxes, eps, out, "layer_norm");
+}
+
+/* ---- the executor ---- */
+#define U 0x1p-53
+
+/* The hot loops of the CPU variant selected (tgrad_set_cpu_isa): AVX-512 or portable. */
+typedef struct norm_loops {
+    void (*sumsq)(const uint16_t *, int64_t, double *);
+    void (*sums)(const uint16_t *, int64_t, double *, double *);
+    void (*sumdev)(const uint16_t *, int64_t, double, double *);
+    void (*rms_out)(const uint16_t *, const uint16_t *, int64_t, double, double, uint16_t *);
+    void (*layer_out)(const uint16_t *, const uint16_t *, const uint16_t *, int64_t, double, double, double, double,
+                      uint16_t *);
+} norm_loops;
+
+static norm_loops loops_for_selection(void) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    const char *name = tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "";
+    if (tg_norm_avx512f_available() && (!*name || !strcmp(name, "avx512f") || !strcmp(name, "avx512bf16")))
+        return (norm_loops){ tg_norm_sumsq_avx512f, tg_norm_sums_avx512f, tg_norm_sumdev_avx512f,
+                             tg_norm_rms_out_avx512f, tg_norm_layer_out_avx512f };
+#endif
+    return (norm_loops){ tg_norm_sumsq_portable, tg_norm_sums_portable, tg_norm_sumdev_portable,
+                         tg_norm_rms_out_portable, tg_norm_layer_out_portable };
+}
+
+typedef struct norm_job {
+    int32_t op;
+    int64_t rows, n;
+    double eps;
+    const uint16_t *x; /* rows x n, compact */
+    const uint16_t *w, *b; /* n each, compact, or NULL */
+    const uint16_t *wv, *bv; /* w and b, or n ones and n zeros when absent (the loops' operands) */
+    norm_loops loops;
+    uint16_t *out;
+} norm_job;
+
+static inline double bf(uint16_t b) {
+    union { uint32_t u; float f; } v = { (uint32_t)b << 16 };
+    return v.f;
+}
+
+/* X = x * 2^134 as sign and (sig, shift): X = sig << shift. */
+static inline void bf_int(uint16_t b, uint64_t *sig, int32_t *shift, int32_t *neg) {
+    int32_t e = (b >> 7) & 0xFF, f = b & 0x7F;
+    *sig = e ? (uint64_t)(128 + f) : (uint64_t)f;
+    *shift = e ? e : 1;
+    *neg = (b >> 15) & 1;
+}
+
+static void big_of_bf(tg_big *a, uint16_t b) {
+    uint64_t sig;
+    int32_t sh, neg;
+    bf_int(b, &sig, &sh, &neg);
+    tg_big_zero(a);
+    tg_big_add_small(a, sig, sh, neg ? -1 : 1);
+}
+
+/* The exact row statistics, made when the first element of a row needs them: SX = sum X,
+ * SXX = sum X^2, and R: rms: SXX 2^400 + n E 2^268; layer: (n SXX - SX^2) 2^132 + n^2 E, with E
+ * = eps 2^400 (docs/numerics.md, "Norms: the exact decision"). */
+typedef struct exact_row {
+    const norm_job *J;
+    const uint16_t *x;
+    bool ready;
+    tg_big sx, r;
+    /* the element being decided */
+    uint16_t xi, wi, bi;
+} exact_row;
+
+static void exact_prepare(exact_row *E) {
+    if (E->ready) return;
+    const norm_job *J = E->J;
+    tg_big sxx, e, nb, t;
+    tg_big_zero(&E->sx), tg_big_zero(&sxx);
+    for (int64_t i = 0; i < J->n; i++) {
+        uint64_t sig;
+        int32_t sh, neg;
+        bf_int(E->x[i], &sig, &sh, &neg);
+        tg_big_add_small(&E->sx, sig, sh, neg ? -1 : 1);
+        tg_big_add_small(&sxx, sig * sig, 2 * sh, 1);
+    }
+    tg_big_from_double(&e, J->eps, 400);
+    tg_big_zero(&nb);
+    tg_big_add_small(&nb, (uint64_t)J->n, 0, 1);
+    if (J->op == TG_NORM_RMS) {
+        tg_big_shl(&E->r, &sxx, 400);
+        tg_big_mul(&t, &nb, &e);
+        tg_big_shl(&t, &t, 268);
+        tg_big_add(&E->r, &E->r, &t);
+    } else {
+        tg_big_mul(&E->r, &nb, &sxx);
+        tg_big_mul(&t, &E->sx, &E->sx);
+        t.neg = !t.neg && t.n;
+        tg_big_add(&E->r, &E->r, &t);
+        tg_big_shl(&E->r, &E->r, 132);
+        tg_big_mul(&t, &nb, &nb);
+        tg_big_mul(&t, &t, &e);
+        tg_big_add(&E->r, &E->r, &t);
+    }
+    E->ready = true;
+}
+
+static int sgn(const tg_big *a) { return a->n == 0 ? 0 : (a->neg ? -1 : 1); }
+
+/* sign(y - mid) for the element E->xi (weight E->wi, bias E->bi) */
+static int exact_cmp(double mid, void *ctx) {
+    exact_row *E = ctx;
+    const norm_job *J = E->J;
+    tg_big m, num, lhs, rhs, t;
+    tg_big_from_double(&m, mid, 134);
+    big_of_bf(&num, E->wi);
+    if (J->op == TG_NORM_RMS) {
+        big_of_bf(&t, E->xi);
+        tg_big_mul(&num, &num, &t); /* X W: y's numerator, the sign of y */
+    } else {
+        tg_big nb;
+        tg_big_zero(&nb);
+        tg_big_add_small(&nb, (uint64_t)J->n, 0, 1);
+        big_of_bf(&t, E->xi);
+        tg_big_mul(&t, &t, &nb);
+        tg_big neg_sx = E->sx;
+        neg_sx.neg = !neg_sx.neg && neg_sx.n;
+        tg_big_add(&t, &t, &neg_sx);
+        tg_big_mul(&num, &num, &t); /* W (n X - SX) */
+        big_of_bf(&t, E->bi);
+        t.neg = !t.neg && t.n;
+        tg_big_add(&m, &m, &t); /* T = M - B: compare z = y - b with it */
+    }
+    int sy = sgn(&num), sm = sgn(&m);
+    if (sy != sm || sy == 0) return sy > sm ? 1 : (sy < sm ? -1 : 0);
+    /* same sign: compare squares */
+    tg_big_mul(&lhs, &num, &num);
+    if (J->op == TG_NORM_RMS) {
+        tg_big nb;
+        tg_big_zero(&nb);
+        tg_big_add_small(&nb, (uint64_t)J->n, 0, 1);
+        tg_big_mul(&lhs, &lhs, &nb);
+        tg_big_shl(&lhs, &lhs, 400);
+    } else {
+        tg_big_shl(&lhs, &lhs, 132);
+    }
+    tg_big_mul(&rhs, &m, &m);
+    tg_big_mul(&rhs, &rhs, &E->r);
+    int c = tg_big_cmp(&lhs, &rhs);
+    return sy > 0 ? c : -c;
+}
+
+/* The sign of an exactly zero result: IEEE's for the formula evaluated exactly: rms: x * w;
+ * layer: w * (x - mean), x - mean being +0 when equal, then + b (-0 only when b is absent or -0). */
+static bool zero_negative(exact_row *E) {
+    bool wneg = (E->wi >> 15) & 1;
+    if (E->J->op == TG_NORM_RMS) return ((E->xi >> 15) & 1) != wneg;
+    tg_big t, nb, neg_sx = E->sx;
+    tg_big_zero(&nb);
+    tg_big_add_small(&nb, (uint64_t)E->J->n, 0, 1);
+    big_of_bf(&t, E->xi);
+    tg_big_mul(&t, &t, &nb);
+    neg_sx.neg = !neg_sx.neg && neg_sx.n;
+    tg_big_add(&t, &t, &neg_sx);
+    bool pneg = wneg != (sgn(&t) < 0);
+    return pneg && (!E->J->b || E->bi == 0x8000);
+}
+
+/* One element the bound could not decide: its key among [round(lo), round(hi)] by exact
+ * bisection; a zero result takes the exact value's sign (zero_negative when it is exactly 0). */
+static uint16_t decide(exact_row *E, double lo, double hi) {
+    exact_prepare(E);
+    if (E->r.n == 0) return 0x7FC0; /* 0 / 0: eps = 0 and a row of zeros (rms) or of equal values (layer) */
+    int32_t k = tg_bf16_round_exact(tg_bf16_key(tg_bf16_from_double(lo)), tg_bf16_key(tg_bf16_from_double(hi)),
+                                    exact_cmp, E);
+    if (k != 0) return tg_bf16_of_key(k);
+    int c = exact_cmp(0.0, E);
+    if (c) return c < 0 ? 0x8000 : 0;
+    return zero_negative(E) ? 0x8000 : 0;
+}
+
+static void rms_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t *slow) {
+    int64_t n = J->n;
+    double s;
+    J->loops.sumsq(x, n, &s);
+    double r = s / (double)n + J->eps, inv = 1.0 / sqrt(r);
+    bool exact_ok = isfinite(s) && r > 0;
+    double rel = ((double)n + 16) * U;
+    if (exact_ok) J->loops.rms_out(x, J->wv, n, inv, rel, out);
+    exact_row E = { .J = J, .x = x };
+    for (int64_t i = 0; i < n; i++) {
+        if (exact_ok && out[i] != 0xFFFF) continue;
+        double w = bf(J->wv[i]), y = bf(x[i]) * w * inv;
+        if (!exact_ok || !isfinite(y) || y == 0) { /* IEEE double of the formula (exact for 0) */
+            out[i] = tg_bf16_from_double(y);
+            continue;
+        }
+        double err = fabs(y) * rel, lo = y - err, hi = y + err;
+        uint16_t rl = tg_bf16_from_double(lo), rh = tg_bf16_from_double(hi);
+        if (rl == rh) {
+            out[i] = rl;
+            continue;
+        }
+        (*slow)++;
+        E.xi = x[i], E.wi = J->wv[i];
+        out[i] = decide(&E, lo, hi);
+    }
+}
+
+static void layer_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t *slow) {
+    int64_t n = J->n;
+    double dn = (double)n, sx, sa, q;
+    J->loops.sums(x, n, &sx, &sa);
+    double mu = sx / dn;
+    /* |mu - exact mean| <= delta */
+    double delta = (dn + 4) * U * (sa / dn) * 1.01;
+    J->loops.sumdev(x, n, mu, &q);
+    double rmid = q / dn + J->eps, inv = 1.0 / sqrt(rmid);
+    double g = (dn + 4) * U * 1.01;
+    double rlo = ((q / (1 + g) - dn * delta * delta) / dn + J->eps) * (1 - 4 * U);
+    double rhi = ((q / (1 - g)) / dn + J->eps) * (1 + 4 * U);
+    bool finite = isfinite(sa) && isfinite(q);
+    bool bounded = finite && rlo > 0 && rhi < INFINITY;
+    /* relative error of inv against 1 / sqrt(exact v + eps) */
+    double rho = bounded ? 0.5 * ((rhi - rlo) / rlo) * 1.01 + 4 * U : INFINITY;
+    double c1 = (rho + 5 * U) * 1.01, c2 = delta * (1 + rho + U) * 1.01;
+    if (bounded) J->loops.layer_out(x, J->wv, J->bv, n, mu, inv, c1, c2, out);
+    exact_row E = { .J = J, .x = x };
+    for (int64_t i = 0; i < n; i++) {
+        if (bounded && out[i] != 0xFFFF) continue;
+        double w = bf(J->wv[i]), bb = bf(J->bv[i]);
+        double dx = bf(x[i]) - mu, z = w * dx * inv, y = J->b ? z + bb : z;
+        if (!finite || !isfinite(y)) { /* IEEE double of the formula */
+            out[i] = tg_bf16_from_double(y);
+            continue;
+        }
+        double lo = -INFINITY, hi = INFINITY;
+        if (bounded) {
+            double err = fabs(w) * inv * (fabs(dx) * c1 + c2) + fabs(y) * 2 * U;
+            lo = y - err, hi = y + err;
+            uint16_t rl = tg_bf16_from_double(lo), rh = tg_bf16_from_double(hi);
+            if (rl == rh && (rl & 0x7FFF) != 0) {
+                out[i] = rl;
+                continue;
+            }
+        }
+        (*slow)++;
+        E.xi = x[i], E.wi = J->wv[i], E.bi = J->bv[i];
+        out[i] = decide(&E, lo, hi);
+    }
+}
+
+enum { ROW_BLOCK_ELEMS = 16384 };
+static void task_rows(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const norm_job *J = arg;
+    int64_t per = J->n >= ROW_BLOCK_ELEMS ? 1 : ROW_BLOCK_ELEMS / J->n;
+    int64_t lo = task * per, hi = lo + per < J->rows ? lo + per : J->rows, slow = 0;
+    for (int64_t r = lo; r < hi; r++) {
+        if (J->op == TG_NORM_RMS) rms_row(J, J->x + r * J->n, J->out + r * J->n, &slow);
+        else layer_row(J, J->x + r * J->n, J->out + r * J->n, &slow);
+    }
+    count(TGRAD_DEBUG_NORM_EVALUATED, (hi - lo) * J->n);
+    count(TGRAD_DEBUG_NORM_SLOW, slow);
+}
+
+/* n zeros (bias absent and weight absent: fill holds ones), owned by *owned; NULL when out of
+ * memory or fill is. */
+static const uint16_t *zeros_or(const uint16_t *fill, int64_t n, uint16_t **owned) {
+    if (!fill) return NULL;
+    *owned = tg_malloc((size_t)n * 2);
+    if (*owned) memset(*owned, 0, (size_t)n * 2);
+    return *owned;
+}
+
+/* A compact copy of an input when its view is not compact (NULL data: out of memory). */
+static const uint16_t *compact(const tg_node_input *in, uint16_t **owned) {
+    *owned = NULL;
+    if (tg_view_is_compact_rowmajor(&in->view)) return in->buf->data + in->view.offset;
+    int64_t numel = 0;
+    tg_view_numel(&in->view, &numel);
+    *owned = tg_malloc((size_t)(numel ? numel : 1) * 2);
+    if (*owned) tg_cpu_copy_view(in->buf->data, &in->view, *owned);
+    return *owned;
+}
+
+tgrad_status tg_norm_execute(const tg_step *st) {
+    const tg_node_params *P = &st->base->params;
+    norm_job J = { .op = P->norm_op, .eps = P->eps, .out = st->buf->data, .n = 1 };
+    const tg_view *xv = &st->inputs[0].view;
+    for (int32_t d = 0; d < P->norm_axes; d++) J.n *= xv->shape[xv->ndim - 1 - d];
+    if (st->buf->numel == 0 || J.n == 0) return TGRAD_OK;
+    J.rows = st->buf->numel / J.n;
+    uint16_t *own[3] = { NULL, NULL, NULL };
+    J.x = compact(&st->inputs[0], &own[0]);
+    int32_t k = 1;
+    if (P->has_weight) J.w = compact(&st->inputs[k], &own[k]), k++;
+    if (P->has_bias) J.b = compact(&st->inputs[k], &own[k]), k++;
+    uint16_t *fill = (!P->has_weight || !P->has_bias) ? tg_malloc((size_t)J.n * 2) : NULL;
+    if (fill) {
+        for (int64_t i = 0; i < J.n; i++) fill[i] = P->has_weight ? 0 : 0x3F80; /* ones for w, else zeros for b */
+    }
+    J.wv = P->has_weight ? J.w : fill;
+    J.bv = P->has_bias ? J.b : (P->has_weight ? fill : zeros_or(fill, J.n, &own[2]));
+    J.loops = loops_for_selection();
+    tgrad_status s = TGRAD_OK;
+    if (!J.x || (P->has_weight && !J.w) || (P->has_bias && !J.b) || !J.wv || !J.bv) {
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a compact copy of an input",
+                    P->norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
+    } else {
+        int64_t per = J.n >= ROW_BLOCK_ELEMS ? 1 : ROW_BLOCK_ELEMS / J.n;
+        int64_t tasks = (J.rows + per - 1) / per;
+        if (tasks == 1) task_rows(0, 0, &J);
+        else tg_pool_run(tasks, task_rows, &J);
+    }
+    for (int32_t i = 0; i < 3; i++) free(own[i]);
+    free(fill);
+    return s;
+}

@@ -1,0 +1,66 @@
+/* The norms' exact decisions (private): fixed-size signed big integers, enough to compare the
+ * exact value of rms_norm or layer_norm of bf16 inputs with a bf16 rounding midpoint without
+ * rounding anything (docs/numerics.md, "Norms"). Every bf16 value x is the integer X = x * 2^134
+ * (even: the smallest subnormal is X = 2), so every quantity below is an integer of at most
+ * ~1,500 bits. Nothing allocates or fails; no floating-point environment is read. */
+#ifndef TGRAD_OPS_NORM_EXACT_H
+#define TGRAD_OPS_NORM_EXACT_H
+
+#include <stdint.h>
+
+#include "internal.h"
+
+#define TG_BIG_LIMBS 26 /* 1,664 bits */
+typedef struct tg_big {
+    uint64_t w[TG_BIG_LIMBS]; /* magnitude, little-endian */
+    int32_t n;                /* limbs in use (w[n..] are zero) */
+    int32_t neg;              /* 1: negative (never for zero) */
+} tg_big;
+
+TG_HIDDEN void tg_big_zero(tg_big *a);
+/* a += s * (v << shift) (s = +1 or -1, v < 2^64, 0 <= shift < 1,600). */
+TG_HIDDEN void tg_big_add_small(tg_big *a, uint64_t v, int32_t shift, int32_t s);
+/* r = a + b, r = a * b, r = a << k (r may alias a or b). */
+TG_HIDDEN void tg_big_add(tg_big *r, const tg_big *a, const tg_big *b);
+TG_HIDDEN void tg_big_mul(tg_big *r, const tg_big *a, const tg_big *b);
+TG_HIDDEN void tg_big_shl(tg_big *r, const tg_big *a, int32_t k);
+/* -1, 0, 1 as a < b, a == b, a > b (signed). */
+TG_HIDDEN int tg_big_cmp(const tg_big *a, const tg_big *b);
+/* The integer d * 2^scale for a double d that it makes an integer (finite; exact). */
+TG_HIDDEN void tg_big_from_double(tg_big *a, double d, int32_t scale);
+
+/* bf16 helpers shared by the norms and rope. Keys order the bf16 values with inf: key(bits) =
+ * bits for +0 .. +inf (0 .. 0x7F80), -(bits & 0x7FFF) for negative ones. */
+static inline int32_t tg_bf16_key(uint16_t b) { return (b & 0x8000) ? -(int32_t)(b & 0x7FFF) : (int32_t)b; }
+static inline uint16_t tg_bf16_of_key(int32_t k) { return k >= 0 ? (uint16_t)k : (uint16_t)(0x8000 | -k); }
+/* The double nearest to the exact value, rounded once to bf16 (RNE, gradual underflow,
+ * overflow to inf, NaN canonical 0x7FC0). Assumes round-to-nearest (the default). */
+TG_HIDDEN uint16_t tg_bf16_from_double(double y);
+/* The midpoint between the bf16 values of keys k and k + 1 (|k|, |k + 1| <= 0x7F80; inf counts
+ * as 2^128), exact in double. */
+TG_HIDDEN double tg_bf16_key_midpoint(int32_t k);
+
+/* The exact rounding by bisection: the result's key in [klo, khi], given cmp(mid) = sign(exact -
+ * mid) for any midpoint; ties go to the even neighbour. */
+typedef int (*tg_midpoint_cmp)(double mid, void *ctx);
+TG_HIDDEN int32_t tg_bf16_round_exact(int32_t klo, int32_t khi, tg_midpoint_cmp cmp, void *ctx);
+
+/* The rope kind's counters: values evaluated, decided in binary128, undecided (ops/rope.c). */
+TG_HIDDEN void tg_rope_counts(int64_t c[3]);
+
+/* The norms' hot loops (kernels/cpu/norm_loops.h), portable and AVX-512 builds of one source. */
+#define TG_NORM_DECLARE_(sfx)                                                                                  \
+    TG_HIDDEN void tg_norm_sumsq_##sfx(const uint16_t *x, int64_t n, double *sumsq);                           \
+    TG_HIDDEN void tg_norm_sums_##sfx(const uint16_t *x, int64_t n, double *sum, double *sumabs);              \
+    TG_HIDDEN void tg_norm_sumdev_##sfx(const uint16_t *x, int64_t n, double mu, double *q);                   \
+    TG_HIDDEN void tg_norm_rms_out_##sfx(const uint16_t *x, const uint16_t *w, int64_t n, double inv, double rel, \
+                                         uint16_t *out);                                                       \
+    TG_HIDDEN void tg_norm_layer_out_##sfx(const uint16_t *x, const uint16_t *w, const uint16_t *b, int64_t n,  \
+                                           double mu, double inv, double c1, double c2, uint16_t *out);
+TG_NORM_DECLARE_(portable)
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+TG_NORM_DECLARE_(avx512f)
+TG_HIDDEN int tg_norm_avx512f_available(void);
+#endif
+
+#endif

@@ -1,0 +1,278 @@
+/* The rope kind: tgrad_rope checks everything and records the node (x, positions, then the
+ * optional inv_freq); tg_rope_execute rotates each pair of features by theta = p * f_i, each
+ * output the exact value rounded once: a double evaluation with an error bound decides almost
+ * every element, binary128 (Ziv) the rest; the exact cases (theta = 0, zero pairs) are exact by
+ * construction. docs/numerics.md, "Rotary position embedding". */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kinds.h"
+#include "norm_exact.h"
+
+#if defined(TGRAD_HAVE_QUADMATH)
+#include <quadmath.h>
+typedef __float128 xf;
+#define XSIN sinq
+#define XCOS cosq
+#define XPOW powq
+#define XFABS fabsq
+#define XEPS 0x1p-109Q
+#else
+typedef long double xf;
+#define XSIN sinl
+#define XCOS cosl
+#define XPOW powl
+#define XFABS fabsl
+#define XEPS ((xf)ldexp(1.0, 4 - LDBL_MANT_DIG))
+#include <float.h>
+#endif
+
+#define U 0x1p-53
+
+/* ---- the node ---- */
+TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                                  int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out) {
+    const char *fn = "rope";
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: out is NULL");
+    tg_tensor t[3] = { 0 };
+    int32_t have = 0;
+    tgrad_status s = tg_handle_get_tensor(x, &t[0]);
+    if (s) return s;
+    have = 1;
+    if (!(s = tg_handle_get_tensor(positions, &t[1]))) have = 2;
+    tg_node_params P = { .interleaved = interleaved, .eps = base };
+    if (!s && inv_freq) {
+        if (!(s = tg_handle_get_tensor(inv_freq, &t[2]))) P.has_weight = 1, have = 3;
+    }
+    const tg_view *xv = &t[0].view;
+    if (!s) s = tg_kind_check_device(TG_OP_ROPE, t[0].buf->device, fn);
+    if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "rope: x is %s; rope takes bfloat16", tg_dtype_name(t[0].buf->dtype));
+    if (!s && xv->ndim < 2)
+        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "rope: x has %d dimensions; it must be [..., L, d]", (int)xv->ndim);
+    int64_t L = s ? 0 : xv->shape[xv->ndim - 2], d = s ? 0 : xv->shape[xv->ndim - 1];
+    if (!s) P.rotary_dim = rotary_dim ? rotary_dim : (int32_t)(d < INT32_MAX ? d : 0);
+    if (!s && (interleaved != 0 && interleaved != 1))
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: interleaved is %d, not 0 or 1", (int)interleaved);
+    if (!s && (P.rotary_dim < 2 || P.rotary_dim % 2 || P.rotary_dim > d))
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: rotary_dim %d must be even, at least 2 and at most d = %lld",
+                    (int)P.rotary_dim, (long long)d);
+    if (!s && !P.has_weight && !(isfinite(base) && base > 0))
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: base %g must be a positive finite number", base);
+    if (!s && t[1].buf->dtype != TGRAD_DTYPE_I32)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "rope: positions are %s; they must be int32",
+                    tg_dtype_name(t[1].buf->dtype));
+    if (!s) {
+        const tg_view *pv = &t[1].view;
+        bool ok = (pv->ndim == 1 && pv->shape[0] == L) ||
+                  (pv->ndim == 2 && xv->ndim >= 3 && pv->shape[1] == L && pv->shape[0] == xv->shape[0]);
+        if (!ok) {
+            char sp[160], sx[160];
+            tg_format_shape(sp, sizeof sp, pv);
+            tg_format_shape(sx, sizeof sx, xv);
+            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "rope: positions %s must be [L] or [B, L] for x %s ([B, ..., L, d])", sp,
+                        sx);
+        }
+        P.norm_axes = pv->ndim;
+    }
+    if (!s && P.has_weight) {
+        const tg_view *fv = &t[2].view;
+        if (t[2].buf->dtype != TGRAD_DTYPE_F32)
+            s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "rope: inv_freq is %s; it must be float32",
+                        tg_dtype_name(t[2].buf->dtype));
+        else if (fv->ndim != 1 || fv->shape[0] != P.rotary_dim / 2)
+            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "rope: inv_freq must be [rotary_dim / 2] = [%d]", (int)(P.rotary_dim / 2));
+    }
+    for (int32_t i = 1; !s && i < have; i++)
+        if (t[i].buf->device != t[0].buf->device)
+            s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "rope: an operand lives on %s, x on %s", tg_device_name(t[i].buf->device),
+                        tg_device_name(t[0].buf->device));
+    int64_t numel = 0;
+    tg_view ov;
+    if (!s) s = tg_view_contiguous(xv->ndim, xv->shape, &ov);
+    if (!s) tg_view_numel(&ov, &numel);
+    if (!s) s = tg_check_bytes(numel, TGRAD_DTYPE_BF16, fn);
+    if (!s) s = tg_memory_admit_typed(numel, 2, fn);
+    tg_node *node = s ? NULL : tg_node_new(TG_OP_ROPE, have);
+    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "rope: cannot allocate a graph node");
+    tg_buffer *b = NULL;
+    if (!s) {
+        for (int32_t i = 0; i < have; i++) node->inputs[i] = (tg_node_input){ t[i].buf, t[i].view };
+        node->out = ov;
+        node->dtype = TGRAD_DTYPE_BF16;
+        node->params = P;
+        if ((s = tg_buffer_new_typed(numel, TGRAD_DTYPE_BF16, node, &b))) free(node);
+        else b->device = t[0].buf->device;
+    }
+    if (s) {
+        for (int32_t i = 0; i < have; i++) tg_tensor_unref(&t[i]);
+        return s;
+    }
+    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b);
+    return s;
+}
+
+/* ---- the executor ---- */
+typedef struct rope_job {
+    const uint16_t *x;
+    const int32_t *pos;
+    const double *fd; /* f_i in double (rd / 2) */
+    const xf *fq;     /* f_i in binary128 */
+    int64_t rows, L, d, per_b; /* rows of [L, d]; rows per batch entry of positions */
+    int32_t rd, interleaved, batched;
+    uint16_t *out;
+} rope_job;
+
+static inline double bf(uint16_t b) {
+    union { uint32_t u; float f; } v = { (uint32_t)b << 16 };
+    return v.f;
+}
+
+static inline uint16_t fast_round(double y, double err) {
+    uint64_t u;
+    memcpy(&u, &y, sizeof u);
+    uint64_t e = (u >> 52) & 0x7FF, low = u & 0x1FFFFFFFFFFFull;
+    int64_t dd = (int64_t)low - ((int64_t)1 << 44);
+    double dist = (double)(dd < 0 ? -dd : dd);
+    if (e < 1023 - 125 || e > 1023 + 126 || !(dist * fabs(y) > err * 0x1p53)) return 0xFFFF;
+    uint64_t t = ((u & 0x7FFFFFFFFFFFFFFFull) + 0xFFFFFFFFFFFull + ((u >> 45) & 1)) >> 45;
+    return (uint16_t)(((u >> 48) & 0x8000) | (t - ((uint64_t)(1023 - 127) << 7)));
+}
+
+/* The rounding of an approximation yq with |error| <= eq, when that decides it (else 0xFFFF). */
+static uint16_t round_q(xf yq, xf eq) {
+    double lo = (double)(yq - eq), hi = (double)(yq + eq); /* double rounding moves each by <= 2^-53 rel */
+    lo -= fabs(lo) * 0x1p-52, hi += fabs(hi) * 0x1p-52;
+    uint16_t a = tg_bf16_from_double(lo), b = tg_bf16_from_double(hi);
+    return a == b ? a : 0xFFFF;
+}
+
+static _Atomic int64_t rope_counts[3];
+
+/* theta, cos and sin of one (position, pair index), shared by every row at that position. */
+typedef struct angle {
+    double th, c, s;
+} angle;
+
+/* One pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) with theta = p f_i. */
+static void pair(const rope_job *J, int32_t p, int32_t i, const angle *A, uint16_t a, uint16_t b, uint16_t *oa,
+                 uint16_t *ob, int64_t *slow, int64_t *undecided) {
+    double x1 = bf(a), x2 = bf(b), th = A->th, c = A->c, s = A->s;
+    double y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    if (!isfinite(x1) || !isfinite(x2) || p == 0 || J->fd[i] == 0) { /* IEEE double; exact for theta = 0 */
+        *oa = (p == 0 || J->fd[i] == 0) && isfinite(x1) && isfinite(x2) ? a : tg_bf16_from_double(y1);
+        *ob = (p == 0 || J->fd[i] == 0) && isfinite(x1) && isfinite(x2) ? b : tg_bf16_from_double(y2);
+        return;
+    }
+    /* |theta_d - theta| <= 3u |theta| (f_i within 1 ulp, the product rounded); sin, cos within
+     * 1 ulp of 1 on top: E = 3u |theta| + 2^-51, and the rounding of the products and the sum */
+    double E = 3 * U * fabs(th) + 0x1p-51, err = (fabs(x1) + fabs(x2)) * (E + 4 * U) * 1.01;
+    uint16_t r1 = fast_round(y1, err), r2 = fast_round(y2, err);
+    if (r1 != 0xFFFF && r2 != 0xFFFF) {
+        *oa = r1, *ob = r2;
+        return;
+    }
+    (*slow)++;
+    xf tq = (xf)p * J->fq[i], cq = XCOS(tq), sq = XSIN(tq);
+    xf q1 = (xf)x1 * cq - (xf)x2 * sq, q2 = (xf)x2 * cq + (xf)x1 * sq;
+    xf eq = ((xf)fabs(x1) + (xf)fabs(x2)) * (XEPS * XFABS(tq) + XEPS);
+    if (r1 == 0xFFFF) r1 = round_q(q1, eq);
+    if (r2 == 0xFFFF) r2 = round_q(q2, eq);
+    if (r1 == 0xFFFF || r2 == 0xFFFF) {
+        /* x1 = x2 = 0: y = 0 exactly (sign as IEEE double gives); else not known to happen
+         * (a nonzero rational theta makes cos and sin transcendental): rounded and counted */
+        (*undecided) += (x1 != 0 || x2 != 0);
+        if (r1 == 0xFFFF) r1 = tg_bf16_from_double((double)q1 == 0 ? y1 : (double)q1);
+        if (r2 == 0xFFFF) r2 = tg_bf16_from_double((double)q2 == 0 ? y2 : (double)q2);
+    }
+    *oa = r1, *ob = r2;
+}
+
+/* A task: a group of rows sharing positions (all rows, or one batch entry's) over a block of
+ * ROPE_BLOCK positions; the angles of a position are computed once for the group. */
+enum { ROPE_BLOCK = 8 };
+static void task_rows(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const rope_job *J = arg;
+    int64_t lblocks = (J->L + ROPE_BLOCK - 1) / ROPE_BLOCK, g = task / lblocks, l0 = (task % lblocks) * ROPE_BLOCK;
+    int64_t l1 = l0 + ROPE_BLOCK < J->L ? l0 + ROPE_BLOCK : J->L, rows = J->batched ? J->per_b : J->rows;
+    int32_t half = J->rd / 2;
+    int64_t slow = 0, undecided = 0;
+    angle A[256];
+    for (int64_t l = l0; l < l1; l++) {
+        int32_t p = J->pos[(J->batched ? g * J->L : 0) + l];
+        for (int32_t i0 = 0; i0 < half; i0 += 256) {
+            int32_t i1 = i0 + 256 < half ? i0 + 256 : half;
+            for (int32_t i = i0; i < i1; i++) {
+                double th = (double)p * J->fd[i];
+                A[i - i0] = (angle){ th, cos(th), sin(th) };
+            }
+            for (int64_t r = g * rows; r < (g + 1) * rows; r++) {
+                const uint16_t *x = J->x + (r * J->L + l) * J->d;
+                uint16_t *o = J->out + (r * J->L + l) * J->d;
+                for (int32_t i = i0; i < i1; i++) {
+                    int64_t ia = J->interleaved ? 2 * i : i, ib = J->interleaved ? 2 * i + 1 : i + half;
+                    pair(J, p, i, &A[i - i0], x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
+                }
+                if (i1 == half)
+                    for (int64_t k = J->rd; k < J->d; k++) o[k] = x[k];
+            }
+        }
+    }
+    atomic_fetch_add_explicit(&rope_counts[0], (l1 - l0) * rows * J->rd, memory_order_relaxed);
+    if (slow) atomic_fetch_add_explicit(&rope_counts[1], slow, memory_order_relaxed);
+    if (undecided) atomic_fetch_add_explicit(&rope_counts[2], undecided, memory_order_relaxed);
+}
+
+void tg_rope_counts(int64_t c[3]) {
+    for (int i = 0; i < 3; i++) c[i] = atomic_load_explicit(&rope_counts[i], memory_order_relaxed);
+}
+
+static const void *compact_any(const tg_node_input *in, int32_t size, void **owned) {
+    *owned = NULL;
+    if (tg_view_is_compact_rowmajor(&in->view)) return (const char *)in->buf->data + in->view.offset * size;
+    int64_t numel = 0;
+    tg_view_numel(&in->view, &numel);
+    *owned = tg_malloc((size_t)(numel ? numel : 1) * (size_t)size);
+    if (*owned) tg_cpu_copy_view_sized(in->buf->data, &in->view, *owned, size);
+    return *owned;
+}
+
+tgrad_status tg_rope_execute(const tg_step *st) {
+    const tg_node_params *P = &st->base->params;
+    const tg_view *xv = &st->inputs[0].view;
+    rope_job J = { .out = st->buf->data, .rd = P->rotary_dim, .interleaved = P->interleaved, .batched = P->norm_axes == 2,
+                   .L = xv->shape[xv->ndim - 2], .d = xv->shape[xv->ndim - 1] };
+    if (st->buf->numel == 0) return TGRAD_OK;
+    J.rows = st->buf->numel / (J.L * J.d);
+    J.per_b = J.rows / (xv->shape[0] ? xv->shape[0] : 1);
+    int32_t half = J.rd / 2;
+    void *own[3] = { NULL, NULL, NULL };
+    J.x = compact_any(&st->inputs[0], 2, &own[0]);
+    J.pos = compact_any(&st->inputs[1], 4, &own[1]);
+    const float *given = P->has_weight ? compact_any(&st->inputs[2], 4, &own[2]) : NULL;
+    double *fd = tg_malloc(sizeof *fd * (size_t)half);
+    xf *fq = tg_malloc(sizeof *fq * (size_t)half);
+    tgrad_status s = TGRAD_OK;
+    if (!J.x || !J.pos || (P->has_weight && !given) || !fd || !fq) {
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "rope: cannot allocate its tables or a compact copy of an input");
+    } else {
+        for (int32_t i = 0; i < half; i++) {
+            if (given) fd[i] = given[i], fq[i] = (xf)given[i];
+            else {
+                fd[i] = pow(P->eps, -2.0 * i / J.rd); /* within 1 ulp (glibc) */
+                fq[i] = XPOW((xf)P->eps, -(xf)(2 * i) / (xf)J.rd);
+            }
+        }
+        J.fd = fd, J.fq = fq;
+        int64_t groups = J.batched ? J.rows / J.per_b : 1;
+        int64_t tasks = groups * ((J.L + ROPE_BLOCK - 1) / ROPE_BLOCK);
+        if (tasks == 1) task_rows(0, 0, &J);
+        else tg_pool_run(tasks, task_rows, &J);
+    }
+    for (int i = 0; i < 3; i++) free(own[i]);
+    free(fd), free(fq);
+    return s;
+}

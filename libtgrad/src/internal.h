@@ -133,6 +133,7 @@ typedef struct tg_node_params {
     int32_t reduce_op;               /* TGRAD_REDUCE_* */
     int32_t naxes;
     int32_t axes[TGRAD_MAX_DIMS];    /* ascending, non-negative */
+    int32_t softmax_op;              /* TGRAD_SOFTMAX_* (its axis is axes[0]) */
 } tg_node_params;
 
 struct tg_buffer;

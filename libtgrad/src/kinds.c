@@ -1,6 +1,6 @@
 /* The kind registry's rows (kinds.h): for each node kind its route decision, CPU executor, GPU
  * support and explain name. The matmul, copy and elementwise executors are here; cast and reduce
- * have their own files (ops/cast.c, ops/reduce.c). */
+ * have their own files (ops/cast.c, ops/reduce.c, ops/softmax.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +25,10 @@ static void decide_cast(tg_step *st) {
 static void decide_reduce(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_REDUCE);
     route_named(st, "reduce");
+}
+
+static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
+    snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
 
 static void decide_matmul(tg_step *st) {
@@ -81,6 +85,7 @@ static tgrad_status execute_copy(const tg_step *st) {
 static const char *name_kind(const tg_step *st) { return tg_kind_of(st->op)->name; }
 static const char *name_elementwise(const tg_step *st) { return tgrad_op_name(st->ew); }
 static const char *name_reduce(const tg_step *st) { return tgrad_reduce_name(st->base->params.reduce_op); }
+static const char *name_softmax(const tg_step *st) { return tgrad_softmax_name(st->base->params.softmax_op); }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -99,6 +104,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
                        .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,
                        .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce },
+    [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
+                        .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -51,5 +51,6 @@ TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t
 /* Executors and routes of the kinds that live in their own files. */
 TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
 
 #endif

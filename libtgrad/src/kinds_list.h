@@ -15,6 +15,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(2, COPY, copy, TG_ROLE_MOVEMENT)                  \
     X(3, ELEMENTWISE, elementwise, TG_ROLE_ELEMENTWISE) \
     X(4, CAST, cast, TG_ROLE_ELEMENTWISE)               \
-    X(5, REDUCE, reduce, TG_ROLE_REDUCTION)
+    X(5, REDUCE, reduce, TG_ROLE_REDUCTION)             \
+    X(8, SOFTMAX, softmax, TG_ROLE_REDUCTION)
 
 #endif

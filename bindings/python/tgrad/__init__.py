@@ -40,6 +40,9 @@ __all__ = [
     "min",
     "reductions",
     "sum",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
     "Capability",
     "Tensor",
     "TgradError",
@@ -277,3 +280,5 @@ def from_dlpack(x: object) -> Tensor:
 
 # Last, so that the builtins they shadow in this module's namespace are not used above.
 from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
+# hsoft: softmax, log_softmax, logsumexp (tgrad.softmax)
+from .softmax import log_softmax, logsumexp, softmax  # noqa: E402

@@ -19,7 +19,10 @@ static inline uint32_t tg_sm_round_f32(double v) { return tg_sm_f32_bits((float)
 static inline uint32_t tg_sm_round_bf16(double v) {
     float f = (float)v;
     uint32_t u = tg_sm_f32_bits(f);
-    if ((u & 0xffffu) == 0x8000u && (double)f != v) u += ((double)f < v) == (v > 0) ? 1u : (uint32_t)-1;
+    /* branch-free, so that the loops vectorize: +1 or -1 at a false midpoint, else 0 */
+    uint32_t fix = (uint32_t)((u & 0xffffu) == 0x8000u) & (uint32_t)((double)f != v);
+    uint32_t up = (uint32_t)(((double)f < v) == (v > 0));
+    u += fix * (2u * up - 1u);
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
 

@@ -125,6 +125,8 @@ typedef struct sm_job {
     int64_t inner;              /* elements after the axis (the output's step along it) */
     int64_t rows, rows_per_task;
     char *out;
+    struct sm_scratch *ws;      /* one workspace per pool worker */
+    int32_t nws;
     atomic_bool oom;
 } sm_job;
 
@@ -150,29 +152,25 @@ static void gather(const sm_job *J, int64_t off, sm_scratch *S) {
     if (J->pro) {
         if (s == 1) tg_chain_eval(J->pro, S->vals, off, n);
         else for (int64_t j = 0; j < n; j++) tg_chain_eval(J->pro, &S->vals[j], off + j * s, 1);
-        for (int64_t j = 0; j < n; j++) S->x[j] = tg_bf16_to_f32(S->vals[j]);
+        J->v->load_bf16(S->vals, n, S->x);
     } else if (J->in_dtype == TGRAD_DTYPE_BF16) {
         const uint16_t *p = (const uint16_t *)J->base + off;
-        for (int64_t j = 0; j < n; j++) S->x[j] = tg_bf16_to_f32(p[j * s]);
+        if (s == 1) J->v->load_bf16(p, n, S->x);
+        else for (int64_t j = 0; j < n; j++) S->x[j] = tg_bf16_to_f32(p[j * s]);
     } else {
         const float *p = (const float *)J->base + off;
-        for (int64_t j = 0; j < n; j++) S->x[j] = p[j * s];
+        if (s == 1) J->v->load_f32(p, n, S->x);
+        else for (int64_t j = 0; j < n; j++) S->x[j] = p[j * s];
     }
 }
 
-/* What a row holds: its maximum (first index), smallest finite value, finite count, NaN. */
+/* What a row holds (the variant's scan) and the first index of its maximum. */
 typedef struct row_info { double m, xmin; int64_t jmax, nfinite; bool nan; } row_info;
-static row_info scan(const double *x, int64_t n) {
-    row_info r = { -INFINITY, INFINITY, 0, 0, false };
-    for (int64_t j = 0; j < n; j++) {
-        double v = x[j];
-        if (v != v) r.nan = true;
-        if (v > r.m) r.m = v, r.jmax = j;
-        if (v > -INFINITY && v < INFINITY) {
-            r.nfinite++;
-            if (v < r.xmin) r.xmin = v;
-        }
-    }
+static row_info scan(const sm_job *J, const double *x, int64_t n) {
+    tg_sm_scan s = J->v->scan(x, n);
+    row_info r = { s.m, s.xmin, 0, s.nfinite, s.nan != 0 };
+    if (!r.nan)
+        while (r.jmax < n && x[r.jmax] != r.m) r.jmax++;
     return r;
 }
 
@@ -253,6 +251,9 @@ static uint32_t slow_element(const sm_job *J, slow_row *R, const double *x, cons
 }
 
 /* ---- one row ---- */
+/* The loops' window in double ulps of the value's binade for a relative bound w (w < 2^-30). */
+static int64_t thr_of(double w) { return (int64_t)(w * 0x1p53) + 2; }
+
 static void put(const sm_job *J, char *dst, int64_t k, uint32_t bits) {
     if (J->out_dtype == TGRAD_DTYPE_BF16) ((uint16_t *)dst)[k] = (uint16_t)bits;
     else ((uint32_t *)dst)[k] = bits;
@@ -281,7 +282,7 @@ static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direc
     int64_t n = J->n;
     int32_t dt = J->out_dtype;
     gather(J, off, S);
-    row_info ri = scan(S->x, n);
+    row_info ri = scan(J, S->x, n);
     count(TGRAD_DEBUG_SOFTMAX_ROWS, 1);
     count(TGRAD_DEBUG_SOFTMAX_ELEMENTS, J->op == TGRAD_SOFTMAX_LOGSUMEXP ? 1 : n);
     bool special = n == 0 || ri.nan || ri.m == INFINITY || ri.m == -INFINITY || ri.nfinite == 1;
@@ -308,12 +309,13 @@ static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direc
     bool tinyT = T < 0x1p-200; /* the other terms are below 2^-200 (or underflowed): L = log1p(T) ~ T */
     slow_row R = { .ready = false };
     int64_t bad;
+    double inv = 0, L = 0, w;
     if (J->op == TGRAD_SOFTMAX_SOFTMAX) {
-        double inv = 1.0 / (1.0 + T);
-        double w = (eT + spread * U * 1.02 + TG_SM_EXP_REL + 3 * U) * 1.05 + (double)n * 0x1p-1000;
-        bad = J->v->out_softmax(S->e, n, inv, w, dt, o, S->flag);
+        inv = 1.0 / (1.0 + T);
+        w = (eT + spread * U * 1.02 + TG_SM_EXP_REL + 3 * U) * 1.05 + (double)n * 0x1p-1000;
+        bad = J->v->out_softmax(S->e, n, inv, thr_of(w), dt, o, S->flag);
     } else {
-        double L = log1p(T);
+        L = log1p(T);
         if (J->op == TGRAD_SOFTMAX_LOGSUMEXP) {
             double y = ri.m + L, ay = fabs(y);
             double e = (L * (eT + 0x1p-50) * 1.05 + ay * U) * 1.05 + (tinyT ? 0x1p-190 : 0x1p-800);
@@ -322,16 +324,23 @@ static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direc
             return slow_element(J, &R, S->x, &ri, 0);
         }
         /* log_softmax: y = (x_j - m) - L, both parts <= 0: relative bounds add */
-        double w = tinyT ? 0x1p-49 : ((eT + 0x1p-50) * 1.02 + 2 * U) * 1.05;
-        bad = J->v->out_log_softmax(S->x, n, ri.m, L, w, dt, o, S->flag);
+        w = tinyT ? 0x1p-49 : ((eT + 0x1p-50) * 1.02 + 2 * U) * 1.05;
+        bad = J->v->out_log_softmax(S->x, n, ri.m, L, thr_of(w), dt, o, S->flag);
         if (tinyT) { /* the max: -L in (-2^-199, 0): -0 */
             if (S->flag[ri.jmax]) bad--;
             S->flag[ri.jmax] = 0;
             put(J, o, ri.jmax, zero_bits(dt, true));
         }
     }
-    for (int64_t j = 0; bad > 0 && j < n; j++)
-        if (S->flag[j]) put(J, o, j, slow_element(J, &R, S->x, &ri, j)), bad--;
+    /* flagged: the double value's own decision (outside the loops' fast range), else binary128 */
+    for (int64_t j = 0; bad > 0 && j < n; j++) {
+        if (!S->flag[j]) continue;
+        bad--;
+        double q = J->op == TGRAD_SOFTMAX_SOFTMAX ? S->e[j] * inv : (S->x[j] - ri.m) - L, aq = fabs(q);
+        double e = aq < INFINITY ? aq * w : 0.0;
+        uint32_t lo = tg_sm_round(q - e, dt), hi = tg_sm_round(q + e, dt);
+        put(J, o, j, lo == hi ? lo : slow_element(J, &R, S->x, &ri, j));
+    }
     return 0;
 }
 
@@ -348,38 +357,45 @@ static void row_place(const sm_job *J, int64_t r, int64_t *in_off, int64_t *out_
     *out_pos = J->op == TGRAD_SOFTMAX_LOGSUMEXP ? r : a * J->n * J->inner + b;
 }
 
+static bool scratch_new(sm_scratch *S, int64_t n, bool prologue) {
+    size_t m = (size_t)(n ? n : 1);
+    *S = (sm_scratch){ malloc(sizeof(double) * m), malloc(sizeof(double) * m), malloc(m), malloc(sizeof(uint32_t) * m),
+                       prologue ? malloc(sizeof(uint16_t) * m) : NULL };
+    return S->x && S->e && S->flag && S->obits && (!prologue || S->vals);
+}
+static void scratch_free(sm_scratch *S) { free(S->x), free(S->e), free(S->flag), free(S->obits), free(S->vals); }
+
 static void task_rows(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
     sm_job *J = arg;
-    int64_t n = J->n, m = n ? n : 1;
-    sm_scratch S = { malloc(sizeof(double) * (size_t)m), malloc(sizeof(double) * (size_t)m), malloc((size_t)m),
-                     malloc(sizeof(uint32_t) * (size_t)m), J->pro ? malloc(sizeof(uint16_t) * (size_t)m) : NULL };
-    if (!S.x || !S.e || !S.flag || !S.obits || (J->pro && !S.vals)) {
+    int64_t n = J->n;
+    sm_scratch own, *S = worker >= 0 && worker < J->nws ? &J->ws[worker] : &own;
+    if (S == &own && !scratch_new(&own, n, J->pro != NULL)) { /* a worker beyond those planned */
+        scratch_free(&own);
         atomic_store(&J->oom, true);
-    } else {
-        tg_fp_env env = tg_fp_env_ieee();
-        int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
-        size_t es = J->out_dtype == TGRAD_DTYPE_BF16 ? 2 : 4;
-        for (int64_t r = lo; r < hi; r++) {
-            int64_t off, pos;
-            row_place(J, r, &off, &pos);
-            if (J->op == TGRAD_SOFTMAX_LOGSUMEXP) {
-                put(J, J->out, pos, run_row(J, off, &S, NULL));
-                if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, 1);
-                continue;
-            }
-            bool contiguous = J->inner == 1;
-            run_row(J, off, &S, contiguous ? J->out + (size_t)pos * es : NULL);
-            if (!contiguous)
-                for (int64_t j = 0; j < n; j++) put(J, J->out, pos + j * J->inner, get(J, S.obits, j));
-            if (J->epi) {
-                if (contiguous) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
-                else for (int64_t j = 0; j < n; j++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + j * J->inner, 1);
-            }
-        }
-        tg_fp_env_restore(env);
+        return;
     }
-    free(S.x), free(S.e), free(S.flag), free(S.obits), free(S.vals);
+    tg_fp_env env = tg_fp_env_ieee();
+    int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
+    size_t es = J->out_dtype == TGRAD_DTYPE_BF16 ? 2 : 4;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t off, pos;
+        row_place(J, r, &off, &pos);
+        if (J->op == TGRAD_SOFTMAX_LOGSUMEXP) {
+            put(J, J->out, pos, run_row(J, off, S, NULL));
+            if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, 1);
+            continue;
+        }
+        bool contiguous = J->inner == 1;
+        run_row(J, off, S, contiguous ? J->out + (size_t)pos * es : NULL);
+        if (!contiguous)
+            for (int64_t j = 0; j < n; j++) put(J, J->out, pos + j * J->inner, get(J, S->obits, j));
+        if (J->epi) {
+            if (contiguous) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
+            else for (int64_t j = 0; j < n; j++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + j * J->inner, 1);
+        }
+    }
+    tg_fp_env_restore(env);
+    if (S == &own) scratch_free(&own);
 }
 
 enum { TASK_ELEMENTS = 1 << 15 };
@@ -408,8 +424,20 @@ tgrad_status tg_softmax_execute(const tg_step *st) {
     int64_t per = J.n ? J.n : 1;
     J.rows_per_task = TASK_ELEMENTS / per > 0 ? TASK_ELEMENTS / per : 1;
     int64_t tasks = (J.rows + J.rows_per_task - 1) / J.rows_per_task;
-    if (tasks == 1) task_rows(0, 0, &J);
-    else tg_pool_run(tasks, task_rows, &J);
+    int32_t threads = tasks == 1 ? 1 : tg_pool_threads();
+    sm_scratch ws[64];
+    J.ws = ws;
+    for (J.nws = 0; J.nws < threads && J.nws < 64; J.nws++)
+        if (!scratch_new(&ws[J.nws], J.n, J.pro != NULL)) {
+            scratch_free(&ws[J.nws]);
+            atomic_store(&J.oom, true);
+            break;
+        }
+    if (!atomic_load(&J.oom)) {
+        if (tasks == 1) task_rows(0, 0, &J);
+        else tg_pool_run(tasks, task_rows, &J);
+    }
+    for (int32_t i = 0; i < J.nws; i++) scratch_free(&ws[i]);
     if (atomic_load(&J.oom))
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row's workspace (%lld elements)",
                        tgrad_softmax_name(J.op), (long long)J.n);

@@ -1,6 +1,6 @@
-"""The exact references of softmax, log_softmax and logsumexp (tests/python/test_softmax.py):
-mpmath at a precision raised until the rounding is certain, rounded once with the conformance
-kit's round_to (RNE, gradual underflow, overflow to inf). Specials follow docs/numerics.md."""
+"""The exact references of softmax, log_softmax and logsumexp (tests/python/test_softmax.py, the
+softmax bench's check): mpmath at a precision raised until the rounding is certain, rounded once
+with round_to (RNE, gradual underflow, overflow to inf). Specials follow docs/numerics.md."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 
-from tgrad.conformance.exact import round_to, value_of
+from .exact import round_to, value_of
 
 _CODE = {"bfloat16": 1, "float32": 2}
 _NAN = {1: 0x7FC0, 2: 0x7FC00000}

@@ -1,7 +1,8 @@
-"""tgrad.trace for the reductions and casts (tgrad.reductions): how their arguments are recorded,
-how payloads of every dtype are stored, and how validation replays them against the exact
-references (tgrad.conformance.exact for sums, means and extrema; the documented conversions for
-casts). trace.py calls in here; nothing here runs libtgrad."""
+"""tgrad.trace for the reductions, casts and the softmax kind (tgrad.reductions, tgrad.softmax):
+how their arguments are recorded, how payloads of every dtype are stored, and how validation
+replays them against the exact references (tgrad.conformance.exact for sums, means and extrema;
+the documented conversions for casts; tgrad.conformance.softmax for softmax, log_softmax and
+logsumexp). trace.py calls in here; nothing here runs libtgrad."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import numpy as np
 #: Reductions recorded by tgrad.trace, and the cast.
 REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "argmax", "argmin"})
 CAST_KIND = "cast"
-KINDS = REDUCE_KINDS | {CAST_KIND}
+#: The softmax kind's ops (tgrad.softmax), replayed by tgrad.conformance.softmax (mpmath).
+SOFTMAX_KINDS = frozenset({"softmax", "log_softmax", "logsumexp"})
+KINDS = REDUCE_KINDS | {CAST_KIND} | SOFTMAX_KINDS
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
                                   "int32": np.dtype("<u4")}
@@ -35,6 +38,8 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-able arguments of a reported reduction or cast (its keywords as reduce passes them)."""
     if kind == CAST_KIND:
         return {"dtype": str(kwargs["dtype"])}
+    if kind in SOFTMAX_KINDS:
+        return {"dim": int(kwargs["dim"]), "keepdims": bool(kwargs.get("keepdims")), "dtype": str(kwargs["dtype"])}
     axes = kwargs.get("axes")
     return {"axes": None if axes is None else list(axes), "keepdims": bool(kwargs.get("keepdims")),
             "dtype": str(kwargs["dtype"])}
@@ -116,3 +121,23 @@ def replay_cast(args: Mapping[str, Any], source: np.ndarray, source_dtype: str) 
     bits: np.ndarray = values.astype(ml_dtypes.bfloat16).view(np.uint16).copy()  # float32: exact in double, RNE once
     bits[np.isnan(values)] = 0x7FC0
     return bits
+
+
+def replay_softmax(kind: str, args: Mapping[str, Any], source: np.ndarray, source_dtype: str) -> np.ndarray:
+    """The contract's result bits of a recorded softmax, log_softmax or logsumexp (the exact value
+    rounded once: tgrad.conformance.softmax) over the source payload's bits."""
+    ref = importlib.import_module("tgrad.conformance.softmax")
+
+    out_dtype = args["dtype"]
+    x = source.reshape(1) if source.ndim == 0 else source
+    dim = args["dim"] % x.ndim
+    moved = np.moveaxis(x, dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    got = [ref.reference(kind, [int(b) for b in row], source_dtype, out_dtype) for row in rows]
+    if kind == "logsumexp":
+        want = np.array([g[0] for g in got], dtype=np.int64).reshape(moved.shape[:-1])
+        if args.get("keepdims"):
+            want = np.expand_dims(want, dim)
+    else:
+        want = np.moveaxis(np.array(got, dtype=np.int64).reshape(moved.shape), -1, dim).reshape(source.shape)
+    return want.astype(BITS[out_dtype])

@@ -106,12 +106,20 @@ static void sm_exp_rows(const double *x, double m, double *e, int64_t n) {
     for (int64_t j = 0; j < n; j++) e[j] = exp_neg(x[j] - m);
 }
 
-static double sm_sum(const double *e, int64_t n) {
+static double sm_sum_below(const double *x, double m, const double *e, int64_t n, int64_t *ties) {
     double a[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+    int64_t c[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) a[l] += e[j + l];
-    for (int l = 0; j + l < n; l++) a[l] += e[j + l];
+        for (int l = 0; l < 8; l++) {
+            a[l] += x[j + l] < m ? e[j + l] : 0.0;
+            c[l] += x[j + l] == m;
+        }
+    for (int l = 0; j + l < n; l++) {
+        a[l] += x[j + l] < m ? e[j + l] : 0.0;
+        c[l] += x[j + l] == m;
+    }
+    *ties = ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
@@ -184,5 +192,5 @@ static int64_t sm_out_log_softmax(const double *x, int64_t n, double m, double L
 
 #define TG_SM_VARIANT(ident, vname)                                                                             \
     const tg_sm_variant ident = { .name = vname, .available = available, .load_bf16 = sm_load_bf16,   \
-                                  .load_f32 = sm_load_f32, .scan = sm_scan, .exp_rows = sm_exp_rows, .sum = sm_sum, \
+                                  .load_f32 = sm_load_f32, .scan = sm_scan, .exp_rows = sm_exp_rows, .sum_below = sm_sum_below, \
                                   .out_softmax = sm_out_softmax, .out_log_softmax = sm_out_log_softmax }

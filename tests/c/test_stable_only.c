@@ -9,7 +9,7 @@
 #include "tgrad.h"
 
 #if defined(TGRAD_LAUNCH_MAX_BUFFERS) || defined(TGRAD_KERNEL_NAME_MAX) || defined(TGRAD_DEBUG_CPU_NO_DIRECT_A) || \
-    defined(TGRAD_DEBUG_F32_COUNT)
+    defined(TGRAD_DEBUG_F32_COUNT) || defined(TGRAD_DEBUG_SOFTMAX_COUNT)
 #error "an experimental macro of tgrad.h is visible under TGRAD_STABLE_ONLY"
 #endif
 
@@ -23,6 +23,7 @@ enum experimental_names {
     tgrad_debug_elementwise,
     tgrad_debug_elementwise_f32,
     tgrad_debug_f32_slow_path,
+    tgrad_debug_softmax_slow_path,
     tgrad_debug_schedule_work,
     tgrad_render_matmul,
     tgrad_render_copy,

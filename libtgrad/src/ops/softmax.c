@@ -164,14 +164,11 @@ static void gather(const sm_job *J, int64_t off, sm_scratch *S) {
     }
 }
 
-/* What a row holds (the variant's scan) and the first index of its maximum. */
-typedef struct row_info { double m, xmin; int64_t jmax, nfinite; bool nan; } row_info;
+/* What a row holds (the variant's scan). */
+typedef struct row_info { double m, xmin; int64_t nfinite; bool nan; } row_info;
 static row_info scan(const sm_job *J, const double *x, int64_t n) {
     tg_sm_scan s = J->v->scan(x, n);
-    row_info r = { s.m, s.xmin, 0, s.nfinite, s.nan != 0 };
-    if (!r.nan)
-        while (r.jmax < n && x[r.jmax] != r.m) r.jmax++;
-    return r;
+    return (row_info){ s.m, s.xmin, s.nfinite, s.nan != 0 };
 }
 
 /* ---- the slow path: binary128 ---- */
@@ -208,12 +205,17 @@ static uint32_t decide_x(xf y, xf e, int32_t dt, bool anchor_exact, xf anchor, i
     return round_x(y, dt);
 }
 
-/* The row in binary128: T = the sum of exp(x_j - m) over j != jmax, and its relative bound. */
+/* The row in binary128: T = S - 1 = the sum of exp(x_j - m) over x_j < m, plus the maxima's count
+less one (each of their terms is 1), and its relative bound. */
 typedef struct slow_row { bool ready; xf m, T, w; } slow_row;
 static void slow_prepare(slow_row *R, const double *x, int64_t n, const row_info *ri) {
     xf m = ri->m, T = 0;
-    for (int64_t j = 0; j < n; j++)
-        if (j != ri->jmax && x[j] > -INFINITY) T += XEXP((xf)x[j] - m);
+    int64_t ties = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (x[j] == ri->m) ties++;
+        else if (x[j] > -INFINITY) T += XEXP((xf)x[j] - m);
+    }
+    T += (xf)(ties - 1); /* exact */
     double spread = fmin(ri->m - ri->xmin, 11400.0); /* beyond it exp underflows binary128: < 2^-16000 */
     /* n roundings of the sum, each exp within 2^-110, each difference within spread 2^-113 */
     R->w = (xf)(((double)n + spread + 64.0) * 0x1p-112);
@@ -241,7 +243,7 @@ static uint32_t slow_element(const sm_job *J, slow_row *R, const double *x, cons
     bool exact;
     xf d = diff_x(x[j], R->m, &exact);
     if (J->op == TGRAD_SOFTMAX_SOFTMAX) {
-        xf q = (j == ri->jmax ? (xf)1 : XEXP(d)) / (1 + R->T);
+        xf q = XEXP(d) / (1 + R->T); /* exp(0) = 1 exactly for a maximum */
         xf w = (R->w + (d < 0 ? -d : d) * (xf)0x1p-113 + (xf)0x1p-109) * (xf)1.1;
         return decide_x(q, q * w + tiny, dt, false, 0, 0);
     }
@@ -297,15 +299,14 @@ static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direc
         fill_special(J, S->x, &ri, o);
         return 0;
     }
-    /* T = sum over j != jmax of exp(x_j - m) (the max's own term is 1) */
+    /* T = S - 1: the terms below the maximum, and the maxima's count less one (their terms are 1) */
     J->v->exp_rows(S->x, ri.m, S->e, n);
-    S->e[ri.jmax] = 0;
-    double T = J->v->sum(S->e, n);
-    S->e[ri.jmax] = 1;
+    int64_t ties = 0;
+    double T = J->v->sum_below(S->x, ri.m, S->e, n, &ties) + (double)(ties - 1);
     double spread = fmin(ri.m - ri.xmin, 746.0);
     double h = (double)((n + 7) / 8 + 3);
     /* T's relative bound: the sum's roundings, each difference's rounding through exp, exp's own */
-    double eT = ((h + spread + 1) * U) * 1.02 + TG_SM_EXP_REL * 1.02 + 0x1p-800;
+    double eT = ((h + spread + 2) * U) * 1.02 + TG_SM_EXP_REL * 1.02 + 0x1p-800;
     bool tinyT = T < 0x1p-200; /* the other terms are below 2^-200 (or underflowed): L = log1p(T) ~ T */
     slow_row R = { .ready = false };
     int64_t bad;
@@ -326,11 +327,12 @@ static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direc
         /* log_softmax: y = (x_j - m) - L, both parts <= 0: relative bounds add */
         w = tinyT ? 0x1p-49 : ((eT + 0x1p-50) * 1.02 + 2 * U) * 1.05;
         bad = J->v->out_log_softmax(S->x, n, ri.m, L, thr_of(w), dt, o, S->flag);
-        if (tinyT) { /* the max: -L in (-2^-199, 0): -0 */
-            if (S->flag[ri.jmax]) bad--;
-            S->flag[ri.jmax] = 0;
-            put(J, o, ri.jmax, zero_bits(dt, true));
-        }
+        for (int64_t j = 0; tinyT && j < n; j++) /* the one maximum: -L in (-2^-199, 0): -0 */
+            if (S->x[j] == ri.m) {
+                bad -= S->flag[j];
+                S->flag[j] = 0;
+                put(J, o, j, zero_bits(dt, true));
+            }
     }
     /* flagged: the double value's own decision (outside the loops' fast range), else binary128 */
     for (int64_t j = 0; bad > 0 && j < n; j++) {

@@ -23,9 +23,10 @@ typedef struct tg_sm_variant {
     /* e[j] = exp(x[j] - m) for j < n (0 where x[j] - m < -708, -inf included), within
      * TG_SM_EXP_REL of the exp of the computed difference. */
     void (*exp_rows)(const double *x, double m, double *e, int64_t n);
-    /* The sum of e[0 .. n) in eight interleaved accumulators (e[j] into j mod 8), folded
-     * ((0+1)+(2+3))+((4+5)+(6+7)): each term meets at most ceil(n/8) + 3 roundings. */
-    double (*sum)(const double *e, int64_t n);
+    /* The sum of e[j] over the j with x[j] < m, in eight interleaved accumulators (j mod 8) folded
+     * ((0+1)+(2+3))+((4+5)+(6+7)): each term meets at most ceil(n/8) + 3 roundings; *ties = the
+     * count of x[j] == m. */
+    double (*sum_below)(const double *x, double m, const double *e, int64_t n, int64_t *ties);
     /* softmax outputs q = e[j] * inv, rounded to out_dtype (bf16 bits as uint16_t, float32 as
      * uint32_t) where q -+ thr double ulps of q's binade decide it (thr >= w 2^53 + 2 for the
      * relative bound w): flag[j] = 0 and out written; else flag[j] = 1 (out holds garbage there).

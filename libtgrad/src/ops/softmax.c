@@ -57,16 +57,16 @@ TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis,
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "softmax: out is NULL");
     if (op <= 0 || op >= TGRAD_SOFTMAX_END_)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "softmax: %d is not an op of the softmax registry", (int)op);
-    if (keepdims != 0 && (keepdims != 1 || op != TGRAD_SOFTMAX_LOGSUMEXP))
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: keepdims is %d (logsumexp takes 0 or 1, the others 0)", fn,
-                       (int)keepdims);
     tg_tensor t;
     tgrad_status s = tg_handle_get_tensor(x, &t);
     if (s) return s;
+    if (keepdims != 0 && (keepdims != 1 || op != TGRAD_SOFTMAX_LOGSUMEXP))
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: keepdims is %d (logsumexp takes 0 or 1, the others 0)", fn,
+                    (int)keepdims);
     int32_t in = t.buf->dtype, nd = t.view.ndim;
     tg_node_params P = { .softmax_op = op, .naxes = 1 };
     tg_view ov = { 0 };
-    s = tg_kind_check_device(TG_OP_SOFTMAX, t.buf->device, fn);
+    if (!s) s = tg_kind_check_device(TG_OP_SOFTMAX, t.buf->device, fn);
     if (!s && in != TGRAD_DTYPE_BF16 && in != TGRAD_DTYPE_F32)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; %s takes bfloat16 or float32", fn,
                     tg_dtype_name(in), fn);

@@ -256,8 +256,7 @@ def test_trace_records_and_validates_the_softmax_kind_and_explain_names_it() -> 
 @pytest.mark.parametrize("op", OPS)
 def test_sweep_long_rows_and_many_random_rows(op: str) -> None:
     rng = np.random.default_rng(21)
-    long = rng.standard_normal((1, 100_000)) * 5
+    _check(op, _tensor(rng.standard_normal((1, 100_000)) * 5, "bfloat16"), -1, None)  # a row of 10^5
     for in_dtype, out_dtype in (("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")):
-        _check(op, _tensor(long, in_dtype), -1, out_dtype)
-        for spread in (1, 8, 40, 200):
-            _check(op, _tensor(rng.standard_normal((40, 257)) * spread, in_dtype), -1, out_dtype)
+        for spread in (1, 40, 200):
+            _check(op, _tensor(rng.standard_normal((12, 257)) * spread, in_dtype), -1, out_dtype)

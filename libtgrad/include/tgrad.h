@@ -394,6 +394,34 @@ TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight,
 TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
                                   int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
+/* ---- softmax, log_softmax, logsumexp -------------------------------------------------------- */
+/* The softmax registry. X(code, NAME, name). Codes are frozen. Along one axis of x, with S the sum
+ * over that axis of exp(x_j): softmax = exp(x_i) / S, log_softmax = x_i - log(S) (both x's shape),
+ * logsumexp = log(S) (the axis removed, or kept with extent 1). Each output is the exact value of
+ * that mathematics on the inputs, rounded once to the output dtype (round to nearest even): the
+ * same bytes on every thread count, CPU variant and fusion setting. -inf entries contribute 0; a
+ * NaN anywhere in a row makes the row's outputs NaN; a row whose maximum is +inf or -inf (every
+ * entry -inf) gives NaN for softmax and log_softmax, +inf or -inf for logsumexp; an empty axis
+ * gives an empty softmax and a logsumexp of -inf. docs/numerics.md has the definitions and the
+ * method. */
+#define TGRAD_SOFTMAX_LIST(X)                                                                       \
+    X(1, SOFTMAX, softmax)                                                                          \
+    X(2, LOG_SOFTMAX, log_softmax)                                                                  \
+    X(3, LOGSUMEXP, logsumexp)
+#define TGRAD_SOFTMAX_ENUM_(code, NAME, name) TGRAD_SOFTMAX_##NAME = code,
+enum tgrad_softmax_code { TGRAD_SOFTMAX_NONE = 0, TGRAD_SOFTMAX_LIST(TGRAD_SOFTMAX_ENUM_) TGRAD_SOFTMAX_END_ };
+#undef TGRAD_SOFTMAX_ENUM_
+/* Stable name ("log_softmax"); "unknown_softmax" outside the registry. */
+TGRAD_API const char *tgrad_softmax_name(int32_t op);
+/* out = op of x along `axis` (negative counts from the end; a 0-d x is one row of one element),
+ * lazily. keepdims: 0, or 1 for logsumexp (the axis kept with extent 1). out_dtype: 0 for x's
+ * dtype, else bf16 or f32 (from either input dtype). x is bf16 or f32, on the CPU. Checks happen
+ * here, before any allocation: unknown op (TGRAD_ERR_INVALID_ARGUMENT), keepdims, dtypes
+ * (TGRAD_ERR_DTYPE_UNSUPPORTED), axis out of range (TGRAD_ERR_INDEX_OUT_OF_RANGE), a GPU operand
+ * (TGRAD_ERR_BACKEND_UNAVAILABLE). */
+TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
+                                     tgrad_tensor_t *out);
+
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a
  * [M, K] @ b [K, N] gives [M, N]; operands of rank > 2, a [..., M, K] @ b [..., K, N], give
@@ -622,6 +650,17 @@ TGRAD_API tgrad_status tgrad_debug_philox(const uint32_t *counter, const uint32_
 #define TGRAD_DEBUG_RANDOM_UNDECIDED 1
 #define TGRAD_DEBUG_RANDOM_COUNT 2
 TGRAD_API tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t count);
+/* How the softmax kind has computed in this process, in counts[0 .. count) (count 1 ..
+ * TGRAD_DEBUG_SOFTMAX_COUNT): the rows it ran, the outputs it evaluated, the ones whose double
+ * evaluation could not decide the rounding and took the binary128 path, and the ones that path
+ * could not decide either (rounded from its value and counted: none is known).
+ * TGRAD_ERR_INVALID_ARGUMENT for a NULL counts or another count. */
+#define TGRAD_DEBUG_SOFTMAX_ROWS 0
+#define TGRAD_DEBUG_SOFTMAX_ELEMENTS 1
+#define TGRAD_DEBUG_SOFTMAX_SLOW 2
+#define TGRAD_DEBUG_SOFTMAX_UNDECIDED 3
+#define TGRAD_DEBUG_SOFTMAX_COUNT 4
+TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
  * NVRTC as the backend does (--fmad=false, no fast math) into a CUBIN for sm_<sm> (e.g. 90) and

@@ -159,6 +159,7 @@ typedef struct tg_node_params {
     int32_t norm_axes;               /* norm: the trailing axes normalized */
     int32_t rotary_dim, interleaved; /* rope */
     double eps;                      /* norm: eps; rope: base */
+    int32_t softmax_op;              /* TGRAD_SOFTMAX_* (its axis is axes[0]) */
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

@@ -1,6 +1,6 @@
 /* The kind registry's rows (kinds.h): for each node kind its route decision, CPU executor, GPU
  * support and explain name. The matmul, copy and elementwise executors are here; cast and reduce
- * have their own files (ops/cast.c, ops/reduce.c). */
+ * have their own files (ops/cast.c, ops/reduce.c, ops/softmax.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,9 @@ static void decide_reduce(tg_step *st) {
 }
 
 static void decide_random(tg_step *st) { route_named(st, "random"); }
+static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
+    snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
+}
 
 static void decide_matmul(tg_step *st) {
     if (st->device == TGRAD_DEVICE_CPU) {
@@ -107,6 +110,7 @@ static const char *name_compare(const tg_step *st) {
     return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
 }
 static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
+static const char *name_softmax(const tg_step *st) { return tgrad_softmax_name(st->base->params.softmax_op); }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -145,6 +149,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm },
     [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_kind },
+    [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
+                        .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

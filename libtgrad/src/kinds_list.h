@@ -20,6 +20,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(5, REDUCE, reduce, TG_ROLE_REDUCTION)             \
     X(6, GATHER, gather, TG_ROLE_MOVEMENT)              \
     X(7, CONCAT, concat, TG_ROLE_MOVEMENT)              \
+    X(8, SOFTMAX, softmax, TG_ROLE_REDUCTION)           \
     X(9, NORM, norm, TG_ROLE_NONE)                      \
     X(10, ROPE, rope, TG_ROLE_NONE)                     \
     X(11, RANDOM, random, TG_ROLE_NONE)                 \

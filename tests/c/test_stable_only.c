@@ -9,7 +9,8 @@
 #include "tgrad.h"
 
 #if defined(TGRAD_LAUNCH_MAX_BUFFERS) || defined(TGRAD_KERNEL_NAME_MAX) || defined(TGRAD_DEBUG_CPU_NO_DIRECT_A) || \
-    defined(TGRAD_DEBUG_F32_COUNT) || defined(TGRAD_DEBUG_RANDOM_COUNT) || defined(TGRAD_DEBUG_NORM_COUNT)
+    defined(TGRAD_DEBUG_F32_COUNT) || defined(TGRAD_DEBUG_RANDOM_COUNT) || defined(TGRAD_DEBUG_NORM_COUNT) || \
+    defined(TGRAD_DEBUG_SOFTMAX_COUNT)
 #error "an experimental macro of tgrad.h is visible under TGRAD_STABLE_ONLY"
 #endif
 
@@ -33,6 +34,7 @@ enum experimental_names {
     tgrad_debug_philox,
     tgrad_debug_random_slow_path,
     tgrad_debug_norm_slow_path,
+    tgrad_debug_softmax_slow_path,
 };
 struct tgrad_launch {
     int not_the_header_s;

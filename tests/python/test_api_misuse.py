@@ -26,6 +26,7 @@ EXEMPT = {
     "tgrad_op_name": "total over all codes: 'unknown_op' outside the registry (tested in test_op_registry)",
     "tgrad_op_arity": "total over all codes: 0 outside the registry (tested in test_op_registry)",
     "tgrad_reduce_name": "total over all codes: 'unknown_reduce' outside the registry (tested in test_reductions)",
+    "tgrad_softmax_name": "total over all codes: 'unknown_softmax' outside the registry (tested in test_softmax)",
     "tgrad_dtype_size": "total over all codes: 0 outside the dtypes (tested in test_reductions)",
     "tgrad_random_name": "total over all codes: 'unknown_random' outside the registry (tested in test_random.c)",
     "tgrad_last_error": "no arguments",

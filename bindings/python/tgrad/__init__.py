@@ -96,6 +96,9 @@ __all__ = [
     "min",
     "reductions",
     "sum",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
     "Capability",
     "Tensor",
     "TgradError",
@@ -352,3 +355,5 @@ def __getattr__(name: str) -> object:
     if name == "bool":
         return bool_
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# hsoft: softmax, log_softmax, logsumexp (tgrad.softmax)
+from .softmax import log_softmax, logsumexp, softmax  # noqa: E402

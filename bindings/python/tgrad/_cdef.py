@@ -181,6 +181,17 @@ const char *tgrad_random_name(int32_t dist);
 tgrad_status tgrad_random(int32_t dist, uint64_t seed, uint64_t offset, int32_t ndim, const int64_t *shape,
                           int32_t dtype, double p0, double p1, int32_t device, tgrad_tensor_t *out);
 
+enum tgrad_softmax_code {
+    TGRAD_SOFTMAX_NONE = 0,
+    TGRAD_SOFTMAX_SOFTMAX = 1,
+    TGRAD_SOFTMAX_LOG_SOFTMAX = 2,
+    TGRAD_SOFTMAX_LOGSUMEXP = 3,
+    TGRAD_SOFTMAX_END_ = 4
+};
+const char *tgrad_softmax_name(int32_t op);
+tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
+                           tgrad_tensor_t *out);
+
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
 
@@ -241,6 +252,12 @@ tgrad_status tgrad_debug_philox(const uint32_t *counter, const uint32_t *key, ui
 #define TGRAD_DEBUG_RANDOM_UNDECIDED 1
 #define TGRAD_DEBUG_RANDOM_COUNT 2
 tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t count);
+#define TGRAD_DEBUG_SOFTMAX_ROWS 0
+#define TGRAD_DEBUG_SOFTMAX_ELEMENTS 1
+#define TGRAD_DEBUG_SOFTMAX_SLOW 2
+#define TGRAD_DEBUG_SOFTMAX_UNDECIDED 3
+#define TGRAD_DEBUG_SOFTMAX_COUNT 4
+tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
                                    int32_t out_dtype, uint32_t *out_bits);

@@ -465,6 +465,8 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
                                                np.asarray(sources[1].payload), sources[1].dtype)
         elif op.kind == _trace_kinds.WHERE_KIND:
             want = _trace_kinds.replay_where(*(np.asarray(s.payload) for s in sources))
+        elif op.kind in _trace_kinds.SOFTMAX_KINDS:
+            want = _trace_kinds.replay_softmax(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind in elementwise and (op.dtype != "bfloat16" or any(s.dtype != "bfloat16" for s in sources)):
             return result("skipped", "a float32 elementwise op: the trace's oracle replays bfloat16 ops only "
                                      "(tests/python/test_elementwise_f32_reference.py proves the float32 ones)")

@@ -1,9 +1,11 @@
-"""tgrad.trace for the reductions and casts (tgrad.reductions), the shape ops concat and gather
-(tgrad.shape_ops), the comparisons and where (tgrad.compare): how their arguments are recorded,
-how payloads of every dtype are stored, and how validation replays them against the exact
-references (tgrad.conformance.exact for sums, means and extrema; the documented conversions for
-casts; numpy's concatenate and take on the payloads' bits for the shape ops; numpy's exact
-comparisons and selection of bits). trace.py calls in here; nothing here runs libtgrad."""
+"""tgrad.trace for the reductions and casts (tgrad.reductions), the softmax kind (tgrad.softmax),
+the shape ops concat and gather (tgrad.shape_ops), the comparisons and where (tgrad.compare) and
+the norms (tgrad.norms): how their arguments are recorded, how payloads of every dtype are stored,
+and how validation replays them against the exact references (tgrad.conformance.exact for sums,
+means and extrema; the documented conversions for casts; tgrad.conformance.softmax for softmax,
+log_softmax and logsumexp; numpy's concatenate and take on the payloads' bits for the shape ops;
+numpy's exact comparisons and selection of bits). trace.py calls in here; nothing here runs
+libtgrad."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ INPUT_COUNTS: dict[str, int | None] = {**{kind: 1 for kind in REDUCE_KINDS | {CA
 #: The norms and rope (tgrad.norms): recorded with their arguments, reported as skipped on replay (their
 #: exact reference is tests/python/norm_reference.py, too slow for a trace's oracle).
 NORM_KINDS = frozenset({"rms_norm", "layer_norm", "rope"})
-KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND} | NORM_KINDS
+#: The softmax kind's ops (tgrad.softmax), replayed by tgrad.conformance.softmax (mpmath).
+SOFTMAX_KINDS = frozenset({"softmax", "log_softmax", "logsumexp"})
+KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND} | NORM_KINDS | SOFTMAX_KINDS
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian),
 #: bool as bytes (0 or 1).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
@@ -60,6 +64,8 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
                 "interleaved": bool(kwargs["interleaved"])}
     if kind in NORM_KINDS:
         return {"normalized_shape": list(kwargs["normalized_shape"]), "eps": float(kwargs["eps"])}
+    if kind in SOFTMAX_KINDS:
+        return {"dim": int(kwargs["dim"]), "keepdims": bool(kwargs.get("keepdims")), "dtype": str(kwargs["dtype"])}
     axes = kwargs.get("axes")
     return {"axes": None if axes is None else list(axes), "keepdims": bool(kwargs.get("keepdims")),
             "dtype": str(kwargs["dtype"])}
@@ -180,3 +186,23 @@ def replay_shape(kind: str, args: Mapping[str, Any], sources: list[np.ndarray]) 
     indices = np.asarray(sources[1]).astype(np.uint32).view(np.int32)
     taken: np.ndarray = np.take(sources[0], indices, axis=axis)
     return taken
+
+
+def replay_softmax(kind: str, args: Mapping[str, Any], source: np.ndarray, source_dtype: str) -> np.ndarray:
+    """The contract's result bits of a recorded softmax, log_softmax or logsumexp (the exact value
+    rounded once: tgrad.conformance.softmax) over the source payload's bits."""
+    ref = importlib.import_module("tgrad.conformance.softmax")
+
+    out_dtype = args["dtype"]
+    x = source.reshape(1) if source.ndim == 0 else source
+    dim = args["dim"] % x.ndim
+    moved = np.moveaxis(x, dim, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    got = [ref.reference(kind, [int(b) for b in row], source_dtype, out_dtype) for row in rows]
+    if kind == "logsumexp":
+        want = np.array([g[0] for g in got], dtype=np.int64).reshape(moved.shape[:-1])
+        if args.get("keepdims"):
+            want = np.expand_dims(want, dim)
+    else:
+        want = np.moveaxis(np.array(got, dtype=np.int64).reshape(moved.shape), -1, dim).reshape(source.shape)
+    return want.astype(BITS[out_dtype])

@@ -1,5 +1,5 @@
-"""``python -m tgrad bench --reduce``: tgrad's correctly rounded reductions against torch's bf16
-ones, paired and interleaved like the matmul bench, beside the machine's read bandwidth measured
+"""``python -m tgrad bench --reduce``: tgrad's correctly rounded reductions and softmax against
+torch's bf16 ones, paired and interleaved like the matmul bench, beside the machine's read bandwidth measured
 on the same input in the same rounds (tgrad_cpu_read_run).
 
 Each case is checked first: tgrad's bytes against the exact rational reference
@@ -27,14 +27,15 @@ class Case:
     name: str
     shape: tuple[int, ...]
     axis: int | None
-    op: str  # "sum" or "max"
+    op: str  # "sum", "max" or "softmax"
     spread: int = 0  # values are normal(0, 1) * 2^u, u uniform in [-spread, spread)
 
 
 CASES = [Case("sum, 64 MiB of bf16", (32 * 1024 * 1024,), None, "sum"),
          Case("sum, 64 MiB of bf16 spread over 2^+-20", (32 * 1024 * 1024,), None, "sum", 20),
          Case("sum(axis=-1), [4096, 4096] bf16", (4096, 4096), -1, "sum"),
-         Case("max(axis=-1), [4096, 4096] bf16", (4096, 4096), -1, "max")]
+         Case("max(axis=-1), [4096, 4096] bf16", (4096, 4096), -1, "max"),
+         Case("softmax(dim=-1), [4096, 4096] bf16", (4096, 4096), -1, "softmax")]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,8 @@ def _check(tgrad: Any, x: Any, bits: np.ndarray, case: Case) -> bool:
     """tgrad's bytes equal the exact reference's (sum) or numpy's (max), at T threads and at 1."""
     exact = importlib.import_module("tgrad.conformance.exact")
 
+    if case.op == "softmax":
+        return _check_softmax(tgrad, x, bits)
     got = getattr(tgrad, case.op)(x, axis=case.axis).numpy().view(np.uint16).ravel()
     rows = bits.reshape(1, -1) if case.axis is None else bits.reshape(-1, bits.shape[-1])
     sample = range(0, rows.shape[0], max(1, rows.shape[0] // 16))  # 16 rows: the reference is Python
@@ -61,6 +64,28 @@ def _check(tgrad: Any, x: Any, bits: np.ndarray, case: Case) -> bool:
     finally:
         tgrad.set_num_threads(threads)
     return [int(got[i]) for i in sample] == want and np.array_equal(got, one)
+
+
+def _check_softmax(tgrad: Any, x: Any, bits: np.ndarray) -> bool:
+    """Two rows against the mpmath reference (tgrad.conformance.softmax), every row at 1 thread."""
+    ref = importlib.import_module("tgrad.conformance.softmax")
+
+    got = tgrad.softmax(x, -1).numpy().view(np.uint16)
+    rows = (0, bits.shape[0] - 1)
+    ok = all(ref.reference("softmax", bits[r].tolist(), "bfloat16", "bfloat16") == got[r].tolist() for r in rows)
+    threads = tgrad.num_threads()
+    tgrad.set_num_threads(1)
+    try:
+        one = tgrad.softmax(x, -1).numpy().view(np.uint16)
+    finally:
+        tgrad.set_num_threads(threads)
+    return ok and np.array_equal(got, one)
+
+
+def _call(tgrad: Any, x: Any, case: Case) -> Any:
+    if case.op == "softmax":
+        return tgrad.softmax(x, case.axis).realize()
+    return getattr(tgrad, case.op)(x, axis=case.axis).realize()
 
 
 def run_case(case: Case, *, budget_s: float, seed: int, peers: bool) -> dict[str, Any]:
@@ -81,14 +106,15 @@ def run_case(case: Case, *, budget_s: float, seed: int, peers: bool) -> dict[str
     pointer = ffi.from_buffer(bits)
     threads = tgrad.num_threads()
     regions: list[_Timed] = [
-        _Timed("tgrad", lambda: getattr(tgrad, case.op)(x, axis=case.axis).realize()),
+        _Timed("tgrad", lambda: _call(tgrad, x, case)),
         _Timed("read", lambda: lib.tgrad_cpu_read_run(pointer, nbytes, threads)),
     ]
     torch = _torch() if peers else None
     if torch is not None:
         tx = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
         call: Callable[[], Any] = (lambda: tx.sum()) if case.axis is None else (
-            (lambda: tx.sum(dim=-1)) if case.op == "sum" else (lambda: tx.amax(dim=-1)))
+            (lambda: tx.sum(dim=-1)) if case.op == "sum" else
+            (lambda: torch.softmax(tx, dim=-1)) if case.op == "softmax" else (lambda: tx.amax(dim=-1)))
         regions.append(_Timed("torch", call))
     round_s = warm_up(regions)
     repeat = int(min(200, max(10, budget_s / max(round_s, 1e-9))))

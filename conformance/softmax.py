@@ -1,0 +1,101 @@
+"""The exact references of softmax, log_softmax and logsumexp (tests/python/test_softmax.py, the
+softmax bench's check, tgrad.trace's replay): mpmath at a precision raised until each rounding is
+certain, rounded once with round_to (RNE, gradual underflow, overflow to inf). The special rows
+follow docs/numerics.md ("softmax, log_softmax, logsumexp")."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+
+from .exact import round_to, value_of
+
+_CODE = {"bfloat16": 1, "float32": 2}
+_NAN = {1: 0x7FC0, 2: 0x7FC00000}
+_INF = {1: 0x7F80, 2: 0x7F800000}
+_SIGN = {1: 0x8000, 2: 0x80000000}
+_MAX_PREC = 1 << 14
+
+
+def _frac(v: mpmath.mpf) -> Fraction:
+    sign, man, exp, _ = mpmath.mpf(v)._mpf_
+    q = Fraction(int(man)) * Fraction(2) ** int(exp)
+    return -q if sign else q
+
+
+def _mp(v: Fraction) -> mpmath.mpf:
+    return mpmath.mpf(v.numerator) / mpmath.mpf(v.denominator)
+
+
+def _certain(y: mpmath.mpf, prec: int, out: int, scale: mpmath.mpf | None = None) -> int | None:
+    """The rounding of every value within 2^-(prec - 24) of y relative (and 2^-(prec + 32) of scale,
+    the size of the parts a sum cancelled), or None when they differ; y is computed at prec + 64
+    bits, far more accurate than that."""
+    e = abs(y) * mpmath.mpf(2) ** (-(prec - 24))
+    if scale is not None:
+        e = max(e, scale * mpmath.mpf(2) ** (-(prec + 32)))
+    if e == 0:
+        return 0
+    lo, hi = round_to(_frac(y - e), out), round_to(_frac(y + e), out)
+    return lo if lo == hi else None
+
+
+def reference(op: str, row_bits: list[int], in_dtype: str, out_dtype: str) -> list[int]:
+    """The output bits of op ("softmax", "log_softmax", "logsumexp") over one row of input bits:
+    one per element, or one for logsumexp."""
+    code, out = _CODE[in_dtype], _CODE[out_dtype]
+    vals = [value_of(int(b), code) for b in row_bits]
+    n = len(vals)
+    if op == "logsumexp" and n == 0:
+        return [_SIGN[out] | _INF[out]]
+    finite = [v for v in vals if isinstance(v, Fraction)]
+    if any(v == "nan" for v in vals) or (op != "logsumexp" and ("+inf" in vals or not finite)):
+        return [_NAN[out]] * (1 if op == "logsumexp" else n)
+    if op == "logsumexp":
+        if "+inf" in vals:
+            return [_INF[out]]
+        if not finite:
+            return [_SIGN[out] | _INF[out]]
+        if len(finite) == 1:
+            return [round_to(finite[0], out)]
+    m = max(finite)
+    res: list[int | None] = [None] * (1 if op == "logsumexp" else n)
+    for i, v in enumerate(vals if op != "logsumexp" else []):
+        if v == "-inf":
+            res[i] = 0 if op == "softmax" else _SIGN[out] | _INF[out]
+        elif len(finite) == 1:
+            res[i] = round_to(Fraction(1), out) if op == "softmax" else 0
+    prec = 160
+    while any(r is None for r in res):
+        if prec > _MAX_PREC:
+            raise AssertionError("the reference could not decide a rounding")
+        with mpmath.workprec(prec + 64):
+            # terms below 2^-(prec + 100) are left out: their sum is under n 2^-(prec + 100) of S >= 1
+            cut = -(prec + 100) * mpmath.log(2)
+            terms = [mpmath.exp(_mp(v - m)) for v in finite if _mp(v - m) > cut]
+            s = mpmath.fsum(terms)
+            log_s = mpmath.log(s)
+            for i in range(len(res)):
+                if res[i] is not None:
+                    continue
+                if op == "logsumexp":
+                    res[i] = _certain(_mp(m) + log_s, prec, out, abs(_mp(m)) + abs(log_s))
+                    continue
+                v = vals[i]
+                assert isinstance(v, Fraction)
+                if op == "softmax" and v - m < -1100:  # below 2^-1586: +0 in every output dtype
+                    res[i] = 0
+                elif op == "softmax":
+                    res[i] = _certain(mpmath.exp(_mp(v - m)) / s, prec, out)
+                else:
+                    r = _certain(_mp(v - m) - log_s, prec, out)
+                    res[i] = None if r is None else (r or _SIGN[out])  # a negative value too small: -0
+        prec *= 2
+    return [int(r) for r in res if r is not None]
+
+
+def bits_of(a: np.ndarray) -> np.ndarray:
+    """An array's values as their bit patterns (uint16 for bf16, uint32 for float32)."""
+    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)

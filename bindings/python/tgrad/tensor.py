@@ -1042,6 +1042,26 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         """tgrad.all(self, axis): whether every element is nonzero (bool)."""
         return _compare.all(self, axis, keepdims, dim=dim, keepdim=keepdim)
 
+    # --- hsoft: softmax, log_softmax, logsumexp (tgrad.softmax: correctly rounded) ---
+    def softmax(self, dim: Any = None, dtype: Any = None, *, axis: Any = None) -> Tensor:
+        """tgrad.softmax(self, dim) (tgrad.softmax): correctly rounded along dim (last by default)."""
+        from .softmax import softmax
+
+        return softmax(self, dim, dtype=dtype, axis=axis)
+
+    def log_softmax(self, dim: Any = None, dtype: Any = None, *, axis: Any = None) -> Tensor:
+        """tgrad.log_softmax(self, dim) (tgrad.softmax): correctly rounded along dim."""
+        from .softmax import log_softmax
+
+        return log_softmax(self, dim, dtype=dtype, axis=axis)
+
+    def logsumexp(self, dim: Any = None, keepdim: bool | None = None, *, axis: Any = None,
+                  keepdims: bool | None = None, dtype: Any = None) -> Tensor:
+        """tgrad.logsumexp(self, dim) (tgrad.softmax): correctly rounded, the axis reduced."""
+        from .softmax import logsumexp
+
+        return logsumexp(self, dim, keepdim, axis=axis, keepdims=keepdims, dtype=dtype)
+
 
 def _repr_values(t: Tensor, summarized: bool) -> npt.NDArray[Any]:
     """The values repr prints, as numpy: all of them, or (summarized) only the corners numpy's
@@ -1070,25 +1090,6 @@ def _repr_values(t: Tensor, summarized: bool) -> npt.NDArray[Any]:
         out[tuple(dst)] = block
     assert out is not None
     return out
-    # --- hsoft: softmax, log_softmax, logsumexp (tgrad.softmax: correctly rounded) ---
-    def softmax(self, dim: Any = None, dtype: Any = None, *, axis: Any = None) -> Tensor:
-        """tgrad.softmax(self, dim) (tgrad.softmax): correctly rounded along dim (last by default)."""
-        from .softmax import softmax
-
-        return softmax(self, dim, dtype=dtype, axis=axis)
-
-    def log_softmax(self, dim: Any = None, dtype: Any = None, *, axis: Any = None) -> Tensor:
-        """tgrad.log_softmax(self, dim) (tgrad.softmax): correctly rounded along dim."""
-        from .softmax import log_softmax
-
-        return log_softmax(self, dim, dtype=dtype, axis=axis)
-
-    def logsumexp(self, dim: Any = None, keepdim: bool | None = None, *, axis: Any = None,
-                  keepdims: bool | None = None, dtype: Any = None) -> Tensor:
-        """tgrad.logsumexp(self, dim) (tgrad.softmax): correctly rounded, the axis reduced."""
-        from .softmax import logsumexp
-
-        return logsumexp(self, dim, keepdim, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:

@@ -23,6 +23,7 @@ enum experimental_names {
     tgrad_debug_elementwise,
     tgrad_debug_elementwise_f32,
     tgrad_debug_f32_slow_path,
+    tgrad_debug_bf16_slow_path,
     tgrad_debug_schedule_work,
     tgrad_render_matmul,
     tgrad_render_copy,

@@ -23,7 +23,6 @@ enum experimental_names {
     tgrad_debug_elementwise,
     tgrad_debug_elementwise_f32,
     tgrad_debug_f32_slow_path,
-    tgrad_debug_bf16_slow_path,
     tgrad_debug_schedule_work,
     tgrad_render_matmul,
     tgrad_render_copy,
@@ -31,6 +30,7 @@ enum experimental_names {
     tgrad_debug_exact_sum,
     tgrad_debug_extrema,
     tgrad_debug_exact_sum_2d,
+    tgrad_debug_bf16_slow_path,
 };
 struct tgrad_launch {
     int not_the_header_s;

@@ -40,6 +40,15 @@ __all__ = [
     "min",
     "reductions",
     "sum",
+    "elementwise_more",
+    "clamp",
+    "clip",
+    "cos",
+    "log",
+    "log1p",
+    "pow",
+    "sin",
+    "sqrt",
     "Capability",
     "Tensor",
     "TgradError",
@@ -277,3 +286,5 @@ def from_dlpack(x: object) -> Tensor:
 
 # Last, so that the builtins they shadow in this module's namespace are not used above.
 from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
+from . import elementwise_more  # noqa: E402
+from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402

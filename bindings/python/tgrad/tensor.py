@@ -876,6 +876,45 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         """tgrad.rsqrt(self) (tgrad.ops)."""
         return _ops.rsqrt(self)
 
+    # --- hew: sqrt, log, log1p, sin, cos, pow, clamp / clip (tgrad.elementwise_more) ---
+    def sqrt(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.sqrt(self) (tgrad.elementwise_more)."""
+        return _ew_more.sqrt(self)
+
+    def log(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.log(self) (tgrad.elementwise_more)."""
+        return _ew_more.log(self)
+
+    def log1p(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.log1p(self) (tgrad.elementwise_more)."""
+        return _ew_more.log1p(self)
+
+    def sin(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.sin(self) (tgrad.elementwise_more)."""
+        return _ew_more.sin(self)
+
+    def cos(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.cos(self) (tgrad.elementwise_more)."""
+        return _ew_more.cos(self)
+
+    def pow(self, exponent: Operand) -> Tensor:
+        """tgrad.pow(self, exponent) (tgrad.elementwise_more)."""
+        return _ew_more.pow(self, exponent)
+
+    def __pow__(self, other: Operand) -> Tensor:
+        return _ew_more.pow(self, other) if _ops._is_operand(other) else NotImplemented
+
+    def __rpow__(self, other: Scalar) -> Tensor:
+        return _ew_more.pow(other, self) if _ops._is_operand(other) else NotImplemented
+
+    def clamp(self, min: Operand | None = None, max: Operand | None = None) -> Tensor:  # noqa: A002
+        """tgrad.clamp(self, min, max) (tgrad.elementwise_more)."""
+        return _ew_more.clamp(self, min, max)
+
+    def clip(self, min: Operand | None = None, max: Operand | None = None) -> Tensor:  # noqa: A002
+        """tgrad.clip(self, min, max): clamp's other name."""
+        return _ew_more.clamp(self, min, max)
+
 
 def _c_text(call: Callable[..., int], *args: Any) -> str:
     """A string from a libtgrad call with the (dst, cap, len) contract: ask the length with cap 0,
@@ -1144,3 +1183,4 @@ def _shape_text(extents: Sequence[int | None]) -> str:
 
 # The ops are defined on Tensor, and Tensor's operators call them: imported last, once Tensor exists.
 from . import ops as _ops  # noqa: E402
+from . import elementwise_more as _ew_more  # noqa: E402

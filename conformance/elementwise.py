@@ -296,7 +296,14 @@ def pow_exact_bits(x: float, y: float, dtype: int = 1) -> int:
     fx, fy = Fraction(x), Fraction(y)
     negative = fx < 0 and fy.denominator == 1 and fy.numerator % 2 == 1
     base, p, q = abs(fx), fy.numerator, fy.denominator
-    num, den = _iroot(base.numerator, q), _iroot(base.denominator, q)
+    if q <= 256:
+        num, den = _iroot(base.numerator, q), _iroot(base.denominator, q)
+    else:  # only a power of two (with an exponent divisible by q) has a root this deep
+        e2 = base.numerator.bit_length() - base.denominator.bit_length()
+        two = base == Fraction(2) ** e2
+        num, den = (2 ** (e2 // q), 1) if two and e2 >= 0 and e2 % q == 0 else (None, None)
+        if two and e2 < 0 and -e2 % q == 0:
+            num, den = 1, 2 ** (-e2 // q)
     if num is not None and den is not None and abs(p) * max(num.bit_length(), den.bit_length()) < 1 << 16:
         value = Fraction(num, den) ** p
         return round_to(-value if negative else value, dtype)

@@ -55,6 +55,7 @@ ARITY: dict[str, int] = {
     "relu": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "exp": 1,
     "neg": 1, "abs": 1, "square": 1, "rsqrt": 1,
     "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
+    "sqrt": 1, "log": 1, "log1p": 1, "sin": 1, "cos": 1, "pow": 2,
 }
 UNARY_OPS = tuple(op for op, n in ARITY.items() if n == 1)
 BINARY_OPS = tuple(op for op, n in ARITY.items() if n == 2)
@@ -155,6 +156,11 @@ _F64_FORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "exp": np.exp,
     "rsqrt": lambda x: 1 / np.sqrt(x),
+    "sqrt": np.sqrt,
+    "log": np.log,
+    "log1p": np.log1p,
+    "sin": np.sin,
+    "cos": np.cos,
 }
 
 #: The ops computed in float64 with the mpmath guard (the ones libtgrad reads from tables).
@@ -190,6 +196,11 @@ def _mp_forms() -> dict[str, Callable[[object], object]]:
         "tanh": mpmath.tanh,
         "exp": mpmath.exp,
         "rsqrt": lambda x: 1 / mpmath.sqrt(x),
+        "sqrt": mpmath.sqrt,
+        "log": mpmath.log,
+        "log1p": mpmath.log1p,
+        "sin": mpmath.sin,
+        "cos": mpmath.cos,
     }
 
 
@@ -257,6 +268,75 @@ def _transcendental(name: str, x_bits: np.ndarray) -> np.ndarray:
     return out
 
 
+# ---- pow ------------------------------------------------------------------------------------------
+
+
+def _iroot(n: int, k: int) -> int | None:
+    """The integer k-th root of n >= 0 when n is a perfect k-th power, else None."""
+    if n < 2:
+        return n
+    r = 1 << -(-n.bit_length() // k)  # above the root: Newton's iteration descends from here
+    while True:
+        s = ((k - 1) * r + n // r ** (k - 1)) // k
+        if s >= r:
+            break
+        r = s
+    return r if r**k == n else None
+
+
+def pow_exact_bits(x: float, y: float, dtype: int = 1) -> int:
+    """|x|^y for finite non-zero x and y (x > 0, or y an integer), signed, correctly rounded to
+    dtype (1: bf16, 2: float32) without floating point: exactly with Fractions when the result
+    is rational (y = p / 2^k and |x| a perfect 2^k-th power; |p| small enough to expand), else
+    mpmath at MP_PRECISION bits, which must lie clear of every midpoint (ArithmeticError)."""
+    from fractions import Fraction
+
+    from .exact import round_to
+
+    fx, fy = Fraction(x), Fraction(y)
+    negative = fx < 0 and fy.denominator == 1 and fy.numerator % 2 == 1
+    base, p, q = abs(fx), fy.numerator, fy.denominator
+    if q <= 256:
+        num, den = _iroot(base.numerator, q), _iroot(base.denominator, q)
+    else:  # only a power of two (with an exponent divisible by q) has a root this deep
+        e2 = base.numerator.bit_length() - base.denominator.bit_length()
+        two = base == Fraction(2) ** e2
+        num, den = (2 ** (e2 // q), 1) if two and e2 >= 0 and e2 % q == 0 else (None, None)
+        if two and e2 < 0 and -e2 % q == 0:
+            num, den = 1, 2 ** (-e2 // q)
+    if num is not None and den is not None and abs(p) * max(num.bit_length(), den.bit_length()) < 1 << 16:
+        value = Fraction(num, den) ** p
+        return round_to(-value if negative else value, dtype)
+    mpmath = _mpmath()
+    pbits = 8 if dtype == 1 else 24
+    with mpmath.workprec(MP_PRECISION):
+        v = mpmath.power(mpmath.mpf(abs(x)), mpmath.mpf(y))
+        _, e = mpmath.frexp(v)
+        qe = min(max(int(e) - 1, -126), 127) - (pbits - 1)  # the exponent of the result's ulp
+        scaled = mpmath.ldexp(v, -qe)
+        n = int(mpmath.floor(scaled))
+        if abs(scaled - n - mpmath.mpf(0.5)) < mpmath.ldexp(1, 40 - MP_PRECISION):
+            raise ArithmeticError(f"pow({x!r}, {y!r}) is within 2^-{MP_PRECISION - 40} ulp of a midpoint")
+        above = scaled - n > mpmath.mpf(0.5)
+    # a rational on the same side of the midpoint, inside the same quantum: it rounds as v does
+    value = (Fraction(n) + Fraction(3 if above else 1, 4)) * Fraction(2) ** qe
+    return round_to(-value if negative else value, dtype)
+
+
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """pow over bf16 bits: numpy's float64 power (C99 pow's special cases), and the exact or mpmath
+    decision for every finite result within GUARD_ULPS of a midpoint."""
+    x, y = _f64(a), _f64(b)
+    with np.errstate(all="ignore"):
+        v = np.power(x, y)
+    out = _round(v)
+    near = np.isfinite(v) & (v != 0) & (midpoint_distance_ulps(v) < GUARD_ULPS)
+    for i in np.flatnonzero(near):
+        out.flat[i] = pow_exact_bits(float(x.flat[i]), float(y.flat[i]))
+    # pow(x, 0) = 1 and pow(1, y) = 1 even for a NaN: the NaN rule of binary_bits must not apply
+    return out
+
+
 # ---- entry points ---------------------------------------------------------------------------------
 
 
@@ -280,6 +360,10 @@ def binary_bits(name: str, a, b) -> np.ndarray:
     if ARITY.get(name) != 2:
         raise ValueError(f"{name!r} is not a binary op (binary: {', '.join(BINARY_OPS)})")
     a, b = np.broadcast_arrays(_as_bits(a), _as_bits(b))
+    if name == "pow":
+        one = ((b & 0x7FFF) == 0) | (a == 0x3F80)  # C99: pow(x, ±0) = 1 and pow(1, y) = 1, NaN or not
+        out = np.where(_is_nan(a) | _is_nan(b), _NAN, _pow(a, b))
+        return np.where(one, np.uint16(0x3F80), out).astype(np.uint16)
     if name in _BIT_OPS:
         out = _BIT_OPS[name](a, b)
     else:

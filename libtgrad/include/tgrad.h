@@ -128,7 +128,8 @@ TGRAD_API tgrad_status tgrad_last_status(void);
  * 0x7FC0 (0x7FC00000); the special cases of each op are in docs/numerics.md. gelu is the
  * exact erf form, gelu_tanh torch's approximate="tanh" (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))), its constants taken as exact reals); maximum and minimum propagate NaN and order
- * -0 < +0. */
+ * -0 < +0; log is the natural logarithm; pow(a, b) is a^b with C99/IEEE 754 pow's special cases
+ * (pow(x, 0) = 1 and pow(1, y) = 1 even for NaN, a negative base to a non-integer is NaN). */
 #define TGRAD_OP_LIST(X)                                                                            \
     X(1, RELU, relu, 1)                                                                             \
     X(2, GELU, gelu, 1)                                                                             \
@@ -146,7 +147,13 @@ TGRAD_API tgrad_status tgrad_last_status(void);
     X(14, MUL, mul, 2)                                                                              \
     X(15, DIV, div, 2)                                                                              \
     X(16, MAXIMUM, maximum, 2)                                                                      \
-    X(17, MINIMUM, minimum, 2)
+    X(17, MINIMUM, minimum, 2)                                                                      \
+    X(18, SQRT, sqrt, 1)                                                                            \
+    X(19, LOG, log, 1)                                                                              \
+    X(20, LOG1P, log1p, 1)                                                                          \
+    X(21, SIN, sin, 1)                                                                              \
+    X(22, COS, cos, 1)                                                                              \
+    X(23, POW, pow, 2)
 
 typedef int32_t tgrad_op;
 #define TGRAD_OP_ENUM_(code, NAME, name, arity) TGRAD_OP_##NAME = code,
@@ -637,6 +644,10 @@ TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *
 #define TGRAD_DEBUG_F32_UNDECIDED 2
 #define TGRAD_DEBUG_F32_COUNT 3
 TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
+/* The same counts for the bf16 ops computed at run time rather than read from a table (pow: its
+ * slow path is an exact dyadic evaluation or binary128); zeros for the others. The same indices
+ * and refusals as tgrad_debug_f32_slow_path. */
+TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 
 /* Philox-4x32-10 of counter[0..4) under key[0..2) into out[0..4) (kernels/gpu/philox.h), for the
  * known-answer tests. TGRAD_ERR_INVALID_ARGUMENT for a NULL pointer. */

@@ -133,6 +133,11 @@ static ref_value ref_unary(tgrad_op op, long double x) {
     case TGRAD_OP_EXP: return approx(expl(x));
     case TGRAD_OP_TANH: return approx(tanhl(x));
     case TGRAD_OP_RSQRT: return approx(1 / sqrtl(x));
+    case TGRAD_OP_SQRT: return approx(sqrtl(x));
+    case TGRAD_OP_LOG: return approx(logl(x));
+    case TGRAD_OP_LOG1P: return approx(log1pl(x));
+    case TGRAD_OP_SIN: return approx(sinl(x));
+    case TGRAD_OP_COS: return approx(cosl(x));
     case TGRAD_OP_SIGMOID: /* e^x / (1 + e^x) below 0: no overflow, no cancellation */
         return approx(x < 0 ? expl(x) / (1 + expl(x)) : 1 / (1 + expl(-x)));
     case TGRAD_OP_SILU:
@@ -181,8 +186,8 @@ static uint16_t round_ld(ref_value r, double *margin, bool *by_tail) {
 
 #define MARGIN_MIN 0x1p-36
 
-static int unary_ops[16], n_unary;
-static int binary_ops[16], n_binary;
+static int unary_ops[32], n_unary;
+static int binary_ops[32], n_binary;
 
 static void list_ops(void) {
     for (tgrad_op op = 1; op <= tgrad_op_count(); op++) {
@@ -309,8 +314,77 @@ REF_ROW(ref_div, x / y)
 REF_ROW(ref_maximum, ieee_maximum(x, y))
 REF_ROW(ref_minimum, ieee_minimum(x, y))
 
+/* pow: long double powl (x86-64: 64 bits, accurate to about 1 ulp of them) rounded by round_ld;
+ * where that lies within 2^-44 bf16 ulp of a midpoint the reference does not decide: exact when
+ * the exponent is a non-negative integer and |a|'s odd part to it fits 128 bits (the exact
+ * midpoints 7^3 = 343, 3^2 2^-134 ...), else the pair is counted as undecided and left to
+ * tests/python/test_pow.py's exact references (Fraction, mpmath). */
+static atomic_llong pow_undecided;
+
+static uint16_t ref_pow_exact(long double x, long double y, bool *ok) {
+    *ok = false;
+    if (x == 0 || isinf(x) || isinf(y)) return 0;
+    uint16_t sign = (x < 0 && fmodl(y, 2) != 0) ? 0x8000u : 0;
+    long double base = fabsl(x);
+    for (int k = 0; y != floorl(y); k++) { /* y = n / 2^k: |x|^y = (|x|^(1/2^k))^n, exact roots only */
+        long double r = sqrtl(base);
+        if (k == 8 || r * r != base) return 0;
+        base = r, y *= 2;
+    }
+    int e;
+    long double m = frexpl(base, &e); /* base = m 2^e, m in [0.5, 1): at most 8 bits */
+    unsigned __int128 sig = 1, odd = (unsigned __int128)ldexpl(m, 8);
+    long long low = e - 8; /* base = odd 2^low */
+    if (fabsl(y) > 4096) return 0;
+    if (y < 0) {
+        if (m != 0.5L) return 0; /* 1 / odd^n is not dyadic */
+        odd = 1, low = e - 1;
+    }
+    for (int i = 0; i < (int)fabsl(y) && odd != 1; i++) {
+        if (sig > ((unsigned __int128)1 << 119)) return 0;
+        sig *= odd;
+    }
+    int bits = 0;
+    for (unsigned __int128 t = sig; t; t >>= 1) bits++;
+    long long exp2 = low * (long long)y; /* value = sig 2^exp2 */
+    long long top = exp2 + bits - 1;
+    *ok = true;
+    if (top > 127) return sign | 0x7f80u;
+    long long unit = (top < -126 ? -126 : top) - 7, shift = unit - exp2;
+    unsigned __int128 q = 0;
+    if (shift <= 0) {
+        q = sig << (-shift);
+    } else if (shift < 128) {
+        q = sig >> shift;
+        unsigned __int128 rest = sig - (q << shift), half = (unsigned __int128)1 << (shift - 1);
+        if (rest > half || (rest == half && (q & 1))) q++;
+    }
+    unsigned long long field = (unsigned long long)((top < -126 ? -126 : top) + 126) * 128u + (unsigned long long)q;
+    return sign | (uint16_t)(field >= 0x7f80u ? 0x7f80u : field);
+}
+
+static uint16_t ref_pow(uint16_t a, uint16_t b) {
+    long double x = bf16_f32(a), y = bf16_f32(b);
+    if (y == 0 || x == 1) return 0x3f80u; /* C99 F.9.4.4: even for a NaN */
+    if (x != x || y != y) return 0x7fc0u;
+    long double v = powl(x, y);
+    double margin;
+    bool tail, ok;
+    uint16_t r = round_ld(approx(v), &margin, &tail);
+    if (margin >= 0x1p-44 || isnan(v) || isinf(v) || v == 0) return r;
+    uint16_t e = ref_pow_exact(x, y, &ok);
+    if (ok) return e;
+    atomic_fetch_add(&pow_undecided, 1);
+    return 0xffffu; /* matches no result: the caller skips it */
+}
+
+static void ref_pow_row(uint16_t a, const uint16_t *b, uint16_t *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = ref_pow(a, b[i]);
+}
+
 static void ref_row(tgrad_op op, uint16_t a, const uint16_t *b, uint16_t *out, int64_t n) {
     switch (op) {
+    case TGRAD_OP_POW: ref_pow_row(a, b, out, n); break;
     case TGRAD_OP_ADD: ref_add(a, b, out, n); break;
     case TGRAD_OP_SUB: ref_sub(a, b, out, n); break;
     case TGRAD_OP_MUL: ref_mul(a, b, out, n); break;
@@ -352,7 +426,7 @@ static void *sweep(void *arg) {
                 run_binary(J->cfgs[c], J->op, form ? &scalar : row_a, form ? 0 : 1, J->b, 1, got, J->nb);
                 if (memcmp(got, want, (size_t)J->nb * 2) == 0) continue;
                 for (int64_t i = 0; i < J->nb; i++) {
-                    if (got[i] != want[i] && J->bad[c]++ < 5)
+                    if (got[i] != want[i] && want[i] != 0xffffu && J->bad[c]++ < 5)
                         fprintf(stderr, "%s %s%s(0x%04x, 0x%04x)%s = 0x%04x, expected 0x%04x\n", J->cfgs[c].v->name,
                                 J->cfgs[c].hostile ? "hostile env " : "", tgrad_op_name(J->op), a, J->b[i],
                                 form ? " (a broadcast)" : "", got[i], want[i]);
@@ -389,7 +463,7 @@ static int64_t sweep_b_broadcast(tgrad_op op, const uint16_t *bs, int64_t nb, ru
         run_binary(cfg, op, a, 1, &bs[j], 0, got, 65536);
         for (uint32_t i = 0; i < 65536; i++) {
             ref_row(op, (uint16_t)i, &bs[j], &want[i], 1);
-            if (got[i] != want[i] && bad++ < 5)
+            if (got[i] != want[i] && want[i] != 0xffffu && bad++ < 5)
                 fprintf(stderr, "%s %s(0x%04x, 0x%04x) (b broadcast) = 0x%04x, expected 0x%04x\n", cfg.v->name,
                         tgrad_op_name(op), i, bs[j], got[i], want[i]);
         }
@@ -421,6 +495,9 @@ static int test_binary(int64_t stride, int threads, const char *only) {
                    sweep_cfgs[c].hostile ? "hostile env" : "default env", (long long)(65536 * nb), (long long)bad[c]);
             CHECK(bad[c] == 0);
         }
+        if (op == TGRAD_OP_POW)
+            printf("pow: %lld pair evaluations the reference left undecided (skipped; tests/python/test_pow.py)\n",
+                   (long long)atomic_load(&pow_undecided));
         printf("%-8s %.1f s (%d threads)\n", tgrad_op_name(op), now_s() - t0, threads);
         fflush(stdout);
     }
@@ -485,6 +562,55 @@ static const special specials[] = {
     { TGRAD_OP_SILU, PINF, 0, PINF, "silu(+inf) = +inf" },
     { TGRAD_OP_SILU, 0x8005, 0, 0x8002, "silu(-5 * 2^-133) = -2.5 units + tiny: down to 2 in magnitude" },
     { TGRAD_OP_SILU, 0xc2c8, 0, NZ, "silu(-100) = -3.7e-42: rounds to -0" },
+    { TGRAD_OP_SQRT, NZ, 0, NZ, "sqrt(-0) = -0 (IEEE 754)" },
+    { TGRAD_OP_SQRT, MONE, 0, QNAN, "sqrt(-1) = NaN" },
+    { TGRAD_OP_SQRT, NINF, 0, QNAN, "sqrt(-inf) = NaN" },
+    { TGRAD_OP_SQRT, PINF, 0, PINF, "sqrt(+inf) = +inf" },
+    { TGRAD_OP_SQRT, 0x4080, 0, TWO, "sqrt(4) = 2 exactly" },
+    { TGRAD_OP_SQRT, 0x0002, 0, 0x1e80, "sqrt(2^-132) = 2^-66 (a subnormal's root is normal)" },
+    { TGRAD_OP_LOG, PZ, 0, NINF, "log(+0) = -inf" },
+    { TGRAD_OP_LOG, NZ, 0, NINF, "log(-0) = -inf (IEEE 754)" },
+    { TGRAD_OP_LOG, MONE, 0, QNAN, "log(-1) = NaN" },
+    { TGRAD_OP_LOG, NSUB1, 0, QNAN, "log(-subnormal) = NaN" },
+    { TGRAD_OP_LOG, ONE, 0, PZ, "log(1) = +0" },
+    { TGRAD_OP_LOG, PINF, 0, PINF, "log(+inf) = +inf" },
+    { TGRAD_OP_LOG, 0x402e, 0, 0x3f80, "log(2.71875) = 1.0001: 1" },
+    { TGRAD_OP_LOG1P, MONE, 0, NINF, "log1p(-1) = -inf" },
+    { TGRAD_OP_LOG1P, 0xc000, 0, QNAN, "log1p(-2) = NaN" },
+    { TGRAD_OP_LOG1P, NZ, 0, NZ, "log1p(-0) = -0" },
+    { TGRAD_OP_LOG1P, SUB1, 0, SUB1, "log1p(x) rounds to x for a subnormal x" },
+    { TGRAD_OP_LOG1P, PINF, 0, PINF, "log1p(+inf) = +inf" },
+    { TGRAD_OP_SIN, NZ, 0, NZ, "sin(-0) = -0" },
+    { TGRAD_OP_SIN, PINF, 0, QNAN, "sin(+inf) = NaN" },
+    { TGRAD_OP_SIN, NINF, 0, QNAN, "sin(-inf) = NaN" },
+    { TGRAD_OP_SIN, NSUB1, 0, NSUB1, "sin(x) rounds to x for a subnormal x" },
+    { TGRAD_OP_COS, NZ, 0, ONE, "cos(-0) = 1" },
+    { TGRAD_OP_COS, PINF, 0, QNAN, "cos(+inf) = NaN" },
+    { TGRAD_OP_COS, SUB1, 0, ONE, "cos(2^-133) rounds to 1" },
+    { TGRAD_OP_POW, QNAN, PZ, ONE, "pow(NaN, 0) = 1 (C99 F.9.4.4)" },
+    { TGRAD_OP_POW, ONE, QNAN, ONE, "pow(1, NaN) = 1" },
+    { TGRAD_OP_POW, MONE, PINF, ONE, "pow(-1, inf) = 1" },
+    { TGRAD_OP_POW, TWO, QNAN, QNAN, "pow(2, NaN) = NaN" },
+    { TGRAD_OP_POW, 0xc100, 0x3eab, QNAN, "pow(-8, 0.333984) = NaN (a negative base to a non-integer)" },
+    { TGRAD_OP_POW, 0xc000, 0x4040, 0xc100, "pow(-2, 3) = -8" },
+    { TGRAD_OP_POW, 0xc000, TWO, 0x4080, "pow(-2, 2) = 4" },
+    { TGRAD_OP_POW, NZ, 0xbf80, NINF, "pow(-0, -1) = -inf" },
+    { TGRAD_OP_POW, NZ, 0xc000, PINF, "pow(-0, -2) = +inf" },
+    { TGRAD_OP_POW, NZ, 0x4040, NZ, "pow(-0, 3) = -0" },
+    { TGRAD_OP_POW, NZ, HALF, PZ, "pow(-0, 0.5) = +0" },
+    { TGRAD_OP_POW, NINF, 0x4040, NINF, "pow(-inf, 3) = -inf" },
+    { TGRAD_OP_POW, NINF, 0xbf80, NZ, "pow(-inf, -1) = -0" },
+    { TGRAD_OP_POW, NINF, HALF, PINF, "pow(-inf, 0.5) = +inf" },
+    { TGRAD_OP_POW, HALF, PINF, PZ, "pow(0.5, inf) = +0" },
+    { TGRAD_OP_POW, HALF, NINF, PINF, "pow(0.5, -inf) = +inf" },
+    { TGRAD_OP_POW, TWO, NINF, PZ, "pow(2, -inf) = +0" },
+    { TGRAD_OP_POW, 0x40e0, 0x4040, 0x43ac, "pow(7, 3) = 343, a midpoint: to even, 344" },
+    { TGRAD_OP_POW, 0x4244, 0x3fc0, 0x43ac, "pow(49, 1.5) = 343, a midpoint reached by a root: 344" },
+    { TGRAD_OP_POW, 0x4080, HALF, TWO, "pow(4, 0.5) = 2" },
+    { TGRAD_OP_POW, TWO, 0x4300, PINF, "pow(2, 128) overflows to inf" },
+    { TGRAD_OP_POW, TWO, 0xc306, PZ, "pow(2, -134) = 2^-134, a tie between 0 and 2^-133: to even, +0" },
+    { TGRAD_OP_POW, 0x4040, 0x4000, 0x4110, "pow(3, 2) = 9" },
+    { TGRAD_OP_POW, 0x4040, 0xc040, 0x3d18, "pow(3, -3) = 1/27" },
     { TGRAD_OP_ADD, NZ, PZ, PZ, "-0 + +0 = +0" },
     { TGRAD_OP_ADD, NZ, NZ, NZ, "-0 + -0 = -0" },
     { TGRAD_OP_ADD, PINF, NINF, QNAN, "inf + -inf = NaN" },
@@ -582,7 +708,7 @@ static void test_debug_entry(void) {
 /* First use from many threads at once: each table is built once, and every thread reads it
  * whole (run under ThreadSanitizer too). */
 enum { RACERS = 8 };
-static uint16_t raced[RACERS][16][65536], race_x[65536];
+static uint16_t raced[RACERS][32][65536], race_x[65536];
 
 static void *race(void *arg) {
     int t = (int)(intptr_t)arg;

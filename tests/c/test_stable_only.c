@@ -35,6 +35,7 @@ enum experimental_names {
     tgrad_debug_random_slow_path,
     tgrad_debug_norm_slow_path,
     tgrad_debug_softmax_slow_path,
+    tgrad_debug_bf16_slow_path,
 };
 struct tgrad_launch {
     int not_the_header_s;

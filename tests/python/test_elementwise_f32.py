@@ -16,8 +16,9 @@ import tgrad
 from tgrad import errors
 from tgrad._ffi import ffi, lib
 
-UNARY = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "square", "rsqrt"]
-BINARY = ["add", "sub", "mul", "div", "maximum", "minimum"]
+UNARY = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "square", "rsqrt", "sqrt", "log",
+         "log1p", "sin", "cos"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
 
 
 def f32(data: object) -> tgrad.Tensor:

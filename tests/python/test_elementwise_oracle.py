@@ -197,8 +197,12 @@ def _stratified(op: str) -> np.ndarray:
     """Finite nonzero inputs: the near-0 ties, the underflow and overflow edges, a spread. Inputs
     whose result overflows are left out (mpmath takes minutes on exp of 4e6 at 400 bits)."""
     x = ALL_BITS[((ALL_BITS & 0x7F80) != 0x7F80) & ((ALL_BITS & 0x7FFF) != 0)]
-    if op == "rsqrt":
-        x = x[x < 0x8000]
+    if op in ("rsqrt", "sqrt", "log"):
+        x = x[x < 0x8000]  # NaN below 0 (a complex number in mpmath)
+    if op == "log1p":
+        x = x[(x < 0x8000) | ((x & 0x7FFF) < 0x3F80)]  # NaN below -1
+    if op == "log":
+        x = x[x != 0x3F80]  # log(1) = 0 exactly: nothing to round
     x = x[(unary_bits(op, x) & 0x7FFF) != PINF]
     edges = np.flatnonzero(np.diff(unary_bits(op, x).astype(np.int32) & 0x7F80) != 0)
     pick = np.zeros(x.size, bool)

@@ -106,6 +106,20 @@ def test_elementwise_ops_on_opencl_tensors_match_the_cpu_bytes(opencl_device: st
             _ew("add", xc, bd)
 
 
+def test_the_new_table_ops_on_opencl_match_the_cpu_and_pow_is_refused(opencl_device: str) -> None:
+    # sqrt, log, log1p, sin, cos render as table reads (the CPU's tables); pow has no device
+    # function, so a graph with it is refused with a typed error before anything runs
+    x = np.random.default_rng(5).standard_normal((40, 60)).astype(np.float32) * 30
+    chain = lambda t: tgrad.cos(tgrad.sin(tgrad.log1p(tgrad.log(tgrad.sqrt(t.abs())).abs())))  # noqa: E731
+    with tgrad.Tensor.from_numpy(x) as xc, tgrad.Tensor.from_numpy(x, device="opencl") as xd:
+        want = chain(xc).numpy().view(np.uint16)
+        got = chain(xd)
+        assert got.route == "opencl.elementwise"
+        assert np.array_equal(got.numpy().view(np.uint16), want)
+        with pytest.raises(errors.RouteNotEligibleError, match="no kernel spelling"):
+            (xd ** 2).realize()
+
+
 def _linear(x: tgrad.Tensor, w: tgrad.Tensor, b: tgrad.Tensor) -> tgrad.Tensor:
     return tgrad.silu(tgrad.gelu(x @ w.T + b) * b - 0.25)
 

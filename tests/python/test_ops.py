@@ -110,6 +110,12 @@ SPELLINGS: dict[str, list[Callable[..., Tensor]]] = {
     "div": [tgrad.div, Tensor.div, lambda a, b: a / b],
     "maximum": [tgrad.maximum, Tensor.maximum],
     "minimum": [tgrad.minimum, Tensor.minimum],
+    "sqrt": [tgrad.sqrt, Tensor.sqrt],
+    "log": [tgrad.log, Tensor.log],
+    "log1p": [tgrad.log1p, Tensor.log1p],
+    "sin": [tgrad.sin, Tensor.sin],
+    "cos": [tgrad.cos, Tensor.cos],
+    "pow": [tgrad.pow, Tensor.pow, lambda a, b: a ** b],
 }
 
 

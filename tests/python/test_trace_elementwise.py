@@ -72,7 +72,8 @@ def _every_op(x: tgrad.Tensor, y: tgrad.Tensor) -> tuple[tgrad.Tensor, ...]:
              abs(x), x.square(), p.rsqrt())
     binary = (x + y, x - y[0], x * y.T.T, x / 3.0, 1 - x, tgrad.maximum(x, y[:, :1]),
               tgrad.minimum(x.T, 0.0))
-    return unary + binary
+    more = (p.sqrt(), p.log(), x.log1p(), x.sin(), x.cos(), p ** y, 2 ** x, x ** 2)
+    return unary + binary + more
 
 
 def test_every_registry_op_is_recorded_under_its_name_and_replays(rng: np.random.Generator) -> None:

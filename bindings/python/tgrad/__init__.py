@@ -99,6 +99,15 @@ __all__ = [
     "softmax",
     "log_softmax",
     "logsumexp",
+    "elementwise_more",
+    "clamp",
+    "clip",
+    "cos",
+    "log",
+    "log1p",
+    "pow",
+    "sin",
+    "sqrt",
     "Capability",
     "Tensor",
     "TgradError",
@@ -357,3 +366,5 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 # hsoft: softmax, log_softmax, logsumexp (tgrad.softmax)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
+from . import elementwise_more  # noqa: E402
+from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402

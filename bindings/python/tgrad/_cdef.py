@@ -80,7 +80,13 @@ enum tgrad_op_code {
     TGRAD_OP_DIV = 15,
     TGRAD_OP_MAXIMUM = 16,
     TGRAD_OP_MINIMUM = 17,
-    TGRAD_OP_END_ = 18
+    TGRAD_OP_SQRT = 18,
+    TGRAD_OP_LOG = 19,
+    TGRAD_OP_LOG1P = 20,
+    TGRAD_OP_SIN = 21,
+    TGRAD_OP_COS = 22,
+    TGRAD_OP_POW = 23,
+    TGRAD_OP_END_ = 24
 };
 int32_t tgrad_op_count(void);
 const char *tgrad_op_name(tgrad_op op);
@@ -258,6 +264,7 @@ tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t
 #define TGRAD_DEBUG_SOFTMAX_UNDECIDED 3
 #define TGRAD_DEBUG_SOFTMAX_COUNT 4
 tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
+tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
                                    int32_t out_dtype, uint32_t *out_bits);

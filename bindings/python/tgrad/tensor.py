@@ -916,6 +916,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     def take(self, indices: Any, axis: int | None = 0) -> Tensor:
         """tgrad.take(self, indices, axis): numpy's take along one axis (a gather)."""
         return _shape_ops.take(self, indices, axis)
+
     # --- hcreate: creation (tgrad.creation) ---
     def item(self) -> builtins.float | int:
         """The value of a one-element tensor (any rank) as a Python float (bfloat16, float32:
@@ -927,6 +928,7 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         if self.dtype == _dtypes.int32:
             return int(self.numpy().reshape(()))
         return float(self)
+
     # --- hcmp: comparisons, where, logic, truth (tgrad.compare) ---
     # Comparisons are elementwise and give bool tensors (tgrad.compare); a Tensor stays hashable by
     # identity, as torch's: `t in {t}` and dict keys work, while `t == u` compares values.
@@ -1061,6 +1063,45 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         from .softmax import logsumexp
 
         return logsumexp(self, dim, keepdim, axis=axis, keepdims=keepdims, dtype=dtype)
+
+    # --- hew: sqrt, log, log1p, sin, cos, pow, clamp / clip (tgrad.elementwise_more) ---
+    def sqrt(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.sqrt(self) (tgrad.elementwise_more)."""
+        return _ew_more.sqrt(self)
+
+    def log(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.log(self) (tgrad.elementwise_more)."""
+        return _ew_more.log(self)
+
+    def log1p(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.log1p(self) (tgrad.elementwise_more)."""
+        return _ew_more.log1p(self)
+
+    def sin(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.sin(self) (tgrad.elementwise_more)."""
+        return _ew_more.sin(self)
+
+    def cos(self) -> Tensor[Unpack[Shape]]:
+        """tgrad.cos(self) (tgrad.elementwise_more)."""
+        return _ew_more.cos(self)
+
+    def pow(self, exponent: Operand) -> Tensor:
+        """tgrad.pow(self, exponent) (tgrad.elementwise_more)."""
+        return _ew_more.pow(self, exponent)
+
+    def __pow__(self, other: Operand) -> Tensor:
+        return _ew_more.pow(self, other) if _ops._is_operand(other) else NotImplemented
+
+    def __rpow__(self, other: Scalar) -> Tensor:
+        return _ew_more.pow(other, self) if _ops._is_operand(other) else NotImplemented
+
+    def clamp(self, min: Operand | None = None, max: Operand | None = None) -> Tensor:  # noqa: A002
+        """tgrad.clamp(self, min, max) (tgrad.elementwise_more)."""
+        return _ew_more.clamp(self, min, max)
+
+    def clip(self, min: Operand | None = None, max: Operand | None = None) -> Tensor:  # noqa: A002
+        """tgrad.clip(self, min, max): clamp's other name."""
+        return _ew_more.clamp(self, min, max)
 
 
 def _repr_values(t: Tensor, summarized: bool) -> npt.NDArray[Any]:
@@ -1372,3 +1413,4 @@ def _shape_text(extents: Sequence[int | None]) -> str:
 # The ops are defined on Tensor, and Tensor's operators call them: imported last, once Tensor exists.
 from . import ops as _ops  # noqa: E402
 from . import compare as _compare  # noqa: E402
+from . import elementwise_more as _ew_more  # noqa: E402

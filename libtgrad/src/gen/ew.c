@@ -27,7 +27,10 @@ static const ew_spelling spellings[] = {
     { TGRAD_OP_MINIMUM, "tg_bf_minimum" },
     { TGRAD_OP_GELU, NULL },            { TGRAD_OP_GELU_TANH, NULL },          { TGRAD_OP_SILU, NULL },
     { TGRAD_OP_SIGMOID, NULL },         { TGRAD_OP_TANH, NULL },               { TGRAD_OP_EXP, NULL },
-    { TGRAD_OP_RSQRT, NULL },
+    { TGRAD_OP_RSQRT, NULL },           { TGRAD_OP_SQRT, NULL },               { TGRAD_OP_LOG, NULL },
+    { TGRAD_OP_LOG1P, NULL },           { TGRAD_OP_SIN, NULL },                { TGRAD_OP_COS, NULL },
+    /* pow has no spelling: no integer-only device function yet (its CPU evaluation needs libm's
+     * pow and binary128), so a GPU chain with pow is refused as not eligible (a typed error) */
 };
 
 static const ew_spelling *spelling_of(tgrad_op op) {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "elementwise.h"
+#include "elementwise_pow.h"
 
 static const tg_ew_variant *const variants[] = {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
@@ -50,7 +51,8 @@ void tg_ew_unary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *x, uint
 
 void tg_ew_binary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb,
                      uint16_t *y, int64_t n) {
-    v->binary(op, a, sa, b, sb, y, n);
+    if (op == TGRAD_OP_POW) tg_ew_pow_bf16(a, sa, b, sb, y, n); /* one portable evaluation for every variant */
+    else v->binary(op, a, sa, b, sb, y, n);
 }
 
 TGRAD_API tgrad_status tgrad_debug_elementwise(tgrad_op op, const uint16_t *a, const uint16_t *b, uint16_t *out,

@@ -8,6 +8,7 @@
 
 #include "../../../kernels/cpu/fp_env.h"
 #include "elementwise_f32.h"
+#include "elementwise_pow.h"
 
 /* The slow path's arithmetic: binary128 (113-bit significand) where the build has it. */
 #if defined(TGRAD_HAVE_QUADMATH)
@@ -16,6 +17,10 @@ typedef __float128 xf;
 #define XEXP expq
 #define XERFC erfcq
 #define XTANH tanhq
+#define XLOG logq
+#define XLOG1P log1pq
+#define XSIN sinq
+#define XCOS cosq
 #define XSQRT1_2 M_SQRT1_2q
 #define XK (M_2_SQRTPIq * M_SQRT1_2q) /* sqrt(2/pi) */
 #define XA 0.044715Q
@@ -26,6 +31,10 @@ typedef long double xf; /* binary128 on aarch64 Linux; x87's 64 bits on x86; dou
 #define XEXP expl
 #define XERFC erfcl
 #define XTANH tanhl
+#define XLOG logl
+#define XLOG1P log1pl
+#define XSIN sinl
+#define XCOS cosl
 #define XSQRT1_2 0.707106781186547524400844362104849039L /* spelled out: macOS has no M_SQRT1_2l */
 #define XK (1.12837916709551257389615890312154517L * XSQRT1_2) /* 2/sqrt(pi) * sqrt(1/2) */
 #define XA 0.044715L
@@ -120,6 +129,18 @@ static xf gelu_tanh_x(xf x) {
     return x / (1 + XEXP(-2 * z));
 }
 
+/* log, log1p, sin, cos: libm's functions as they are, in double and in the slow type (glibc's
+ * double ones are within about 1 ulp, sin and cos with an exact range reduction for every float;
+ * libquadmath's within a few binary128 ulps). */
+static double log_d(double x) { return log(x); }
+static xf log_x(xf x) { return XLOG(x); }
+static double log1p_d(double x) { return log1p(x); }
+static xf log1p_x(xf x) { return XLOG1P(x); }
+static double sin_d(double x) { return sin(x); }
+static xf sin_x(xf x) { return XSIN(x); }
+static double cos_d(double x) { return cos(x); }
+static xf cos_x(xf x) { return XCOS(x); }
+
 /* Ziv's strategy: the double value if it decides the rounding, else the slow value (counted); an
  * undecided slow value (never seen: the docs) is rounded as it is and counted apart. */
 static uint32_t ziv(tgrad_op op, double (*fd)(double), xf (*fx)(xf), float x) {
@@ -166,6 +187,35 @@ static uint32_t op_gelu_tanh(float x) {
     if (tiny(x)) return half_and_above(x);
     return ziv(TGRAD_OP_GELU_TANH, gelu_tanh_d, gelu_tanh_x, x);
 }
+
+/* log, log1p: -inf at 0 (log) or -1 (log1p), NaN below; log(1) = 0 and log1p(±0) = ±0 are
+ * exact, and no other float has a rational log (Lindemann), so Ziv decides every other input
+ * or counts it. sin, cos: NaN at ±inf; sin(±0) = ±0, cos(±0) = 1 exactly; tiny |x| rounds to x
+ * (sin) or 1 (cos) in double already, decided since x and 1 are floats, not midpoints. */
+static uint32_t op_log(float x) {
+    if (x != x || x < 0) return NAN32;
+    if (x == 0) return 0xff800000u;
+    if (isinf(x)) return 0x7f800000u;
+    return ziv(TGRAD_OP_LOG, log_d, log_x, x);
+}
+static uint32_t op_log1p(float x) {
+    if (x != x || x < -1) return NAN32;
+    if (x == -1) return 0xff800000u;
+    if (x == 0 || isinf(x)) return bits_of(x);
+    return ziv(TGRAD_OP_LOG1P, log1p_d, log1p_x, x);
+}
+static uint32_t op_sin(float x) {
+    if (x != x || isinf(x)) return NAN32;
+    if (x == 0) return bits_of(x);
+    return ziv(TGRAD_OP_SIN, sin_d, sin_x, x);
+}
+static uint32_t op_cos(float x) {
+    if (x != x || isinf(x)) return NAN32;
+    return ziv(TGRAD_OP_COS, cos_d, cos_x, x);
+}
+/* sqrt: IEEE double sqrt, rounded again to float: innocuous (53 >= 2 * 24 + 2, Figueroa), and
+ * sqrt(-0) = -0 kept. */
+static uint32_t op_sqrt(float x) { return bits_of((float)sqrt((double)x)); }
 
 /* Is 1/sqrt(x) above the midpoint m (a float midpoint: 25 significant bits)? m^2 (50 bits) is
  * exact in double, m^2 * x exact as p + e (fma); 1/sqrt(x) = m is impossible (x = 1/m^2 would need
@@ -226,6 +276,10 @@ UNARY_LOOP(neg_loop, op_neg)
 UNARY_LOOP(abs_loop, op_abs)
 UNARY_LOOP(square_loop, op_square)
 
+static void sqrt_loop(const uint32_t *x, uint32_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = op_sqrt(float_of(x[i]));
+}
+
 static uint32_t (*transcendental(tgrad_op op))(float) {
     switch (op) {
     case TGRAD_OP_GELU: return op_gelu;
@@ -235,6 +289,10 @@ static uint32_t (*transcendental(tgrad_op op))(float) {
     case TGRAD_OP_TANH: return op_tanh;
     case TGRAD_OP_EXP: return op_exp;
     case TGRAD_OP_RSQRT: return op_rsqrt;
+    case TGRAD_OP_LOG: return op_log;
+    case TGRAD_OP_LOG1P: return op_log1p;
+    case TGRAD_OP_SIN: return op_sin;
+    case TGRAD_OP_COS: return op_cos;
     default: return NULL;
     }
 }
@@ -251,6 +309,7 @@ void tg_ew32_unary(tgrad_op op, const uint32_t *x, uint32_t *y, int64_t n) {
         case TGRAD_OP_NEG: neg_loop(x, y, n); break;
         case TGRAD_OP_ABS: abs_loop(x, y, n); break;
         case TGRAD_OP_SQUARE: square_loop(x, y, n); break;
+        case TGRAD_OP_SQRT: sqrt_loop(x, y, n); break;
         default: break;
         }
     }
@@ -285,6 +344,13 @@ void tg_ew32_binary(tgrad_op op, const uint32_t *a, int64_t sa, const uint32_t *
     case TGRAD_OP_DIV: div_loop(a, sa, b, sb, y, n); break;
     case TGRAD_OP_MAXIMUM: max_loop(a, sa, b, sb, y, n); break;
     case TGRAD_OP_MINIMUM: min_loop(a, sa, b, sb, y, n); break;
+    case TGRAD_OP_POW: {
+        tg_pow_counts c = tg_ew_pow_f32(a, sa, b, sb, y, n);
+        count(op, TGRAD_DEBUG_F32_EVALUATED, c.evaluated);
+        count(op, TGRAD_DEBUG_F32_SLOW, c.slow);
+        count(op, TGRAD_DEBUG_F32_UNDECIDED, c.undecided);
+        break;
+    }
     default: break;
     }
     tg_fp_env_restore(env);

@@ -7,7 +7,9 @@
  *    bits: the double rounding is innocuous, see the docs for the argument incl. subnormals);
  *  - relu, neg, abs, maximum, minimum: bit operations;
  *  - rsqrt: 1/sqrt in double, then an exact test of the float's neighbouring midpoints (fma);
- *  - exp, tanh, sigmoid, silu, gelu, gelu_tanh: Ziv's strategy, a double evaluation accepted when
+ *  - sqrt: IEEE double sqrt rounded again to float (innocuous: 53 >= 2 * 24 + 2);
+ *  - pow: elementwise_pow.c (double, an exact dyadic evaluation, binary128), counted here;
+ *  - exp, tanh, sigmoid, silu, gelu, gelu_tanh, log, log1p, sin, cos: Ziv's strategy, a double evaluation accepted when
  *    no float rounding boundary lies within 2^-36 of its value (relative), else a slow evaluation
  *    in binary128 (__float128 with libquadmath, or long double where that is binary128) accepted
  *    within 2^-97; counted per op (tgrad_debug_f32_slow_path).

@@ -18,6 +18,14 @@
  *    would tie to even, the wrong way half of the time. For 0 < |x| < 2^-100, c x^2 is below a
  *    double ulp of x/2, so the exact value lies strictly between x/2 and the next double above
  *    it, and that next double (never itself a midpoint) rounds as the exact value does.
+ * sqrt, log, log1p, sin and cos are libm's double functions as they are: IEEE sqrt is correctly
+ * rounded, and glibc's log, log1p, sin and cos are accurate to about 1 double ulp (2^-52), sin and
+ * cos with an exact range reduction for every argument up to bf16's 3.4e38. None of them needs a
+ * reformulation: log near 1 and log1p near 0 are accurate in relative terms (no cancellation
+ * inside libm), tiny sin, log1p and cos values round to x (or 1) because x is a bf16 value and
+ * not a midpoint. No exact result is a midpoint: sqrt(x) = m (a 9-bit odd significand) needs
+ * x = m^2 with 17 significant bits, not a bf16; log, log1p, sin and cos of a non-zero rational
+ * (1 for log) are transcendental (Lindemann). docs/numerics.md lists each op's closest input.
  * The direct ops (relu, neg, abs, square) fill their tables from the portable kernel.
  *
  * Built under fp_env.h's IEEE environment (the caller may run with flush modes, e.g. inside a
@@ -80,6 +88,8 @@ static uint16_t round_to_bf16(double d) {
 static double (*const evaluate[TGRAD_OP_END_])(double) = {
     [TGRAD_OP_GELU] = gelu, [TGRAD_OP_GELU_TANH] = gelu_tanh, [TGRAD_OP_SILU] = silu,
     [TGRAD_OP_SIGMOID] = sigmoid, [TGRAD_OP_TANH] = tanh, [TGRAD_OP_EXP] = exp, [TGRAD_OP_RSQRT] = rsqrt,
+    [TGRAD_OP_SQRT] = sqrt, [TGRAD_OP_LOG] = log, [TGRAD_OP_LOG1P] = log1p, [TGRAD_OP_SIN] = sin,
+    [TGRAD_OP_COS] = cos,
 };
 
 bool tg_ew_from_table(tgrad_op op) { return op > 0 && op < TGRAD_OP_END_ && evaluate[op] != NULL; }

@@ -356,6 +356,9 @@ def from_dlpack(x: object) -> Tensor:
 # Last, so that the builtins they shadow in this module's namespace are not used above.
 from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
 from .compare import all, any  # noqa: E402  (last: they shadow the builtins, as max and sum do)
+from .softmax import log_softmax, logsumexp, softmax  # noqa: E402  (tgrad.softmax, the module, is shadowed)
+from . import elementwise_more  # noqa: E402
+from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402  (pow shadows the builtin)
 
 
 def __getattr__(name: str) -> object:
@@ -364,7 +367,3 @@ def __getattr__(name: str) -> object:
     if name == "bool":
         return bool_
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-# hsoft: softmax, log_softmax, logsumexp (tgrad.softmax)
-from .softmax import log_softmax, logsumexp, softmax  # noqa: E402
-from . import elementwise_more  # noqa: E402
-from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402

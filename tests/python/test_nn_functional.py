@@ -1,11 +1,6 @@
 """tgrad.nn.functional: torch.nn.functional's names and signatures over tgrad ops, F.linear giving
 nn.Linear's bytes, scaled_dot_product_attention as its documented composition, and the layers'
 defaults (torch's initialization drawn from tgrad.random).
-
-Some of these functions forward to ops of other modules (tgrad.softmax, tgrad.norms,
-tgrad.shape_ops, tgrad.where, tgrad.random, batched matmul). Their tests are skipped only while
-this build lacks the op (`needs` below) and activate once it is merged; the tests of the refusal
-in a build without the op are skipped once it has it.
 """
 
 from __future__ import annotations
@@ -28,30 +23,6 @@ def bits(t: Tensor) -> np.ndarray:
 
 def tensor(rng: np.random.Generator, *shape: int) -> Tensor:
     return Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32))
-
-
-def _has_batched_matmul() -> bool:
-    a = Tensor.from_numpy(np.ones((2, 1, 1), np.float32))
-    try:
-        (a @ a).realize()
-    except errors.RankMismatchError:
-        return False
-    return True
-
-
-HAS = {"softmax": hasattr(tgrad, "softmax"), "norms": hasattr(tgrad, "rms_norm"), "take": hasattr(tgrad, "take"),
-       "where": hasattr(tgrad, "where"), "random": nn._borrow.has("random"), "bmm": _has_batched_matmul()}
-
-
-def needs(*ops: str) -> pytest.MarkDecorator:
-    """Skip while this build lacks one of the ops (they come with other branches of issue 34; the
-    skip goes at merge)."""
-    missing = [op for op in ops if not HAS[op]]
-    return pytest.mark.skipif(bool(missing), reason=f"this build has no {', '.join(missing)} yet")
-
-
-def lacks(op: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(HAS[op], reason=f"this build has {op}: the refusal without it is moot")
 
 
 # ---- linear and activations ---------------------------------------------------------------------------
@@ -111,16 +82,6 @@ def test_signatures_are_torchs() -> None:
 
 
 # ---- ops of other modules --------------------------------------------------------------------------
-@lacks("softmax")
-def test_without_the_op_a_forwarder_names_what_it_needs(rng: np.random.Generator) -> None:
-    x = tensor(rng, 2, 3)
-    with pytest.raises(AttributeError, match="tgrad.softmax"):
-        F.softmax(x, dim=-1)
-    with pytest.raises(AttributeError, match="tgrad.softmax"):
-        F.scaled_dot_product_attention(x, x, x)
-
-
-@needs("softmax")
 def test_softmax_and_log_softmax_are_tgrads(rng: np.random.Generator) -> None:
     x = tensor(rng, 3, 4, 5)
     for dim in (0, 1, -1):
@@ -135,7 +96,6 @@ def test_softmax_wants_its_dim(rng: np.random.Generator) -> None:
         F.log_softmax(tensor(rng, 2, 3))
 
 
-@needs("norms")
 def test_norms_and_their_modules_are_tgrads(rng: np.random.Generator) -> None:
     x, w, b = tensor(rng, 3, 8), tensor(rng, 8), tensor(rng, 8)
     assert np.array_equal(bits(F.rms_norm(x, (8,), w, eps=1e-6)), bits(tgrad.rms_norm(x, (8,), weight=w, eps=1e-6)))
@@ -161,7 +121,6 @@ def test_norm_modules_hold_torchs_parameters(rng: np.random.Generator) -> None:
             nn.RMSNorm(bad)  # type: ignore[arg-type]
 
 
-@needs("take")
 def test_embedding_gathers_rows(rng: np.random.Generator) -> None:
     table = tensor(rng, 10, 4)
     ids = np.array([[3, 0, 9], [3, 3, 1]], np.int32)
@@ -192,7 +151,6 @@ def composed(q: Tensor, k: Tensor, v: Tensor, scale: float, bias: np.ndarray | N
     return tgrad.softmax(scores, dim=-1).realize() @ v
 
 
-@needs("softmax")
 def test_attention_is_its_documented_composition(rng: np.random.Generator) -> None:
     q, k, v = tensor(rng, 5, 8), tensor(rng, 7, 8), tensor(rng, 7, 3)
     got = F.scaled_dot_product_attention(q, k, v)
@@ -207,7 +165,6 @@ def test_attention_is_its_documented_composition(rng: np.random.Generator) -> No
     assert np.array_equal(bits(masked), bits(composed(q, k, v, 1 / math.sqrt(8), mask)))
 
 
-@needs("softmax")
 def test_attention_against_an_independent_reference(rng: np.random.Generator) -> None:
     # scale 1 (exact): the scores are the bf16 product; the softmax is computed in float64 and
     # rounded once (no element of this seed lies within float64's error of a bf16 midpoint);
@@ -221,7 +178,6 @@ def test_attention_against_an_independent_reference(rng: np.random.Generator) ->
     assert np.array_equal(bits(F.scaled_dot_product_attention(t(q), t(k), t(v), scale=1.0)), want)
 
 
-@needs("softmax", "bmm")
 def test_grouped_query_attention_repeats_each_kv_head(rng: np.random.Generator) -> None:
     q, k, v = tensor(rng, 2, 8, 5, 16), tensor(rng, 2, 2, 7, 16), tensor(rng, 2, 2, 7, 4)
     got = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
@@ -235,7 +191,6 @@ def test_grouped_query_attention_repeats_each_kv_head(rng: np.random.Generator) 
             assert np.array_equal(bits(got)[b, h], bits(one))
 
 
-@needs("softmax", "where")
 def test_a_bool_mask_keeps_the_scores_where_true(rng: np.random.Generator) -> None:
     q, k, v = tensor(rng, 5, 8), tensor(rng, 7, 8), tensor(rng, 7, 3)
     keep = rng.random((5, 7)) < 0.6
@@ -265,15 +220,6 @@ def test_attention_refusals(rng: np.random.Generator) -> None:
 
 
 # ---- the layers' initialization -------------------------------------------------------------------
-@lacks("random")
-def test_without_tgrad_random_a_layer_needs_its_weights() -> None:
-    with pytest.raises(errors.InvalidArgumentError, match="give the weights.*tgrad.random"):
-        nn.Linear(4, 3)
-    with pytest.raises(errors.InvalidArgumentError, match="give the table.*tgrad.random"):
-        nn.Embedding(10, 4)
-
-
-@needs("random")
 def test_linear_draws_torchs_default_init_from_tgrad_random() -> None:
     tgrad.random.seed(1234)
     layer = nn.Linear(64, 300)
@@ -291,7 +237,6 @@ def test_linear_draws_torchs_default_init_from_tgrad_random() -> None:
     assert nn.Linear(64, 3, bias=False).bias is None
 
 
-@needs("random")
 def test_embedding_draws_a_standard_normal_with_a_zero_padding_row() -> None:
     table = nn.Embedding(1000, 16, padding_idx=3).weight.numpy(np.float32)
     assert np.array_equal(table[3], np.zeros(16)) and not np.signbit(table[3]).any()

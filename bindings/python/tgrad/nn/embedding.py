@@ -10,7 +10,7 @@ import numpy as np
 from .. import errors, safetensors
 from ..tensor import Tensor, _as_int
 from . import functional as F
-from ._borrow import borrowed, has
+from ._borrow import borrowed
 from .module import Module, open_checkpoint, shape_text
 
 __all__ = ["Embedding"]
@@ -49,12 +49,7 @@ class Embedding(Module):
         self.padding_idx = padding_idx
         shape = (self.num_embeddings, self.embedding_dim)
         if weight is None:
-            if not has("random"):
-                raise errors.InvalidArgumentError(
-                    f"Embedding({self.num_embeddings}, {self.embedding_dim}): give the table (weight=), or use "
-                    "Embedding.from_pretrained or Embedding.from_checkpoint; drawing it at random needs "
-                    "tgrad.random, which this build of tgrad does not have")
-            drawn: Tensor = borrowed("random", "randn", "Embedding")(shape)
+            drawn: Tensor = borrowed("random", "randn")(shape)
             weight = drawn
             if padding_idx is not None:
                 bits = drawn.numpy().view(np.uint16)

@@ -119,20 +119,20 @@ def _dim(dim: Any, user: str) -> Any:
 def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:  # noqa: A002
     """exp(x - max) / sum along `dim`, correctly rounded (tgrad.softmax)."""
     x, dim = _tensor(input, "input", "softmax"), _dim(dim, "softmax")
-    return borrowed("softmax", "softmax", "F.softmax")(x, dim=dim, dtype=dtype)  # type: ignore[no-any-return]
+    return borrowed("softmax", "softmax")(x, dim=dim, dtype=dtype)  # type: ignore[no-any-return]
 
 
 def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:  # noqa: A002
     """x - logsumexp along `dim`, correctly rounded (tgrad.log_softmax)."""
     x, dim = _tensor(input, "input", "log_softmax"), _dim(dim, "log_softmax")
-    return borrowed("softmax", "log_softmax", "F.log_softmax")(x, dim=dim, dtype=dtype)  # type: ignore[no-any-return]
+    return borrowed("softmax", "log_softmax")(x, dim=dim, dtype=dtype)  # type: ignore[no-any-return]
 
 
 def rms_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Tensor | None = None,  # noqa: A002
              eps: float | None = None) -> Tensor:
     """x * weight / sqrt(mean(x^2) + eps) over the last len(normalized_shape) axes, correctly
     rounded (tgrad.rms_norm)."""
-    fn = borrowed("norms", "rms_norm", "F.rms_norm")
+    fn = borrowed("norms", "rms_norm")
     return fn(_tensor(input, "input", "rms_norm"), normalized_shape, weight=weight, eps=eps)  # type: ignore[no-any-return]
 
 
@@ -140,7 +140,7 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int] | int, weight: Ten
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) axes,
     correctly rounded (tgrad.layer_norm)."""
-    fn = borrowed("norms", "layer_norm", "F.layer_norm")
+    fn = borrowed("norms", "layer_norm")
     return fn(_tensor(input, "input", "layer_norm"), normalized_shape, weight=weight, bias=bias,  # type: ignore[no-any-return]
               eps=eps)
 
@@ -159,7 +159,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     if padding_idx is not None and not -w.shape[0] <= int(padding_idx) < w.shape[0]:
         raise errors.IndexOutOfRangeError(
             f"embedding: padding_idx {padding_idx} is outside the {w.shape[0]} embeddings")
-    take = borrowed("shape_ops", "take", "F.embedding")
+    take = borrowed("shape_ops", "take")
     return take(w, input, axis=0)  # type: ignore[no-any-return]
 
 
@@ -175,10 +175,8 @@ def _repeat_heads(t: Tensor, heads: int) -> Tensor:
 
 
 def _toplevel(name: str, user: str) -> Any:
-    found = getattr(importlib.import_module("tgrad"), name, None)
-    if found is None:
-        raise AttributeError(f"{user} needs tgrad.{name}, which this build of tgrad does not have")
-    return found
+    """tgrad.<name>, imported when first called (tgrad imports this module)."""
+    return getattr(importlib.import_module("tgrad"), name)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
@@ -222,7 +220,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise errors.ShapeMismatchError(
             f"{user}: enable_gqa needs the key's and value's heads (axis -3: {k.shape[-3]}, {v.shape[-3]}) to be "
             f"equal and to divide the query's ({q.shape[-3]})")
-    soft = borrowed("softmax", "softmax", "F.scaled_dot_product_attention")
+    soft = borrowed("softmax", "softmax")
     where = _toplevel("where", "F.scaled_dot_product_attention with a bool mask") \
         if mask is not None and str(mask.dtype) == "bool" else None
     if enable_gqa:

@@ -19,7 +19,7 @@ from typing import Any
 from .. import errors, safetensors
 from ..tensor import Tensor, _as_int
 from . import functional as F
-from ._borrow import borrowed, has
+from ._borrow import borrowed
 from .module import Module, open_checkpoint
 
 __all__ = ["Linear"]
@@ -63,11 +63,6 @@ class Linear(Module):
         self.out_features = _features(out_features, "out_features")
         shape = (self.out_features, self.in_features)
         if weight is None:
-            if not has("random"):
-                raise errors.InvalidArgumentError(
-                    f"Linear({self.in_features}, {self.out_features}): give the weights (weight=, bias=), "
-                    "or use Linear.from_tensors or Linear.from_checkpoint; drawing them at random needs "
-                    "tgrad.random, which this build of tgrad does not have")
             weight = _torch_uniform(shape, self.in_features, "Linear")
             if bias is True:
                 bias = _torch_uniform((self.out_features,), self.in_features, "Linear")
@@ -151,7 +146,7 @@ class Linear(Module):
 def _torch_uniform(shape: tuple[int, ...], fan_in: int, user: str) -> Tensor:
     """U(-1/sqrt(fan_in), 1/sqrt(fan_in)) of `shape` from tgrad's generator: torch's
     kaiming_uniform_(a=sqrt(5)) bound for a weight, and its bias bound (0 when fan_in is 0)."""
-    uniform = borrowed("random", "uniform_", user)
+    uniform = borrowed("random", "uniform_")
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
     return uniform(shape, -bound, bound)  # type: ignore[no-any-return]
 

@@ -5,7 +5,6 @@ and fusion; typed refusals that allocate nothing."""
 
 from __future__ import annotations
 
-import itertools
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from tgrad import errors
 
 sys.path.insert(0, str(Path(__file__).parent))
 from norm_reference import layer_norm_row, rms_norm_row  # noqa: E402
+from every_setting import assert_same_bytes_everywhere  # noqa: E402
 
 
 def bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -137,21 +137,7 @@ def test_bytes_do_not_depend_on_threads_variant_or_fusion() -> None:
         outs = [tgrad.rms_norm(h, 600, w, eps=1e-6), tgrad.layer_norm(x - 3.0, 600, w, b), tgrad.rms_norm(x, 600)]
         return [o.numpy().tobytes() for o in outs]
 
-    isa, threads, fusion = tgrad._cpu_isa_setting(), tgrad.num_threads(), tgrad.fusion_enabled()
-    try:
-        reference = run()
-        for variant, ok in tgrad.cpu_isas().items():
-            if not ok:
-                continue
-            tgrad.set_cpu_isa(variant)
-            for n, fused in itertools.product((1, 2, 3), (True, False)):
-                tgrad.set_num_threads(n)
-                tgrad.set_fusion(fused)
-                assert run() == reference, (variant, n, fused)
-    finally:
-        tgrad.set_cpu_isa(isa)
-        tgrad.set_num_threads(threads)
-        tgrad.set_fusion(fusion)
+    assert_same_bytes_everywhere(run)
 
 
 def test_slow_path_is_counted_and_rare() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import fractions
 import json
-import itertools
 
 import ml_dtypes
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 import tgrad
 from tgrad import errors
 from tgrad.conformance import exact
+from every_setting import assert_same_bytes_everywhere  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
 
@@ -152,21 +152,7 @@ def test_bytes_do_not_depend_on_threads_variant_or_fusion() -> None:
                 long.mean(dtype=tgrad.float32), long.argmax(), x32.max(axis=0)]
         return [o.numpy().tobytes() for o in outs]
 
-    isa, threads, fusion = tgrad._cpu_isa_setting(), tgrad.num_threads(), tgrad.fusion_enabled()
-    try:
-        reference = run()
-        for variant, ok in tgrad.cpu_isas().items():
-            if not ok:
-                continue
-            tgrad.set_cpu_isa(variant)
-            for n, fused in itertools.product((1, 2, 3), (True, False)):
-                tgrad.set_num_threads(n)
-                tgrad.set_fusion(fused)
-                assert run() == reference, (variant, n, fused)
-    finally:
-        tgrad.set_cpu_isa(isa)
-        tgrad.set_num_threads(threads)
-        tgrad.set_fusion(fusion)
+    assert_same_bytes_everywhere(run)
 
 
 def test_refusals_are_typed_and_allocate_nothing() -> None:

@@ -15,6 +15,7 @@ import pytest
 import tgrad
 from tgrad import errors
 from tgrad.conformance.exact import BF16, round_to, value_of
+from every_setting import assert_same_bytes_everywhere  # noqa: E402
 
 
 def _q(v: mpmath.mpf) -> Fraction:
@@ -93,21 +94,7 @@ def test_bytes_do_not_depend_on_threads_or_variant() -> None:
     def run() -> bytes:
         return tgrad.rope(x * 1.0, pos).numpy().tobytes() + tgrad.rope(x, pos, interleaved=True).numpy().tobytes()
 
-    isa, threads, fusion = tgrad._cpu_isa_setting(), tgrad.num_threads(), tgrad.fusion_enabled()
-    try:
-        reference_bytes = run()
-        for variant, ok in tgrad.cpu_isas().items():
-            if not ok:
-                continue
-            tgrad.set_cpu_isa(variant)
-            for n, fused in itertools.product((1, 2, 3), (True, False)):
-                tgrad.set_num_threads(n)
-                tgrad.set_fusion(fused)
-                assert run() == reference_bytes, (variant, n, fused)
-    finally:
-        tgrad.set_cpu_isa(isa)
-        tgrad.set_num_threads(threads)
-        tgrad.set_fusion(fusion)
+    assert_same_bytes_everywhere(run)
     evaluated, slow, undecided = tgrad.norms.rope_slow_path_counts()
     assert evaluated > 0 and undecided == 0 and slow < evaluated // 100
 

@@ -6,7 +6,6 @@ arguments get typed errors before anything is allocated. The big sweeps are in t
 
 from __future__ import annotations
 
-import itertools
 import sys
 
 import ml_dtypes
@@ -17,6 +16,7 @@ import tgrad
 from tgrad import errors
 from tgrad._ffi import ffi, lib
 from tgrad.conformance.softmax import bits_of, reference
+from every_setting import assert_same_bytes_everywhere  # noqa: E402
 
 sm = sys.modules["tgrad.softmax"]  # the module (tgrad.softmax, the attribute, is the function)
 OPS = ("softmax", "log_softmax", "logsumexp")
@@ -169,21 +169,7 @@ def test_bytes_do_not_depend_on_threads_variant_or_fusion() -> None:
                 xbf.softmax(-1, dtype="float32")]
         return [o.numpy().tobytes() for o in outs]
 
-    isa, threads, fusion = tgrad._cpu_isa_setting(), tgrad.num_threads(), tgrad.fusion_enabled()
-    try:
-        want = run()
-        for variant, ok in tgrad.cpu_isas().items():
-            if not ok:
-                continue
-            tgrad.set_cpu_isa(variant)
-            for n, fused in itertools.product((1, 2, 3), (True, False)):
-                tgrad.set_num_threads(n)
-                tgrad.set_fusion(fused)
-                assert run() == want, (variant, n, fused)
-    finally:
-        tgrad.set_cpu_isa(isa)
-        tgrad.set_num_threads(threads)
-        tgrad.set_fusion(fusion)
+    assert_same_bytes_everywhere(run)
 
 
 def test_a_fused_producer_and_consumer_give_the_ops_own_bytes() -> None:

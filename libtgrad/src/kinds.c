@@ -159,29 +159,34 @@ tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
                    fn, tg_kind_of(op)->name, tg_device_name(device));
 }
 
-tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg_view *ov, int32_t dtype,
-                                const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
+tgrad_status tg_kind_make(tgrad_status s, tg_op op, tg_tensor *t, int32_t n, const tg_view *ov, int32_t dtype,
+                          const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
     int64_t numel = 0;
     if (!s) tg_view_numel(ov, &numel);
     if (!s) s = tg_check_bytes(numel, dtype, fn);
     if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn);
-    tg_node *n = s ? NULL : tg_node_new(op, 1);
-    if (!s && !n) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
+    tg_node *node = s ? NULL : tg_node_new(op, n);
+    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node of %d inputs", fn, (int)n);
     tg_buffer *b = NULL;
     if (!s) {
-        n->inputs[0] = (tg_node_input){ t->buf, t->view };
-        n->out = *ov;
-        n->dtype = dtype;
-        if (params) n->params = *params;
-        if ((s = tg_buffer_new_typed(numel, dtype, n, &b))) free(n);
-        else b->device = t->buf->device; /* computed where its input lives */
+        for (int32_t i = 0; i < n; i++) node->inputs[i] = (tg_node_input){ t[i].buf, t[i].view };
+        node->out = *ov;
+        node->dtype = dtype;
+        if (params) node->params = *params;
+        if ((s = tg_buffer_new_typed(numel, dtype, node, &b))) free(node);
+        else b->device = t[0].buf->device; /* computed where its first input lives */
     }
     if (s) {
-        tg_tensor_unref(t);
+        for (int32_t i = 0; i < n; i++) tg_tensor_unref(&t[i]);
         return s;
     }
-    if ((s = tg_handle_new_tensor(b, ov, out))) tg_buffer_release(b); /* the node owns t's reference */
+    if ((s = tg_handle_new_tensor(b, ov, out))) tg_buffer_release(b); /* the node owns the references */
     return s;
+}
+
+tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg_view *ov, int32_t dtype,
+                                const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
+    return tg_kind_make(s, op, t, 1, ov, dtype, params, fn, out);
 }
 
 /* The list and the table agree: every kind of the list has a row with its name and role. */

@@ -50,6 +50,10 @@ TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char
  * failed (s != 0): check the result's byte count and admit it by the memory limit, make the node (t read through its view,
  * output view ov, dtype, params) and its buffer where t lives, and the handle. Takes t's reference
  * in every case: to the node on success, released on failure. */
+/* The same for a kind of n inputs t[0 .. n) (each read through t[i].view; the result lives where
+ * t[0] does): takes all n references, to the node on success, released on failure. */
+TG_HIDDEN tgrad_status tg_kind_make(tgrad_status s, tg_op op, tg_tensor *t, int32_t n, const tg_view *ov, int32_t dtype,
+                                    const tg_node_params *params, const char *fn, tgrad_tensor_t *out);
 TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t, const tg_view *ov, int32_t dtype,
                                           const tg_node_params *params, const char *fn, tgrad_tensor_t *out);
 

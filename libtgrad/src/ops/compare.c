@@ -73,27 +73,8 @@ static tgrad_status make(tg_op op, tg_tensor *t, int32_t n, int32_t dtype, const
         else s = tg_kind_check_device(op, t[k].buf->device, fn);
     }
     if (!s) s = broadcast_shape(t, n, fn, &ov);
-    int64_t numel = 0;
-    if (!s) tg_view_numel(&ov, &numel);
-    if (!s) s = tg_check_bytes(numel, dtype, fn);
-    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), fn);
-    tg_node *node = s ? NULL : tg_node_new(op, n);
-    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
-    tg_buffer *b = NULL;
-    if (!s) {
-        node->dtype = dtype;
-        node->out = ov;
-        if (params) node->params = *params;
-        for (int32_t k = 0; k < n; k++) node->inputs[k] = (tg_node_input){ t[k].buf, broadcast_view(&t[k].view, ov.ndim, ov.shape) };
-        if ((s = tg_buffer_new_typed(numel, dtype, node, &b))) free(node);
-        else b->device = t[0].buf->device;
-    }
-    if (s) {
-        unref_all(t, n);
-        return s;
-    }
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns t's references */
-    return s;
+    for (int32_t k = 0; k < n && !s; k++) t[k].view = broadcast_view(&t[k].view, ov.ndim, ov.shape);
+    return tg_kind_make(s, op, t, n, &ov, dtype, params, fn, out);
 }
 
 static tgrad_status get_all(const tgrad_tensor_t *h, int32_t n, tg_tensor *t) {

@@ -9,11 +9,6 @@
 #include "../kinds.h"
 #include "block_copy.h"
 
-static void release_all(tg_tensor *ts, int32_t n) {
-    for (int32_t i = 0; i < n; i++) tg_tensor_unref(&ts[i]);
-    free(ts);
-}
-
 /* Every operand against the first: rank, dtype, device and the extents off the axis. */
 static tgrad_status check_operands(const tg_tensor *ts, int32_t n, int32_t axis, int32_t *a, tg_view *ov) {
     const tg_view *v0 = &ts[0].view;
@@ -60,32 +55,13 @@ TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, in
     tgrad_status s = TGRAD_OK;
     int32_t got = 0;
     while (got < n && !(s = tg_handle_get_tensor(tensors[got], &ts[got]))) got++;
-    int32_t a = 0, dtype = got ? ts[0].buf->dtype : 0;
+    tg_node_params P = { .naxes = 1 };
     tg_view ov;
-    int64_t numel = 0;
-    if (!s) s = check_operands(ts, n, axis, &a, &ov);
+    if (!s) s = check_operands(ts, n, axis, &P.axes[0], &ov);
     if (!s) s = tg_kind_check_device(TG_OP_CONCAT, ts[0].buf->device, "concat");
-    if (!s) tg_view_numel(&ov, &numel);
-    if (!s) s = tg_check_bytes(numel, dtype, "concat");
-    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), "concat");
-    tg_node *node = s ? NULL : tg_node_new(TG_OP_CONCAT, n);
-    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "concat: cannot allocate a graph node of %d inputs", (int)n);
-    tg_buffer *b = NULL;
-    if (!s) {
-        node->out = ov;
-        node->dtype = dtype;
-        node->params.naxes = 1;
-        node->params.axes[0] = a;
-        if ((s = tg_buffer_new_typed(numel, dtype, node, &b))) free(node);
-    }
-    if (s) {
-        release_all(ts, got);
-        return s;
-    }
-    for (int32_t i = 0; i < n; i++) node->inputs[i] = (tg_node_input){ ts[i].buf, ts[i].view }; /* the node's now */
-    b->device = ts[0].buf->device;
+    /* got == n unless a handle failed: tg_kind_make takes (or releases) the references it has */
+    s = tg_kind_make(s, TG_OP_CONCAT, ts, got, &ov, got ? ts[0].buf->dtype : 0, &P, "concat", out);
     free(ts);
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b);
     return s;
 }
 

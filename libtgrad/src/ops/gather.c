@@ -62,36 +62,14 @@ static tgrad_status check_and_shape(const tg_tensor *x, const tg_tensor *ix, int
 
 TGRAD_API tgrad_status tgrad_take(tgrad_tensor_t x, tgrad_tensor_t indices, int32_t axis, tgrad_tensor_t *out) {
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "take: out is NULL");
-    tg_tensor tx, ti;
-    tgrad_status s = tg_handle_get_pair(x, indices, &tx, &ti);
+    tg_tensor t[2]; /* x, the indices */
+    tgrad_status s = tg_handle_get_pair(x, indices, &t[0], &t[1]);
     if (s) return s;
-    int32_t a = 0, dtype = tx.buf->dtype;
+    tg_node_params P = { .naxes = 1 };
     tg_view ov;
-    int64_t numel = 0;
-    s = check_and_shape(&tx, &ti, axis, &a, &ov);
-    if (!s) s = tg_kind_check_device(TG_OP_GATHER, tx.buf->device, "take");
-    if (!s) tg_view_numel(&ov, &numel);
-    if (!s) s = tg_check_bytes(numel, dtype, "take");
-    if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(dtype), "take");
-    tg_node *node = s ? NULL : tg_node_new(TG_OP_GATHER, 2);
-    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "take: cannot allocate a graph node");
-    tg_buffer *b = NULL;
-    if (!s) {
-        node->inputs[0] = (tg_node_input){ tx.buf, tx.view };
-        node->inputs[1] = (tg_node_input){ ti.buf, ti.view };
-        node->out = ov;
-        node->dtype = dtype;
-        node->params.naxes = 1;
-        node->params.axes[0] = a;
-        if ((s = tg_buffer_new_typed(numel, dtype, node, &b))) free(node);
-    }
-    if (s) {
-        tg_tensor_unref(&tx), tg_tensor_unref(&ti);
-        return s;
-    }
-    b->device = tx.buf->device; /* the node holds both references now */
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b);
-    return s;
+    s = check_and_shape(&t[0], &t[1], axis, &P.axes[0], &ov);
+    if (!s) s = tg_kind_check_device(TG_OP_GATHER, t[0].buf->device, "take");
+    return tg_kind_make(s, TG_OP_GATHER, t, 2, &ov, t[0].buf->dtype, &P, "take", out);
 }
 
 /* ---- the executor ---- */

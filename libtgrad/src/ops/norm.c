@@ -84,32 +84,13 @@ static tgrad_status make_norm(int32_t op, tgrad_tensor_t x, tgrad_tensor_t weigh
     if (!s) s = check_eps(eps, fn);
     if (!s && P.has_weight) s = check_param(&t[0], &t[1], naxes, "weight", fn);
     if (!s && P.has_bias) s = check_param(&t[0], &t[have - 1], naxes, "bias", fn);
-    int64_t n = 1, numel = 0;
+    int64_t n = 1;
     for (int32_t d = 0; !s && d < naxes; d++) n *= t[0].view.shape[t[0].view.ndim - 1 - d];
     if (!s && n > ((int64_t)1 << 40))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "%s: rows of %lld elements (at most 2^40)", fn, (long long)n);
     tg_view ov;
     if (!s) s = tg_view_contiguous(t[0].view.ndim, t[0].view.shape, &ov);
-    if (!s) tg_view_numel(&ov, &numel);
-    if (!s) s = tg_check_bytes(numel, TGRAD_DTYPE_BF16, fn);
-    if (!s) s = tg_memory_admit_typed(numel, 2, fn);
-    tg_node *node = s ? NULL : tg_node_new(TG_OP_NORM, have);
-    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a graph node", fn);
-    tg_buffer *b = NULL;
-    if (!s) {
-        for (int32_t i = 0; i < have; i++) node->inputs[i] = (tg_node_input){ t[i].buf, t[i].view };
-        node->out = ov;
-        node->dtype = TGRAD_DTYPE_BF16;
-        node->params = P;
-        if ((s = tg_buffer_new_typed(numel, TGRAD_DTYPE_BF16, node, &b))) free(node);
-        else b->device = t[0].buf->device;
-    }
-    if (s) {
-        for (int32_t i = 0; i < have; i++) tg_tensor_unref(&t[i]);
-        return s;
-    }
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b); /* the node owns the references */
-    return s;
+    return tg_kind_make(s, TG_OP_NORM, t, have, &ov, TGRAD_DTYPE_BF16, &P, fn, out);
 }
 
 TGRAD_API tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t naxes, double eps,

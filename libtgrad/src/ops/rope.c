@@ -89,29 +89,9 @@ TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tg
         if (t[i].buf->device != t[0].buf->device)
             s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "rope: an operand lives on %s, x on %s", tg_device_name(t[i].buf->device),
                         tg_device_name(t[0].buf->device));
-    int64_t numel = 0;
     tg_view ov;
     if (!s) s = tg_view_contiguous(xv->ndim, xv->shape, &ov);
-    if (!s) tg_view_numel(&ov, &numel);
-    if (!s) s = tg_check_bytes(numel, TGRAD_DTYPE_BF16, fn);
-    if (!s) s = tg_memory_admit_typed(numel, 2, fn);
-    tg_node *node = s ? NULL : tg_node_new(TG_OP_ROPE, have);
-    if (!s && !node) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "rope: cannot allocate a graph node");
-    tg_buffer *b = NULL;
-    if (!s) {
-        for (int32_t i = 0; i < have; i++) node->inputs[i] = (tg_node_input){ t[i].buf, t[i].view };
-        node->out = ov;
-        node->dtype = TGRAD_DTYPE_BF16;
-        node->params = P;
-        if ((s = tg_buffer_new_typed(numel, TGRAD_DTYPE_BF16, node, &b))) free(node);
-        else b->device = t[0].buf->device;
-    }
-    if (s) {
-        for (int32_t i = 0; i < have; i++) tg_tensor_unref(&t[i]);
-        return s;
-    }
-    if ((s = tg_handle_new_tensor(b, &ov, out))) tg_buffer_release(b);
-    return s;
+    return tg_kind_make(s, TG_OP_ROPE, t, have, &ov, TGRAD_DTYPE_BF16, &P, fn, out);
 }
 
 /* ---- the executor ---- */

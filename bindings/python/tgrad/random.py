@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Sequence
+from typing import Any
 
 from . import errors
 from . import dtypes as _dtypes
 from ._ffi import lib
+from .creation import _shape as _size  # zeros(2, 3), zeros((2, 3)): one rule for sizes
 from .tensor import Tensor, _as_int, _device_number, _int64_array, _new_handle, _reports
 
 __all__ = ["Generator", "default_generator", "seed", "manual_seed", "initial_seed", "get_rng_state",
@@ -31,16 +32,6 @@ def _seed_value(n: Any, what: str) -> int:
     if not -(1 << 63) <= value < _U64:
         raise errors.InvalidArgumentError(f"{what}: seed {value} is outside [-2^63, 2^64)")
     return value % _U64
-
-
-def _size(size: Sequence[Any], what: str) -> tuple[int, ...]:
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
-        size = tuple(size[0])
-    shape = tuple(_as_int(s, what) for s in size)
-    for s in shape:
-        if s < 0:
-            raise errors.InvalidArgumentError(f"{what}: negative extent {s} in shape {shape}")
-    return shape
 
 
 def _float(value: Any, what: str) -> float:

@@ -20,10 +20,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from .. import errors, ops
+from .. import _bf16, errors, ops
 from ..tensor import Tensor
 from ._borrow import borrowed
 
@@ -197,7 +196,7 @@ def _causal_host(length: int, sources: int, bf16: bool) -> np.ndarray:
     its call; uploading it is a copy (about 0.03 ms for [512, 512], against 2 ms to build it)."""
     bias = np.triu(np.full((length, sources), -np.inf, np.float32), k=1)
     if bf16:
-        bias = bias.astype(ml_dtypes.bfloat16)
+        bias = bias.astype(_bf16.dtype())
     bias.flags.writeable = False
     return bias
 

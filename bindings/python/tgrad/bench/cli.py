@@ -89,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import norms as _norms
 
     _norms.add_arguments(parser)  # --norms: rms_norm and layer_norm against torch
+    from . import transformer as _transformer
+
+    _transformer.add_arguments(parser)  # --transformer: issue 34's table against torch
     parser.set_defaults(func=run)
 
 
@@ -234,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
         from . import norms as _norms
 
         return _norms.run(args)
+    if getattr(args, "transformer", False):
+        from . import transformer as _transformer
+
+        return _transformer.run(args)
     if args.device == "cuda":
         from . import cuda
 

@@ -125,6 +125,7 @@ def test_long_rows_multi_axis_and_views() -> None:
     assert np.array_equal(out_bits(tgrad.layer_norm(t, 40)), out_bits(tgrad.layer_norm(tgrad.Tensor.from_numpy(data[0]), 40)))
 
 
+@pytest.mark.every_variant
 def test_bytes_do_not_depend_on_threads_variant_or_fusion() -> None:
     rng = np.random.default_rng(11)
     data = (rng.standard_normal((64, 600)) * np.exp2(rng.integers(-8, 8, (64, 600)))).astype(np.float32)

@@ -141,6 +141,7 @@ def test_views_are_read_through_their_strides() -> None:
             assert np.array_equal(v.argmax(axis=axis).numpy(), np.argmax(ref, axis=axis)), (name, axis)
 
 
+@pytest.mark.every_variant
 def test_bytes_do_not_depend_on_threads_variant_or_fusion() -> None:
     rng = np.random.default_rng(11)
     data = (rng.standard_normal((3, 70_000)) * np.exp2(rng.integers(-30, 30, (3, 70_000)))).astype(np.float32)

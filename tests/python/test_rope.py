@@ -86,6 +86,7 @@ def test_position_zero_and_pass_through_keep_bits() -> None:
     assert np.array_equal(z[..., 4:], x.numpy().view(np.uint16)[..., 4:])
 
 
+@pytest.mark.every_variant
 def test_bytes_do_not_depend_on_threads_or_variant() -> None:
     rng = np.random.default_rng(3)
     x = _x(rng, (2, 4, 64, 32))

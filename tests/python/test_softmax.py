@@ -156,6 +156,7 @@ def test_the_slow_path_runs_where_double_cannot_decide_and_is_counted() -> None:
     assert c1[int(lib.TGRAD_DEBUG_SOFTMAX_SLOW)] - c0[int(lib.TGRAD_DEBUG_SOFTMAX_SLOW)] < 10
 
 
+@pytest.mark.every_variant
 def test_bytes_do_not_depend_on_threads_variant_or_fusion() -> None:
     rng = np.random.default_rng(11)
     data = (rng.standard_normal((40, 3000)) * 6).astype(np.float32)

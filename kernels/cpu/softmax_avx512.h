@@ -3,7 +3,7 @@
  * performs, lane for lane, the operations of the plain loops it replaces (the lanes j mod 8, the same
  * folds, exp_neg's operations in order with FMA where the plain code's MADD is FMA), so it computes
  * the same doubles: load_scan = load then scan, exp_sum = exp_rows then sum_below, and
- * out_softmax's bfloat16 case = SM_FAST. Included after softmax_rows.h, with -mavx512f -mavx512bw
+ * out_softmax = SM_FAST. Included after softmax_rows.h, with -mavx512f -mavx512bw
  * -mavx512vl -mfma. */
 #ifndef TGRAD_CPU_SOFTMAX_AVX512_H
 #define TGRAD_CPU_SOFTMAX_AVX512_H
@@ -133,45 +133,56 @@ static double sm5_exp_sum(const double *x, double m, double *e, int64_t n, int64
     return ((av[0] + av[1]) + (av[2] + av[3])) + ((av[4] + av[5]) + (av[6] + av[7]));
 }
 
-/* SM_FAST(45, SM_REBIAS_BF16) on 8 lanes, in fewer operations: returns the lanes not decided
- * (flagged). With mb = |q|'s bits and lo = its 45 bits below bfloat16's: the exponent in range is mb
- * in [897 2^52, 1151 2^52); |lo - 2^44| > thr is (lo - 2^44 + thr) > 2 thr unsigned (0 <= thr <
- * 2^43); a decided lane is not a tie, so rounding half up, (mb + 2^44) >> 45, is SM_FAST's rounding
- * to nearest even, and the rebias (896 2^52 <= mb) folds into the added constant. */
-static inline __mmask8 sm5_round_bf16(__m512d q, __m512i thr_m, __m512i thr2, __m128i *bits) {
+/* SM_FAST(BITS, ...) on 8 lanes, in fewer operations (BITS = 45 for bfloat16, 29 for float32):
+ * returns the lanes not decided (flagged), the output bits in *bits' 64-bit lanes. With mb = |q|'s
+ * bits and lo = its BITS bits below the output's: the exponent in range is mb in [897 2^52,
+ * 1151 2^52); |lo - 2^(BITS-1)| > thr is (lo - 2^(BITS-1) + thr) > 2 thr unsigned (0 <= thr <
+ * 2^(BITS-2)); a decided lane is not a tie, so rounding half up, (mb + 2^(BITS-1)) >> BITS, is
+ * SM_FAST's rounding to nearest even, and the rebias (896 2^52 <= mb) folds into the added constant.
+ * The sign goes to bit 60 - BITS (15 or 31). */
+static inline __mmask8 sm5_round(__m512d q, __m512i thr_m, __m512i thr2, int bits_below, __m512i *bits) {
     const __m512i ABS = _mm512_set1_epi64(INT64_C(0x7fffffffffffffff));
     __m512i b = _mm512_castpd_si512(q), mb = _mm512_and_si512(b, ABS);
-    __m512i lo = _mm512_and_si512(mb, _mm512_set1_epi64((INT64_C(1) << 45) - 1));
+    __m512i lo = _mm512_and_si512(mb, _mm512_set1_epi64((INT64_C(1) << bits_below) - 1));
     __mmask8 far = _mm512_cmpgt_epu64_mask(_mm512_add_epi64(lo, thr_m), thr2);
     __mmask8 in = _mm512_cmpge_epu64_mask(mb, _mm512_set1_epi64(INT64_C(897) << 52)) &
                   _mm512_cmplt_epu64_mask(mb, _mm512_set1_epi64(INT64_C(1151) << 52));
     __mmask8 zero = _mm512_cmpeq_epi64_mask(mb, _mm512_setzero_si512());
     __m512i r = _mm512_srli_epi64(
-        _mm512_add_epi64(mb, _mm512_set1_epi64((int64_t)((UINT64_C(1) << 44) - (UINT64_C(896) << 52)))), 45);
-    __m512i sign = _mm512_and_si512(_mm512_srli_epi64(b, 48), _mm512_set1_epi64(0x8000));
-    *bits = _mm512_cvtepi64_epi16(_mm512_or_si512(_mm512_maskz_mov_epi64((__mmask8)~zero, r), sign));
+        _mm512_add_epi64(mb, _mm512_set1_epi64((int64_t)((UINT64_C(1) << (bits_below - 1)) - (UINT64_C(896) << 52)))),
+        (unsigned)bits_below);
+    __m512i sign = _mm512_and_si512(_mm512_srli_epi64(b, (unsigned)(3 + bits_below)),
+                                    _mm512_set1_epi64(INT64_C(1) << (60 - bits_below)));
+    *bits = _mm512_or_si512(_mm512_maskz_mov_epi64((__mmask8)~zero, r), sign);
     return (__mmask8) ~((far & in) | zero);
 }
 
 static int64_t sm5_out_softmax(const double *e, int64_t n, double inv, int64_t thr, int32_t out_dtype, void *out,
                                uint8_t *flag) {
-    if (out_dtype != 1 || thr < 0 || thr >= (INT64_C(1) << 43)) return sm_out_softmax(e, n, inv, thr, out_dtype, out, flag);
+    int below = out_dtype == 1 ? 45 : 29;
+    if ((out_dtype != 1 && out_dtype != 2) || thr < 0 || thr >= (INT64_C(1) << (below - 2)))
+        return sm_out_softmax(e, n, inv, thr, out_dtype, out, flag);
     uint16_t *o = out;
+    uint32_t *o32 = out;
     __m512d vinv = _mm512_set1_pd(inv);
-    __m512i thr_m = _mm512_set1_epi64(thr - (INT64_C(1) << 44)), thr2 = _mm512_set1_epi64(2 * thr);
+    __m512i thr_m = _mm512_set1_epi64(thr - (INT64_C(1) << (below - 1))), thr2 = _mm512_set1_epi64(2 * thr);
     int64_t bad = 0, j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m128i bits;
-        __mmask8 f = sm5_round_bf16(_mm512_mul_pd(_mm512_loadu_pd(e + j), vinv), thr_m, thr2, &bits);
-        _mm_storeu_si128((__m128i *)(o + j), bits);
+        __m512i bits;
+        __mmask8 f = out_dtype == 1 ? sm5_round(_mm512_mul_pd(_mm512_loadu_pd(e + j), vinv), thr_m, thr2, 45, &bits)
+                                    : sm5_round(_mm512_mul_pd(_mm512_loadu_pd(e + j), vinv), thr_m, thr2, 29, &bits);
+        if (out_dtype == 1) _mm_storeu_si128((__m128i *)(o + j), _mm512_cvtepi64_epi16(bits));
+        else _mm256_storeu_si256((__m256i *)(o32 + j), _mm512_cvtepi64_epi32(bits));
         _mm_storel_epi64((__m128i *)(flag + j), _mm_maskz_set1_epi8(f, 1));
         bad += __builtin_popcount(f);
     }
     if (j < n) {
         __mmask8 k = sm5_tail(n - j);
-        __m128i bits;
-        __mmask8 f = sm5_round_bf16(_mm512_mul_pd(_mm512_maskz_loadu_pd(k, e + j), vinv), thr_m, thr2, &bits) & k;
-        _mm_mask_storeu_epi16(o + j, k, bits);
+        __m512i bits;
+        __m512d q = _mm512_mul_pd(_mm512_maskz_loadu_pd(k, e + j), vinv);
+        __mmask8 f = (out_dtype == 1 ? sm5_round(q, thr_m, thr2, 45, &bits) : sm5_round(q, thr_m, thr2, 29, &bits)) & k;
+        if (out_dtype == 1) _mm_mask_storeu_epi16(o + j, k, _mm512_cvtepi64_epi16(bits));
+        else _mm256_mask_storeu_epi32(o32 + j, k, _mm512_cvtepi64_epi32(bits));
         _mm_mask_storeu_epi8(flag + j, k, _mm_maskz_set1_epi8(f, 1));
         bad += __builtin_popcount(f);
     }

@@ -3,7 +3,8 @@
  * so each variant's doubles may differ only where the compiler may choose (none: no reassociation),
  * and the bytes never depend on them anyway: an output is written only where the documented error
  * bound decides its rounding (docs/numerics.md, "softmax"); the others are flagged for the
- * binary128 path (ops/softmax.c). */
+ * binary128 path (ops/softmax.c). The AVX-512 variant's fused entries and outputs are intrinsics
+ * (kernels/cpu/softmax_avx512.h) doing the plain loops' operations lane for lane: the same doubles. */
 #ifndef TGRAD_OPS_SOFTMAX_KERNEL_H
 #define TGRAD_OPS_SOFTMAX_KERNEL_H
 

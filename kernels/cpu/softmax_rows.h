@@ -123,6 +123,21 @@ static double sm_sum_below(const double *x, double m, const double *e, int64_t n
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* The fused entries (softmax_kernel.h) as their two passes; the AVX-512 variant
+ * (kernels/cpu/softmax_avx512.h) fuses them in one, with the same doubles. */
+static inline tg_sm_scan sm_load_scan_bf16(const uint16_t *p, int64_t n, double *x) {
+    sm_load_bf16(p, n, x);
+    return sm_scan(x, n);
+}
+static inline tg_sm_scan sm_load_scan_f32(const float *p, int64_t n, double *x) {
+    sm_load_f32(p, n, x);
+    return sm_scan(x, n);
+}
+static inline double sm_exp_sum(const double *x, double m, double *e, int64_t n, int64_t *ties) {
+    sm_exp_rows(x, m, e, n);
+    return sm_sum_below(x, m, e, n, ties);
+}
+
 /* The rounding of q to bf16 (BITS = 45 bits below its 8-bit significand) or float32 (BITS = 29)
  * straight from q's bits, when q -+ thr double ulps holds no midpoint: q's bits below the kept
  * ones are farther than thr from the midpoint pattern 2^(BITS-1). Only for a result in the output's
@@ -193,4 +208,5 @@ static int64_t sm_out_log_softmax(const double *x, int64_t n, double m, double L
 #define TG_SM_VARIANT(ident, vname)                                                                             \
     const tg_sm_variant ident = { .name = vname, .available = available, .load_bf16 = sm_load_bf16,   \
                                   .load_f32 = sm_load_f32, .scan = sm_scan, .exp_rows = sm_exp_rows, .sum_below = sm_sum_below, \
-                                  .out_softmax = sm_out_softmax, .out_log_softmax = sm_out_log_softmax }
+                                  .out_softmax = sm_out_softmax, .out_log_softmax = sm_out_log_softmax, \
+                                  .load_scan_bf16 = sm_load_scan_bf16, .load_scan_f32 = sm_load_scan_f32, .exp_sum = sm_exp_sum }

@@ -146,29 +146,28 @@ static uint32_t inf_bits(int32_t dt, bool neg) {
 }
 static uint32_t zero_bits(int32_t dt, bool neg) { return neg ? (dt == TGRAD_DTYPE_BF16 ? 0x8000u : 0x80000000u) : 0; }
 
-/* The row's values as doubles (exact), through the prologue when there is one. */
-static void gather(const sm_job *J, int64_t off, sm_scratch *S) {
+/* What a row holds: its maximum, smallest finite value, finite count, and whether a NaN is there. */
+typedef struct row_info { double m, xmin; int64_t nfinite; bool nan; } row_info;
+static row_info info_of(tg_sm_scan s) { return (row_info){ s.m, s.xmin, s.nfinite, s.nan != 0 }; }
+
+/* The row's values as doubles (exact), through the prologue when there is one, and what it holds
+ * (the variant's scan; fused with the load for a contiguous row). */
+static row_info gather_scan(const sm_job *J, int64_t off, sm_scratch *S) {
     int64_t n = J->n, s = J->stride;
     if (J->pro) {
         if (s == 1) tg_chain_eval(J->pro, S->vals, off, n);
         else for (int64_t j = 0; j < n; j++) tg_chain_eval(J->pro, &S->vals[j], off + j * s, 1);
-        J->v->load_bf16(S->vals, n, S->x);
+        return info_of(J->v->load_scan_bf16(S->vals, n, S->x));
     } else if (J->in_dtype == TGRAD_DTYPE_BF16) {
         const uint16_t *p = (const uint16_t *)J->base + off;
-        if (s == 1) J->v->load_bf16(p, n, S->x);
-        else for (int64_t j = 0; j < n; j++) S->x[j] = tg_bf16_to_f32(p[j * s]);
+        if (s == 1) return info_of(J->v->load_scan_bf16(p, n, S->x));
+        for (int64_t j = 0; j < n; j++) S->x[j] = tg_bf16_to_f32(p[j * s]);
     } else {
         const float *p = (const float *)J->base + off;
-        if (s == 1) J->v->load_f32(p, n, S->x);
-        else for (int64_t j = 0; j < n; j++) S->x[j] = p[j * s];
+        if (s == 1) return info_of(J->v->load_scan_f32(p, n, S->x));
+        for (int64_t j = 0; j < n; j++) S->x[j] = p[j * s];
     }
-}
-
-/* What a row holds (the variant's scan). */
-typedef struct row_info { double m, xmin; int64_t nfinite; bool nan; } row_info;
-static row_info scan(const sm_job *J, const double *x, int64_t n) {
-    tg_sm_scan s = J->v->scan(x, n);
-    return (row_info){ s.m, s.xmin, s.nfinite, s.nan != 0 };
+    return info_of(J->v->scan(S->x, n));
 }
 
 /* ---- the slow path: binary128 ---- */
@@ -283,8 +282,7 @@ static void fill_special(const sm_job *J, const double *x, const row_info *ri, v
 static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direct) {
     int64_t n = J->n;
     int32_t dt = J->out_dtype;
-    gather(J, off, S);
-    row_info ri = scan(J, S->x, n);
+    row_info ri = gather_scan(J, off, S);
     count(TGRAD_DEBUG_SOFTMAX_ROWS, 1);
     count(TGRAD_DEBUG_SOFTMAX_ELEMENTS, J->op == TGRAD_SOFTMAX_LOGSUMEXP ? 1 : n);
     bool special = n == 0 || ri.nan || ri.m == INFINITY || ri.m == -INFINITY || ri.nfinite == 1;
@@ -300,9 +298,8 @@ static uint32_t run_row(const sm_job *J, int64_t off, sm_scratch *S, void *direc
         return 0;
     }
     /* T = S - 1: the terms below the maximum, and the maxima's count less one (their terms are 1) */
-    J->v->exp_rows(S->x, ri.m, S->e, n);
     int64_t ties = 0;
-    double T = J->v->sum_below(S->x, ri.m, S->e, n, &ties) + (double)(ties - 1);
+    double T = J->v->exp_sum(S->x, ri.m, S->e, n, &ties) + (double)(ties - 1);
     double spread = fmin(ri.m - ri.xmin, 746.0);
     double h = (double)((n + 7) / 8 + 3);
     /* T's relative bound: the sum's roundings, each difference's rounding through exp, exp's own */

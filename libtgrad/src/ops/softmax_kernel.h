@@ -3,7 +3,8 @@
  * so each variant's doubles may differ only where the compiler may choose (none: no reassociation),
  * and the bytes never depend on them anyway: an output is written only where the documented error
  * bound decides its rounding (docs/numerics.md, "softmax"); the others are flagged for the
- * binary128 path (ops/softmax.c). */
+ * binary128 path (ops/softmax.c). The AVX-512 variant's fused entries and outputs are intrinsics
+ * (kernels/cpu/softmax_avx512.h) doing the plain loops' operations lane for lane: the same doubles. */
 #ifndef TGRAD_OPS_SOFTMAX_KERNEL_H
 #define TGRAD_OPS_SOFTMAX_KERNEL_H
 
@@ -37,6 +38,11 @@ typedef struct tg_sm_variant {
     /* log_softmax outputs q = (x[j] - m) - L, the same way. */
     int64_t (*out_log_softmax)(const double *x, int64_t n, double m, double L, int64_t thr, int32_t out_dtype,
                                void *out, uint8_t *flag);
+    /* load_bf16 (load_f32) and scan fused: the same x and the same summary, one pass. */
+    tg_sm_scan (*load_scan_bf16)(const uint16_t *p, int64_t n, double *x);
+    tg_sm_scan (*load_scan_f32)(const float *p, int64_t n, double *x);
+    /* exp_rows and sum_below fused: the same e, the same sum and ties, one pass. */
+    double (*exp_sum)(const double *x, double m, double *e, int64_t n, int64_t *ties);
 } tg_sm_variant;
 
 /* The relative error bound of the row loops' exp (|r| < 0.3466 after the Cody-Waite reduction,

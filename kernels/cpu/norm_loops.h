@@ -89,21 +89,30 @@ void NORM_FN(norm_sumdev)(const uint16_t *x, int64_t n, double mu, double *q) {
 
 #endif
 
-/* (w and b: n values each, never NULL) rms outputs: y = x w inv with relative error <= rel; out[i] where decided, else 0xFFFF. */
-void NORM_FN(norm_rms_out)(const uint16_t *x, const uint16_t *w, int64_t n, double inv, double rel, uint16_t *out) {
+/* (w and b: n values each, never NULL) rms outputs: y = x w inv with relative error <= rel; out[i]
+ * where decided, else 0xFFFF. Both output loops return the number of elements left 0xFFFF. */
+int64_t NORM_FN(norm_rms_out)(const uint16_t *x, const uint16_t *w, int64_t n, double inv, double rel, uint16_t *out) {
+    int64_t undecided = 0;
     for (int64_t i = 0; i < n; i++) {
         double y = NORM_FN(bf)(x[i]) * NORM_FN(bf)(w[i]) * inv;
-        out[i] = NORM_FN(fast_round)(y, fabs(y) * rel);
+        uint16_t r = NORM_FN(fast_round)(y, fabs(y) * rel);
+        out[i] = r;
+        undecided += r == 0xFFFF;
     }
+    return undecided;
 }
 
 /* layer outputs: y = w (x - mu) inv + b with |error| <= |w| inv (|x - mu| c1 + c2) + |y| 2u. */
-void NORM_FN(norm_layer_out)(const uint16_t *x, const uint16_t *w, const uint16_t *b, int64_t n, double mu,
-                             double inv, double c1, double c2, uint16_t *out) {
+int64_t NORM_FN(norm_layer_out)(const uint16_t *x, const uint16_t *w, const uint16_t *b, int64_t n, double mu,
+                                 double inv, double c1, double c2, uint16_t *out) {
+    int64_t undecided = 0;
     for (int64_t i = 0; i < n; i++) {
         double wi = NORM_FN(bf)(w[i]), bi = NORM_FN(bf)(b[i]);
         double dx = NORM_FN(bf)(x[i]) - mu, y = wi * dx * inv + bi;
         double err = fabs(wi) * inv * (fabs(dx) * c1 + c2) + fabs(y) * 2 * NORM_U;
-        out[i] = NORM_FN(fast_round)(y, err);
+        uint16_t r = NORM_FN(fast_round)(y, err);
+        out[i] = r;
+        undecided += r == 0xFFFF;
     }
+    return undecided;
 }

@@ -111,9 +111,12 @@ typedef struct norm_loops {
     void (*sumsq)(const uint16_t *, int64_t, double *);
     void (*sums)(const uint16_t *, int64_t, double *, double *);
     void (*sumdev)(const uint16_t *, int64_t, double, double *);
-    void (*rms_out)(const uint16_t *, const uint16_t *, int64_t, double, double, uint16_t *);
-    void (*layer_out)(const uint16_t *, const uint16_t *, const uint16_t *, int64_t, double, double, double, double,
-                      uint16_t *);
+    int64_t (*rms_out)(const uint16_t *, const uint16_t *, int64_t, double, double, uint16_t *);
+    int64_t (*layer_out)(const uint16_t *, const uint16_t *, const uint16_t *, int64_t, double, double, double, double,
+                         uint16_t *);
+    /* float32 outputs with their own bound (AVX-512 only; NULL otherwise): -1 outside its domain */
+    int64_t (*layer_out_f32)(const uint16_t *, const uint16_t *, const uint16_t *, int64_t, double, double, double,
+                             double, uint16_t *);
 } norm_loops;
 
 static norm_loops loops_for_selection(void) {
@@ -121,10 +124,10 @@ static norm_loops loops_for_selection(void) {
     const char *name = tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "";
     if (tg_norm_avx512f_available() && (!*name || !strcmp(name, "avx512f") || !strcmp(name, "avx512bf16")))
         return (norm_loops){ tg_norm_sumsq_avx512f, tg_norm_sums_avx512f, tg_norm_sumdev_avx512f,
-                             tg_norm_rms_out_avx512f, tg_norm_layer_out_avx512f };
+                             tg_norm_rms_out_avx512f, tg_norm_layer_out_avx512f, tg_norm_layer_out_f32_avx512f };
 #endif
     return (norm_loops){ tg_norm_sumsq_portable, tg_norm_sums_portable, tg_norm_sumdev_portable,
-                         tg_norm_rms_out_portable, tg_norm_layer_out_portable };
+                         tg_norm_rms_out_portable, tg_norm_layer_out_portable, NULL };
 }
 
 typedef struct norm_job {
@@ -278,6 +281,18 @@ static uint16_t decide(exact_row *E, double lo, double hi) {
     return zero_negative(E) ? 0x8000 : 0;
 }
 
+/* The first index >= i whose output is the undecided flag 0xFFFF, or n; 4 outputs a step. */
+static int64_t next_undecided(const uint16_t *out, int64_t i, int64_t n) {
+    for (; i + 4 <= n; i += 4) {
+        uint64_t v;
+        memcpy(&v, out + i, sizeof v);
+        uint64_t t = ~v; /* a 0xFFFF lane is a zero lane of t */
+        if ((t - 0x0001000100010001ull) & ~t & 0x8000800080008000ull) break;
+    }
+    for (; i < n && out[i] != 0xFFFF; i++) {}
+    return i;
+}
+
 static void rms_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t *slow) {
     int64_t n = J->n;
     double s;
@@ -285,10 +300,10 @@ static void rms_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64_t
     double r = s / (double)n + J->eps, inv = 1.0 / sqrt(r);
     bool exact_ok = isfinite(s) && r > 0;
     double rel = ((double)n + 16) * U;
-    if (exact_ok) J->loops.rms_out(x, J->wv, n, inv, rel, out);
+    if (exact_ok && J->loops.rms_out(x, J->wv, n, inv, rel, out) == 0) return; /* all decided */
     exact_row E = { .J = J, .x = x };
     for (int64_t i = 0; i < n; i++) {
-        if (exact_ok && out[i] != 0xFFFF) continue;
+        if (exact_ok && (i = next_undecided(out, i, n)) == n) break;
         double w = bf(J->wv[i]), y = bf(x[i]) * w * inv;
         if (!exact_ok || !isfinite(y) || y == 0) { /* IEEE double of the formula (exact for 0) */
             out[i] = tg_bf16_from_double(y);
@@ -320,13 +335,20 @@ static void layer_row(const norm_job *J, const uint16_t *x, uint16_t *out, int64
     double rhi = ((q / (1 - g)) / dn + J->eps) * (1 + 4 * U);
     bool finite = isfinite(sa) && isfinite(q);
     bool bounded = finite && rlo > 0 && rhi < INFINITY;
-    /* relative error of inv against 1 / sqrt(exact v + eps) */
+    /* relative error of inv against 1 / sqrt(exact v + eps); the bound below neglects rho^2 next
+     * to its 1% inflation, so a row with rho > 2^-10 takes the exact path */
     double rho = bounded ? 0.5 * ((rhi - rlo) / rlo) * 1.01 + 4 * U : INFINITY;
+    bounded = bounded && rho <= 0x1p-10;
     double c1 = (rho + 5 * U) * 1.01, c2 = delta * (1 + rho + U) * 1.01;
-    if (bounded) J->loops.layer_out(x, J->wv, J->bv, n, mu, inv, c1, c2, out);
+    if (bounded) {
+        int64_t undecided = J->loops.layer_out_f32 ? J->loops.layer_out_f32(x, J->wv, J->bv, n, mu, inv, delta, rho, out)
+                                                   : -1;
+        if (undecided < 0) undecided = J->loops.layer_out(x, J->wv, J->bv, n, mu, inv, c1, c2, out);
+        if (undecided == 0) return; /* all decided */
+    }
     exact_row E = { .J = J, .x = x };
     for (int64_t i = 0; i < n; i++) {
-        if (bounded && out[i] != 0xFFFF) continue;
+        if (bounded && (i = next_undecided(out, i, n)) == n) break;
         double w = bf(J->wv[i]), bb = bf(J->bv[i]);
         double dx = bf(x[i]) - mu, z = w * dx * inv, y = J->b ? z + bb : z;
         if (!finite || !isfinite(y)) { /* IEEE double of the formula */

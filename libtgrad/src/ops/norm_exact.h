@@ -53,14 +53,21 @@ TG_HIDDEN void tg_rope_counts(int64_t c[3]);
     TG_HIDDEN void tg_norm_sumsq_##sfx(const uint16_t *x, int64_t n, double *sumsq);                           \
     TG_HIDDEN void tg_norm_sums_##sfx(const uint16_t *x, int64_t n, double *sum, double *sumabs);              \
     TG_HIDDEN void tg_norm_sumdev_##sfx(const uint16_t *x, int64_t n, double mu, double *q);                   \
-    TG_HIDDEN void tg_norm_rms_out_##sfx(const uint16_t *x, const uint16_t *w, int64_t n, double inv, double rel, \
-                                         uint16_t *out);                                                       \
-    TG_HIDDEN void tg_norm_layer_out_##sfx(const uint16_t *x, const uint16_t *w, const uint16_t *b, int64_t n,  \
-                                           double mu, double inv, double c1, double c2, uint16_t *out);
+    TG_HIDDEN int64_t tg_norm_rms_out_##sfx(const uint16_t *x, const uint16_t *w, int64_t n, double inv,        \
+                                            double rel, uint16_t *out);                                        \
+    TG_HIDDEN int64_t tg_norm_layer_out_##sfx(const uint16_t *x, const uint16_t *w, const uint16_t *b,          \
+                                              int64_t n, double mu, double inv, double c1, double c2,          \
+                                              uint16_t *out);
 TG_NORM_DECLARE_(portable)
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 TG_NORM_DECLARE_(avx512f)
 TG_HIDDEN int tg_norm_avx512f_available(void);
+/* layer_norm's outputs in float32, 16 a vector, with their own rigorous bound (docs/numerics.md,
+ * "Norms"): delta bounds |mu - exact mean|, rho the relative error of inv. Returns the number of
+ * elements left 0xFFFF (undecided), or -1 when the row is outside the float32 bound's domain (the
+ * caller then runs the double loop). */
+TG_HIDDEN int64_t tg_norm_layer_out_f32_avx512f(const uint16_t *x, const uint16_t *w, const uint16_t *b, int64_t n,
+                                                double mu, double inv, double delta, double rho, uint16_t *out);
 #endif
 
 #endif

@@ -110,8 +110,11 @@ def _program_kernels(case, tensors, apply_view, add) -> None:
             for i, step in enumerate(steps):
                 try:
                     add(R.render_tensor(out, route, "cuda", step=i))
-                except errors.RouteNotEligibleError:
-                    assert route == "tc" and step["op"] == "matmul"
+                except errors.RouteNotEligibleError as exc:
+                    # pow has no spelling in the integer-only GPU prelude: a step with it is refused
+                    # on every route (test_opencl.py holds that refusal), the rest renders
+                    if "has no kernel spelling" not in str(exc):
+                        assert route == "tc" and step["op"] == "matmul"
     finally:
         for t in {id(t): t for t in (out, *operands) if all(t is not b for b in tensors)}.values():
             t.release()

@@ -144,6 +144,20 @@ def _cast_kernels(add) -> None:
                     add(R.render_tensor(y, None, "cuda"))
 
 
+def _select_kernels(add) -> None:
+    """gather and concat (tests/python/test_gpu_select.py's cases) in every element size."""
+    from test_gpu_select import CASES, DTYPES, _arrays
+
+    for name, (_, build) in CASES.items():
+        for dtype in DTYPES if name != "concat_twenty_operands" else ():  # a CPU node of 20: no kernel
+            ts = [tgrad.Tensor.from_numpy(a, dtype=getattr(tgrad, dt)) for a, dt in _arrays(name, dtype)]
+            with build(*ts) as y:
+                for i in range(len(y.explain(json=True)["steps"])):
+                    add(R.render_tensor(y, None, "cuda", step=i))
+            for t in ts:
+                t.release()
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -157,6 +171,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _graph_kernels(add)
     _reduction_kernels(add)
     _cast_kernels(add)
+    _select_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -387,7 +402,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 # ---- the tier ---------------------------------------------------------------------------------------
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
-    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast"}
+    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

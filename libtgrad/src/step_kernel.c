@@ -143,6 +143,23 @@ tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, con
     return s;
 }
 
+/* compare (its code in the params) and where: the operands' views broadcast to the output's
+ * shape already (ops/compare.c). */
+tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    tg_gen_pointwise p = { .cmp = st->op == TG_OP_COMPARE ? st->base->params.compare_op : 0, .n = st->ninputs,
+                           .out = *st->out };
+    if (st->ninputs > 3 || st->nfused)
+        return tg_fail(TGRAD_ERR_INTERNAL, "render: a %s step of %d operands and %d fused ops", tg_kind_of(st->op)->name,
+                       (int)st->ninputs, (int)st->nfused);
+    for (int32_t j = 0; j < st->ninputs; j++)
+        p.in[j] = st->inputs[j].view, p.dtype[j] = st->inputs[j].buf->dtype, k->bufs[j] = st->inputs[j].buf;
+    k->bufs[st->ninputs] = st->buf;
+    tgrad_status s = tg_gen_check_pointwise(l, &p);
+    if (!s) s = tg_gen_render_pointwise(l, &p, &k->text, &k->launch);
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     const tg_kind *kind = tg_kind_of(st->op);

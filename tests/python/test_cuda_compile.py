@@ -158,6 +158,19 @@ def _select_kernels(add) -> None:
                 t.release()
 
 
+def _compare_kernels(add) -> None:
+    """compare and where (tests/python/test_gpu_compare.py's cases)."""
+    from test_gpu_compare import CMP_CASES, DTYPES, OPS, WHERE_CASES, _cmp_maker, _where_maker
+
+    makers = [_cmp_maker(name, op) for name in CMP_CASES for op in OPS]
+    makers += [_where_maker(name, dtype) for name in WHERE_CASES for dtype in DTYPES]
+    for make in makers:
+        y, inputs = make()
+        add(R.render_tensor(y, None, "cuda"))
+        for t in (y, *inputs):
+            t.release()
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -172,6 +185,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _reduction_kernels(add)
     _cast_kernels(add)
     _select_kernels(add)
+    _compare_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -402,7 +416,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 # ---- the tier ---------------------------------------------------------------------------------------
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
-    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat"}
+    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

@@ -191,4 +191,19 @@ TG_HIDDEN tgrad_status tg_gen_check_concat(const tg_lang *l, const tg_gen_concat
 TG_HIDDEN tgrad_status tg_gen_render_concat(const tg_lang *l, const tg_gen_concat *p, tg_text *t,
                                             struct tgrad_launch *launch);
 
+/* ---- compare and where (render_compare.c) ----
+ * out (compact row-major) = in[0] <cmp> in[1] (bool bytes 0/1, exact comparisons of the values in
+ * any pair of dtypes) for cmp = TGRAD_COMPARE_*, or (cmp 0) in[0] != 0 ? in[1] : in[2] (where: a
+ * bool condition, two operands of one dtype, bits copied). The operands' views are broadcast to
+ * the output's shape (their ranks equal its). */
+typedef struct tg_gen_pointwise {
+    int32_t cmp, n; /* n: 2 (compare) or 3 (where) */
+    int32_t dtype[3];
+    tg_view in[3], out;
+} tg_gen_pointwise;
+
+TG_HIDDEN tgrad_status tg_gen_check_pointwise(const tg_lang *l, const tg_gen_pointwise *p);
+TG_HIDDEN tgrad_status tg_gen_render_pointwise(const tg_lang *l, const tg_gen_pointwise *p, tg_text *t,
+                                               struct tgrad_launch *launch);
+
 #endif

@@ -7,10 +7,11 @@
  *
  * X(code, name, kind, tile_m, tile_n, tile_k, threads_x, threads_y, min_m, min_k, min_n,
  *   simdgroup_matrix, summary)
- *   kind          TG_ROUTE_MATMUL, TG_ROUTE_COPY, TG_ROUTE_ELEMENTWISE, TG_ROUTE_REDUCE or TG_ROUTE_CAST
+ *   kind          TG_ROUTE_MATMUL, TG_ROUTE_COPY, TG_ROUTE_ELEMENTWISE, TG_ROUTE_REDUCE, TG_ROUTE_CAST,
+ *                 TG_ROUTE_GATHER, TG_ROUTE_CONCAT, TG_ROUTE_WHERE or TG_ROUTE_COMPARE
  *   tile_m/_n     outputs per threadgroup (rows, columns); copy, elementwise: elements per
- *                 threadgroup in tile_m; reduce: 1 (threads_x threads share each output); cast:
- *                 elements per threadgroup in tile_m
+ *                 threadgroup in tile_m; reduce: 1 (threads_x threads share each output); cast,
+ *                 gather, concat, where, compare: elements per threadgroup in tile_m
  *   tile_k        k-depth staged in threadgroup memory per step (0: no staging); even, so a k-pair
  *                 never straddles two stages
  *   threads_x/_y  threadgroup shape; threads_x * threads_y is a multiple of 32 (a simdgroup)
@@ -25,7 +26,8 @@
 #ifndef TGRAD_KERNELS_ROUTES_H
 #define TGRAD_KERNELS_ROUTES_H
 
-enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUTE_REDUCE = 4, TG_ROUTE_CAST = 5 };
+enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUTE_REDUCE = 4, TG_ROUTE_CAST = 5,
+       TG_ROUTE_GATHER = 6, TG_ROUTE_CONCAT = 7, TG_ROUTE_WHERE = 8, TG_ROUTE_COMPARE = 9 };
 
 #define TG_ROUTE_LIST(X)                                                                          \
     X(TGRAD_ROUTE_NAIVE, naive, TG_ROUTE_MATMUL, 16, 16, 0, 16, 16, 0, 0, 0, 0,                  \
@@ -45,7 +47,18 @@ enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUT
       "one threadgroup per output: exact sum/mean (a 384-bit fixed-point integer per thread, "     \
       "combined by a tree, rounded once) or exact extrema (kernels/gpu/reduce.h)")                \
     X(TGRAD_ROUTE_CAST, cast, TG_ROUTE_CAST, 256, 1, 0, 256, 1, 0, 0, 0, 0,                       \
-      "bfloat16 <-> float32 of a view into compact row-major, one element per thread, integers only")
+      "bfloat16 <-> float32 of a view into compact row-major, one element per thread, integers only") \
+    X(TGRAD_ROUTE_GATHER, gather, TG_ROUTE_GATHER, 256, 1, 0, 256, 1, 0, 0, 0, 0,                   \
+      "take along one axis: int32 indices (checked on the host before launch) select the source's "    \
+      "slices, copied bit for bit (1, 2, 4 or 8-byte elements), one output element per thread")        \
+    X(TGRAD_ROUTE_CONCAT, concat, TG_ROUTE_CONCAT, 256, 1, 0, 256, 1, 0, 0, 0, 0,                   \
+      "up to 15 operands joined along one axis, each read through its view, copied bit for bit "       \
+      "(1, 2, 4 or 8-byte elements), one output element per thread")                               \
+    X(TGRAD_ROUTE_WHERE, where, TG_ROUTE_WHERE, 256, 1, 0, 256, 1, 0, 0, 0, 0,                      \
+      "cond != 0 ? a : b over broadcast views, the chosen element's bits copied, one per thread")     \
+    X(TGRAD_ROUTE_COMPARE, compare, TG_ROUTE_COMPARE, 256, 1, 0, 256, 1, 0, 0, 0, 0,                \
+      "an exact comparison of two broadcast views of any dtypes as 64-bit integer keys of their "      \
+      "values (no float instruction), a bool byte per thread")
 
 /* The tc route's simdgroup layout: 4 simdgroups as 2 x 2, each owning a 16 x 16 block of the
  * 32 x 32 tile as 2 x 2 fragments of 8 x 8. */

@@ -785,7 +785,9 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * of elementwise ops (tgrad_unary, tgrad_binary and the ops fused into them) to an operand's view,
  * correctly rounded as on the CPU (render it with tgrad_render_tensor); reduce runs tgrad_reduce
  * (the exact sum and mean, rounded once, and the exact extrema) with the CPU's bytes; cast runs
- * tgrad_cast between bfloat16 and float32 (int32 casts stay on the CPU). */
+ * tgrad_cast between bfloat16 and float32 (int32 casts stay on the CPU); gather runs tgrad_take and
+ * concat tgrad_concat, bit for bit, any element size; where runs tgrad_where (bits copied) and
+ * compare tgrad_compare (exact, in integer arithmetic), both with the CPU's bytes. */
 #define TGRAD_ROUTE_NAIVE 1
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
@@ -793,7 +795,11 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_ROUTE_ELEMENTWISE 5
 #define TGRAD_ROUTE_REDUCE 6
 #define TGRAD_ROUTE_CAST 7
-#define TGRAD_ROUTE_COUNT 7
+#define TGRAD_ROUTE_GATHER 8
+#define TGRAD_ROUTE_CONCAT 9
+#define TGRAD_ROUTE_WHERE 10
+#define TGRAD_ROUTE_COMPARE 11
+#define TGRAD_ROUTE_COUNT 11
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
  * family 7+), OpenCL C 1.2 (no tc), CUDA C++ (NVRTC or nvcc; no headers; sm_52+, tc sm_80+). */
 #define TGRAD_LANG_MSL 1

@@ -13,11 +13,11 @@
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large, except on avx2): B read in place and streamed, only A packed (avx512bf16, avx512f, avx2)") \
     X("cpu", "route copy", "bit-exact", "bit-preserving gather that materializes a view")                   \
-    X("cpu", "route concat (tgrad_concat: cat, stack)", "bit-exact", "any dtype; each operand read through its view into one compact result, threaded when large; CPU only for now") \
-    X("cpu", "route gather (tgrad_take: take, x[ids])", "bit-exact", "any dtype, int32 indices (negative count from the end) checked before anything is written; CPU only for now") \
+    X("cpu", "route concat (tgrad_concat: cat, stack)", "bit-exact", "any dtype; each operand read through its view into one compact result, threaded when large; on GPU devices the concat route (up to 15 operands a kernel; cat groups more)") \
+    X("cpu", "route gather (tgrad_take: take, x[ids])", "bit-exact", "any dtype, int32 indices (negative count from the end) checked before anything is written; on GPU devices the gather route, its indices read back and checked on the host before the launch") \
     X("cpu", "elementwise ops (17, tgrad_unary/tgrad_binary)", "correctly rounded", "numpy broadcasting through views; one threaded pass (avx2, portable loops)") \
     X("cpu", "fusion", "bit-exact", "a matmul's consumer ops as its epilogue on every route and variant; elementwise chains in one pass; TGRAD_FUSION=0 turns it off") \
-    X("cpu", "comparisons and where (tgrad_compare, tgrad_where)", "exact", "bool results (1 byte, 0/1) of IEEE comparisons of exact values, any dtype pair; where copies bits; numpy broadcasting through views; threaded; GPU devices refuse them for now") \
+    X("cpu", "comparisons and where (tgrad_compare, tgrad_where)", "exact", "bool results (1 byte, 0/1) of IEEE comparisons of exact values, any dtype pair; where copies bits; numpy broadcasting through views; threaded; on GPU devices the compare and where routes") \
     X("cpu", "host input float32", "yes", "rounded to nearest even; NaN kept quiet with its sign")          \
     X("cpu", "host input float64", "yes", "one rounding straight to bf16")                                  \
     X("cpu", "host input bf16", "yes", "bits copied unchanged")                                             \
@@ -34,6 +34,8 @@
     X("metal", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "reductions (sum, mean, max, min, argmax, argmin)", "correctly rounded", "rendered kernels (route reduce: exact integer accumulators, one rounding; exact extrema); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only); int32 casts stay on the CPU; verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "gather and concat (take, cat, stack)", "bit-exact", "rendered kernels (routes gather, concat: 1, 2 and 4-byte elements moved as integers); verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "comparisons and where", "exact", "rendered kernels (route compare: 64-bit integer keys of the exact values, no float instruction; route where: bits copied); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
@@ -41,6 +43,8 @@
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
     X("opencl", "reductions (sum, mean, max, min, argmax, argmin)", "correctly rounded", "rendered kernels (route reduce: exact integer accumulators, one rounding; exact extrema), the CPU's bytes on PoCL in CI (tests/python/test_gpu_reduce.py)") \
     X("opencl", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only), the CPU's bytes on PoCL in CI; int32 casts stay on the CPU") \
+    X("opencl", "gather and concat (take, cat, stack)", "bit-exact", "rendered kernels (routes gather, concat: elements moved as integers), the CPU's bytes on PoCL in CI (tests/python/test_gpu_select.py); indices checked on the host before the launch") \
+    X("opencl", "comparisons and where", "exact", "rendered kernels (route compare: 64-bit integer keys of the exact values, no float instruction; route where: bits copied), the CPU's bytes on PoCL in CI (tests/python/test_gpu_compare.py)") \
     X("opencl", "fusion", "bit-exact", "epilogues on the naive and tiled routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
@@ -48,6 +52,8 @@
     X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \
     X("cuda", "reductions (sum, mean, max, min, argmax, argmin)", "unverified", "meant correctly rounded (the opencl kernels' integer accumulators); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
     X("cuda", "casts bfloat16 <-> float32", "unverified", "meant bit-exact (the opencl kernel); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI; int32 casts stay on the CPU") \
+    X("cuda", "gather and concat (take, cat, stack)", "unverified", "meant bit-exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
+    X("cuda", "comparisons and where", "unverified", "meant exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
     X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

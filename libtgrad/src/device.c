@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "device_pool.h"
+#include "kinds.h"
 #include "gen/gen.h"
 #include "routes.h"
 #include "ops/elementwise.h"
@@ -265,8 +266,11 @@ tgrad_status tg_device_execute(const tg_step *step) {
     const tg_lang *l = tg_lang_find(backend_of(device)->lang);
     if (is_empty_sum(step)) return write_empty_sum(step, l);
     const tg_route *route = step->dev_route ? step->dev_route : tg_route_find(TGRAD_ROUTE_COPY);
+    const tg_kind *kind = tg_kind_of(step->op);
     tg_step_kernel k;
-    tgrad_status s = tg_step_kernel_render(step, route, l, &k);
+    tgrad_status s = kind->gpu_check ? kind->gpu_check(step) : TGRAD_OK; /* before anything is written */
+    if (s) return s;
+    s = tg_step_kernel_render(step, route, l, &k);
     if (!s && route == tg_route_find(TGRAD_ROUTE_TC) && !has_matrices(backend_of(device))) {
         tg_step_kernel_free(&k); /* the language has tc, this device lacks it (a CUDA GPU below sm_80) */
         return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "%s: route tc needs matrix instructions that %s lacks",

@@ -18,10 +18,22 @@ static void route_named(tg_step *st, const char *what) {
 
 static void decide_none(tg_step *st) { route_named(st, "unknown"); }
 static void decide_copy(tg_step *st) { route_named(st, "copy"); }
-static void decide_gather(tg_step *st) { route_named(st, "gather"); }
-static void decide_concat(tg_step *st) { route_named(st, "concat"); }
-static void decide_where(tg_step *st) { route_named(st, "where"); }
-static void decide_compare(tg_step *st) { route_named(st, "compare"); }
+static void decide_gather(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_GATHER);
+    route_named(st, "gather");
+}
+static void decide_concat(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CONCAT);
+    route_named(st, "concat");
+}
+static void decide_where(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_WHERE);
+    route_named(st, "where");
+}
+static void decide_compare(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_COMPARE);
+    route_named(st, "compare");
+}
 static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
@@ -129,21 +141,26 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
                        .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,
                        .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce },
-    /* gather and concat: CPU only for now (no GPU emitter: a GPU operand is refused when the
-     * node is made) */
+    /* gather and concat: bit-for-bit copies on every device (gen/render_select.c); a GPU gather's
+     * indices are checked on the host before its launch */
     [TG_OP_GATHER] = { .name = "gather", .role = TG_ROLE_MOVEMENT, .decide = decide_gather,
-                       .cpu_execute = tg_gather_execute, .unfused = "a gather is not fused", .base_name = name_kind },
+                       .cpu_execute = tg_gather_execute, .gpu_render = tg_step_render_gather,
+                       .gpu_route = TGRAD_ROUTE_GATHER, .gpu_check = tg_gather_device_check,
+                       .unfused = "a gather is not fused", .base_name = name_kind },
     [TG_OP_CONCAT] = { .name = "concat", .role = TG_ROLE_MOVEMENT, .decide = decide_concat,
-                       .cpu_execute = tg_concat_execute, .unfused = "a concat is not fused", .base_name = name_kind },
+                       .cpu_execute = tg_concat_execute, .gpu_render = tg_step_render_concat,
+                       .gpu_route = TGRAD_ROUTE_CONCAT, .unfused = "a concat is not fused", .base_name = name_kind },
     [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
                        .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random },
-    /* where and compare (ops/compare.c) run on the CPU only for now (gpu_render NULL: a GPU
-     * operand is refused when the node is made); they read stored operands and store their result */
+    /* where and compare (ops/compare.c; gen/render_compare.c on GPUs) read stored operands and
+     * store their result */
     [TG_OP_WHERE] = { .name = "where", .role = TG_ROLE_ELEMENTWISE, .decide = decide_where,
-                      .cpu_execute = tg_where_execute,
+                      .cpu_execute = tg_where_execute, .gpu_render = tg_step_render_pointwise,
+                      .gpu_route = TGRAD_ROUTE_WHERE,
                       .unfused = "a where is not fused (its selection runs as its own step)", .base_name = name_kind },
     [TG_OP_COMPARE] = { .name = "compare", .role = TG_ROLE_ELEMENTWISE, .decide = decide_compare,
-                        .cpu_execute = tg_compare_execute,
+                        .cpu_execute = tg_compare_execute, .gpu_render = tg_step_render_pointwise,
+                        .gpu_route = TGRAD_ROUTE_COMPARE,
                         .unfused = "a comparison is not fused (its result is bool)", .base_name = name_compare },
     [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
                      .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm },

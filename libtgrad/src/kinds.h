@@ -25,6 +25,10 @@ typedef struct tg_kind {
      * matmul). */
     tgrad_status (*gpu_render)(const tg_step *st, const tg_route *route, const tg_lang *l, struct tg_step_kernel *k);
     int32_t gpu_route;
+    /* Before a GPU launch of a step of this kind, on the host (NULL: nothing to check): a gather
+     * reads its indices back and checks their range, so that nothing is written when one is out
+     * of range, as on the CPU. */
+    tgrad_status (*gpu_check)(const tg_step *st);
     /* Why an elementwise op reading a result of this kind is not fused into its kernel (NULL: it
      * can be, as its epilogue). */
     const char *unfused;
@@ -61,6 +65,7 @@ TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t
 TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_gather_device_check(const tg_step *st); /* ops/gather.c */
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);

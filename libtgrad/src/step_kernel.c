@@ -116,6 +116,50 @@ tgrad_status tg_step_render_cast(const tg_step *st, const tg_route *route, const
     return s;
 }
 
+/* take: x and the indices read through their views (the indices' range is the executor's to
+ * check: tg_gather_device_check). */
+tgrad_status tg_step_render_gather(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    tg_gen_take p = { .esize = tg_dtype_size(st->buf->dtype), .axis = st->base->params.axes[0], .x = in[0].view,
+                      .index = in[1].view, .out = *st->out };
+    tgrad_status s = tg_gen_check_take(l, &p);
+    if (!s) s = tg_gen_render_take(l, &p, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;
+    return s;
+}
+
+tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    if (st->ninputs > TG_GEN_MAX_CONCAT)
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: a concat of %d operands (a kernel takes at most %d)",
+                       (int)st->ninputs, TG_GEN_MAX_CONCAT);
+    tg_gen_concat p = { .esize = tg_dtype_size(st->buf->dtype), .axis = st->base->params.axes[0], .n = st->ninputs,
+                        .out = *st->out };
+    for (int32_t j = 0; j < st->ninputs; j++) p.in[j] = st->inputs[j].view, k->bufs[j] = st->inputs[j].buf;
+    k->bufs[st->ninputs] = st->buf;
+    tgrad_status s = tg_gen_check_concat(l, &p);
+    if (!s) s = tg_gen_render_concat(l, &p, &k->text, &k->launch);
+    return s;
+}
+
+/* compare (its code in the params) and where: the operands' views broadcast to the output's
+ * shape already (ops/compare.c). */
+tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    tg_gen_pointwise p = { .cmp = st->op == TG_OP_COMPARE ? st->base->params.compare_op : 0, .n = st->ninputs,
+                           .out = *st->out };
+    if (st->ninputs > 3 || st->nfused)
+        return tg_fail(TGRAD_ERR_INTERNAL, "render: a %s step of %d operands and %d fused ops", tg_kind_of(st->op)->name,
+                       (int)st->ninputs, (int)st->nfused);
+    for (int32_t j = 0; j < st->ninputs; j++)
+        p.in[j] = st->inputs[j].view, p.dtype[j] = st->inputs[j].buf->dtype, k->bufs[j] = st->inputs[j].buf;
+    k->bufs[st->ninputs] = st->buf;
+    tgrad_status s = tg_gen_check_pointwise(l, &p);
+    if (!s) s = tg_gen_render_pointwise(l, &p, &k->text, &k->launch);
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     const tg_kind *kind = tg_kind_of(st->op);

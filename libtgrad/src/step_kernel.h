@@ -30,5 +30,9 @@ TG_HIDDEN tgrad_status tg_step_render_elementwise(const tg_step *st, const tg_ro
 TG_HIDDEN tgrad_status tg_step_render_reduce(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_cast(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_gather(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                                tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 
 #endif

@@ -383,11 +383,12 @@ TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tg
     tgrad_status s = tg_handle_get_tensor(tensor, &t);
     if (s) return s;
     /* bf16 runs everywhere; float32 and int32 live on a device as the reductions' inputs and
-     * results (every other kind refuses them when a node is made) */
+     * results, and every one of them (bool too) as gather and concat operands (every other kind
+     * refuses them when a node is made) */
     int32_t dt = t.buf->dtype;
     if (!(s = tg_device_ready(device)) && device != TGRAD_DEVICE_CPU && dt != TGRAD_DTYPE_BF16 &&
-        dt != TGRAD_DTYPE_F32 && dt != TGRAD_DTYPE_I32)
-        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "tensor_to: %s tensors stay on the CPU (bfloat16, float32 and int32 move to %s)",
+        dt != TGRAD_DTYPE_F32 && dt != TGRAD_DTYPE_I32 && dt != TGRAD_DTYPE_BOOL)
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "tensor_to: %s tensors stay on the CPU (bfloat16, float32, int32 and bool move to %s)",
                     tg_dtype_name(dt), tg_device_name(device));
     if (s) {
         tg_tensor_unref(&t);

@@ -293,19 +293,19 @@ def test_trace_records_and_validates_the_kinds() -> None:
     assert stored.validate().passed
 
 
-def test_gpu_operands_are_refused_typed() -> None:
+def test_gpu_operands_run_there_and_mixed_devices_are_refused_typed() -> None:
+    """tests/python/test_gpu_compare.py checks the GPU routes' bytes; here the device rules."""
     names = [b.name for b in tgrad.backends() if b.available and b.name != "cpu"]
     if not names:
         pytest.skip("no GPU device here (PoCL absent)")
-    x = tgrad.Tensor.from_numpy(np.ones((2, 2), np.float32), device=names[0])
-    cond = tgrad.Tensor.from_numpy(np.ones((2, 2), bool))
+    x = tgrad.Tensor.from_numpy(np.array([[1, np.nan], [-0.0, 3]], np.float32), device=names[0])
+    cond = tgrad.Tensor.from_numpy(np.array([[True, False], [False, True]]))
     live = tgrad.live_tensors()
-    with pytest.raises(errors.BackendUnavailableError):
-        x == x
-    with pytest.raises(errors.DtypeUnsupportedError):
-        cond.to(names[0])  # bool tensors stay on the CPU
     with pytest.raises(errors.DeviceMismatchError):
         tgrad.where(cond, x, x)
+    with (x == x) as eq, cond.to(names[0]) as gpu_cond, tgrad.where(gpu_cond, x, x[::-1]) as w:
+        assert eq.device == names[0] and eq.numpy().tolist() == [[True, False], [True, True]]
+        assert w.device == names[0] and w.numpy().tolist() == [[1, 3], [1, 3]]
     assert tgrad.live_tensors() == live
 
 

@@ -147,6 +147,33 @@ def _cast_kernels(add) -> None:
                     add(R.render_tensor(y, None, "cuda"))
 
 
+def _select_kernels(add) -> None:
+    """gather and concat (tests/python/test_gpu_select.py's cases) in every element size."""
+    from test_gpu_select import CASES, DTYPES, _arrays
+
+    for name, (_, build) in CASES.items():
+        for dtype in DTYPES if name != "concat_twenty_operands" else ():  # a CPU node of 20: no kernel
+            ts = [tgrad.Tensor.from_numpy(a, dtype=getattr(tgrad, dt)) for a, dt in _arrays(name, dtype)]
+            with build(*ts) as y:
+                for i in range(len(y.explain(json=True)["steps"])):
+                    add(R.render_tensor(y, None, "cuda", step=i))
+            for t in ts:
+                t.release()
+
+
+def _compare_kernels(add) -> None:
+    """compare and where (tests/python/test_gpu_compare.py's cases)."""
+    from test_gpu_compare import CMP_CASES, DTYPES, OPS, WHERE_CASES, _cmp_maker, _where_maker
+
+    makers = [_cmp_maker(name, op) for name in CMP_CASES for op in OPS]
+    makers += [_where_maker(name, dtype) for name in WHERE_CASES for dtype in DTYPES]
+    for make in makers:
+        y, inputs = make()
+        add(R.render_tensor(y, None, "cuda"))
+        for t in (y, *inputs):
+            t.release()
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -160,6 +187,8 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _graph_kernels(add)
     _reduction_kernels(add)
     _cast_kernels(add)
+    _select_kernels(add)
+    _compare_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -390,7 +419,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 # ---- the tier ---------------------------------------------------------------------------------------
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
-    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast"}
+    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

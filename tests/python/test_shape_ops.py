@@ -348,13 +348,14 @@ def test_trace_replays_stack_take_and_int32_operands(rng: np.random.Generator) -
     assert stored.validate().passed
 
 
-def test_gpu_operands_are_refused_with_a_typed_error(opencl_device: str) -> None:
-    x = Tensor.from_numpy(np.zeros((2, 3), np.float32)).to("opencl")
-    with pytest.raises(errors.BackendUnavailableError, match="concat"):
-        tgrad.cat([x, x])
-    ids = Tensor.from_numpy(np.array([0], np.int32), dtype=tgrad.int32).to("opencl")
-    with pytest.raises(errors.BackendUnavailableError, match="gather"):
-        tgrad.take(x, ids)
+def test_gpu_operands_run_on_the_device(opencl_device: str) -> None:
+    """cat and take run on GPU devices (tests/python/test_gpu_select.py has the byte checks)."""
+    x = Tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3)).to("opencl")
+    with tgrad.cat([x, x]) as y:
+        assert y.device == "opencl" and y.numpy().tolist() == [[0, 1, 2], [3, 4, 5]] * 2
+    ids = Tensor.from_numpy(np.array([1, -2], np.int32), dtype=tgrad.int32).to("opencl")
+    with tgrad.take(x, ids) as y:
+        assert y.device == "opencl" and y.numpy().tolist() == [[3, 4, 5], [0, 1, 2]]
     assert x[None].shape == (1, 2, 3)  # views work on every device
 
 

@@ -306,7 +306,11 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_ELEMENTWISE 5
 #define TGRAD_ROUTE_REDUCE 6
 #define TGRAD_ROUTE_CAST 7
-#define TGRAD_ROUTE_COUNT 7
+#define TGRAD_ROUTE_GATHER 8
+#define TGRAD_ROUTE_CONCAT 9
+#define TGRAD_ROUTE_WHERE 10
+#define TGRAD_ROUTE_COMPARE 11
+#define TGRAD_ROUTE_COUNT 11
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_CUDA 3

@@ -26,7 +26,9 @@ is ``where(a, True, b)``, ``a ^ b`` is ``a != b`` and ``~a`` is ``a == False``, 
 (the operators refuse other dtypes with DtypeUnsupportedError; the ``logical_*`` functions take
 any dtype as ``x != 0``, NaN true).
 
-CPU only for now: an operand on a GPU device raises BackendUnavailableError (issue 37). While
+On GPU devices the compare and where routes run them with the CPU's bytes (docs/kernels.md); a
+where whose operands need a cast to or from int32 or bool is refused there (DtypeUnsupportedError:
+such casts stay on the CPU). While
 tgrad.trace records, comparisons are reported under their names ("eq", ..., "ge") and where as
 "where"; validation replays them with numpy (tgrad.trace_kinds).
 """

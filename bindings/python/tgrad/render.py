@@ -185,7 +185,8 @@ def _shape(text: str) -> tuple[int, int, int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", type=_shape, required=True, metavar="MxKxN",
                         help="C[M, N] = A[M, K] @ B[K, N]; the copy route copies A's view, the reduce "
-                             "route sums A over its last axis, the cast route casts A to float32")
+                             "route sums A over its last axis, the cast route casts A to float32, the "
+                             "gather route takes A's rows in reverse, the concat route joins A and B.T")
     parser.add_argument("--route", choices=routes(), default="tiled", help="kernel route (default: tiled)")
     parser.add_argument("--lang", choices=langs(), default="msl", help="kernel language (default: msl)")
     parser.add_argument("--transpose-a", action="store_true", help="A is the transpose of a [K, M] tensor")
@@ -227,6 +228,11 @@ def main(args: argparse.Namespace) -> int:
             from .reductions import cast, sum as sum_
 
             kernel = render_tensor(sum_(a, axis=-1) if args.route == "reduce" else cast(a, "float32"), lang=args.lang)
+        elif args.route in ("gather", "concat"):
+            from .shape_ops import cat, take
+
+            kernel = render_tensor(take(a, list(range(m - 1, -1, -1)), axis=0) if args.route == "gather"
+                                   else cat([a, b.T], dim=0), lang=args.lang)
         elif args.route == "elementwise":
             x = _placeholder(m, n)  # held here, so the chain is not fused into the product making it
             kernel = render_tensor(_chain(x, args.epilogue or ["relu"], n), lang=args.lang)

@@ -88,6 +88,9 @@ def _tensors(tensors: Any, what: str) -> list[Tensor]:
     return [_tensor(t, f"{what}: item {i}") for i, t in enumerate(items)]
 
 
+_GPU_CAT_MAX = 15  # operands of one GPU concat kernel (one buffer each, and the result's)
+
+
 # ---- concatenation ------------------------------------------------------------------------------
 def cat(tensors: Sequence[Tensor], dim: int | None = None, *, axis: int | None = None) -> Tensor:
     """The tensors joined along an existing axis (torch.cat / numpy.concatenate): one compact
@@ -97,6 +100,8 @@ def cat(tensors: Sequence[Tensor], dim: int | None = None, *, axis: int | None =
     a = _int(_dim("cat", dim, axis), "cat: dim")
     if not _INT32_MIN <= a <= _INT32_MAX:
         raise errors.IndexOutOfRangeError(f"cat: dim {a} is out of range")
+    if len(items) > _GPU_CAT_MAX and items[0].device != "cpu":  # a GPU concat kernel takes 15 operands
+        return cat([cat(items[i:i + _GPU_CAT_MAX], a) for i in range(0, len(items), _GPU_CAT_MAX)], a)
     handles = ffi.new("tgrad_tensor_t[]", [t._h for t in items])
     out = _wrap(lib.tgrad_concat, len(items), handles, a)
     _report("concat", out, tuple(items), {"axis": a % out.ndim})
@@ -123,7 +128,7 @@ def stack(tensors: Sequence[Tensor], dim: int | None = None, *, axis: int | None
 
 
 # ---- gather -------------------------------------------------------------------------------------
-def _index_tensor(indices: Any, extent: int, what: str) -> Tensor:
+def _index_tensor(indices: Any, extent: int, what: str, device: str = "cpu") -> Tensor:
     """indices as an int32 Tensor: a Tensor is used as it is (libtgrad checks its values: at the
     call when computed, else when the gather runs); host data (ints, lists, numpy integer arrays)
     is checked here against -extent .. extent-1 and converted."""
@@ -146,7 +151,7 @@ def _index_tensor(indices: Any, extent: int, what: str) -> Tensor:
                                               f"(valid: {-extent} .. {extent - 1})")
         if lo < _INT32_MIN or hi > _INT32_MAX:
             raise errors.IndexOutOfRangeError(f"{what}: index {bad} does not fit in int32 (indices are int32)")
-    return Tensor.from_numpy(arr.astype(np.int32), dtype=dtypes.int32)
+    return Tensor.from_numpy(arr.astype(np.int32), dtype=dtypes.int32, device=device)
 
 
 def take(x: Tensor, indices: Any, axis: int | None = 0, *, dim: int | None = None) -> Tensor:
@@ -164,7 +169,7 @@ def take(x: Tensor, indices: Any, axis: int | None = 0, *, dim: int | None = Non
     if not x.ndim:
         raise errors.IndexOutOfRangeError("take: a 0-d tensor has no axis to take along")
     a = _norm_axis(axis, x.ndim, "take")
-    ids = _index_tensor(indices, x.shape[a], "take")
+    ids = _index_tensor(indices, x.shape[a], "take", x.device)
     out = _wrap(lib.tgrad_take, x._h, ids._h, a)
     _report("gather", out, (x, ids), {"axis": a})
     return out

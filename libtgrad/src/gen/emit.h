@@ -38,6 +38,13 @@ TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, cons
                                        int64_t c);
 TG_HIDDEN void tg_finish_launch(tg_text *t, struct tgrad_launch *launch);
 
+/* ---- one element per thread over a compact output (render_select.c) ---- */
+/* The unsigned type of an element of `esize` bytes in language l (NULL: no such size). */
+TG_HIDDEN const char *tg_elem_type(const tg_lang *l, int32_t esize);
+/* Declare o<d>, the coordinates of output element i, for the axes needed[d] marks (each of
+ * extent > 1), from the innermost axis out; an unneeded axis only divides the rest. */
+TG_HIDDEN void tg_emit_out_coords(const emitter *e, const tg_view *out, const bool *needed);
+
 /* ---- the matmul routes' shared steps (render.c) ---- */
 /* What staging writes to shared memory: the element type, its +0, and the device function that
  * turns a buffer's bf16 bits into it (with DAZ). */

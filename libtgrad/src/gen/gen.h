@@ -167,4 +167,43 @@ TG_HIDDEN tgrad_status tg_gen_check_reduce(const tg_lang *l, const tg_gen_reduce
 TG_HIDDEN tgrad_status tg_gen_render_reduce(const tg_lang *l, const tg_gen_reduce *p, tg_text *t,
                                             struct tgrad_launch *launch);
 
+/* ---- the selecting copies (render_select.c) ----
+ * gather: out (compact row-major, x.shape[:axis] + index.shape + x.shape[axis+1:]) = numpy's take
+ * of x along `axis` by the int32 indices read through `index`'s view (negative ones count from
+ * the end; the caller checked their range); concat: out = the n operands joined along `axis`,
+ * each read through its view. Elements of esize bytes (1, 2, 4, 8) are moved bit for bit. */
+enum { TG_GEN_MAX_CONCAT = TGRAD_LAUNCH_MAX_BUFFERS - 1 }; /* operands of one concat kernel */
+
+typedef struct tg_gen_take {
+    int32_t esize, axis;
+    tg_view x, index, out;
+} tg_gen_take;
+
+typedef struct tg_gen_concat {
+    int32_t esize, axis, n;
+    tg_view in[TG_GEN_MAX_CONCAT];
+    tg_view out;
+} tg_gen_concat;
+
+TG_HIDDEN tgrad_status tg_gen_check_take(const tg_lang *l, const tg_gen_take *p);
+TG_HIDDEN tgrad_status tg_gen_render_take(const tg_lang *l, const tg_gen_take *p, tg_text *t, struct tgrad_launch *launch);
+TG_HIDDEN tgrad_status tg_gen_check_concat(const tg_lang *l, const tg_gen_concat *p);
+TG_HIDDEN tgrad_status tg_gen_render_concat(const tg_lang *l, const tg_gen_concat *p, tg_text *t,
+                                            struct tgrad_launch *launch);
+
+/* ---- compare and where (render_compare.c) ----
+ * out (compact row-major) = in[0] <cmp> in[1] (bool bytes 0/1, exact comparisons of the values in
+ * any pair of dtypes) for cmp = TGRAD_COMPARE_*, or (cmp 0) in[0] != 0 ? in[1] : in[2] (where: a
+ * bool condition, two operands of one dtype, bits copied). The operands' views are broadcast to
+ * the output's shape (their ranks equal its). */
+typedef struct tg_gen_pointwise {
+    int32_t cmp, n; /* n: 2 (compare) or 3 (where) */
+    int32_t dtype[3];
+    tg_view in[3], out;
+} tg_gen_pointwise;
+
+TG_HIDDEN tgrad_status tg_gen_check_pointwise(const tg_lang *l, const tg_gen_pointwise *p);
+TG_HIDDEN tgrad_status tg_gen_render_pointwise(const tg_lang *l, const tg_gen_pointwise *p, tg_text *t,
+                                               struct tgrad_launch *launch);
+
 #endif

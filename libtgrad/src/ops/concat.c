@@ -1,7 +1,8 @@
 /* The concat kind: tgrad_concat checks every operand (handles, ranks, dtypes, devices, shapes,
  * the result's size) before it allocates, then records one node with n inputs, each read
  * through its own view; tg_concat_execute copies them, bit for bit, into one compact output
- * (block_copy.h). Any element size: nothing is read as a number. */
+ * (block_copy.h). Any element size: nothing is read as a number. On a GPU device the concat
+ * kernel (gen/render_select.c) binds one buffer per operand: at most 15 operands there. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,9 @@ TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, in
     tg_view ov;
     if (!s) s = check_operands(ts, n, axis, &P.axes[0], &ov);
     if (!s) s = tg_kind_check_device(TG_OP_CONCAT, ts[0].buf->device, "concat");
+    if (!s && ts[0].buf->device != TGRAD_DEVICE_CPU && n > TGRAD_LAUNCH_MAX_BUFFERS - 1) /* one kernel's buffers */
+        s = tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "concat: %d operands on %s; a GPU concat takes at most %d (join them in groups)",
+                    (int)n, tg_device_name(ts[0].buf->device), TGRAD_LAUNCH_MAX_BUFFERS - 1);
     /* got == n unless a handle failed: tg_kind_make takes (or releases) the references it has */
     s = tg_kind_make(s, TG_OP_CONCAT, ts, got, &ov, got ? ts[0].buf->dtype : 0, &P, "concat", out);
     free(ts);

@@ -3,7 +3,9 @@
  * x.shape[axis+1:], compact. Indices lie in -n .. n-1 for the axis' extent n (negative ones count
  * from the end). An index outside that is TGRAD_ERR_INDEX_OUT_OF_RANGE before any work: at the
  * call when the index tensor is computed already (host data), else when the gather runs, before
- * it writes anything (the result stays unwritten and pending; realize reports the error). */
+ * it writes anything (the result stays unwritten and pending; realize reports the error). On a
+ * GPU device the indices are read back to the host and checked there, at the call when they are
+ * computed, else before the kernel's launch (kinds.h, gpu_check). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,24 @@ static tgrad_status check_indices(const int32_t *data, const tg_view *v, int64_t
     return TGRAD_OK;
 }
 
+/* check_indices over a realized buffer, on the host or read back from its device. */
+static tgrad_status check_buffer_indices(const tg_buffer *b, const tg_view *v, int64_t n) {
+    if (b->device == TGRAD_DEVICE_CPU || !b->numel)
+        return check_indices((const int32_t *)b->data, v, n, NULL, "take");
+    size_t bytes = (size_t)b->numel * sizeof(int32_t);
+    int32_t *host = tg_malloc(bytes);
+    if (!host) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "take: cannot allocate %zu bytes to check the indices", bytes);
+    tgrad_status s = tg_device_download(b->device, b->dev_mem, host, bytes);
+    if (!s) s = check_indices(host, v, n, NULL, "take");
+    free(host);
+    return s;
+}
+
+/* A GPU gather, before its launch: its indices (realized by now, on the device) in range. */
+tgrad_status tg_gather_device_check(const tg_step *st) {
+    return check_buffer_indices(st->inputs[1].buf, &st->inputs[1].view, st->inputs[0].view.shape[st->base->params.axes[0]]);
+}
+
 static tgrad_status check_and_shape(const tg_tensor *x, const tg_tensor *ix, int32_t axis, int32_t *a, tg_view *ov) {
     const tg_view *xv = &x->view, *iv = &ix->view;
     if (ix->buf->dtype != TGRAD_DTYPE_I32)
@@ -54,9 +74,9 @@ static tgrad_status check_and_shape(const tg_tensor *x, const tg_tensor *ix, int
     for (int32_t d = *a + 1; d < xv->ndim; d++) shape[k++] = xv->shape[d];
     tgrad_status s = tg_view_contiguous(nd, shape, ov);
     if (s) return s;
-    /* indices computed already (host data): checked now; pending ones when the gather runs */
-    if (atomic_load(&ix->buf->realized) && ix->buf->device == TGRAD_DEVICE_CPU)
-        s = check_indices((const int32_t *)ix->buf->data, iv, xv->shape[*a], NULL, "take");
+    /* indices computed already: checked now (read back from a device); pending ones when the
+     * gather runs */
+    if (atomic_load(&ix->buf->realized)) s = check_buffer_indices(ix->buf, iv, xv->shape[*a]);
     return s;
 }
 

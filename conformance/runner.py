@@ -222,6 +222,10 @@ def _run_graph(tgrad: Any, case: GraphCase, device: str, per_route: Callable[[st
         tgrad.set_fusion(saved_fusion)
         for t in tensors:
             t.release()
+    if failures and all("route_not_eligible" in f and "has no kernel spelling" in f for f in failures):
+        # an op the GPU prelude cannot spell (pow) is refused on the device, by design and typed:
+        # not covered there, and said so
+        return "skip", f"an op has no GPU kernel spelling (refused with RouteNotEligibleError): {failures[0][:200]}"
     if failures:
         return "fail", "; ".join(failures)
     return "pass", ""

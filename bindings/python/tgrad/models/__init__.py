@@ -11,10 +11,10 @@ over the whole prefix.
 
 from __future__ import annotations
 
-from .config import ARCHITECTURES, ModelConfig, read_config, rope_inv_freq
+from .config import ARCHITECTURES, ModelConfig, config_from_dict, read_config, rope_inv_freq
 from .generate import choose, generate
 from .llama import CausalLM, KVCache
 from .loading import expected_weights, from_pretrained
 
-__all__ = ["ARCHITECTURES", "CausalLM", "KVCache", "ModelConfig", "choose", "expected_weights", "from_pretrained",
+__all__ = ["ARCHITECTURES", "CausalLM", "KVCache", "ModelConfig", "choose", "config_from_dict", "expected_weights", "from_pretrained",
            "generate", "read_config", "rope_inv_freq"]

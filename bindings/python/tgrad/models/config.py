@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import errors
 
-__all__ = ["ARCHITECTURES", "ModelConfig", "read_config", "rope_inv_freq"]
+__all__ = ["ARCHITECTURES", "ModelConfig", "config_from_dict", "read_config", "rope_inv_freq"]
 
 #: Architecture name -> model_type, for the classes tgrad runs.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
@@ -110,7 +110,7 @@ def _rope(doc: dict[str, Any], path: Path) -> tuple[float, str, dict[str, Any]]:
         block = dict(scaling or {})
         theta = doc.get("rope_theta", 10000.0)
         where = "rope_scaling"
-    rope_type = block.get("rope_type", block.get("type", "default")) or "default"
+    rope_type = block.get("rope_type") or block.get("type") or "default"  # "type": transformers before 4.45
     if rope_type not in ROPE_TYPES:
         raise _unsupported(path, f"{where}.rope_type", f"{rope_type!r} is not supported (tgrad computes {ROPE_TYPES})")
     theta = _float({"rope_theta": theta}, "rope_theta", path)
@@ -179,6 +179,14 @@ def read_config(path: str | os.PathLike[str]) -> ModelConfig:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _malformed(file, f"not JSON ({exc.msg} at character {exc.pos})") from None
+    return config_from_dict(doc, root)
+
+
+def config_from_dict(doc: Any, root: str | os.PathLike[str] = ".") -> ModelConfig:
+    """The ModelConfig of a parsed config.json (the checks of read_config; errors name
+    `root`/config.json)."""
+    root = Path(root)
+    file = root / "config.json"
     if not isinstance(doc, dict):
         raise _malformed(file, f"a JSON {type(doc).__name__}, not an object")
     arch = _architecture(doc, file)

@@ -54,7 +54,8 @@ def choose(logits: np.ndarray, do_sample: bool = False, temperature: float = 1.0
            top_p: float | None = None, generator: random.Generator | None = None) -> np.ndarray:
     """The next token of each row of float32 logits [B, vocab] (module docstring)."""
     if not do_sample:
-        return np.argmax(logits, axis=-1).astype(np.int64)
+        best: np.ndarray = np.argmax(logits, axis=-1).astype(np.int64)
+        return best
     scaled = (logits.astype(np.float32) / np.float32(temperature)).astype(np.float32)
     if top_k is not None and top_k < scaled.shape[-1]:
         kth = -np.sort(-scaled, axis=-1)[:, top_k - 1:top_k]

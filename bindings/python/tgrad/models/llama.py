@@ -145,7 +145,8 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, mask, inv_freq, cache, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
 
 
 def _under(weights: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
@@ -176,7 +177,8 @@ class Model(nn.Module):
             x = layer(x, positions, masks[layer.window], self.inv_freq, cache, i)
         if cache is not None:
             cache.length += length
-        return self.norm(x)
+        hidden: Tensor = self.norm(x)
+        return hidden
 
 
 class CausalLM(nn.Module):
@@ -211,7 +213,8 @@ class CausalLM(nn.Module):
 
     def _head(self, hidden: Tensor, dtype: Any) -> Tensor:
         if dtype is not float32:
-            return self.lm_head(hidden)
+            logits: Tensor = self.lm_head(hidden)
+            return logits
         b, length, d = hidden.shape
         rows = hidden.reshape(b * length, d).matmul(self.lm_head.weight.T, out_dtype=float32)
         return rows.reshape(b, length, self.config.vocab_size)

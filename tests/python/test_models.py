@@ -168,6 +168,18 @@ def test_cached_bytes_do_not_depend_on_threads_or_fusion(model: tgrad.models.Cau
         tgrad.set_num_threads(before)
 
 
+@pytest.mark.parametrize("variant", [name for name, ok in tgrad.cpu_isas().items() if ok])
+def test_logits_and_tokens_are_the_same_on_every_cpu_variant(model: tgrad.models.CausalLM, variant: str) -> None:
+    want = model(IDS, logits_dtype=tgrad.float32).numpy().tobytes(), model.generate(IDS[:, :4], 6).tobytes()
+    setting = tgrad._cpu_isa_setting()
+    try:
+        tgrad.set_cpu_isa(variant)
+        got = model(IDS, logits_dtype=tgrad.float32).numpy().tobytes(), model.generate(IDS[:, :4], 6).tobytes()
+    finally:
+        tgrad.set_cpu_isa(setting)
+    assert got == want
+
+
 def test_a_cache_refuses_another_batch(model: tgrad.models.CausalLM) -> None:
     cache = model.new_cache()
     model(IDS, cache=cache)

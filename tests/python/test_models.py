@@ -180,11 +180,18 @@ def test_logits_and_tokens_are_the_same_on_every_cpu_variant(model: tgrad.models
     assert got == want
 
 
-def test_a_cache_refuses_another_batch(model: tgrad.models.CausalLM) -> None:
+def test_a_cache_refuses_another_batch_and_bad_arguments_leave_it_unchanged(model: tgrad.models.CausalLM) -> None:
     cache = model.new_cache()
-    model(IDS, cache=cache)
+    model(IDS[:, :5], cache=cache)
     with pytest.raises(errors.ShapeMismatchError, match="batch"):
-        model(IDS[:1, :1], cache=cache)
+        model(IDS[:1, 5:6], cache=cache)
+    with pytest.raises(errors.InvalidArgumentError, match="logits_to_keep"):
+        model(IDS[:, 5:6], cache=cache, logits_to_keep=-1)
+    with pytest.raises(errors.DtypeUnsupportedError, match="logits_dtype"):
+        model(IDS[:, 5:6], cache=cache, logits_dtype="float16")
+    assert cache.length == 5
+    want = model(IDS, logits_dtype=tgrad.float32).numpy()[:, 5:]
+    assert model(IDS[:, 5:], cache=cache, logits_dtype=tgrad.float32).numpy().tobytes() == want.tobytes()
 
 
 # ---- generate -------------------------------------------------------------------------------------

@@ -204,12 +204,13 @@ class CausalLM(nn.Module):
         """Logits [B, L, vocab] of token ids [B, L] (a numpy integer array, anything numpy reads
         as one, or an int32 Tensor). With a cache, ids continue the cached positions, which are
         then extended by them. logits_to_keep > 0: only the last that many positions' logits."""
-        tokens = self._ids(ids, cache)
-        hidden = self.model(tokens, cache)
         keep = _as_count(logits_to_keep, "logits_to_keep")
+        dtype = _logits_dtype(logits_dtype) or self.logits_dtype
+        tokens = self._ids(ids, cache)  # every argument checked before the cache changes
+        hidden = self.model(tokens, cache)
         if keep:
             hidden = hidden[:, -keep:, :]
-        return self._head(hidden, _logits_dtype(logits_dtype) or self.logits_dtype)
+        return self._head(hidden, dtype)
 
     def _head(self, hidden: Tensor, dtype: Any) -> Tensor:
         if dtype is not float32:

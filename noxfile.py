@@ -117,10 +117,11 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def interop(session: nox.Session) -> None:
     """The tests marked `interop`: DLPack and safetensors with torch (a CPU wheel of exactly TORCH),
-    tgrad.dask on a local distributed cluster, tgrad as a torchlens backend. Every peer must be there: the session checks the
+    tgrad.dask on a local distributed cluster, tgrad as a torchlens backend, tgrad.models against transformers' own
+    Llama, Mistral and Qwen2. Every peer must be there: the session checks the
     imports first, and TGRAD_REQUIRE_INTEROP=1 makes an interop test that skips fail."""
-    session.install(".[test,dask,torchlens]", TORCH)
-    session.run("python", "-c", "import torch, dask.array, distributed, torchlens")
+    session.install(".[test,dask,torchlens,models]", TORCH, TRANSFORMERS)
+    session.run("python", "-c", "import torch, dask.array, distributed, torchlens, transformers, tokenizers")
     _pytest(session, "interop", env={"TGRAD_REQUIRE_INTEROP": "1"})
 
 
@@ -277,6 +278,8 @@ def typecheck(session: nox.Session) -> None:
 
 #: The peer the issue's targets are stated against; a CPU wheel of exactly this version.
 TORCH = "torch==2.13.0"
+#: The peer of tgrad.models (tests/python/test_models_interop.py).
+TRANSFORMERS = "transformers==5.25.0"
 #: The tinygrad of DESIGN §7's anchors; pure Python (its CPU device compiles its own kernels).
 TINYGRAD = "tinygrad==0.14.0"
 #: Variables that make numpy's OpenBLAS use other kernels or cache sizes than it would pick on

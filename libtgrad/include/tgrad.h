@@ -98,7 +98,8 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(24, ERR_FILE_MALFORMED, file_malformed, "value", "a tensor file (safetensors, index) is malformed or unsafe to read") \
     X(25, ERR_FILE_MISSING, file_missing, "file", "a file (a checkpoint or one of its shards) does not exist") \
     X(26, ERR_TENSOR_NOT_FOUND, tensor_not_found, "lookup", "no tensor of this name in the file or checkpoint") \
-    X(27, ERR_DTYPE_CONVERSION_REFUSED, dtype_conversion_refused, "type", "the data is not bf16 and converting it was not asked for")
+    X(27, ERR_DTYPE_CONVERSION_REFUSED, dtype_conversion_refused, "type", "the data is not bf16 and converting it was not asked for") \
+    X(28, ERR_MODEL_UNSUPPORTED, model_unsupported, "value", "the model's architecture or a configuration field it sets is not supported")
 
 #define TGRAD_STATUS_ENUM_(code, NAME, name, category, message) TGRAD_##NAME = code,
 enum tgrad_status_code { TGRAD_STATUS_LIST(TGRAD_STATUS_ENUM_) TGRAD_STATUS_COUNT_ };

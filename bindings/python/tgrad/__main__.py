@@ -7,7 +7,8 @@ Commands: ``bench`` (bytes against the oracle, live timing against peers; see tg
 ``capabilities`` (libtgrad's capability table; ``--markdown`` writes docs/capabilities.md),
 ``doctor`` (versions, backends, CPU variant, threads, peak, capabilities, scorecards; see
 tgrad.doctor), ``safetensors-stub`` (Protocol classes naming a checkpoint's tensors, for type
-checkers; see tgrad.safetensors).
+checkers; see tgrad.safetensors), ``generate`` (decode from a Hugging Face Llama-family
+directory; see tgrad.models.cli).
 Exit status: 0 success, 1 a check failed, 2 bad command-line input, 141 the reader of the output
 went away (``python -m tgrad render ... | head -3``; 128 + SIGPIPE, as a shell reports a process
 that signal ended), quietly.
@@ -63,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     safetensors.add_arguments(commands.add_parser(
         "safetensors-stub", help="print a .pyi naming a checkpoint's tensors (python -m tgrad safetensors-stub ckpt/ > model.pyi)",
         description="Protocol classes for the tensor names of a .safetensors file, sharded directory or index."))
+    from .models import cli as models_cli
+
+    models_cli.add_arguments(commands.add_parser(
+        "generate", help="decode from a Hugging Face Llama, Mistral or Qwen2 directory (tgrad.models)",
+        description=(models_cli.__doc__ or "").split("\n\n")[0]))
     return parser
 
 

@@ -1,0 +1,95 @@
+"""``python -m tgrad generate MODEL_DIR (--ids 1,2,3 | --prompt "text") [--max-new-tokens 32]``:
+decode from a Hugging Face Llama-family directory (tgrad.models).
+
+With --ids the new token ids are printed, comma-separated. With --prompt the directory's
+tokenizer.json encodes the prompt and decodes the new tokens (the `tokenizers` package, an
+optional extra: pip install 'tgrad[models]'), and the text is printed. Sampling options are
+generate's (docs/models.md). Decoding stops at the config's eos_token_id unless --ignore-eos.
+Exit status: 0 done, 1 the model could not be loaded (the typed error is printed),
+2 bad command-line input (no tokenizer.json for --prompt, a token id past the vocabulary, a
+sampling option out of range).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+
+__all__ = ["add_arguments", "main"]
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of token ids") from None
+    if not ids:
+        raise argparse.ArgumentTypeError("no token ids given")
+    return ids
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, metavar="MODEL_DIR", help="a directory with config.json and safetensors")
+    prompt = parser.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--ids", type=_ids, help="the prompt as comma-separated token ids, e.g. 1,2,3")
+    prompt.add_argument("--prompt", help="the prompt as text (needs MODEL_DIR/tokenizer.json and the tokenizers package)")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    parser.add_argument("--top-p", type=float, default=None, help="sample from the smallest set of probability >= p")
+    parser.add_argument("--seed", type=int, default=None, help="seed of tgrad's counter-based generator")
+    parser.add_argument("--convert", action="store_true", help="round float32/float16 weights to bf16 as they load")
+    parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the config's eos_token_id")
+    parser.set_defaults(func=main)
+
+
+def _tokenizer(model_dir: Path) -> Any:
+    """The directory's tokenizer, or a message saying why there is none."""
+    file = model_dir / "tokenizer.json"
+    if not file.is_file():
+        return f"--prompt needs {file}, which does not exist (give token ids with --ids)"
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return "--prompt needs the tokenizers package: pip install 'tgrad[models]' (or give token ids with --ids)"
+    return Tokenizer.from_file(str(file))
+
+
+def main(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from . import from_pretrained
+
+    tokenizer = None
+    if args.prompt is not None:
+        tokenizer = _tokenizer(args.model)
+        if isinstance(tokenizer, str):
+            print(f"tgrad generate: {tokenizer}", file=sys.stderr)
+            return 2
+        ids = tokenizer.encode(args.prompt).ids
+        if not ids:
+            print("tgrad generate: the prompt encodes to no tokens", file=sys.stderr)
+            return 2
+    else:
+        ids = args.ids
+    try:
+        model = from_pretrained(args.model, convert=args.convert)
+    except errors.TgradError as exc:
+        print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
+        return 1
+    eos = None if args.ignore_eos else list(model.config.eos_token_id) or None
+    try:
+        new = model.generate(np.array([ids]), args.max_new_tokens, do_sample=args.do_sample,
+                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                             eos_token_id=eos)
+    except (errors.InvalidArgumentError, errors.IndexOutOfRangeError) as exc:  # an option or a token id
+        print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    tokens = [int(t) for t in new[0]]
+    print(tokenizer.decode(tokens) if tokenizer is not None else ",".join(map(str, tokens)))
+    return 0

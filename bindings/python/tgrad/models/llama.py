@@ -1,0 +1,281 @@
+"""The Llama-family causal LM (Llama, Mistral, Qwen2) written with tgrad.nn, Hugging Face names.
+
+    model = tgrad.models.from_pretrained("my-llama/")
+    logits = model(ids)                                  # [B, L, vocab] bf16
+    cache = model.new_cache(); model(prompt, cache=cache); model(next_ids, cache=cache)
+
+Every value is a tgrad op's correctly rounded result (docs/models.md lists the rounding points).
+A KVCache holds each layer's keys (after rope) and values; a forward with a cache appends the new
+positions and attends over all of them, giving the bytes a forward over the whole prefix gives
+at those positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import errors, nn
+from ..dtypes import bfloat16, float32, int32
+from ..nn import functional as F
+from ..norms import rope
+from ..shape_ops import cat
+from ..softmax import softmax
+from ..tensor import Tensor
+from .config import ModelConfig
+
+__all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "attend", "linear"]
+
+
+class KVCache:
+    """Each layer's keys (rope applied) and values [B, H_kv, length, head_dim] of positions
+    0 .. length-1. tgrad tensors are immutable, so a step makes the layer's new cache with
+    tgrad.cat of the old one and the new positions (a copy of the cache per step, not a write
+    into a preallocated buffer; docs/models.md)."""
+
+    def __init__(self, layers: int) -> None:
+        self.keys: list[Tensor | None] = [None] * layers
+        self.values: list[Tensor | None] = [None] * layers
+        self.length = 0
+        self.batch: int | None = None
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        old_k, old_v = self.keys[layer], self.values[layer]
+        if old_k is not None and old_v is not None:
+            k, v = cat([old_k, k], dim=2), cat([old_v, v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
+    """The additive mask [length, offset + length] of queries at positions offset .. offset+length-1:
+    0 where key j is visible (j <= i, and i - j < window with a window), -inf elsewhere; None when
+    every key is visible (one query with no window cutting the past)."""
+    sources = offset + length
+    i = np.arange(offset, sources)[:, None]
+    j = np.arange(sources)[None, :]
+    visible = j <= i
+    if window is not None:
+        visible &= i - j < window
+    if visible.all():
+        return None
+    return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32)
+
+
+def linear(layer: nn.Linear, x: Tensor) -> Tensor:
+    """layer(x) without a bias: the product rounded once to bf16. With a bias, as torch's
+    F.linear rounds it: the product's fp32 accumulators plus the bias, rounded to float32, then
+    to bf16 (nn.Linear rounds the product first, then the sum: two bf16 roundings)."""
+    if layer.bias is None:
+        return layer(x)
+    *lead, d = x.shape
+    rows = x.reshape(-1, d).matmul(layer.weight.T, out_dtype=float32) + layer.bias
+    return rows.bfloat16().reshape(*lead, layer.out_features)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(q @ k.mT / sqrt(E) + mask) @ v for q [B, H, L, E] and k, v [B, H_kv, S, E],
+    query head h reading key/value head h // (H / H_kv) without copying k or v: the scores are
+    the product's fp32 accumulators (unrounded), times 1/sqrt(E) in float32, plus the float32
+    mask; the softmax of those float32 values correctly rounded to bf16; its product with v
+    rounded once to bf16 (docs/models.md)."""
+    b, heads, length, e = q.shape
+    kv_heads, sources = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    grouped = q.reshape(b, kv_heads, group * length, e)
+    scores = grouped.matmul(k.mT, out_dtype=float32) * (1.0 / float(np.sqrt(e)))
+    if mask is not None:
+        scores = (scores.reshape(b, kv_heads, group, length, sources) + mask).reshape(
+            b, kv_heads, group * length, sources)
+    probs = softmax(scores, dim=-1, dtype=bfloat16)
+    return (probs @ v).reshape(b, heads, length, e)
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with rope: q, k, v projections (bias with Qwen2 or Llama's
+    attention_bias), rope on q and k, `attend`, the o projection."""
+
+    def __init__(self, config: ModelConfig, weights: dict[str, Tensor]) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+        self.rope_theta = config.rope_theta
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
+
+    def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
+                cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        b, length, _ = x.shape
+        q = linear(self.q_proj, x).reshape(b, length, self.heads, self.head_dim).transpose(1, 2)
+        k = linear(self.k_proj, x).reshape(b, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = linear(self.v_proj, x).reshape(b, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = rope(q, positions, self.rope_theta, inv_freq=inv_freq)
+        k = rope(k, positions, self.rope_theta, inv_freq=inv_freq)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)
+        y = attend(q, k, v, mask)
+        return linear(self.o_proj, y.transpose(1, 2).reshape(b, length, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """down_proj(silu(gate_proj(x)) * up_proj(x))."""
+
+    def __init__(self, weights: dict[str, Tensor]) -> None:
+        super().__init__()
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(self.down_proj, F.silu(linear(self.gate_proj, x)) * linear(self.up_proj, x))
+
+
+class DecoderLayer(nn.Module):
+    """x + attn(norm(x)), then h + mlp(norm(h)), each sum rounded once."""
+
+    def __init__(self, config: ModelConfig, weights: dict[str, Tensor], window: int | None) -> None:
+        super().__init__()
+        self.window = window
+        eps = config.rms_norm_eps
+        self.self_attn = Attention(config, _under(weights, "self_attn"))
+        self.mlp = MLP(_under(weights, "mlp"))
+        self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=eps, weight=weights["input_layernorm.weight"])
+        self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=eps,
+                                                   weight=weights["post_attention_layernorm.weight"])
+
+    def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
+                cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), positions, mask, inv_freq, cache, layer)
+        out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
+
+
+def _under(weights: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    lead = prefix + "."
+    return {name[len(lead):]: t for name, t in weights.items() if name.startswith(lead)}
+
+
+class Model(nn.Module):
+    """embed_tokens, the decoder layers, the final norm: hidden states [B, L, hidden]."""
+
+    def __init__(self, config: ModelConfig, weights: dict[str, Tensor], inv_freq: np.ndarray | None) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding.from_pretrained(weights["embed_tokens.weight"])
+        self.layers = nn.ModuleList(DecoderLayer(config, _under(weights, f"layers.{i}"), config.windows[i])
+                                    for i in range(config.num_hidden_layers))
+        self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps, weight=weights["norm.weight"])
+        self.register_buffer("inv_freq", None if inv_freq is None else Tensor.from_numpy(inv_freq, dtype=float32))
+
+    def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
+        length = ids.shape[1]
+        offset = 0 if cache is None else cache.length
+        positions = np.arange(offset, offset + length, dtype=np.int32)
+        masks: dict[int | None, Tensor | None] = {}
+        x = self.embed_tokens(ids)
+        for i, layer in enumerate(self.layers):
+            if layer.window not in masks:
+                masks[layer.window] = _mask(length, offset, layer.window)
+            x = layer(x, positions, masks[layer.window], self.inv_freq, cache, i)
+        if cache is not None:
+            cache.length += length
+        hidden: Tensor = self.norm(x)
+        return hidden
+
+
+class CausalLM(nn.Module):
+    """A Llama-family causal language model: `model(ids)` gives logits [B, L, vocab]
+    (tgrad.bfloat16, or float32 with logits_dtype=tgrad.float32: lm_head's fp32 accumulators,
+    unrounded); `generate` decodes (tgrad.models.generate)."""
+
+    def __init__(self, config: ModelConfig, weights: dict[str, Tensor], inv_freq: np.ndarray | None,
+                 logits_dtype: Any = None) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Model(config, _under(weights, "model"), inv_freq)
+        head = self.model.embed_tokens.weight if config.tie_word_embeddings else weights["lm_head.weight"]
+        self.lm_head = nn.Linear.from_tensors(head)
+        self.logits_dtype = _logits_dtype(logits_dtype)
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for `forward(ids, cache=...)`."""
+        return KVCache(self.config.num_hidden_layers)
+
+    def forward(self, ids: Any, cache: KVCache | None = None, *, logits_to_keep: int = 0,
+                logits_dtype: Any = None) -> Tensor:
+        """Logits [B, L, vocab] of token ids [B, L] (a numpy integer array, anything numpy reads
+        as one, or an int32 Tensor). With a cache, ids continue the cached positions, which are
+        then extended by them. logits_to_keep > 0: only the last that many positions' logits."""
+        keep = _as_count(logits_to_keep, "logits_to_keep")
+        dtype = _logits_dtype(logits_dtype) or self.logits_dtype
+        tokens = self._ids(ids, cache)  # every argument checked before the cache changes
+        hidden = self.model(tokens, cache)
+        if keep:
+            hidden = hidden[:, -keep:, :]
+        return self._head(hidden, dtype)
+
+    def _head(self, hidden: Tensor, dtype: Any) -> Tensor:
+        if dtype is not float32:
+            logits: Tensor = self.lm_head(hidden)
+            return logits
+        b, length, d = hidden.shape
+        rows = hidden.reshape(b * length, d).matmul(self.lm_head.weight.T, out_dtype=float32)
+        return rows.reshape(b, length, self.config.vocab_size)
+
+    def _ids(self, ids: Any, cache: KVCache | None) -> Tensor:
+        vocab = self.config.vocab_size
+        if isinstance(ids, Tensor):
+            if ids.dtype is not int32:
+                raise errors.DtypeUnsupportedError(f"{type(self).__name__}: ids is a {ids.dtype} Tensor, expected int32")
+            shape = ids.shape
+            tokens = ids
+        else:
+            array = np.asarray(ids)
+            if array.dtype.kind not in "iu":
+                raise errors.InvalidArgumentError(
+                    f"{type(self).__name__}: ids must be integers, got a {array.dtype} array")
+            if array.size and (array.min() < 0 or array.max() >= vocab):
+                raise errors.IndexOutOfRangeError(
+                    f"{type(self).__name__}: token id {int(array.min() if array.min() < 0 else array.max())} is "
+                    f"outside the vocabulary [0, {vocab})")
+            shape = array.shape
+            tokens = Tensor.from_numpy(np.ascontiguousarray(array, np.int32), dtype=int32)
+        if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            raise errors.ShapeMismatchError(f"{type(self).__name__}: ids is {list(shape)}, expected [batch >= 1, length >= 1]")
+        if cache is not None:
+            if cache.batch is not None and cache.batch != shape[0]:
+                raise errors.ShapeMismatchError(
+                    f"{type(self).__name__}: ids has batch {shape[0]}, the cache holds batch {cache.batch}")
+            if len(cache.keys) != self.config.num_hidden_layers:
+                raise errors.InvalidArgumentError(f"{type(self).__name__}: the cache is not this model's")
+            cache.batch = shape[0]
+        return tokens
+
+    def generate(self, ids: Any, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None, *,
+                 eos_token_id: int | list[int] | None = None, return_logits: bool = False) -> Any:
+        """New token ids [B, max_new_tokens] (numpy int64) after the prompt ids [B, L]: greedy,
+        or sampled with do_sample (see tgrad.models.generate.generate)."""
+        from .generate import generate
+
+        return generate(self, ids, max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                        top_p=top_p, seed=seed, eos_token_id=eos_token_id, return_logits=return_logits)
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return (f"{c.architecture}: {c.num_hidden_layers} layers, hidden {c.hidden_size}, heads {c.num_attention_heads} "
+                f"(kv {c.num_key_value_heads}), vocab {c.vocab_size}")
+
+
+def _as_count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise errors.InvalidArgumentError(f"{what} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def _logits_dtype(dtype: Any) -> Any:
+    if dtype is None:
+        return None
+    if dtype in (float32, "float32"):
+        return float32
+    if dtype in (bfloat16, "bfloat16"):
+        return bfloat16
+    raise errors.DtypeUnsupportedError(f"logits_dtype must be tgrad.bfloat16 or tgrad.float32, got {dtype!r}")

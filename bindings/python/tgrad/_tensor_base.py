@@ -18,6 +18,7 @@ tests/python/test_native.py runs the same calls through both and compares bytes 
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,12 @@ class PythonTensorBase:
         return self._numpy_as(dtype)  # type: ignore[attr-defined, no-any-return]
 
 
+def _native_module() -> Any:
+    """tgrad._native, the C TensorBase (imported by name: the package's module __getattr__ would
+    make a checker read `from . import _native` as an object)."""
+    return importlib.import_module(f"{__package__}._native")
+
+
 def _load() -> tuple[type[Any], str]:
     wanted = os.environ.get("TGRAD_NATIVE", "")
     if wanted not in ("", "0", "1"):
@@ -119,12 +126,12 @@ def _load() -> tuple[type[Any], str]:
     if wanted == "0":
         return PythonTensorBase, "python"
     try:
-        from . import _native  # type: ignore[attr-defined]  # built by meson; absent in the source tree
+        native = _native_module()  # built by meson; absent in the source tree
     except ImportError as exc:
         if wanted == "1":
             raise ImportError(f"tgrad: TGRAD_NATIVE=1 but tgrad._native is not available: {exc}") from exc
         return PythonTensorBase, "python"
-    return _native.TensorBase, "native"
+    return native.TensorBase, "native"
 
 
 if TYPE_CHECKING:
@@ -151,6 +158,4 @@ def bind(tensor: type[Any], recorder: contextvars.ContextVar[Any]) -> None:
     if _implementation == "native":
         addresses = tuple(int(ffi.cast("uintptr_t", fn)) for fn in (
             lib.tgrad_matmul, lib.tgrad_tensor_read_bf16, lib.tgrad_tensor_realize, lib.tgrad_tensor_release))
-        from . import _native  # type: ignore[attr-defined]
-
-        _native.bind(tensor, PythonTensorBase, lib, addresses, _check, np.empty, _bf16.dtype, recorder.get)
+        _native_module().bind(tensor, PythonTensorBase, lib, addresses, _check, np.empty, _bf16.dtype, recorder.get)

@@ -13,6 +13,7 @@ sampling option out of range).
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,10 @@ def _tokenizer(model_dir: Path) -> Any:
     if not file.is_file():
         return f"--prompt needs {file}, which does not exist (give token ids with --ids)"
     try:
-        from tokenizers import Tokenizer
+        tokenizers = importlib.import_module("tokenizers")  # an optional extra: no stubs needed
     except ImportError:
         return "--prompt needs the tokenizers package: pip install 'tgrad[models]' (or give token ids with --ids)"
-    return Tokenizer.from_file(str(file))
+    return tokenizers.Tokenizer.from_file(str(file))
 
 
 def main(args: argparse.Namespace) -> int:

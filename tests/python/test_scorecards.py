@@ -65,4 +65,10 @@ def test_committed_scorecards_make_their_claims() -> None:
         card = runner.load(runner.scorecard_path(backend, SCORECARDS))
         assert card["backend"] == backend and card["suite"]["roster"] == "ci"
         assert card["claim_made"], f"{backend}: {card['claim']}"
-        assert card["funnel"]["failed"] == 0 and card["funnel"]["skipped"] == 0
+        assert card["funnel"]["failed"] == 0
+        # the only cases a backend may leave out: on a GPU backend, programs with an op the GPU
+        # prelude has no spelling for (pow), refused there with a typed error by design
+        skipped = [c for c in card["cases"] if c["outcome"] == "skip"]
+        assert len(skipped) == card["funnel"]["skipped"]
+        assert all(backend != "cpu" and c["detail"].startswith("an op has no GPU kernel spelling")
+                   and "op 23 " in c["detail"] for c in skipped), skipped

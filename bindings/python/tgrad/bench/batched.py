@@ -11,17 +11,15 @@ region in balanced orders; ratios are medians of paired ratios with a bootstrap 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .stats import bootstrap_ratio, verdict
 from .timing import _interleaved, _Timed, warm_up
+from .op_cases import run_cases
+from .peers import _torch
 
 
 @dataclass(frozen=True)
@@ -56,13 +54,6 @@ def _check(tgrad: Any, a: Any, b: Any) -> bool:
         tgrad.set_num_threads(threads)
     each = all(np.array_equal(got[i], (a[i] @ b[i]).numpy().view(np.uint16)) for i in range(a.shape[0]))
     return each and np.array_equal(got, one)
-
-
-def _torch() -> Any:
-    try:
-        return importlib.import_module("torch")
-    except ImportError:
-        return None
 
 
 def run_case(case: Case, *, budget_s: float, seed: int, peers: bool) -> dict[str, Any]:
@@ -112,21 +103,4 @@ def format_case(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import tgrad
-
-    if args.threads is not None:
-        tgrad.set_num_threads(args.threads)
-    torch = _torch() if not args.no_peers else None
-    if torch is not None:
-        torch.set_num_threads(tgrad.num_threads())
-    results = []
-    for case in CASES:
-        res = run_case(case, budget_s=args.budget, seed=args.seed, peers=not args.no_peers)
-        results.append(res)
-        print(format_case(res), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(), "results": results}
-    (out / "bench-batched.json").write_text(json.dumps(report, indent=1))
-    print(f"threads {tgrad.num_threads()}; wrote {out / 'bench-batched.json'}", file=sys.stderr)
-    return 0 if all(r["correct"] for r in results) else 1
+    return run_cases(args, CASES, run_case, format_case, "bench-batched.json")

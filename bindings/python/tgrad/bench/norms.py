@@ -11,17 +11,15 @@ exact-reference proof is tests/python/test_norms.py (too slow for a bench)."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from .stats import bootstrap_ratio, verdict
 from .timing import _interleaved, _Timed, warm_up
+from .op_cases import run_cases
+from .peers import _torch
 
 
 @dataclass(frozen=True)
@@ -115,13 +113,6 @@ def _hf_rope(torch: Any, tx: Any, L: int, d: int) -> Callable[[], Any]:
     return call
 
 
-def _torch() -> Any:
-    try:
-        return importlib.import_module("torch")
-    except ImportError:
-        return None
-
-
 def format_case(res: dict[str, Any]) -> str:
     evaluated, slow = res["slow_path"]
     line = (f"{res['case']}: tgrad {res['median_s']['tgrad'] * 1e3:.3f} ms, bytes "
@@ -135,21 +126,4 @@ def format_case(res: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import tgrad
-
-    if args.threads is not None:
-        tgrad.set_num_threads(args.threads)
-    torch = _torch() if not args.no_peers else None
-    if torch is not None:
-        torch.set_num_threads(tgrad.num_threads())
-    results = []
-    for case in CASES:
-        res = run_case(case, budget_s=args.budget, seed=args.seed, peers=not args.no_peers)
-        results.append(res)
-        print(format_case(res), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(), "results": results}
-    (out / "bench-norms.json").write_text(json.dumps(report, indent=1))
-    print(f"threads {tgrad.num_threads()}; wrote {out / 'bench-norms.json'}", file=sys.stderr)
-    return 0 if all(r["correct"] for r in results) else 1
+    return run_cases(args, CASES, run_case, format_case, "bench-norms.json")

@@ -14,7 +14,6 @@ of paired ratios with a bootstrap 95% interval (bench.stats)."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import sys
@@ -26,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import batched, norms, reduce
+from .peers import _torch
 from .stats import bootstrap_ratio, verdict
 from .timing import _interleaved, _Timed, warm_up
 
@@ -70,13 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transformer", action="store_true",
                         help="issue 34's table: softmax, rms_norm, layer_norm, GQA attention prefill and a "
                         "batched matmul against torch's eager bf16 ones (tgrad.bench.transformer)")
-
-
-def _torch() -> Any:
-    try:
-        return importlib.import_module("torch")
-    except ImportError:
-        return None
 
 
 def _composed(tgrad: Any, q: Any, k: Any, v: Any, case: Attention) -> np.ndarray:

@@ -15,6 +15,7 @@ import pytest
 
 from tgrad.__main__ import build_parser
 
+from model_dirs import model_dir
 from test_cli_help import _subcommands
 
 pytestmark = pytest.mark.slow  # a child process per command
@@ -31,13 +32,15 @@ def _checkpoint(path: Path, tensors: int) -> Path:
     return path
 
 
-#: A fast invocation of each command, printing to stdout (CKPT: a small checkpoint file). argparse
+#: A fast invocation of each command, printing to stdout (CKPT: a small checkpoint file; MODEL: a
+#: tiny model directory). argparse
 #: prints --help itself and drops what it cannot write: that exits 0, as quietly.
 INVOCATIONS: list[tuple[str | None, list[str]]] = [
     ("bench", ["bench", "--list"]),
     ("capabilities", ["capabilities"]),
     ("config", ["config"]),
     ("doctor", ["doctor", "--no-peak", "--json"]),
+    ("generate", ["generate", "MODEL", "--ids", "1,2,3", "--max-new-tokens", "2"]),
     ("render", ["render", "--shape", "64x64x64"]),
     ("safetensors-stub", ["safetensors-stub", "CKPT"]),
     (None, ["--help"]),
@@ -62,8 +65,10 @@ def _with_reader_gone(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("args", [args for _, args in INVOCATIONS], ids=" ".join)
 def test_a_reader_that_went_away_ends_the_command_quietly(tmp_path: Path, args: list[str]) -> None:
-    ckpt = str(_checkpoint(tmp_path / "c.safetensors", 3))
-    run = _with_reader_gone([ckpt if arg == "CKPT" else arg for arg in args])
+    given = {"CKPT": str(_checkpoint(tmp_path / "c.safetensors", 3))}
+    if "MODEL" in args:
+        given["MODEL"] = str(model_dir(tmp_path / "model"))
+    run = _with_reader_gone([given.get(arg, arg) for arg in args])
     assert run.stderr == "" and run.returncode == (0 if "--help" in args else BROKEN_PIPE), run.stderr
 
 

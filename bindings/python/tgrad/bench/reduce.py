@@ -17,7 +17,7 @@ import numpy as np
 
 from .stats import bootstrap_ratio, verdict
 from .timing import _interleaved, _Timed, warm_up
-from .op_cases import run_cases
+from .op_cases import run_cases, torch_suffix
 from .peers import _torch
 
 
@@ -134,11 +134,7 @@ def format_case(res: dict[str, Any]) -> str:
     line = (f"{res['case']}: tgrad {res['median_s']['tgrad'] * 1e3:.3f} ms ({gbs['tgrad']:.1f} GB/s, "
             f"{res['fraction_of_read']:.0%} of the read bandwidth {gbs['read']:.1f} GB/s), "
             f"bytes {'exact' if res['correct'] else 'WRONG'}")
-    if "torch" in res:
-        t = res["torch"]
-        line += (f"; torch bf16 {res['median_s']['torch'] * 1e3:.3f} ms, torch/tgrad {t['ratio']:.2f} "
-                 f"[{t['lo']:.2f}, {t['hi']:.2f}] {t['verdict']}")
-    return line
+    return line + torch_suffix(res)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,17 +14,16 @@ of paired ratios with a bootstrap 95% interval (bench.stats)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
 
 from . import batched, norms, reduce
+from .op_cases import threads_and_torch, write_report
 from .peers import _torch
 from .stats import bootstrap_ratio, verdict
 from .timing import _interleaved, _Timed, warm_up
@@ -153,11 +152,7 @@ def format_table(rows: list[dict[str, Any]], threads: int) -> str:
 def run(args: argparse.Namespace) -> int:
     import tgrad
 
-    if args.threads is not None:
-        tgrad.set_num_threads(args.threads)
-    torch = _torch() if not args.no_peers else None
-    if torch is not None:
-        torch.set_num_threads(tgrad.num_threads())
+    torch = threads_and_torch(args)
     results = []
     for row in ROWS:
         res = run_row(row, budget_s=args.budget, seed=args.seed, peers=not args.no_peers)
@@ -167,10 +162,6 @@ def run(args: argparse.Namespace) -> int:
               + ("" if t is None else f", torch {res['torch_s'] * 1e3:.3f} ms, torch/tgrad {t['ratio']:.2f}"),
               file=sys.stderr, flush=True)
     print(format_table(results, tgrad.num_threads()), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(),
-              "torch": None if torch is None else torch.__version__, "results": results}
-    (out / "bench-transformer.json").write_text(json.dumps(report, indent=1))
-    print(f"threads {tgrad.num_threads()}; wrote {out / 'bench-transformer.json'}", file=sys.stderr)
+    write_report(args, {"torch": None if torch is None else torch.__version__, "results": results},
+                 "bench-transformer.json")
     return 0 if all(r["correct"] for r in results) else 1

@@ -363,10 +363,20 @@ static uint16_t ref_pow_exact(long double x, long double y, bool *ok) {
     return sign | (uint16_t)(field >= 0x7f80u ? 0x7f80u : field);
 }
 
+/* pow of a zero or infinite base, by C99 F.9.4.4's table rather than powl: glibc's x87 powl gets
+ * pow(-inf, -2^63) wrong (+inf; the exponent is an even integer, the answer +0). */
+static uint16_t ref_pow_edge(long double x, long double y) {
+    bool odd = y == floorl(y) && fabsl(y) < 0x1p64L && fmodl(y, 2) != 0;
+    uint16_t sign = (odd && signbit(x)) ? 0x8000u : 0;
+    bool big = (x == 0) == (y < 0); /* 0 to a negative, inf to a positive: inf */
+    return sign | (big ? 0x7f80u : 0);
+}
+
 static uint16_t ref_pow(uint16_t a, uint16_t b) {
     long double x = bf16_f32(a), y = bf16_f32(b);
     if (y == 0 || x == 1) return 0x3f80u; /* C99 F.9.4.4: even for a NaN */
     if (x != x || y != y) return 0x7fc0u;
+    if (x == 0 || isinf(x)) return ref_pow_edge(x, y);
     long double v = powl(x, y);
     double margin;
     bool tail, ok;
@@ -601,6 +611,11 @@ static const special specials[] = {
     { TGRAD_OP_POW, NINF, 0x4040, NINF, "pow(-inf, 3) = -inf" },
     { TGRAD_OP_POW, NINF, 0xbf80, NZ, "pow(-inf, -1) = -0" },
     { TGRAD_OP_POW, NINF, HALF, PINF, "pow(-inf, 0.5) = +inf" },
+    { TGRAD_OP_POW, NINF, 0xdf00, PZ, "pow(-inf, -2^63) = +0 (an even exponent; glibc's powl says inf)" },
+    { TGRAD_OP_POW, NINF, 0x5f00, PINF, "pow(-inf, 2^63) = +inf" },
+    { TGRAD_OP_POW, NZ, 0xdf00, PINF, "pow(-0, -2^63) = +inf" },
+    { TGRAD_OP_POW, NINF, NINF, PZ, "pow(-inf, -inf) = +0" },
+    { TGRAD_OP_POW, NZ, PINF, PZ, "pow(-0, inf) = +0" },
     { TGRAD_OP_POW, HALF, PINF, PZ, "pow(0.5, inf) = +0" },
     { TGRAD_OP_POW, HALF, NINF, PINF, "pow(0.5, -inf) = +inf" },
     { TGRAD_OP_POW, TWO, NINF, PZ, "pow(2, -inf) = +0" },

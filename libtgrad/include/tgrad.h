@@ -99,7 +99,8 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(25, ERR_FILE_MISSING, file_missing, "file", "a file (a checkpoint or one of its shards) does not exist") \
     X(26, ERR_TENSOR_NOT_FOUND, tensor_not_found, "lookup", "no tensor of this name in the file or checkpoint") \
     X(27, ERR_DTYPE_CONVERSION_REFUSED, dtype_conversion_refused, "type", "the data is not bf16 and converting it was not asked for") \
-    X(28, ERR_MODEL_UNSUPPORTED, model_unsupported, "value", "the model's architecture or a configuration field it sets is not supported")
+    X(28, ERR_MODEL_UNSUPPORTED, model_unsupported, "value", "the model's architecture or a configuration field it sets is not supported") \
+    X(29, ERR_NO_GRADIENT_RULE, no_gradient_rule, "runtime", "a kind on the path to an input has no gradient rule yet (docs/autograd.md)")
 
 #define TGRAD_STATUS_ENUM_(code, NAME, name, category, message) TGRAD_##NAME = code,
 enum tgrad_status_code { TGRAD_STATUS_LIST(TGRAD_STATUS_ENUM_) TGRAD_STATUS_COUNT_ };
@@ -583,6 +584,35 @@ TGRAD_API tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t 
  * lives, and must be treated as read-only.
  * TGRAD_ERR_BACKEND_UNAVAILABLE for a tensor on a GPU device (move it with tgrad_tensor_to). */
 TGRAD_API tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
+
+/* ---- gradients (hgcore; docs/autograd.md) --------------------------------------------------- */
+/* Mark a tensor's buffer as a leaf that requires a gradient (on 1) or not (on 0): nodes made from
+ * it while gradients are enabled on the calling thread record history, kept past realization
+ * (so a result may be read before its gradient is asked for) and released with the buffer.
+ * bf16 and f32 tensors only (else TGRAD_ERR_DTYPE_UNSUPPORTED); on must be 0 or 1 (else
+ * TGRAD_ERR_INVALID_ARGUMENT). The flag belongs to the buffer, so every view of it shares it. */
+TGRAD_API tgrad_status tgrad_tensor_set_requires_grad(tgrad_tensor_t tensor, int32_t on);
+TGRAD_API tgrad_status tgrad_tensor_requires_grad(tgrad_tensor_t tensor, int32_t *on);
+/* Whether nodes made on the calling thread record gradient history (1, the default) or not (0,
+ * torch's no_grad). Thread-local. TGRAD_ERR_INVALID_ARGUMENT for another value. */
+TGRAD_API tgrad_status tgrad_set_grad_enabled(int32_t on);
+TGRAD_API int32_t tgrad_grad_enabled(void);
+/* grads[j] = the sum over k of seeds[k] times d outputs[k] / d inputs[j] (a vector-Jacobian
+ * product), as pending tensors built from the library's own ops (realize them as any other; the
+ * forward part still pending is computed in the same realization). seeds: NULL for ones (every
+ * output must then hold one element), else one tensor per output, of its shape (bf16 or f32).
+ * grad_dtype: 0 gives each gradient in its input's dtype and runs the cotangent chain in each
+ * buffer's dtype; TGRAD_DTYPE_F32 or TGRAD_DTYPE_BF16 runs the whole chain, and gives every
+ * gradient, in that dtype. grads[j] is 0 where no path of history links inputs[j] to an output.
+ * Cotangents reaching a buffer by several paths are summed correctly rounded (one rounding),
+ * whatever their order. Checked before anything is allocated: handles, counts (>= 1), NULL
+ * pointers, grad_dtype, seed shapes (TGRAD_ERR_SHAPE_MISMATCH) and dtypes, a NULL seed for an
+ * output of several elements (TGRAD_ERR_INVALID_ARGUMENT), and a kind on the path without a
+ * rule (TGRAD_ERR_NO_GRADIENT_RULE naming it). On failure nothing is changed and grads is not
+ * written. The caller releases each nonzero grads[j]. */
+TGRAD_API tgrad_status tgrad_grad(int32_t n_outputs, const tgrad_tensor_t *outputs, const tgrad_tensor_t *seeds,
+                                  int32_t n_inputs, const tgrad_tensor_t *inputs, int32_t grad_dtype,
+                                  tgrad_tensor_t *grads);
 
 /* ==== EXPERIMENTAL: not part of the stable ABI; may change in any release ==================== *
  * The tgrad_debug_* testing aids: signatures and effects follow the tests' needs.

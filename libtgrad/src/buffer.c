@@ -27,6 +27,9 @@ tgrad_status tg_buffer_new_typed(int64_t numel, int32_t dtype, tg_node *node, tg
     b->numel = numel;
     b->dtype = dtype;
     b->node = node;
+    if (node && tg_grad_enabled() && (dtype == TGRAD_DTYPE_BF16 || dtype == TGRAD_DTYPE_F32))
+        for (int32_t i = 0; i < node->ninputs && !b->requires_grad; i++)
+            b->requires_grad = node->inputs[i].buf && node->inputs[i].buf->requires_grad;
     b->id = atomic_fetch_add(&next_id, 1);
     if (!node) snprintf(b->route, sizeof b->route, "host");
     atomic_fetch_add(&tg_live_buffers_, 1);
@@ -106,7 +109,7 @@ void tg_buffer_release(tg_buffer *b) {
     storage_drop(b);
     b->dying_next = NULL, b->dying_input = 0;
     for (tg_buffer *top = b; top;) {
-        tg_node *n = top->node;
+        tg_node *n = top->node ? top->node : top->history;
         if (n && top->dying_input < n->ninputs) {
             tg_buffer *in = n->inputs[top->dying_input++].buf;
             if (in && atomic_fetch_sub(&in->refs, 1) == 1) {
@@ -159,9 +162,10 @@ static tgrad_status run_step(const tg_step *st) {
             tg_str_append(b->route, sizeof b->route, &len, st->route); /* what ran */
             pthread_mutex_lock(&tg_graph_lock);
             b->node = NULL;
+            if (b->requires_grad) b->history = n; /* kept for the backward pass (grad/engine.c) */
             atomic_store_explicit(&b->realized, 1, memory_order_release);
             pthread_mutex_unlock(&tg_graph_lock);
-            node_free(n);
+            if (!b->history) node_free(n);
         }
     }
     pthread_mutex_unlock(&b->lock);

@@ -160,6 +160,12 @@ typedef struct tg_node_params {
     int32_t rotary_dim, interleaved; /* rope */
     double eps;                      /* norm: eps; rope: base */
     int32_t softmax_op;              /* TGRAD_SOFTMAX_* (its axis is axes[0]) */
+    /* --- hgcore: PLACE (grad/place.c): the input's element at index i lands at
+     * offset + sum(i[d] * strides[d]) of the compact result; every other element is +0 --- */
+    struct {
+        int64_t strides[TGRAD_MAX_DIMS];
+        int64_t offset;
+    } place;
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 
@@ -207,7 +213,17 @@ typedef struct tg_buffer {
      * buffer below this one and the next of its node's inputs to release. */
     struct tg_buffer *dying_next;
     int32_t dying_input;
+    /* --- hgcore: gradients (grad/engine.c) --- */
+    /* The value requires a gradient: a leaf marked by tgrad_tensor_set_requires_grad, or a node
+     * made while gradients were enabled on this thread from an input that requires one (float
+     * dtypes only). Such a buffer keeps its node as history once realized (released with it). */
+    bool requires_grad;
+    tg_node *history;
 } tg_buffer;
+/* The node that computed b or will (pending: node; realized with history: history; else NULL). */
+static inline const tg_node *tg_buffer_recipe(const tg_buffer *b) { return b->node ? b->node : b->history; }
+/* Whether nodes made on this thread record gradient history (tgrad_set_grad_enabled). */
+TG_HIDDEN bool tg_grad_enabled(void);
 
 /* Guards every buffer's node pointer against detaching while explain walks the graph. */
 extern TG_HIDDEN pthread_mutex_t tg_graph_lock;

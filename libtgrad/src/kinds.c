@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu/epilogue.h"
+#include "grad/grad.h"
 #include "kinds.h"
 #include "ops/elementwise.h"
 #include "ops/elementwise_f32.h"
@@ -46,6 +47,7 @@ static void decide_reduce(tg_step *st) {
 }
 
 static void decide_random(tg_step *st) { route_named(st, "random"); }
+static void decide_place(tg_step *st) { route_named(st, "place"); }
 static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
@@ -128,19 +130,21 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
                      .unfused = "its kind is not fused", .base_name = name_kind },
     [TG_OP_MATMUL] = { .name = "matmul", .role = TG_ROLE_ANCHOR, .decide = decide_matmul, .cpu_execute = execute_matmul,
-                       .gpu_render = tg_step_render_matmul, .base_name = name_kind, .plan_detail = detail_matmul },
+                       .gpu_render = tg_step_render_matmul, .base_name = name_kind, .plan_detail = detail_matmul,
+                       .vjp = &tg_vjp_matmul },
     [TG_OP_COPY] = { .name = "copy", .role = TG_ROLE_MOVEMENT, .decide = decide_copy, .cpu_execute = execute_copy,
                      .gpu_render = tg_step_render_copy, .gpu_route = TGRAD_ROUTE_COPY, .unfused = "a copy is not fused",
-                     .base_name = name_kind },
+                     .base_name = name_kind, .vjp = &tg_vjp_copy },
     [TG_OP_ELEMENTWISE] = { .name = "elementwise", .role = TG_ROLE_ELEMENTWISE, .decide = decide_elementwise,
                             .cpu_execute = execute_elementwise, .gpu_render = tg_step_render_elementwise,
-                            .gpu_route = TGRAD_ROUTE_ELEMENTWISE, .base_name = name_elementwise },
+                            .gpu_route = TGRAD_ROUTE_ELEMENTWISE, .base_name = name_elementwise,
+                            .vjp = &tg_vjp_elementwise },
     [TG_OP_CAST] = { .name = "cast", .role = TG_ROLE_ELEMENTWISE, .decide = decide_cast, .cpu_execute = tg_cast_execute,
                      .gpu_render = tg_step_render_cast, .gpu_route = TGRAD_ROUTE_CAST, .unfused = "a cast is not fused",
-                     .base_name = name_kind },
+                     .base_name = name_kind, .vjp = &tg_vjp_cast },
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
                        .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,
-                       .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce },
+                       .gpu_route = TGRAD_ROUTE_REDUCE, .base_name = name_reduce, .vjp = &tg_vjp_reduce },
     /* gather and concat: bit-for-bit copies on every device (gen/render_select.c); a GPU gather's
      * indices are checked on the host before its launch */
     [TG_OP_GATHER] = { .name = "gather", .role = TG_ROLE_MOVEMENT, .decide = decide_gather,
@@ -149,15 +153,18 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                        .unfused = "a gather is not fused", .base_name = name_kind },
     [TG_OP_CONCAT] = { .name = "concat", .role = TG_ROLE_MOVEMENT, .decide = decide_concat,
                        .cpu_execute = tg_concat_execute, .gpu_render = tg_step_render_concat,
-                       .gpu_route = TGRAD_ROUTE_CONCAT, .unfused = "a concat is not fused", .base_name = name_kind },
+                       .gpu_route = TGRAD_ROUTE_CONCAT, .unfused = "a concat is not fused", .base_name = name_kind,
+                       .vjp = &tg_vjp_concat },
     [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
-                       .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random },
+                       .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random,
+                       .vjp = &tg_vjp_random },
     /* where and compare (ops/compare.c; gen/render_compare.c on GPUs) read stored operands and
      * store their result */
     [TG_OP_WHERE] = { .name = "where", .role = TG_ROLE_ELEMENTWISE, .decide = decide_where,
                       .cpu_execute = tg_where_execute, .gpu_render = tg_step_render_pointwise,
                       .gpu_route = TGRAD_ROUTE_WHERE,
-                      .unfused = "a where is not fused (its selection runs as its own step)", .base_name = name_kind },
+                      .unfused = "a where is not fused (its selection runs as its own step)", .base_name = name_kind,
+                      .vjp = &tg_vjp_where },
     [TG_OP_COMPARE] = { .name = "compare", .role = TG_ROLE_ELEMENTWISE, .decide = decide_compare,
                         .cpu_execute = tg_compare_execute, .gpu_render = tg_step_render_pointwise,
                         .gpu_route = TGRAD_ROUTE_COMPARE,
@@ -168,6 +175,10 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_kind },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
                         .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
+    /* hgcore: the transpose of a view (grad/place.c), made by the backward pass */
+    [TG_OP_PLACE] = { .name = "place", .role = TG_ROLE_MOVEMENT, .decide = decide_place, .cpu_execute = tg_place_execute,
+                      .unfused = "a place is not fused (it writes a zeroed buffer)", .base_name = name_kind,
+                      .vjp = &tg_vjp_place },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

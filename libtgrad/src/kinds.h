@@ -10,6 +10,7 @@
 #include "schedule.h"
 
 struct tg_step_kernel;
+struct tg_vjp;
 
 typedef struct tg_kind {
     const char *name;
@@ -37,8 +38,10 @@ typedef struct tg_kind {
     /* explain: more about the step's plan, written to dst ("" for nothing to add; NULL: never
      * anything), e.g. a batched matmul's batch count and how its threads share it. */
     void (*plan_detail)(const tg_step *st, char *dst, size_t cap);
-    /* The gradient rule (vector-Jacobian product); filled by the gradients work, NULL until then. */
-    const void *vjp;
+    /* The gradient rule (vector-Jacobian product, grad/grad.h; rules in grad/vjp_<kind>.c). NULL:
+     * the kind has no rule yet, and tgrad_grad refuses a path through it with
+     * TGRAD_ERR_NO_GRADIENT_RULE naming it. */
+    const struct tg_vjp *vjp;
 } tg_kind;
 
 TG_HIDDEN extern const tg_kind tg_kinds[TG_OP_COUNT_];

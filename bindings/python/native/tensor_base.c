@@ -31,6 +31,7 @@ typedef struct {
     PyObject_HEAD
     handle_t handle;
     PyObject *shape; /* a tuple of ints once known, else NULL or None */
+    PyObject *grad;  /* Tensor.grad (tgrad.autograd): NULL or None until a backward pass sets it */
     PyObject *weakrefs;
 } TensorBase;
 
@@ -223,6 +224,7 @@ static void tensor_dealloc(PyObject *self) {
     if (h && bound.release)
         bound.release(h); /* a status here has no one to go to (as in __del__) */
     Py_CLEAR(t->shape);
+    Py_CLEAR(t->grad);
     freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
     tp_free(self);
     Py_DECREF(type);
@@ -231,6 +233,7 @@ static void tensor_dealloc(PyObject *self) {
 static PyMemberDef tensor_members[] = {
     {"_handle", T_ULONGLONG, offsetof(TensorBase, handle), 0, "the libtgrad handle (0 once released)"},
     {"_shape", T_OBJECT, offsetof(TensorBase, shape), 0, "the shape when known, else None"},
+    {"_grad", T_OBJECT, offsetof(TensorBase, grad), 0, "Tensor.grad: the gradient a backward pass left, else None"},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(TensorBase, weakrefs), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };

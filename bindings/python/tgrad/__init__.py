@@ -40,8 +40,11 @@ from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logi
 from .dtypes import bool_
 from . import norms  # hnorm: correctly rounded rms_norm, layer_norm
 from .norms import layer_norm, rms_norm, rope
+from . import autograd  # hgcore: gradients
+from .autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
 
 __all__ = [
+    "autograd", "enable_grad", "grad", "is_grad_enabled", "no_grad", "set_grad_enabled", "value_and_grad",
     "Generator",
     "arange",
     "creation",

@@ -50,6 +50,7 @@ enum tgrad_status_code {
     TGRAD_ERR_TENSOR_NOT_FOUND = 26,
     TGRAD_ERR_DTYPE_CONVERSION_REFUSED = 27,
     TGRAD_ERR_MODEL_UNSUPPORTED = 28,
+    TGRAD_ERR_NO_GRADIENT_RULE = 29,
     TGRAD_STATUS_COUNT_ = 29
 };
 #define TGRAD_STATUS_UNSTABLE_FROM 15
@@ -239,6 +240,13 @@ tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, in
                                         const int64_t *shape, const int64_t *strides,
                                         tgrad_deleter deleter, void *context, tgrad_tensor_t *out);
 tgrad_status tgrad_tensor_data(tgrad_tensor_t tensor, const uint16_t **data);
+tgrad_status tgrad_tensor_set_requires_grad(tgrad_tensor_t tensor, int32_t on);
+tgrad_status tgrad_tensor_requires_grad(tgrad_tensor_t tensor, int32_t *on);
+tgrad_status tgrad_set_grad_enabled(int32_t on);
+int32_t tgrad_grad_enabled(void);
+tgrad_status tgrad_grad(int32_t n_outputs, const tgrad_tensor_t *outputs, const tgrad_tensor_t *seeds,
+                        int32_t n_inputs, const tgrad_tensor_t *inputs, int32_t grad_dtype,
+                        tgrad_tensor_t *grads);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1

@@ -59,7 +59,7 @@ _OUT = threading.local()
 class PythonTensorBase:
     """The hot path in Python (see the module's docstring); the C base behaves the same."""
 
-    __slots__ = ("_handle", "_shape", "__weakref__")
+    __slots__ = ("_handle", "_shape", "_grad", "__weakref__")  # _grad: Tensor.grad (tgrad.autograd)
     _handle: int
     _shape: tuple[int, ...] | None  # read once from libtgrad: a tensor's shape never changes
 

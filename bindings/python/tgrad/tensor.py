@@ -342,6 +342,56 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
         return _unpickle, (self.to_bytes(), self.shape, self.device)
 
     # ---- properties -----------------------------------------------------------------------------
+    # ---- gradients (hgcore; tgrad.autograd, docs/autograd.md) ------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        """Whether this tensor's buffer requires a gradient (a marked leaf, or a result of one
+        made while gradients were enabled)."""
+        out = ffi.new("int32_t *")
+        _check(lib.tgrad_tensor_requires_grad(self._h, out))
+        return bool(out[0])
+
+    @requires_grad.setter
+    def requires_grad(self, on: bool) -> None:
+        self.requires_grad_(on)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Mark this tensor as a leaf whose gradient backward() accumulates into .grad; self."""
+        from . import autograd
+
+        _check(lib.tgrad_tensor_set_requires_grad(self._h, int(bool(requires_grad))))
+        if requires_grad:
+            autograd._register(self)
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient backward() accumulated (None until then; settable)."""
+        return getattr(self, "_grad", None)
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"grad must be a Tensor or None, not {type(value).__name__}")
+        self._grad = value
+
+    def backward(self, gradient: Tensor | None = None, *, grad_dtype: Any = None) -> None:
+        """Add d self / d leaf to .grad of every live leaf marked with requires_grad_() (gradient:
+        the seed, of self's shape; None for a one-element self)."""
+        from . import autograd
+
+        autograd.backward(self, gradient, grad_dtype)
+
+    def detach(self) -> Tensor:
+        """A copy of the values with no history: a constant (the requires_grad flag belongs to
+        the buffer, so detaching copies it)."""
+        from .autograd import no_grad
+
+        with no_grad():
+            flat = self.reshape(-1) if self.ndim != 1 else self
+            copy = Tensor._adopt(_new_handle(lib.tgrad_concat, 1, ffi.new("tgrad_tensor_t[]", [flat._h]), 0))
+            return copy.reshape(*self.shape)
+
     @property
     def ndim(self) -> int:
         return len(self.shape)

@@ -188,6 +188,22 @@ class Module:
         for _, tensor in self.named_parameters(recurse=recurse):
             yield tensor
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's .grad (None; zeros of its shape with set_to_none=False)."""
+        for tensor in self.parameters():
+            if set_to_none or tensor.grad is None:
+                tensor.grad = None
+            else:
+                from ..creation import zeros_like
+
+                tensor.grad = zeros_like(tensor.grad)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Mark (or unmark) every parameter as a leaf for backward(); self."""
+        for tensor in self.parameters():
+            tensor.requires_grad_(requires_grad)
+        return self
+
     def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
         return self._named_tensors(1, prefix, recurse)
 

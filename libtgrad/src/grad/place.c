@@ -1,0 +1,43 @@
+/* The PLACE kind (code 15): the transpose of an injective view, which the backward pass of every
+ * view needs (a slice's cotangent lands in the sliced positions of a zero buffer). out is a
+ * compact 1-D tensor of the viewed buffer's element count; the input's element at index i is
+ * copied, bit for bit, to offset + sum(i[d] * strides[d]) (params.place) and every other element
+ * is +0. Injective: no two indices land on one element (broadcast axes were summed first, by the
+ * REDUCE kind, grad/engine.c). CPU only. */
+#include <string.h>
+
+#include "../kinds.h"
+#include "grad.h"
+
+tgrad_status tg_place(tgrad_tensor_t g, const tg_view *v, int64_t numel, tgrad_tensor_t *out) {
+    tg_tensor t;
+    tgrad_status s = tg_handle_get_tensor(g, &t);
+    if (s) return s;
+    tg_view ov;
+    tg_node_params p;
+    memset(&p, 0, sizeof p);
+    for (int32_t d = 0; d < v->ndim; d++) p.place.strides[d] = v->strides[d];
+    p.place.offset = v->offset;
+    s = tg_kind_check_device(TG_OP_PLACE, t.buf->device, "grad");
+    if (!s) s = tg_view_contiguous(1, &numel, &ov);
+    return tg_kind_make_unary(s, TG_OP_PLACE, &t, &ov, t.buf->dtype, &p, "grad", out);
+}
+
+tgrad_status tg_place_execute(const tg_step *st) {
+    const tg_node_input *in = &st->inputs[0];
+    const tg_view *v = &in->view;
+    const int64_t *to = st->base->params.place.strides;
+    int32_t esz = tg_dtype_size(st->buf->dtype);
+    const char *src = (const char *)in->buf->data;
+    char *dst = (char *)st->buf->data;
+    if (st->buf->numel) memset(dst, 0, (size_t)st->buf->numel * (size_t)esz); /* +0 in bf16 and f32 */
+    int64_t n = 1, idx[TGRAD_MAX_DIMS] = { 0 };
+    for (int32_t d = 0; d < v->ndim; d++) n *= v->shape[d];
+    for (int64_t i = 0; i < n; i++) {
+        int64_t from = v->offset, at = st->base->params.place.offset;
+        for (int32_t d = 0; d < v->ndim; d++) from += idx[d] * v->strides[d], at += idx[d] * to[d];
+        memcpy(dst + at * esz, src + from * esz, (size_t)esz);
+        for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
+    }
+    return TGRAD_OK;
+}

@@ -48,6 +48,7 @@ static void decide_reduce(tg_step *st) {
 
 static void decide_random(tg_step *st) { route_named(st, "random"); }
 static void decide_place(tg_step *st) { route_named(st, "place"); }
+static void decide_scatter_add(tg_step *st) { route_named(st, "scatter_add"); }
 static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
@@ -150,7 +151,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_GATHER] = { .name = "gather", .role = TG_ROLE_MOVEMENT, .decide = decide_gather,
                        .cpu_execute = tg_gather_execute, .gpu_render = tg_step_render_gather,
                        .gpu_route = TGRAD_ROUTE_GATHER, .gpu_check = tg_gather_device_check,
-                       .unfused = "a gather is not fused", .base_name = name_kind },
+                       .unfused = "a gather is not fused", .base_name = name_kind, .vjp = &tg_vjp_gather },
     [TG_OP_CONCAT] = { .name = "concat", .role = TG_ROLE_MOVEMENT, .decide = decide_concat,
                        .cpu_execute = tg_concat_execute, .gpu_render = tg_step_render_concat,
                        .gpu_route = TGRAD_ROUTE_CONCAT, .unfused = "a concat is not fused", .base_name = name_kind,
@@ -175,7 +176,12 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_kind },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
                         .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
-    /* hgcore: the transpose of a view (grad/place.c), made by the backward pass */
+    /* hgcore: the transposes of a gather (grad/scatter_add.c) and of a view (grad/place.c), made
+     * by the backward pass */
+    [TG_OP_SCATTER_ADD] = { .name = "scatter_add", .role = TG_ROLE_NONE, .decide = decide_scatter_add,
+                            .cpu_execute = tg_scatter_add_execute,
+                            .unfused = "a scatter-add is not fused (it rounds once per summed element)",
+                            .base_name = name_kind, .vjp = &tg_vjp_scatter_add },
     [TG_OP_PLACE] = { .name = "place", .role = TG_ROLE_MOVEMENT, .decide = decide_place, .cpu_execute = tg_place_execute,
                       .unfused = "a place is not fused (it writes a zeroed buffer)", .base_name = name_kind,
                       .vjp = &tg_vjp_place },

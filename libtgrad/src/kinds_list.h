@@ -26,6 +26,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(11, RANDOM, random, TG_ROLE_NONE)                 \
     X(12, WHERE, where, TG_ROLE_ELEMENTWISE)            \
     X(13, COMPARE, compare, TG_ROLE_ELEMENTWISE)       \
+    X(14, SCATTER_ADD, scatter_add, TG_ROLE_NONE)      \
     X(15, PLACE, place, TG_ROLE_MOVEMENT)
 
 #endif

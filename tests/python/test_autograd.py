@@ -200,6 +200,24 @@ def test_where_concat_cast() -> None:
     assert gx.dtype == BF16 and (f32(gx) == 1).all()
 
 
+def test_gather_is_a_correctly_rounded_scatter_add() -> None:
+    x = T(RNG.standard_normal((5, 3)), BF16)
+    idx = tgrad.tensor(np.array([[4, 0], [4, -1], [2, 4]], np.int32), dtype=tgrad.int32)
+    g = np.array([1.0, 2.0**-9, 2.0**-9, 3.0, 2.0**-9, 1.0], np.float32)  # bf16 values
+    seed = T(np.repeat(g.reshape(3, 2, 1), 3, axis=2), BF16)
+    gx = f32(tgrad.grad(lambda t: (tgrad.take(t, idx, axis=0) * seed).sum(), grad_dtype=BF16)(x))
+    # row 4 gets 1 + 2^-9 + 2^-9 + 2^-9 + ... : the exact sum rounded once to bf16, not a chain of adds
+    exact = np.zeros(5)
+    for (p, q), k in np.ndenumerate(idx.numpy()):
+        exact[k % 5] += g[p * 2 + q]
+    want = f32(T(exact.astype(np.float32), BF16))
+    np.testing.assert_array_equal(gx, np.repeat(want[:, None], 3, axis=1))
+    emb = tgrad.nn.Embedding(6, 4)
+    tok = tgrad.tensor(np.array([1, 1, 5], np.int32), dtype=tgrad.int32)
+    emb(tok).sum().backward()
+    assert f32(emb.weight.grad)[:, 0].tolist() == [0, 2, 0, 0, 0, 1]
+
+
 def test_several_paths_are_summed_once() -> None:
     x = T([1.0, 2.0, 3.0])
     g = tgrad.grad(lambda t: (t * t + t * 3 + t.exp()).sum())(x)
@@ -317,8 +335,10 @@ def test_value_and_grad_over_pytrees_and_modules() -> None:
     xb = T(RNG.standard_normal((4, 3)), BF16)
     gm = tgrad.grad(lambda m: m(xb).sum())(lin)
     assert set(gm) == {name for name, _ in lin.named_parameters()}
-    assert not any(p.requires_grad for p in lin.parameters())  # the marks are taken back
-    lin.requires_grad_()
+    assert all(p.requires_grad for p in lin.parameters())  # drawn parameters are leaves, as torch's
+    frozen = T(np.ones(3))
+    tgrad.grad(lambda t: (t * 2).sum())(frozen)
+    assert not frozen.requires_grad  # grad's marks are taken back
     lin(xb).sum().backward()
     assert all(p.grad is not None for p in lin.parameters())
     np.testing.assert_array_equal(f32(lin.weight.grad), f32(gm["weight"]))

@@ -39,7 +39,7 @@ typedef struct tg_vjp {
 } tg_vjp;
 
 TG_HIDDEN extern const tg_vjp tg_vjp_matmul, tg_vjp_elementwise, tg_vjp_cast, tg_vjp_reduce, tg_vjp_copy,
-    tg_vjp_where, tg_vjp_concat, tg_vjp_random, tg_vjp_place;
+    tg_vjp_where, tg_vjp_concat, tg_vjp_random, tg_vjp_place, tg_vjp_gather, tg_vjp_scatter_add;
 
 /* Helpers the rules compose with (grad/engine.c): each makes one handle into the arena. */
 TG_HIDDEN tgrad_status tg_g_scalar(tg_grad_arena *A, double v, int32_t dtype, tgrad_tensor_t *out);
@@ -69,5 +69,10 @@ TG_HIDDEN tgrad_status tg_g_handle(tg_grad_arena *A, tg_buffer *b, const tg_view
  * nothing lands, g's elements at v's positions (v injective, v->shape = g's shape). */
 TG_HIDDEN tgrad_status tg_place(tgrad_tensor_t g, const tg_view *v, int64_t numel, tgrad_tensor_t *out);
 TG_HIDDEN tgrad_status tg_place_execute(const tg_step *st);
+/* SCATTER_ADD (grad/scatter_add.c): the transpose of tgrad_take(x, indices, axis) for an x read
+ * through xv: g summed (correctly rounded) into the positions its indices name. */
+TG_HIDDEN tgrad_status tg_scatter_add(tgrad_tensor_t g, tgrad_tensor_t indices, int32_t axis, const tg_view *xv,
+                                      tgrad_tensor_t *out);
+TG_HIDDEN tgrad_status tg_scatter_add_execute(const tg_step *st);
 
 #endif

@@ -3,7 +3,9 @@
  * itself; the engine casts it to the input's chain dtype), WHERE (the cotangent where the
  * condition picked the operand, +0 elsewhere; none into the condition), CONCAT (each operand's
  * slice of the cotangent, a zero-copy view), PLACE (the cotangent read through the placed view)
- * and RANDOM (no inputs: nothing flows). Every one is exact: no rounding. */
+ * RANDOM (no inputs: nothing flows), GATHER (a scatter-add of the cotangent, correctly rounded
+ * where indices repeat; none into the indices) and SCATTER_ADD (its transpose: a gather). Every
+ * one but the scatter-add is exact: no rounding. */
 #include <string.h>
 
 #include "grad.h"
@@ -54,6 +56,18 @@ static tgrad_status random_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t
     return *gi = 0, TGRAD_OK; /* a draw has no inputs, and no gradient */
 }
 
+static tgrad_status gather_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t *gi) {
+    if (i == 1) return *gi = 0, TGRAD_OK; /* indices have no gradient */
+    return tg_keep_out(a->A, tg_scatter_add(a->g, a->x[1], a->node->params.axes[0], &a->node->inputs[0].view, gi), gi);
+}
+
+static tgrad_status scatter_add_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t *gi) {
+    if (i == 1) return *gi = 0, TGRAD_OK;
+    return tg_keep_out(a->A, tgrad_take(a->g, a->x[1], a->node->params.axes[0], gi), gi);
+}
+
+const tg_vjp tg_vjp_gather = { .input = gather_input };
+const tg_vjp tg_vjp_scatter_add = { .input = scatter_add_input };
 const tg_vjp tg_vjp_copy = { .input = copy_input };
 const tg_vjp tg_vjp_cast = { .input = cast_input };
 const tg_vjp tg_vjp_where = { .input = where_input };

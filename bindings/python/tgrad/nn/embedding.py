@@ -55,6 +55,7 @@ class Embedding(Module):
                 bits = drawn.numpy().view(np.uint16)
                 bits[padding_idx] = 0  # torch zeroes the padding row
                 weight = Tensor.from_bf16_bits(bits)
+            weight.requires_grad_()  # drawn here: a leaf requiring a gradient, as torch's Parameter
         if not isinstance(weight, Tensor):
             raise errors.InvalidArgumentError(f"Embedding: weight must be a tgrad.Tensor, got {type(weight).__name__}")
         if weight.shape != shape:

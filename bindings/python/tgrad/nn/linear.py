@@ -62,10 +62,10 @@ class Linear(Module):
         self.in_features = _features(in_features, "in_features")
         self.out_features = _features(out_features, "out_features")
         shape = (self.out_features, self.in_features)
-        if weight is None:
-            weight = _torch_uniform(shape, self.in_features, "Linear")
+        if weight is None:  # drawn here: leaves requiring a gradient, as torch's Parameter
+            weight = _torch_uniform(shape, self.in_features, "Linear").requires_grad_()
             if bias is True:
-                bias = _torch_uniform((self.out_features,), self.in_features, "Linear")
+                bias = _torch_uniform((self.out_features,), self.in_features, "Linear").requires_grad_()
         if bias is True:
             raise errors.InvalidArgumentError(
                 f"Linear({self.in_features}, {self.out_features}): bias=True needs the bias tensor "

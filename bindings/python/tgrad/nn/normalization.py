@@ -26,7 +26,8 @@ def _normalized(shape: Any, user: str) -> tuple[int, ...]:
 
 
 def _filled(shape: tuple[int, ...], value: float) -> Tensor:
-    return Tensor.from_numpy(np.full(shape, value, np.float32))
+    """A default weight or bias: a leaf requiring a gradient, as torch's Parameter."""
+    return Tensor.from_numpy(np.full(shape, value, np.float32)).requires_grad_()
 
 
 def _affine(ckpt: safetensors.Checkpoint, prefix: str, names: tuple[str, ...], user: str) -> dict[str, Tensor]:

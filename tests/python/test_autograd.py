@@ -315,6 +315,8 @@ def test_no_grad_keeps_no_history() -> None:
         return t * 3
 
     assert not f(w).requires_grad
+    with pytest.raises(tgrad.errors.InvalidArgumentError, match="does not require"):
+        f(w).sum().backward()
 
 
 def test_value_and_grad_over_pytrees_and_modules() -> None:

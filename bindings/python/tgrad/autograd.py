@@ -129,6 +129,12 @@ def live_leaves() -> list[Any]:
 def backward(output: Any, gradient: Any = None, grad_dtype: Any = None) -> None:
     """Tensor.backward: d output / d leaf for every live tensor marked with requires_grad_(),
     added to its .grad (set when None), realized."""
+    if not output.requires_grad:
+        from . import errors
+
+        raise errors.InvalidArgumentError(
+            "backward: this tensor does not require a gradient (nothing it was made from was marked with "
+            "requires_grad_(), or it was made under no_grad())")
     leaves = live_leaves()
     if not leaves:
         return

@@ -346,3 +346,32 @@ def test_value_and_grad_over_pytrees_and_modules() -> None:
     np.testing.assert_array_equal(f32(lin.weight.grad), f32(gm["weight"]))
     lin.zero_grad()
     assert all(p.grad is None for p in lin.parameters())
+
+
+def _train(steps: int) -> list[bytes]:
+    """A 2-layer MLP fit to a fixed target by plain SGD over float32 master weights (bf16 compute):
+    the loss per step, as bytes."""
+    rng = np.random.default_rng(7)
+    x = T(rng.standard_normal((32, 8)), BF16)
+    y = T(np.sin(rng.standard_normal((32, 1)) * 2), F32)
+    params = {"w1": T(rng.standard_normal((8, 16)) * 0.3), "w2": T(rng.standard_normal((16, 1)) * 0.3)}
+
+    def loss_fn(p: dict) -> tgrad.Tensor:
+        h = (x @ p["w1"].bfloat16()).relu()
+        out = (h @ p["w2"].bfloat16()).float()
+        return ((out - y) ** 2).mean()
+
+    step = tgrad.value_and_grad(loss_fn)
+    losses = []
+    for _ in range(steps):
+        loss, g = step(params)
+        losses.append(f32(loss).tobytes())
+        with tgrad.no_grad():
+            params = {k: (v - g[k] * 0.1).realize() for k, v in params.items()}
+    return losses
+
+
+def test_a_small_mlp_trains_with_a_bit_identical_trajectory() -> None:
+    losses = [float(np.frombuffer(b, np.float32)[0]) for b in _train(40)]
+    assert losses[-1] < 0.5 * losses[0]
+    assert_same_bytes_everywhere(lambda: _train(5))

@@ -67,7 +67,7 @@ def _smooth64(name: str, x: float) -> tuple[float, float]:
         e = math.exp(-2 * abs(z))
         p, q = (1 / (1 + e), e / (1 + e)) if z >= 0 else (e / (1 + e), 1 / (1 + e))
         b = 2 * x * _C * (1 + 3 * _K * x * x) * p * q
-        return p + b, (p + abs(b)) * (1 + 2 * abs(z))
+        return p + b, p + abs(b) + (2 * p * q + abs(b)) * 2 * abs(z)  # z's rounding, through p q
     e = math.exp(-abs(x))
     s, r = (1 / (1 + e), e / (1 + e)) if x >= 0 else (e / (1 + e), 1 / (1 + e))
     b = x * s * r
@@ -134,7 +134,8 @@ def _one(name: str, a: float, g: float, gbits: int, dtype: int) -> int:
         if special is None:  # finite non-zero h: its sign
             if name in _SMOOTH:
                 d, mag = _smooth64(name, a)
-                sign = math.copysign(1.0, d) if a >= 0 or abs(d) > mag * 2.0**-30 else float(_smooth_mp_sign(name, a))
+                sign = (-1.0 if a < -2 else math.copysign(1.0, d) if a >= 0 or abs(d) > mag * 2.0**-30
+                        else float(_smooth_mp_sign(name, a)))
             else:
                 sign = math.copysign(1.0, _exact(name, Fraction(a), Fraction(1)))
             special = sign
@@ -149,7 +150,7 @@ def _one(name: str, a: float, g: float, gbits: int, dtype: int) -> int:
         d, mag = _smooth64(name, a)
         v, err = g * d, abs(g) * (mag * 2.0**-40 + abs(d) * 2.0**-52)
         if abs(v) + err < 2.0**-160:  # far below half the smallest subnormal: a zero of g f'(x)'s sign
-            sign = math.copysign(1.0, d) if abs(d) > mag * 2.0**-30 else float(_smooth_mp_sign(name, a))
+            sign = -1.0 if a < -2 else math.copysign(1.0, d) if abs(d) > mag * 2.0**-30 else float(_smooth_mp_sign(name, a))
             return _round64(math.copysign(0.0, g) * sign, dtype)
         lo, hi = _round64(v - err, dtype), _round64(v + err, dtype)
         if lo == hi and (v - err) * (v + err) > 0:
@@ -195,16 +196,81 @@ def _exact(name: str, y: Fraction, g: Fraction) -> Fraction:
     return g / (2 * y)
 
 
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _smooth64_arrays(name: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_smooth64 over an array of finite x (numpy; the same forms)."""
+    if name == "gelu_backward":
+        Phi = _erfc(-x / math.sqrt(2)).astype(np.float64) / 2
+        b = x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        return Phi + b, Phi + np.abs(b)
+    if name == "gelu_tanh_backward":
+        z = _C * (x + _K * x**3)
+        e = np.exp(-2 * np.abs(z))
+        p, q = np.where(z >= 0, 1 / (1 + e), e / (1 + e)), np.where(z >= 0, e / (1 + e), 1 / (1 + e))
+        b = 2 * x * _C * (1 + 3 * _K * x * x) * p * q
+        return p + b, p + np.abs(b) + (2 * p * q + np.abs(b)) * 2 * np.abs(z)
+    e = np.exp(-np.abs(x))
+    s, r = np.where(x >= 0, 1 / (1 + e), e / (1 + e)), np.where(x >= 0, e / (1 + e), 1 / (1 + e))
+    b = x * s * r
+    return s + b, s + np.abs(b)
+
+
+def _round_arrays(v: np.ndarray, dtype: int) -> np.ndarray:
+    from .oracle import f64_to_bf16_bits
+
+    if dtype == 1:
+        return f64_to_bf16_bits(v).astype(np.uint32)
+    return v.astype(np.float32).view(np.uint32)
+
+
 def grad_bits(name: str, a, b, dtype: int = 1) -> np.ndarray:
-    """name(a, b) over bit patterns of dtype (1: bf16 uint16, 2: float32 uint32), broadcast."""
+    """name(a, b) over bit patterns of dtype (1: bf16 uint16, 2: float32 uint32), broadcast.
+
+    The bulk in numpy (float64 and its error bound: accepted where the bound's interval rounds to
+    one value); the rest, and the special cases, element by element."""
     if name not in GRAD_OPS:
         raise ValueError(f"{name!r} is not a derivative op ({', '.join(GRAD_OPS)})")
     utype = np.uint16 if dtype == 1 else np.uint32
-    a, b = np.broadcast_arrays(np.asarray(a).view(utype) if np.asarray(a).dtype != utype else np.asarray(a),
-                               np.asarray(b).view(utype) if np.asarray(b).dtype != utype else np.asarray(b))
+    a, b = (np.asarray(v) for v in (a, b))
+    a, b = np.broadcast_arrays(a if a.dtype == utype else a.view(utype), b if b.dtype == utype else b.view(utype))
     av, gv = _values(a, dtype), _values(b, dtype)
-    out = np.empty(a.shape, dtype=utype)
+    out = np.zeros(a.shape, dtype=np.uint32)
     with np.errstate(all="ignore"):
-        for i in np.ndindex(a.shape):
+        if name == "relu_backward":
+            nan = np.isnan(av) | np.isnan(gv)
+            return np.where(nan, _NAN[dtype], np.where(av > 0, b, 0)).astype(utype)
+        regular = np.isfinite(av) & np.isfinite(gv) & (gv != 0)
+        if name in _SMOOTH:
+            d, mag = _smooth64_arrays(name, np.where(regular, av, 0.0))
+            v = gv * d
+            err = np.abs(gv) * (mag * 2.0**-40 + np.abs(d) * 2.0**-52)
+            # a result far below half the smallest subnormal is a zero of g f'(x)'s sign: f' < 0
+            # below -2 (below each root: -0.75, -0.75, -1.28), else d's sign where d is clear of 0
+            tiny = regular & (np.abs(v) + err < 2.0**-160) & ((av < -2) | (np.abs(d) > mag * 2.0**-30))
+            sign = np.where(av < -2, -1.0, np.sign(d))
+            out[tiny] = _round_arrays(np.copysign(0.0, gv) * sign, dtype)[tiny]
+            regular &= (av != 0) & (np.abs(v) > err) & (np.abs(v) + err >= 2.0**-160)
+        else:
+            v = gv * _h64_arrays(name, av)
+            err = np.abs(v) * 2.0**-50
+            regular &= np.isfinite(v) & (v != 0)
+        lo, hi = _round_arrays(v - err, dtype), _round_arrays(v + err, dtype)
+        done = regular & (lo == hi)
+        out[done] = lo[done]
+        if name in _SMOOTH:
+            done |= tiny
+        for i in zip(*np.nonzero(~done)) if a.ndim else ([()] if not done else []):
             out[i] = _one(name, float(av[i]), float(gv[i]), int(b[i]), dtype)
-    return out
+    return out.astype(utype)
+
+
+def _h64_arrays(name: str, y: np.ndarray) -> np.ndarray:
+    if name == "sigmoid_backward":
+        return y * (1 - y)
+    if name == "tanh_backward":
+        return 1 - y * y
+    if name == "rsqrt_backward":
+        return -(y * y * y) / 2
+    return 1 / (2 * y)

@@ -25,6 +25,8 @@ How each op is computed, and why that is exact:
   seen as a tie), or its distance to every midpoint is a nonzero integer over mb 2^j, at least
   2^-17 of the value relative (2^-8 on the subnormal grid); float64 rounds within 2^-53, so it
   never crosses a midpoint. Quotients span 2^-261 .. 2^261: normal in float64.
+- the derivative ops (gelu_backward ... sqrt_backward): conformance.derivatives (float64 with an
+  error bound, Fractions or mpmath where it does not decide).
 - gelu, gelu_tanh, silu, sigmoid, tanh, exp, rsqrt: float64 in cancellation-free forms, error
   at most 2^-42 of the value wherever the result is at least 2^-140 (the inputs are exact; the
   worst amplification is erfc's 2u^2 ~ 2^7.6 at gelu's underflow edge, u = -x/sqrt 2 ~ 9.3,
@@ -44,6 +46,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .derivatives import GRAD_OPS, grad_bits
 from .oracle import CANONICAL_NAN_BITS, _as_bits, bf16_bits_to_f32, f64_to_bf16_bits
 
 __all__ = ["ARITY", "BINARY_OPS", "TABLE_OPS", "UNARY_OPS", "binary_bits", "elementwise_bits",
@@ -56,6 +59,9 @@ ARITY: dict[str, int] = {
     "neg": 1, "abs": 1, "square": 1, "rsqrt": 1,
     "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
     "sqrt": 1, "log": 1, "log1p": 1, "sin": 1, "cos": 1, "pow": 2,
+    # the derivative ops (conformance.derivatives): forward input (or output) first, cotangent second
+    "gelu_backward": 2, "gelu_tanh_backward": 2, "silu_backward": 2, "sigmoid_backward": 2,
+    "tanh_backward": 2, "relu_backward": 2, "rsqrt_backward": 2, "sqrt_backward": 2,
 }
 UNARY_OPS = tuple(op for op, n in ARITY.items() if n == 1)
 BINARY_OPS = tuple(op for op, n in ARITY.items() if n == 2)
@@ -360,6 +366,8 @@ def binary_bits(name: str, a, b) -> np.ndarray:
     if ARITY.get(name) != 2:
         raise ValueError(f"{name!r} is not a binary op (binary: {', '.join(BINARY_OPS)})")
     a, b = np.broadcast_arrays(_as_bits(a), _as_bits(b))
+    if name in GRAD_OPS:
+        return grad_bits(name, a, b)
     if name == "pow":
         one = ((b & 0x7FFF) == 0) | (a == 0x3F80)  # C99: pow(x, ±0) = 1 and pow(1, y) = 1, NaN or not
         out = np.where(_is_nan(a) | _is_nan(b), _NAN, _pow(a, b))

@@ -131,7 +131,13 @@ TGRAD_API tgrad_status tgrad_last_status(void);
  * exact erf form, gelu_tanh torch's approximate="tanh" (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))), its constants taken as exact reals); maximum and minimum propagate NaN and order
  * -0 < +0; log is the natural logarithm; pow(a, b) is a^b with C99/IEEE 754 pow's special cases
- * (pow(x, 0) = 1 and pow(1, y) = 1 even for NaN, a negative base to a non-integer is NaN). */
+ * (pow(x, 0) = 1 and pow(1, y) = 1 even for NaN, a negative base to a non-integer is NaN).
+ * The derivative ops (24-31, hgew) take the forward op's input (or output, as torch's *_backward)
+ * first and the cotangent g second, and are correctly rounded as a whole (one rounding of the exact
+ * value): gelu_backward(x, g) = g gelu'(x), gelu_tanh_backward(x, g) = g gelu_tanh'(x),
+ * silu_backward(x, g) = g silu'(x), sigmoid_backward(y, g) = g y (1 - y), tanh_backward(y, g) =
+ * g (1 - y^2), relu_backward(x, g) = g where x > 0 else +0, rsqrt_backward(y, g) = -g y^3 / 2,
+ * sqrt_backward(y, g) = g / (2 y). */
 #define TGRAD_OP_LIST(X)                                                                            \
     X(1, RELU, relu, 1)                                                                             \
     X(2, GELU, gelu, 1)                                                                             \
@@ -155,7 +161,15 @@ TGRAD_API tgrad_status tgrad_last_status(void);
     X(20, LOG1P, log1p, 1)                                                                          \
     X(21, SIN, sin, 1)                                                                              \
     X(22, COS, cos, 1)                                                                              \
-    X(23, POW, pow, 2)
+    X(23, POW, pow, 2)                                                                              \
+    X(24, GELU_BACKWARD, gelu_backward, 2)                                                          \
+    X(25, GELU_TANH_BACKWARD, gelu_tanh_backward, 2)                                                \
+    X(26, SILU_BACKWARD, silu_backward, 2)                                                          \
+    X(27, SIGMOID_BACKWARD, sigmoid_backward, 2)                                                    \
+    X(28, TANH_BACKWARD, tanh_backward, 2)                                                          \
+    X(29, RELU_BACKWARD, relu_backward, 2)                                                          \
+    X(30, RSQRT_BACKWARD, rsqrt_backward, 2)                                                        \
+    X(31, SQRT_BACKWARD, sqrt_backward, 2)
 
 typedef int32_t tgrad_op;
 #define TGRAD_OP_ENUM_(code, NAME, name, arity) TGRAD_OP_##NAME = code,
@@ -676,7 +690,8 @@ TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *
 #define TGRAD_DEBUG_F32_COUNT 3
 TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 /* The same counts for the bf16 ops computed at run time rather than read from a table (pow: its
- * slow path is an exact dyadic evaluation or binary128); zeros for the others. The same indices
+ * slow path is an exact dyadic evaluation or binary128; gelu_backward, gelu_tanh_backward and
+ * silu_backward: binary128); zeros for the others. The same indices
  * and refusals as tgrad_debug_f32_slow_path. */
 TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 

@@ -9,6 +9,7 @@
  *   test_elementwise binary [--stride S] [--threads T] [--op NAME]
  *                               every binary op (or one) on all a and every S-th b (plus special
  *                               values), against a double reference; S = 1 is all 2^32 pairs
+ *                               (the derivative ops 24-31: grad_reference.h's binary128 one)
  *
  * Every variant this CPU runs is checked, each under the default environment and under a hostile
  * one (x86: MXCSR DAZ, FTZ and round toward zero; aarch64: FPCR.FZ and round toward zero); the
@@ -103,6 +104,8 @@ static float bf16_f32(uint16_t h) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+#include "grad_reference.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -393,6 +396,10 @@ static void ref_pow_row(uint16_t a, const uint16_t *b, uint16_t *out, int64_t n)
 }
 
 static void ref_row(tgrad_op op, uint16_t a, const uint16_t *b, uint16_t *out, int64_t n) {
+    if (is_grad_op(op)) {
+        ref_grad_row(op, a, b, out, n);
+        return;
+    }
     switch (op) {
     case TGRAD_OP_POW: ref_pow_row(a, b, out, n); break;
     case TGRAD_OP_ADD: ref_add(a, b, out, n); break;
@@ -464,21 +471,22 @@ static void sweep_threads(tgrad_op op, const uint16_t *b, int64_t nb, const run_
     }
 }
 
-/* b broadcast: for each sampled b, all 65,536 a against it */
-static int64_t sweep_b_broadcast(tgrad_op op, const uint16_t *bs, int64_t nb, run_cfg cfg) {
+/* b broadcast: for each sampled b, all 65,536 a against it (the reference once, every config) */
+static void sweep_b_broadcast(tgrad_op op, const uint16_t *bs, int64_t nb, const run_cfg *cfgs, int ncfgs,
+                              int64_t *bad) {
     static uint16_t a[65536], got[65536], want[65536];
-    int64_t bad = 0;
     for (uint32_t i = 0; i < 65536; i++) a[i] = (uint16_t)i;
     for (int64_t j = 0; j < nb; j++) {
-        run_binary(cfg, op, a, 1, &bs[j], 0, got, 65536);
-        for (uint32_t i = 0; i < 65536; i++) {
-            ref_row(op, (uint16_t)i, &bs[j], &want[i], 1);
-            if (got[i] != want[i] && want[i] != 0xffffu && bad++ < 5)
-                fprintf(stderr, "%s %s(0x%04x, 0x%04x) (b broadcast) = 0x%04x, expected 0x%04x\n", cfg.v->name,
-                        tgrad_op_name(op), i, bs[j], got[i], want[i]);
+        for (uint32_t i = 0; i < 65536; i++) ref_row(op, (uint16_t)i, &bs[j], &want[i], 1);
+        for (int c = 0; c < ncfgs; c++) {
+            run_binary(cfgs[c], op, a, 1, &bs[j], 0, got, 65536);
+            for (uint32_t i = 0; i < 65536; i++) {
+                if (got[i] != want[i] && want[i] != 0xffffu && bad[c]++ < 5)
+                    fprintf(stderr, "%s %s(0x%04x, 0x%04x) (b broadcast) = 0x%04x, expected 0x%04x\n", cfgs[c].v->name,
+                            tgrad_op_name(op), i, bs[j], got[i], want[i]);
+            }
         }
     }
-    return bad;
 }
 
 static int test_binary(int64_t stride, int threads, const char *only) {
@@ -497,10 +505,16 @@ static int test_binary(int64_t stride, int threads, const char *only) {
         tgrad_op op = binary_ops[k];
         if (only && strcmp(only, tgrad_op_name(op)) != 0) continue;
         double t0 = now_s();
+        ref_grad_prepare(op);
+        long long undecided_before = atomic_load(&grad_undecided);
         int64_t bad[32] = { 0 };
-        sweep_threads(op, b, nb, sweep_cfgs, nsweep, stride > 1, threads, bad);
-        for (int c = 0; c < nsweep && stride > 1; c++) bad[c] += sweep_b_broadcast(op, b, nb, sweep_cfgs[c]);
-        for (int c = 0; c < nsweep; c++) {
+        /* the derivative ops run one portable evaluation whatever the variant (tg_ew_binary_on
+         * dispatches them before it): all pairs on the first variant under the hostile
+         * environment; the sampled sweep runs them on every variant and both environments */
+        int ncheck = stride == 1 && is_grad_op(op) ? 1 : nsweep;
+        sweep_threads(op, b, nb, sweep_cfgs, ncheck, stride > 1, threads, bad);
+        if (stride > 1) sweep_b_broadcast(op, b, nb, sweep_cfgs, nsweep, bad);
+        for (int c = 0; c < ncheck; c++) {
             printf("%-8s %-9s %s: %lld pairs, %lld wrong\n", tgrad_op_name(op), sweep_cfgs[c].v->name,
                    sweep_cfgs[c].hostile ? "hostile env" : "default env", (long long)(65536 * nb), (long long)bad[c]);
             CHECK(bad[c] == 0);
@@ -508,6 +522,14 @@ static int test_binary(int64_t stride, int threads, const char *only) {
         if (op == TGRAD_OP_POW)
             printf("pow: %lld pair evaluations the reference left undecided (skipped; tests/python/test_pow.py)\n",
                    (long long)atomic_load(&pow_undecided));
+        if (is_grad_op(op)) {
+            long long undecided = atomic_load(&grad_undecided) - undecided_before;
+            if (op <= TGRAD_OP_SILU_BACKWARD)
+                printf("%s: the closest m |f'(x)| to its 9-bit grid: 2^%.1f units\n", tgrad_op_name(op),
+                       log2(atomic_load(&grad_closest[op - TGRAD_OP_GELU_BACKWARD])));
+            printf("%s: %lld pairs the reference left undecided\n", tgrad_op_name(op), undecided);
+            CHECK(undecided == 0);
+        }
         printf("%-8s %.1f s (%d threads)\n", tgrad_op_name(op), now_s() - t0, threads);
         fflush(stdout);
     }
@@ -626,6 +648,55 @@ static const special specials[] = {
     { TGRAD_OP_POW, TWO, 0xc306, PZ, "pow(2, -134) = 2^-134, a tie between 0 and 2^-133: to even, +0" },
     { TGRAD_OP_POW, 0x4040, 0x4000, 0x4110, "pow(3, 2) = 9" },
     { TGRAD_OP_POW, 0x4040, 0xc040, 0x3d18, "pow(3, -3) = 1/27" },
+    { TGRAD_OP_GELU_BACKWARD, PZ, 0x0003, 0x0002, "gelu_backward(0, 3 * 2^-133) = 1.5 units exactly: a tie, to even, 2" },
+    { TGRAD_OP_GELU_BACKWARD, SUB1, 0x0003, 0x0002, "gelu_backward(2^-133, 3 * 2^-133): 1.5 units + tiny: up, 2" },
+    { TGRAD_OP_GELU_BACKWARD, SUB1, 0x0001, 0x0001, "gelu_backward(2^-133, 2^-133): 2^-134 + tiny: up to 2^-133" },
+    { TGRAD_OP_GELU_BACKWARD, NSUB1, 0x0001, PZ, "gelu_backward(-2^-133, 2^-133): 2^-134 - tiny: down to +0" },
+    { TGRAD_OP_GELU_BACKWARD, PINF, 0x4040, 0x4040, "gelu_backward(+inf, g) = g (gelu'(+inf) = 1)" },
+    { TGRAD_OP_GELU_BACKWARD, NINF, 0x4040, NZ, "gelu_backward(-inf, 3) = -0 (gelu'(-inf) = -0, the limit)" },
+    { TGRAD_OP_GELU_BACKWARD, NINF, PINF, QNAN, "gelu_backward(-inf, inf) = NaN (-0 * inf)" },
+    { TGRAD_OP_GELU_BACKWARD, 0xc2c8, PINF, NINF, "gelu_backward(-100, inf) = -inf (gelu'(-100) < 0, not 0)" },
+    { TGRAD_OP_GELU_BACKWARD, 0xc2c8, ONE, NZ, "gelu_backward(-100, 1) = -1e-2173: -0" },
+    { TGRAD_OP_GELU_BACKWARD, 0x3fb3, MAXF, PINF, "gelu_backward(1.4, max) = 1.13 max: overflows to inf" },
+    { TGRAD_OP_GELU_BACKWARD, ONE, QNAN, QNAN, "gelu_backward(1, NaN) = NaN" },
+    { TGRAD_OP_GELU_BACKWARD, QNAN, PZ, QNAN, "gelu_backward(NaN, 0) = NaN" },
+    { TGRAD_OP_GELU_BACKWARD, ONE, NZ, NZ, "gelu_backward(1, -0) = -0" },
+    { TGRAD_OP_GELU_TANH_BACKWARD, NINF, 0x4040, NZ, "gelu_tanh_backward(-inf, 3) = -0" },
+    { TGRAD_OP_GELU_TANH_BACKWARD, PINF, MONE, MONE, "gelu_tanh_backward(+inf, -1) = -1" },
+    { TGRAD_OP_GELU_TANH_BACKWARD, PZ, 0x0005, 0x0002, "gelu_tanh_backward(0, 5 * 2^-133) = 2.5 units: a tie, to even, 2" },
+    { TGRAD_OP_SILU_BACKWARD, NSUB1, 0x8005, 0x8002, "silu_backward(-2^-133, -5 * 2^-133): -2.5 units + tiny toward 0: -2" },
+    { TGRAD_OP_SILU_BACKWARD, SUB1, 0x8005, 0x8003, "silu_backward(2^-133, -5 * 2^-133): -2.5 units - tiny: -3" },
+    { TGRAD_OP_SILU_BACKWARD, 0xc2c8, PINF, NINF, "silu_backward(-100, inf) = -inf" },
+    { TGRAD_OP_SIGMOID_BACKWARD, HALF, ONE, 0x3e80, "sigmoid_backward(0.5, 1) = 0.25" },
+    { TGRAD_OP_SIGMOID_BACKWARD, ONE, 0x4040, PZ, "sigmoid_backward(1, 3) = +0" },
+    { TGRAD_OP_SIGMOID_BACKWARD, ONE, MONE, NZ, "sigmoid_backward(1, -1) = -0 (g y (1 - y) with 1 - y = +0)" },
+    { TGRAD_OP_SIGMOID_BACKWARD, NZ, ONE, NZ, "sigmoid_backward(-0, 1) = -0" },
+    { TGRAD_OP_SIGMOID_BACKWARD, PINF, ONE, NINF, "sigmoid_backward(inf, 1) = -inf" },
+    { TGRAD_OP_SIGMOID_BACKWARD, ONE, PINF, QNAN, "sigmoid_backward(1, inf) = NaN (inf * 0)" },
+    { TGRAD_OP_SIGMOID_BACKWARD, 0x5f30, 0x4040, NINF, "sigmoid_backward(1.27e19, 3) = -4.8e38: overflows" },
+    { TGRAD_OP_SIGMOID_BACKWARD, 0x0003, HALF, 0x0001, "sigmoid_backward(3 * 2^-133, 0.5) = 1.5 units - tiny: down to 1, not to even 2" },
+    { TGRAD_OP_TANH_BACKWARD, ONE, 0x4040, PZ, "tanh_backward(1, 3) = +0" },
+    { TGRAD_OP_TANH_BACKWARD, MONE, MONE, NZ, "tanh_backward(-1, -1) = -0" },
+    { TGRAD_OP_TANH_BACKWARD, PZ, 0x4040, 0x4040, "tanh_backward(0, 3) = 3" },
+    { TGRAD_OP_TANH_BACKWARD, NINF, ONE, NINF, "tanh_backward(-inf, 1) = -inf" },
+    { TGRAD_OP_TANH_BACKWARD, HALF, ONE, 0x3f40, "tanh_backward(0.5, 1) = 0.75" },
+    { TGRAD_OP_RELU_BACKWARD, ONE, 0x4040, 0x4040, "relu_backward(1, 3) = 3" },
+    { TGRAD_OP_RELU_BACKWARD, PZ, 0x4040, PZ, "relu_backward(+0, 3) = +0 (0 is not > 0)" },
+    { TGRAD_OP_RELU_BACKWARD, NZ, 0x4040, PZ, "relu_backward(-0, 3) = +0" },
+    { TGRAD_OP_RELU_BACKWARD, MONE, PINF, PZ, "relu_backward(-1, inf) = +0 (a select, not a product)" },
+    { TGRAD_OP_RELU_BACKWARD, SUB1, NZ, NZ, "relu_backward(2^-133, -0) = -0 (g itself)" },
+    { TGRAD_OP_RELU_BACKWARD, 0xffc1, ONE, QNAN, "relu_backward(NaN, 1) = NaN (torch gives 1)" },
+    { TGRAD_OP_RELU_BACKWARD, MONE, QNAN, QNAN, "relu_backward(-1, NaN) = NaN (torch gives 0)" },
+    { TGRAD_OP_RSQRT_BACKWARD, ONE, ONE, 0xbf00, "rsqrt_backward(1, 1) = -0.5" },
+    { TGRAD_OP_RSQRT_BACKWARD, PZ, ONE, NZ, "rsqrt_backward(+0, 1) = -0" },
+    { TGRAD_OP_RSQRT_BACKWARD, PINF, PZ, QNAN, "rsqrt_backward(inf, 0) = NaN" },
+    { TGRAD_OP_RSQRT_BACKWARD, PINF, ONE, NINF, "rsqrt_backward(inf, 1) = -inf" },
+    { TGRAD_OP_SQRT_BACKWARD, ONE, ONE, HALF, "sqrt_backward(1, 1) = 0.5" },
+    { TGRAD_OP_SQRT_BACKWARD, PZ, ONE, PINF, "sqrt_backward(+0, 1) = +inf" },
+    { TGRAD_OP_SQRT_BACKWARD, NZ, ONE, NINF, "sqrt_backward(-0, 1) = -inf" },
+    { TGRAD_OP_SQRT_BACKWARD, PZ, PZ, QNAN, "sqrt_backward(0, 0) = NaN" },
+    { TGRAD_OP_SQRT_BACKWARD, PINF, ONE, PZ, "sqrt_backward(inf, 1) = +0" },
+    { TGRAD_OP_SQRT_BACKWARD, TWO, 0x0003, 0x0001, "sqrt_backward(2, 3 * 2^-133) = 0.75 units: 1" },
     { TGRAD_OP_ADD, NZ, PZ, PZ, "-0 + +0 = +0" },
     { TGRAD_OP_ADD, NZ, NZ, NZ, "-0 + -0 = -0" },
     { TGRAD_OP_ADD, PINF, NINF, QNAN, "inf + -inf = NaN" },
@@ -662,6 +733,7 @@ static const special specials[] = {
 };
 
 static void test_specials(void) {
+    for (tgrad_op op = TGRAD_OP_GELU_BACKWARD; op <= TGRAD_OP_SILU_BACKWARD; op++) ref_grad_prepare(op);
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
         const special *s = &specials[i];
         for (int c = 0; c < n_cfgs(); c++) {

@@ -18,7 +18,8 @@ from tgrad._ffi import ffi, lib
 
 UNARY = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "square", "rsqrt", "sqrt", "log",
          "log1p", "sin", "cos"]
-BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "gelu_backward", "gelu_tanh_backward", "silu_backward",
+          "sigmoid_backward", "tanh_backward", "relu_backward", "rsqrt_backward", "sqrt_backward"]
 
 
 def f32(data: object) -> tgrad.Tensor:

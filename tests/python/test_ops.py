@@ -116,6 +116,15 @@ SPELLINGS: dict[str, list[Callable[..., Tensor]]] = {
     "sin": [tgrad.sin, Tensor.sin],
     "cos": [tgrad.cos, Tensor.cos],
     "pow": [tgrad.pow, Tensor.pow, lambda a, b: a ** b],
+    # the derivative ops (tgrad.derivatives): the forward value first, the cotangent second
+    "gelu_backward": [tgrad.gelu_backward, tgrad.derivatives.gelu_backward],
+    "gelu_tanh_backward": [tgrad.gelu_tanh_backward],
+    "silu_backward": [tgrad.silu_backward],
+    "sigmoid_backward": [tgrad.sigmoid_backward],
+    "tanh_backward": [tgrad.tanh_backward],
+    "relu_backward": [tgrad.relu_backward],
+    "rsqrt_backward": [tgrad.rsqrt_backward],
+    "sqrt_backward": [tgrad.sqrt_backward],
 }
 
 

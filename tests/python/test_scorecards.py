@@ -67,8 +67,12 @@ def test_committed_scorecards_make_their_claims() -> None:
         assert card["claim_made"], f"{backend}: {card['claim']}"
         assert card["funnel"]["failed"] == 0
         # the only cases a backend may leave out: on a GPU backend, programs with an op the GPU
-        # prelude has no spelling for (pow), refused there with a typed error by design
+        # prelude has no spelling for, refused there with a typed error by design: pow (23; its
+        # CPU evaluation needs libm's pow and binary128) and the derivative ops 24-31 (their CPU
+        # evaluation needs a table of doubles and a binary128 slow path, or double-double sums:
+        # no integer-only device spelling yet, docs/numerics.md "Derivative ops")
         skipped = [c for c in card["cases"] if c["outcome"] == "skip"]
         assert len(skipped) == card["funnel"]["skipped"]
+        unspelled = tuple(f"op {code} " for code in range(23, 32))
         assert all(backend != "cpu" and c["detail"].startswith("an op has no GPU kernel spelling")
-                   and "op 23 " in c["detail"] for c in skipped), skipped
+                   and any(op in c["detail"] for op in unspelled) for c in skipped), skipped

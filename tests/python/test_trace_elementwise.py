@@ -73,7 +73,10 @@ def _every_op(x: tgrad.Tensor, y: tgrad.Tensor) -> tuple[tgrad.Tensor, ...]:
     binary = (x + y, x - y[0], x * y.T.T, x / 3.0, 1 - x, tgrad.maximum(x, y[:, :1]),
               tgrad.minimum(x.T, 0.0))
     more = (p.sqrt(), p.log(), x.log1p(), x.sin(), x.cos(), p ** y, 2 ** x, x ** 2)
-    return unary + binary + more
+    derivatives = (tgrad.gelu_backward(x, y), tgrad.gelu_tanh_backward(x, y[0]), tgrad.silu_backward(x, 2.0),
+                   tgrad.sigmoid_backward(x.sigmoid(), y), tgrad.tanh_backward(x.tanh(), y),
+                   tgrad.relu_backward(x, y), tgrad.rsqrt_backward(p.rsqrt(), y), tgrad.sqrt_backward(p.sqrt(), y))
+    return unary + binary + more + derivatives
 
 
 def test_every_registry_op_is_recorded_under_its_name_and_replays(rng: np.random.Generator) -> None:

@@ -111,6 +111,16 @@ __all__ = [
     "pow",
     "sin",
     "sqrt",
+    # --- hgew: the derivative ops (tgrad.derivatives) ---
+    "derivatives",
+    "gelu_backward",
+    "gelu_tanh_backward",
+    "relu_backward",
+    "rsqrt_backward",
+    "sigmoid_backward",
+    "silu_backward",
+    "sqrt_backward",
+    "tanh_backward",
     "Capability",
     "Tensor",
     "TgradError",
@@ -362,6 +372,10 @@ from .compare import all, any  # noqa: E402  (last: they shadow the builtins, as
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402  (tgrad.softmax, the module, is shadowed)
 from . import elementwise_more  # noqa: E402
 from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402  (pow shadows the builtin)
+from . import derivatives  # noqa: E402  (hgew)
+from .derivatives import (  # noqa: E402
+    gelu_backward, gelu_tanh_backward, relu_backward, rsqrt_backward, sigmoid_backward, silu_backward, sqrt_backward,
+    tanh_backward)
 
 
 def __getattr__(name: str) -> object:

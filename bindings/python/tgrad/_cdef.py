@@ -88,7 +88,15 @@ enum tgrad_op_code {
     TGRAD_OP_SIN = 21,
     TGRAD_OP_COS = 22,
     TGRAD_OP_POW = 23,
-    TGRAD_OP_END_ = 24
+    TGRAD_OP_GELU_BACKWARD = 24,
+    TGRAD_OP_GELU_TANH_BACKWARD = 25,
+    TGRAD_OP_SILU_BACKWARD = 26,
+    TGRAD_OP_SIGMOID_BACKWARD = 27,
+    TGRAD_OP_TANH_BACKWARD = 28,
+    TGRAD_OP_RELU_BACKWARD = 29,
+    TGRAD_OP_RSQRT_BACKWARD = 30,
+    TGRAD_OP_SQRT_BACKWARD = 31,
+    TGRAD_OP_END_ = 32
 };
 int32_t tgrad_op_count(void);
 const char *tgrad_op_name(tgrad_op op);

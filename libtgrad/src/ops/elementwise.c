@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "elementwise.h"
+#include "elementwise_grad.h"
 #include "elementwise_pow.h"
 
 static const tg_ew_variant *const variants[] = {
@@ -52,6 +53,7 @@ void tg_ew_unary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *x, uint
 void tg_ew_binary_on(const tg_ew_variant *v, tgrad_op op, const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb,
                      uint16_t *y, int64_t n) {
     if (op == TGRAD_OP_POW) tg_ew_pow_bf16(a, sa, b, sb, y, n); /* one portable evaluation for every variant */
+    else if (tg_ew_is_grad(op)) tg_ew_grad_bf16(op, a, sa, b, sb, y, n); /* the same (elementwise_grad.h) */
     else v->binary(op, a, sa, b, sb, y, n);
 }
 

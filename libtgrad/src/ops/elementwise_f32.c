@@ -9,6 +9,7 @@
 #include "../../../kernels/cpu/fp_env.h"
 #include "elementwise_f32.h"
 #include "elementwise_pow.h"
+#include "elementwise_grad.h"
 
 /* The slow path's arithmetic: binary128 (113-bit significand) where the build has it. */
 #if defined(TGRAD_HAVE_QUADMATH)
@@ -351,7 +352,14 @@ void tg_ew32_binary(tgrad_op op, const uint32_t *a, int64_t sa, const uint32_t *
         count(op, TGRAD_DEBUG_F32_UNDECIDED, c.undecided);
         break;
     }
-    default: break;
+    default:
+        if (tg_ew_is_grad(op)) { /* the derivative ops (elementwise_grad.c) */
+            tg_pow_counts c = tg_ew_grad_f32(op, a, sa, b, sb, y, n);
+            count(op, TGRAD_DEBUG_F32_EVALUATED, c.evaluated);
+            count(op, TGRAD_DEBUG_F32_SLOW, c.slow);
+            count(op, TGRAD_DEBUG_F32_UNDECIDED, c.undecided);
+        }
+        break;
     }
     tg_fp_env_restore(env);
 }

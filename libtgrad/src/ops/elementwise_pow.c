@@ -9,78 +9,13 @@
 #include <string.h>
 
 #include "../../../kernels/cpu/fp_env.h"
+#include "elementwise_grad.h"
 #include "elementwise_pow.h"
-
-#if defined(TGRAD_HAVE_QUADMATH)
-#include <quadmath.h>
-typedef __float128 xf;
-#define XPOW powq
-#define XFREXP frexpq
-#define XLDEXP ldexpq
-#define XWINDOW 0x1p-100Q
-#else
-#include <float.h>
-typedef long double xf; /* binary128 on aarch64 Linux; x87's 64 bits on x86; double on macOS */
-#define XPOW powl
-#define XFREXP frexpl
-#define XLDEXP ldexpl
-#define XWINDOW ((xf)ldexp(1.0, 13 - LDBL_MANT_DIG)) /* 2^-100 for binary128 */
-#endif
+#include "elementwise_round.h"
 
 /* glibc's pow is within 0.52 double ulp (2^-52.9) of a^b; 2^-40 leaves a factor 2^12 for other
  * libms (all documented below 1 ulp). */
 #define FAST_WINDOW 0x1p-40
-
-typedef struct { int p; uint32_t sign, one, inf, nan; } fmt;
-
-static fmt format(int p) {
-    return (fmt){ p, 1u << (p + 7), 127u << (p - 1), 255u << (p - 1), 0x1ffu << (p - 2) };
-}
-
-/* The nearest (ties to even) value of the format to (-1)^neg (sig 2^e + s), where 0 <= s < 2^e
- * and s > 0 exactly when sticky: gradual underflow, overflow to inf. */
-static uint32_t round_sig(const fmt *F, bool neg, uint64_t sig, int64_t e, bool sticky) {
-    uint32_t sign = neg ? F->sign : 0;
-    if (sig == 0) return sign; /* never with sticky (the callers' values are normalized) */
-    int lz = __builtin_clzll(sig);
-    sig <<= lz, e -= lz; /* sig in [2^63, 2^64) */
-    int64_t top = e + 63; /* 2^top <= value < 2^(top + 1) */
-    if (top > 127) return sign | F->inf;
-    int64_t unit = (top < -126 ? -126 : top) - (F->p - 1); /* the result counts units of 2^unit */
-    int64_t shift = unit - e;                               /* >= 64 - p: bits dropped */
-    uint64_t q = 0;
-    bool up;
-    if (shift > 64) {
-        up = false; /* value < 2^(e + 64) <= half a unit */
-    } else if (shift == 64) {
-        up = sig > (1ull << 63) || (sig == (1ull << 63) && sticky); /* a tie goes to even: 0 */
-    } else {
-        q = sig >> shift;
-        uint64_t rest = sig & ((1ull << shift) - 1), half = 1ull << (shift - 1);
-        up = rest > half || (rest == half && (sticky || (q & 1)));
-    }
-    q += up;
-    /* q's implicit bit (2^(p-1)) adds one to the exponent field; a carry moves to the next binade */
-    uint64_t bits = ((uint64_t)((top < -126 ? -126 : top) + 126) << (F->p - 1)) + q;
-    return sign | (uint32_t)(bits >= F->inf ? F->inf : bits);
-}
-
-static uint32_t round_double(const fmt *F, bool neg, double d) { /* d >= 0 */
-    if (isinf(d)) return (neg ? F->sign : 0) | F->inf;
-    if (d == 0) return neg ? F->sign : 0;
-    int ex;
-    double fr = frexp(d, &ex); /* [0.5, 1): 53 bits, exact in a uint64 once scaled */
-    return round_sig(F, neg, (uint64_t)ldexp(fr, 64), (int64_t)ex - 64, false);
-}
-
-static uint32_t round_xf(const fmt *F, bool neg, xf v) { /* v >= 0 */
-    if (v - v != 0) return (neg ? F->sign : 0) | F->inf;
-    if (v == 0) return neg ? F->sign : 0;
-    int ex;
-    xf s = XLDEXP(XFREXP(v, &ex), 64);
-    uint64_t sig = (uint64_t)s; /* truncated: the rest, if any, is the sticky part */
-    return round_sig(F, neg, sig, (int64_t)ex - 64, s - (xf)sig != 0);
-}
 
 /* The value d (>= 0) is within w d of |a^b|: true, with *out its rounding, when the whole interval
  * rounds to one value (RNE is monotonic, so its two ends decide). 0 and inf stand for themselves. */
@@ -219,6 +154,7 @@ TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, 
     if (!counts || count < 1 || count > TGRAD_DEBUG_F32_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_bf16_slow_path: counts is NULL or count %d is not 1 .. %d",
                        (int)count, TGRAD_DEBUG_F32_COUNT);
-    for (int32_t i = 0; i < count; i++) counts[i] = op == TGRAD_OP_POW ? atomic_load_explicit(&bf16_counts[i], memory_order_relaxed) : 0;
+    for (int32_t i = 0; i < count; i++) counts[i] = op == TGRAD_OP_POW ? atomic_load_explicit(&bf16_counts[i], memory_order_relaxed)
+                                        : tg_ew_grad_bf16_count(op, i);
     return TGRAD_OK;
 }

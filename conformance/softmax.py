@@ -99,3 +99,36 @@ def reference(op: str, row_bits: list[int], in_dtype: str, out_dtype: str) -> li
 def bits_of(a: np.ndarray) -> np.ndarray:
     """An array's values as their bit patterns (uint16 for bf16, uint32 for float32)."""
     return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
+
+
+def reference_backward(y_bits: list[int], g_bits: list[int], y_dtype: str, g_dtype: str, out_dtype: str) -> list[int]:
+    """softmax_backward's output bits over one row: y_i (g_i - sum_j g_j y_j), the exact value (a
+    Fraction) rounded once; a row holding a NaN or infinity gives IEEE's value of the expression
+    with the row's sum (NaN canonical); an exact zero is -0 when IEEE's two operations make it so
+    (g_i - S = -0 only for g_i = -0 and S = +0, S being -0 when every product is -0)."""
+    yc, gc, out = _CODE[y_dtype], _CODE[g_dtype], _CODE[out_dtype]
+    ys = [value_of(int(b), yc) for b in y_bits]
+    gs = [value_of(int(b), gc) for b in g_bits]
+    yneg = [bool(int(b) & _SIGN[yc]) for b in y_bits]
+    gneg = [bool(int(b) & _SIGN[gc]) for b in g_bits]
+    if not all(isinstance(v, Fraction) for v in ys + gs):
+        fy = [float(v) for v in ys]
+        fg = [float(v) for v in gs]
+        s = sum(a * b for a, b in zip(fg, fy))
+        res = []
+        for a, b in zip(fy, fg):
+            v = a * (b - s)
+            res.append(_NAN[out] if v != v else (_INF[out] | (_SIGN[out] if v < 0 else 0)))
+        return res
+    s = sum((b * a for a, b in zip(ys, gs)), Fraction(0))
+    s_negzero = len(ys) > 0 and all((a == 0 or b == 0) and yn != gn for a, b, yn, gn in zip(ys, gs, yneg, gneg))
+    res = []
+    for a, b, yn, gn in zip(ys, gs, yneg, gneg):
+        d = b - s
+        v = a * d
+        if v != 0:
+            res.append(round_to(v, out))
+            continue
+        dneg = d < 0 if d != 0 else (b == 0 and gn and not s_negzero)
+        res.append(_SIGN[out] if yn != dneg else 0)
+    return res

@@ -122,7 +122,7 @@ static const char *name_compare(const tg_step *st) {
     return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
 }
 static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
-static const char *name_softmax(const tg_step *st) { return tgrad_softmax_name(st->base->params.softmax_op); }
+static const char *name_softmax(const tg_step *st) { return tg_softmax_kind_name(st->base->params.softmax_op); }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,

@@ -432,12 +432,14 @@ TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis,
 /* --- hgsoft: the derivative --- */
 /* out = the derivative of op along `axis` applied to the gradient g, lazily: for op =
  * TGRAD_SOFTMAX_SOFTMAX, y is softmax's output and out_i = y_i (g_i - sum_j g_j y_j) (torch's
- * _softmax_backward_data), each output the exact value of that expression rounded once to
- * out_dtype (docs/numerics.md, "softmax_backward"). y and g: the same shape, bf16 or f32 each, on
- * the CPU; out_dtype 0 for g's dtype, else bf16 or f32. A NaN or infinity in a row gives IEEE's
- * value of the expression evaluated with that row's sum; an exact zero has the sign IEEE's two
- * operations give it. Checks happen here, before any allocation: another op
- * (TGRAD_ERR_INVALID_ARGUMENT), dtypes (TGRAD_ERR_DTYPE_UNSUPPORTED), shapes
+ * _softmax_backward_data); for op = TGRAD_SOFTMAX_LOG_SOFTMAX, y is log_softmax's output and
+ * out_i = g_i - exp(y_i) sum_j g_j (torch's _log_softmax_backward_data). Each output is the exact
+ * value of that expression rounded once to out_dtype (docs/numerics.md, "softmax_backward,
+ * log_softmax_backward"). y and g: the same shape, bf16 or f32 each, on the CPU; out_dtype 0 for
+ * g's dtype, else bf16 or f32. A NaN or infinity gives IEEE's value of the expression with the
+ * row's sum (the docs list the cases); an exact zero has the sign IEEE's operations give it.
+ * Checks happen here, before any allocation: another op (logsumexp has none here,
+ * TGRAD_ERR_INVALID_ARGUMENT), dtypes (TGRAD_ERR_DTYPE_UNSUPPORTED), shapes
  * (TGRAD_ERR_SHAPE_MISMATCH), axis (TGRAD_ERR_INDEX_OUT_OF_RANGE), devices
  * (TGRAD_ERR_DEVICE_MISMATCH, TGRAD_ERR_BACKEND_UNAVAILABLE). */
 TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis,

@@ -100,6 +100,7 @@ __all__ = [
     "log_softmax",
     "logsumexp",
     "softmax_backward",  # hgsoft: the row kinds' derivative ops
+    "log_softmax_backward",
     "elementwise_more",
     "clamp",
     "clip",
@@ -358,7 +359,7 @@ def from_dlpack(x: object) -> Tensor:
 from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
 from .compare import all, any  # noqa: E402  (last: they shadow the builtins, as max and sum do)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402  (tgrad.softmax, the module, is shadowed)
-from .softmax_backward import softmax_backward  # noqa: E402  (hgsoft; the module is shadowed likewise)
+from .softmax_backward import log_softmax_backward, softmax_backward  # noqa: E402  (hgsoft; module shadowed)
 from . import elementwise_more  # noqa: E402
 from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402  (pow shadows the builtin)
 

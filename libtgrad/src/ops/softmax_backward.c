@@ -1,12 +1,14 @@
-/* The softmax kind's derivative: softmax_backward(y, g) = y_i (g_i - sum_j g_j y_j) along one axis
- * (torch's _softmax_backward_data), each output the exact value of that expression on the inputs,
- * rounded once to the output dtype (docs/numerics.md, "softmax_backward"). tgrad_softmax_backward
- * checks everything and records a two-input node of the softmax kind; tg_softmax_backward_execute
- * runs its rows over the pool. Each element is evaluated in double with a rigorous error bound and
- * written when the bound decides its rounding; the rest (and every zero result, whose sign the
- * bound cannot tell) are decided exactly in big-integer arithmetic (norm_exact.h's tg_big): every
- * bf16 or float32 value is an integer multiple of 2^-149, so the exact output is an integer times
- * 2^-447 of at most ~750 bits, rounded by its own bits. */
+/* The softmax kind's derivatives: softmax_backward(y, g) = y_i (g_i - sum_j g_j y_j) (torch's
+ * _softmax_backward_data) and log_softmax_backward(z, g) = g_i - exp(z_i) sum_j g_j (torch's
+ * _log_softmax_backward_data) along one axis, each output the exact value of that expression on
+ * the inputs, rounded once to the output dtype (docs/numerics.md, "softmax_backward,
+ * log_softmax_backward"). tgrad_softmax_backward checks everything and records a two-input node of
+ * the softmax kind; tg_softmax_backward_execute runs its rows over the pool. Each element is
+ * evaluated in double with a rigorous error bound and written when the bound decides its rounding;
+ * the rest (and every zero result, whose sign the bound cannot tell) are decided exactly where the
+ * value is rational, in big-integer arithmetic (norm_exact.h's tg_big: every bf16 or float32 value
+ * is an integer multiple of 2^-149), else (exp(z_i) G, z_i != 0) in binary128 with the anchor g_i
+ * (Ziv's strategy, as the forward softmax). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +18,23 @@
 #include "../cpu/epilogue.h"
 #include "../kinds.h"
 #include "norm_exact.h"
+#include "softmax_kernel.h"
+
+#if defined(TGRAD_HAVE_QUADMATH)
+#include <quadmath.h>
+typedef __float128 xf;
+#define XEXP expq
+#else
+typedef long double xf; /* binary128 on aarch64 Linux; less elsewhere (the bound below assumes 113 bits) */
+#define XEXP expl
+#endif
 
 /* The node's private softmax_op codes (tg_node_params.softmax_op): the forward op's code plus this. */
 enum { TG_SM_BACKWARD = 16 };
 
 const char *tg_softmax_kind_name(int32_t op) {
     if (op == TG_SM_BACKWARD + TGRAD_SOFTMAX_SOFTMAX) return "softmax_backward";
+    if (op == TG_SM_BACKWARD + TGRAD_SOFTMAX_LOG_SOFTMAX) return "log_softmax_backward";
     return tgrad_softmax_name(op);
 }
 
@@ -30,11 +43,12 @@ bool tg_softmax_is_backward(int32_t op) { return op > TG_SM_BACKWARD; }
 /* ---- the node ---- */
 TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis,
                                               int32_t out_dtype, tgrad_tensor_t *out) {
-    const char *fn = "softmax_backward";
+    const char *fn = op == TGRAD_SOFTMAX_LOG_SOFTMAX ? "log_softmax_backward" : "softmax_backward";
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-    if (op != TGRAD_SOFTMAX_SOFTMAX)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: op %d has no backward here (TGRAD_SOFTMAX_SOFTMAX takes one)",
-                       fn, (int)op);
+    if (op != TGRAD_SOFTMAX_SOFTMAX && op != TGRAD_SOFTMAX_LOG_SOFTMAX)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT,
+                       "%s: op %d has no backward here (TGRAD_SOFTMAX_SOFTMAX and TGRAD_SOFTMAX_LOG_SOFTMAX have)", fn,
+                       (int)op);
     tg_tensor t[2] = { 0 };
     int32_t have = 0;
     tgrad_status s = tg_handle_get_tensor(y, &t[0]);
@@ -44,9 +58,9 @@ TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgra
     for (int32_t i = 0; !s && i < 2; i++)
         if (t[i].buf->dtype != TGRAD_DTYPE_BF16 && t[i].buf->dtype != TGRAD_DTYPE_F32)
             s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: %s is %s; it takes bfloat16 or float32", fn,
-                        i ? "the gradient" : "the softmax output", tg_dtype_name(t[i].buf->dtype));
+                        i ? "the gradient" : "the forward output", tg_dtype_name(t[i].buf->dtype));
     if (!s && t[1].buf->device != t[0].buf->device)
-        s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: the gradient lives on %s, the softmax output on %s", fn,
+        s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: the gradient lives on %s, the forward output on %s", fn,
                     tg_device_name(t[1].buf->device), tg_device_name(t[0].buf->device));
     if (!s) s = tg_kind_check_device(TG_OP_SOFTMAX, t[0].buf->device, fn);
     bool same = !s && t[0].view.ndim == t[1].view.ndim;
@@ -55,7 +69,7 @@ TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgra
         char s0[160], s1[160];
         tg_format_shape(s0, sizeof s0, &t[0].view);
         tg_format_shape(s1, sizeof s1, &t[1].view);
-        s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: the softmax output is %s, the gradient %s (they must match)", fn, s0,
+        s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: the forward output is %s, the gradient %s (they must match)", fn, s0,
                     s1);
     }
     if (!s && out_dtype == 0) out_dtype = t[1].buf->dtype;
@@ -121,7 +135,7 @@ static uint32_t round_big(const tg_big *v, int32_t scale, int32_t dt) {
 
 /* ---- the executor ---- */
 typedef struct sb_job {
-    int32_t out_dtype;
+    int32_t op, out_dtype; /* op: TGRAD_SOFTMAX_SOFTMAX or _LOG_SOFTMAX (the forward's) */
     const tg_node_input *y, *g;
     int64_t n, ystride, gstride;
     int32_t nother;
@@ -181,19 +195,179 @@ static uint32_t exact_element(exact_sum *X, const double *y, const double *g, in
     return round_big(&v, 447, dt);
 }
 
+/* ---- log_softmax_backward: g_i - exp(z_i) G, G = sum_j g_j ---- */
+static const uint32_t SIGN_BITS[3] = { 0, 0x8000u, 0x80000000u };
+static uint32_t inf_bits(int32_t dt, bool neg) {
+    return (dt == TGRAD_DTYPE_BF16 ? 0x7F80u : 0x7F800000u) | (neg ? SIGN_BITS[dt] : 0);
+}
+
+/* binary128 roundings (as ops/softmax.c's slow path): v rounded once to dt, and the value of dt's
+ * bits b (an infinity as 2^128, so that the midpoint with the largest finite value is the
+ * overflow threshold). */
+static uint32_t round_x(xf v, int32_t dt) {
+    if (dt == TGRAD_DTYPE_F32) return tg_sm_f32_bits((float)v);
+    float f = (float)v;
+    uint32_t u = tg_sm_f32_bits(f);
+    if ((u & 0xffffu) == 0x8000u && (xf)f != v) u += ((xf)f < v) == (v > 0) ? 1u : (uint32_t)-1;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+static xf value_x(uint32_t b, int32_t dt) {
+    uint32_t u = dt == TGRAD_DTYPE_BF16 ? b << 16 : b;
+    if ((u & 0x7fffffffu) == 0x7f800000u) return (u >> 31 ? -1 : 1) * (xf)ldexp(1.0, 128);
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return (xf)f;
+}
+/* The rounding of a value known to lie within y -+ e, equal to anchor + (a nonzero value of sign
+ * side): both ends alike, or the one boundary between them is the anchor (the side decides); else
+ * (never seen) rounded from y. */
+static uint32_t decide_x(xf y, xf e, int32_t dt, xf anchor, int side) {
+    uint32_t lo = round_x(y - e, dt), hi = round_x(y + e, dt);
+    if (lo == hi) return lo;
+    xf b = (value_x(lo, dt) + value_x(hi, dt)) / 2;
+    bool adjacent = round_x(b, dt) == lo || round_x(b, dt) == hi;
+    if (adjacent && b == anchor) return side < 0 ? lo : hi;
+    return round_x(y, dt);
+}
+
+/* The row's exact G 2^149 (a big integer), its sign, whether every g_j is -0, and G in binary128
+ * (relative error below 2^-110: at most five 64-bit limbs, each exact). */
+typedef struct exact_g { bool ready, negzero; int sign; tg_big s; xf q; } exact_g;
+
+static void g_prepare(exact_g *X, const double *g, int64_t n) {
+    tg_big_zero(&X->s);
+    X->negzero = n > 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint64_t sg;
+        int32_t hg, ng;
+        int_of(g[j], &sg, &hg, &ng);
+        tg_big_add_small(&X->s, sg, hg, ng ? -1 : 1);
+        X->negzero = X->negzero && sg == 0 && ng;
+    }
+    xf q = 0;
+    for (int32_t k = X->s.n - 1; k >= 0; k--) q += (xf)X->s.w[k] * (xf)ldexp(1.0, 64 * k - 149);
+    X->sign = X->s.n ? (X->s.neg ? -1 : 1) : 0;
+    X->q = X->sign < 0 ? -q : q;
+    X->ready = true;
+}
+
+/* A zero output: g_i - P with P = exp(z_i) G a zero of G's sign (-0 only for g_i = -0, P = +0). */
+static uint32_t zero_of(const exact_g *X, double gi, int32_t dt) {
+    bool pneg = X->sign < 0 || (X->sign == 0 && X->negzero);
+    return signbit(gi) && !pneg ? SIGN_BITS[dt] : 0;
+}
+
+/* An element the double bound did not decide (or z_i > 0, z_i = 0, G = 0): exactly where the
+ * value is rational (G = 0: g_i; z_i = 0: g_i - G), else in binary128 with the anchor g_i. */
+static uint32_t log_slow(exact_g *X, const double *g, int64_t n, double zi, double gi, int32_t dt) {
+    if (!X->ready) g_prepare(X, g, n);
+    if (X->sign == 0) return gi != 0 ? tg_sm_round(gi, dt) : zero_of(X, gi, dt);
+    if (zi == 0) { /* exp(0) = 1 */
+        uint64_t sg;
+        int32_t hg, ng;
+        int_of(gi, &sg, &hg, &ng);
+        tg_big d = X->s;
+        d.neg = !d.neg;
+        tg_big_add_small(&d, sg, hg, ng ? -1 : 1);
+        return d.n ? round_big(&d, 149, dt) : 0; /* g_i = G != 0: +0 */
+    }
+    /* |exp(z) G| >= e^200 2^-149 > 2^139: past the overflow threshold whatever g_i (< 2^128) */
+    if (zi >= 200) return inf_bits(dt, X->sign > 0);
+    xf tiny = (xf)ldexp(1.0, -1000); /* absolute: binary128 underflow, 2^-16000 and less */
+    tiny = tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny;
+    xf E = XEXP((xf)zi), P = E * X->q, v = (xf)gi - P;
+    xf ap = P < 0 ? -P : P, av = v < 0 ? -v : v;
+    /* exp within 2^-110, G within 2^-110, the product 2^-113, the difference 2^-113 of |v| */
+    xf err = (ap * (xf)0x1p-108 + av * (xf)0x1p-111) * (xf)1.1 + tiny;
+    return decide_x(v, err, dt, (xf)gi, -X->sign);
+}
+
+/* An element of a row holding an infinity or NaN in g (G, the IEEE sum, is not finite), or with
+ * z_i infinite or NaN: IEEE's value, exp(z_i) being 0 for -inf, +inf for +inf and a positive real
+ * otherwise (so only its class matters against an infinite G). */
+static uint32_t log_special(exact_g *X, const double *g, int64_t n, double zi, double gi, double G, int32_t dt) {
+    if (zi != zi) return nan_bits(dt);
+    if (!isfinite(G)) {
+        double E = isinf(zi) ? (zi > 0 ? INFINITY : 0.0) : 1.0, v = gi - E * G;
+        return v != v ? nan_bits(dt) : tg_sm_round(v, dt);
+    }
+    if (!X->ready) g_prepare(X, g, n);
+    if (zi < 0) return gi != 0 ? tg_sm_round(gi, dt) : zero_of(X, gi, dt); /* E = 0 */
+    return X->sign == 0 ? nan_bits(dt) : inf_bits(dt, X->sign > 0);      /* E = +inf: inf 0 is NaN */
+}
+
+static void log_row(const sb_job *J, const double *z, const double *g, double *e, int64_t pos) {
+    const double U = 0x1p-53;
+    int64_t n = J->n;
+    int32_t dt = J->out_dtype;
+    double G = 0, A = 0;
+    for (int64_t j = 0; j < n; j++) {
+        G += g[j];
+        A += fabs(g[j]);
+        e[j] = z[j] <= 0 ? z[j] : 0.0; /* exp_rows' domain; the others are not read below */
+    }
+    double eG = A * ((double)n * U) * 1.01; /* the sequential sum's bound, as softmax_backward's */
+    tg_sm_portable.exp_rows(e, 0.0, e, n);  /* exp(z_j) within TG_SM_EXP_REL; 0 below -708 (< 2^-1021) */
+    exact_g X = { .ready = false };
+    for (int64_t i = 0; i < n; i++) {
+        double zi = z[i], gi = g[i];
+        uint32_t b;
+        if (!isfinite(G) || !isfinite(zi)) b = log_special(&X, g, n, zi, gi, G, dt);
+        else if (zi >= 0) b = log_slow(&X, g, n, zi, gi, dt);
+        else {
+            double Eh = e[i], P = Eh * G, v = gi - P;
+            double err = (Eh * eG * 1.01 + (TG_SM_EXP_REL + 2 * U) * 1.01 * fabs(P) + 0x1p-1020 * (fabs(G) + eG) +
+                          4 * U * fabs(v)) * 1.1;
+            uint32_t blo = tg_sm_round(v - err, dt), bhi = tg_sm_round(v + err, dt);
+            b = blo == bhi && !is_zero_bits(blo, dt) ? blo : log_slow(&X, g, n, zi, gi, dt);
+        }
+        put(J, pos + i * J->inner, b);
+    }
+}
+
+/* softmax_backward's row (y, g read) into the output at pos, pos + inner, ... */
+static void softmax_row(const sb_job *J, const double *y, const double *g, int64_t pos) {
+    const double U = 0x1p-53;
+    int64_t n = J->n;
+    int32_t dt = J->out_dtype;
+    double S = 0, A = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double p = g[j] * y[j]; /* exact: 48 significant bits at most, above 2^-300 */
+        S += p;
+        A += fabs(p);
+    }
+    exact_sum X = { .ready = false };
+    /* |S - exact| <= (n - 1) u sum|p_j| (the sequential sum); A's own roundings in the 1.01 */
+    double eS = A * ((double)n * U) * 1.01;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        if (!isfinite(S)) { /* a NaN or infinity in the row: IEEE's value of the expression */
+            double v = y[i] * (g[i] - S);
+            b = v != v ? nan_bits(dt) : tg_sm_round(v, dt);
+        } else {
+            double D = g[i] - S, v = y[i] * D;
+            /* D's error: eS, and its rounding u|D|; v's rounding u|v|; the ends' roundings u|v| */
+            double e = (fabs(y[i]) * eS * 1.01 + 4 * U * fabs(v)) * 1.1;
+            uint32_t blo = tg_sm_round(v - e, dt), bhi = tg_sm_round(v + e, dt);
+            b = blo == bhi && !is_zero_bits(blo, dt) ? blo : exact_element(&X, y, g, n, i, dt);
+        }
+        put(J, pos + i * J->inner, b);
+    }
+}
+
 static void task_rows(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     sb_job *J = arg;
     int64_t n = J->n, m = n ? n : 1;
+    bool log = J->op == TGRAD_SOFTMAX_LOG_SOFTMAX;
     double *y = malloc(sizeof(double) * (size_t)m), *g = malloc(sizeof(double) * (size_t)m);
-    if (!y || !g) {
-        free(y), free(g);
+    double *e = log ? malloc(sizeof(double) * (size_t)m) : NULL;
+    if (!y || !g || (log && !e)) {
+        free(y), free(g), free(e);
         atomic_store(&J->oom, true);
         return;
     }
     tg_fp_env env = tg_fp_env_ieee();
-    const double U = 0x1p-53;
-    int32_t dt = J->out_dtype;
     int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
     for (int64_t r = lo; r < hi; r++) {
         int64_t yo = J->y->view.offset, go = J->g->view.offset, q = r;
@@ -203,44 +377,22 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
             q /= J->oshape[d];
         }
         int64_t pos = (r / J->inner) * n * J->inner + r % J->inner;
-        double S = 0, A = 0;
-        for (int64_t j = 0; j < n; j++) {
-            y[j] = load(J->y, yo + j * J->ystride);
-            g[j] = load(J->g, go + j * J->gstride);
-            double p = g[j] * y[j]; /* exact: 48 significant bits at most, above 2^-300 */
-            S += p;
-            A += fabs(p);
-        }
-        exact_sum X = { .ready = false };
-        /* |S - exact| <= (n - 1) u sum|p_j| (the sequential sum); A's own roundings in the 1.01 */
-        double eS = A * ((double)n * U) * 1.01;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t b;
-            if (!isfinite(S)) { /* a NaN or infinity in the row: IEEE's value of the expression */
-                double v = y[i] * (g[i] - S);
-                b = v != v ? nan_bits(dt) : tg_sm_round(v, dt);
-            } else {
-                double D = g[i] - S, v = y[i] * D;
-                /* D's error: eS, and its rounding u|D|; v's rounding u|v|; the ends' roundings u|v| */
-                double e = (fabs(y[i]) * eS * 1.01 + 4 * U * fabs(v)) * 1.1;
-                uint32_t blo = tg_sm_round(v - e, dt), bhi = tg_sm_round(v + e, dt);
-                b = blo == bhi && !is_zero_bits(blo, dt) ? blo : exact_element(&X, y, g, n, i, dt);
-            }
-            put(J, pos + i * J->inner, b);
-        }
+        for (int64_t j = 0; j < n; j++) y[j] = load(J->y, yo + j * J->ystride), g[j] = load(J->g, go + j * J->gstride);
+        if (log) log_row(J, y, g, e, pos);
+        else softmax_row(J, y, g, pos);
         if (J->epi) {
             if (J->inner == 1) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
             else for (int64_t i = 0; i < n; i++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + i * J->inner, 1);
         }
     }
     tg_fp_env_restore(env);
-    free(y), free(g);
+    free(y), free(g), free(e);
 }
 
 tgrad_status tg_softmax_backward_execute(const tg_step *st) {
     const tg_node_input *yi = &st->inputs[0], *gi = &st->inputs[1];
     int32_t axis = st->base->params.axes[0], nd = yi->view.ndim;
-    sb_job J = { .out_dtype = st->base->dtype, .y = yi, .g = gi, .out = (char *)st->buf->data, .inner = 1, .rows = 1 };
+    sb_job J = { .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi, .out = (char *)st->buf->data, .inner = 1, .rows = 1 };
     tg_chain epi;
     if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
     J.n = nd ? yi->view.shape[axis] : 1;
@@ -260,7 +412,7 @@ tgrad_status tg_softmax_backward_execute(const tg_step *st) {
     if (tasks == 1) task_rows(0, 0, &J);
     else tg_pool_run(tasks, task_rows, &J);
     if (atomic_load(&J.oom))
-        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "softmax_backward: cannot allocate a row's workspace (%lld elements)",
-                       (long long)J.n);
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row's workspace (%lld elements)",
+                       tg_softmax_kind_name(J.op + TG_SM_BACKWARD), (long long)J.n);
     return TGRAD_OK;
 }

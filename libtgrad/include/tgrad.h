@@ -401,6 +401,13 @@ TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight,
  * (docs/numerics.md, "Rotary position embedding"). Every check happens here, before allocating. */
 TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
                                   int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
+/* --- hgsoft: rope's derivative --- */
+/* The transpose of rope's rotation applied to a bf16 gradient g (x's shape): each pair rotates by
+ * -theta_i = p (-f_i), (g1 cos + g2 sin, g2 cos - g1 sin), the exact value rounded once to bf16;
+ * the other features pass through. The same arguments and checks as tgrad_rope (docs/numerics.md,
+ * "Rotary position embedding"). */
+TGRAD_API tgrad_status tgrad_rope_backward(tgrad_tensor_t g, tgrad_tensor_t positions, tgrad_tensor_t inv_freq,
+                                           double base, int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 /* ---- softmax, log_softmax, logsumexp -------------------------------------------------------- */
 /* The softmax registry. X(code, NAME, name). Codes are frozen. Along one axis of x, with S the sum

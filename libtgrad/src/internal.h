@@ -160,6 +160,8 @@ typedef struct tg_node_params {
     int32_t rotary_dim, interleaved; /* rope */
     double eps;                      /* norm: eps; rope: base */
     int32_t softmax_op;              /* TGRAD_SOFTMAX_* (its axis is axes[0]) */
+    /* --- hgsoft --- */
+    int32_t rope_backward;           /* rope: 1 rotates by -theta (the transpose: rope's derivative) */
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

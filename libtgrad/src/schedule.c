@@ -135,7 +135,8 @@ static int32_t chain_buffers(const tg_fused_op *ops, int32_t n) {
 }
 
 /* A one-input reduction's prologue (a two-input node of the kind, softmax_backward, takes none):
- * the pending elementwise chain that only it reads (its input 0, read whole), up to its first elementwise op; not when the chain starts at an anchor (a matmul keeps
+ * the pending elementwise chain that only it reads (its input 0, read whole), up to its first
+ * elementwise op; not when the chain starts at an anchor (a matmul keeps
  * it as its epilogue and stores the result). On a GPU device, not when the kernel would bind more
  * than TGRAD_LAUNCH_MAX_BUFFERS buffers with it (the reduction's input and output, the
  * epilogue's and the prologue's): the chain is then its own step, stored, and the bytes are the

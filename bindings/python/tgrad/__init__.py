@@ -39,7 +39,7 @@ from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logi
                       where)
 from .dtypes import bool_
 from . import norms  # hnorm: correctly rounded rms_norm, layer_norm
-from .norms import layer_norm, rms_norm, rope
+from .norms import layer_norm, rms_norm, rope, rope_backward
 
 __all__ = [
     "Generator",
@@ -101,6 +101,7 @@ __all__ = [
     "logsumexp",
     "softmax_backward",  # hgsoft: the row kinds' derivative ops
     "log_softmax_backward",
+    "rope_backward",
     "elementwise_more",
     "clamp",
     "clip",

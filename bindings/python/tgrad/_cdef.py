@@ -176,6 +176,8 @@ tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_ten
                               double eps, tgrad_tensor_t *out);
 tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
                         int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
+tgrad_status tgrad_rope_backward(tgrad_tensor_t g, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                                 int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 enum tgrad_random_code {
     TGRAD_RANDOM_NONE = 0,

@@ -102,7 +102,9 @@ static int32_t bitlen(const tg_big *v) {
     if (!v->n) return 0;
     return 64 * (v->n - 1) + 64 - __builtin_clzll(v->w[v->n - 1]);
 }
-static int bit_at(const tg_big *v, int32_t i) { return i >= 0 && i / 64 < v->n ? (int)((v->w[i / 64] >> (i % 64)) & 1u) : 0; }
+static int bit_at(const tg_big *v, int32_t i) {
+    return i >= 0 && i / 64 < v->n ? (int)((v->w[i / 64] >> (i % 64)) & 1u) : 0;
+}
 static bool any_below(const tg_big *v, int32_t i) { /* a set bit below position i */
     for (int32_t k = 0; k < v->n && 64 * k < i; k++) {
         uint64_t w = v->w[k];
@@ -274,7 +276,7 @@ static uint32_t log_slow(exact_g *X, const double *g, int64_t n, double zi, doub
     /* |exp(z) G| >= e^200 2^-149 > 2^139: past the overflow threshold whatever g_i (< 2^128) */
     if (zi >= 200) return inf_bits(dt, X->sign > 0);
     xf tiny = (xf)ldexp(1.0, -1000); /* absolute: binary128 underflow, 2^-16000 and less */
-    tiny = tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny * tiny;
+    for (int k = 0; k < 4; k++) tiny = tiny * tiny; /* 2^-16000 */
     xf E = XEXP((xf)zi), P = E * X->q, v = (xf)gi - P;
     xf ap = P < 0 ? -P : P, av = v < 0 ? -v : v;
     /* exp within 2^-110, G within 2^-110, the product 2^-113, the difference 2^-113 of |v| */
@@ -392,7 +394,8 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
 tgrad_status tg_softmax_backward_execute(const tg_step *st) {
     const tg_node_input *yi = &st->inputs[0], *gi = &st->inputs[1];
     int32_t axis = st->base->params.axes[0], nd = yi->view.ndim;
-    sb_job J = { .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi, .out = (char *)st->buf->data, .inner = 1, .rows = 1 };
+    sb_job J = { .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi,
+                 .out = (char *)st->buf->data, .inner = 1, .rows = 1 };
     tg_chain epi;
     if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
     J.n = nd ? yi->view.shape[axis] : 1;

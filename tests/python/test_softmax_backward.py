@@ -231,3 +231,21 @@ def test_sweep_long_rows_and_many_random_rows(op: str, dt: str) -> None:
             y = _tensor(-np.abs(rng.standard_normal((1, n))) * float(rng.choice([1e-6, 1.0, 30.0])), dt)
         g = _tensor(rng.standard_normal((1, n)) * float(rng.choice([1e-30, 1.0, 1e15])), dt)
         _check(y, g, -1, str(rng.choice(DTYPES)), op)
+
+
+def test_trace_records_and_validates_both_and_explain_names_them() -> None:
+    rng = np.random.default_rng(8)
+    x = _tensor(rng.standard_normal((3, 9)), "bfloat16")
+    g = _tensor(rng.standard_normal((3, 9)), "float32")
+
+    def fn(a: tgrad.Tensor, b: tgrad.Tensor) -> tuple[tgrad.Tensor, tgrad.Tensor]:
+        return (tgrad.softmax_backward(a.softmax(-1), b, -1),
+                tgrad.log_softmax_backward(a.log_softmax(0), b, 0, dtype="bfloat16"))
+
+    tr = tgrad.trace(fn, x, g)
+    assert set(OPS) <= {op.kind for op in tr.ops}
+    report = tr.validate()
+    assert report.state == "passed", [(r.kind, r.state, r.detail) for r in report.results if r.state == "failed"]
+    judged = {r.kind: r.state for r in report.results}
+    assert judged["softmax_backward"] == judged["log_softmax_backward"] == "passed"
+    assert "log_softmax_backward" in tgrad.log_softmax_backward(x, g).explain()

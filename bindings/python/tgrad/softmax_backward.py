@@ -15,7 +15,7 @@ from . import errors
 from ._ffi import ffi, lib
 from .dtypes import as_dtype
 from .errors import _check
-from .softmax import _axis, _report
+from .softmax import _axis
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -42,7 +42,11 @@ def _run(name: str, op: int, y: Any, g: Any, dim: Any, axis: Any, dtype: Any) ->
     out = ffi.new("tgrad_tensor_t *")
     _check(lib.tgrad_softmax_backward(op, y._h, g._h, d, out_dtype, out))
     result = Tensor._wrap(int(out[0]), None)
-    _report(name, result, y, {"dim": d, "dtype": result.dtype})
+    from .tensor import _RECORDER
+
+    recorder = _RECORDER.get()  # tgrad.trace's, while one runs: replayed by the exact references
+    if recorder is not None:
+        recorder.report(name, result, (y, g), {"dim": d, "dtype": result.dtype})
     return result
 
 def log_softmax_backward(z: Tensor, g: Tensor, dim: int | None = None, *, axis: int | None = None,

@@ -111,19 +111,21 @@ def reference_backward(y_bits: list[int], g_bits: list[int], y_dtype: str, g_dty
     gs = [value_of(int(b), gc) for b in g_bits]
     yneg = [bool(int(b) & _SIGN[yc]) for b in y_bits]
     gneg = [bool(int(b) & _SIGN[gc]) for b in g_bits]
-    if not all(isinstance(v, Fraction) for v in ys + gs):
+    qy = [v for v in ys if isinstance(v, Fraction)]
+    qg = [v for v in gs if isinstance(v, Fraction)]
+    if len(qy) + len(qg) < len(ys) + len(gs):
         fy = [float(v) for v in ys]
         fg = [float(v) for v in gs]
-        s = sum(a * b for a, b in zip(fg, fy))
+        fs = sum(a * b for a, b in zip(fg, fy))
         res = []
-        for a, b in zip(fy, fg):
-            v = a * (b - s)
-            res.append(_NAN[out] if v != v else (_INF[out] | (_SIGN[out] if v < 0 else 0)))
+        for fa, fb in zip(fy, fg):
+            fv = fa * (fb - fs)
+            res.append(_NAN[out] if fv != fv else (_INF[out] | (_SIGN[out] if fv < 0 else 0)))
         return res
-    s = sum((b * a for a, b in zip(ys, gs)), Fraction(0))
-    s_negzero = len(ys) > 0 and all((a == 0 or b == 0) and yn != gn for a, b, yn, gn in zip(ys, gs, yneg, gneg))
+    s = sum((b * a for a, b in zip(qy, qg)), Fraction(0))
+    s_negzero = len(qy) > 0 and all((a == 0 or b == 0) and yn != gn for a, b, yn, gn in zip(qy, qg, yneg, gneg))
     res = []
-    for a, b, yn, gn in zip(ys, gs, yneg, gneg):
+    for a, b, yn, gn in zip(qy, qg, yneg, gneg):
         d = b - s
         v = a * d
         if v != 0:

@@ -99,3 +99,103 @@ def reference(op: str, row_bits: list[int], in_dtype: str, out_dtype: str) -> li
 def bits_of(a: np.ndarray) -> np.ndarray:
     """An array's values as their bit patterns (uint16 for bf16, uint32 for float32)."""
     return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
+
+
+def reference_backward(y_bits: list[int], g_bits: list[int], y_dtype: str, g_dtype: str, out_dtype: str) -> list[int]:
+    """softmax_backward's output bits over one row: y_i (g_i - sum_j g_j y_j), the exact value (a
+    Fraction) rounded once; a row holding a NaN or infinity gives IEEE's value of the expression
+    with the row's sum (NaN canonical); an exact zero is -0 when IEEE's two operations make it so
+    (g_i - S = -0 only for g_i = -0 and S = +0, S being -0 when every product is -0)."""
+    yc, gc, out = _CODE[y_dtype], _CODE[g_dtype], _CODE[out_dtype]
+    ys = [value_of(int(b), yc) for b in y_bits]
+    gs = [value_of(int(b), gc) for b in g_bits]
+    yneg = [bool(int(b) & _SIGN[yc]) for b in y_bits]
+    gneg = [bool(int(b) & _SIGN[gc]) for b in g_bits]
+    qy = [v for v in ys if isinstance(v, Fraction)]
+    qg = [v for v in gs if isinstance(v, Fraction)]
+    if len(qy) + len(qg) < len(ys) + len(gs):
+        fy = [float(v) for v in ys]
+        fg = [float(v) for v in gs]
+        fs = sum(a * b for a, b in zip(fg, fy))
+        res = []
+        for fa, fb in zip(fy, fg):
+            fv = fa * (fb - fs)
+            res.append(_NAN[out] if fv != fv else (_INF[out] | (_SIGN[out] if fv < 0 else 0)))
+        return res
+    s = sum((b * a for a, b in zip(qy, qg)), Fraction(0))
+    s_negzero = len(qy) > 0 and all((a == 0 or b == 0) and yn != gn for a, b, yn, gn in zip(qy, qg, yneg, gneg))
+    res = []
+    for a, b, yn, gn in zip(qy, qg, yneg, gneg):
+        d = b - s
+        v = a * d
+        if v != 0:
+            res.append(round_to(v, out))
+            continue
+        dneg = d < 0 if d != 0 else (b == 0 and gn and not s_negzero)
+        res.append(_SIGN[out] if yn != dneg else 0)
+    return res
+
+
+def reference_log_backward(z_bits: list[int], g_bits: list[int], z_dtype: str, g_dtype: str,
+                           out_dtype: str) -> list[int]:
+    """log_softmax_backward's output bits over one row: g_i - exp(z_i) G with G = sum_j g_j, the
+    exact value rounded once (mpmath at a precision raised until each rounding is certain; it is
+    rational only when G = 0 or z_i = 0, computed with Fractions then). Specials: a NaN z_i gives
+    NaN; a row whose g holds an infinity or NaN (G not finite) IEEE's value with exp(z_i) 0 for
+    -inf, +inf for +inf and a positive real otherwise; z_i = -inf gives g_i, z_i = +inf NaN for
+    G = 0 and -sign(G) inf otherwise. A zero is -0 only for g_i = -0 and exp(z_i) G = +0 (G = +0
+    or positive; G is -0 when every g_j is -0)."""
+    zc, gc, out = _CODE[z_dtype], _CODE[g_dtype], _CODE[out_dtype]
+    zs = [value_of(int(b), zc) for b in z_bits]
+    gs = [value_of(int(b), gc) for b in g_bits]
+    gneg = [bool(int(b) & _SIGN[gc]) for b in g_bits]
+    fin = all(isinstance(v, Fraction) for v in gs)
+    big_g = sum((v for v in gs if isinstance(v, Fraction)), Fraction(0))
+    gsign = (big_g > 0) - (big_g < 0)
+    negzero = len(gs) > 0 and all(v == 0 and n for v, n in zip(gs, gneg))
+    g_ieee = sum(float(v) for v in gs)
+
+    def inf(neg: bool) -> int:
+        return _INF[out] | (_SIGN[out] if neg else 0)
+
+    def exactly_g(gv: Fraction, gn: bool) -> int:
+        if gv != 0:
+            return round_to(gv, out)
+        pneg = gsign < 0 or (gsign == 0 and negzero)
+        return _SIGN[out] if gn and not pneg else 0
+
+    res: list[int] = []
+    for z, gv, gn in zip(zs, gs, gneg):
+        if z == "nan":
+            res.append(_NAN[out])
+        elif not fin:
+            e = float("inf") if z == "+inf" else 0.0 if z == "-inf" else 1.0
+            v = float(gv) - e * g_ieee
+            res.append(_NAN[out] if v != v else inf(v < 0))
+        elif z == "+inf":
+            res.append(_NAN[out] if gsign == 0 else inf(gsign > 0))
+        elif z == "-inf" or gsign == 0:
+            assert isinstance(gv, Fraction)
+            res.append(exactly_g(gv, gn))
+        elif z == 0:
+            assert isinstance(gv, Fraction)
+            d = gv - big_g
+            res.append(round_to(d, out) if d != 0 else 0)
+        else:
+            assert isinstance(gv, Fraction) and isinstance(z, Fraction)
+            # below -2000, exp(z) |G| < 2^-2700: g_i (a multiple of 2^-149) minus any such positive
+            # or negative amount is on the same side of every rounding boundary (multiples of
+            # 2^-150), so z = -2000 rounds alike (and keeps mpmath's numbers of moderate size)
+            z = max(z, Fraction(-2000))
+            prec = 160
+            while True:
+                if prec > _MAX_PREC:
+                    raise AssertionError("the reference could not decide a rounding")
+                with mpmath.workprec(prec + 64):
+                    p = mpmath.exp(_mp(z)) * _mp(big_g)
+                    r = _certain(_mp(gv) - p, prec, out, abs(p) + abs(_mp(gv)))
+                if r is not None:
+                    res.append(r)
+                    break
+                prec *= 2
+    return res

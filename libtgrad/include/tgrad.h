@@ -416,6 +416,13 @@ TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight,
  * (docs/numerics.md, "Rotary position embedding"). Every check happens here, before allocating. */
 TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
                                   int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
+/* --- hgsoft: rope's derivative --- */
+/* The transpose of rope's rotation applied to a bf16 gradient g (x's shape): each pair rotates by
+ * -theta_i = p (-f_i), (g1 cos + g2 sin, g2 cos - g1 sin), the exact value rounded once to bf16;
+ * the other features pass through. The same arguments and checks as tgrad_rope (docs/numerics.md,
+ * "Rotary position embedding"). */
+TGRAD_API tgrad_status tgrad_rope_backward(tgrad_tensor_t g, tgrad_tensor_t positions, tgrad_tensor_t inv_freq,
+                                           double base, int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 /* ---- softmax, log_softmax, logsumexp -------------------------------------------------------- */
 /* The softmax registry. X(code, NAME, name). Codes are frozen. Along one axis of x, with S the sum
@@ -444,6 +451,21 @@ TGRAD_API const char *tgrad_softmax_name(int32_t op);
  * (TGRAD_ERR_BACKEND_UNAVAILABLE). */
 TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
                                      tgrad_tensor_t *out);
+/* --- hgsoft: the derivative --- */
+/* out = the derivative of op along `axis` applied to the gradient g, lazily: for op =
+ * TGRAD_SOFTMAX_SOFTMAX, y is softmax's output and out_i = y_i (g_i - sum_j g_j y_j) (torch's
+ * _softmax_backward_data); for op = TGRAD_SOFTMAX_LOG_SOFTMAX, y is log_softmax's output and
+ * out_i = g_i - exp(y_i) sum_j g_j (torch's _log_softmax_backward_data). Each output is the exact
+ * value of that expression rounded once to out_dtype (docs/numerics.md, "softmax_backward,
+ * log_softmax_backward"). y and g: the same shape, bf16 or f32 each, on the CPU; out_dtype 0 for
+ * g's dtype, else bf16 or f32. A NaN or infinity gives IEEE's value of the expression with the
+ * row's sum (the docs list the cases); an exact zero has the sign IEEE's operations give it.
+ * Checks happen here, before any allocation: another op (logsumexp has none here,
+ * TGRAD_ERR_INVALID_ARGUMENT), dtypes (TGRAD_ERR_DTYPE_UNSUPPORTED), shapes
+ * (TGRAD_ERR_SHAPE_MISMATCH), axis (TGRAD_ERR_INDEX_OUT_OF_RANGE), devices
+ * (TGRAD_ERR_DEVICE_MISMATCH, TGRAD_ERR_BACKEND_UNAVAILABLE). */
+TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis,
+                                              int32_t out_dtype, tgrad_tensor_t *out);
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a

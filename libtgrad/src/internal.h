@@ -166,6 +166,8 @@ typedef struct tg_node_params {
         int64_t strides[TGRAD_MAX_DIMS];
         int64_t offset;
     } place;
+    /* --- hgsoft --- */
+    int32_t rope_backward;           /* rope: 1 rotates by -theta (the transpose: rope's derivative) */
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

@@ -40,7 +40,9 @@ static void decide_cast(tg_step *st) {
     route_named(st, "cast");
 }
 static void decide_norm(tg_step *st) { route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"); }
-static void decide_rope(tg_step *st) { route_named(st, "rope"); }
+static void decide_rope(tg_step *st) {
+    route_named(st, st->base->params.rope_backward ? "rope_backward" : "rope");
+}
 static void decide_reduce(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_REDUCE);
     route_named(st, "reduce");
@@ -125,7 +127,8 @@ static const char *name_compare(const tg_step *st) {
     return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
 }
 static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
-static const char *name_softmax(const tg_step *st) { return tgrad_softmax_name(st->base->params.softmax_op); }
+static const char *name_rope(const tg_step *st) { return st->base->params.rope_backward ? "rope_backward" : "rope"; }
+static const char *name_softmax(const tg_step *st) { return tg_softmax_kind_name(st->base->params.softmax_op); }
 
 const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NONE] = { .name = "none", .role = TG_ROLE_NONE, .decide = decide_none, .cpu_execute = execute_none,
@@ -173,7 +176,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
                      .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm },
     [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,
-                     .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_kind },
+                     .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_rope },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
                         .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
     /* hgcore: the transposes of a gather (grad/scatter_add.c) and of a view (grad/place.c), made

@@ -76,5 +76,10 @@ TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
 TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
+/* --- hgsoft: the softmax kind's backward nodes (ops/softmax_backward.c): their executor, their
+ * name for explain, and whether a node's softmax_op is one (a two-input node: y, then g). --- */
+TG_HIDDEN tgrad_status tg_softmax_backward_execute(const tg_step *st);
+TG_HIDDEN const char *tg_softmax_kind_name(int32_t op);
+TG_HIDDEN bool tg_softmax_is_backward(int32_t op);
 
 #endif

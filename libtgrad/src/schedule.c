@@ -134,8 +134,9 @@ static int32_t chain_buffers(const tg_fused_op *ops, int32_t n) {
     return k;
 }
 
-/* A reduction's prologue: the pending elementwise chain that only it reads (its input 0, read
- * whole), up to its first elementwise op; not when the chain starts at an anchor (a matmul keeps
+/* A one-input reduction's prologue (a two-input node of the kind, softmax_backward, takes none):
+ * the pending elementwise chain that only it reads (its input 0, read whole), up to its first
+ * elementwise op; not when the chain starts at an anchor (a matmul keeps
  * it as its epilogue and stores the result). On a GPU device, not when the kernel would bind more
  * than TGRAD_LAUNCH_MAX_BUFFERS buffers with it (the reduction's input and output, the
  * epilogue's and the prologue's): the chain is then its own step, stored, and the bytes are the
@@ -159,7 +160,7 @@ static void step_init(tg_step *st, tg_buffer *b) {
     const tg_node *n = st->base = base->node;
     st->op = n->op, st->ew = n->ew, st->ninputs = n->ninputs, st->inputs = n->inputs;
     st->ew_variant = tg_ew_for_selection();
-    if (tg_kind_of(st->op)->role == TG_ROLE_REDUCTION) collect_prologue(st, n);
+    if (tg_kind_of(st->op)->role == TG_ROLE_REDUCTION && n->ninputs == 1) collect_prologue(st, n);
     if (st->pro_base) {
         for (int32_t i = 0; i < st->pro_base->ninputs; i++) st->reads[st->nreads++] = &st->pro_base->inputs[i];
         for (int32_t i = 0; i < st->npro; i++)

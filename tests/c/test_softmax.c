@@ -158,10 +158,60 @@ static void fused_passes_equal_the_plain_ones_on_every_variant(void) {
     free(p), free(o1), free(o2), free(pf), free(x1), free(x2), free(e1), free(e2), free(f1), free(f2);
 }
 
+/* hgsoft: the derivatives through the ABI (tests/python/test_softmax_backward.py and
+ * test_rope_backward.py prove them against exact references). */
+static void backward_runs_through_the_abi(void) {
+    float yv[6] = { 0.25f, 0.75f, 0.25f, 0.75f, 0.0f, -INFINITY }, gv[6] = { 1.0f, 3.0f, 2.0f, 2.0f, 1.0f, 2.0f };
+    int64_t shape[2] = { 3, 2 }, other[2] = { 2, 3 };
+    tgrad_tensor_t y = 0, g = 0, o = 0, lo = 0, g23 = 0, bad = 0;
+    EXPECT(tgrad_tensor_from_host(yv, TGRAD_DTYPE_F32, 2, shape, TGRAD_DTYPE_F32, &y), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(gv, TGRAD_DTYPE_F32, 2, shape, TGRAD_DTYPE_F32, &g), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(gv, TGRAD_DTYPE_F32, 2, other, TGRAD_DTYPE_F32, &g23), TGRAD_OK);
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, y, g, -1, 0, &o), TGRAD_OK);
+    float out[6];
+    EXPECT(tgrad_tensor_read(o, out, sizeof out), TGRAD_OK);
+    /* S = 2.5: 0.25 (1 - 2.5), 0.75 (3 - 2.5); a constant g: exact zeros, +0 */
+    CHECK(out[0] == -0.375f && out[1] == 0.375f && out[2] == 0.0f && !signbit(out[2]) && !signbit(out[3]));
+    /* log_softmax_backward: row 2 is z = (0, -inf), g = (1, 2): G = 3, 1 - 1 * 3 and 2 - 0 * 3 */
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_LOG_SOFTMAX, y, g, 1, TGRAD_DTYPE_BF16, &lo), TGRAD_OK);
+    uint16_t lb[6];
+    EXPECT(tgrad_tensor_read_bf16(lo, lb, 6), TGRAD_OK);
+    CHECK(lb[4] == 0xc000 && lb[5] == 0x4000);
+    int64_t live = tgrad_live_tensors();
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_LOGSUMEXP, y, g, 0, 0, &bad), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, y, g23, 0, 0, &bad), TGRAD_ERR_SHAPE_MISMATCH);
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, y, g, 2, 0, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, y, g, 0, TGRAD_DTYPE_I32, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED);
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, y, g, 0, 0, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(bad == 0 && tgrad_live_tensors() == live);
+    /* rope_backward at p is rope at -p (the same exact value, rounded once) */
+    float xv[8] = { 1.0f, -2.0f, 0.5f, 3.0f, 0.25f, 7.0f, -1.0f, 2.0f };
+    int32_t pv[2] = { 5, -(int32_t)0x7fffffff - 1 }, nv[2] = { -5, 0 };
+    int64_t xs[3] = { 1, 2, 4 }, ps[1] = { 2 };
+    tgrad_tensor_t x = 0, p = 0, n = 0, rb = 0, rf = 0;
+    EXPECT(tgrad_tensor_from_host(xv, TGRAD_DTYPE_F32, 3, xs, TGRAD_DTYPE_BF16, &x), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(pv, TGRAD_DTYPE_I32, 1, ps, TGRAD_DTYPE_I32, &p), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(nv, TGRAD_DTYPE_I32, 1, ps, TGRAD_DTYPE_I32, &n), TGRAD_OK);
+    EXPECT(tgrad_rope_backward(x, p, 0, 10000.0, 0, 0, &rb), TGRAD_OK);
+    EXPECT(tgrad_rope(x, n, 0, 10000.0, 0, 0, &rf), TGRAD_OK);
+    uint16_t b1[8], b2[8];
+    EXPECT(tgrad_tensor_read_bf16(rb, b1, 8), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_bf16(rf, b2, 8), TGRAD_OK);
+    CHECK(memcmp(b1, b2, 4 * sizeof b1[0]) == 0);
+    live = tgrad_live_tensors();
+    EXPECT(tgrad_rope_backward(x, p, 0, 10000.0, 3, 0, &bad), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_rope_backward(x, g, 0, 10000.0, 0, 0, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED);
+    CHECK(bad == 0 && tgrad_live_tensors() == live);
+    tgrad_tensor_release(y), tgrad_tensor_release(g), tgrad_tensor_release(o), tgrad_tensor_release(lo);
+    tgrad_tensor_release(g23), tgrad_tensor_release(x), tgrad_tensor_release(p), tgrad_tensor_release(n);
+    tgrad_tensor_release(rb), tgrad_tensor_release(rf);
+}
+
 int main(void) {
     exp_is_within_its_bound_on_every_variant();
     fused_passes_equal_the_plain_ones_on_every_variant();
     softmax_runs_through_the_abi();
+    backward_runs_through_the_abi();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -39,9 +39,9 @@ from .compare import (eq, ge, gt, le, logical_and, logical_not, logical_or, logi
                       where)
 from .dtypes import bool_
 from . import norms  # hnorm: correctly rounded rms_norm, layer_norm
-from .norms import layer_norm, rms_norm, rope
 from . import autograd  # hgcore: gradients
 from .autograd import enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, value_and_grad
+from .norms import layer_norm, rms_norm, rope, rope_backward
 
 __all__ = [
     "autograd", "enable_grad", "grad", "is_grad_enabled", "no_grad", "set_grad_enabled", "value_and_grad",
@@ -102,6 +102,9 @@ __all__ = [
     "softmax",
     "log_softmax",
     "logsumexp",
+    "softmax_backward",  # hgsoft: the row kinds' derivative ops
+    "log_softmax_backward",
+    "rope_backward",
     "elementwise_more",
     "clamp",
     "clip",
@@ -370,6 +373,7 @@ def from_dlpack(x: object) -> Tensor:
 from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
 from .compare import all, any  # noqa: E402  (last: they shadow the builtins, as max and sum do)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402  (tgrad.softmax, the module, is shadowed)
+from .softmax_backward import log_softmax_backward, softmax_backward  # noqa: E402  (hgsoft; module shadowed)
 from . import elementwise_more  # noqa: E402
 from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402  (pow shadows the builtin)
 from . import derivatives  # noqa: E402  (hgew)

@@ -185,6 +185,8 @@ tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_ten
                               double eps, tgrad_tensor_t *out);
 tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
                         int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
+tgrad_status tgrad_rope_backward(tgrad_tensor_t g, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                                 int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 
 enum tgrad_random_code {
     TGRAD_RANDOM_NONE = 0,
@@ -207,6 +209,8 @@ enum tgrad_softmax_code {
 const char *tgrad_softmax_name(int32_t op);
 tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
                            tgrad_tensor_t *out);
+tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis, int32_t out_dtype,
+                                    tgrad_tensor_t *out);
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);

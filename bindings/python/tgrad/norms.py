@@ -22,7 +22,7 @@ from .errors import _check
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-__all__ = ["layer_norm", "rms_norm", "rope"]
+__all__ = ["layer_norm", "rms_norm", "rope", "rope_backward"]
 
 #: torch.finfo(dtype).eps by tgrad dtype name (rms_norm's default eps).
 _FINFO_EPS = {"bfloat16": 2.0**-7, "float32": 2.0**-23}
@@ -103,29 +103,43 @@ def rope(x: Tensor, positions: Any, base: float = 10000.0, *, rotary_dim: int | 
     theta_i = p * base^(-2i/rotary_dim), or p * inv_freq[i] with inv_freq's float32 values taken as
     exact (Llama-3's rope scaling computes such a table); each output rounded once
     (docs/numerics.md, "Rotary position embedding")."""
+    return _rope("rope", 0, x, positions, base, rotary_dim, interleaved, scaling, inv_freq)
+
+
+def rope_backward(g: Tensor, positions: Any, base: float = 10000.0, *, rotary_dim: int | None = None,
+                  interleaved: bool = False, scaling: Any = None, inv_freq: Any = None) -> Tensor:
+    """rope's derivative: the transpose rotation (by -theta_i) of the gradient g of rope's result,
+    (g1 cos + g2 sin, g2 cos - g1 sin) for each pair, the other features passing through; the
+    same arguments as rope, each output the exact value rounded once (docs/numerics.md, "Rotary
+    position embedding")."""
+    return _rope("rope_backward", 1, g, positions, base, rotary_dim, interleaved, scaling, inv_freq)
+
+
+def _rope(name: str, backward: int, x: Any, positions: Any, base: Any, rotary_dim: Any, interleaved: Any,
+          scaling: Any, inv_freq: Any) -> Tensor:
     import numpy as np
 
     from .dtypes import float32, int32
     from .tensor import Tensor
 
     if not isinstance(x, Tensor):
-        raise errors.InvalidArgumentError(f"tgrad.rope: expected a Tensor, got {type(x).__name__}")
+        raise errors.InvalidArgumentError(f"tgrad.{name}: expected a Tensor, got {type(x).__name__}")
     if scaling is not None:
-        raise errors.InvalidArgumentError("tgrad.rope: scaling is not supported; pass the scaled frequencies as "
+        raise errors.InvalidArgumentError(f"tgrad.{name}: scaling is not supported; pass the scaled frequencies as "
                                           "inv_freq= (float32 [rotary_dim / 2])")
     if not isinstance(interleaved, (bool, int)) or interleaved not in (0, 1):
-        raise errors.InvalidArgumentError(f"tgrad.rope: interleaved must be a bool, got {interleaved!r}")
+        raise errors.InvalidArgumentError(f"tgrad.{name}: interleaved must be a bool, got {interleaved!r}")
     rd = 0 if rotary_dim is None else rotary_dim
     if isinstance(rd, bool) or not isinstance(rd, int) or not 0 <= rd < 1 << 31:
-        raise errors.InvalidArgumentError(f"tgrad.rope: rotary_dim must be a positive int, got {rotary_dim!r}")
+        raise errors.InvalidArgumentError(f"tgrad.{name}: rotary_dim must be a positive int, got {rotary_dim!r}")
     if rotary_dim is not None and rd == 0:
-        raise errors.InvalidArgumentError("tgrad.rope: rotary_dim must be at least 2")
+        raise errors.InvalidArgumentError(f"tgrad.{name}: rotary_dim must be at least 2")
     if isinstance(base, bool) or not isinstance(base, (int, float)):
-        raise errors.InvalidArgumentError(f"tgrad.rope: base must be a float, got {type(base).__name__}")
+        raise errors.InvalidArgumentError(f"tgrad.{name}: base must be a float, got {type(base).__name__}")
     if not isinstance(positions, Tensor):
         arr = np.asarray(positions)
         if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < -(1 << 31) or arr.max() >= 1 << 31)):
-            raise errors.InvalidArgumentError("tgrad.rope: positions must be integers that fit int32")
+            raise errors.InvalidArgumentError(f"tgrad.{name}: positions must be integers that fit int32")
         positions = Tensor.from_numpy(np.ascontiguousarray(arr, np.int32), dtype=int32)
     freq = 0
     if inv_freq is not None:
@@ -133,9 +147,10 @@ def rope(x: Tensor, positions: Any, base: float = 10000.0, *, rotary_dim: int | 
             inv_freq = Tensor.from_numpy(np.ascontiguousarray(np.asarray(inv_freq, np.float32)), dtype=float32)
         freq = inv_freq._h
     out = ffi.new("tgrad_tensor_t *")
-    _check(lib.tgrad_rope(x._h, positions._h, freq, float(base), rd, int(interleaved), out))
+    make = lib.tgrad_rope_backward if backward else lib.tgrad_rope
+    _check(make(x._h, positions._h, freq, float(base), rd, int(interleaved), out))
     result = Tensor._wrap(int(out[0]), tuple(x.shape))
-    _report("rope", result, x, {"base": float(base), "rotary_dim": rd, "interleaved": bool(interleaved)})
+    _report(name, result, x, {"base": float(base), "rotary_dim": rd, "interleaved": bool(interleaved)})
     return result
 
 

@@ -465,6 +465,10 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
                                                np.asarray(sources[1].payload), sources[1].dtype)
         elif op.kind == _trace_kinds.WHERE_KIND:
             want = _trace_kinds.replay_where(*(np.asarray(s.payload) for s in sources))
+        elif op.kind in _trace_kinds.SOFTMAX_BACKWARD_KINDS:
+            want = _trace_kinds.replay_softmax_backward(op.kind, op.args, np.asarray(sources[0].payload),
+                                                        sources[0].dtype, np.asarray(sources[1].payload),
+                                                        sources[1].dtype)
         elif op.kind in _trace_kinds.SOFTMAX_KINDS:
             want = _trace_kinds.replay_softmax(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind in elementwise and (op.dtype != "bfloat16" or any(s.dtype != "bfloat16" for s in sources)):

@@ -29,10 +29,14 @@ INPUT_COUNTS: dict[str, int | None] = {**{kind: 1 for kind in REDUCE_KINDS | {CA
                                        "gather": 2, "concat": None}
 #: The norms and rope (tgrad.norms): recorded with their arguments, reported as skipped on replay (their
 #: exact reference is tests/python/norm_reference.py, too slow for a trace's oracle).
-NORM_KINDS = frozenset({"rms_norm", "layer_norm", "rope"})
+NORM_KINDS = frozenset({"rms_norm", "layer_norm", "rope", "rope_backward"})
 #: The softmax kind's ops (tgrad.softmax), replayed by tgrad.conformance.softmax (mpmath).
 SOFTMAX_KINDS = frozenset({"softmax", "log_softmax", "logsumexp"})
-KINDS = REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND} | NORM_KINDS | SOFTMAX_KINDS
+#: hgsoft: their derivatives (forward output, gradient), replayed by tgrad.conformance.softmax too.
+SOFTMAX_BACKWARD_KINDS = frozenset({"softmax_backward", "log_softmax_backward"})
+INPUT_COUNTS.update({kind: 2 for kind in SOFTMAX_BACKWARD_KINDS})
+KINDS = (REDUCE_KINDS | {CAST_KIND} | SHAPE_KINDS | COMPARE_KINDS | {WHERE_KIND} | NORM_KINDS | SOFTMAX_KINDS
+         | SOFTMAX_BACKWARD_KINDS)
 #: A payload's bits by dtype: bf16 as uint16, float32 and int32 as uint32 words (little-endian),
 #: bool as bytes (0 or 1).
 BITS: dict[str, np.dtype[Any]] = {"bfloat16": np.dtype("<u2"), "float32": np.dtype("<u4"),
@@ -59,11 +63,13 @@ def args_of(kind: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {"axis": int(kwargs["axis"])}
     if kind in COMPARE_KINDS or kind == WHERE_KIND:
         return {}
-    if kind == "rope":
+    if kind in ("rope", "rope_backward"):
         return {"base": float(kwargs["base"]), "rotary_dim": int(kwargs["rotary_dim"]),
                 "interleaved": bool(kwargs["interleaved"])}
     if kind in NORM_KINDS:
         return {"normalized_shape": list(kwargs["normalized_shape"]), "eps": float(kwargs["eps"])}
+    if kind in SOFTMAX_BACKWARD_KINDS:
+        return {"dim": int(kwargs["dim"]), "dtype": str(kwargs["dtype"])}
     if kind in SOFTMAX_KINDS:
         return {"dim": int(kwargs["dim"]), "keepdims": bool(kwargs.get("keepdims")), "dtype": str(kwargs["dtype"])}
     axes = kwargs.get("axes")
@@ -205,4 +211,20 @@ def replay_softmax(kind: str, args: Mapping[str, Any], source: np.ndarray, sourc
             want = np.expand_dims(want, dim)
     else:
         want = np.moveaxis(np.array(got, dtype=np.int64).reshape(moved.shape), -1, dim).reshape(source.shape)
+    return want.astype(BITS[out_dtype])
+
+
+def replay_softmax_backward(kind: str, args: Mapping[str, Any], y: np.ndarray, y_dtype: str, g: np.ndarray,
+                            g_dtype: str) -> np.ndarray:
+    """The contract's result bits of a recorded softmax_backward or log_softmax_backward over the
+    payloads' bits (tgrad.conformance.softmax's exact references), row by row along dim."""
+    ref = importlib.import_module("tgrad.conformance.softmax")
+    fn = ref.reference_backward if kind == "softmax_backward" else ref.reference_log_backward
+    out_dtype = args["dtype"]
+    a, b = (y.reshape(1), g.reshape(1)) if y.ndim == 0 else (y, g)
+    dim = args["dim"] % a.ndim
+    ma, mb = np.moveaxis(a, dim, -1), np.moveaxis(b, dim, -1)
+    ra, rb = ma.reshape(-1, ma.shape[-1]), mb.reshape(-1, mb.shape[-1])
+    got = [fn([int(v) for v in r1], [int(v) for v in r2], y_dtype, g_dtype, out_dtype) for r1, r2 in zip(ra, rb)]
+    want = np.moveaxis(np.array(got, dtype=np.int64).reshape(ma.shape), -1, dim).reshape(y.shape)
     return want.astype(BITS[out_dtype])

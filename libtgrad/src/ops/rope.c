@@ -32,37 +32,37 @@ typedef long double xf;
 #define U 0x1p-53
 
 /* ---- the node ---- */
-TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
-                                  int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out) {
-    const char *fn = "rope";
-    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: out is NULL");
+static tgrad_status make_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                              int32_t rotary_dim, int32_t interleaved, int32_t backward, tgrad_tensor_t *out) {
+    const char *fn = backward ? "rope_backward" : "rope";
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     tg_tensor t[3] = { 0 };
     int32_t have = 0;
     tgrad_status s = tg_handle_get_tensor(x, &t[0]);
     if (s) return s;
     have = 1;
     if (!(s = tg_handle_get_tensor(positions, &t[1]))) have = 2;
-    tg_node_params P = { .interleaved = interleaved, .eps = base };
+    tg_node_params P = { .interleaved = interleaved, .eps = base, .rope_backward = backward };
     if (!s && inv_freq) {
         if (!(s = tg_handle_get_tensor(inv_freq, &t[2]))) P.has_weight = 1, have = 3;
     }
     const tg_view *xv = &t[0].view;
     if (!s) s = tg_kind_check_device(TG_OP_ROPE, t[0].buf->device, fn);
     if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
-        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "rope: x is %s; rope takes bfloat16", tg_dtype_name(t[0].buf->dtype));
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: x is %s; it takes bfloat16", fn, tg_dtype_name(t[0].buf->dtype));
     if (!s && xv->ndim < 2)
-        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "rope: x has %d dimensions; it must be [..., L, d]", (int)xv->ndim);
+        s = tg_fail(TGRAD_ERR_RANK_MISMATCH, "%s: x has %d dimensions; it must be [..., L, d]", fn, (int)xv->ndim);
     int64_t L = s ? 0 : xv->shape[xv->ndim - 2], d = s ? 0 : xv->shape[xv->ndim - 1];
     if (!s) P.rotary_dim = rotary_dim ? rotary_dim : (int32_t)(d < INT32_MAX ? d : 0);
     if (!s && (interleaved != 0 && interleaved != 1))
-        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: interleaved is %d, not 0 or 1", (int)interleaved);
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: interleaved is %d, not 0 or 1", fn, (int)interleaved);
     if (!s && (P.rotary_dim < 2 || P.rotary_dim % 2 || P.rotary_dim > d))
-        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: rotary_dim %d must be even, at least 2 and at most d = %lld",
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: rotary_dim %d must be even, at least 2 and at most d = %lld", fn,
                     (int)P.rotary_dim, (long long)d);
     if (!s && !P.has_weight && !(isfinite(base) && base > 0))
-        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "rope: base %g must be a positive finite number", base);
+        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: base %g must be a positive finite number", fn, base);
     if (!s && t[1].buf->dtype != TGRAD_DTYPE_I32)
-        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "rope: positions are %s; they must be int32",
+        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: positions are %s; they must be int32", fn,
                     tg_dtype_name(t[1].buf->dtype));
     if (!s) {
         const tg_view *pv = &t[1].view;
@@ -72,26 +72,38 @@ TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tg
             char sp[160], sx[160];
             tg_format_shape(sp, sizeof sp, pv);
             tg_format_shape(sx, sizeof sx, xv);
-            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "rope: positions %s must be [L] or [B, L] for x %s ([B, ..., L, d])", sp,
-                        sx);
+            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: positions %s must be [L] or [B, L] for x %s ([B, ..., L, d])",
+                        fn, sp, sx);
         }
         P.norm_axes = pv->ndim;
     }
     if (!s && P.has_weight) {
         const tg_view *fv = &t[2].view;
         if (t[2].buf->dtype != TGRAD_DTYPE_F32)
-            s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "rope: inv_freq is %s; it must be float32",
+            s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: inv_freq is %s; it must be float32", fn,
                         tg_dtype_name(t[2].buf->dtype));
         else if (fv->ndim != 1 || fv->shape[0] != P.rotary_dim / 2)
-            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "rope: inv_freq must be [rotary_dim / 2] = [%d]", (int)(P.rotary_dim / 2));
+            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "%s: inv_freq must be [rotary_dim / 2] = [%d]", fn,
+                        (int)(P.rotary_dim / 2));
     }
     for (int32_t i = 1; !s && i < have; i++)
         if (t[i].buf->device != t[0].buf->device)
-            s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "rope: an operand lives on %s, x on %s", tg_device_name(t[i].buf->device),
-                        tg_device_name(t[0].buf->device));
+            s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: an operand lives on %s, x on %s", fn,
+                        tg_device_name(t[i].buf->device), tg_device_name(t[0].buf->device));
     tg_view ov;
     if (!s) s = tg_view_contiguous(xv->ndim, xv->shape, &ov);
     return tg_kind_make(s, TG_OP_ROPE, t, have, &ov, TGRAD_DTYPE_BF16, &P, fn, out);
+}
+
+TGRAD_API tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
+                                  int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out) {
+    return make_rope(x, positions, inv_freq, base, rotary_dim, interleaved, 0, out);
+}
+
+/* hgsoft: the transpose rotation (by -theta_i): theta's frequencies negated, exactly. */
+TGRAD_API tgrad_status tgrad_rope_backward(tgrad_tensor_t g, tgrad_tensor_t positions, tgrad_tensor_t inv_freq,
+                                           double base, int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out) {
+    return make_rope(g, positions, inv_freq, base, rotary_dim, interleaved, 1, out);
 }
 
 /* ---- the executor ---- */
@@ -237,7 +249,8 @@ tgrad_status tg_rope_execute(const tg_step *st) {
     xf *fq = tg_malloc(sizeof *fq * (size_t)half);
     tgrad_status s = TGRAD_OK;
     if (!J.x || !J.pos || (P->has_weight && !given) || !fd || !fq) {
-        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "rope: cannot allocate its tables or a compact copy of an input");
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate its tables or a compact copy of an input",
+                      P->rope_backward ? "rope_backward" : "rope");
     } else {
         for (int32_t i = 0; i < half; i++) {
             if (given) fd[i] = given[i], fq[i] = (xf)given[i];
@@ -245,6 +258,7 @@ tgrad_status tg_rope_execute(const tg_step *st) {
                 fd[i] = pow(P->eps, -2.0 * i / J.rd); /* within 1 ulp (glibc) */
                 fq[i] = XPOW((xf)P->eps, -(xf)(2 * i) / (xf)J.rd);
             }
+            if (P->rope_backward) fd[i] = -fd[i], fq[i] = -fq[i]; /* theta = p (-f_i): exact negation */
         }
         J.fd = fd, J.fq = fq;
         int64_t groups = J.batched ? J.rows / J.per_b : 1;

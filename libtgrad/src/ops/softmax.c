@@ -400,6 +400,7 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
 enum { TASK_ELEMENTS = 1 << 15 };
 
 tgrad_status tg_softmax_execute(const tg_step *st) {
+    if (tg_softmax_is_backward(st->base->params.softmax_op)) return tg_softmax_backward_execute(st);
     const tg_node_input *in = &st->inputs[0];
     const tg_view *v = &in->view;
     int32_t axis = st->base->params.axes[0];

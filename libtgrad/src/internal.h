@@ -160,6 +160,8 @@ typedef struct tg_node_params {
     int32_t rotary_dim, interleaved; /* rope */
     double eps;                      /* norm: eps; rope: base */
     int32_t softmax_op;              /* TGRAD_SOFTMAX_* (its axis is axes[0]) */
+    /* --- hmodel: slice_scatter (ops/slice_scatter.c; its axis is axes[0]) --- */
+    int64_t scatter_start;           /* where src's block begins along the axis */
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

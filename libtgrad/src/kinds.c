@@ -46,6 +46,7 @@ static void decide_reduce(tg_step *st) {
 }
 
 static void decide_random(tg_step *st) { route_named(st, "random"); }
+static void decide_slice_scatter(tg_step *st) { route_named(st, "slice_scatter"); }
 static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
@@ -168,6 +169,10 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_kind },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
                         .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
+    /* hmodel: CPU only; writes in place into dst's storage when it may take it (ops/slice_scatter.c) */
+    [TG_OP_SLICE_SCATTER] = { .name = "slice_scatter", .role = TG_ROLE_MOVEMENT, .decide = decide_slice_scatter,
+                              .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
+                              .unfused = "a slice_scatter is not fused", .base_name = name_kind },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -39,6 +39,9 @@ typedef struct tg_kind {
     void (*plan_detail)(const tg_step *st, char *dst, size_t cap);
     /* The gradient rule (vector-Jacobian product); filled by the gradients work, NULL until then. */
     const void *vjp;
+    /* hmodel: the CPU executor allocates (or adopts) its buffer's storage itself; realize does
+     * not allocate before it (slice_scatter may take its input's storage instead). */
+    bool cpu_allocates;
 } tg_kind;
 
 TG_HIDDEN extern const tg_kind tg_kinds[TG_OP_COUNT_];
@@ -73,5 +76,6 @@ TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
 TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_slice_scatter_execute(const tg_step *st); /* ops/slice_scatter.c */
 
 #endif

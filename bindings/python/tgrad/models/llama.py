@@ -20,7 +20,8 @@ from .. import errors, nn
 from ..dtypes import bfloat16, float32, int32
 from ..nn import functional as F
 from ..norms import rope
-from ..shape_ops import cat
+from ..creation import zeros
+from ..shape_ops import slice_scatter
 from ..softmax import softmax
 from ..tensor import Tensor
 from .config import ModelConfig
@@ -29,23 +30,47 @@ __all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "
 
 
 class KVCache:
-    """Each layer's keys (rope applied) and values [B, H_kv, length, head_dim] of positions
-    0 .. length-1. tgrad tensors are immutable, so a step makes the layer's new cache with
-    tgrad.cat of the old one and the new positions (a copy of the cache per step, not a write
-    into a preallocated buffer; docs/models.md)."""
+    """Each layer's keys (rope applied) and values of positions 0 .. length-1, held in
+    preallocated buffers [B, H_kv, capacity, head_dim] written in place: a step writes its new
+    positions with tgrad.slice_scatter into the layer's buffer and attends over the view
+    [:, :, :length] (no copy). slice_scatter is lazy and immutable like every op; it writes in
+    place because the cache drops its own reference to the old buffer first, so the step that
+    runs the write holds the buffer's only reference and takes its storage (docs/models.md).
+    A reader of an earlier state (a view someone kept) holds a reference too: the write then
+    copies the buffer instead, and that reader keeps its values. capacity: the positions
+    preallocated (generate passes prompt + new tokens); a forward past it grows the buffers to
+    at least twice their size (one copy)."""
 
-    def __init__(self, layers: int) -> None:
+    def __init__(self, layers: int, capacity: int = 0) -> None:
         self.keys: list[Tensor | None] = [None] * layers
         self.values: list[Tensor | None] = [None] * layers
         self.length = 0
+        self.capacity = capacity
         self.batch: int | None = None
 
+    def _buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        b, heads, _, e = like.shape
+        fresh = zeros(b, heads, capacity, e, dtype=like.dtype)
+        if old is None or not self.length:
+            return fresh
+        return slice_scatter(fresh, old[:, :, :self.length, :], 2, 0)
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        old_k, old_v = self.keys[layer], self.values[layer]
-        if old_k is not None and old_v is not None:
-            k, v = cat([old_k, k], dim=2), cat([old_v, v], dim=2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
+        """Write positions length .. length + L - 1 of layer's keys and values (k, v [B, H_kv, L, E]);
+        the views of every position so far. The caller advances `length` once all layers wrote."""
+        end = self.length + k.shape[2]
+        held = self.keys[layer]
+        if held is None or end > held.shape[2]:
+            if end > self.capacity:  # every layer grows to it in turn
+                self.capacity = max(end, 2 * self.capacity)
+            self.keys[layer] = self._buffer(self.keys[layer], k, self.capacity)
+            self.values[layer] = self._buffer(self.values[layer], v, self.capacity)
+        keys, values = self.keys[layer], self.values[layer]
+        self.keys[layer] = self.values[layer] = None  # the write must hold the only reference
+        keys = slice_scatter(keys, k, 2, self.length)
+        values = slice_scatter(values, v, 2, self.length)
+        self.keys[layer], self.values[layer] = keys, values
+        return keys[:, :, :end, :], values[:, :, :end, :]
 
 
 def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
@@ -195,9 +220,10 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear.from_tensors(head)
         self.logits_dtype = _logits_dtype(logits_dtype)
 
-    def new_cache(self) -> KVCache:
-        """An empty KV cache for `forward(ids, cache=...)`."""
-        return KVCache(self.config.num_hidden_layers)
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty KV cache for `forward(ids, cache=...)`, its buffers preallocated for
+        `capacity` positions when the first forward writes (it grows past them)."""
+        return KVCache(self.config.num_hidden_layers, _as_count(capacity, "capacity"))
 
     def forward(self, ids: Any, cache: KVCache | None = None, *, logits_to_keep: int = 0,
                 logits_dtype: Any = None) -> Tensor:

@@ -4,7 +4,7 @@ tgrad.models and by transformers' eager bf16 forward (torch) on the same threads
 transformers is installed.
 
 Each peer runs in its own child process (so that its peak resident memory, ru_maxrss, is its
-own), `--gen-rounds` times, the peers alternating: load the directory, prefill a prompt of
+own: VmHWM), `--gen-rounds` times, the peers alternating: load the directory, prefill a prompt of
 `--gen-prompt` tokens (the best of 3 forwards), then greedy-decode `--gen-tokens` tokens with
 the peer's KV cache (tgrad: generate; transformers: generate with min_new_tokens) and time the
 decode as its total minus a prefill. Reported: prefill tokens/s and ms, decode tokens/s (the
@@ -31,7 +31,8 @@ _CHILD = r'''
 import json, resource, sys, time
 import numpy as np
 peer, path, threads, prompt_len, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-ids = (np.arange(prompt_len, dtype=np.int64)[None] * 7 + 3) % 8000
+vocab = json.load(open(path + "/config.json"))["vocab_size"]
+ids = (np.arange(prompt_len, dtype=np.int64)[None] * 7 + 3) % vocab
 if peer == "tgrad":
     import tgrad, tgrad.models
     tgrad.set_num_threads(threads)
@@ -58,8 +59,10 @@ for _ in range(3):
     t = time.perf_counter(); prefill(); times.append(time.perf_counter() - t)
 pre = min(times)
 t = time.perf_counter(); decode(); total = time.perf_counter() - t
-print(json.dumps({"prefill_s": pre, "decode_s": max(total - pre, 1e-9),
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across exec on Linux)
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+rss = int(hwm[0]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "rss_mb": rss}))
 '''
 
 

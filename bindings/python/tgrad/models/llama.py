@@ -128,7 +128,7 @@ class Attention(nn.Module):
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
 
-    def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0) -> Tensor:
         b, length, _ = x.shape
         q = linear(self.q_proj, x).reshape(b, length, self.heads, self.head_dim).transpose(1, 2)
@@ -167,7 +167,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=eps,
                                                    weight=weights["post_attention_layernorm.weight"])
 
-    def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, mask, inv_freq, cache, layer)
         out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
@@ -193,7 +193,7 @@ class Model(nn.Module):
     def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
         length = ids.shape[1]
         offset = 0 if cache is None else cache.length
-        positions = np.arange(offset, offset + length, dtype=np.int32)
+        positions = Tensor.from_numpy(np.arange(offset, offset + length, dtype=np.int32), dtype=int32)  # once for every rope
         masks: dict[int | None, Tensor | None] = {}
         x = self.embed_tokens(ids)
         for i, layer in enumerate(self.layers):

@@ -66,6 +66,7 @@ class KVCache:
             self.keys[layer] = self._buffer(self.keys[layer], k, self.capacity)
             self.values[layer] = self._buffer(self.values[layer], v, self.capacity)
         keys, values = self.keys[layer], self.values[layer]
+        assert keys is not None and values is not None
         self.keys[layer] = self.values[layer] = None  # the write must hold the only reference
         keys = slice_scatter(keys, k, 2, self.length)
         values = slice_scatter(values, v, 2, self.length)
@@ -88,15 +89,29 @@ def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
     return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32)
 
 
+def _transposed(layer: nn.Linear) -> Tensor:
+    """layer.weight.T, the view made once per weight (a decode step reads every weight: making
+    the view each time was a tenth of the Python time of a step)."""
+    w = layer.weight
+    hit = layer.__dict__.get("_weight_t")
+    if hit is None or hit[0] is not w:
+        hit = (w, w.T)
+        layer.__dict__["_weight_t"] = hit
+    view: Tensor = hit[1]
+    return view
+
+
 def linear(layer: nn.Linear, x: Tensor) -> Tensor:
-    """layer(x) without a bias: the product rounded once to bf16. With a bias, as torch's
-    F.linear rounds it: the product's fp32 accumulators plus the bias, rounded to float32, then
-    to bf16 (nn.Linear rounds the product first, then the sum: two bf16 roundings)."""
-    if layer.bias is None:
-        return layer(x)
+    """layer(x) without a bias: the product rounded once to bf16 (the op nn.Linear runs:
+    the rows of x times weight.T). With a bias, as torch's F.linear rounds it: the product's fp32
+    accumulators plus the bias, rounded to float32, then to bf16 (nn.Linear rounds the product
+    first, then the sum: two bf16 roundings)."""
     *lead, d = x.shape
-    rows = x.reshape(-1, d).matmul(layer.weight.T, out_dtype=float32) + layer.bias
-    return rows.bfloat16().reshape(*lead, layer.out_features)
+    rows = x.reshape(-1, d) if len(lead) != 1 else x
+    if layer.bias is None:
+        return rows.matmul(_transposed(layer)).reshape(*lead, layer.out_features)
+    summed = rows.matmul(_transposed(layer), out_dtype=float32) + layer.bias
+    return summed.bfloat16().reshape(*lead, layer.out_features)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -243,7 +258,7 @@ class CausalLM(nn.Module):
             logits: Tensor = self.lm_head(hidden)
             return logits
         b, length, d = hidden.shape
-        rows = hidden.reshape(b * length, d).matmul(self.lm_head.weight.T, out_dtype=float32)
+        rows = hidden.reshape(b * length, d).matmul(_transposed(self.lm_head), out_dtype=float32)
         return rows.reshape(b, length, self.config.vocab_size)
 
     def _ids(self, ids: Any, cache: KVCache | None) -> Tensor:

@@ -90,8 +90,9 @@ def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
 
 
 def _transposed(layer: nn.Linear) -> Tensor:
-    """layer.weight.T, the view made once per weight (a decode step reads every weight: making
-    the view each time was a tenth of the Python time of a step)."""
+    """layer.weight.T, the view made once per weight (when the model is built, again only if the
+    weight is replaced): a decode step reads every weight, and making the view each time was a
+    tenth of the Python time of a step."""
     w = layer.weight
     hit = layer.__dict__.get("_weight_t")
     if hit is None or hit[0] is not w:
@@ -142,6 +143,7 @@ class Attention(nn.Module):
         self.rope_theta = config.rope_theta
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
+            _transposed(getattr(self, name))
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0) -> Tensor:
@@ -164,6 +166,7 @@ class MLP(nn.Module):
         super().__init__()
         for name in ("gate_proj", "up_proj", "down_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
+            _transposed(getattr(self, name))
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(self.down_proj, F.silu(linear(self.gate_proj, x)) * linear(self.up_proj, x))
@@ -233,6 +236,7 @@ class CausalLM(nn.Module):
         self.model = Model(config, _under(weights, "model"), inv_freq)
         head = self.model.embed_tokens.weight if config.tie_word_embeddings else weights["lm_head.weight"]
         self.lm_head = nn.Linear.from_tensors(head)
+        _transposed(self.lm_head)
         self.logits_dtype = _logits_dtype(logits_dtype)
 
     def new_cache(self, capacity: int = 0) -> KVCache:

@@ -38,7 +38,7 @@ class KVCache:
     runs the write holds the buffer's only reference and takes its storage (docs/models.md).
     A reader of an earlier state (a view someone kept) holds a reference too: the write then
     copies the buffer instead, and that reader keeps its values. capacity: the positions
-    preallocated (generate passes prompt + new tokens); a forward past it grows the buffers to
+    preallocated (generate: the prompt and up to 1024 new tokens); a forward past it grows the buffers to
     at least twice their size (one copy)."""
 
     def __init__(self, layers: int, capacity: int = 0) -> None:

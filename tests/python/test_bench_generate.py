@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import tgrad.models  # noqa: F401  (model_dirs reads tgrad.models)
+
 from model_dirs import model_dir
 
 

@@ -356,6 +356,20 @@ TGRAD_API tgrad_status tgrad_reduce(int32_t op, tgrad_tensor_t x, const int32_t 
  * TGRAD_ERR_INDEX_OUT_OF_RANGE. CPU only for now (a GPU operand: TGRAD_ERR_BACKEND_UNAVAILABLE).
  * Checks happen here, before any allocation; the operands' handles stay the caller's. */
 TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, int32_t axis, tgrad_tensor_t *out);
+/* out = dst with out[..., start : start + n, ...] = src along `axis` (n = src's extent there;
+ * torch.slice_scatter with step 1), lazily, bit for bit (any dtype). Like every node it changes
+ * nothing a handle can see: dst keeps its values for every reader. When the step runs it writes in
+ * place if it may: dst's buffer realized, on the CPU, owned by libtgrad (not external memory),
+ * read whole by this node and referenced by nothing else (the caller released every handle of
+ * dst and no other pending op reads it); the result then takes dst's storage and only src's
+ * block is copied (a KV cache written one position per step). Otherwise dst is copied first.
+ * Same rank (else TGRAD_ERR_RANK_MISMATCH), dtype (TGRAD_ERR_DTYPE_UNSUPPORTED), device
+ * (TGRAD_ERR_DEVICE_MISMATCH) and extents off the axis (TGRAD_ERR_SHAPE_MISMATCH); an axis out of
+ * range or a block past dst's end (start < 0, start + n > dst's extent) is
+ * TGRAD_ERR_INDEX_OUT_OF_RANGE. CPU only (a GPU operand: TGRAD_ERR_BACKEND_UNAVAILABLE). Checks
+ * happen here, before any allocation; the operands' handles stay the caller's. */
+TGRAD_API tgrad_status tgrad_slice_scatter(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis, int64_t start,
+                                           tgrad_tensor_t *out);
 /* out = numpy's take(x, indices, axis), lazily: shape x.shape[:axis] + indices.shape +
  * x.shape[axis+1:], out[..., j..., ...] = x[..., indices[j...], ...], bit for bit (any dtype).
  * indices is an int32 tensor (else TGRAD_ERR_DTYPE_UNSUPPORTED) on x's device; each lies in

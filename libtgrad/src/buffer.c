@@ -155,7 +155,8 @@ static tgrad_status run_step(const tg_step *st) {
     tgrad_status s = TGRAD_OK;
     if (!atomic_load(&b->realized)) {
         tg_node *n = b->node;
-        if (!b->data && !b->dev_mem) s = storage_alloc(b);
+        bool own = st->device == TGRAD_DEVICE_CPU && tg_kind_of(st->op)->cpu_allocates; /* its executor allocates */
+        if (!b->data && !b->dev_mem && !own) s = storage_alloc(b);
         if (!s) s = st->device == TGRAD_DEVICE_CPU ? tg_kind_of(st->op)->cpu_execute(st) : tg_device_execute(st);
         if (!s) {
             size_t len = 0;

@@ -151,6 +151,9 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
                       (unsigned long long)read, (long long)written, (unsigned long long)b->id);
         else put(t, " | reads %llu B, writes %lld B | alloc buf#%llu (%lld B)", (unsigned long long)read, (long long)written,
                  (unsigned long long)b->id, (long long)written);
+        if (!json && st->device == TGRAD_DEVICE_CPU && tg_kind_of(st->op)->cpu_allocates && st->ninputs) /* hmodel */
+            put(t, " or takes buf#%llu's storage (when this step holds its only reference)",
+                (unsigned long long)st->inputs[0].buf->id);
         for (int32_t f = 0; f < st->nfree; f++) {
             const tg_buffer *in = P->free[st->first_free + f];
             if (json) put(t, "%s%llu", f ? ", " : "", (unsigned long long)in->id);

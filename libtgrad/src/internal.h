@@ -168,6 +168,8 @@ typedef struct tg_node_params {
     } place;
     /* --- hgsoft --- */
     int32_t rope_backward;           /* rope: 1 rotates by -theta (the transpose: rope's derivative) */
+    /* --- hmodel: slice_scatter (ops/slice_scatter.c; its axis is axes[0]) --- */
+    int64_t scatter_start;           /* where src's block begins along the axis */
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

@@ -51,6 +51,7 @@ static void decide_reduce(tg_step *st) {
 static void decide_random(tg_step *st) { route_named(st, "random"); }
 static void decide_place(tg_step *st) { route_named(st, "place"); }
 static void decide_scatter_add(tg_step *st) { route_named(st, "scatter_add"); }
+static void decide_slice_scatter(tg_step *st) { route_named(st, "slice_scatter"); }
 static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
@@ -188,6 +189,10 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_PLACE] = { .name = "place", .role = TG_ROLE_MOVEMENT, .decide = decide_place, .cpu_execute = tg_place_execute,
                       .unfused = "a place is not fused (it writes a zeroed buffer)", .base_name = name_kind,
                       .vjp = &tg_vjp_place },
+    /* hmodel: CPU only; writes in place into dst's storage when it may take it (ops/slice_scatter.c) */
+    [TG_OP_SLICE_SCATTER] = { .name = "slice_scatter", .role = TG_ROLE_MOVEMENT, .decide = decide_slice_scatter,
+                              .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
+                              .unfused = "a slice_scatter is not fused", .base_name = name_kind },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

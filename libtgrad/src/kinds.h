@@ -42,6 +42,9 @@ typedef struct tg_kind {
      * the kind has no rule yet, and tgrad_grad refuses a path through it with
      * TGRAD_ERR_NO_GRADIENT_RULE naming it. */
     const struct tg_vjp *vjp;
+    /* hmodel: the CPU executor allocates (or adopts) its buffer's storage itself; realize does
+     * not allocate before it (slice_scatter may take its input's storage instead). */
+    bool cpu_allocates;
 } tg_kind;
 
 TG_HIDDEN extern const tg_kind tg_kinds[TG_OP_COUNT_];
@@ -81,5 +84,6 @@ TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_softmax_backward_execute(const tg_step *st);
 TG_HIDDEN const char *tg_softmax_kind_name(int32_t op);
 TG_HIDDEN bool tg_softmax_is_backward(int32_t op);
+TG_HIDDEN tgrad_status tg_slice_scatter_execute(const tg_step *st); /* ops/slice_scatter.c */
 
 #endif

@@ -11,22 +11,23 @@
  * registry's rows of the missing codes stay empty. Role none: a source with no inputs (random). */
 typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROLE_MOVEMENT, TG_ROLE_REDUCTION } tg_role;
 
-#define TG_KIND_LIST(X)                                 \
-    X(0, NONE, none, TG_ROLE_NONE)                      \
-    X(1, MATMUL, matmul, TG_ROLE_ANCHOR)                \
-    X(2, COPY, copy, TG_ROLE_MOVEMENT)                  \
-    X(3, ELEMENTWISE, elementwise, TG_ROLE_ELEMENTWISE) \
-    X(4, CAST, cast, TG_ROLE_ELEMENTWISE)               \
-    X(5, REDUCE, reduce, TG_ROLE_REDUCTION)             \
-    X(6, GATHER, gather, TG_ROLE_MOVEMENT)              \
-    X(7, CONCAT, concat, TG_ROLE_MOVEMENT)              \
-    X(8, SOFTMAX, softmax, TG_ROLE_REDUCTION)           \
-    X(9, NORM, norm, TG_ROLE_NONE)                      \
-    X(10, ROPE, rope, TG_ROLE_NONE)                     \
-    X(11, RANDOM, random, TG_ROLE_NONE)                 \
-    X(12, WHERE, where, TG_ROLE_ELEMENTWISE)            \
-    X(13, COMPARE, compare, TG_ROLE_ELEMENTWISE)       \
-    X(14, SCATTER_ADD, scatter_add, TG_ROLE_NONE)      \
-    X(15, PLACE, place, TG_ROLE_MOVEMENT)
+#define TG_KIND_LIST(X)                                   \
+    X(0, NONE, none, TG_ROLE_NONE)                        \
+    X(1, MATMUL, matmul, TG_ROLE_ANCHOR)                  \
+    X(2, COPY, copy, TG_ROLE_MOVEMENT)                    \
+    X(3, ELEMENTWISE, elementwise, TG_ROLE_ELEMENTWISE)   \
+    X(4, CAST, cast, TG_ROLE_ELEMENTWISE)                 \
+    X(5, REDUCE, reduce, TG_ROLE_REDUCTION)               \
+    X(6, GATHER, gather, TG_ROLE_MOVEMENT)                \
+    X(7, CONCAT, concat, TG_ROLE_MOVEMENT)                \
+    X(8, SOFTMAX, softmax, TG_ROLE_REDUCTION)             \
+    X(9, NORM, norm, TG_ROLE_NONE)                        \
+    X(10, ROPE, rope, TG_ROLE_NONE)                       \
+    X(11, RANDOM, random, TG_ROLE_NONE)                   \
+    X(12, WHERE, where, TG_ROLE_ELEMENTWISE)              \
+    X(13, COMPARE, compare, TG_ROLE_ELEMENTWISE)          \
+    X(14, SCATTER_ADD, scatter_add, TG_ROLE_NONE)         \
+    X(15, PLACE, place, TG_ROLE_MOVEMENT)                 \
+    X(17, SLICE_SCATTER, slice_scatter, TG_ROLE_MOVEMENT)
 
 #endif

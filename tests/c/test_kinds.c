@@ -143,11 +143,54 @@ static void norm_and_rope_through_the_abi(void) {
     tgrad_tensor_release(r);
 }
 
+/* slice_scatter (hmodel): the values, the write in place when dst has no other holder (the result's
+ * storage is dst's), a copy when a handle still holds dst (which keeps its values), refusals. */
+static void slice_scatter_through_the_abi(void) {
+    float dv[6] = { 1, 2, 3, 4, 5, 6 }, sv[2] = { -1, -2 }; /* dst [2, 3], src [2, 1], as bfloat16 */
+    int64_t dshape[2] = { 2, 3 }, sshape[2] = { 2, 1 };
+    tgrad_tensor_t d = 0, s = 0, o = 0, o2 = 0, f = 0, bad = 0;
+    EXPECT(tgrad_tensor_from_host(dv, TGRAD_DTYPE_F32, 2, dshape, TGRAD_DTYPE_BF16, &d), TGRAD_OK);
+    EXPECT(tgrad_tensor_from_host(sv, TGRAD_DTYPE_F32, 2, sshape, TGRAD_DTYPE_BF16, &s), TGRAD_OK);
+    const uint16_t *dptr = NULL, *optr = NULL, *o2ptr = NULL;
+    EXPECT(tgrad_tensor_data(d, &dptr), TGRAD_OK);
+    EXPECT(tgrad_slice_scatter(d, s, 1, 2, &o), TGRAD_OK); /* d still held: a copy */
+    uint16_t got[6]; /* bfloat16 bits: 1 2 3 4 5 6 are 3f80 4000 4040 4080 40a0 40c0; -1 -2 bf80 c000 */
+    const uint16_t orig[6] = { 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0 };
+    EXPECT(tgrad_tensor_read_bf16(o, got, 6), TGRAD_OK);
+    const uint16_t want[6] = { 0x3f80, 0x4000, 0xbf80, 0x4080, 0x40a0, 0xc000 };
+    CHECK(memcmp(got, want, sizeof want) == 0);
+    EXPECT(tgrad_tensor_data(o, &optr), TGRAD_OK);
+    CHECK(optr != dptr);
+    EXPECT(tgrad_tensor_read_bf16(d, got, 6), TGRAD_OK);
+    CHECK(memcmp(got, orig, sizeof orig) == 0); /* dst keeps its values */
+    tgrad_tensor_release(d);
+    /* o held by the new node only: its storage becomes o2's */
+    EXPECT(tgrad_slice_scatter(o, s, -1, 0, &o2), TGRAD_OK);
+    tgrad_tensor_release(o);
+    EXPECT(tgrad_tensor_read_bf16(o2, got, 6), TGRAD_OK);
+    const uint16_t want2[6] = { 0xbf80, 0x4000, 0xbf80, 0xc000, 0x40a0, 0xc000 };
+    CHECK(memcmp(got, want2, sizeof want2) == 0);
+    EXPECT(tgrad_tensor_data(o2, &o2ptr), TGRAD_OK);
+    CHECK(o2ptr == optr);
+    /* refusals, before anything is allocated */
+    EXPECT(tgrad_cast(s, TGRAD_DTYPE_F32, &f), TGRAD_OK);
+    int64_t live = tgrad_live_tensors();
+    EXPECT(tgrad_slice_scatter(o2, s, 1, 3, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE); /* past the end */
+    EXPECT(tgrad_slice_scatter(o2, s, 1, -1, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_slice_scatter(o2, s, 2, 0, &bad), TGRAD_ERR_INDEX_OUT_OF_RANGE);
+    EXPECT(tgrad_slice_scatter(o2, s, 0, 0, &bad), TGRAD_ERR_SHAPE_MISMATCH); /* extents off the axis */
+    EXPECT(tgrad_slice_scatter(o2, f, 1, 0, &bad), TGRAD_ERR_DTYPE_UNSUPPORTED);
+    EXPECT(tgrad_slice_scatter(o2, s, 1, 0, NULL), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(bad == 0 && tgrad_live_tensors() == live);
+    tgrad_tensor_release(f), tgrad_tensor_release(s), tgrad_tensor_release(o2);
+}
+
 int main(void) {
     every_row_is_whole();
     reduce_and_cast_through_the_abi();
     concat_and_take_through_the_abi();
     norm_and_rope_through_the_abi();
+    slice_scatter_through_the_abi();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

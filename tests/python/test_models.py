@@ -15,6 +15,7 @@ import pytest
 import tgrad
 import tgrad.models
 from tgrad import errors
+from tgrad._ffi import ffi, lib
 
 from model_dirs import config, model_dir, reference_logits, weights, write
 
@@ -129,8 +130,9 @@ def test_tied_embeddings_read_no_lm_head(tmp_path: Path) -> None:
 
 
 # ---- the KV cache ---------------------------------------------------------------------------------
-def _cached_logits(m: tgrad.models.CausalLM, ids: np.ndarray, chunks: list[int], dtype: Any) -> np.ndarray:
-    cache, out, at = m.new_cache(), [], 0
+def _cached_logits(m: tgrad.models.CausalLM, ids: np.ndarray, chunks: list[int], dtype: Any,
+                   capacity: int = 0) -> np.ndarray:
+    cache, out, at = m.new_cache(capacity), [], 0
     for size in chunks:
         out.append(m(ids[:, at:at + size], cache=cache, logits_dtype=dtype).numpy())
         at += size
@@ -142,7 +144,40 @@ def _cached_logits(m: tgrad.models.CausalLM, ids: np.ndarray, chunks: list[int],
 def test_decoding_with_the_cache_gives_the_bytes_of_a_full_recompute(model: tgrad.models.CausalLM, dtype: Any) -> None:
     full = model(IDS, logits_dtype=dtype).numpy()
     for chunks in ([1] * 12, [5, 1, 1, 1, 1, 1, 1, 1], [4, 3, 5]):
-        assert _cached_logits(model, IDS, chunks, dtype).tobytes() == full.tobytes(), chunks
+        for capacity in (0, 5, 12):  # grown from nothing, grown once, preallocated
+            assert _cached_logits(model, IDS, chunks, dtype, capacity).tobytes() == full.tobytes(), (chunks, capacity)
+
+
+def _address(t: tgrad.Tensor) -> int:
+    data = ffi.new("const uint16_t **")
+    assert lib.tgrad_tensor_data(t._h, data) == 0
+    return int(ffi.cast("uintptr_t", data[0]))
+
+
+def test_the_cache_is_written_in_place_while_it_has_room(model: tgrad.models.CausalLM) -> None:
+    cache = model.new_cache(8)
+    model(IDS[:, :4], cache=cache).realize()
+    where = [(_address(k), _address(v)) for k, v in zip(cache.keys, cache.values) if k is not None and v is not None]
+    for i in range(4, 8):
+        model(IDS[:, i:i + 1], cache=cache).realize()
+        assert [(_address(k), _address(v)) for k, v in zip(cache.keys, cache.values)
+                if k is not None and v is not None] == where  # slice_scatter took the buffers
+    model(IDS[:, 8:9], cache=cache).realize()  # past the capacity: new buffers, twice the size
+    assert cache.capacity == 16 and all(k is not None and k.shape[2] == 16 for k in cache.keys)
+    assert cache.length == 9
+
+
+def test_a_view_kept_of_an_earlier_cache_keeps_its_values(model: tgrad.models.CausalLM) -> None:
+    cache = model.new_cache(12)
+    model(IDS[:, :4], cache=cache).realize()
+    kept, prefix = cache.keys[1], cache.values[0][:, :, :4]  # the whole buffer, and a view
+    assert kept is not None
+    before = kept.numpy().tobytes(), prefix.numpy().tobytes()
+    want = model(IDS, logits_dtype=tgrad.float32).numpy()[:, 4:]
+    got = model(IDS[:, 4:], cache=cache, logits_dtype=tgrad.float32).numpy()
+    assert got.tobytes() == want.tobytes()
+    assert (kept.numpy().tobytes(), prefix.numpy().tobytes()) == before  # written into copies instead
+    assert _address(kept) != _address(cache.keys[1])
 
 
 def test_the_cache_matches_a_recompute_under_a_sliding_window(tmp_path: Path) -> None:

@@ -397,3 +397,37 @@ def test_property_getitem_equals_numpy(key: tuple[Any, ...]) -> None:
             t[key]
         return
     same(t[key], want)
+
+
+# ---- slice_scatter (issue 35: the KV cache's in-place write) ---------------------------------------
+def test_slice_scatter_writes_a_block_and_leaves_its_input_unchanged() -> None:
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = tgrad.Tensor.from_numpy(base)
+    block = -np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    src = tgrad.Tensor.from_numpy(block).transpose(1, 2)  # [2, 3, 1], read through its strides
+    want = base.copy()
+    want[:, :, 2:3] = block.transpose(0, 2, 1)
+    for dim, start in ((-1, 2), (2, 2)):
+        assert np.array_equal(tgrad.slice_scatter(x, src, dim, start).numpy(np.float32), want)
+    assert np.array_equal(x.numpy(np.float32), base)  # x is still held: written into a copy
+    ints = tgrad.Tensor.from_numpy(np.zeros((3, 2), np.int32), dtype=tgrad.int32)
+    row = tgrad.Tensor.from_numpy(np.array([[7, 8]], np.int32), dtype=tgrad.int32)
+    assert tgrad.slice_scatter(ints, row, 0, 2).numpy().tolist() == [[0, 0], [0, 0], [7, 8]]
+
+
+@pytest.mark.parametrize("dim, start, error", [(1, 3, errors.IndexOutOfRangeError), (1, -1, errors.IndexOutOfRangeError),
+                                               (3, 0, errors.IndexOutOfRangeError), (0, 0, errors.ShapeMismatchError)])
+def test_slice_scatter_refuses_a_block_that_does_not_fit(dim: int, start: int, error: type) -> None:
+    x = tgrad.zeros(2, 4, 3)
+    with pytest.raises(error):
+        tgrad.slice_scatter(x, tgrad.ones(2, 2, 3), dim, start)
+
+
+def test_slice_scatter_refuses_mixed_dtypes_and_ranks() -> None:
+    x = tgrad.zeros(2, 4)
+    with pytest.raises(errors.DtypeUnsupportedError):
+        tgrad.slice_scatter(x, tgrad.zeros(2, 1, dtype=tgrad.float32), 1, 0)
+    with pytest.raises(errors.RankMismatchError):
+        tgrad.slice_scatter(x, tgrad.zeros(2), 1, 0)
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.slice_scatter(x, np.zeros((2, 1)), 1, 0)  # type: ignore[arg-type]

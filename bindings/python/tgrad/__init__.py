@@ -28,6 +28,7 @@ from .dtypes import DType, bfloat16, float32, int32
 from . import reductions
 from . import shape_ops
 from .shape_ops import cat, chunk, concatenate, flatten, split, squeeze, stack, take, unsqueeze
+from .shape_ops import slice_scatter  # hmodel (issue 35)
 from . import creation, random
 from .creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, tensor, zeros,
                        zeros_like)
@@ -178,6 +179,7 @@ __all__ = [
     "set_num_threads",
     "shape_ops",
     "sigmoid",
+    "slice_scatter",
     "silu",
     "split",
     "square",

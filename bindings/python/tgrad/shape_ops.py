@@ -23,7 +23,7 @@ from .errors import _check
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-__all__ = ["cat", "concatenate", "stack", "take", "squeeze", "unsqueeze", "flatten", "split", "chunk"]
+__all__ = ["cat", "concatenate", "stack", "take", "squeeze", "unsqueeze", "flatten", "split", "chunk", "slice_scatter"]
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -106,6 +106,26 @@ def cat(tensors: Sequence[Tensor], dim: int | None = None, *, axis: int | None =
     out = _wrap(lib.tgrad_concat, len(items), handles, a)
     _report("concat", out, tuple(items), {"axis": a % out.ndim})
     return out
+
+
+def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int = 0) -> Tensor:
+    """input with its positions start .. start + src.shape[dim] - 1 along dim replaced by src
+    (torch.slice_scatter with step 1; ``tgrad_slice_scatter``, kind slice_scatter), bit for bit.
+    Lazy and immutable like every op: `input` keeps its values for whoever holds it. When the
+    step runs and nothing else holds input (no other Tensor, no other pending op), the result
+    takes input's storage and writes only src's block (no copy of input): drop your own
+    reference first, as a KV cache does (``cache = slice_scatter(cache, new, 2, pos)``).
+    CPU only; same rank, dtype, device and extents off dim (RankMismatchError,
+    DtypeUnsupportedError, DeviceMismatchError, ShapeMismatchError); a block past the end is
+    IndexOutOfRangeError."""
+    dst, block = _tensor(input, "slice_scatter"), _tensor(src, "slice_scatter")
+    a = _int(dim, "slice_scatter: dim")
+    s = _int(start, "slice_scatter: start")
+    if not _INT32_MIN <= a <= _INT32_MAX:
+        raise errors.IndexOutOfRangeError(f"slice_scatter: dim {a} is out of range")
+    if not -(1 << 63) <= s < (1 << 63):
+        raise errors.IndexOutOfRangeError(f"slice_scatter: start {s} is out of range")
+    return _wrap(lib.tgrad_slice_scatter, dst._h, block._h, a, s)
 
 
 def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:

@@ -92,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import transformer as _transformer
 
     _transformer.add_arguments(parser)  # --transformer: issue 34's table against torch
+    from . import generate as _generate
+
+    _generate.add_arguments(parser)  # --generate: issue 35's model prefill/decode against transformers
     parser.set_defaults(func=run)
 
 
@@ -241,6 +244,10 @@ def run(args: argparse.Namespace) -> int:
         from . import transformer as _transformer
 
         return _transformer.run(args)
+    if getattr(args, "generate", False):
+        from . import generate as _generate
+
+        return _generate.run(args)
     if args.device == "cuda":
         from . import cuda
 

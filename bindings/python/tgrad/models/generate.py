@@ -89,7 +89,10 @@ def generate(model: CausalLM, ids: Any, max_new_tokens: int, *, do_sample: bool 
     temperature, top_k, top_p = _sampling(temperature, top_k, top_p)
     stops = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
     generator = None if seed is None else random.Generator(seed)
-    cache = model.new_cache()
+    shape = ids.shape if isinstance(ids, Tensor) else np.shape(ids)
+    # the cache preallocated for the prompt and the new tokens, at most 1024 of them up front (a run
+    # that stops at eos_token_id early does not pay for the rest; past them it doubles)
+    cache = model.new_cache(int(shape[-1]) + min(new, 1024) if len(shape) == 2 else 0)  # forward checks the shape
     step = model.forward(ids, cache, logits_to_keep=1, logits_dtype=float32)
     batch = step.shape[0]
     tokens: list[np.ndarray] = []

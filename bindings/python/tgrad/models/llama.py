@@ -20,7 +20,8 @@ from .. import errors, nn
 from ..dtypes import bfloat16, float32, int32
 from ..nn import functional as F
 from ..norms import rope
-from ..shape_ops import cat
+from ..creation import zeros
+from ..shape_ops import slice_scatter
 from ..softmax import softmax
 from ..tensor import Tensor
 from .config import ModelConfig
@@ -29,23 +30,48 @@ __all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "
 
 
 class KVCache:
-    """Each layer's keys (rope applied) and values [B, H_kv, length, head_dim] of positions
-    0 .. length-1. tgrad tensors are immutable, so a step makes the layer's new cache with
-    tgrad.cat of the old one and the new positions (a copy of the cache per step, not a write
-    into a preallocated buffer; docs/models.md)."""
+    """Each layer's keys (rope applied) and values of positions 0 .. length-1, held in
+    preallocated buffers [B, H_kv, capacity, head_dim] written in place: a step writes its new
+    positions with tgrad.slice_scatter into the layer's buffer and attends over the view
+    [:, :, :length] (no copy). slice_scatter is lazy and immutable like every op; it writes in
+    place because the cache drops its own reference to the old buffer first, so the step that
+    runs the write holds the buffer's only reference and takes its storage (docs/models.md).
+    A reader of an earlier state (a view someone kept) holds a reference too: the write then
+    copies the buffer instead, and that reader keeps its values. capacity: the positions
+    preallocated (generate: the prompt and up to 1024 new tokens); a forward past it grows the buffers to
+    at least twice their size (one copy)."""
 
-    def __init__(self, layers: int) -> None:
+    def __init__(self, layers: int, capacity: int = 0) -> None:
         self.keys: list[Tensor | None] = [None] * layers
         self.values: list[Tensor | None] = [None] * layers
         self.length = 0
+        self.capacity = capacity
         self.batch: int | None = None
 
+    def _buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        b, heads, _, e = like.shape
+        fresh = zeros(b, heads, capacity, e, dtype=like.dtype)
+        if old is None or not self.length:
+            return fresh
+        return slice_scatter(fresh, old[:, :, :self.length, :], 2, 0)
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        old_k, old_v = self.keys[layer], self.values[layer]
-        if old_k is not None and old_v is not None:
-            k, v = cat([old_k, k], dim=2), cat([old_v, v], dim=2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
+        """Write positions length .. length + L - 1 of layer's keys and values (k, v [B, H_kv, L, E]);
+        the views of every position so far. The caller advances `length` once all layers wrote."""
+        end = self.length + k.shape[2]
+        held = self.keys[layer]
+        if held is None or end > held.shape[2]:
+            if end > self.capacity:  # every layer grows to it in turn
+                self.capacity = max(end, 2 * self.capacity)
+            self.keys[layer] = self._buffer(self.keys[layer], k, self.capacity)
+            self.values[layer] = self._buffer(self.values[layer], v, self.capacity)
+        keys, values = self.keys[layer], self.values[layer]
+        assert keys is not None and values is not None
+        self.keys[layer] = self.values[layer] = None  # the write must hold the only reference
+        keys = slice_scatter(keys, k, 2, self.length)
+        values = slice_scatter(values, v, 2, self.length)
+        self.keys[layer], self.values[layer] = keys, values
+        return keys[:, :, :end, :], values[:, :, :end, :]
 
 
 def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
@@ -63,15 +89,30 @@ def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
     return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32)
 
 
+def _transposed(layer: nn.Linear) -> Tensor:
+    """layer.weight.T, the view made once per weight (when the model is built, again only if the
+    weight is replaced): a decode step reads every weight, and making the view each time was a
+    tenth of the Python time of a step."""
+    w = layer.weight
+    hit = layer.__dict__.get("_weight_t")
+    if hit is None or hit[0] is not w:
+        hit = (w, w.T)
+        layer.__dict__["_weight_t"] = hit
+    view: Tensor = hit[1]
+    return view
+
+
 def linear(layer: nn.Linear, x: Tensor) -> Tensor:
-    """layer(x) without a bias: the product rounded once to bf16. With a bias, as torch's
-    F.linear rounds it: the product's fp32 accumulators plus the bias, rounded to float32, then
-    to bf16 (nn.Linear rounds the product first, then the sum: two bf16 roundings)."""
-    if layer.bias is None:
-        return layer(x)
+    """layer(x) without a bias: the product rounded once to bf16 (the op nn.Linear runs:
+    the rows of x times weight.T). With a bias, as torch's F.linear rounds it: the product's fp32
+    accumulators plus the bias, rounded to float32, then to bf16 (nn.Linear rounds the product
+    first, then the sum: two bf16 roundings)."""
     *lead, d = x.shape
-    rows = x.reshape(-1, d).matmul(layer.weight.T, out_dtype=float32) + layer.bias
-    return rows.bfloat16().reshape(*lead, layer.out_features)
+    rows = x.reshape(-1, d) if len(lead) != 1 else x
+    if layer.bias is None:
+        return rows.matmul(_transposed(layer)).reshape(*lead, layer.out_features)
+    summed = rows.matmul(_transposed(layer), out_dtype=float32) + layer.bias
+    return summed.bfloat16().reshape(*lead, layer.out_features)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -102,8 +143,9 @@ class Attention(nn.Module):
         self.rope_theta = config.rope_theta
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
+            _transposed(getattr(self, name))
 
-    def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0) -> Tensor:
         b, length, _ = x.shape
         q = linear(self.q_proj, x).reshape(b, length, self.heads, self.head_dim).transpose(1, 2)
@@ -124,6 +166,7 @@ class MLP(nn.Module):
         super().__init__()
         for name in ("gate_proj", "up_proj", "down_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
+            _transposed(getattr(self, name))
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(self.down_proj, F.silu(linear(self.gate_proj, x)) * linear(self.up_proj, x))
@@ -142,7 +185,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=eps,
                                                    weight=weights["post_attention_layernorm.weight"])
 
-    def forward(self, x: Tensor, positions: np.ndarray, mask: Tensor | None, inv_freq: Tensor | None,
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, mask, inv_freq, cache, layer)
         out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
@@ -168,7 +211,7 @@ class Model(nn.Module):
     def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
         length = ids.shape[1]
         offset = 0 if cache is None else cache.length
-        positions = np.arange(offset, offset + length, dtype=np.int32)
+        positions = Tensor.from_numpy(np.arange(offset, offset + length, dtype=np.int32), dtype=int32)  # once for every rope
         masks: dict[int | None, Tensor | None] = {}
         x = self.embed_tokens(ids)
         for i, layer in enumerate(self.layers):
@@ -193,11 +236,13 @@ class CausalLM(nn.Module):
         self.model = Model(config, _under(weights, "model"), inv_freq)
         head = self.model.embed_tokens.weight if config.tie_word_embeddings else weights["lm_head.weight"]
         self.lm_head = nn.Linear.from_tensors(head)
+        _transposed(self.lm_head)
         self.logits_dtype = _logits_dtype(logits_dtype)
 
-    def new_cache(self) -> KVCache:
-        """An empty KV cache for `forward(ids, cache=...)`."""
-        return KVCache(self.config.num_hidden_layers)
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty KV cache for `forward(ids, cache=...)`, its buffers preallocated for
+        `capacity` positions when the first forward writes (it grows past them)."""
+        return KVCache(self.config.num_hidden_layers, _as_count(capacity, "capacity"))
 
     def forward(self, ids: Any, cache: KVCache | None = None, *, logits_to_keep: int = 0,
                 logits_dtype: Any = None) -> Tensor:
@@ -217,7 +262,7 @@ class CausalLM(nn.Module):
             logits: Tensor = self.lm_head(hidden)
             return logits
         b, length, d = hidden.shape
-        rows = hidden.reshape(b * length, d).matmul(self.lm_head.weight.T, out_dtype=float32)
+        rows = hidden.reshape(b * length, d).matmul(_transposed(self.lm_head), out_dtype=float32)
         return rows.reshape(b, length, self.config.vocab_size)
 
     def _ids(self, ids: Any, cache: KVCache | None) -> Tensor:

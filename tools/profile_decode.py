@@ -1,0 +1,41 @@
+"""Where a decode step's time goes: `python tools/profile_decode.py MODEL_DIR [STEPS] [--cprofile]`.
+
+Prints, per token of greedy decoding with a preallocated KV cache after a 64-token prompt, the
+time spent building the lazy graph in Python (the forward call) and realizing it in libtgrad
+(the steps: the matmuls, attention over the cache, the norms); with --cprofile, the Python
+functions by their own time. For the C side run it under `perf record -g` (docs/models.md)."""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+
+import numpy as np
+
+import tgrad
+import tgrad.models
+
+model = tgrad.models.from_pretrained(sys.argv[1])
+steps = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 64
+prompt = (np.arange(64)[None] * 7 + 3) % model.config.vocab_size
+cache = model.new_cache(64 + steps + 8)
+model(prompt, cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32).numpy()
+build = realize = 0.0
+for i in range(steps):
+    t0 = time.perf_counter()
+    out = model(np.array([[5 + i]]), cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32)
+    t1 = time.perf_counter()
+    out.numpy()
+    realize += time.perf_counter() - t1
+    build += t1 - t0
+print(f"per token: build {build / steps * 1e3:.2f} ms, realize {realize / steps * 1e3:.2f} ms "
+      f"({steps / (build + realize):.1f} tokens/s)")
+if "--cprofile" in sys.argv:
+    profile = cProfile.Profile()
+    profile.enable()
+    for i in range(8):
+        model(np.array([[5 + i]]), cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32).numpy()
+    profile.disable()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(15)

@@ -175,11 +175,13 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                         .gpu_route = TGRAD_ROUTE_COMPARE,
                         .unfused = "a comparison is not fused (its result is bool)", .base_name = name_compare },
     [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
-                     .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm },
+                     .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm,
+                     .vjp = &tg_vjp_norm },
     [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,
-                     .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_rope },
+                     .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_rope,
+                     .vjp = &tg_vjp_rope },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
-                        .cpu_execute = tg_softmax_execute, .base_name = name_softmax },
+                        .cpu_execute = tg_softmax_execute, .base_name = name_softmax, .vjp = &tg_vjp_softmax },
     /* hgcore: the transposes of a gather (grad/scatter_add.c) and of a view (grad/place.c), made
      * by the backward pass */
     [TG_OP_SCATTER_ADD] = { .name = "scatter_add", .role = TG_ROLE_NONE, .decide = decide_scatter_add,
@@ -192,7 +194,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     /* hmodel: CPU only; writes in place into dst's storage when it may take it (ops/slice_scatter.c) */
     [TG_OP_SLICE_SCATTER] = { .name = "slice_scatter", .role = TG_ROLE_MOVEMENT, .decide = decide_slice_scatter,
                               .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
-                              .unfused = "a slice_scatter is not fused", .base_name = name_kind },
+                              .unfused = "a slice_scatter is not fused", .base_name = name_kind,
+                              .vjp = &tg_vjp_slice_scatter },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

@@ -40,6 +40,8 @@ typedef struct tg_vjp {
 
 TG_HIDDEN extern const tg_vjp tg_vjp_matmul, tg_vjp_elementwise, tg_vjp_cast, tg_vjp_reduce, tg_vjp_copy,
     tg_vjp_where, tg_vjp_concat, tg_vjp_random, tg_vjp_place, tg_vjp_gather, tg_vjp_scatter_add;
+/* --- hwire: the row kinds (grad/vjp_rows.c) --- */
+TG_HIDDEN extern const tg_vjp tg_vjp_softmax, tg_vjp_rope, tg_vjp_norm, tg_vjp_slice_scatter;
 
 /* Helpers the rules compose with (grad/engine.c): each makes one handle into the arena. */
 TG_HIDDEN tgrad_status tg_g_scalar(tg_grad_arena *A, double v, int32_t dtype, tgrad_tensor_t *out);

@@ -1,10 +1,10 @@
-/* ELEMENTWISE's rules, one per op code (1-23). Each is composed in float32 from the library's
- * correctly rounded float32 ops (the operands and the cotangent cast to float32, exactly), then
- * rounded to the chain's dtype: a handful of float32 roundings before the last one, so a bf16
- * result is within one bf16 ulp of the exact g * f'(x) (docs/autograd.md has each formula and
- * where it matches torch at its edges). The derivative ops of issue 36 (gelu_backward,
- * silu_backward, ...: one rounding each) replace the composed functions marked "composed" one
- * for one when they land. */
+/* ELEMENTWISE's rules, one per op code (1-23). relu, gelu, gelu_tanh, silu, sigmoid, tanh, rsqrt
+ * and sqrt are the correctly rounded derivative ops (codes 24-31, one rounding of the exact
+ * g * f'), called on the original x (or y) and g when both are the chain's dtype; otherwise both
+ * are cast to float32 (exactly) and the float32 op's result is cast to the chain dtype (one
+ * rounding into a float32 chain). The others are composed in float32 from the library's correctly
+ * rounded float32 ops, then rounded to the chain's dtype: a handful of float32 roundings before
+ * the last one (docs/autograd.md has each formula and where it matches torch at its edges). */
 #include "grad.h"
 
 #define F32 TGRAD_DTYPE_F32
@@ -14,85 +14,11 @@ typedef tg_grad_arena Ar;
 static tgrad_status mul(Ar *A, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *o) { return tg_g_bin(A, TGRAD_OP_MUL, a, b, o); }
 static tgrad_status mulc(Ar *A, tgrad_tensor_t a, double c, tgrad_tensor_t *o) { return tg_g_binc(A, TGRAD_OP_MUL, a, c, o); }
 static tgrad_status un(Ar *A, tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t *o) { return tg_g_un(A, op, a, o); }
-/* c - a */
-static tgrad_status rsubc(Ar *A, double c, tgrad_tensor_t a, tgrad_tensor_t *o) {
-    tgrad_tensor_t k = 0;
-    tgrad_status s = tg_g_scalar(A, c, F32, &k);
-    return s ? s : tg_g_bin(A, TGRAD_OP_SUB, k, a, o);
-}
 /* cond(a cmp c) ? g : +0 */
 static tgrad_status maskc(Ar *A, int32_t cmp, tgrad_tensor_t a, double c, tgrad_tensor_t g, tgrad_tensor_t *o) {
     tgrad_tensor_t m = 0;
     tgrad_status s = tg_g_cmpc(A, cmp, a, c, &m);
     return s ? s : tg_g_mask(A, m, g, o);
-}
-
-/* ---- composed derivative ops (each a placeholder for hgew's one-rounding op, codes 24-29) ---- */
-/* relu_backward(x, g) = x > 0 ? g : 0 (torch: 0 at x = 0) */
-static tgrad_status relu_backward(Ar *A, tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t *o) {
-    return maskc(A, TGRAD_COMPARE_GT, x, 0.0, g, o);
-}
-/* gelu_backward(x, g) = g (Phi(x) + x phi(x)); Phi(x) = gelu(x) / x (1/2 at 0), phi the normal pdf. */
-static tgrad_status gelu_backward(Ar *A, tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t *o) {
-    tgrad_tensor_t ge = 0, cdf = 0, z = 0, half = 0, pdf = 0, t = 0, x2 = 0;
-    tgrad_status s = un(A, TGRAD_OP_GELU, x, &ge);
-    if (!s) s = tg_g_bin(A, TGRAD_OP_DIV, ge, x, &cdf);
-    if (!s) s = tg_g_cmpc(A, TGRAD_COMPARE_EQ, x, 0.0, &z);
-    if (!s) s = tg_g_scalar(A, 0.5, F32, &half);
-    if (!s) s = tg_keep_out(A, tgrad_where(z, half, cdf, &cdf), &cdf);
-    if (!s) s = un(A, TGRAD_OP_SQUARE, x, &x2);
-    if (!s) s = mulc(A, x2, -0.5, &t);
-    if (!s) s = un(A, TGRAD_OP_EXP, t, &t);
-    if (!s) s = mulc(A, t, 0.3989422804014327, &pdf); /* 1 / sqrt(2 pi) */
-    if (!s) s = mul(A, x, pdf, &t);
-    if (!s) s = tg_g_bin(A, TGRAD_OP_ADD, cdf, t, &t);
-    return s ? s : mul(A, g, t, o);
-}
-/* gelu_tanh_backward(x, g) = g (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 k x^2)), t = tanh(c (x + k x^3)) */
-static tgrad_status gelu_tanh_backward(Ar *A, tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t *o) {
-    const double c = 0.7978845608028654, k = 0.044715;
-    tgrad_tensor_t x2 = 0, u = 0, t = 0, a = 0, b = 0, d = 0;
-    tgrad_status s = un(A, TGRAD_OP_SQUARE, x, &x2);
-    if (!s) s = mulc(A, x2, k, &u);
-    if (!s) s = tg_g_binc(A, TGRAD_OP_ADD, u, 1.0, &u);
-    if (!s) s = mul(A, x, u, &u);
-    if (!s) s = mulc(A, u, c, &u);
-    if (!s) s = un(A, TGRAD_OP_TANH, u, &t);
-    if (!s) s = tg_g_binc(A, TGRAD_OP_ADD, t, 1.0, &a);
-    if (!s) s = mulc(A, a, 0.5, &a);                  /* 0.5 (1 + t) */
-    if (!s) s = un(A, TGRAD_OP_SQUARE, t, &b);
-    if (!s) s = rsubc(A, 1.0, b, &b);                 /* 1 - t^2 */
-    if (!s) s = mulc(A, x2, 3.0 * k, &d);
-    if (!s) s = tg_g_binc(A, TGRAD_OP_ADD, d, 1.0, &d);
-    if (!s) s = mul(A, b, d, &b);
-    if (!s) s = mul(A, b, x, &b);
-    if (!s) s = mulc(A, b, 0.5 * c, &b);
-    if (!s) s = tg_g_bin(A, TGRAD_OP_ADD, a, b, &a);
-    return s ? s : mul(A, g, a, o);
-}
-/* silu_backward(x, g) = g s (1 + x (1 - s)), s = sigmoid(x) */
-static tgrad_status silu_backward(Ar *A, tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t *o) {
-    tgrad_tensor_t sg = 0, t = 0;
-    tgrad_status s = un(A, TGRAD_OP_SIGMOID, x, &sg);
-    if (!s) s = rsubc(A, 1.0, sg, &t);
-    if (!s) s = mul(A, x, t, &t);
-    if (!s) s = tg_g_binc(A, TGRAD_OP_ADD, t, 1.0, &t);
-    if (!s) s = mul(A, sg, t, &t);
-    return s ? s : mul(A, g, t, o);
-}
-/* sigmoid_backward(y, g) = g y (1 - y) */
-static tgrad_status sigmoid_backward(Ar *A, tgrad_tensor_t y, tgrad_tensor_t g, tgrad_tensor_t *o) {
-    tgrad_tensor_t t = 0;
-    tgrad_status s = rsubc(A, 1.0, y, &t);
-    if (!s) s = mul(A, y, t, &t);
-    return s ? s : mul(A, g, t, o);
-}
-/* tanh_backward(y, g) = g (1 - y^2) */
-static tgrad_status tanh_backward(Ar *A, tgrad_tensor_t y, tgrad_tensor_t g, tgrad_tensor_t *o) {
-    tgrad_tensor_t t = 0;
-    tgrad_status s = un(A, TGRAD_OP_SQUARE, y, &t);
-    if (!s) s = rsubc(A, 1.0, t, &t);
-    return s ? s : mul(A, g, t, o);
 }
 
 /* ---- the other ops: short compositions of their own ---- */
@@ -102,12 +28,6 @@ static tgrad_status rule(Ar *A, tgrad_op op, int32_t i, const tgrad_tensor_t *X,
     tgrad_tensor_t t = 0, u = 0;
     tgrad_status s = TGRAD_OK;
     switch (op) {
-    case TGRAD_OP_RELU: return relu_backward(A, X[0], G, o);
-    case TGRAD_OP_GELU: return gelu_backward(A, X[0], G, o);
-    case TGRAD_OP_GELU_TANH: return gelu_tanh_backward(A, X[0], G, o);
-    case TGRAD_OP_SILU: return silu_backward(A, X[0], G, o);
-    case TGRAD_OP_SIGMOID: return sigmoid_backward(A, Y, G, o);
-    case TGRAD_OP_TANH: return tanh_backward(A, Y, G, o);
     case TGRAD_OP_EXP: return mul(A, G, Y, o);
     case TGRAD_OP_NEG: return un(A, TGRAD_OP_NEG, G, o);
     case TGRAD_OP_ABS: /* g sign(x), 0 at 0 (torch) */
@@ -115,11 +35,6 @@ static tgrad_status rule(Ar *A, tgrad_op op, int32_t i, const tgrad_tensor_t *X,
         if (!s) s = maskc(A, TGRAD_COMPARE_LT, X[0], 0.0, G, &u);
         return s ? s : tg_g_bin(A, TGRAD_OP_SUB, t, u, o);
     case TGRAD_OP_SQUARE: s = mulc(A, X[0], 2.0, &t); return s ? s : mul(A, G, t, o);
-    case TGRAD_OP_RSQRT: /* -0.5 g y^3 */
-        s = un(A, TGRAD_OP_SQUARE, Y, &t);
-        if (!s) s = mul(A, t, Y, &t);
-        if (!s) s = mulc(A, t, -0.5, &t);
-        return s ? s : mul(A, G, t, o);
     case TGRAD_OP_ADD: return *o = G, TGRAD_OK;
     case TGRAD_OP_SUB: return i == 0 ? (*o = G, TGRAD_OK) : un(A, TGRAD_OP_NEG, G, o);
     case TGRAD_OP_MUL: return mul(A, G, X[1 - i], o);
@@ -140,9 +55,6 @@ static tgrad_status rule(Ar *A, tgrad_op op, int32_t i, const tgrad_tensor_t *X,
         if (!s) s = tg_g_mask(A, e, h, &u);
         return s ? s : tg_g_bin(A, TGRAD_OP_ADD, t, u, o);
     }
-    case TGRAD_OP_SQRT: /* g / (2 y) */
-        s = mulc(A, Y, 2.0, &t);
-        return s ? s : tg_g_bin(A, TGRAD_OP_DIV, G, t, o);
     case TGRAD_OP_LOG: return tg_g_bin(A, TGRAD_OP_DIV, G, X[0], o);
     case TGRAD_OP_LOG1P:
         s = tg_g_binc(A, TGRAD_OP_ADD, X[0], 1.0, &t);
@@ -180,8 +92,41 @@ static tgrad_status ew_check(const tg_node *n) {
                    tgrad_op_name(n->ew));
 }
 
+/* The derivative op of a forward op (0: none), and whether it reads y (else x). */
+static tgrad_op derivative_op(tgrad_op op, bool *reads_y) {
+    *reads_y = op == TGRAD_OP_SIGMOID || op == TGRAD_OP_TANH || op == TGRAD_OP_RSQRT || op == TGRAD_OP_SQRT;
+    switch (op) {
+    case TGRAD_OP_RELU: return TGRAD_OP_RELU_BACKWARD;
+    case TGRAD_OP_GELU: return TGRAD_OP_GELU_BACKWARD;
+    case TGRAD_OP_GELU_TANH: return TGRAD_OP_GELU_TANH_BACKWARD;
+    case TGRAD_OP_SILU: return TGRAD_OP_SILU_BACKWARD;
+    case TGRAD_OP_SIGMOID: return TGRAD_OP_SIGMOID_BACKWARD;
+    case TGRAD_OP_TANH: return TGRAD_OP_TANH_BACKWARD;
+    case TGRAD_OP_RSQRT: return TGRAD_OP_RSQRT_BACKWARD;
+    case TGRAD_OP_SQRT: return TGRAD_OP_SQRT_BACKWARD;
+    default: return (tgrad_op)0;
+    }
+}
+
+/* g f' by the one-rounding derivative op d on v (x or y) and g */
+static tgrad_status derivative(const tg_vjp_args *a, tgrad_op d, tgrad_tensor_t v, tgrad_tensor_t *gi) {
+    Ar *A = a->A;
+    int32_t vt = 0;
+    tgrad_status s = tgrad_tensor_dtype(v, &vt);
+    if (s) return s;
+    if (vt == a->cd) return tg_g_bin(A, d, v, a->g, gi); /* one rounding, to the chain dtype */
+    tgrad_tensor_t V = 0, G = 0, r = 0;
+    s = tg_g_cast(A, v, F32, &V);
+    if (!s) s = tg_g_cast(A, a->g, F32, &G);
+    if (!s) s = tg_g_bin(A, d, V, G, &r);
+    return s ? s : tg_g_cast(A, r, a->cd, gi);
+}
+
 static tgrad_status ew_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t *gi) {
     Ar *A = a->A;
+    bool reads_y = false;
+    tgrad_op d = derivative_op(a->node->ew, &reads_y);
+    if (d) return derivative(a, d, reads_y ? a->y : a->x[0], gi);
     tgrad_tensor_t X[2] = { 0, 0 }, Y = 0, G = 0, r = 0;
     tgrad_status s = TGRAD_OK;
     for (int32_t k = 0; k < a->node->ninputs && !s; k++) s = tg_g_cast(A, a->x[k], F32, &X[k]);

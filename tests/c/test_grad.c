@@ -98,10 +98,21 @@ static void no_grad_and_refusals(void) {
     EXPECT(tgrad_grad(1, &z, &x, 1, &out[0], 0, out), TGRAD_ERR_INVALID_HANDLE);
     int32_t ax = 0;
     tgrad_tensor_t sm = 0;
-    EXPECT(tgrad_softmax(1, z, ax, 0, 0, &sm), TGRAD_OK);
+    /* hwire: softmax's rule is softmax_backward (its bytes); the backward node has no rule */
+    tgrad_tensor_t fw = 0, want = 0;
+    float a3[3], b3[3];
+    EXPECT(tgrad_softmax(TGRAD_SOFTMAX_SOFTMAX, x, ax, 0, 0, &fw), TGRAD_OK);
+    EXPECT(tgrad_grad(1, &fw, &sd, 1, &x, 0, out), TGRAD_OK);
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, fw, sd, ax, 0, &want), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_f32(out[0], a3, 3), TGRAD_OK);
+    EXPECT(tgrad_tensor_read_f32(want, b3, 3), TGRAD_OK);
+    CHECK(memcmp(a3, b3, sizeof a3) == 0);
+    tgrad_tensor_release(out[0]), tgrad_tensor_release(want), tgrad_tensor_release(fw);
+    out[0] = 77;
+    EXPECT(tgrad_softmax_backward(TGRAD_SOFTMAX_SOFTMAX, z, z, ax, 0, &sm), TGRAD_OK);
     int64_t tensors2 = tgrad_live_tensors(), buffers2 = tgrad_live_buffers();
     EXPECT(tgrad_grad(1, &sm, &sd, 1, &x, 0, out), TGRAD_ERR_NO_GRADIENT_RULE);
-    CHECK(strstr(tgrad_last_error(), "softmax") != NULL);
+    CHECK(strstr(tgrad_last_error(), "softmax_backward") != NULL);
     CHECK(out[0] == 77 && out[1] == 77);
     CHECK(tgrad_live_tensors() == tensors2 && tgrad_live_buffers() == buffers2);
     tgrad_tensor_release(sm);

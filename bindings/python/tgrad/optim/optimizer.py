@@ -56,7 +56,7 @@ class Optimizer:
         for p in params:
             if not isinstance(p, Tensor):
                 raise errors.InvalidArgumentError(f"{name}: a parameter must be a tgrad.Tensor, got {type(p).__name__}")
-            if id(p) in seen:
+            if id(p) in seen or sum(q is p for q in params) > 1:
                 raise errors.InvalidArgumentError(f"{name}: a parameter appears in more than one place")
         unknown = set(param_group) - set(self.defaults) - {"params"}
         if unknown:

@@ -68,18 +68,23 @@ def grad_norm(grads: Sequence[Tensor], norm_type: float = 2.0) -> Tensor:
     p = _norm_type(norm_type, user)
     gs = [g for g in gs if g.size]
     if not gs:
-        return tg.zeros(dtype=tg.float32)
+        result: Tensor = tg.zeros(dtype=tg.float32)
+        return result
     if p == math.inf:
-        return tg.cat([g.abs().reshape(-1) for g in gs]).max()
+        result = tg.cat([g.abs().reshape(-1) for g in gs]).max()
+        return result
     if p == 1.0:
-        return tg.cat([g.abs().reshape(-1) for g in gs]).sum()
+        result = tg.cat([g.abs().reshape(-1) for g in gs]).sum()
+        return result
     if p == 2.0:
         terms = [t for g in gs for t in _exact_squares(g)]
         exact = tg.sqrt(tg.cat(terms).sum())
         flat = tg.cat([g.reshape(-1) for g in gs])
         big = tg.logical_not((flat.abs() < _SPLIT_LIMIT).all())  # inf, NaN or a split past float32
-        return tg.where(big, tg.sqrt((flat * flat).sum()), exact)
-    return tg.pow(tg.cat([tg.pow(g.abs(), p).reshape(-1) for g in gs]).sum(), 1.0 / p)
+        result = tg.where(big, tg.sqrt((flat * flat).sum()), exact)
+        return result
+    result = tg.pow(tg.cat([tg.pow(g.abs(), p).reshape(-1) for g in gs]).sum(), 1.0 / p)
+    return result
 
 
 def clip_grads_by_norm(grads: Sequence[Tensor], max_norm: float, norm_type: float = 2.0) -> tuple[list[Tensor], Tensor]:

@@ -59,14 +59,16 @@ def mul_add(c: Tensor, a: Tensor, b: float | Tensor) -> Tensor:
         b_hi, b_lo = _split(b)
         fused = tg.stack([c, a_hi * b_hi, a_hi * b_lo, a_lo * b_hi, a_lo * b_lo]).sum(axis=0)
         splittable = tg.logical_and(a.abs() < _SPLIT_LIMIT, b.abs() < _SPLIT_LIMIT)
-        return tg.where(splittable, fused, c + a * b)
+        result: Tensor = tg.where(splittable, fused, c + a * b)
+        return result
     s32 = f32(b)
     if s32 == 0.0 or not np.isfinite(s32) or abs(s32) >= _SPLIT_LIMIT:
         return c + a * s32
     s_hi, s_lo = split_scalar(s32)
     a_hi, a_lo = _split(a)
     fused = tg.stack([c, a_hi * s_hi, a_hi * s_lo, a_lo * s_hi, a_lo * s_lo]).sum(axis=0)
-    return tg.where(a.abs() < _SPLIT_LIMIT, fused, c + a * s32)
+    result = tg.where(a.abs() < _SPLIT_LIMIT, fused, c + a * s32)
+    return result
 
 
 def as_f32(x: Tensor) -> Tensor:

@@ -33,7 +33,7 @@ class Optimizer:
         if isinstance(params, Tensor):
             raise errors.InvalidArgumentError(
                 f"{type(self).__name__}: params must be an iterable of Tensors or of dicts, got one Tensor")
-        groups = list(params)
+        groups: list[Any] = list(params)
         if not groups:
             raise errors.InvalidArgumentError(f"{type(self).__name__}: got an empty parameter list")
         if not isinstance(groups[0], dict):
@@ -79,7 +79,7 @@ class Optimizer:
                 g = getattr(p, "grad", None)
                 if g is None:
                     continue
-                p.grad = None if set_to_none else tgrad.zeros(*g.shape, dtype=g.dtype)  # type: ignore[attr-defined]
+                p.grad = None if set_to_none else tgrad.zeros(*g.shape, dtype=g.dtype)
 
     def _step_group(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor],
                     states: list[dict[str, Any]]) -> None:

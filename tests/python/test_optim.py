@@ -262,3 +262,14 @@ def test_clip_bad_input() -> None:
     with pytest.raises(errors.InvalidArgumentError):
         tgrad.nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
     assert p.grad.numpy()[1] == 1.0
+
+
+def test_zero_grad_to_zeros_and_the_package_attribute() -> None:
+    p = param(np.ones((2, 3)))
+    p.grad = f32(np.full((2, 3), 7.0))
+    opt = tgrad.optim.SGD([p], lr=0.1)
+    opt.zero_grad(set_to_none=False)
+    assert p.grad.numpy().tolist() == [[0.0] * 3] * 2 and p.grad.dtype is tgrad.float32
+    opt.step()  # a zero gradient: nothing moves
+    assert p.numpy().tolist() == [[1.0] * 3] * 2
+    assert "Parameter Group 0" in repr(opt) and tgrad.optim.AdamW is AdamW

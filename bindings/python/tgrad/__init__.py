@@ -360,6 +360,11 @@ from .softmax import log_softmax, logsumexp, softmax  # noqa: E402  (tgrad.softm
 from . import elementwise_more  # noqa: E402
 from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402  (pow shadows the builtin)
 
+# hgoptim: optimizers (tgrad.optim: SGD, AdamW; docs/nn.md)
+from . import optim  # noqa: E402
+
+__all__ += ["optim"]
+
 
 def __getattr__(name: str) -> object:
     """``tgrad.bool`` (torch's name for the bool dtype, tgrad.dtypes.bool_) without shadowing the

@@ -273,3 +273,12 @@ def test_zero_grad_to_zeros_and_the_package_attribute() -> None:
     opt.step()  # a zero gradient: nothing moves
     assert p.numpy().tolist() == [[1.0] * 3] * 2
     assert "Parameter Group 0" in repr(opt) and tgrad.optim.AdamW is AdamW
+
+
+def test_torchs_implementation_switches() -> None:
+    p = param(np.ones(2))
+    SGD([p], lr=0.1, foreach=False, fused=True)
+    AdamW([p], foreach=True)
+    for make in (lambda: SGD([p], lr=0.1, differentiable=True), lambda: AdamW([p], capturable=True)):
+        with pytest.raises(errors.InvalidArgumentError):
+            make()

@@ -105,3 +105,14 @@ def test_clip_grad_norm_matches_torch(rng: np.random.Generator) -> None:
         assert abs(float(total) - theirs) <= 16 * U * theirs
         for c, p in zip(clipped, ps):
             assert np.all(np.abs(c.numpy() - p.grad.numpy()) <= 32 * U * np.abs(p.grad.numpy()) + 1e-30)
+
+
+def test_signatures_are_torchs() -> None:
+    import inspect
+
+    pairs = [(tgrad.optim.SGD.__init__, torch.optim.SGD.__init__), (tgrad.optim.AdamW.__init__, torch.optim.AdamW.__init__),
+             (tgrad.nn.utils.clip_grad_norm_, torch.nn.utils.clip_grad_norm_),
+             (tgrad.nn.utils.clip_grad_value_, torch.nn.utils.clip_grad_value_)]
+    for ours, theirs in pairs:
+        a, b = inspect.signature(ours).parameters.values(), inspect.signature(theirs).parameters.values()
+        assert [(p.name, p.kind) for p in a] == [(p.name, p.kind) for p in b], ours

@@ -159,13 +159,24 @@ class Optimizer:
 
 
 
+def _torch_only(user: str, **flags: bool) -> None:
+    """torch's implementation switches: foreach and fused are accepted and change nothing (the
+    update is always the documented single-tensor arithmetic); capturable and differentiable
+    (CUDA graphs, autograd through the step) must be False."""
+    for name, value in flags.items():
+        if value:
+            raise errors.InvalidArgumentError(f"{user}: {name}=True is not supported")
+
+
 class SGD(Optimizer):
     """torch.optim.SGD: lr, momentum, dampening, weight_decay, nesterov, maximize; float32
     momentum buffers and master weights for bfloat16 parameters (tgrad.optim.functional)."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, *,
-                 maximize: bool = False) -> None:
+                 maximize: bool = False, foreach: bool | None = None, differentiable: bool = False,
+                 fused: bool | None = None) -> None:
+        _torch_only("SGD", differentiable=differentiable)
         super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
                                   "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize})
 
@@ -191,7 +202,9 @@ class AdamW(Optimizer):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 amsgrad: bool = False, *, maximize: bool = False) -> None:
+                 amsgrad: bool = False, *, maximize: bool = False, foreach: bool | None = None,
+                 capturable: bool = False, differentiable: bool = False, fused: bool | None = None) -> None:
+        _torch_only("AdamW", capturable=capturable, differentiable=differentiable)
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                                   "amsgrad": amsgrad, "maximize": maximize})
 

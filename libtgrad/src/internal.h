@@ -160,6 +160,10 @@ typedef struct tg_node_params {
     int32_t rotary_dim, interleaved; /* rope */
     double eps;                      /* norm: eps; rope: base */
     int32_t softmax_op;              /* TGRAD_SOFTMAX_* (its axis is axes[0]) */
+    struct {                         /* --- hgoptim: OPTIM_STEP (ops/optim_step.c) --- */
+        int32_t algo, which, flags;  /* TGRAD_OPTIM_* */
+        float s[TGRAD_OPTIM_NSCALARS];
+    } optim;
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

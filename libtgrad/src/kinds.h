@@ -73,5 +73,6 @@ TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
 TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
+TG_HIDDEN tgrad_status tg_optim_step_execute(const tg_step *st); /* ops/optim_step.c */
 
 #endif

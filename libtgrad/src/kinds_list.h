@@ -25,6 +25,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(10, ROPE, rope, TG_ROLE_NONE)                     \
     X(11, RANDOM, random, TG_ROLE_NONE)                 \
     X(12, WHERE, where, TG_ROLE_ELEMENTWISE)            \
-    X(13, COMPARE, compare, TG_ROLE_ELEMENTWISE)
+    X(13, COMPARE, compare, TG_ROLE_ELEMENTWISE)        \
+    X(16, OPTIM_STEP, optim_step, TG_ROLE_NONE)
 
 #endif

@@ -20,6 +20,9 @@ AdamW step += 1; P = RN(P * (1 - lr*wd)); d = RN(g - m); m = fma(d, 1-b1, m) (1-
       P = RN(P + RN(RN(m * -step_size) / denom)); with c2 = sqrt(1 - b2**step),
       step_size = lr / (1 - b1**step) computed in double as torch does, and every scalar rounded
       once to float32 where it meets a tensor.
+Each step runs as libtgrad's optimizer kind (kind 16, ``tgrad_optim_step``: this arithmetic per
+element in C, ``fmaf`` for fma); ``USE_KERNEL = False`` runs the composition of library ops
+instead, the reference its bytes are tested against (docs/nn.md, "Optimizers").
 Bad arguments raise a typed error before anything changes.
 """
 
@@ -31,10 +34,14 @@ from typing import Any
 
 from .. import errors
 from ..tensor import Tensor
-from . import _rebind
+from . import _kernel, _rebind
 from ._arith import as_f32, f32, mul_add
 
 __all__ = ["adamw_step", "sgd_step"]
+
+# True: each step is libtgrad's optimizer kind (kind 16, C, fmaf); False: the composition of
+# library ops below (the reference the tests compare the kernel's bytes against).
+USE_KERNEL = True
 
 
 def _tgrad() -> Any:
@@ -125,6 +132,16 @@ def sgd_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequence[
     for p, grad, s in zip(params, grads, state):
         master = _master(p, s)
         g = as_f32(grad)
+        if USE_KERNEL:
+            flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
+                     | (_kernel.MOMENTUM if momentum != 0 else 0) | (_kernel.NESTEROV if nesterov else 0))
+            ins = [master, g] + ([s["momentum_buffer"]] if momentum != 0 and s.get("momentum_buffer") is not None else [])
+            sc = [weight_decay, momentum, 1.0 - dampening, -lr]
+            updates_k: dict[str, Any] = {}
+            if momentum != 0:
+                updates_k["momentum_buffer"] = _kernel.step(_kernel.SGD, 1, flags, ins, sc)
+            pairs.append((p, _kernel.step(_kernel.SGD, 0, flags, ins, sc), s, updates_k))
+            continue
         if maximize:
             g = -g
         if weight_decay != 0:
@@ -168,6 +185,22 @@ def adamw_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequenc
         if m is None or v is None:
             zeros = tg.zeros(*p.shape, dtype=tg.float32)
             m, v = (zeros if m is None else m), (zeros if v is None else v)
+        if USE_KERNEL:
+            bias_correction1 = 1 - beta1 ** step
+            w = f32(1 - beta1)
+            sc = [1 - lr * weight_decay, w, f32(w - 1.0), beta2, 1 - beta2, (1 - beta2 ** step) ** 0.5, eps,
+                  -(lr / bias_correction1)]
+            flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
+                     | (_kernel.AMSGRAD if amsgrad else 0))
+            ins = [master, as_f32(grad), m, v]  # the kernel negates it for maximize
+            if amsgrad and s.get("max_exp_avg_sq") is not None:
+                ins.append(s["max_exp_avg_sq"])
+            upd: dict[str, Any] = {"step": step, "exp_avg": _kernel.step(_kernel.ADAMW, 1, flags, ins, sc),
+                                   "exp_avg_sq": _kernel.step(_kernel.ADAMW, 2, flags, ins, sc)}
+            if amsgrad:
+                upd["max_exp_avg_sq"] = _kernel.step(_kernel.ADAMW, 3, flags, ins, sc)
+            pairs.append((p, _kernel.step(_kernel.ADAMW, 0, flags, ins, sc), s, upd))
+            continue
         if weight_decay != 0:
             master = master * f32(1 - lr * weight_decay)
         d = g - m

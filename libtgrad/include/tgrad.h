@@ -481,6 +481,25 @@ TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis,
 TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis,
                                               int32_t out_dtype, tgrad_tensor_t *out);
 
+/* ---- optimizer step (hgoptim; kind 16) ------------------------------------------------------ */
+/* One output of one optimizer step over float32 tensors of one shape, lazily: torch's
+ * single-tensor float32 update (docs/nn.md, "Optimizers"), each op one IEEE float32 operation and
+ * its fused multiply-adds fmaf (one rounding). algo TGRAD_OPTIM_SGD: inputs P, g[, buf] (buf: the
+ * momentum buffer, absent on the first step), scalars {wd, momentum, 1 - dampening, -lr}; which
+ * OUT_PARAM gives the new P, OUT_STATE1 the new buffer. algo TGRAD_OPTIM_ADAMW: inputs P, g, m, v
+ * [, vmax], scalars {1 - lr*wd, 1 - b1, (1 - b1) - 1, b2, 1 - b2, sqrt(1 - b2^t), eps,
+ * -lr / (1 - b1^t)} (each already rounded to float32); which OUT_PARAM, OUT_STATE1 (m),
+ * OUT_STATE2 (v), OUT_STATE3 (max(vmax, v), amsgrad). scalars: TGRAD_OPTIM_NSCALARS floats.
+ * CPU only. Every check happens here, before allocating. */
+enum tgrad_optim_code { TGRAD_OPTIM_SGD = 1, TGRAD_OPTIM_ADAMW = 2 };
+enum tgrad_optim_flag { TGRAD_OPTIM_MAXIMIZE = 1, TGRAD_OPTIM_DECAY = 2, TGRAD_OPTIM_MOMENTUM = 4,
+                        TGRAD_OPTIM_NESTEROV = 8, TGRAD_OPTIM_AMSGRAD = 16 };
+enum tgrad_optim_out { TGRAD_OPTIM_OUT_PARAM = 0, TGRAD_OPTIM_OUT_STATE1 = 1, TGRAD_OPTIM_OUT_STATE2 = 2,
+                       TGRAD_OPTIM_OUT_STATE3 = 3 };
+#define TGRAD_OPTIM_NSCALARS 8
+TGRAD_API tgrad_status tgrad_optim_step(int32_t algo, int32_t which, int32_t flags, int32_t ninputs,
+                                        const tgrad_tensor_t *inputs, const float *scalars, tgrad_tensor_t *out);
+
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a
  * [M, K] @ b [K, N] gives [M, N]; operands of rank > 2, a [..., M, K] @ b [..., K, N], give

@@ -170,6 +170,10 @@ typedef struct tg_node_params {
     int32_t rope_backward;           /* rope: 1 rotates by -theta (the transpose: rope's derivative) */
     /* --- hmodel: slice_scatter (ops/slice_scatter.c; its axis is axes[0]) --- */
     int64_t scatter_start;           /* where src's block begins along the axis */
+    struct {                         /* --- hgoptim: OPTIM_STEP (ops/optim_step.c) --- */
+        int32_t algo, which, flags;  /* TGRAD_OPTIM_* */
+        float s[TGRAD_OPTIM_NSCALARS];
+    } optim;
 } tg_node_params;
 enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
 

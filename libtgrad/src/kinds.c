@@ -31,6 +31,8 @@ static void decide_where(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_WHERE);
     route_named(st, "where");
 }
+static void decide_optim_step(tg_step *st) { snprintf(st->route, sizeof st->route, "cpu.optim_step"); }
+
 static void decide_compare(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_COMPARE);
     route_named(st, "compare");
@@ -196,6 +198,11 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                               .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
                               .unfused = "a slice_scatter is not fused", .base_name = name_kind,
                               .vjp = &tg_vjp_slice_scatter },
+    /* hgoptim: the optimizer step (ops/optim_step.c), CPU only */
+    [TG_OP_OPTIM_STEP] = { .name = "optim_step", .role = TG_ROLE_NONE, .decide = decide_optim_step,
+                           .cpu_execute = tg_optim_step_execute,
+                           .unfused = "an optimizer step is not fused (its value is stored state)",
+                           .base_name = name_kind },
 };
 
 tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {

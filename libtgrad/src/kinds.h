@@ -85,5 +85,6 @@ TG_HIDDEN tgrad_status tg_softmax_backward_execute(const tg_step *st);
 TG_HIDDEN const char *tg_softmax_kind_name(int32_t op);
 TG_HIDDEN bool tg_softmax_is_backward(int32_t op);
 TG_HIDDEN tgrad_status tg_slice_scatter_execute(const tg_step *st); /* ops/slice_scatter.c */
+TG_HIDDEN tgrad_status tg_optim_step_execute(const tg_step *st); /* ops/optim_step.c */
 
 #endif

@@ -28,6 +28,7 @@ typedef enum tg_role { TG_ROLE_NONE, TG_ROLE_ANCHOR, TG_ROLE_ELEMENTWISE, TG_ROL
     X(13, COMPARE, compare, TG_ROLE_ELEMENTWISE)          \
     X(14, SCATTER_ADD, scatter_add, TG_ROLE_NONE)         \
     X(15, PLACE, place, TG_ROLE_MOVEMENT)                 \
+    X(16, OPTIM_STEP, optim_step, TG_ROLE_NONE)           \
     X(17, SLICE_SCATTER, slice_scatter, TG_ROLE_MOVEMENT)
 
 #endif

@@ -383,6 +383,11 @@ from .derivatives import (  # noqa: E402
     gelu_backward, gelu_tanh_backward, relu_backward, rsqrt_backward, sigmoid_backward, silu_backward, sqrt_backward,
     tanh_backward)
 
+# hgoptim: optimizers (tgrad.optim: SGD, AdamW; docs/nn.md)
+from . import optim  # noqa: E402
+
+__all__ += ["optim"]
+
 
 def __getattr__(name: str) -> object:
     """``tgrad.bool`` (torch's name for the bool dtype, tgrad.dtypes.bool_) without shadowing the

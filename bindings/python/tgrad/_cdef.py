@@ -208,6 +208,14 @@ enum tgrad_softmax_code {
     TGRAD_SOFTMAX_END_ = 4
 };
 const char *tgrad_softmax_name(int32_t op);
+#define TGRAD_OPTIM_NSCALARS 8
+enum tgrad_optim_code { TGRAD_OPTIM_SGD = 1, TGRAD_OPTIM_ADAMW = 2 };
+enum tgrad_optim_flag { TGRAD_OPTIM_MAXIMIZE = 1, TGRAD_OPTIM_DECAY = 2, TGRAD_OPTIM_MOMENTUM = 4,
+                        TGRAD_OPTIM_NESTEROV = 8, TGRAD_OPTIM_AMSGRAD = 16 };
+enum tgrad_optim_out { TGRAD_OPTIM_OUT_PARAM = 0, TGRAD_OPTIM_OUT_STATE1 = 1, TGRAD_OPTIM_OUT_STATE2 = 2,
+                       TGRAD_OPTIM_OUT_STATE3 = 3 };
+tgrad_status tgrad_optim_step(int32_t algo, int32_t which, int32_t flags, int32_t ninputs,
+                              const tgrad_tensor_t *inputs, const float *scalars, tgrad_tensor_t *out);
 tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
                            tgrad_tensor_t *out);
 tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis, int32_t out_dtype,

@@ -30,3 +30,8 @@ __all__ = [
     "Dropout", "Embedding", "GELU", "Identity", "IncompatibleKeys", "LayerNorm", "Linear", "Module",
     "ModuleList", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional",
 ]
+
+# hgoptim: gradient clipping (torch.nn.utils)
+from . import utils  # noqa: E402
+
+__all__ += ["utils"]

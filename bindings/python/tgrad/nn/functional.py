@@ -280,3 +280,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         *lead, _, _, out_length, ev = out.shape
         out = out.reshape(*lead, heads, out_length, ev)
     return out  # type: ignore[no-any-return]
+
+
+# ---- losses (hgoptim: tgrad.nn.losses, float32, docs/nn.md "Losses") -----------------------------------
+from .losses import cross_entropy, mse_loss  # noqa: E402
+
+__all__ += ["cross_entropy", "mse_loss"]

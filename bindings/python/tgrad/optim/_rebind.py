@@ -1,0 +1,29 @@
+"""Give a Tensor object a new value in place, from its users' view: `rebind(p, new)` makes the
+Python object `p` hold `new`'s (realized) handle, so every reference to `p` (a module's
+parameter, an optimizer's param_groups) sees the new values. Tensors stay immutable: `p`'s old
+handle goes to `new`'s object and is released with it; views and graphs made from `p` before
+keep the old values."""
+
+from __future__ import annotations
+
+from .. import errors
+from ..tensor import Tensor
+
+
+def check_same(p: Tensor, new: Tensor, user: str) -> None:
+    if new.shape != p.shape or new.dtype is not p.dtype:
+        raise errors.ShapeMismatchError(
+            f"{user}: the new value is {new.dtype}{list(new.shape)}, the tensor {p.dtype}{list(p.shape)}")
+
+
+def rebind_all(pairs: list[tuple[Tensor, Tensor]], user: str) -> None:
+    """Realize every new value first (an error leaves every tensor unchanged), then swap handles."""
+    for p, new in pairs:
+        check_same(p, new, user)
+    for _, new in pairs:
+        new.realize()
+    for p, new in pairs:
+        old = p._handle
+        shape = new.shape
+        p._handle, new._handle = new._handle, old
+        p._shape = shape

@@ -1,0 +1,172 @@
+/* The optimizer step kind (OPTIM_STEP): one node per output state tensor (a node has one output),
+ * each reading the same float32 inputs and recomputing what it needs. The per-element arithmetic
+ * is torch's single-tensor float32 update as tgrad.optim.functional documents it: every op one
+ * IEEE float32 operation, torch's fused multiply-adds as fmaf (one rounding); the file is
+ * compiled with -ffp-contract=off (meson.build), so nothing else is fused. Elements are computed
+ * alone, so the thread split cannot change a byte. docs/nn.md, "Optimizers". */
+#include <math.h>
+#include <string.h>
+
+#include "../kinds.h"
+
+enum { STEP_ALONE = 1 << 14, STEP_TASK = 1 << 12, MAX_IN = 5 };
+
+typedef struct step_job {
+    int32_t algo, which, flags, n, ndim;
+    float s[TGRAD_OPTIM_NSCALARS];
+    const float *data[MAX_IN];
+    const tg_view *view[MAX_IN];
+    const int64_t *shape;
+    float *out;
+    int64_t numel, per_task;
+} step_job;
+
+static inline float nan_max(float a, float b) { /* torch.maximum: NaN propagates */
+    if (a != a) return a;
+    if (b != b) return b;
+    return a > b ? a : b;
+}
+
+/* One element: in[k] the inputs' values (SGD: P, g, buf; AdamW: P, g, m, v, vmax). */
+static inline float one(const step_job *J, const float *in) {
+    const float *s = J->s;
+    float p = in[0], g = in[1];
+    if (J->flags & TGRAD_OPTIM_MAXIMIZE) g = -g;
+    if (J->algo == TGRAD_OPTIM_SGD) {
+        /* s: wd, momentum, 1 - dampening, -lr */
+        if (J->flags & TGRAD_OPTIM_DECAY) g = fmaf(p, s[0], g);
+        if (J->flags & TGRAD_OPTIM_MOMENTUM) {
+            float buf = J->n > 2 ? fmaf(g, s[2], in[2] * s[1]) : g;
+            if (J->which == TGRAD_OPTIM_OUT_STATE1) return buf;
+            g = (J->flags & TGRAD_OPTIM_NESTEROV) ? fmaf(buf, s[1], g) : buf;
+        }
+        return fmaf(g, s[3], p);
+    }
+    /* AdamW, s: 1 - lr*wd, w = 1 - b1, w - 1, b2, 1 - b2, c2, eps, -step_size */
+    if (J->flags & TGRAD_OPTIM_DECAY) p = p * s[0];
+    float m = in[2], d = g - m;
+    m = fabsf(s[1]) < 0.5f ? fmaf(d, s[1], m) : fmaf(d, s[2], g);
+    if (J->which == TGRAD_OPTIM_OUT_STATE1) return m;
+    float v = fmaf(g * s[4], g, in[3] * s[3]);
+    if (J->which == TGRAD_OPTIM_OUT_STATE2) return v;
+    if (J->flags & TGRAD_OPTIM_AMSGRAD) {
+        if (J->n > 4) v = nan_max(in[4], v);
+        if (J->which == TGRAD_OPTIM_OUT_STATE3) return v;
+    }
+    float denom = sqrtf(v) / s[5] + s[6];
+    return p + (m * s[7]) / denom;
+}
+
+static void run_range(const step_job *J, int64_t lin, int64_t n) {
+    while (n > 0) {
+        int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
+        for (int32_t i = J->ndim - 1; i >= 0; i--) idx[i] = rem % J->shape[i], rem /= J->shape[i];
+        if (J->ndim && run > J->shape[J->ndim - 1] - idx[J->ndim - 1]) run = J->shape[J->ndim - 1] - idx[J->ndim - 1];
+        const float *p[MAX_IN];
+        int64_t step[MAX_IN];
+        for (int32_t k = 0; k < J->n; k++) {
+            const tg_view *v = J->view[k];
+            int64_t off = v->offset;
+            for (int32_t i = 0; i < J->ndim; i++) off += idx[i] * v->strides[i];
+            p[k] = J->data[k] + off;
+            step[k] = J->ndim ? v->strides[J->ndim - 1] : 0;
+        }
+        float *o = J->out + lin;
+        for (int64_t i = 0; i < run; i++) {
+            float in[MAX_IN] = { 0 };
+            for (int32_t k = 0; k < J->n; k++) in[k] = p[k][i * step[k]];
+            float r = one(J, in);
+            if (r != r) { /* the library's one NaN (every op gives the quiet NaN 0x7fc00000) */
+                uint32_t q = 0x7fc00000u;
+                memcpy(&r, &q, 4);
+            }
+            o[i] = r;
+        }
+        lin += run, n -= run;
+    }
+}
+
+static void step_task(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const step_job *J = arg;
+    int64_t lin = task * J->per_task;
+    run_range(J, lin, J->numel - lin < J->per_task ? J->numel - lin : J->per_task);
+}
+
+tgrad_status tg_optim_step_execute(const tg_step *st) {
+    const tg_node_params *P = &st->base->params;
+    step_job J = { .algo = P->optim.algo, .which = P->optim.which, .flags = P->optim.flags, .n = st->ninputs,
+                   .ndim = st->out->ndim, .shape = st->out->shape, .out = (float *)st->buf->data,
+                   .numel = st->buf->numel };
+    memcpy(J.s, P->optim.s, sizeof J.s);
+    if (J.n > MAX_IN || st->nfused)
+        return tg_fail(TGRAD_ERR_INTERNAL, "optim_step: a step with %d operands and %d fused ops", (int)J.n,
+                       (int)st->nfused);
+    for (int32_t k = 0; k < J.n; k++) {
+        J.data[k] = (const float *)st->inputs[k].buf->data;
+        J.view[k] = &st->inputs[k].view;
+    }
+    int32_t threads = J.numel < STEP_ALONE ? 1 : tg_pool_threads();
+    if (threads == 1) {
+        run_range(&J, 0, J.numel);
+        return TGRAD_OK;
+    }
+    int64_t per_task = (J.numel + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
+    if (per_task < STEP_TASK) per_task = STEP_TASK;
+    J.per_task = (per_task + 63) / 64 * 64;
+    tg_pool_run((J.numel + J.per_task - 1) / J.per_task, step_task, &J);
+    return TGRAD_OK;
+}
+
+/* ---- the node ---- */
+TGRAD_API tgrad_status tgrad_optim_step(int32_t algo, int32_t which, int32_t flags, int32_t ninputs,
+                                        const tgrad_tensor_t *inputs, const float *scalars, tgrad_tensor_t *out) {
+    const char *fn = "optim_step";
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: out is NULL");
+    if (algo != TGRAD_OPTIM_SGD && algo != TGRAD_OPTIM_ADAMW)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: algorithm %d is not TGRAD_OPTIM_SGD or _ADAMW", (int)algo);
+    if (flags & ~(TGRAD_OPTIM_MAXIMIZE | TGRAD_OPTIM_DECAY | TGRAD_OPTIM_MOMENTUM | TGRAD_OPTIM_NESTEROV |
+                  TGRAD_OPTIM_AMSGRAD))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: unknown flags 0x%x", (unsigned)flags);
+    int32_t lo = algo == TGRAD_OPTIM_SGD ? 2 : 4;
+    int32_t hi = algo == TGRAD_OPTIM_SGD ? ((flags & TGRAD_OPTIM_MOMENTUM) ? 3 : 2)
+                                         : ((flags & TGRAD_OPTIM_AMSGRAD) ? 5 : 4);
+    if (!inputs || ninputs < lo || ninputs > hi)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: %d inputs; this step takes %d to %d", (int)ninputs,
+                       (int)lo, (int)hi);
+    int32_t top = algo == TGRAD_OPTIM_SGD ? ((flags & TGRAD_OPTIM_MOMENTUM) ? TGRAD_OPTIM_OUT_STATE1 : TGRAD_OPTIM_OUT_PARAM)
+                                          : ((flags & TGRAD_OPTIM_AMSGRAD) ? TGRAD_OPTIM_OUT_STATE3 : TGRAD_OPTIM_OUT_STATE2);
+    if (which < TGRAD_OPTIM_OUT_PARAM || which > top)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: output %d is not one this step makes (0 .. %d)",
+                       (int)which, (int)top);
+    if (!scalars) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: scalars is NULL");
+    tg_node_params P = { .optim = { .algo = algo, .which = which, .flags = flags } };
+    memcpy(P.optim.s, scalars, sizeof P.optim.s);
+    tg_tensor t[MAX_IN] = { 0 };
+    tgrad_status s = TGRAD_OK;
+    int32_t have = 0;
+    for (; have < ninputs && !s; have++)
+        if ((s = tg_handle_get_tensor(inputs[have], &t[have]))) break;
+    for (int32_t k = 0; k < have && !s; k++) {
+        if (t[k].buf->dtype != TGRAD_DTYPE_F32)
+            s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "optim_step: input %d is %s; every input is float32", (int)k,
+                        tg_dtype_name(t[k].buf->dtype));
+        else if (t[k].buf->device != t[0].buf->device)
+            s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "optim_step: inputs live on different devices (%s and %s)",
+                        tg_device_name(t[0].buf->device), tg_device_name(t[k].buf->device));
+        else if (t[k].view.ndim != t[0].view.ndim ||
+                 memcmp(t[k].view.shape, t[0].view.shape, sizeof(int64_t) * (size_t)t[0].view.ndim)) {
+            char a[160], b[160];
+            tg_format_shape(a, sizeof a, &t[0].view), tg_format_shape(b, sizeof b, &t[k].view);
+            s = tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "optim_step: input %d is %s, the parameter %s", (int)k, b, a);
+        }
+    }
+    if (!s) s = tg_kind_check_device(TG_OP_OPTIM_STEP, t[0].buf->device, fn);
+    tg_view ov = { 0 };
+    if (!s) s = tg_view_contiguous(t[0].view.ndim, t[0].view.shape, &ov);
+    if (s && have < ninputs) { /* a handle failed: release those taken */
+        for (int32_t k = 0; k < have; k++) tg_tensor_unref(&t[k]);
+        return s;
+    }
+    return tg_kind_make(s, TG_OP_OPTIM_STEP, t, have, &ov, TGRAD_DTYPE_F32, &P, fn, out);
+}

@@ -180,10 +180,16 @@ def derive(model: Callable[..., Any], args: Sequence[Any], recorded: Trace, valu
             if rec.tensors[at].dtype.name in _FLOAT:
                 by_arg[at] = n
         wanted = inner + list(by_arg)
-        grads = grads_of([loss], None, [rec.tensors[i] for i in wanted], "float32") if wanted else []
+        try:
+            grads = grads_of([loss], None, [rec.tensors[i] for i in wanted], "float32") if wanted else []
+        except errors.NoGradientRuleError as exc:
+            raise errors.NoGradientRuleError(
+                f"torchlens backend 'tgrad': grad_options cannot be honoured: {exc}; nothing was recorded "
+                "(trace without grad_options for the forward alone)") from None
         for i in output_ids:
             bits = payload_bits(rec.tensors[i].numpy())
-            if not np.array_equal(bits, recorded.ops[i].payload):
+            payload = recorded.ops[i].payload
+            if payload is None or not np.array_equal(bits, payload):
                 raise errors.InvalidArgumentError(
                     f"grad_options: fn's output (op {i}) differs on its gradient run from the traced one")
         values = {}
@@ -202,15 +208,15 @@ def derive(model: Callable[..., Any], args: Sequence[Any], recorded: Trace, valu
 
 # ---- validation: torch float64 autograd over the recorded forward values -------------------------
 def _torch_fn(kind: str, args: dict[str, Any]) -> Callable[..., Any] | None:
-    import torch
+    import torch  # type: ignore[import-not-found, unused-ignore]
 
-    unary = {"neg": torch.neg, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    unary: dict[str, Callable[..., Any]] = {"neg": torch.neg, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
              "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
              "square": torch.square, "abs": torch.abs, "sin": torch.sin, "cos": torch.cos,
              "log1p": torch.log1p, "silu": torch.nn.functional.silu,
              "gelu": torch.nn.functional.gelu,
              "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
-    binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    binary: dict[str, Callable[..., Any]] = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
               "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
               "matmul": torch.matmul}
     if kind in unary:
@@ -218,8 +224,10 @@ def _torch_fn(kind: str, args: dict[str, Any]) -> Callable[..., Any] | None:
     if kind in binary:
         return binary[kind]
     if kind == "transpose":
-        axes = args.get("axes")
-        return (lambda x: x.permute(*reversed(range(x.dim())))) if axes is None else (lambda x: x.transpose(*axes))
+        pair: list[int] | None = args.get("axes")
+        if pair is None:
+            return lambda x: x.permute(*reversed(range(x.dim())))
+        return lambda x: x.transpose(pair[0], pair[1])
     if kind == "permute":
         return lambda x: x.permute(*args["axes"])
     if kind in ("reshape", "view"):
@@ -240,7 +248,7 @@ def _torch_fn(kind: str, args: dict[str, Any]) -> Callable[..., Any] | None:
 def reference(recorded: Trace, derived: Derived) -> tuple[dict[int, np.ndarray], dict[int, str]]:
     """float64 gradients by op id (torch autograd, op by op at the recorded values), and why
     the others have none (a kind without a torch rule here, on the way to them)."""
-    import torch
+    import torch  # type: ignore[import-not-found, unused-ignore]
 
     ops = recorded.ops
     grads: dict[int, Any] = {}

@@ -594,9 +594,9 @@ def validate_trace(trace: Any, *_args: Any, ground_truth_output_tensors: Any = N
             f"{status.message}; derived gradients: {ok} of {len(grad_rows)} within the bound of torch "
             "float64 autograd"))
     if grad_failed and status.state != "failed":
-        first = grad_failed[0]
+        row0 = grad_failed[0]
         status = dataclasses.replace(status, state="failed", message=(
-            f"Derived gradient validation failed at {first['label']} ({first['kind']}): {first['detail']} "
+            f"Derived gradient validation failed at {row0['label']} ({row0['kind']}): {row0['detail']} "
             f"[{len(grad_failed)} of {len(grad_rows)} gradients failed]"))
     mismatch = None
     if ground_truth_output_tensors is not None:

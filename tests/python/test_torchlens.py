@@ -483,3 +483,18 @@ def test_a_kind_without_a_gradient_rule_is_refused_whole(activated: Any) -> None
     with pytest.raises(tgrad.errors.NoGradientRuleError, match="grad_options cannot be honoured: grad: the .* kind has no"):
         tl.trace(fn, x, backend="tgrad", grad_options=provider.GradOptions(intermediate_grads=True))
     assert tl.trace(fn, x, backend="tgrad").validate().state in ("passed", "unverified")  # forward alone works
+
+
+def test_docs_grad_example_runs(declared: None) -> None:
+    """docs/interop.md's derived-gradient block, run after the tutorial as the docs continue it."""
+    text = (ROOT / "docs" / "interop.md").read_text()
+    section = text[text.index("## torchlens ("):]
+    block = section.split("```python\n")[2].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(_docs_tutorial(), "docs/interop.md", "exec"), namespace)
+    exec(compile(block, "docs/interop.md", "exec"), namespace)
+    assert list(namespace["grads"].keys()) == [label for label in namespace["labels"]
+                                               if not label.startswith(("input", "captured"))]
+    assert namespace["d_relu"].shape == (2, 16) and namespace["d_x"].shape == (2, 8)
+    assert namespace["status"].state == "passed"
+    namespace.clear()

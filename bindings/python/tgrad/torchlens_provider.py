@@ -13,6 +13,11 @@ metadata-only and activation explicit, so a user opts in once per process::
     tr.output_ops[0].out.numpy()                 # .out is a tgrad Tensor, as the framework's tensor
     tl.validate(fn, x, scope="forward", backend="tgrad")   # True / False
 
+Derived gradients: ``tl.trace(fn, x, backend="tgrad", grad_options=GradOptions(intermediate_grads=True))``
+records each op's gradient of the loss (tgrad's engine, `tgrad.torchlens_grads`) as
+``tr.intermediate_derived_grads`` / ``tr[label].derived_grad``, inputs' as ``tr.derived_grads``;
+validation checks them against torch float64 autograd.
+
 Forgetting the activation: torchlens answers ``tl.trace(..., backend="tgrad")`` with its own
 ``UnknownBackendError`` ("Unknown backend 'tgrad'. Registered backends: ...") and, without
 ``backend=``, takes the torch path ("Unsupported model type for capture"). Both messages are

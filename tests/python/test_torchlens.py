@@ -379,3 +379,122 @@ def test_docs_tutorial_runs(declared: None) -> None:
     assert namespace["activation"].dtype == np.dtype(ml_dtypes.bfloat16)
     assert namespace["state"] == "passed" and namespace["ok"] is True
     namespace.clear()  # the tensors it made go now (the leak check counts them)
+
+
+# ---- derived gradients (grad_options; issue 36) -------------------------------------------------
+def test_grad_options_is_declared(activated: Any) -> None:
+    assert "grad_options" in activated.capabilities.trace_options
+    assert activated.capabilities.intermediate_derived_grads is True
+
+
+def test_intermediate_derived_grads_are_tgrad_grads_and_validate(activated: Any) -> None:
+    """Each computed op gets d(sum of the output)/d(op), from tgrad's engine: the input's equals
+    tgrad.grad's bit for bit, and validation checks every one against torch float64 autograd."""
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad", grad_options=provider.GradOptions(intermediate_grads=True))
+    computed = [op.label for op in tr if not op.is_input]
+    assert list(tr.intermediate_derived_grads.keys()) == computed
+    relu = tr["relu_1_4"]
+    assert relu.derived_grad.shape == (2, 16) and relu.derived_grad.dtype == np.float32
+    off = relu.out.numpy().astype(np.float32) == 0
+    assert off.any() and np.all(tr["add_1_3"].derived_grad[off] == 0)  # through relu's mask
+    want = tgrad.grad(lambda t: mlp(t).sum(dtype="float32"), grad_dtype="float32")(x).numpy()
+    assert np.array_equal(tr.derived_grads["inputs.0"].grad, want)
+    assert np.array_equal(tr["add_2_7"].derived_grad, np.ones((2, 4), np.float32))  # the sum's seed
+    status = tr.validate()
+    assert status.state == "passed" and "derived gradients: 8 of 8" in status.message, status.message
+    assert [d["state"] for d in status.decisions if d.get("check") == "derived_grad"] == ["passed"] * 8
+    assert not x.requires_grad and not any(t.requires_grad for t in (x, relu.out))  # marks restored
+
+
+def test_a_tampered_derived_grad_is_named(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    tr = tl.trace(mlp, x, backend="tgrad", grad_options=provider.GradOptions(intermediate_grads=True))
+    tr["matmul_1_2"].derived_grad[0, 0] += 1.0 + abs(float(tr["matmul_1_2"].derived_grad[0, 0]))
+    assert tr.validate_forward_pass() is False
+    status = tr.validation_replay_status
+    assert status.message.startswith("Derived gradient validation failed at matmul_1_2 (matmul)"), status.message
+    assert "index (0, 0)" in status.message
+    failure = last_validation_failure()
+    assert failure is not None and failure.op_label == "matmul_1_2" and failure.check == "derived_grad"
+
+
+def test_loss_fn_and_input_grad_argnums(activated: Any) -> None:
+    rng = np.random.default_rng(3)
+    a, b = _tensor(rng, 3, 5), _tensor(rng, 5, 2)
+
+    def fn(p: tgrad.Tensor, q: tgrad.Tensor) -> tgrad.Tensor:
+        return (p @ q).tanh() * q.sum()
+
+    def loss(out: tgrad.Tensor) -> tgrad.Tensor:
+        return (out * out).mean(dtype="float32")
+
+    tr = tl.trace(fn, (a, b), backend="tgrad",
+                  grad_options=provider.GradOptions(loss_fn=loss, input_grad_argnums=(1,), intermediate_grads=True))
+    assert list(tr.derived_grads.keys()) == ["inputs.1"]
+    want = tgrad.grad(lambda q: loss(fn(a, q)), grad_dtype="float32")(b).numpy()
+    assert np.array_equal(tr.derived_grads["inputs.1"].grad, want)
+    status = tr.validate()
+    rows = {d["label"]: d["state"] for d in status.decisions if d.get("check") == "derived_grad"}
+    assert status.state == "passed" and rows["tanh_1_2"] == "passed" and rows["mul_1_4"] == "skipped"  # the seed
+    only_inputs = tl.trace(fn, (a, b), backend="tgrad", grad_options=provider.GradOptions(loss_fn=loss))
+    assert list(only_inputs.derived_grads.keys()) == ["inputs.0", "inputs.1"]
+    assert len(only_inputs.intermediate_derived_grads) == 0
+
+
+def test_a_view_sharing_its_buffer_gets_no_record(activated: Any) -> None:
+    """x @ x.T: the engine's cotangent belongs to x's buffer, which matmul also reads directly, so
+    the transpose alone has no gradient of its own to give; it is left out, not recorded wrong."""
+    _, x = _tutorial_mlp()
+    tr = tl.trace(lambda t: (t @ t.T).relu(), x, backend="tgrad",
+                  grad_options=provider.GradOptions(intermediate_grads=True))
+    assert list(tr.intermediate_derived_grads.keys()) == ["matmul_1_2", "relu_1_3"]
+    assert tr.validate().state == "passed"
+
+
+def test_grad_options_refusals(activated: Any) -> None:
+    mlp, x = _tutorial_mlp()
+    with pytest.raises(tgrad.errors.InvalidArgumentError, match="GradOptions"):
+        tl.trace(mlp, x, backend="tgrad", grad_options=3)
+    with pytest.raises(tgrad.errors.InvalidArgumentError, match="one-element"):
+        tl.trace(mlp, x, backend="tgrad", grad_options=provider.GradOptions(loss_fn=lambda out: out))
+    with pytest.raises(tgrad.errors.InvalidArgumentError, match="input_grad_argnums"):
+        tl.trace(mlp, x, backend="tgrad", grad_options=provider.GradOptions(input_grad_argnums=(4,)))
+    # torchlens' own tinygrad GradOptions has the same fields and is taken as is.
+    from torchlens.backends.tinygrad import GradOptions as TinygradGradOptions
+
+    tr = tl.trace(mlp, x, backend="tgrad", grad_options=TinygradGradOptions(intermediate_grads=True))
+    assert "relu_1_4" in tr.intermediate_derived_grads
+
+
+def test_a_kind_without_a_gradient_rule_is_refused_whole(activated: Any) -> None:
+    """A kind with no vjp row yet: NoGradientRuleError, naming it, and no trace at all."""
+    rng = np.random.default_rng(4)
+    x = _tensor(rng, 2, 8)
+    candidates = [("layer_norm", lambda t: tgrad.layer_norm(t, (8,))), ("rms_norm", lambda t: tgrad.rms_norm(t, (8,))),
+                  ("logsumexp", lambda t: tgrad.logsumexp(t, 1)), ("softmax", lambda t: tgrad.softmax(t, 1))]
+    for _kind, fn in candidates:
+        try:
+            tgrad.grad(lambda t: fn(t).sum(dtype="float32"))(x)
+        except tgrad.errors.NoGradientRuleError:
+            break
+    else:
+        pytest.skip("every candidate kind has a gradient rule now")
+    with pytest.raises(tgrad.errors.NoGradientRuleError, match="grad_options cannot be honoured: grad: the .* kind has no"):
+        tl.trace(fn, x, backend="tgrad", grad_options=provider.GradOptions(intermediate_grads=True))
+    assert tl.trace(fn, x, backend="tgrad").validate().state in ("passed", "unverified")  # forward alone works
+
+
+def test_docs_grad_example_runs(declared: None) -> None:
+    """docs/interop.md's derived-gradient block, run after the tutorial as the docs continue it."""
+    text = (ROOT / "docs" / "interop.md").read_text()
+    section = text[text.index("## torchlens ("):]
+    block = section.split("```python\n")[2].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(_docs_tutorial(), "docs/interop.md", "exec"), namespace)
+    exec(compile(block, "docs/interop.md", "exec"), namespace)
+    assert list(namespace["grads"].keys()) == [label for label in namespace["labels"]
+                                               if not label.startswith(("input", "captured"))]
+    assert namespace["d_relu"].shape == (2, 16) and namespace["d_x"].shape == (2, 8)
+    assert namespace["status"].state == "passed"
+    namespace.clear()

@@ -13,6 +13,11 @@ metadata-only and activation explicit, so a user opts in once per process::
     tr.output_ops[0].out.numpy()                 # .out is a tgrad Tensor, as the framework's tensor
     tl.validate(fn, x, scope="forward", backend="tgrad")   # True / False
 
+Derived gradients: ``tl.trace(fn, x, backend="tgrad", grad_options=GradOptions(intermediate_grads=True))``
+records each op's gradient of the loss (tgrad's engine, `tgrad.torchlens_grads`) as
+``tr.intermediate_derived_grads`` / ``tr[label].derived_grad``, inputs' as ``tr.derived_grads``;
+validation checks them against torch float64 autograd.
+
 Forgetting the activation: torchlens answers ``tl.trace(..., backend="tgrad")`` with its own
 ``UnknownBackendError`` ("Unknown backend 'tgrad'. Registered backends: ...") and, without
 ``backend=``, takes the torch path ("Unsupported model type for capture"). Both messages are
@@ -60,6 +65,13 @@ from torchlens.validation import (  # type: ignore[import-not-found, unused-igno
     ValidationFailure,
     ValidationReplayStatus,
 )
+from torchlens.data_classes.derived_grad import (  # type: ignore[import-not-found, unused-ignore]
+    DerivedGradAccessor,
+    DerivedGradRecord,
+    IntermediateDerivedGradAccessor,
+    IntermediateDerivedGradRecord,
+)
+from torchlens.ir.refs import DtypeRef  # type: ignore[import-not-found, unused-ignore]
 from torchlens.validation import diagnostics as _diagnostics  # type: ignore[import-not-found, unused-ignore]
 
 from . import errors
@@ -67,8 +79,10 @@ from .nn.module import Module
 from .tensor import Tensor
 from .trace import SOURCE_KINDS, OpResult, Trace, TraceOp, Validation
 from .trace import trace as tgrad_trace
+from .torchlens_grads import GradOptions, Derived, derive
+from . import torchlens_grads as _grads
 
-__all__ = ["NAME", "CAPABILITY_NOTES", "LensOp", "LensTrace", "TorchlensNoInputError",
+__all__ = ["NAME", "CAPABILITY_NOTES", "GradOptions", "LensOp", "LensTrace", "TorchlensNoInputError",
            "TorchlensNoOutputError", "TorchlensOptionUnsupportedError", "activate", "backend_spec",
            "can_handle", "capture_trace", "validate_entry", "validate_trace"]
 
@@ -77,7 +91,7 @@ NAME = "tgrad"
 
 #: torchlens' capability flags for tgrad, with why each is what it is (docs/interop.md's table).
 CAPABILITY_NOTES: dict[str, tuple[Any, str]] = {
-    "backward_capture": (False, "tgrad has no autograd: inference only"),
+    "backward_capture": (False, "no torch-style backward capture (save_grads); derived gradients instead"),
     "validation_replay": (True, "every op replayed bit for bit through tgrad's oracle"),
     "fastlog": (False, "no sparse tl.record capture: a tgrad trace records every op"),
     "interventions": (False, "tgrad tensors are immutable values; no live edits"),
@@ -86,12 +100,13 @@ CAPABILITY_NOTES: dict[str, tuple[Any, str]] = {
                                        "(Trace.to_json(payloads=True) keeps tgrad's)"),
     "streaming": (False, "payloads are read once, after the single realization"),
     "structure_only_capture": (False, "capture realizes the graph: payloads are always read"),
-    "intermediate_derived_grads": (False, "no gradients"),
+    "intermediate_derived_grads": (True, "grad_options=GradOptions(intermediate_grads=True): each op's "
+                                         "gradient from tgrad's engine (tgrad_grad), checked by validation"),
     "input_container_structure": ("none", "inputs are a Tensor or a flat tuple/list of them"),
     "output_container_structure": ("none", "outputs: a Tensor, or nested tuples/lists/dicts"),
     "module_identity_modes": (("function_root",), "fn is a plain callable; no module tree"),
     "save_levels": ((), "no torchlens bundle format; tgrad.Trace.to_json is the saved form"),
-    "trace_options": ((), "none of torchlens' backend-specific trace options apply"),
+    "trace_options": (("grad_options",), "grad_options=GradOptions(...): derived gradients"),
 }
 
 # tl.trace passes every public keyword; these are their values when the caller gave none (the
@@ -102,7 +117,7 @@ _DEFAULTS: dict[str, Any] = {
     "echo": None, "episode": None, "random_seed": None,
 }
 _MAY_BE_MISSING = frozenset({"grad_transform", "save_mode", "reconstruction_ready", "profile",
-                             "recipes", "grouping", "jax_static_argnums", "grad_options",
+                             "recipes", "grouping", "jax_static_argnums",
                              "chunk_size", "chunk_paths"})
 
 
@@ -207,6 +222,7 @@ class LensOp:
         #: For a captured tensor that fn reaches by name (an attribute of fn's object, a variable
         #: of its closure: ``fc1.weight``), that name; else None.
         self.address: str | None = None
+        self.grad_record: Any = None
 
     layer_label = property(lambda self: self.label)
     layer_type = property(lambda self: self.op.kind)
@@ -233,6 +249,12 @@ class LensOp:
         None for an op that never ran."""
         payload = self.op.payload
         return None if payload is None else Tensor.from_bf16_bits(np.ascontiguousarray(payload, dtype=np.uint16))
+
+    @property
+    def derived_grad(self) -> np.ndarray | None:
+        """This op's derived gradient (float32, grad_options=GradOptions(intermediate_grads=True)),
+        or None."""
+        return self.grad_record.grad if self.grad_record is not None else None
 
     def __repr__(self) -> str:
         return f"LensOp({self.label}: {self.layer_type} {list(self.shape)} <- {list(self.parents)})"
@@ -327,8 +349,11 @@ class LensTrace:
 
     backend = NAME
 
-    def __init__(self, recorded: Trace, addresses: Mapping[_View, str] | None = None) -> None:
+    def __init__(self, recorded: Trace, addresses: Mapping[_View, str] | None = None,
+                 derived: Derived | None = None) -> None:
         self.tgrad_trace = recorded
+        #: tgrad's derived gradients (grad_options=), by op id; None without grad_options.
+        self.derived = derived
         labels = _labels(recorded.ops)
         self.ops: tuple[LensOp, ...] = tuple(
             LensOp(op, label, tuple(labels[i] for i in op.inputs))
@@ -347,6 +372,7 @@ class LensTrace:
                 key = (op.op.buffer_id, tuple(op.op.shape), tuple(op.op.strides), op.op.offset)
                 op.address = addresses.get(key)
         self._validation_replay_status: Any = None
+        self.intermediate_derived_grads, self.derived_grads = _derived_records(self)
 
     @property
     def layers(self) -> tuple[LensOp, ...]:
@@ -414,11 +440,62 @@ class LensTrace:
                               verbose=verbose, validate_metadata=validate_metadata)
 
 
+def _derived_records(lens: LensTrace) -> tuple[Any, Any]:
+    """torchlens' accessors of the derived gradients: op records by label, input records by path."""
+    derived = lens.derived
+    if derived is None:
+        return IntermediateDerivedGradAccessor(), DerivedGradAccessor()
+    provenance = {"backend": NAME, "kind": "intermediate_derived_gradient", "mechanism": "tgrad_grad",
+                  "grad_dtype": "float32", "status": "exact",
+                  "loss": "loss_fn" if derived.seeded_by_loss_fn else "sum of outputs"}
+    records = {}
+    for i, grad in derived.intermediates.items():
+        op = lens.ops[i]
+        op.grad_record = records[op.label] = IntermediateDerivedGradRecord(
+            op_label=op.label, layer_label=op.label, aval=f"float32{list(grad.shape)}",
+            dtype_ref=DtypeRef(backend=NAME, name="float32"), grad=grad, provenance=dict(provenance))
+    inputs = {}
+    for i, (argnum, grad) in derived.inputs.items():
+        path = f"inputs.{argnum}"
+        inputs[path] = DerivedGradRecord(
+            path=path, source="inputs", argnum=argnum, input_argnum=argnum, aval=f"float32{list(grad.shape)}",
+            dtype_ref=DtypeRef(backend=NAME, name="float32"), grad=grad,
+            provenance={**provenance, "kind": "derived_gradient"})
+    return IntermediateDerivedGradAccessor(records), DerivedGradAccessor(inputs)
+
+
+def _grad_checks(trace: LensTrace) -> list[dict[str, Any]]:
+    """One decision row per derived gradient: checked against torch float64 autograd."""
+    derived = trace.derived
+    if derived is None:
+        return []
+    want, unknown = _grads.reference(trace.tgrad_trace, derived)
+    rows = []
+    items = [(i, g) for i, g in derived.intermediates.items()] + [(i, g) for i, (_n, g) in derived.inputs.items()]
+    for i, grad in items:
+        op = trace.ops[i]
+        if derived.seeded_by_loss_fn and op.is_output:
+            state, detail = "skipped", "an output's gradient seeds the check (loss_fn is not replayed)"
+        elif i not in want:
+            state, detail = "skipped", unknown.get(i, "no float64 reference")
+        else:
+            why = _grads.compare(np.asarray(grad), want[i])
+            state, detail = ("failed", why) if why else ("passed", "within the bound of torch float64 autograd")
+        rows.append({"label": op.label, "kind": op.layer_type, "state": state, "detail": detail,
+                     "check": "derived_grad"})
+    return rows
+
+
 # ---- the BackendSpec's entries ----------------------------------------------------------------
 def capture_trace(model: Any = None, input_args: Any = None, input_kwargs: dict[Any, Any] | None = None,
                   **options: Any) -> LensTrace:
     """``tl.trace``'s entry: refuse what tgrad cannot honour, then `tgrad.trace` fn once."""
+    grad_options = options.pop("grad_options", None)
+    if _is_missing(grad_options):
+        grad_options = None
     _check_options({"input_kwargs": input_kwargs or None, **options})
+    if grad_options is not None:
+        _grads.options_of(grad_options)  # a wrong type is refused before fn runs
     args = _inputs(input_args)
     if not callable(model):
         raise _refuse(TorchlensOptionUnsupportedError, f"model is a {type(model).__name__}, not a callable",
@@ -431,7 +508,8 @@ def capture_trace(model: Any = None, input_args: Any = None, input_kwargs: dict[
     except errors.TraceNoOutputError as exc:
         raise _refuse(TorchlensNoOutputError, str(exc), "return a tgrad Tensor (or a tuple, list "
                       "or dict of them) from fn", "trace_no_output") from None
-    return LensTrace(recorded, _addresses(model))
+    derived = None if grad_options is None else derive(model, args, recorded, grad_options)
+    return LensTrace(recorded, _addresses(model), derived)
 
 
 def _truth_bits(truth: Any) -> np.ndarray:
@@ -511,6 +589,20 @@ def validate_trace(trace: Any, *_args: Any, ground_truth_output_tensors: Any = N
     _diagnostics.reset_validation_failure(trace)
     checked = trace.tgrad_trace.validate()
     status = _status(trace, checked)
+    grad_rows = _grad_checks(trace)
+    grad_failed = [r for r in grad_rows if r["state"] == "failed"]
+    if grad_rows:
+        status = dataclasses.replace(status, decisions=[*status.decisions, *grad_rows])
+    if grad_rows and not grad_failed and status.message:
+        ok = sum(1 for r in grad_rows if r["state"] == "passed")
+        status = dataclasses.replace(status, message=(
+            f"{status.message}; derived gradients: {ok} of {len(grad_rows)} within the bound of torch "
+            "float64 autograd"))
+    if grad_failed and status.state != "failed":
+        row0 = grad_failed[0]
+        status = dataclasses.replace(status, state="failed", message=(
+            f"Derived gradient validation failed at {row0['label']} ({row0['kind']}): {row0['detail']} "
+            f"[{len(grad_failed)} of {len(grad_rows)} gradients failed]"))
     mismatch = None
     if ground_truth_output_tensors is not None:
         mismatch = _ground_truth_mismatch(trace, ground_truth_output_tensors)
@@ -519,7 +611,13 @@ def validate_trace(trace: Any, *_args: Any, ground_truth_output_tensors: Any = N
                                          message=f"Replay validation failed: {mismatch}")
     if status.state == "failed":
         first = next((r for r in checked.results if r.state == "failed"), None)
-        _diagnostics.record_validation_failure(trace, _failure(trace, first, mismatch or ""))
+        if first is None and grad_failed and mismatch is None:
+            row = grad_failed[0]
+            failure = ValidationFailure(check="derived_grad", op_label=row["label"], func_name=row["kind"],
+                                        message=row["detail"])
+        else:
+            failure = _failure(trace, first, mismatch or "")
+        _diagnostics.record_validation_failure(trace, failure)
         if verbose:
             print(status.message)
     trace._validation_replay_status = status

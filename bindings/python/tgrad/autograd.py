@@ -119,7 +119,11 @@ _LEAVES: dict[int, weakref.ref[Any]] = {}  # insertion ordered: backward's input
 
 def _register(t: Any) -> None:
     key = id(t)
-    _LEAVES[key] = weakref.ref(t, lambda _r, key=key: _LEAVES.pop(key, None))
+
+    def forget(_ref: weakref.ref[Any], key: int = key) -> None:
+        _LEAVES.pop(key, None)
+
+    _LEAVES[key] = weakref.ref(t, forget)
 
 
 def live_leaves() -> list[Any]:

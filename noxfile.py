@@ -134,7 +134,7 @@ def slow(session: nox.Session) -> None:
     built against the installed package through pkg-config. Then the core tier again with
     TGRAD_NATIVE=0: Tensor's hot path through its Python twin (tgrad/_tensor_base.py), the one a
     source tree without the C module uses."""
-    session.install(".[test,bench]", "pkgconf")
+    session.install(".[test,bench,examples]", "pkgconf")
     _pytest(session, "slow")
     session.chdir(ROOT)
     _pytest(session, "tests", env={"TGRAD_NATIVE": "0"})

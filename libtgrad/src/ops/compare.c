@@ -2,13 +2,15 @@
  * a WHERE node; both check everything before they allocate and read their operands through views
  * already broadcast to the result's shape (numpy's rule over two or three operands). Their CPU
  * executors walk the compact output in runs along the last axis, threaded over the pool for big
- * outputs; each element is computed alone, so the split cannot change a byte. Comparisons are
- * exact (every bf16, f32, i32 and bool value is exact in double, and double's comparison is
- * IEEE 754's); where copies the chosen operand's bits. docs/numerics.md, "Comparisons and where". */
+ * outputs (cpu/runs.h); each element is computed alone, so the split cannot change a byte.
+ * Comparisons are exact (every bf16, f32, i32 and bool value is exact in double, and double's
+ * comparison is IEEE 754's); where copies the chosen operand's bits. docs/numerics.md,
+ * "Comparisons and where". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/runs.h"
 #include "../kinds.h"
 
 enum { PASS_ALONE = 1 << 14, TASK_MIN = 1 << 12, MAX_OPERANDS = 3 };
@@ -135,7 +137,6 @@ typedef struct pass_job {
     const tg_view *view[MAX_OPERANDS];
     int32_t dtype[MAX_OPERANDS], esize[MAX_OPERANDS];
     char *out;
-    int64_t numel, per_task;
 } pass_job;
 
 static inline double load(const char *p, int32_t dtype) {
@@ -177,19 +178,14 @@ static inline void copy_elem(char *dst, const char *src, int32_t size) {
 
 /* Output elements [lin, lin + n): one run along the last axis at a time. Where (n == 3): operand
  * 0 is the bool condition. */
-static void run_range(const pass_job *J, int64_t lin, int64_t n) {
+static void run_range(const void *job, int64_t lin, int64_t n) {
+    const pass_job *J = job;
     while (n > 0) {
-        int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
-        for (int32_t i = J->ndim - 1; i >= 0; i--) idx[i] = rem % J->shape[i], rem /= J->shape[i];
-        if (J->ndim && run > J->shape[J->ndim - 1] - idx[J->ndim - 1]) run = J->shape[J->ndim - 1] - idx[J->ndim - 1];
+        int64_t off[MAX_OPERANDS], step[MAX_OPERANDS], run = tg_run_at(J->ndim, J->shape, J->n, J->view, lin, n, off, step);
         const char *p[MAX_OPERANDS];
-        int64_t step[MAX_OPERANDS];
         for (int32_t k = 0; k < J->n; k++) {
-            const tg_view *v = J->view[k];
-            int64_t off = v->offset;
-            for (int32_t i = 0; i < J->ndim; i++) off += idx[i] * v->strides[i];
-            p[k] = J->data[k] + off * J->esize[k];
-            step[k] = (J->ndim ? v->strides[J->ndim - 1] : 0) * J->esize[k];
+            p[k] = J->data[k] + off[k] * J->esize[k];
+            step[k] *= J->esize[k];
         }
         char *o = J->out + lin * J->osize;
         if (J->n == 2) {
@@ -206,17 +202,9 @@ static void run_range(const pass_job *J, int64_t lin, int64_t n) {
     }
 }
 
-static void pass_task(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
-    const pass_job *J = arg;
-    int64_t lin = task * J->per_task;
-    run_range(J, lin, J->numel - lin < J->per_task ? J->numel - lin : J->per_task);
-}
-
 static tgrad_status pass(const tg_step *st) {
     pass_job J = { .ndim = st->out->ndim, .n = st->ninputs, .cmp = st->base->params.compare_op,
-                   .osize = tg_dtype_size(st->buf->dtype), .shape = st->out->shape, .out = (char *)st->buf->data,
-                   .numel = st->buf->numel };
+                   .osize = tg_dtype_size(st->buf->dtype), .shape = st->out->shape, .out = (char *)st->buf->data };
     if (J.n > MAX_OPERANDS || st->nfused)
         return tg_fail(TGRAD_ERR_INTERNAL, "%s: a step with %d operands and %d fused ops", tg_kind_of(st->op)->name,
                        (int)J.n, (int)st->nfused);
@@ -226,15 +214,7 @@ static tgrad_status pass(const tg_step *st) {
         J.dtype[k] = st->inputs[k].buf->dtype;
         J.esize[k] = tg_dtype_size(J.dtype[k]);
     }
-    int32_t threads = J.numel < PASS_ALONE ? 1 : tg_pool_threads();
-    if (threads == 1) {
-        run_range(&J, 0, J.numel);
-        return TGRAD_OK;
-    }
-    int64_t per_task = (J.numel + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
-    if (per_task < TASK_MIN) per_task = TASK_MIN;
-    J.per_task = (per_task + 63) / 64 * 64;
-    tg_pool_run((J.numel + J.per_task - 1) / J.per_task, pass_task, &J);
+    tg_run_ranges(st->buf->numel, PASS_ALONE, TASK_MIN, 64, run_range, &J);
     return TGRAD_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../cpu/runs.h"
 #include "../kinds.h"
 
 enum { STEP_ALONE = 1 << 14, STEP_TASK = 1 << 12, MAX_IN = 5 };
@@ -18,7 +19,6 @@ typedef struct step_job {
     const tg_view *view[MAX_IN];
     const int64_t *shape;
     float *out;
-    int64_t numel, per_task;
 } step_job;
 
 static inline float nan_max(float a, float b) { /* torch.maximum: NaN propagates */
@@ -57,20 +57,12 @@ static inline float one(const step_job *J, const float *in) {
     return p + (m * s[7]) / denom;
 }
 
-static void run_range(const step_job *J, int64_t lin, int64_t n) {
+static void run_range(const void *job, int64_t lin, int64_t n) {
+    const step_job *J = job;
     while (n > 0) {
-        int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
-        for (int32_t i = J->ndim - 1; i >= 0; i--) idx[i] = rem % J->shape[i], rem /= J->shape[i];
-        if (J->ndim && run > J->shape[J->ndim - 1] - idx[J->ndim - 1]) run = J->shape[J->ndim - 1] - idx[J->ndim - 1];
+        int64_t off[MAX_IN], step[MAX_IN], run = tg_run_at(J->ndim, J->shape, J->n, J->view, lin, n, off, step);
         const float *p[MAX_IN];
-        int64_t step[MAX_IN];
-        for (int32_t k = 0; k < J->n; k++) {
-            const tg_view *v = J->view[k];
-            int64_t off = v->offset;
-            for (int32_t i = 0; i < J->ndim; i++) off += idx[i] * v->strides[i];
-            p[k] = J->data[k] + off;
-            step[k] = J->ndim ? v->strides[J->ndim - 1] : 0;
-        }
+        for (int32_t k = 0; k < J->n; k++) p[k] = J->data[k] + off[k];
         float *o = J->out + lin;
         for (int64_t i = 0; i < run; i++) {
             float in[MAX_IN] = { 0 };
@@ -86,18 +78,10 @@ static void run_range(const step_job *J, int64_t lin, int64_t n) {
     }
 }
 
-static void step_task(int64_t task, int32_t worker, void *arg) {
-    (void)worker;
-    const step_job *J = arg;
-    int64_t lin = task * J->per_task;
-    run_range(J, lin, J->numel - lin < J->per_task ? J->numel - lin : J->per_task);
-}
-
 tgrad_status tg_optim_step_execute(const tg_step *st) {
     const tg_node_params *P = &st->base->params;
     step_job J = { .algo = P->optim.algo, .which = P->optim.which, .flags = P->optim.flags, .n = st->ninputs,
-                   .ndim = st->out->ndim, .shape = st->out->shape, .out = (float *)st->buf->data,
-                   .numel = st->buf->numel };
+                   .ndim = st->out->ndim, .shape = st->out->shape, .out = (float *)st->buf->data };
     memcpy(J.s, P->optim.s, sizeof J.s);
     if (J.n > MAX_IN || st->nfused)
         return tg_fail(TGRAD_ERR_INTERNAL, "optim_step: a step with %d operands and %d fused ops", (int)J.n,
@@ -106,15 +90,7 @@ tgrad_status tg_optim_step_execute(const tg_step *st) {
         J.data[k] = (const float *)st->inputs[k].buf->data;
         J.view[k] = &st->inputs[k].view;
     }
-    int32_t threads = J.numel < STEP_ALONE ? 1 : tg_pool_threads();
-    if (threads == 1) {
-        run_range(&J, 0, J.numel);
-        return TGRAD_OK;
-    }
-    int64_t per_task = (J.numel + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
-    if (per_task < STEP_TASK) per_task = STEP_TASK;
-    J.per_task = (per_task + 63) / 64 * 64;
-    tg_pool_run((J.numel + J.per_task - 1) / J.per_task, step_task, &J);
+    tg_run_ranges(st->buf->numel, STEP_ALONE, STEP_TASK, 64, run_range, &J);
     return TGRAD_OK;
 }
 

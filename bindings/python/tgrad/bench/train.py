@@ -119,9 +119,12 @@ def tgrad_step(case: Case, path: Path | None, seed: int) -> Callable[[], Any]:
     from tgrad import nn
 
     x_host, y_host = _data(case, seed)
+    model: Any
+    x: Any
     if case.llama:
         import tgrad.models
 
+        assert path is not None
         model = tgrad.models.from_pretrained(path)
         for p in model.parameters():
             p.requires_grad_()
@@ -157,11 +160,11 @@ def torch_step(torch: Any, case: Case, path: Path | None, seed: int) -> Callable
     transformers."""
     x_host, y_host = _data(case, seed)
     torch.manual_seed(seed)
+    model: Any
     if case.llama:
         if importlib.util.find_spec("transformers") is None:
             return None
-        import transformers
-
+        transformers = importlib.import_module("transformers")
         transformers.utils.logging.disable_progress_bar()
         model = transformers.LlamaForCausalLM.from_pretrained(str(path), dtype=torch.float32)
         vocab = dict(case.llama)["vocab_size"]

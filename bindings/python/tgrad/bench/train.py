@@ -222,7 +222,7 @@ def run_case(case: Case, torch: Any, args: argparse.Namespace, tmp: Path) -> dic
     _interleaved(regions, args.train_steps, balanced=True)
     samples = {t.name: np.array(t.samples) for t in regions}
     res["median_s"] = {name: float(np.median(s)) for name, s in samples.items()}
-    if "torch" in samples:
+    if torch is not None and "torch" in samples:
         ratio, lo, hi = bootstrap_ratio(samples["torch"], samples["tgrad"])
         res["torch"] = {"ratio": ratio, "lo": lo, "hi": hi, "verdict": verdict(lo, hi), "version": torch.__version__}
     return res

@@ -95,6 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import generate as _generate
 
     _generate.add_arguments(parser)  # --generate: issue 35's model prefill/decode against transformers
+    from . import train as _train
+
+    _train.add_arguments(parser)  # --train: issue 36's training steps/s against torch
     parser.set_defaults(func=run)
 
 
@@ -248,6 +251,10 @@ def run(args: argparse.Namespace) -> int:
         from . import generate as _generate
 
         return _generate.run(args)
+    if getattr(args, "train", False):
+        from . import train as _train
+
+        return _train.run(args)
     if args.device == "cuda":
         from . import cuda
 

@@ -16,17 +16,7 @@
 #include "../kinds.h"
 #include "elementwise.h"
 #include "softmax_kernel.h"
-
-#if defined(TGRAD_HAVE_QUADMATH)
-#include <quadmath.h>
-typedef __float128 xf;
-#define XEXP expq
-#define XLOG1P log1pq
-#else
-typedef long double xf; /* binary128 on aarch64 Linux; less elsewhere (the bound below assumes 113 bits) */
-#define XEXP expl
-#define XLOG1P log1pl
-#endif
+#include "softmax_wide.h"
 
 #define SM_NAME_(code, NAME, name) [code] = #name,
 static const char *const sm_names[] = { TGRAD_SOFTMAX_LIST(SM_NAME_) };
@@ -170,24 +160,7 @@ static row_info gather_scan(const sm_job *J, int64_t off, sm_scratch *S) {
     return info_of(J->v->scan(S->x, n));
 }
 
-/* ---- the slow path: binary128 ---- */
-static uint32_t round_x(xf v, int32_t dt) {
-    if (dt == TGRAD_DTYPE_F32) return tg_sm_f32_bits((float)v);
-    float f = (float)v;
-    uint32_t u = tg_sm_f32_bits(f);
-    if ((u & 0xffffu) == 0x8000u && (xf)f != v) u += ((xf)f < v) == (v > 0) ? 1u : (uint32_t)-1;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
-/* The value of output bits b (an infinity as 2^128: the midpoint with the largest finite value is
- * then the overflow threshold). */
-static xf value_x(uint32_t b, int32_t dt) {
-    uint32_t u = dt == TGRAD_DTYPE_BF16 ? b << 16 : b;
-    if ((u & 0x7fffffffu) == 0x7f800000u) return (u >> 31 ? -1 : 1) * (xf)ldexp(1.0, 128);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return (xf)f;
-}
+/* ---- the slow path: binary128 (softmax_wide.h) ---- */
 
 /* The rounding of the exact value, known to lie within y -+ e: decided when both ends round alike.
  * Else, when the exact value is anchor + (a value of sign `side`) and anchor is the one boundary in

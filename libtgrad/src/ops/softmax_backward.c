@@ -19,15 +19,7 @@
 #include "../kinds.h"
 #include "norm_exact.h"
 #include "softmax_kernel.h"
-
-#if defined(TGRAD_HAVE_QUADMATH)
-#include <quadmath.h>
-typedef __float128 xf;
-#define XEXP expq
-#else
-typedef long double xf; /* binary128 on aarch64 Linux; less elsewhere (the bound below assumes 113 bits) */
-#define XEXP expl
-#endif
+#include "softmax_wide.h"
 
 /* The node's private softmax_op codes (tg_node_params.softmax_op): the forward op's code plus this. */
 enum { TG_SM_BACKWARD = 16 };
@@ -203,23 +195,6 @@ static uint32_t inf_bits(int32_t dt, bool neg) {
     return (dt == TGRAD_DTYPE_BF16 ? 0x7F80u : 0x7F800000u) | (neg ? SIGN_BITS[dt] : 0);
 }
 
-/* binary128 roundings (as ops/softmax.c's slow path): v rounded once to dt, and the value of dt's
- * bits b (an infinity as 2^128, so that the midpoint with the largest finite value is the
- * overflow threshold). */
-static uint32_t round_x(xf v, int32_t dt) {
-    if (dt == TGRAD_DTYPE_F32) return tg_sm_f32_bits((float)v);
-    float f = (float)v;
-    uint32_t u = tg_sm_f32_bits(f);
-    if ((u & 0xffffu) == 0x8000u && (xf)f != v) u += ((xf)f < v) == (v > 0) ? 1u : (uint32_t)-1;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-static xf value_x(uint32_t b, int32_t dt) {
-    uint32_t u = dt == TGRAD_DTYPE_BF16 ? b << 16 : b;
-    if ((u & 0x7fffffffu) == 0x7f800000u) return (u >> 31 ? -1 : 1) * (xf)ldexp(1.0, 128);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return (xf)f;
-}
 /* The rounding of a value known to lie within y -+ e, equal to anchor + (a nonzero value of sign
  * side): both ends alike, or the one boundary between them is the anchor (the side decides); else
  * (never seen) rounded from y. */

@@ -77,13 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gen-rounds", type=int, default=3, metavar="R", help="--generate: rounds per peer (3)")
 
 
-def write_model(path: Path, seed: int = 0) -> Path:
-    """The random Llama of SHAPE (weights N(0, 0.02), norm weights 1 + N(0, 0.02)), bf16."""
+def write_model(path: Path, seed: int = 0, shape: dict[str, int] | None = None) -> Path:
+    """A random Llama of `shape` (default SHAPE) as a bf16 checkpoint (weights N(0, 0.02), norm
+    weights 1 + N(0, 0.02)); bench --train writes its cases' with it too."""
     import tgrad
     import tgrad.models
     import tgrad.safetensors
 
-    doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **SHAPE, "rms_norm_eps": 1e-5,
+    doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **(shape or SHAPE), "rms_norm_eps": 1e-5,
            "rope_theta": 10000.0, "max_position_embeddings": 4096, "tie_word_embeddings": False,
            "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
     path.mkdir(parents=True, exist_ok=True)

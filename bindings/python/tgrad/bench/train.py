@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,21 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def write_checkpoint(path: Path, case: Case, seed: int) -> Path:
-    """The case's random Llama as a bf16 checkpoint (weights N(0, 0.02), norm weights 1 + N(0, 0.02))."""
-    import tgrad
-    import tgrad.models
-    import tgrad.safetensors
+    """The case's random Llama as a bf16 checkpoint (bench --generate's writer)."""
+    from .generate import write_model
 
-    doc = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **dict(case.llama), "rms_norm_eps": 1e-5,
-           "rope_theta": 10000.0, "max_position_embeddings": 4096, "tie_word_embeddings": False,
-           "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2}
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(doc))
-    shapes = tgrad.models.expected_weights(tgrad.models.config_from_dict(doc))
-    gen = tgrad.random.Generator(seed)
-    tgrad.safetensors.save(path / "model.safetensors", {
-        n: gen.randn(*s) * 0.02 + (1.0 if n.endswith("norm.weight") else 0.0) for n, s in shapes.items()})
-    return path
+    return write_model(path, seed, dict(case.llama))
 
 
 def _data(case: Case, seed: int) -> tuple[np.ndarray, np.ndarray]:

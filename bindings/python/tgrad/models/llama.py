@@ -90,15 +90,16 @@ def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
 
 
 def _transposed(layer: nn.Linear) -> Tensor:
-    """layer.weight.T, the view made once per weight (when the model is built, again only if the
-    weight is replaced): a decode step reads every weight, and making the view each time was a
-    tenth of the Python time of a step."""
+    """layer.weight.T, the view made once per weight value (when the model is built, again only if
+    the weight is replaced or given a new value in place, as an optimizer step does: the handle
+    changes): a decode step reads every weight, and making the view each time was a tenth of the
+    Python time of a step."""
     w = layer.weight
     hit = layer.__dict__.get("_weight_t")
-    if hit is None or hit[0] is not w:
-        hit = (w, w.T)
+    if hit is None or hit[0] is not w or hit[1] != w._handle:
+        hit = (w, w._handle, w.T)
         layer.__dict__["_weight_t"] = hit
-    view: Tensor = hit[1]
+    view: Tensor = hit[2]
     return view
 
 

@@ -127,3 +127,40 @@ if __name__ == "__main__":
         for case in sorted(CASES):
             for peer, (mean, worst) in measure(_make(Path(tmp) / case, case)).items():
                 print(f"| {case} | {peer} | {mean:.3g} | {worst:.3g} |")
+
+
+def _first_step_grads_torch(path: Path, ids: np.ndarray, dtype: Any) -> dict[str, np.ndarray]:
+    model = _hf(path, dtype, attn="eager")
+    model.train()
+    logits = model(torch.from_numpy(ids[:, :-1])).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(dtype),
+                                             torch.from_numpy(ids[:, 1:]).reshape(-1).long())
+    loss.backward()
+    return {n: p.grad.double().numpy() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral"])
+def test_first_training_step_gradients_against_transformers(tmp_path: Path, name: str) -> None:
+    """Issue 36: one LM-loss backward of tgrad's model (bf16 forward and backward, float32
+    gradients) against transformers' float64 autograd of the same weights. The stated bound: each
+    parameter's gradient within 4% of its largest entry (bf16 activations; measured at most 2.4%),
+    and the worst parameter no further than 1.5x transformers' own bf16 training gradients' worst
+    (measured 0.7-1.1x: Llama 2.36% vs 2.22%, Qwen2 2.10% vs 2.18%, Mistral 2.03% vs 2.84%)."""
+    path = _make(tmp_path / name, name)
+    ids = _ids(3).astype(np.int32)
+    truth = _first_step_grads_torch(path, ids, torch.float64)
+    bf16 = _first_step_grads_torch(path, ids, torch.bfloat16)
+    model = tgrad.models.from_pretrained(path)
+    params = dict(model.named_parameters())
+    for p in params.values():
+        p.requires_grad_()
+    logits = model(ids[:, :-1], logits_dtype=tgrad.float32)
+    loss = tgrad.nn.functional.cross_entropy(logits.reshape(-1, SIZES["vocab_size"]), tgrad.tensor(ids[:, 1:].reshape(-1)))
+    loss.backward(grad_dtype=tgrad.float32)
+    assert set(truth) <= set(params)
+    worst, worst_bf16 = (0.0, ""), (0.0, "")
+    for n, want in truth.items():
+        scale = np.abs(want).max()
+        worst = max(worst, (float(np.abs(params[n].grad.numpy().astype(np.float64) - want).max() / scale), n))
+        worst_bf16 = max(worst_bf16, (float(np.abs(bf16[n] - want).max() / scale), n))
+    assert worst[0] <= 0.04 and worst[0] <= 1.5 * worst_bf16[0], (worst, worst_bf16)

@@ -155,7 +155,8 @@ def test_first_training_step_gradients_against_transformers(tmp_path: Path, name
     for p in params.values():
         p.requires_grad_()
     logits = model(ids[:, :-1], logits_dtype=tgrad.float32)
-    loss = tgrad.nn.functional.cross_entropy(logits.reshape(-1, SIZES["vocab_size"]), tgrad.tensor(ids[:, 1:].reshape(-1)))
+    target = tgrad.tensor(ids[:, 1:].reshape(-1))
+    loss = tgrad.nn.functional.cross_entropy(logits.reshape(-1, SIZES["vocab_size"]), target)
     loss.backward(grad_dtype=tgrad.float32)
     assert set(truth) <= set(params)
     worst, worst_bf16 = (0.0, ""), (0.0, "")

@@ -130,7 +130,7 @@ def clip_grad_norm_(parameters: Iterable[Tensor] | Tensor, max_norm: float, norm
 
     user = "clip_grad_norm_"
     params = _with_grads(parameters, user)
-    grads = [p.grad for p in params]  # type: ignore[attr-defined]
+    grads = [g for p in params if (g := p.grad) is not None]  # _with_grads kept those with one
     clipped, total = clip_grads_by_norm(grads, max_norm, norm_type)
     if error_if_nonfinite and not math.isfinite(float(total)):
         raise errors.InvalidArgumentError(
@@ -146,5 +146,5 @@ def clip_grad_value_(parameters: Iterable[Tensor] | Tensor, clip_value: float, f
 
     user = "clip_grad_value_"
     params = _with_grads(parameters, user)
-    grads = [p.grad for p in params]  # type: ignore[attr-defined]
+    grads = [g for p in params if (g := p.grad) is not None]  # _with_grads kept those with one
     rebind_all(list(zip(grads, clip_grads_by_value(grads, clip_value))), user)

@@ -1,6 +1,7 @@
 /* The reference of the derivative ops (codes 24-31) for tests/c/test_elementwise.c's binary sweep,
  * independent of libtgrad's evaluation (elementwise_grad.c: a long double table, double products,
- * TwoSum) and more precise: binary128 (libquadmath) values in other algebraic forms, placed exactly
+ * TwoSum) and more precise: binary128 (libquadmath; long double where that is binary128, as on
+ * aarch64 Linux) values in other algebraic forms, placed exactly
  * on a grid, and integer rounding.
  *
  * op(a, g) = g h(a), h the derivative factor (gelu'(x), y (1 - y), 1 - y^2, -y^3/2, 1/(2y)). For a
@@ -26,10 +27,30 @@
 #ifndef TGRAD_TESTS_GRAD_REFERENCE_H
 #define TGRAD_TESTS_GRAD_REFERENCE_H
 
+#include <float.h>
+#include <math.h>
+
 #if defined(TGRAD_HAVE_QUADMATH)
 #include <quadmath.h>
-
 typedef __float128 q128;
+#define QL(x) x##Q
+#define Q_PI M_PIq
+#define TGRAD_GRAD_REFERENCE 1
+#elif LDBL_MANT_DIG == 113 /* aarch64 Linux: long double is binary128, with libm's functions */
+typedef long double q128;
+#define QL(x) x##L
+#define Q_PI 3.141592653589793238462643383279502884L
+#define sqrtq sqrtl
+#define expq expl
+#define erfq erfl
+#define erfcq erfcl
+#define tanhq tanhl
+#define coshq coshl
+#define fabsq fabsl
+#define TGRAD_GRAD_REFERENCE 1
+#endif
+
+#if defined(TGRAD_GRAD_REFERENCE)
 typedef struct { int16_t E; uint16_t T; bool sticky, ok; } grid_place;
 
 static bool is_grad_op(tgrad_op op) { return op >= TGRAD_OP_GELU_BACKWARD && op <= TGRAD_OP_SQRT_BACKWARD; }
@@ -38,8 +59,8 @@ static bool is_grad_op(tgrad_op op) { return op >= TGRAD_OP_GELU_BACKWARD && op 
  * binary128 from forms that keep its digits (near 0 and for large x, m f'(x) lies next to the grid
  * point m base, and only delta says on which side); *scale the terms' magnitudes */
 static q128 ref_deriv(tgrad_op op, q128 x, q128 *base, q128 *scale) {
-    const q128 pi = M_PIq;
-    *base = x >= 1 ? 1 : x > -1 ? 0.5Q : 0;
+    const q128 pi = Q_PI;
+    *base = x >= 1 ? 1 : x > -1 ? QL(0.5) : 0;
     if (op == TGRAD_OP_GELU_BACKWARD) { /* Phi(x) + x phi(x) */
         q128 u = x / sqrtq(2), b = x * expq(-x * x / 2) / sqrtq(2 * pi);
         q128 p = x >= 1 ? -erfcq(u) / 2 : x > -1 ? erfq(u) / 2 : erfcq(-u) / 2; /* Phi - base */
@@ -47,7 +68,7 @@ static q128 ref_deriv(tgrad_op op, q128 x, q128 *base, q128 *scale) {
         return p + b;
     }
     if (op == TGRAD_OP_GELU_TANH_BACKWARD) { /* (1 + tanh z)/2 + x/2 sech^2(z) z' */
-        q128 c = sqrtq(2 / pi), k = 0.044715Q, z = c * (x + k * x * x * x);
+        q128 c = sqrtq(2 / pi), k = QL(0.044715), z = c * (x + k * x * x * x);
         q128 p = x >= 1 ? -1 / (1 + expq(2 * z)) : x > -1 ? tanhq(z) / 2 : 1 / (1 + expq(-2 * z));
         q128 ch = coshq(z), b = x / 2 / (ch * ch) * c * (1 + 3 * k * x * x);
         *scale = *base + (fabsq(p) + fabsq(b)) * (1 + 2 * fabsq(z));
@@ -89,7 +110,7 @@ static grid_place place_of(q128 V) {
 /* |P + Q| for exact P, Q (<= 24 significant bits each, not both zero) */
 static grid_place place_of_sum(q128 P, q128 Q) {
     q128 aP = fabsq(P), aQ = fabsq(Q);
-    if ((aP == 0 || aQ == 0) || (aQ >= aP * 0x1p-80Q && aP >= aQ * 0x1p-80Q)) return place_of(fabsq(P + Q));
+    if ((aP == 0 || aQ == 0) || (aQ >= aP * QL(0x1p-80) && aP >= aQ * QL(0x1p-80))) return place_of(fabsq(P + Q));
     q128 big = aP > aQ ? P : Q, small = aP > aQ ? Q : P;
     grid_place g = place_of(fabsq(big));
     if (g.sticky) return g; /* strictly between grid points: the small part cannot cross one */
@@ -164,11 +185,11 @@ static grid_place place_m(tgrad_op op, uint16_t a, uint32_t m) {
         int k = op - TGRAD_OP_GELU_BACKWARD;
         q128 base = ref_base_table[k][a], delta = ref_deriv_table[k][a], d = base + delta;
         if (d == 0) return (grid_place){ -30000, 256, true, true }; /* below 2^-16000: rounds to 0 */
-        if (base != 0 && fabsq(delta) < base * 0x1p-80Q) return place_of_sum(M * base, M * delta); /* its side */
+        if (base != 0 && fabsq(delta) < base * QL(0x1p-80)) return place_of_sum(M * base, M * delta); /* its side */
         double frac;
         grid_place g = place_frac(M * fabsq(d), &frac);
         /* f'(0) = 1/2 is exact; below 2^-300, V 2^k < 2^-164 rounds to 0 wherever V lies */
-        if (y == 0 || fabsq(d) < 0x1p-300Q) return g;
+        if (y == 0 || fabsq(d) < QL(0x1p-300)) return g;
         double tol = (double)(ref_scale_table[k][a] / fabsq(d)) * 0x1p-90 * 512;
         double was = atomic_load(&grad_closest[k]);
         while (frac < was && !atomic_compare_exchange_weak(&grad_closest[k], &was, frac)) {}

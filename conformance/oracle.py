@@ -21,6 +21,12 @@ patterns, any strides):
 - Output: any NaN -> 0x7FC0 (canonical quiet NaN, positive); otherwise f32 -> bf16 round to
   nearest even. K = 0 gives +0 (0x0000) everywhere; M or N = 0 gives an empty result.
 
+``order="block32"`` (docs/numerics.md, "The block32 order": AMX's ``TDPBF16PS``): K is padded
+with +0.0 to a multiple of 32. For each output, ``acc = +0.0f``; for each block of 32 elements
+(k0 = 0, 32, ...): ``even = odd = +0.0f``; for j = 0 .. 15 ``even = step(even, a[m,k0+2j] *
+b[k0+2j,n])`` and ``odd = step(odd, a[m,k0+2j+1] * b[k0+2j+1,n])``; then ``t = step(even, odd)``
+(the sum rounded and flushed as a step is) and ``acc = step(acc, t)``. Output as above.
+
 Implementation: the K loop runs in Python, each step is vectorized over a block of rows x N.
 When every product of the operands is a multiple of 2^-126 and below 2^128 in magnitude (true
 for ordinary data, checked from the exponent fields), every sum is a multiple of 2^-126, so
@@ -195,12 +201,60 @@ def _accumulate_f64(a_t: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc.astype(np.float32)
 
 
-def matmul_f32(a_bits, b_bits, *, path: str = "auto") -> np.ndarray:
+def _step_f64(acc: np.ndarray, d: np.ndarray, acc32: np.ndarray) -> None:
+    """acc = step(acc, d) in place: d holds the exact addend (a product, or an f32 value)."""
+    np.add(acc, d, out=d)
+    tiny = np.abs(d) < _FLUSH_BELOW  # False for NaN
+    np.copyto(d, d * 0.0, where=tiny)  # a zero with the sign of d (d is finite where tiny)
+    np.copyto(acc32, d, casting="unsafe")  # RNE to f32; exact for the flushed zeros
+    np.copyto(acc, acc32)
+
+
+def _accumulate_block32(a_t: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The block32 order. a_t: [K, mb], b: [K, N], K a multiple of 32; float32 arrays (the fast
+    path: every step exact-product-then-RNE, nothing tiny) or float64 (steps with the flush)."""
+    k_total, mb = a_t.shape
+    n = b.shape[1]
+    exact32 = a_t.dtype == np.float32
+    acc = np.zeros((mb, n), dtype=a_t.dtype)
+    even = np.empty_like(acc)
+    odd = np.empty_like(acc)
+    d = np.empty_like(acc)
+    acc32 = np.empty((mb, n), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k0 in range(0, k_total, 32):
+            even.fill(0.0)
+            odd.fill(0.0)
+            for j in range(0, 32, 2):
+                for chain, k in ((even, k0 + j), (odd, k0 + j + 1)):
+                    np.multiply(a_t[k][:, None], b[k][None, :], out=d)
+                    if exact32:
+                        np.add(chain, d, out=chain)
+                    else:
+                        _step_f64(chain, d, acc32)
+            if exact32:
+                np.add(even, odd, out=d)
+                np.add(acc, d, out=acc)
+            else:
+                np.copyto(d, odd)
+                _step_f64(even, d, acc32)
+                np.copyto(d, even)
+                _step_f64(acc, d, acc32)
+    return acc.astype(np.float32)
+
+
+ORDERS = ("pairwise", "block32")
+
+
+def matmul_f32(a_bits, b_bits, *, path: str = "auto", order: str = "pairwise") -> np.ndarray:
     """The float32 accumulators of the contract (before the final bf16 rounding), [M, N].
 
     path: "auto" (fast float32 path when provably exact, else float64), "f32" is refused when
     not provably exact, "f64" forces the general path (tests compare both).
+    order: "pairwise" (the default contract) or "block32" (see the module's docstring).
     """
+    if order not in ORDERS:
+        raise ValueError(f"unknown order {order!r}")
     a_bits = _as_bits(a_bits)
     b_bits = _as_bits(b_bits)
     if a_bits.ndim != 2 or b_bits.ndim != 2:
@@ -227,7 +281,7 @@ def matmul_f32(a_bits, b_bits, *, path: str = "auto") -> np.ndarray:
         raise ValueError(f"unknown path {path!r}")
 
     dtype = np.float32 if use_f32 else np.float64
-    k_even = k + (k & 1)
+    k_even = k + (k & 1) if order == "pairwise" else -(-k // 32) * 32
     # Zero padding: element K of each row of a / column of b is +0.0.
     a_t = np.zeros((k_even, m), dtype=dtype)
     b_f = np.zeros((k_even, n), dtype=dtype)
@@ -238,16 +292,16 @@ def matmul_f32(a_bits, b_bits, *, path: str = "auto") -> np.ndarray:
     itemsize = np.dtype(dtype).itemsize
     rows = max(1, _BLOCK_BYTES // max(1, n * itemsize))
     out = np.empty((m, n), dtype=np.float32)
-    accumulate = _accumulate_f32 if use_f32 else _accumulate_f64
+    accumulate = _accumulate_block32 if order == "block32" else _accumulate_f32 if use_f32 else _accumulate_f64
     for m0 in range(0, m, rows):
         block = np.ascontiguousarray(a_t[:, m0 : m0 + rows])
         out[m0 : m0 + rows] = accumulate(block, b_f)
     return out
 
 
-def matmul_bits(a_bits, b_bits, *, path: str = "auto") -> np.ndarray:
+def matmul_bits(a_bits, b_bits, *, path: str = "auto", order: str = "pairwise") -> np.ndarray:
     """C = A @ B under the contract above: uint16 bf16 bits [M, K] x [K, N] -> uint16 [M, N]."""
-    return _f32_to_bf16_output(matmul_f32(a_bits, b_bits, path=path))
+    return _f32_to_bf16_output(matmul_f32(a_bits, b_bits, path=path, order=order))
 
 
 # ---- the tc route's error bound (docs/kernels.md, "Numerics of tc") ------------------------------

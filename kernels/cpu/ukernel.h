@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+enum { TG_UK_ORDER_PAIRWISE = 0, TG_UK_ORDER_BLOCK32 = 1 }; /* tgrad.h's TGRAD_MATMUL_ORDER_* */
+
 typedef struct tg_operand {
     const uint16_t *base; /* buffer start + view offset */
     int64_t s0, s1;       /* strides of the two axes, in elements */
@@ -74,6 +76,14 @@ typedef struct tg_ukernel {
      * kernel's. Spares packing A: B is then packed once per call. */
     void (*kernel_direct)(int64_t kc, const uint16_t *a, int64_t lda, const void *b, const tg_tile *tile);
     int (*available)(void); /* does this CPU (and OS) run it */
+    /* The order the kernels compute (TGRAD_MATMUL_ORDER_*; 0 = pairwise, the packed layouts
+     * above). A block32 variant (docs/numerics.md, "The block32 order") packs each K panel in
+     * blocks of kpair_align pairs (16: 32 elements), zero-padded, and its kernels take a kpairs
+     * that is a multiple of it; the frame sizes and offsets panels with that padding. */
+    int32_t order, kpair_align;
+    /* optional: called on the worker thread before (after) it runs a task's kernels, e.g. to load
+     * (release) AMX's tile configuration, which is per-thread state other code may change */
+    void (*begin)(void), (*end)(void);
     /* Peak probe: run the variant's core instruction stream for `iters` iterations on this
      * thread; returns the floating-point operations done (2 per multiply-add). */
     double (*peak)(int64_t iters);
@@ -107,7 +117,10 @@ static inline void tg_prefetch_lines(tg_line_walk *w, int64_t n) {
  * flags); a variant uses some of them. */
 #define TG_PACK_FN static __attribute__((unused))
 
-extern const tg_ukernel tg_ukernel_portable;
+extern const tg_ukernel tg_ukernel_portable, tg_ukernel_portable_block32;
+#if defined(TGRAD_HAVE_AMX_VARIANT)
+extern const tg_ukernel tg_ukernel_amx;
+#endif
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_avx2;
 #endif

@@ -521,6 +521,25 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
  * route. Another out_dtype is TGRAD_ERR_DTYPE_UNSUPPORTED, and so is F32 for operands on a GPU
  * device (the GPU routes store bf16 only); checked here, before any allocation. */
 TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
+/* The accumulation order of a product (docs/numerics.md), recorded in its node when it is made:
+ *  - TGRAD_MATMUL_ORDER_PAIRWISE (0, the default): vdpbf16ps's, per k-pair the odd product then
+ *    the even one, one rounding per addition;
+ *  - TGRAD_MATMUL_ORDER_BLOCK32 (1): AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even
+ *    k, odd k) from +0, then acc + (even + odd); K padded with +0 to whole blocks. It runs on
+ *    AMX where the CPU has it (else a portable kernel, the same bytes), on the CPU only: a
+ *    block32 product of GPU operands is refused (TGRAD_ERR_ROUTE_NOT_ELIGIBLE) when it is made.
+ * Both are exact, documented orders: each gives the same bytes on every CPU, thread count and
+ * fusion setting; the two orders' bf16 results agree in almost every element, their fp32
+ * accumulators in few. tgrad_set_matmul_order sets the order of the products tgrad_matmul and
+ * tgrad_matmul_ex make on the calling thread (thread-local, like tgrad_set_grad_enabled; a new
+ * thread starts at PAIRWISE); tgrad_matmul_ordered names it per call. Another order is
+ * TGRAD_ERR_INVALID_ARGUMENT, checked before anything is allocated. */
+#define TGRAD_MATMUL_ORDER_PAIRWISE 0
+#define TGRAD_MATMUL_ORDER_BLOCK32 1
+TGRAD_API tgrad_status tgrad_set_matmul_order(int32_t order);
+TGRAD_API int32_t tgrad_matmul_order(void);
+TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
+                                            tgrad_tensor_t *out);
 
 /* ---- elementwise ops ------------------------------------------------------------------------ */
 /* out = op(x) for a unary op of the registry, lazily, with x's shape. out = op(a, b) for a binary

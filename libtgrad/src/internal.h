@@ -153,6 +153,7 @@ typedef struct tg_node_params {
         double p0, p1;               /* the distribution's parameters (tgrad.h) */
     } random;
     int32_t compare_op;              /* COMPARE: TGRAD_COMPARE_* */
+    int32_t matmul_order;            /* MATMUL: TGRAD_MATMUL_ORDER_* */
     /* --- hnorm: norm (rms/layer) and rope (ops/norm.c, ops/rope.c) --- */
     int32_t norm_op;                 /* TG_NORM_RMS or TG_NORM_LAYER */
     int32_t has_weight, has_bias;    /* norm: inputs 1 (weight) and 2 (bias) when set; rope: inv_freq */
@@ -303,6 +304,7 @@ typedef struct tg_cpu_matmul_plan {
     int64_t M, N, K;             /* as computed (after the swap) */
     int64_t a_strides[2], b_strides[2];
     int32_t out_dtype;           /* TGRAD_DTYPE_BF16, or TGRAD_DTYPE_F32: the accumulators unrounded */
+    int32_t order;               /* TGRAD_MATMUL_ORDER_*: uk computes it */
     /* A batched product (tgrad_matmul on operands of rank > 2): `batch` 2-D products, each
      * planned as above (the batches differ only in their operands' offsets), over the batch axes
      * bshape[0 .. bdims) with each operand's strides along them (0: broadcast); batch 1 for a
@@ -316,7 +318,8 @@ typedef struct tg_cpu_matmul_plan {
     bool rows_merged;
     int64_t bshape[TGRAD_MAX_DIMS], a_bstrides[TGRAD_MAX_DIMS], b_bstrides[TGRAD_MAX_DIMS];
 } tg_cpu_matmul_plan;
-TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *plan);
+TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
+                                       tg_cpu_matmul_plan *plan);
 /* The route's name: "cpu.<variant>.gemm", "cpu.<variant>.rowvec", "cpu.empty", ... */
 TG_HIDDEN void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *plan, char *dst, size_t cap);
 /* out = A @ B as planned, with A [batch..., M,K] and B [batch..., K,N] read through views over a and

@@ -60,7 +60,8 @@ static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
 
 static void decide_matmul(tg_step *st) {
     if (st->device == TGRAD_DEVICE_CPU) {
-        tg_cpu_matmul_plan_make(&st->inputs[0].view, &st->inputs[1].view, st->base->dtype, &st->cpu);
+        tg_cpu_matmul_plan_make(&st->inputs[0].view, &st->inputs[1].view, st->base->dtype,
+                                st->base->params.matmul_order, &st->cpu);
         tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
     } else {
         st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);

@@ -314,8 +314,27 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
     return tgrad_matmul_ex(a, b, TGRAD_DTYPE_BF16, out);
 }
 
+static _Thread_local int32_t matmul_order; /* TGRAD_MATMUL_ORDER_PAIRWISE */
+
+TGRAD_API tgrad_status tgrad_set_matmul_order(int32_t order) {
+    if (order != TGRAD_MATMUL_ORDER_PAIRWISE && order != TGRAD_MATMUL_ORDER_BLOCK32)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_matmul_order: order %d is not PAIRWISE (0) or BLOCK32 (1)",
+                       (int)order);
+    matmul_order = order;
+    return TGRAD_OK;
+}
+
+TGRAD_API int32_t tgrad_matmul_order(void) { return matmul_order; }
+
 TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out) {
+    return tgrad_matmul_ordered(a, b, out_dtype, matmul_order, out);
+}
+
+TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
+                                            tgrad_tensor_t *out) {
     CHECK_OUT(out, "matmul");
+    if (order != TGRAD_MATMUL_ORDER_PAIRWISE && order != TGRAD_MATMUL_ORDER_BLOCK32)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "matmul: order %d is not PAIRWISE (0) or BLOCK32 (1)", (int)order);
     tg_tensor ta, tb;
     tgrad_status s = tg_handle_get_pair(a, b, &ta, &tb);
     if (s) return s;
@@ -348,6 +367,11 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
         s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
                     "matmul: batched products (%d-D) run on the CPU only for now; the operands live on %s",
                     (int)ov.ndim, tg_device_name(ta.buf->device));
+    /* The block32 order has CPU kernels only (AMX, and the portable reference) for now. */
+    if (!s && order == TGRAD_MATMUL_ORDER_BLOCK32 && ta.buf->device != TGRAD_DEVICE_CPU)
+        s = tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE,
+                    "matmul: the block32 order runs on the CPU only for now; the operands live on %s",
+                    tg_device_name(ta.buf->device));
     if (!s) tg_view_numel(&ov, &numel);
     if (!s && numel > INT64_MAX / tg_dtype_size(out_dtype))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "matmul: %lld float32 results do not fit in int64 bytes", (long long)numel);
@@ -360,6 +384,7 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
         n->inputs[1] = (tg_node_input){ tb.buf, mv.b };
         n->out = ov;
         n->dtype = out_dtype;
+        n->params.matmul_order = order;
         if ((s = tg_buffer_new_typed(numel, out_dtype, n, &buf))) free(n);
         else buf->device = ta.buf->device;
     }

@@ -16,6 +16,7 @@ from . import errors
 from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
 from .errors import TgradError, _check
 from .tensor import Tensor, matmul, typed
+from .matmul_order import get_matmul_order, matmul_order, set_matmul_order
 from . import ops
 from .ops import (abs, add, div, exp, fusion_enabled, gelu, maximum, minimum, mul, neg, relu, rsqrt,
                   set_fusion, sigmoid, silu, square, sub, tanh)
@@ -152,6 +153,7 @@ __all__ = [
     "flatten",
     "from_dlpack",
     "fusion_enabled",
+    "get_matmul_order",
     "gelu",
     "include_dir",
     "library_path",
@@ -159,6 +161,7 @@ __all__ = [
     "live_bytes",
     "live_tensors",
     "matmul",
+    "matmul_order",
     "maximum",
     "memory_limit",
     "minimum",
@@ -175,6 +178,7 @@ __all__ = [
     "set_cpu_isa",
     "set_device_route",
     "set_fusion",
+    "set_matmul_order",
     "set_memory_limit",
     "set_num_threads",
     "shape_ops",

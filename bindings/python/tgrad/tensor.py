@@ -31,6 +31,7 @@ from . import _bf16, _buildable, errors
 from . import dtypes as _dtypes
 from . import reductions as _reductions
 from . import shape_ops as _shape_ops
+from . import matmul_order as _order
 from ._ffi import ffi, lib
 from ._tensor_base import TensorBase
 from ._tensor_base import bind as _bind_base
@@ -1361,7 +1362,8 @@ def _unpickle(data: bytes, shape: tuple[int, ...], device: str) -> Tensor:
         host.release()
 
 
-def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str | None = None) -> Tensor[A, C]:
+def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str | None = None,
+           order: str | None = None) -> Tensor[A, C]:
     """a @ b with torch.matmul's rules, lazily; checks shapes now.
 
     [M, K] @ [K, N] gives [M, N]; [..., M, K] @ [..., K, N] gives [..., M, N], each batch the 2-D
@@ -1376,17 +1378,21 @@ def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str |
     accumulators of the documented order without their final rounding (NaN canonical); the bf16
     result is exactly that value rounded to nearest even. float32 runs on the CPU only
     (DtypeUnsupportedError on a GPU device), and elementwise ops are not fused into it
-    (docs/numerics.md, "out_dtype")."""
+    (docs/numerics.md, "out_dtype").
+
+    order: None (this thread's, tgrad.matmul_order), "pairwise" or "block32": the accumulation
+    order (docs/numerics.md, "The block32 order"; block32 runs on AMX where the CPU has it)."""
     for name, operand in (("a", a), ("b", b)):
         if not isinstance(operand, Tensor):
             raise errors.InvalidArgumentError(
                 f"matmul: operand {name} must be a Tensor, got {type(operand).__name__}"
             )
     target = _dtypes.bfloat16 if out_dtype is None else _dtypes.as_dtype(out_dtype, "matmul")
-    if target is _dtypes.bfloat16:
+    if target is _dtypes.bfloat16 and order is None:
         return a @ b
+    code = int(lib.tgrad_matmul_order()) if order is None else _order.order_code(order, "matmul")
     out = ffi.new("tgrad_tensor_t *")
-    _check(lib.tgrad_matmul_ex(a._h, b._h, target.code, out))
+    _check(lib.tgrad_matmul_ordered(a._h, b._h, target.code, code, out))
     sa, sb = a._shape, b._shape  # libtgrad checked the shapes; other ranks: read when asked
     shape = (sa[0], sb[1]) if sa is not None and sb is not None and len(sa) == len(sb) == 2 else None
     return Tensor._wrap(int(out[0]), shape)

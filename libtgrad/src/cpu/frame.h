@@ -39,6 +39,9 @@ static inline void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, voi
 TG_HIDDEN int tg_cpu_selected(void);
 TG_HIDDEN const tg_ukernel *tg_cpu_gemm_variant(int sel);
 TG_HIDDEN const tg_ukernel *tg_cpu_stream_variant(int sel);
+/* The block32 order's kernels (ukernel_amx.c where the CPU and OS run AMX, else the portable
+ * reference; the portable one also where the portable variant is forced). */
+TG_HIDDEN const tg_ukernel *tg_cpu_block32_variant(int sel);
 TG_HIDDEN const tg_ukernel *tg_cpu_current(void); /* the packed products' variant now */
 TG_HIDDEN double tg_cpu_now_s(void);
 

@@ -23,6 +23,13 @@ typedef struct {
 
 static tg_ukernel_fn pick(const kernels *k, int32_t rows) { return rows < k->mr ? k->tail : k->fn; }
 
+/* The pairs one packed line of a K panel of kc elements holds: (kc + 1) / 2, rounded up to the
+ * variant's block for a block32 variant (ukernel.h: its panels are zero-padded to whole blocks). */
+static int64_t panel_pairs(const tg_ukernel *uk, int64_t kc) {
+    int64_t kp = (kc + 1) / 2;
+    return uk->kpair_align > 1 ? round_up(kp, uk->kpair_align) : kp;
+}
+
 /* Rows [r0, r0 + rows) of A packed into panels of mr rows, a tail panel of tail_mr rows. */
 static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *A, int64_t r0, int64_t rows,
                       int64_t k0, int64_t kc, char *dst) {
@@ -30,7 +37,7 @@ static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *
     if (full) uk->pack_a(A, r0, full, k0, kc, k->mr, dst);
     if (rows > full)
         uk->pack_a(A, r0 + full, rows - full, k0, kc, k->tail_mr,
-                   dst + (size_t)(full * ((kc + 1) / 2)) * (size_t)uk->a_entry_bytes);
+                   dst + (size_t)(full * panel_pairs(uk, kc)) * (size_t)uk->a_entry_bytes);
 }
 
 typedef struct {
@@ -117,17 +124,18 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     bool multi_panel = J->K > KC;
     float scratch[TILE_MAX]; /* one tile's accumulators of a float32 result over one K panel */
     workspace *w = tg_cpu_workspace(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
-                          (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * (kc_max / 2)),
-                          (size_t)uk->b_entry_bytes * (size_t)(ldacc * (kc_max / 2)));
+                          (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * panel_pairs(uk, kc_max)),
+                          (size_t)uk->b_entry_bytes * (size_t)(ldacc * panel_pairs(uk, kc_max)));
     if (!w) {
         atomic_store(&J->failed, 1);
         return;
     }
+    if (uk->begin) uk->begin();
     char *ap = w->apack, *bp = w->bpack;
     float *acc = w->acc;
     int64_t a_lo = J->direct ? mb / mr * mr : 0; /* rows below a_lo are read in place */
     for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
-        int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = (kc + 1) / 2;
+        int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = panel_pairs(uk, kc);
         bool last = k0 + KC >= J->K;
         uk->pack_b(&J->B, k0, kc, n0, nb, bp);
         if (a_lo < mb) pack_rows(uk, &J->k, &J->A, m0 + a_lo, mb - a_lo, k0, kc, ap);
@@ -150,6 +158,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
             }
         }
     }
+    if (uk->end) uk->end();
     tg_chain_apply_block(J->ep, J->out, J->N, m0, n0, mb, nb); /* the block is finished and in L2 */
 }
 
@@ -292,7 +301,7 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
     const tg_ukernel *uk = J->uk;
-    int64_t kp = (J->kc + 1) / 2;
+    int64_t kp = panel_pairs(uk, J->kc);
     if (task < J->a_tasks) {
         int64_t r0 = J->a_lo + task * J->a_group * J->k.mr, rows = J->a_group * J->k.mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
@@ -309,11 +318,12 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
     const tg_ukernel *uk = J->uk;
-    int64_t kp = (J->kc + 1) / 2, mr = J->k.mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
+    int64_t kp = panel_pairs(uk, J->kc), mr = J->k.mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
     int64_t i_lo = J->own_cols ? 0 : (task / J->tiles_n) * J->mc, j_lo = (task % J->tiles_n) * J->nc;
     int64_t i_hi = J->own_cols || i_lo + J->mc > J->mb ? J->mb : i_lo + J->mc;
     int64_t j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
     float scratch[TILE_MAX]; /* one tile's accumulators of a float32 result over one K panel */
+    if (uk->begin) uk->begin();
     for (int64_t ib = i_lo; ib < i_hi; ib += J->mc) { /* row blocks of mc: one, unless own_cols */
         for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
             char *bp = J->bpack + (size_t)(j0 * kp * beb);
@@ -340,6 +350,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
             tg_chain_apply_block(J->ep, J->out, J->N, J->m0 + ib, J->n0 + j_lo,
                                  (ib + J->mc < i_hi ? ib + J->mc : i_hi) - ib, j_hi - j_lo);
     }
+    if (uk->end) uk->end();
     if (J->stream && J->last) tg_store_fence();
 }
 
@@ -350,10 +361,11 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
     int64_t cap = atomic_load(&dbg_chunk_bytes), kcb_max = atomic_load(&dbg_panel_k);
     if (!cap) cap = CHUNK_BYTES;
     if (!kcb_max) kcb_max = KCB_MAX;
+    if (uk->kpair_align > 1) kcb_max = round_up(kcb_max, 2 * (int64_t)uk->kpair_align); /* panels start at blocks */
     int64_t nr = uk->nr, kcb = K <= kcb_max ? round_up(K, 2) : kcb_max;
     bool multi = K > kcb;
     /* one packed row of A, one packed column of B, over a K panel */
-    int64_t a_row_bytes = (kcb / 2) * uk->a_entry_bytes, b_col_bytes = (kcb / 2) * uk->b_entry_bytes;
+    int64_t a_row_bytes = panel_pairs(uk, kcb) * uk->a_entry_bytes, b_col_bytes = panel_pairs(uk, kcb) * uk->b_entry_bytes;
     /* The most rows (columns) the cap allows, then as many chunks as that asks for, of even sizes
      * in whole tiles (so a chunk may pass the cap by less than a tile): 1020 + 1020 + 8 rows would
      * pack all of B a third time for 8 rows. */

@@ -38,13 +38,18 @@ static bool merge_rows(tg_cpu_matmul_plan *P) {
     return true;
 }
 
-void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, tg_cpu_matmul_plan *P) {
+_Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's order numbers are tgrad.h's");
+
+void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
+                             tg_cpu_matmul_plan *P) {
     int32_t r = av->ndim - 2; /* the matrix axes are the last two; any before them are batch axes */
     int64_t M = av->shape[r], K = av->shape[r + 1], N = bv->shape[r + 1];
     int sel = tg_cpu_selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
-    *P = (tg_cpu_matmul_plan){ .uk = tg_cpu_gemm_variant(sel), .M = M, .N = N, .K = K,
-                               .a_strides = { av->strides[r], av->strides[r + 1] },
-                               .b_strides = { bv->strides[r], bv->strides[r + 1] }, .out_dtype = out_dtype };
+    bool block32 = order == TGRAD_MATMUL_ORDER_BLOCK32;
+    *P = (tg_cpu_matmul_plan){ .uk = block32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel), .M = M, .N = N,
+                               .K = K, .a_strides = { av->strides[r], av->strides[r + 1] },
+                               .b_strides = { bv->strides[r], bv->strides[r + 1] }, .out_dtype = out_dtype,
+                               .order = order };
     plan_batch(av, bv, P);
     if (M == 0 || N == 0 || P->batch == 0) {
         P->path = PATH_EMPTY;
@@ -80,7 +85,7 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
     /* A float32 result takes the packed path: its micro-kernels all store their fp32
      * accumulators (ukernel.h), the streaming kernels write bf16 only. */
-    if (out_dtype == TGRAD_DTYPE_F32) P->path = PATH_GEMM;
+    if (out_dtype == TGRAD_DTYPE_F32 || block32) P->path = PATH_GEMM; /* block32: packed kernels only */
     else if (P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
     else if (S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;
@@ -157,7 +162,7 @@ static void batch_task(int64_t task, int32_t worker, void *arg) {
 
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
     tg_cpu_matmul_plan P;
-    tg_cpu_matmul_plan_make(av, bv, TGRAD_DTYPE_BF16, &P);
+    tg_cpu_matmul_plan_make(av, bv, TGRAD_DTYPE_BF16, TGRAD_MATMUL_ORDER_PAIRWISE, &P);
     return tg_cpu_matmul_run(&P, a, av, b, bv, out, NULL);
 }
 

@@ -52,6 +52,15 @@ static enum basis basis_of(int sel) { return (enum basis)((sel >> 12) & 15); }
 const tg_ukernel *tg_cpu_gemm_variant(int sel) { return variants[((sel >> 6) & 63) - 1]; }
 const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel & 63]; }
 
+const tg_ukernel *tg_cpu_block32_variant(int sel) {
+#if defined(TGRAD_HAVE_AMX_VARIANT)
+    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_amx.available()) return &tg_ukernel_amx;
+#else
+    (void)sel;
+#endif
+    return &tg_ukernel_portable_block32;
+}
+
 static const tg_ukernel *find_variant(const char *name) {
     for (int i = 0; i < NVARIANTS; i++)
         if (strcmp(variants[i]->name, name) == 0) return variants[i];

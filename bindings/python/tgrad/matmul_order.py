@@ -1,0 +1,53 @@
+"""The accumulation order of products (docs/numerics.md, "The block32 order").
+
+Two documented, exact orders; each gives the same bytes on every CPU, thread count and fusion
+setting:
+
+- ``"pairwise"`` (the default): vdpbf16ps's, per k-pair the odd product then the even one;
+- ``"block32"``: AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even k, odd k) from +0, then
+  ``acc + (even + odd)``. It runs on AMX where the CPU has it (about 8x the vector rate), else on a
+  portable kernel with the same bytes; CPU only (a GPU product raises RouteNotEligibleError).
+
+The order is recorded in each product when it is made (lazily realized products keep theirs), and
+a product's gradients are computed in its order. The setting is per thread, as torch's autocast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import errors
+from ._ffi import lib
+from .errors import _check
+
+ORDERS = ("pairwise", "block32")
+
+
+def order_code(order: str, where: str = "matmul_order") -> int:
+    """The C ABI's TGRAD_MATMUL_ORDER_* for a name (InvalidArgumentError for another)."""
+    if not isinstance(order, str) or order not in ORDERS:
+        raise errors.InvalidArgumentError(f"{where}: order must be one of {ORDERS}, got {order!r}")
+    return ORDERS.index(order)
+
+
+def get_matmul_order() -> str:
+    """The order of the products this thread makes now."""
+    return ORDERS[int(lib.tgrad_matmul_order())]
+
+
+def set_matmul_order(order: str) -> None:
+    """Set the order of the products this thread makes from now on ("pairwise" or "block32")."""
+    _check(lib.tgrad_set_matmul_order(order_code(order, "set_matmul_order")))
+
+
+@contextlib.contextmanager
+def matmul_order(order: str) -> Iterator[None]:
+    """Products made inside the block (on this thread) use ``order``; the previous one after."""
+    code = order_code(order)
+    before = int(lib.tgrad_matmul_order())
+    _check(lib.tgrad_set_matmul_order(code))
+    try:
+        yield
+    finally:
+        _check(lib.tgrad_set_matmul_order(before))

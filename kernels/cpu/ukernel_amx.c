@@ -1,0 +1,215 @@
+/* AMX variant of the block32 order (docs/numerics.md, "The block32 order"): Intel AMX's
+ * TDPBF16PS computes, for a 16 x 16 fp32 tile C over one block of 32 K elements (A: 16 rows of
+ * 16 pair words, B: 16 pair rows of 16 columns), per output: two fp32 temporaries from +0, the
+ * even-k products into one and the odd-k products into the other in ascending k, each step one
+ * fused rounding (RNE, subnormal inputs as zero, tiny results flushed), then C + (even + odd).
+ * That is the block32 order itself, so this kernel is the order in hardware, as the AVX512-BF16
+ * kernel is the pairwise one; ukernel_portable_block32.c is its reference.
+ *
+ * Tile: 32 rows x 32 columns, four C tiles (2 x 2), two A tiles and two B tiles: all eight of
+ * the palette. A is packed per block as 32 rows of 64 bytes (two A tiles), B per pair as 32
+ * columns (pack_avx512.h's layout: the two B tiles are its halves, 128 bytes per pair row).
+ * Every tile is 16 rows x 64 bytes, one configuration (loaded per frame task: `begin`). Compiled
+ * alone with -mamx-tile -mamx-bf16 (meson); the OS grants the tile state per process
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, asked once in `available`). */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MR 32
+#define NR 32
+#include "pack_avx512.h"
+#include "pack_block32.h"
+#include "store_bf16_avx512.h"
+
+enum { KC = 512 }; /* a 32-column B micro-panel of KC/2 pairs is 32 KiB: it stays in L1 */
+_Static_assert(KC % (2 * B32_PAIRS) == 0, "K panels start at block boundaries");
+
+/* ---- packing ---- */
+
+/* Row-major A (s1 == 1): each row's block is 64 contiguous bytes, loaded under a mask at K's end
+ * (the rest +0) and DAZ'd (TDPBF16PS ignores subnormal inputs itself; packing them as zeros keeps
+ * every variant's panels alike). */
+static void pack_a_amx(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
+    if (A->s1 != 1) {
+        pack_a_block32(A, m0, mb, k0, kc, mr, dst_);
+        return;
+    }
+    uint32_t *dst = dst_;
+    int64_t kp = b32_pairs(kc), blocks = kp / B32_PAIRS;
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        for (int64_t r = 0; r < mr; r++) {
+            const uint16_t *row = A->base + (m0 + i0 + r) * A->s0 + k0;
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                int64_t left = kc - 32 * blk;
+                __mmask32 m = r >= rows ? 0 : left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u);
+                __m512i v = daz16(_mm512_maskz_loadu_epi16(m, row + 32 * blk));
+                _mm512_storeu_si512(dst + (blk * mr + r) * B32_PAIRS, v);
+            }
+        }
+    }
+}
+
+/* B per 32-column panel in pack_avx512.h's pair layout, then +0 pairs to the block boundary. */
+static void pack_b_amx(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
+    uint32_t *dst = dst_;
+    int64_t kp = (kc + 1) / 2, padded = b32_pairs(kc);
+    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += padded * NR) {
+        pack_b_bf16_avx512(B, k0, kc, n0 + j0, nb - j0 < NR ? nb - j0 : NR, dst);
+        memset(dst + kp * NR, 0, (size_t)((padded - kp) * NR) * 4u);
+    }
+}
+
+/* ---- tiles ---- */
+typedef struct __attribute__((aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* Static data, not a stack struct filled in place: gcc 12 drops stores that only ldtilecfg reads. */
+static const tile_config config = { .palette = 1, .colsb = { 64, 64, 64, 64, 64, 64, 64, 64 },
+                                    .rows = { 16, 16, 16, 16, 16, 16, 16, 16 } };
+
+static void begin(void) { _tile_loadconfig(&config); }
+static void end(void) { _tile_release(); }
+
+/* C tiles 0-3 (rows 0-15 | 16-31 x columns 0-15 | 16-31), A tiles 4-5, B tiles 6-7. */
+static inline void load_c(const tg_tile *t, float *buf, bool two_rows) {
+    if (!t->load) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        return;
+    }
+    const float *acc = t->acc;
+    long ld = (long)t->ldacc * 4;
+    (void)buf;
+    _tile_loadd(0, acc, ld);
+    _tile_loadd(1, acc + 16, ld);
+    if (two_rows) {
+        _tile_loadd(2, acc + 16 * t->ldacc, ld);
+        _tile_loadd(3, acc + 16 * t->ldacc + 16, ld);
+    }
+}
+
+/* The finished tile: fp32 accumulators to acc, or bf16 (RNE, NaN 0x7FC0) to out's valid part. */
+static inline void store_c(const tg_tile *t, bool two_rows) {
+    if (!t->out) {
+        long ld = (long)t->ldacc * 4;
+        _tile_stored(0, t->acc, ld);
+        _tile_stored(1, t->acc + 16, ld);
+        if (two_rows) {
+            _tile_stored(2, t->acc + 16 * t->ldacc, ld);
+            _tile_stored(3, t->acc + 16 * t->ldacc + 16, ld);
+        }
+        return;
+    }
+    float buf[32 * 32] __attribute__((aligned(64)));
+    _tile_stored(0, buf, 128);
+    _tile_stored(1, buf + 16, 128);
+    if (two_rows) {
+        _tile_stored(2, buf + 16 * 32, 128);
+        _tile_stored(3, buf + 16 * 32 + 16, 128);
+    }
+    __mmask32 cols = col_mask32(t->cols);
+    for (int32_t r = 0; r < t->rows; r++)
+        store_bf16x32(t->out + r * t->ldout, _mm512_load_ps(buf + 32 * r), _mm512_load_ps(buf + 32 * r + 16), cols,
+                      t->stream);
+}
+
+/* 32 rows: per block, two A tiles (2 KiB of the panel) and two B tiles, four products. */
+static void kernel(int64_t kpairs, const void *a, const void *b, const tg_tile *t) {
+    const char *ap = a, *bp = b;
+    load_c(t, NULL, true);
+    for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS, ap += 32 * 64, bp += B32_PAIRS * NR * 4) {
+        _tile_loadd(4, ap, 64);
+        _tile_loadd(5, ap + 16 * 64, 64);
+        _tile_loadd(6, bp, NR * 4);
+        _tile_loadd(7, bp + 64, NR * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    store_c(t, true);
+}
+
+/* 16 rows (a panel of 16: M's tail, or M <= 16): one A tile, two C tiles. */
+static void kernel_16(int64_t kpairs, const void *a, const void *b, const tg_tile *t) {
+    const char *ap = a, *bp = b;
+    load_c(t, NULL, false);
+    for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS, ap += 16 * 64, bp += B32_PAIRS * NR * 4) {
+        _tile_loadd(4, ap, 64);
+        _tile_loadd(6, bp, NR * 4);
+        _tile_loadd(7, bp + 64, NR * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+    }
+    store_c(t, false);
+}
+
+/* ---- availability: the CPU has AMX-TILE and AMX-BF16 (CPUID 7.0 EDX bits 24 and 22), the OS
+ * saves tile state (XCR0 bits 17-18) and grants it to this process ---- */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+static int amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void probe(void) {
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!((d >> 24) & 1) || !((d >> 22) & 1)) return;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    if (!((c >> 27) & 1)) return; /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512bf16")) return; /* packing, stores */
+    amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+static int available(void) {
+    pthread_once(&amx_once, probe);
+    return amx_ok;
+}
+
+/* Four independent accumulator tiles over L1-resident operands: TDPBF16PS's throughput, 16 x 16
+ * x 32 x 2 flops each. */
+static double peak(int64_t iters) {
+    static uint32_t a[2 * 16 * 16] __attribute__((aligned(64))), b[16 * 32] __attribute__((aligned(64)));
+    for (int i = 0; i < 2 * 16 * 16; i++) a[i] = 0x3f803f80u;
+    for (int i = 0; i < 16 * 32; i++) b[i] = 0x00010001u;
+    begin();
+    _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    for (int64_t i = 0; i < iters; i++) {
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, a + 256, 64);
+        _tile_loadd(6, b, 128);
+        _tile_loadd(7, b + 16, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float out[256] __attribute__((aligned(64)));
+    _tile_stored(0, out, 64);
+    end();
+    volatile float sink = out[0];
+    (void)sink;
+    return (double)iters * 4 * 16 * 16 * 32 * 2;
+}
+
+const tg_ukernel tg_ukernel_amx = {
+    .name = "amx", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC, .pack_a = pack_a_amx,
+    .pack_b = pack_b_amx, .kernel = kernel, .short_kernels = { { 16, kernel_16 } }, .available = available,
+    .peak = peak, .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS, .begin = begin, .end = end };

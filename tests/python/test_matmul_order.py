@@ -1,0 +1,260 @@
+"""The block32 order (docs/numerics.md, "The block32 order"): AMX's TDPBF16PS order, selectable.
+
+Promises checked here, on both block32 kernels this machine runs (AMX where the CPU has it, and
+the portable reference, which a forced "portable" variant takes) and, above the single-thread
+threshold, at 1, 2 and 3 threads:
+- the float32 result of a block32 product is the oracle's block32 accumulator bit for bit (NaN as
+  0x7FC00000), and its bf16 result that value rounded to nearest even;
+- on the "ci" roster (views, special values, empty shapes), random shapes across K's block and
+  panel boundaries, fills near fp32's flush threshold, and forced shared-chunk blockings;
+- the order is recorded when a product is made, per thread, per call, and a product's gradients
+  are computed in its order.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tgrad
+from tgrad import errors
+from tgrad._ffi import lib
+from tgrad.conformance.oracle import matmul_bits, matmul_f32
+from tgrad.conformance.rosters import build_operands, roster
+
+CASES = roster("ci")
+SMALL_MNK = 1 << 21  # cpu/frame.h: below it the calling thread works alone
+CANONICAL_NAN = np.uint32(0x7FC00000)
+
+
+@pytest.fixture(autouse=True)
+def _restore_runtime_settings():
+    threads, isa, order = tgrad.num_threads(), tgrad._cpu_isa_setting(), tgrad.get_matmul_order()
+    yield
+    tgrad.set_num_threads(threads)
+    tgrad.set_cpu_isa(isa)
+    tgrad.set_matmul_order(order)
+    lib.tgrad_debug_cpu_blocking(0, 0, 0)
+
+
+def _kernels() -> list[str]:
+    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs) and
+    forced portable (the portable block32 kernel). Under a forced-variant test run (TGRAD_CPU_ISA)
+    the run's own setting stands in for the automatic one."""
+    return sorted({tgrad._cpu_isa_setting(), "portable"})
+
+
+def _cpu_has_amx() -> bool:
+    """Whether this machine's CPU reports AMX-BF16 (Linux); the AMX kernel must then run."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return " amx_bf16" in flags and " amx_tile" in flags
+
+
+def _oracle32(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
+    acc = matmul_f32(a_bits, b_bits, order="block32")
+    return np.where(np.isnan(acc), CANONICAL_NAN, acc.view(np.uint32)).astype(np.uint32)
+
+
+def _rne_bf16(f32_bits: np.ndarray) -> np.ndarray:
+    u = f32_bits.astype(np.uint64)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, 0x7FC0, (u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _describe(got: np.ndarray, want: np.ndarray, width: int) -> str:
+    bad = np.argwhere(got != want)
+    lines = [f"{len(bad)} of {want.size} outputs differ"]
+    for idx in bad[:5]:
+        lines.append(f"  C{tuple(int(i) for i in idx)}: got 0x{int(got[tuple(idx)]):0{width}x}, "
+                     f"want 0x{int(want[tuple(idx)]):0{width}x}")
+    return "\n".join(lines)
+
+
+def _check(label: str, a_t, b_t, want32: np.ndarray, threads: list[int]) -> None:
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        for n in threads:
+            tgrad.set_num_threads(n)
+            c32 = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32, order="block32")
+            c16 = tgrad.matmul(a_t, b_t, order="block32")
+            got32, got16 = c32.numpy().view(np.uint32), c16.numpy().view(np.uint16)
+            where = f"{label} [isa={isa}, threads={n}, route={c16.route}]"
+            assert got32.shape == want32.shape, where
+            if not np.array_equal(got32, want32):
+                pytest.fail(f"{where} float32: " + _describe(got32, want32, 8))
+            if not np.array_equal(got16, _rne_bf16(want32)):
+                pytest.fail(f"{where} bf16: " + _describe(got16, _rne_bf16(want32), 4))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_roster_case_gives_the_block32_oracle(case):
+    a_base, b_base, view = build_operands(case)
+    a_bits, b_bits = view(a_base, "a").view(np.uint16), view(b_base, "b").view(np.uint16)
+    a_t = view(tgrad.Tensor.from_numpy(a_base), "a")
+    b_t = view(tgrad.Tensor.from_numpy(b_base), "b")
+    want = _oracle32(a_bits, b_bits)
+    assert np.array_equal(_rne_bf16(want), matmul_bits(a_bits, b_bits, order="block32"))
+    threaded = case.m * case.k * case.n >= SMALL_MNK
+    _check(case.id, a_t, b_t, want, [1, 2, 3] if threaded else [tgrad.num_threads()])
+
+
+def _random_bits(rng: np.random.Generator, shape: tuple[int, int], fill: str) -> np.ndarray:
+    if fill == "near_flush":
+        # exponents such that products lie around 2^-126 and partial sums cross the flush threshold
+        sign = rng.integers(0, 2, shape).astype(np.uint16) << 15
+        exp = rng.integers(127 - 66, 127 - 58, shape).astype(np.uint16) << 7
+        return sign | exp | rng.integers(0, 128, shape).astype(np.uint16)
+    x = rng.standard_normal(shape).astype(ml_dtypes.bfloat16).view(np.uint16)
+    if fill == "special":  # NaN, +-inf, subnormals, -0 at random places
+        picks = np.array([0x7FC0, 0x7F80, 0xFF80, 0x0001, 0x807F, 0x8000], dtype=np.uint16)
+        mask = rng.random(shape) < 0.02
+        x = np.where(mask, picks[rng.integers(0, len(picks), shape)], x).astype(np.uint16)
+    return x
+
+
+# K across the block (32) and the kernels' panels (512), M across AMX's 16- and 32-row tiles and
+# past 384 (shared chunks), N = 1 (the matrix-vector swap) and M = 1.
+SHAPES = [(1, 300, 70), (70, 300, 1), (5, 1100, 33), (130, 700, 97), (400, 40, 50), (3, 5, 600), (13, 1, 17),
+          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200)]
+
+
+@pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_random_shapes_give_the_block32_oracle(shape, fill):
+    m, k, n = shape
+    rng = np.random.default_rng(m * 1000003 + k * 101 + n + len(fill))
+    a_bits, b_bits = _random_bits(rng, (m, k), fill), _random_bits(rng, (k, n), fill)
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    threaded = m * k * n >= SMALL_MNK
+    _check(f"{m}x{k}x{n} {fill}", a_t, b_t, _oracle32(a_bits, b_bits), [1, 2, 3] if threaded else [1])
+
+
+def test_near_flush_fill_reaches_the_flush_threshold():
+    """The near_flush fill is not vacuous: the oracle flushes some partial sums there, and the
+    two orders' fp32 accumulators differ somewhere."""
+    rng = np.random.default_rng(3)
+    a_bits, b_bits = _random_bits(rng, (16, 96), "near_flush"), _random_bits(rng, (96, 16), "near_flush")
+    acc = matmul_f32(a_bits, b_bits, order="block32")
+    assert (acc == 0).any() and (np.abs(acc[acc != 0]) >= 2.0**-126).all()
+    assert not np.array_equal(acc.view(np.uint32), matmul_f32(a_bits, b_bits).view(np.uint32))
+
+
+def test_threaded_views_give_the_block32_oracle():
+    """Above the threshold, through a transposed A and a sliced, column-major B."""
+    rng = np.random.default_rng(7)
+    a_base = rng.standard_normal((530, 150)).astype(ml_dtypes.bfloat16)
+    b_base = rng.standard_normal((140, 1100)).astype(ml_dtypes.bfloat16)
+    a_np, b_np = a_base.T, b_base.T[:1060:2, :]  # [150, 530] @ [530, 140]
+    a_t = tgrad.Tensor.from_numpy(a_base).T
+    b_t = tgrad.Tensor.from_numpy(b_base).T[:1060:2, :]
+    want = _oracle32(np.ascontiguousarray(a_np).view(np.uint16), np.ascontiguousarray(b_np).view(np.uint16))
+    _check("views 150x530x140", a_t, b_t, want, [1, 2, 3])
+
+
+BLOCKINGS = [(16 << 10, 64, 0), (4 << 10, 8, 1), (64 << 10, 100, 0)]
+
+
+@pytest.mark.parametrize("blocking", BLOCKINGS, ids=[f"chunk{b[0]}-panel{b[1]}-flags{b[2]}" for b in BLOCKINGS])
+def test_shared_chunks_and_k_panels_give_the_block32_oracle(blocking):
+    """Small caps force the shared-chunk path with many chunks and K panels; a panel depth that is
+    not a multiple of 32 is rounded up to one for block32 (its panels start at blocks)."""
+    rng = np.random.default_rng(11)
+    a_bits, b_bits = _random_bits(rng, (61, 203), "special"), _random_bits(rng, (203, 77), "special")
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    want = _oracle32(a_bits, b_bits)
+    assert lib.tgrad_debug_cpu_blocking(*blocking) == 0
+    _check(f"61x203x77 blocking={blocking}", a_t, b_t, want, [1, 3])
+
+
+def test_batched_and_fused_block32_products_give_the_oracle():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 20, 70)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((3, 70, 40)).astype(ml_dtypes.bfloat16)
+    at, bt = tgrad.Tensor.from_numpy(a), tgrad.Tensor.from_numpy(b)
+    with tgrad.matmul_order("block32"):
+        c = at @ bt
+        fused = tgrad.relu(at @ bt)
+    want = np.stack([matmul_bits(a[i].view(np.uint16), b[i].view(np.uint16), order="block32") for i in range(3)])
+    assert np.array_equal(c.numpy().view(np.uint16), want)
+    relu = np.where((want & 0x8000) != 0, np.uint16(0), want)  # relu of bf16 bits: negatives (and -0) to +0
+    relu = np.where((want & 0x7FFF) > 0x7F80, want, relu)  # NaN stays
+    assert np.array_equal(fused.numpy().view(np.uint16), relu.astype(np.uint16))
+
+
+# ---- the setting ------------------------------------------------------------------------------
+
+
+def test_order_is_recorded_when_the_product_is_made():
+    rng = np.random.default_rng(9)
+    a_bits, b_bits = _random_bits(rng, (24, 200), "near_flush"), _random_bits(rng, (200, 24), "near_flush")
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    assert tgrad.get_matmul_order() == "pairwise"
+    with tgrad.matmul_order("block32"):
+        assert tgrad.get_matmul_order() == "block32"
+        lazy = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32)
+    assert tgrad.get_matmul_order() == "pairwise"
+    pairwise = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32)
+    assert np.array_equal(lazy.numpy().view(np.uint32), _oracle32(a_bits, b_bits))  # realized outside
+    want = matmul_f32(a_bits, b_bits).view(np.uint32)
+    assert np.array_equal(pairwise.numpy().view(np.uint32), want)
+    assert not np.array_equal(want, _oracle32(a_bits, b_bits))  # the orders are told apart here
+    # a per-call order wins over the thread's
+    with tgrad.matmul_order("block32"):
+        per_call = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32, order="pairwise")
+    assert np.array_equal(per_call.numpy().view(np.uint32), want)
+
+
+def test_order_is_per_thread():
+    seen: list[str] = []
+    with tgrad.matmul_order("block32"):
+        t = threading.Thread(target=lambda: seen.append(tgrad.get_matmul_order()))
+        t.start()
+        t.join()
+        assert tgrad.get_matmul_order() == "block32"
+    assert seen == ["pairwise"]
+
+
+def test_route_names_the_block32_kernel():
+    a = tgrad.Tensor.from_numpy(np.ones((40, 64), np.float32))
+    c = tgrad.matmul(a, a.T, order="block32")
+    c.numpy()
+    kernel = "amx" if _cpu_has_amx() and tgrad._cpu_isa_setting() != "portable" else "portable_block32"
+    assert c.route == f"cpu.{kernel}.gemm"
+    assert f"cpu.{kernel}.gemm" in tgrad.explain(tgrad.matmul(a, a.T, order="block32"))
+
+
+@pytest.mark.parametrize("bad", ["Block32", "amx", "", 1, None])
+def test_unknown_orders_are_refused(bad):
+    a = tgrad.Tensor.from_numpy(np.ones((2, 2), np.float32))
+    with pytest.raises(errors.InvalidArgumentError):
+        tgrad.set_matmul_order(bad)
+    with pytest.raises(errors.InvalidArgumentError):
+        with tgrad.matmul_order(bad):
+            pass
+    if bad is not None:
+        with pytest.raises(errors.InvalidArgumentError):
+            tgrad.matmul(a, a, order=bad)
+    assert tgrad.get_matmul_order() == "pairwise"
+    live = tgrad.live_tensors()
+    assert lib.tgrad_set_matmul_order(2) == errors.InvalidArgumentError.status
+    assert tgrad.live_tensors() == live
+
+
+def test_gradients_of_a_block32_product_are_block32_products():
+    rng = np.random.default_rng(13)
+    a_bits, b_bits = _random_bits(rng, (20, 90), "near_flush"), _random_bits(rng, (90, 30), "near_flush")
+    g_bits = _random_bits(rng, (20, 30), "near_flush")
+    a_t = tgrad.Tensor.from_bf16_bits(a_bits).requires_grad_()
+    c = tgrad.matmul(a_t, tgrad.Tensor.from_bf16_bits(b_bits), order="block32")
+    c.backward(tgrad.Tensor.from_bf16_bits(g_bits))
+    assert a_t.grad is not None
+    want = matmul_bits(g_bits, np.ascontiguousarray(b_bits.T), order="block32")
+    assert np.array_equal(a_t.grad.numpy().view(np.uint16), want)
+    assert not np.array_equal(want, matmul_bits(g_bits, np.ascontiguousarray(b_bits.T)))

@@ -84,6 +84,14 @@ typedef struct tg_ukernel {
     /* optional: called on the worker thread before (after) it runs a task's kernels, e.g. to load
      * (release) AMX's tile configuration, which is per-thread state other code may change */
     void (*begin)(void), (*end)(void);
+    /* optional (block32 variants): in the shared-chunk path, run each K panel in sub-panels of
+     * ksub elements (a multiple of 2 * kpair_align), a column micro-panel at a time, so that its
+     * B sub-panel stays in L1 while the rows' A sub-panels stream from L2 (the chunk's panels can
+     * be 4096 deep; the per-block path's panels are kc deep already). 0: whole panels. */
+    int32_t ksub;
+    /* with kernel_direct: read A in place whatever its row stride (a tile load reads each row's
+     * block once, so rows sharing an L1 set cost nothing; see gemm_packed.c) */
+    bool direct_any_stride;
     /* Peak probe: run the variant's core instruction stream for `iters` iterations on this
      * thread; returns the floating-point operations done (2 per multiply-add). */
     double (*peak)(int64_t iters);

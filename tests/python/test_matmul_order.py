@@ -120,9 +120,11 @@ def _random_bits(rng: np.random.Generator, shape: tuple[int, int], fill: str) ->
 
 
 # K across the block (32) and the kernels' panels (512), M across AMX's 16- and 32-row tiles and
-# past 384 (shared chunks), N = 1 (the matrix-vector swap) and M = 1.
+# past 384 (shared chunks: K sub-panels of 512 within one chunk panel, with and without the tasks
+# owning their columns, and K past one chunk panel of 4096), N = 1 (the matrix-vector swap), M = 1.
 SHAPES = [(1, 300, 70), (70, 300, 1), (5, 1100, 33), (130, 700, 97), (400, 40, 50), (3, 5, 600), (13, 1, 17),
-          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200)]
+          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200), (400, 1100, 70),
+          (400, 1100, 300), (390, 4130, 33)]
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])

@@ -43,7 +43,8 @@ def _result(shape: tuple[int, int, int], **over: Any) -> dict[str, Any]:
     res: dict[str, Any] = {
         "shape": f"{m}x{k}x{n}", "m": m, "k": k, "n": n, "dtype": "bf16", "flops": 2 * m * k * n,
         "bytes": 2 * (m * k + k * n + m * n), "memory_bound": False, "threads": 2,
-        "cpu_isa": "avx512_bf16", "route": "cpu.packed", "byte_match": True, "byte_check": "done",
+        "cpu_isa": "avx512_bf16", "route": "cpu.packed", "matmul_order": "pairwise",
+        "byte_match": True, "byte_check": "done",
         "pipeline_ok": True, "errors": [], "median_s": 4.5e-6, "gflops": 58.25,
         "gbps": 5.46, "call_median_s": 9.25e-6, "repeat": 12, "regions": ["tgrad", "tgrad_call"],
         "orders": [], "samples": {"tgrad": [4.5e-6], "tgrad_call": [9.25e-6]}, "peers": {},
@@ -97,7 +98,7 @@ def fake_report(disturbed: bool = False) -> dict[str, Any]:
     limits = {"peak": {"gflops": 250.4, "source": "tgrad.cpu_peak_gflops, best of 3"},
               "stream": {"copy_gbps": 40.25, "method": "numpy copyto, best of 2"}}
     return {"date": "2026-01-02 03:04 UTC", "command": "python -m tgrad bench --fake",
-            "environment": env, "limits": limits,
+            "matmul_order": "pairwise", "environment": env, "limits": limits,
             "peer_threads": {"numpy_f32": "2", "torch_bf16": "2",
                              "tinygrad_bf16": "2 (NUM_CPU_THREADS; DEV=CPU)"},
             "results": [small, vec, big, bad, failed]}
@@ -232,6 +233,7 @@ def test_bench_graph_warns_of_a_disturbed_run_on_stdout(tmp_path: Path, capsys: 
     fake = fake_report(disturbed)
     env = dict(fake["environment"], loadavg_end=[0.5, 0.25, 0.125])
     report = {"date": fake["date"], "command": fake["command"], "environment": env, "threads": 2,
+              "matmul_order": "block32",
               "peer_threads": {}, "results": []}
     args = argparse.Namespace(out=str(tmp_path), json=None, doc=None)
     graph_report._write(args, report)

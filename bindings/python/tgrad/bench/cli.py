@@ -14,6 +14,7 @@ from typing import Any
 
 from .contend import competing
 from .limits import measure_limits, refresh_limits
+from ..matmul_order import ORDERS
 from .lines import closing_lines, format_shape
 from .machine import (DISTURBED, OPENBLAS_TUNING_VARS, SPIN_ENV, _cpu_sample, _maybe_reexec,
                       _others_load, _wait_for_quiet_machine, environment)
@@ -59,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"compare bytes with the oracle at every size (default: only up to "
                         f"M*K*N = 2^{int(math.log2(ORACLE_LIMIT_MACS))})")
     parser.add_argument("--no-peers", action="store_true", help="time tgrad only")
+    parser.add_argument("--order", default="pairwise", choices=ORDERS,
+                        help="the accumulation order of tgrad's products in every mode (matmul "
+                        "shapes, --graph, --batched, --transformer, --generate, --train; the "
+                        "byte checks use the oracle in the same order): pairwise (the default) or "
+                        "block32 (AMX's order, on AMX where the CPU has it; docs/numerics.md)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="before each shape, wait up to S seconds for other processes to "
                         f"use under {DISTURBED * 100:.0f}%% of the CPUs (default 0: do not wait)")
@@ -130,6 +136,8 @@ def _condition_error(args: argparse.Namespace) -> str | None:
         return "--contend loads the machine on purpose: --wait-quiet would wait for nothing"
     if contend and not hasattr(os, "sched_setaffinity"):
         return "--contend needs os.sched_setaffinity (Linux)"
+    if args.device == "cuda" and getattr(args, "order", "pairwise") != "pairwise":
+        return "--order block32 runs on the CPU only (a GPU product has no block32 route)"
     return None
 
 
@@ -223,10 +231,19 @@ def _write(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The bench with every product of this thread in --order (the modes make their products on
+    it; bench --generate passes the order to its tgrad child), the thread's order restored after."""
+    import tgrad
+
     error = _condition_error(args)
     if error is not None:
         print(f"python -m tgrad bench: error: {error}", file=sys.stderr)
         return 2
+    with tgrad.matmul_order(getattr(args, "order", "pairwise")):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if getattr(args, "graph", False) or getattr(args, "graph_shapes", None):
         from . import graph
 

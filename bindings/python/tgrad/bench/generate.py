@@ -31,11 +31,13 @@ _CHILD = r'''
 import json, resource, sys, time
 import numpy as np
 peer, path, threads, prompt_len, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+order = sys.argv[6]
 vocab = json.load(open(path + "/config.json"))["vocab_size"]
 ids = (np.arange(prompt_len, dtype=np.int64)[None] * 7 + 3) % vocab
 if peer == "tgrad":
     import tgrad, tgrad.models
     tgrad.set_num_threads(threads)
+    tgrad.set_matmul_order(order)  # this thread makes every product of the prefill and the decode
     model = tgrad.models.from_pretrained(path)
     def prefill():
         model(ids, logits_dtype=tgrad.float32).realize()
@@ -62,7 +64,12 @@ t = time.perf_counter(); decode(); total = time.perf_counter() - t
 # VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across exec on Linux)
 hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
 rss = int(hwm[0]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "rss_mb": rss}))
+done = {"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "rss_mb": rss}
+if peer == "tgrad":  # the order, and the routes of the prefill's products (explain)
+    done["matmul_order"] = tgrad.get_matmul_order()
+    steps = model(ids, logits_dtype=tgrad.float32).explain(json=True)["steps"]
+    done["routes"] = sorted({s["route"] for s in steps if s.get("op") == "matmul" and s.get("route")})
+print(json.dumps(done))
 '''
 
 
@@ -96,12 +103,16 @@ def write_model(path: Path, seed: int = 0, shape: dict[str, int] | None = None) 
     return path
 
 
-def _child(peer: str, path: Path, threads: int, args: argparse.Namespace) -> dict[str, float]:
+def _child(peer: str, path: Path, threads: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One round of `peer` in a child process; tgrad's products take bench --order there."""
+    order = getattr(args, "order", "pairwise")
     out = subprocess.run([sys.executable, "-c", _CHILD, peer, str(path), str(threads), str(args.gen_prompt),
-                          str(args.gen_tokens)], capture_output=True, text=True, check=False)
+                          str(args.gen_tokens), order], capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"the {peer} child failed:\n{out.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    if peer == "tgrad" and result.get("matmul_order") != order:
+        raise RuntimeError(f"the tgrad child ran the {result.get('matmul_order')} order, not {order}")
     return result
 
 
@@ -116,13 +127,16 @@ def run(args: argparse.Namespace) -> int:
         peers.append("transformers")
     with tempfile.TemporaryDirectory() as tmp:
         path = args.gen_model or write_model(Path(tmp) / "llama")
-        runs: dict[str, list[dict[str, float]]] = {p: [] for p in peers}
+        runs: dict[str, list[dict[str, Any]]] = {p: [] for p in peers}
         for _ in range(max(1, args.gen_rounds)):
             for peer in peers:
                 runs[peer].append(_child(peer, path, threads, args))
     print(f"model {path.name if args.gen_model else 'random Llama ' + json.dumps(SHAPE)}, {threads} threads, "
-          f"prompt {args.gen_prompt}, {args.gen_tokens} new tokens, {args.gen_rounds} rounds (median [min, max])")
+          f"prompt {args.gen_prompt}, {args.gen_tokens} new tokens, {args.gen_rounds} rounds (median [min, max]), "
+          f"tgrad's matmul order {getattr(args, 'order', 'pairwise')}")
     print(f"{'peer':<14} {'prefill tok/s':>22} {'prefill ms':>10} {'decode tok/s':>22} {'peak RSS MB':>12}")
+    routes = sorted({r for run in runs["tgrad"] for r in run.get("routes", [])})
+    print(f"tgrad's prefill products: {', '.join(routes) or 'none'}")
     for peer, rs in runs.items():
         pre = np.array([args.gen_prompt / r["prefill_s"] for r in rs])
         dec = np.array([args.gen_tokens / r["decode_s"] for r in rs])

@@ -41,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .graph_blocks import (BLOCK_SETS, COMPILE_LIMIT_S, KIND_LABELS, MATMULS, REGION_LABELS,
-                           Block, _bits, _compare, _Compile, _difference, _kernels,
+                           Block, _bits, _compare, _Compile, _difference, _kernels, _product_routes,
                            _tgrad_program, _torch_regions, _weight_bits, _with_fusion,
                            parse_block_list)
 from .graph_report import DOC_BEGIN, DOC_END, _report, _write, format_block, format_markdown
@@ -98,10 +98,11 @@ def _tgrad_bits(tgrad: Any, program: Callable[[], Any], fused: bool) -> np.ndarr
 # ---- one block --------------------------------------------------------------------------------
 
 
-def _new_result(block: Block, threads: int, isa: str) -> dict[str, Any]:
+def _new_result(block: Block, threads: int, isa: str, order: str) -> dict[str, Any]:
     return {
         "block": block.name, "kind": block.kind, "spec": block.spec, "m": block.m, "d": block.d,
         "h": block.h, "flops": block.flops, "threads": threads, "cpu_isa": isa,
+        "matmul_order": order, "routes": [],
         "fused_equals_unfused": None, "byte_detail": None, "pipeline_ok": False, "errors": [],
         "kernels": {}, "median_s": math.nan, "gflops": math.nan, "repeat": 0, "regions": [],
         "orders": [], "samples": {}, "peers": {}, "peers_skipped": {}, "differences": {},
@@ -117,7 +118,7 @@ def run_block(block: Block, *, repeat: int | None = None, seed: int = 0, peers: 
     block's weight bits when the caller has them (the same for every M of a block)."""
     import tgrad
 
-    res = _new_result(block, tgrad.num_threads(), tgrad.cpu_isa())
+    res = _new_result(block, tgrad.num_threads(), tgrad.cpu_isa(), tgrad.get_matmul_order())
     was_fused = tgrad.fusion_enabled()
     try:
         return _check_and_time(tgrad, block, res, repeat=repeat, seed=seed, peers=peers,
@@ -142,6 +143,7 @@ def _check_and_time(tgrad: Any, block: Block, res: dict[str, Any], *, repeat: in
         stage = "explain"
         res["kernels"] = {"fused": _kernels(tgrad, program, True),
                           "unfused": _kernels(tgrad, program, False)}
+        res["routes"] = _product_routes(tgrad, program)
         stage = "fused"
         fused = _tgrad_bits(tgrad, program, True)
         stage = "unfused"

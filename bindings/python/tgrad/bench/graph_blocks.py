@@ -145,6 +145,14 @@ def _kernels(tgrad: Any, program: Callable[[], Any], fused: bool) -> list[str]:
     return [str(step.get("kernel") or step.get("op")) for step in plan.get("steps", [])]
 
 
+def _product_routes(tgrad: Any, program: Callable[[], Any]) -> list[str]:
+    """The routes of the fused block's products, from explain(): e.g. ['cpu.amx.gemm'] (they say
+    which matmul order ran: bench --order)."""
+    tgrad.set_fusion(True)
+    steps = program().explain(json=True).get("steps", [])
+    return sorted({str(s["route"]) for s in steps if s.get("op") == "matmul" and s.get("route")})
+
+
 def _compare(fused: np.ndarray, unfused: np.ndarray) -> dict[str, Any]:
     """Fused against unfused, bit for bit; the first difference named."""
     if fused.shape != unfused.shape:

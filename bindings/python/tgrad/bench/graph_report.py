@@ -41,7 +41,10 @@ def format_block(res: dict[str, Any]) -> list[str]:
         f"graph_repeat: {res['repeat']}",
         f"graph_threads: {res['threads']}",
         f"graph_cpu_isa: {res['cpu_isa']}",
+        f"graph_matmul_order: {res['matmul_order']}",
     ]
+    if res["routes"]:
+        lines.append(f"graph_routes: {', '.join(res['routes'])}")
     for side in ("fused", "unfused"):
         if side in res["kernels"]:
             lines.append(f"graph_kernels_{side}: {', '.join(res['kernels'][side])}")
@@ -93,7 +96,8 @@ def format_markdown(report: dict[str, Any]) -> str:
         f"{', '.join(env['cpu_flags']) or 'no flags read'}), load average at start "
         f"{', '.join(f'{x:.2f}' for x in env['loadavg'] or [])}, at end "
         f"{', '.join(f'{x:.2f}' for x in env.get('loadavg_end') or [])}  ",
-        f"tgrad {env['tgrad_library']}, ISA `{env['tgrad_cpu_isa']}`, {report['threads']} threads; "
+        f"tgrad {env['tgrad_library']}, ISA `{env['tgrad_cpu_isa']}`, {report['threads']} threads, "
+        f"matmul order `{report['matmul_order']}`; "
         f"torch threads: {report['peer_threads'].get('torch', '—')}; {versions}",
         "",
         _load_line(env.get("others_load")),

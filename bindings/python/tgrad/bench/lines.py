@@ -37,6 +37,7 @@ def format_shape(res: dict[str, Any], limits: dict[str, Any] | None = None) -> l
         f"py_threads: {res['threads']}",
         f"py_cpu_isa: {res['cpu_isa']}",
         f"py_route: {res.get('route') or 'none'}",
+        f"py_matmul_order: {res['matmul_order']}",
     ]
     return lines + _limit_lines(res, limits) + _problem_lines(res) + _peer_lines(res)
 

@@ -27,6 +27,7 @@ def _new_result(m: int, k: int, n: int) -> dict[str, Any]:
         "shape": f"{m}x{k}x{n}", "m": m, "k": k, "n": n, "dtype": "bf16", "flops": 2 * m * k * n,
         "bytes": _bytes_moved(m, k, n), "memory_bound": is_memory_bound(m, k, n),
         "threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(), "route": None,
+        "matmul_order": tgrad.get_matmul_order(),
         "byte_match": None, "byte_check": "skipped", "pipeline_ok": False, "errors": [],
         "median_s": math.nan, "gflops": math.nan, "gbps": math.nan, "call_median_s": math.nan,
         "repeat": 0, "regions": [], "orders": [], "samples": {}, "peers": {}, "load": None,
@@ -86,8 +87,11 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
               bootstrap_seed: int = BOOTSTRAP_SEED, budget_s: float = AUTO_BUDGET_S,
               tick: Callable[[int, int], None] | None = None,
               limits_paired: bool = True, cold_s: float | None = None,
-              sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+              sleep: Callable[[float], None] = time.sleep, fill: str = "normal") -> dict[str, Any]:
     """Check and time one shape; returns a dict (one entry of the JSON's "results").
+    tgrad's products take this thread's matmul order (bench --order sets it), recorded as
+    "matmul_order"; the oracle computes the same order. `fill`: the inputs' fill
+    (conformance.fills; the bench's is "normal", where the two orders' bytes rarely differ).
     With `limits_paired`, the shape's limit (compute or read, see _limit_regions) is timed in
     every round beside the matmul and reported as the matmul's share of it, with an interval.
     With tgrad at T > 1 threads, tgrad at one thread is timed too (ONE_THREAD, paired like a
@@ -100,14 +104,14 @@ def run_shape(shape: Shape, *, repeat: int | None = None, seed: int = 0,
     m, k, n = shape
     res = _new_result(m, k, n)
     rng = np.random.default_rng([seed, m, k, n])
-    a_bits = fills.fill_bits("normal", (m, k), rng)
-    b_bits = fills.fill_bits("normal", (k, n), rng)
+    a_bits = fills.fill_bits(fill, (m, k), rng)
+    b_bits = fills.fill_bits(fill, (k, n), rng)
     made = _pipeline(res, a_bits, b_bits)
     if made is None:
         return res
     ta, tb, got = made
     if m * k * n <= ORACLE_LIMIT_MACS or check_all:
-        _byte_check(res, got, lambda: oracle.matmul_bits(a_bits, b_bits))
+        _byte_check(res, got, lambda: oracle.matmul_bits(a_bits, b_bits, order=res["matmul_order"]))
     else:
         res["byte_check"] = "skipped (oracle limit)"
     del got

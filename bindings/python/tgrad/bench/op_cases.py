@@ -35,14 +35,15 @@ def threads_and_torch(args: argparse.Namespace) -> Any:
 
 
 def write_report(args: argparse.Namespace, report: dict[str, Any], name: str) -> None:
-    """The run's JSON report in <out>/<name>, with the thread count and variant it ran at."""
+    """The run's JSON report in <out>/<name>, with the thread count, variant and matmul order it ran at."""
     import tgrad
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(json.dumps({"threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(), **report},
-                                       indent=1))
-    print(f"threads {tgrad.num_threads()}; wrote {out / name}", file=sys.stderr)
+    (out / name).write_text(json.dumps({"threads": tgrad.num_threads(), "cpu_isa": tgrad.cpu_isa(),
+                                        "matmul_order": tgrad.get_matmul_order(), **report}, indent=1))
+    print(f"threads {tgrad.num_threads()}, matmul order {tgrad.get_matmul_order()}; wrote {out / name}",
+          file=sys.stderr)
 
 
 def run_cases(args: argparse.Namespace, cases: Sequence[Any], run_case: Callable[..., dict[str, Any]],

@@ -90,6 +90,7 @@ def _report_head(schema: str, started: _dt.datetime, threads: int, peer_threads:
         "argv": sys.argv,
         "tgrad_version": tgrad.version(),
         "cpu_isa": tgrad.cpu_isa(),
+        "matmul_order": tgrad.get_matmul_order(),
         "threads": threads,
         "peer_threads": peer_threads,
         "environment": env,

@@ -115,12 +115,13 @@ def _label(name: str) -> str:
     return PEER_LABELS.get(name, name)
 
 
-def _isa_line(env: dict[str, Any], peers: list[str], peer_threads: dict[str, str]) -> str:
+def _isa_line(env: dict[str, Any], peers: list[str], peer_threads: dict[str, str],
+              order: str) -> str:
     isa, stream_isa = env["tgrad_cpu_isa"], env.get("tgrad_cpu_stream_isa", env["tgrad_cpu_isa"])
     return (f"tgrad {env['tgrad_library']}, ISA `{isa}`"
             + (f" (packed products; `{stream_isa}` for one-row and few-row ones)"
                if stream_isa != isa else "")
-            + f", {env['tgrad_threads']} threads; peers' threads: "
+            + f", {env['tgrad_threads']} threads, matmul order `{order}`; peers' threads: "
             + ", ".join(f"{_label(p)} {peer_threads.get(p, '?')}" for p in peers) + "  ")
 
 
@@ -166,7 +167,7 @@ def _head(report: dict[str, Any], peers: list[str]) -> list[str]:
         f"CPU: {env['cpu_model']} ({env['cpus_usable']} usable CPUs; "
         f"{', '.join(env['cpu_flags']) or 'no flags read'}), load average at start "
         f"{', '.join(f'{x:.2f}' for x in env['loadavg'] or [])}  ",
-        _isa_line(env, peers, report["peer_threads"]),
+        _isa_line(env, peers, report["peer_threads"], report["matmul_order"]),
         "Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v) + "  ",
         _blas_line(env),
         _spin_line(env),

@@ -220,8 +220,8 @@ def _yes(flag: bool | None) -> str:
     return "absent" if flag is None else ("yes" if flag else "no")
 
 
-def format_table(results: list[dict[str, Any]], threads: int) -> str:
-    lines = [f"| case ({threads} threads) | tgrad steps/s | torch steps/s | torch/tgrad time [95% interval] | verdict "
+def format_table(results: list[dict[str, Any]], threads: int, order: str = "pairwise") -> str:
+    lines = [f"| case ({threads} threads, {order} order) | tgrad steps/s | torch steps/s | torch/tgrad time [95% interval] | verdict "
              f"| tgrad identical | torch identical |", "|---|---:|---:|---|---|---|---|"]
     for r in results:
         t = r.get("torch")
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{case.label}: tgrad loss trajectory over {TRAJECTORY_STEPS} steps "
                   f"{' '.join(res['tgrad_trajectory'])}, run to run identical: {_yes(res['tgrad_identical'])}; "
                   f"torch identical: {_yes(res.get('torch_identical'))}", flush=True)
-    print(format_table(results, tgrad.num_threads()), flush=True)
+    print(format_table(results, tgrad.num_threads(), tgrad.get_matmul_order()), flush=True)
     write_report(args, {"torch": None if torch is None else torch.__version__,
                         "transformers": _version("transformers"), "results": results}, "bench-train.json")
     return 0 if all(r["tgrad_identical"] for r in results) else 1

@@ -137,8 +137,8 @@ def run_row(row: Row, *, budget_s: float, seed: int, peers: bool) -> dict[str, A
             "torch": res.get("torch"), "detail": res}
 
 
-def format_table(rows: list[dict[str, Any]], threads: int) -> str:
-    lines = [f"| op ({threads} threads, bf16) | tgrad ms | torch ms | torch/tgrad [95% interval] | verdict | bytes |",
+def format_table(rows: list[dict[str, Any]], threads: int, order: str = "pairwise") -> str:
+    lines = [f"| op ({threads} threads, bf16, {order} order) | tgrad ms | torch ms | torch/tgrad [95% interval] | verdict | bytes |",
              "|---|---:|---:|---|---|---|"]
     for r in rows:
         t = r["torch"]
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row.label}: tgrad {res['tgrad_s'] * 1e3:.3f} ms"
               + ("" if t is None else f", torch {res['torch_s'] * 1e3:.3f} ms, torch/tgrad {t['ratio']:.2f}"),
               file=sys.stderr, flush=True)
-    print(format_table(results, tgrad.num_threads()), flush=True)
+    print(format_table(results, tgrad.num_threads(), tgrad.get_matmul_order()), flush=True)
     write_report(args, {"torch": None if torch is None else torch.__version__, "results": results},
                  "bench-transformer.json")
     return 0 if all(r["correct"] for r in results) else 1

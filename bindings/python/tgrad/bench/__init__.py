@@ -24,6 +24,8 @@ then tgrad and its peers are timed live, interleaved in this one process (docs/p
 - ``--cold MS``: no untimed call; the process sleeps MS ms before each timed call, outside the
   clock. ``--contend [NICE]``: a competitor process spins on the last usable CPU at niceness NICE
   (default 0) for the whole run (``contend``). The report's "Condition:" line says which;
+- ``--order pairwise|block32``: the accumulation order of tgrad's products (tgrad.matmul_order)
+  in every mode; the oracle checks the same order, and the reports name it;
 - ``ratio_<peer>`` is the median over repetitions of peer time / tgrad time (> 1: tgrad is
   faster), with a seeded percentile-bootstrap 95% interval; "win" only when the interval is above
   1, "loss" when it is below 1, else "tie". ``ratio_call_<peer>`` compares the peer with tgrad's

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the accumulation order of tgrad's products in every mode (matmul "
                         "shapes, --graph, --batched, --transformer, --generate, --train; the "
                         "byte checks use the oracle in the same order): pairwise (the default) or "
-                        "block32 (AMX's order, on AMX where the CPU has it; docs/numerics.md)")
+                        "block32 (AMX's TDPBF16PS order, on AMX where the CPU has it; tgrad.matmul_order)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="before each shape, wait up to S seconds for other processes to "
                         f"use under {DISTURBED * 100:.0f}%% of the CPUs (default 0: do not wait)")

@@ -538,6 +538,9 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
 #define TGRAD_MATMUL_ORDER_BLOCK32 1
 TGRAD_API tgrad_status tgrad_set_matmul_order(int32_t order);
 TGRAD_API int32_t tgrad_matmul_order(void);
+/* The CPU kernel variant that packed products of `order` take now ("amx", "portable_block32",
+ * "avx512bf16", ...: the route's middle name), or NULL for an unknown order. */
+TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order);
 TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                             tgrad_tensor_t *out);
 
@@ -607,7 +610,8 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, most capable first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
 TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
-/* Measured peak of the packed products' variant (tgrad_cpu_isa()): its core instruction
+/* Measured peak of the packed products' variant (tgrad_cpu_isa(); under the calling thread's
+ * matmul order: tgrad_matmul_order_kernel, e.g. AMX's TDPBF16PS for block32): its core instruction
  * (vdpbf16ps, FMA, ...) run on `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s
  * counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */

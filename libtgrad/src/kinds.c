@@ -112,9 +112,14 @@ static tgrad_status execute_copy(const tg_step *st) {
 /* ---- explain details ---- */
 static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
     dst[0] = '\0';
-    if (st->device != TGRAD_DEVICE_CPU || st->out->ndim <= 2) return;
+    if (st->device != TGRAD_DEVICE_CPU) return;
     const tg_cpu_matmul_plan *P = &st->cpu;
-    snprintf(dst, cap, "batch %lld (%s)", (long long)P->batch,
+    const char *order = P->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "order block32" : "";
+    if (st->out->ndim <= 2) {
+        snprintf(dst, cap, "%s", order);
+        return;
+    }
+    snprintf(dst, cap, "%s%sbatch %lld (%s)", order, *order ? ", " : "", (long long)P->batch,
              P->rows_merged         ? "one product of all the batches' rows: b is shared"
              : P->batch_tasks > 1 ? "whole products spread over the threads"
                                     : "one product after another, each threaded over its tiles");

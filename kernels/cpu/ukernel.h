@@ -126,6 +126,9 @@ static inline void tg_prefetch_lines(tg_line_walk *w, int64_t n) {
 #define TG_PACK_FN static __attribute__((unused))
 
 extern const tg_ukernel tg_ukernel_portable, tg_ukernel_portable_block32;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+extern const tg_ukernel tg_ukernel_avx512f_block32_stream;
+#endif
 #if defined(TGRAD_HAVE_AMX_VARIANT)
 extern const tg_ukernel tg_ukernel_amx;
 #endif

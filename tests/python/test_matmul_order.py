@@ -285,3 +285,26 @@ def test_kernel_names_explain_and_peak_follow_the_order():
         a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
         assert "| order block32 |" in tgrad.explain(a @ a)
     assert "order block32" not in tgrad.explain(a @ a)
+
+
+@pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
+@pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057])
+@pytest.mark.parametrize("layout", ["row-major B", "column-major B"])
+def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
+    """One-row block32 products (a decoding step) stream B in place on AVX-512 (route rowvec),
+    row-major B or column-major (x @ W.T), and give the oracle's bytes."""
+    n = 70
+    rng = np.random.default_rng(k * 7 + len(fill) + len(layout))
+    a_bits = _random_bits(rng, (1, k), fill)
+    b_bits = _random_bits(rng, (k, n), fill)
+    a_t = tgrad.Tensor.from_bf16_bits(a_bits)
+    b_t = tgrad.Tensor.from_bf16_bits(b_bits) if layout == "row-major B" \
+        else tgrad.Tensor.from_bf16_bits(np.ascontiguousarray(b_bits.T)).T
+    want = _rne_bf16(_oracle32(a_bits, b_bits))
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        c = tgrad.matmul(a_t, b_t, order="block32")
+        got = c.numpy().view(np.uint16)
+        if tgrad.cpu_isas().get("avx512f") and isa != "portable":
+            assert c.route == "cpu.avx512f_block32.rowvec"
+        assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)

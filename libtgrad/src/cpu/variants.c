@@ -61,6 +61,16 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
     return &tg_ukernel_portable_block32;
 }
 
+const tg_ukernel *tg_cpu_block32_stream_variant(int sel) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_avx512f_block32_stream.available())
+        return &tg_ukernel_avx512f_block32_stream;
+#else
+    (void)sel;
+#endif
+    return NULL;
+}
+
 const tg_ukernel *tg_cpu_order_current(void) {
     int sel = tg_cpu_selected();
     return tgrad_matmul_order() == TGRAD_MATMUL_ORDER_BLOCK32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel);

@@ -526,8 +526,10 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
  *    the even one, one rounding per addition;
  *  - TGRAD_MATMUL_ORDER_BLOCK32 (1): AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even
  *    k, odd k) from +0, then acc + (even + odd); K padded with +0 to whole blocks. It runs on
- *    AMX where the CPU has it (else a portable kernel, the same bytes), on the CPU only: a
- *    block32 product of GPU operands is refused (TGRAD_ERR_ROUTE_NOT_ELIGIBLE) when it is made.
+ *    AMX where the CPU has it (else a portable kernel, the same bytes; one-row products stream B
+ *    on AVX-512), and on GPU devices by the naive and tiled routes (the tc route computes the
+ *    hardware's order: the automatic choice takes tiled, a forced tc is
+ *    TGRAD_ERR_ROUTE_NOT_ELIGIBLE when the product is realized).
  * Both are exact, documented orders: each gives the same bytes on every CPU, thread count and
  * fusion setting; the two orders' bf16 results agree in almost every element, their fp32
  * accumulators in few. tgrad_set_matmul_order sets the order of the products tgrad_matmul and

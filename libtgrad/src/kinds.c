@@ -65,6 +65,11 @@ static void decide_matmul(tg_step *st) {
         tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
     } else {
         st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);
+        /* the automatic choice's tc computes the hardware's order: a block32 product takes tiled
+         * (a forced tc is refused when it is rendered) */
+        if (st->base->params.matmul_order == TGRAD_MATMUL_ORDER_BLOCK32 && st->dev_route && st->dev_route->simdgroup_matrix &&
+            tg_device_forced_route() == 0)
+            st->dev_route = tg_route_find(TGRAD_ROUTE_TILED);
         snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device),
                  st->dev_route ? st->dev_route->name : "unknown");
     }

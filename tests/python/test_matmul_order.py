@@ -57,6 +57,20 @@ def _cpu_has_amx() -> bool:
     return " amx_bf16" in flags and " amx_tile" in flags
 
 
+def _expected_block32_kernel() -> str:
+    """The block32 kernel the selection rule (cpu/variants.c) names for this process's setting."""
+    setting = tgrad._cpu_isa_setting()
+    if setting == "portable":
+        return "portable_block32"
+    if setting == "avx512f":
+        return "avx512f_block32"
+    if tgrad.cpu_isa_forced():
+        return "portable_block32"  # avx2: no FMA block32 kernel of its own yet
+    if _cpu_has_amx():
+        return "amx"
+    return "avx512f_block32" if tgrad.cpu_isas().get("avx512f") else "portable_block32"
+
+
 def _oracle32(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
     acc = matmul_f32(a_bits, b_bits, order="block32")
     return np.where(np.isnan(acc), CANONICAL_NAN, acc.view(np.uint32)).astype(np.uint32)
@@ -227,7 +241,7 @@ def test_route_names_the_block32_kernel():
     a = tgrad.Tensor.from_numpy(np.ones((40, 64), np.float32))
     c = tgrad.matmul(a, a.T, order="block32")
     c.numpy()
-    kernel = "amx" if _cpu_has_amx() and tgrad._cpu_isa_setting() != "portable" else "portable_block32"
+    kernel = _expected_block32_kernel()
     assert c.route == f"cpu.{kernel}.gemm"
     assert f"cpu.{kernel}.gemm" in tgrad.explain(tgrad.matmul(a, a.T, order="block32"))
 
@@ -263,7 +277,7 @@ def test_gradients_of_a_block32_product_are_block32_products():
 
 
 def test_kernel_names_explain_and_peak_follow_the_order():
-    kernel = "amx" if _cpu_has_amx() and tgrad._cpu_isa_setting() != "portable" else "portable_block32"
+    kernel = _expected_block32_kernel()
     assert tgrad.matmul_order_kernel("block32") == kernel
     assert tgrad.matmul_order_kernel("pairwise") == tgrad.cpu_isa()
     assert tgrad.matmul_order_kernel() == tgrad.cpu_isa()

@@ -139,7 +139,7 @@ def _check_cpu(report: Report, peak: bool) -> None:
                                       f"products ({reason}; variants: {others})")
     else:
         report.add("cpu isa", "PASS", f"{chosen} in use ({reason}; variants: {others})")
-    from .matmul_order import get_matmul_order, matmul_order_kernel
+    from .orders import get_matmul_order, matmul_order_kernel
 
     block32 = matmul_order_kernel("block32")
     report.facts["cpu"]["matmul_order"] = {"order": get_matmul_order(), "block32_kernel": block32}

@@ -53,11 +53,17 @@ const tg_ukernel *tg_cpu_gemm_variant(int sel) { return variants[((sel >> 6) & 6
 const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel & 63]; }
 
 const tg_ukernel *tg_cpu_block32_variant(int sel) {
+    const tg_ukernel *gemm = tg_cpu_gemm_variant(sel);
+    bool forced = basis_of(sel) == BASIS_FORCED;
+    if (gemm == &tg_ukernel_portable) return &tg_ukernel_portable_block32;
 #if defined(TGRAD_HAVE_AMX_VARIANT)
-    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_amx.available()) return &tg_ukernel_amx;
-#else
-    (void)sel;
+    if (!forced && tg_ukernel_amx.available()) return &tg_ukernel_amx;
 #endif
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    /* forced avx512f, or no AMX: the FMA kernel */
+    if ((!forced || gemm == &tg_ukernel_avx512f) && tg_ukernel_avx512f_block32.available()) return &tg_ukernel_avx512f_block32;
+#endif
+    (void)forced;
     return &tg_ukernel_portable_block32;
 }
 

@@ -64,7 +64,8 @@ static void decide_matmul(tg_step *st) {
                                 st->base->params.matmul_order, &st->cpu);
         tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
     } else {
-        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);
+        st->precision = tgrad_matmul_precision(); /* read once: the route and explain agree */
+        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device, st->precision);
         snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device),
                  st->dev_route ? st->dev_route->name : "unknown");
     }
@@ -112,7 +113,11 @@ static tgrad_status execute_copy(const tg_step *st) {
 /* ---- explain details ---- */
 static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
     dst[0] = '\0';
-    if (st->device != TGRAD_DEVICE_CPU || st->out->ndim <= 2) return;
+    if (st->device != TGRAD_DEVICE_CPU) {
+        tg_device_matmul_detail(st, dst, cap);
+        return;
+    }
+    if (st->out->ndim <= 2) return;
     const tg_cpu_matmul_plan *P = &st->cpu;
     snprintf(dst, cap, "batch %lld (%s)", (long long)P->batch,
              P->rows_merged         ? "one product of all the batches' rows: b is shared"

@@ -90,7 +90,7 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(16, ERR_KERNEL_COMPILE_FAILED, kernel_compile_failed, "runtime", "kernel source failed to compile") \
     X(17, ERR_VERSION_MISMATCH, version_mismatch, "runtime", "library and header versions are incompatible") \
     X(18, ERR_INTERNAL, internal, "runtime", "internal error (a bug in tgrad: please report it)") \
-    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view or language)") \
+    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view, language or precision policy)") \
     X(20, ERR_TRACE_NO_OUTPUT, trace_no_output, "type", "the traced function returned no Tensor") \
     X(21, ERR_TRACE_NO_INPUT, trace_no_input, "type", "no Tensor was given to trace") \
     X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option") \

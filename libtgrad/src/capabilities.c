@@ -38,7 +38,7 @@
     X("metal", "gather and concat (take, cat, stack)", "bit-exact", "rendered kernels (routes gather, concat: 1, 2 and 4-byte elements moved as integers); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "comparisons and where", "exact", "rendered kernels (route compare: 64-bit integer keys of the exact values, no float instruction; route where: bits copied); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
-    X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
+    X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md; only under tgrad_set_matmul_precision bounded (the default, exact, takes tiled)") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
     X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
@@ -55,7 +55,7 @@
     X("cuda", "casts bfloat16 <-> float32", "unverified", "meant bit-exact (the opencl kernel); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI; int32 casts stay on the CPU") \
     X("cuda", "gather and concat (take, cat, stack)", "unverified", "meant bit-exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
     X("cuda", "comparisons and where", "unverified", "meant exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
-    X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible under tgrad_set_matmul_precision bounded (the default, exact, takes tiled), meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 
 #if defined(TGRAD_HAVE_CUDA)

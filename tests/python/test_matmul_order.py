@@ -204,6 +204,24 @@ def test_batched_and_fused_block32_products_give_the_oracle():
     assert np.array_equal(fused.numpy().view(np.uint16), relu.astype(np.uint16))
 
 
+@pytest.mark.parametrize("shape", [(400, 600, 300), (400, 600, 70), (390, 4130, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_a_fused_epilogue_on_shared_chunks_gives_the_oracle(shape):
+    """Products past 384 rows take the shared-chunk path (AMX: K sub-panels, tasks owning their
+    columns or not, K past one chunk panel); the epilogue runs on each finished block."""
+    m, k, n = shape
+    rng = np.random.default_rng(m + k + n)
+    a_bits, b_bits = _random_bits(rng, (m, k), "special"), _random_bits(rng, (k, n), "special")
+    want = matmul_bits(a_bits, b_bits, order="block32")
+    relu = np.where((want & 0x8000) != 0, np.uint16(0), want)
+    relu = np.where((want & 0x7FFF) > 0x7F80, want, relu).astype(np.uint16)
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        with tgrad.matmul_order("block32"):
+            got = tgrad.relu(a_t @ b_t).numpy().view(np.uint16)
+        assert np.array_equal(got, relu), f"[isa={isa}] " + _describe(got, relu, 4)
+
+
 # ---- the setting ------------------------------------------------------------------------------
 
 

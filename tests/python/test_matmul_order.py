@@ -327,3 +327,29 @@ def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
         if tgrad.cpu_isas().get("avx512f") and isa != "portable":
             assert c.route == "cpu.avx512f_block32.rowvec"
         assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
+
+
+def test_a_trace_records_the_order_and_validates_block32_products():
+    """tgrad.trace keeps each product's order in its args and replays it through the oracle in
+    that order (a fill where the two orders' bf16 results differ: a replay in the wrong order
+    would fail)."""
+    m, k, n = 32, 100, 32
+    rng = np.random.default_rng(21)
+    h = k // 2
+    x = rng.standard_normal((m, h)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    y = rng.standard_normal((h, n)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    perm = np.concatenate([np.arange(s, min(s + 16, h))[::-1] for s in range(0, h, 16)])
+    a = np.empty((m, k), np.uint16)
+    b = np.empty((k, n), np.uint16)
+    a[:, 0::2], a[:, 1::2] = x, x[:, perm]
+    b[0::2], b[1::2] = y, y[perm] ^ np.uint16(0x8000)
+    assert not np.array_equal(matmul_bits(a, b), matmul_bits(a, b, order="block32"))
+    at, bt = tgrad.Tensor.from_bf16_bits(a), tgrad.Tensor.from_bf16_bits(b)
+    with tgrad.matmul_order("block32"):
+        t1 = tgrad.trace(lambda p, q: p @ q, at, bt)
+    t2 = tgrad.trace(lambda p, q: tgrad.matmul(p, q, order="block32"), at, bt)
+    t3 = tgrad.trace(lambda p, q: p @ q, at, bt)
+    for t, order in ((t1, "block32"), (t2, "block32"), (t3, "pairwise")):
+        (op,) = [o for o in t.ops if o.kind == "matmul"]
+        assert op.args == {"order": order}
+        assert t.validate().state == "passed", t.validate()

@@ -87,27 +87,8 @@ static int available(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
-/* 24 independent FMA chains: the unit's throughput, 32 flops each (avx512f's own probe). */
-static double peak(int64_t iters) {
-    __m512 acc[24];
-#pragma GCC unroll 32
-    for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps((float)i);
-    __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-9f);
-    for (int64_t it = 0; it < iters; it++) {
-#pragma GCC unroll 32
-        for (int i = 0; i < 24; i++) acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
-        __asm__ volatile("" : "+v"(x));
-    }
-    __m512 s = acc[0];
-#pragma GCC unroll 32
-    for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
-    volatile float sink = _mm512_reduce_add_ps(s);
-    (void)sink;
-    return (double)iters * 24 * 32;
-}
-
 _Static_assert(256 % (2 * B32_PAIRS) == 0, "K panels start at block boundaries");
 const tg_ukernel tg_ukernel_avx512f_block32 = {
     .name = "avx512f_block32", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 4, .kc = 256, .pack_a = pack_a,
-    .pack_b = pack_b_block32_avx512, .kernel = kernel, .available = available, .peak = peak,
+    .pack_b = pack_b_block32_avx512, .kernel = kernel, .available = available, .peak = tg_avx512f_fma_peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

@@ -60,8 +60,9 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
     if (!forced && tg_ukernel_amx.available()) return &tg_ukernel_amx;
 #endif
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    /* forced avx512f, or no AMX: the FMA kernel */
+    /* forced avx512f, or no AMX: the FMA kernels (AVX-512, else AVX2) */
     if ((!forced || gemm == &tg_ukernel_avx512f) && tg_ukernel_avx512f_block32.available()) return &tg_ukernel_avx512f_block32;
+    if ((!forced || gemm == &tg_ukernel_avx2) && tg_ukernel_avx2_block32.available()) return &tg_ukernel_avx2_block32;
 #endif
     (void)forced;
     return &tg_ukernel_portable_block32;

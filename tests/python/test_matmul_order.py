@@ -41,10 +41,12 @@ def _restore_runtime_settings():
 
 
 def _kernels() -> list[str]:
-    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs) and
-    forced portable (the portable block32 kernel). Under a forced-variant test run (TGRAD_CPU_ISA)
-    the run's own setting stands in for the automatic one."""
-    return sorted({tgrad._cpu_isa_setting(), "portable"})
+    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs, else
+    the vdpbf16ps kernel), forced avx512bf16 where this CPU runs it (the vdpbf16ps kernel,
+    avx512bf16_block32) and forced portable (the portable block32 kernel). Under a forced-variant
+    test run (TGRAD_CPU_ISA) the run's own setting stands in for the automatic one."""
+    forced_bf16 = ["avx512bf16"] if tgrad.cpu_isas().get("avx512bf16") else []
+    return sorted({tgrad._cpu_isa_setting(), "portable", *forced_bf16})
 
 
 def _cpu_has_amx() -> bool:
@@ -225,7 +227,11 @@ def test_route_names_the_block32_kernel():
     a = tgrad.Tensor.from_numpy(np.ones((40, 64), np.float32))
     c = tgrad.matmul(a, a.T, order="block32")
     c.numpy()
-    kernel = "amx" if _cpu_has_amx() and tgrad._cpu_isa_setting() != "portable" else "portable_block32"
+    setting, bf16 = tgrad._cpu_isa_setting(), tgrad.cpu_isas().get("avx512bf16")
+    if setting == "auto":
+        kernel = "amx" if _cpu_has_amx() else "avx512bf16_block32" if bf16 else "portable_block32"
+    else:  # forced: avx512bf16 takes the vdpbf16ps kernel, every other variant the portable one
+        kernel = "avx512bf16_block32" if setting == "avx512bf16" else "portable_block32"
     assert c.route == f"cpu.{kernel}.gemm"
     assert f"cpu.{kernel}.gemm" in tgrad.explain(tgrad.matmul(a, a.T, order="block32"))
 

@@ -1,0 +1,251 @@
+/* The block32 order (docs/numerics.md, "The block32 order") with AVX512-BF16's vdpbf16ps, exactly
+ * and at the instruction's full rate. vdpbf16ps computes per fp32 lane
+ *     acc = step(step(acc, odd half * odd half), even half * even half)
+ * (contract_step.h's step: one rounding, subnormal inputs as zero, tiny results flushed), so a
+ * pair word whose HIGH half is a chain's earlier element and whose low half its next one walks
+ * that chain in ascending k. Per block of 32 k (from k0), packing writes each operand's words as
+ *     word 2g     = (high x[k0+4g],   low x[k0+4g+2])   the even-k chain's elements 2g, 2g+1
+ *     word 2g + 1 = (high x[k0+4g+1], low x[k0+4g+3])   the odd-k chain's
+ * (g = 0..7; A and B alike, so every product pairs the same k): a permutation inside each group
+ * of 4 elements. The kernel keeps two accumulators per output, the even chain (words 2g) and the
+ * odd chain (words 2g+1), both from +0 each block; after the block's 8 vdpbf16ps per chain it
+ * folds acc = acc + (even + odd) with vaddps under MXCSR's FTZ and DAZ. That fold is two steps
+ * exactly: x86 detects tininess after rounding, as step does, and a sum of two fp32 values that
+ * are normal or zero is never in step's one boundary case (|exact| just below 2^-126 yet
+ * rounding to it), since it is a multiple of 2^-149; DAZ never applies (vdpbf16ps flushes its
+ * results, and the fold's too are flushed). The rounding mode is set to nearest-even with them.
+ * ukernel_portable_block32.c is the reference this is tested against (tests/c/test_block32_avx512.c
+ * and tests/python/test_matmul_order.py); it was checked against TDPBF16PS too (issue 38).
+ *
+ * Layouts: A per block, mr rows of 16 words each (a row's block is one 64-byte vector: packing
+ * row-major A is a load, a DAZ and one vpshufb); B per word, NR = 32 columns (pack_bf16_pairs.h's
+ * layout, words permuted). K panels are zero-padded to whole blocks (kpair_align 16). Tile: 6 rows
+ * x 32 columns: 24 chain accumulators and 4 B vectors in registers, A broadcast from memory, the
+ * 12 running sums in an L1 buffer (touched once per block). Compiled alone with -mavx512bf16
+ * (meson). */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#define MR 6
+#define NR 32
+#include "pack_avx512.h"
+#include "pack_block32.h"
+#include "store_bf16_avx512.h"
+
+enum { KC = 512, WORDS = B32_PAIRS }; /* a 32-column B micro-panel of KC/2 words is 32 KiB: L1 */
+_Static_assert(KC % (2 * B32_PAIRS) == 0, "K panels start at block boundaries");
+
+/* Word w of a block: its high half is element src[2w+1] of the block's group, its low half
+ * src[2w] (the group of 4 is elements 4(w/2) .. 4(w/2)+3). */
+static const int8_t src_of[4] = { 2, 0, 3, 1 }; /* packed position within a group -> k offset */
+static inline int64_t chain_k(int64_t e) { return (e & ~(int64_t)3) + src_of[e & 3]; }
+
+/* vpshufb control: within each 8-byte group (4 elements x0..x3), the order x2 x0 x3 x1. */
+static inline __m512i permute_groups(__m512i v) {
+    const __m512i ctl = _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 0, 1, 6, 7, 2, 3, 12, 13, 8, 9, 14, 15, 10, 11));
+    return _mm512_shuffle_epi8(v, ctl);
+}
+
+static inline __mmask32 elems_mask(int64_t left) { return left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1u); }
+
+/* ---- packing A: panels of mr rows, per block mr x 16 words ---- */
+static void pack_a_scalar(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr,
+                          uint32_t *dst) {
+    int64_t kp = b32_pairs(kc);
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        for (int64_t blk = 0; blk < kp / WORDS; blk++)
+            for (int64_t r = 0; r < mr; r++) {
+                uint32_t *d = dst + (blk * mr + r) * WORDS;
+                const uint16_t *row = A->base + (m0 + i0 + r) * A->s0 + k0 * A->s1;
+                for (int64_t w = 0; w < WORDS; w++) {
+                    int64_t k = 32 * blk + chain_k(2 * w);
+                    d[w] = r >= rows ? 0u : b32_at(row, A->s1, k, kc) | b32_at(row, A->s1, k - 2, kc) << 16;
+                }
+            }
+    }
+}
+
+static void pack_a_b32(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
+    uint32_t *dst = dst_;
+    if (A->s1 != 1) {
+        pack_a_scalar(A, m0, mb, k0, kc, mr, dst);
+        return;
+    }
+    int64_t kp = b32_pairs(kc), blocks = kp / WORDS;
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * mr) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        for (int64_t r = 0; r < mr; r++) {
+            const uint16_t *row = A->base + (m0 + i0 + r) * A->s0 + k0;
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                __mmask32 m = r >= rows ? 0 : elems_mask(kc - 32 * blk);
+                __m512i v = permute_groups(daz16(_mm512_maskz_loadu_epi16(m, row + 32 * blk)));
+                _mm512_storeu_si512(dst + (blk * mr + r) * WORDS, v);
+            }
+        }
+    }
+}
+
+/* ---- packing B: per word, NR columns (panels of NR columns) ---- */
+static void pack_b_scalar(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    int64_t kp = b32_pairs(kc);
+    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += kp * NR) {
+        int64_t w = nb - j0 < NR ? nb - j0 : NR;
+        for (int64_t p = 0; p < kp; p++)
+            for (int64_t j = 0; j < NR; j++) {
+                const uint16_t *col = B->base + k0 * B->s0 + (n0 + j0 + j) * B->s1;
+                int64_t k = 32 * (p / WORDS) + chain_k(2 * (p % WORDS));
+                dst[p * NR + j] = j >= w ? 0u : b32_at(col, B->s0, k, kc) | b32_at(col, B->s0, k - 2, kc) << 16;
+            }
+    }
+}
+
+/* Row-major B: per group of 4 rows, word 2g interleaves rows 4g+2 (low) and 4g (high), word 2g+1
+ * rows 4g+3 and 4g+1; rows walked whole, fetched ahead as pack_avx512.h's pack_b_rows does. */
+static void pack_b_rows_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    int64_t kp = b32_pairs(kc), groups = kp / 2;
+    int64_t panels = (nb + NR - 1) / NR, ahead = 64 / panels < 2 ? 2 : 64 / panels > 16 ? 16 : 64 / panels;
+    for (int64_t g = 0; g < groups; g++) {
+        const uint16_t *row0 = B->base + (k0 + 4 * g) * B->s0 + n0;
+        const uint16_t *fetch = row0 + 4 * ahead * B->s0;
+        int64_t have = kc - 4 * g; /* rows of this group inside the panel */
+        uint32_t *d = dst + 2 * g * NR;
+        for (int64_t j0 = 0; j0 < nb; j0 += NR, d += kp * NR) {
+            int64_t w = nb - j0 < NR ? nb - j0 : NR;
+            __mmask32 m = elems_mask(w);
+            __m512i x[4];
+            for (int i = 0; i < 4; i++) {
+                if (4 * g + 4 * ahead + i < kc) _mm_prefetch((const char *)(fetch + i * B->s0 + j0), TG_PREFETCH_HINT);
+                x[i] = i < have ? daz16(_mm512_maskz_loadu_epi16(m, row0 + i * B->s0 + j0)) : _mm512_setzero_si512();
+            }
+            __m512i lo, hi;
+            interleave_rows(x[2], x[0], &lo, &hi);
+            _mm512_storeu_si512(d, lo);
+            _mm512_storeu_si512(d + 16, hi);
+            interleave_rows(x[3], x[1], &lo, &hi);
+            _mm512_storeu_si512(d + NR, lo);
+            _mm512_storeu_si512(d + NR + 16, hi);
+        }
+    }
+}
+
+/* Column-major B (s0 == 1): a column's block is 64 contiguous bytes; 16 columns' blocks, each
+ * permuted, transposed give the block's 16 words of those columns. */
+static void pack_b_cols_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
+    int64_t kp = b32_pairs(kc), blocks = kp / WORDS;
+    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += kp * NR)
+        for (int64_t h = 0; h < NR; h += 16) {
+            int64_t cols = nb - j0 - h;
+            cols = cols < 0 ? 0 : cols > 16 ? 16 : cols;
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                __mmask32 m = elems_mask(kc - 32 * blk);
+                __m512i r[16];
+                for (int64_t c = 0; c < 16; c++) {
+                    if (c >= cols) {
+                        r[c] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    const uint16_t *col = B->base + (n0 + j0 + h + c) * B->s1 + k0 + 32 * blk;
+                    _mm_prefetch((const char *)(col + 32 * 4), TG_PREFETCH_HINT); /* 4 blocks ahead */
+                    r[c] = permute_groups(daz16(_mm512_maskz_loadu_epi16(m, col)));
+                }
+                transpose16(r);
+                for (int64_t p = 0; p < WORDS; p++) _mm512_storeu_si512(dst + (blk * WORDS + p) * NR + h, r[p]);
+            }
+        }
+}
+
+static void pack_b_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst) {
+    if (B->s1 == 1) pack_b_rows_b32(B, k0, kc, n0, nb, dst);
+    else if (B->s0 == 1) pack_b_cols_b32(B, k0, kc, n0, nb, dst);
+    else pack_b_scalar(B, k0, kc, n0, nb, dst);
+}
+
+/* ---- micro-kernels: ROWS x 32 columns ----
+ * Chain accumulators e<r><half> (even k) and o<r><half> (odd k) are named variables (a row-list
+ * macro), the running sums live in sums[] (L1). Row r's word w of the block is ab[r * 16 + w]. */
+#define R1(X) X(0)
+#define R2(X) X(0) X(1)
+#define R4(X) X(0) X(1) X(2) X(3)
+#define R6(X) R4(X) X(4) X(5)
+
+#define C_DECL(r) __m512 e##r##a, e##r##b, o##r##a, o##r##b;
+#define C_ZERO(r) e##r##a = e##r##b = o##r##a = o##r##b = _mm512_setzero_ps();
+#define C_STEP(r)                                                                                   \
+    {                                                                                               \
+        __m512bh x = (__m512bh)_mm512_set1_epi32((int)ab[r * WORDS + 2 * g]);                       \
+        __m512bh y = (__m512bh)_mm512_set1_epi32((int)ab[r * WORDS + 2 * g + 1]);                   \
+        e##r##a = _mm512_dpbf16_ps(e##r##a, x, be0), e##r##b = _mm512_dpbf16_ps(e##r##b, x, be1);  \
+        o##r##a = _mm512_dpbf16_ps(o##r##a, y, bo0), o##r##b = _mm512_dpbf16_ps(o##r##b, y, bo1);  \
+    }
+#define C_FOLD_HALF(s, e, o) _mm512_store_ps(s, _mm512_add_ps(_mm512_load_ps(s), _mm512_add_ps(e, o)));
+#define C_FOLD(r) C_FOLD_HALF(sums + r * 32, e##r##a, o##r##a) C_FOLD_HALF(sums + r * 32 + 16, e##r##b, o##r##b)
+
+/* MXCSR: exceptions masked, round to nearest even, FTZ (bit 15) and DAZ (bit 6). */
+#define B32_MXCSR (0x1f80u | 0x8040u)
+
+#define DEFINE_KERNEL(NAME, ROWS, ROWLIST)                                                          \
+    static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {           \
+        const uint32_t *a = a_, *b = b_;                                                            \
+        __attribute__((aligned(64))) float sums[ROWS * 32];                                         \
+        for (int r = 0; r < ROWS; r++)                                                              \
+            for (int h = 0; h < 32; h += 16)                                                        \
+                _mm512_store_ps(sums + r * 32 + h, t->load ? _mm512_loadu_ps(t->acc + r * t->ldacc + h) \
+                                                           : _mm512_setzero_ps());                  \
+        unsigned csr = _mm_getcsr();                                                                \
+        _mm_setcsr(B32_MXCSR);                                                                      \
+        ROWLIST(C_DECL)                                                                             \
+        for (int64_t p0 = 0; p0 < kpairs; p0 += WORDS) {                                            \
+            const uint32_t *ab = a + p0 * ROWS, *bb = b + p0 * NR;                                  \
+            ROWLIST(C_ZERO)                                                                         \
+            _Pragma("GCC unroll 8") for (int g = 0; g < WORDS / 2; g++) {                          \
+                __m512bh be0 = (__m512bh)_mm512_loadu_si512(bb + 2 * g * NR);                       \
+                __m512bh be1 = (__m512bh)_mm512_loadu_si512(bb + 2 * g * NR + 16);                  \
+                __m512bh bo0 = (__m512bh)_mm512_loadu_si512(bb + (2 * g + 1) * NR);                 \
+                __m512bh bo1 = (__m512bh)_mm512_loadu_si512(bb + (2 * g + 1) * NR + 16);            \
+                ROWLIST(C_STEP)                                                                     \
+            }                                                                                       \
+            ROWLIST(C_FOLD)                                                                         \
+        }                                                                                           \
+        _mm_setcsr(csr);                                                                            \
+        if (t->out) {                                                                               \
+            __mmask32 m = col_mask32(t->cols);                                                      \
+            for (int r = 0; r < t->rows; r++)                                                       \
+                store_bf16x32(t->out + r * t->ldout, _mm512_load_ps(sums + r * 32),                 \
+                              _mm512_load_ps(sums + r * 32 + 16), m, t->stream);                    \
+        } else {                                                                                    \
+            for (int r = 0; r < ROWS; r++)                                                          \
+                for (int h = 0; h < 32; h += 16)                                                    \
+                    _mm512_storeu_ps(t->acc + r * t->ldacc + h, _mm512_load_ps(sums + r * 32 + h)); \
+        }                                                                                           \
+    }
+DEFINE_KERNEL(kernel, MR, R6)
+DEFINE_KERNEL(kernel_4, 4, R4)
+DEFINE_KERNEL(kernel_2, 2, R2)
+DEFINE_KERNEL(kernel_1, 1, R1)
+
+static int available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+
+/* The main kernel over L1-resident panels of one block: its own instruction stream's rate. */
+static double peak(int64_t iters) {
+    static uint32_t a[WORDS * MR] __attribute__((aligned(64))), b[WORDS * NR] __attribute__((aligned(64)));
+    for (int i = 0; i < WORDS * MR; i++) a[i] = 0x3f803f80u;
+    for (int i = 0; i < WORDS * NR; i++) b[i] = 0x00010001u;
+    float acc[MR * NR] __attribute__((aligned(64))) = { 0 };
+    tg_tile t = { .acc = acc, .ldacc = NR, .load = 1 };
+    for (int64_t i = 0; i < iters; i++) kernel(WORDS, a, b, &t);
+    volatile float sink = acc[0];
+    (void)sink;
+    return (double)iters * WORDS * 2 * MR * NR * 2;
+}
+
+const tg_ukernel tg_ukernel_avx512bf16_block32 = {
+    .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
+    .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
+    .short_kernels = { { 4, kernel_4 }, { 2, kernel_2 }, { 1, kernel_1 } }, .available = available, .peak = peak,
+    .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

@@ -19,15 +19,16 @@
  *
  * Layouts: A per block, mr rows of 16 words each (a row's block is one 64-byte vector: packing
  * row-major A is a load, a DAZ and one vpshufb); B per word, NR = 32 columns (pack_bf16_pairs.h's
- * layout, words permuted). K panels are zero-padded to whole blocks (kpair_align 16). Tile: 6 rows
- * x 32 columns: 24 chain accumulators and 4 B vectors in registers, A broadcast from memory, the
- * 12 running sums in an L1 buffer (touched once per block). Compiled alone with -mavx512bf16
- * (meson). */
+ * layout, words permuted). K panels are zero-padded to whole blocks (kpair_align 16). Tile: 12
+ * rows x 32 columns, as the pairwise kernel's (the micro-kernels below say how). The fold's two
+ * vaddps per output and block are its only extra work: on Intel they share vdpbf16ps's ports
+ * (~5% of the kernel's rate there); AMD's Zen cores add on separate pipes. Compiled alone with
+ * -mavx512bf16 (meson). */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>
 
-#define MR 6
+#define MR 12
 #define NR 32
 #include "pack_avx512.h"
 #include "pack_block32.h"
@@ -163,29 +164,63 @@ static void pack_b_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, 
 }
 
 /* ---- micro-kernels: ROWS x 32 columns ----
- * Chain accumulators e<r><half> (even k) and o<r><half> (odd k) are named variables (a row-list
- * macro), the running sums live in sums[] (L1). Row r's word w of the block is ab[r * 16 + w]. */
+ * Per block, the running sums (L1: sums[]) take acc + (even + odd) once per output. Two shapes of
+ * the block's work, the chain accumulators named variables (a row-list macro):
+ *  - split (12 and 8 rows): the two 16-column halves one after the other, 2 chains per row in
+ *    registers (24 for 12 rows, 2 B vectors, A broadcast per vdpbf16ps). A 12-row panel reads the
+ *    B panel once per 12 rows, as the pairwise kernel does: a 6 x 32 tile with all 4 chains per
+ *    row in registers read it twice as often, and in the shared-chunk frame (K panels up to 4096
+ *    deep, B streaming from L2) ran ~3% slower than this;
+ *  - joint (4 and 1 rows): both halves at once, 4 chains per row, for more independent chains.
+ * Row r's word w of the block is ab[r * 16 + w]. */
 #define R1(X) X(0)
-#define R2(X) X(0) X(1)
 #define R4(X) X(0) X(1) X(2) X(3)
-#define R6(X) R4(X) X(4) X(5)
+#define R8(X) R4(X) X(4) X(5) X(6) X(7)
+#define R12(X) R8(X) X(8) X(9) X(10) X(11)
 
-#define C_DECL(r) __m512 e##r##a, e##r##b, o##r##a, o##r##b;
-#define C_ZERO(r) e##r##a = e##r##b = o##r##a = o##r##b = _mm512_setzero_ps();
-#define C_STEP(r)                                                                                   \
+#define A_EVEN(r) (__m512bh)_mm512_set1_epi32((int)ab[r * WORDS + 2 * g])
+#define A_ODD(r) (__m512bh)_mm512_set1_epi32((int)ab[r * WORDS + 2 * g + 1])
+#define FOLD(s, e, o) _mm512_store_ps(s, _mm512_add_ps(_mm512_load_ps(s), _mm512_add_ps(e, o)));
+#define B_AT(w, h) (__m512bh)_mm512_loadu_si512(bb + (w) * NR + (h))
+
+#define S_DECL(r) __m512 e##r, o##r;
+#define S_ZERO(r) e##r = o##r = _mm512_setzero_ps();
+#define S_STEP(r) e##r = _mm512_dpbf16_ps(e##r, A_EVEN(r), be), o##r = _mm512_dpbf16_ps(o##r, A_ODD(r), bo);
+#define S_FOLD(r) FOLD(sums + r * 32 + h, e##r, o##r)
+#define BLOCK_SPLIT(ROWLIST)                                                                        \
+    for (int h = 0; h < 32; h += 16) {                                                              \
+        /* A's words are broadcast again for each half (loads from L1): shared, GCC keeps the 192 \
+         * broadcast vectors on the stack instead */                                                \
+        __asm__("" : "+r"(ab));                                                                     \
+        ROWLIST(S_ZERO)                                                                             \
+        _Pragma("GCC unroll 8") for (int g = 0; g < WORDS / 2; g++) {                              \
+            __m512bh be = B_AT(2 * g, h), bo = B_AT(2 * g + 1, h);                                  \
+            ROWLIST(S_STEP)                                                                         \
+        }                                                                                           \
+        ROWLIST(S_FOLD)                                                                             \
+    }
+
+#define J_DECL(r) __m512 e##r##a, e##r##b, o##r##a, o##r##b;
+#define J_ZERO(r) e##r##a = e##r##b = o##r##a = o##r##b = _mm512_setzero_ps();
+#define J_STEP(r)                                                                                   \
     {                                                                                               \
-        __m512bh x = (__m512bh)_mm512_set1_epi32((int)ab[r * WORDS + 2 * g]);                       \
-        __m512bh y = (__m512bh)_mm512_set1_epi32((int)ab[r * WORDS + 2 * g + 1]);                   \
+        __m512bh x = A_EVEN(r), y = A_ODD(r);                                                       \
         e##r##a = _mm512_dpbf16_ps(e##r##a, x, be0), e##r##b = _mm512_dpbf16_ps(e##r##b, x, be1);  \
         o##r##a = _mm512_dpbf16_ps(o##r##a, y, bo0), o##r##b = _mm512_dpbf16_ps(o##r##b, y, bo1);  \
     }
-#define C_FOLD_HALF(s, e, o) _mm512_store_ps(s, _mm512_add_ps(_mm512_load_ps(s), _mm512_add_ps(e, o)));
-#define C_FOLD(r) C_FOLD_HALF(sums + r * 32, e##r##a, o##r##a) C_FOLD_HALF(sums + r * 32 + 16, e##r##b, o##r##b)
+#define J_FOLD(r) FOLD(sums + r * 32, e##r##a, o##r##a) FOLD(sums + r * 32 + 16, e##r##b, o##r##b)
+#define BLOCK_JOINT(ROWLIST)                                                                        \
+    ROWLIST(J_ZERO)                                                                                 \
+    _Pragma("GCC unroll 8") for (int g = 0; g < WORDS / 2; g++) {                                  \
+        __m512bh be0 = B_AT(2 * g, 0), be1 = B_AT(2 * g, 16), bo0 = B_AT(2 * g + 1, 0), bo1 = B_AT(2 * g + 1, 16); \
+        ROWLIST(J_STEP)                                                                             \
+    }                                                                                               \
+    ROWLIST(J_FOLD)
 
 /* MXCSR: exceptions masked, round to nearest even, FTZ (bit 15) and DAZ (bit 6). */
 #define B32_MXCSR (0x1f80u | 0x8040u)
 
-#define DEFINE_KERNEL(NAME, ROWS, ROWLIST)                                                          \
+#define DEFINE_KERNEL(NAME, ROWS, ROWLIST, DECL, BLOCK)                                             \
     static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {           \
         const uint32_t *a = a_, *b = b_;                                                            \
         __attribute__((aligned(64))) float sums[ROWS * 32];                                         \
@@ -195,18 +230,10 @@ static void pack_b_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, 
                                                            : _mm512_setzero_ps());                  \
         unsigned csr = _mm_getcsr();                                                                \
         _mm_setcsr(B32_MXCSR);                                                                      \
-        ROWLIST(C_DECL)                                                                             \
+        ROWLIST(DECL)                                                                               \
         for (int64_t p0 = 0; p0 < kpairs; p0 += WORDS) {                                            \
             const uint32_t *ab = a + p0 * ROWS, *bb = b + p0 * NR;                                  \
-            ROWLIST(C_ZERO)                                                                         \
-            _Pragma("GCC unroll 8") for (int g = 0; g < WORDS / 2; g++) {                          \
-                __m512bh be0 = (__m512bh)_mm512_loadu_si512(bb + 2 * g * NR);                       \
-                __m512bh be1 = (__m512bh)_mm512_loadu_si512(bb + 2 * g * NR + 16);                  \
-                __m512bh bo0 = (__m512bh)_mm512_loadu_si512(bb + (2 * g + 1) * NR);                 \
-                __m512bh bo1 = (__m512bh)_mm512_loadu_si512(bb + (2 * g + 1) * NR + 16);            \
-                ROWLIST(C_STEP)                                                                     \
-            }                                                                                       \
-            ROWLIST(C_FOLD)                                                                         \
+            BLOCK(ROWLIST)                                                                          \
         }                                                                                           \
         _mm_setcsr(csr);                                                                            \
         if (t->out) {                                                                               \
@@ -220,10 +247,10 @@ static void pack_b_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, 
                     _mm512_storeu_ps(t->acc + r * t->ldacc + h, _mm512_load_ps(sums + r * 32 + h)); \
         }                                                                                           \
     }
-DEFINE_KERNEL(kernel, MR, R6)
-DEFINE_KERNEL(kernel_4, 4, R4)
-DEFINE_KERNEL(kernel_2, 2, R2)
-DEFINE_KERNEL(kernel_1, 1, R1)
+DEFINE_KERNEL(kernel, MR, R12, S_DECL, BLOCK_SPLIT)
+DEFINE_KERNEL(kernel_8, 8, R8, S_DECL, BLOCK_SPLIT)
+DEFINE_KERNEL(kernel_4, 4, R4, J_DECL, BLOCK_JOINT)
+DEFINE_KERNEL(kernel_1, 1, R1, J_DECL, BLOCK_JOINT)
 
 static int available(void) {
     __builtin_cpu_init();
@@ -247,5 +274,5 @@ static double peak(int64_t iters) {
 const tg_ukernel tg_ukernel_avx512bf16_block32 = {
     .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
     .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
-    .short_kernels = { { 4, kernel_4 }, { 2, kernel_2 }, { 1, kernel_1 } }, .available = available, .peak = peak,
+    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .available = available, .peak = peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

@@ -103,7 +103,9 @@ static void pack_b_scalar(const tg_operand *B, int64_t k0, int64_t kc, int64_t n
 }
 
 /* Row-major B: per group of 4 rows, word 2g interleaves rows 4g+2 (low) and 4g (high), word 2g+1
- * rows 4g+3 and 4g+1; rows walked whole, fetched ahead as pack_avx512.h's pack_b_rows does. */
+ * rows 4g+3 and 4g+1; rows walked whole, fetched ahead as pack_avx512.h's pack_b_rows does. No
+ * DAZ pass: vdpbf16ps, the only reader of these panels, treats subnormal inputs as zero itself
+ * (the streaming hooks pack B for every few rows of output, where the pass cost ~10%). */
 static void pack_b_rows_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, uint32_t *dst) {
     int64_t kp = b32_pairs(kc), groups = kp / 2;
     int64_t panels = (nb + NR - 1) / NR, ahead = 64 / panels < 2 ? 2 : 64 / panels > 16 ? 16 : 64 / panels;
@@ -116,9 +118,10 @@ static void pack_b_rows_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t
             int64_t w = nb - j0 < NR ? nb - j0 : NR;
             __mmask32 m = elems_mask(w);
             __m512i x[4];
+#pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
                 if (4 * g + 4 * ahead + i < kc) _mm_prefetch((const char *)(fetch + i * B->s0 + j0), TG_PREFETCH_HINT);
-                x[i] = i < have ? daz16(_mm512_maskz_loadu_epi16(m, row0 + i * B->s0 + j0)) : _mm512_setzero_si512();
+                x[i] = i < have ? _mm512_maskz_loadu_epi16(m, row0 + i * B->s0 + j0) : _mm512_setzero_si512();
             }
             __m512i lo, hi;
             interleave_rows(x[2], x[0], &lo, &hi);
@@ -220,22 +223,28 @@ static void pack_b_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, 
 /* MXCSR: exceptions masked, round to nearest even, FTZ (bit 15) and DAZ (bit 6). */
 #define B32_MXCSR (0x1f80u | 0x8040u)
 
+/* NAME: the micro-kernel (an A panel of ROWS rows); NAME##_at: the same over ROWS rows of an A
+ * panel packed `astride` rows high (the streaming hooks' 16-row and 1-row panels), setting MXCSR
+ * itself (own_csr) or running under the caller's setting of it, and prefetching per_block lines
+ * of walk (when set) per block. */
 #define DEFINE_KERNEL(NAME, ROWS, ROWLIST, DECL, BLOCK)                                             \
-    static void NAME(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {           \
-        const uint32_t *a = a_, *b = b_;                                                            \
+    static inline __attribute__((always_inline)) void NAME##_at(                                    \
+        int64_t kpairs, const uint32_t *a, int64_t astride, const uint32_t *b, const tg_tile *t, bool own_csr, \
+        tg_line_walk *walk, int64_t per_block) {                                                    \
         __attribute__((aligned(64))) float sums[ROWS * 32];                                         \
         for (int r = 0; r < ROWS; r++)                                                              \
             for (int h = 0; h < 32; h += 16)                                                        \
                 _mm512_store_ps(sums + r * 32 + h, t->load ? _mm512_loadu_ps(t->acc + r * t->ldacc + h) \
                                                            : _mm512_setzero_ps());                  \
-        unsigned csr = _mm_getcsr();                                                                \
-        _mm_setcsr(B32_MXCSR);                                                                      \
+        unsigned csr = own_csr ? _mm_getcsr() : 0;                                                  \
+        if (own_csr) _mm_setcsr(B32_MXCSR);                                                         \
         ROWLIST(DECL)                                                                               \
         for (int64_t p0 = 0; p0 < kpairs; p0 += WORDS) {                                            \
-            const uint32_t *ab = a + p0 * ROWS, *bb = b + p0 * NR;                                  \
+            const uint32_t *ab = a + p0 * astride, *bb = b + p0 * NR;                               \
+            if (walk) tg_prefetch_lines(walk, per_block);                                           \
             BLOCK(ROWLIST)                                                                          \
         }                                                                                           \
-        _mm_setcsr(csr);                                                                            \
+        if (own_csr) _mm_setcsr(csr);                                                               \
         if (t->out) {                                                                               \
             __mmask32 m = col_mask32(t->cols);                                                      \
             for (int r = 0; r < t->rows; r++)                                                       \
@@ -246,11 +255,77 @@ static void pack_b_b32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, 
                 for (int h = 0; h < 32; h += 16)                                                    \
                     _mm512_storeu_ps(t->acc + r * t->ldacc + h, _mm512_load_ps(sums + r * 32 + h)); \
         }                                                                                           \
+    }                                                                                               \
+    static void NAME(int64_t kpairs, const void *a, const void *b, const tg_tile *t) {              \
+        NAME##_at(kpairs, a, ROWS, b, t, true, NULL, 0);                                            \
     }
 DEFINE_KERNEL(kernel, MR, R12, S_DECL, BLOCK_SPLIT)
 DEFINE_KERNEL(kernel_8, 8, R8, S_DECL, BLOCK_SPLIT)
 DEFINE_KERNEL(kernel_4, 4, R4, J_DECL, BLOCK_JOINT)
 DEFINE_KERNEL(kernel_1, 1, R1, J_DECL, BLOCK_JOINT)
+
+/* ---- streaming hooks: B read once, in K chunks of a column strip packed into cache ----
+ * The few-row products (M <= 16) and one-row products (M = 1, and N = 1 after the frame's
+ * transpose) of the packed route pack all of B into memory and read it back. Here a chunk of 128
+ * k by a strip of up to 256 columns is packed into a 64 KiB buffer (B's rows read in runs of 512
+ * bytes) and the micro-kernels run over its panels at once, the fp32 sums of the strip's rows (up
+ * to 16) carried between chunks in a 16 KiB tile. (One 32-column panel at a time instead read B in
+ * 64-byte pieces 2 rows apart, which ran 1.3-3x slower than the pairwise order's streaming
+ * kernels.) A is one panel packed `astride` rows high (16 for skinny, 1 for rowvec). */
+enum { ST_COLS = 256, ST_K = 128 };
+static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t rows, const tg_operand *B,
+                          int64_t n0, int64_t cols, uint16_t *out, int64_t ldout) {
+    __attribute__((aligned(64))) uint32_t bp[ST_K / 2 * ST_COLS];
+    __attribute__((aligned(64))) float acc[16 * ST_COLS];
+    unsigned csr = _mm_getcsr(); /* the kernels' MXCSR once for the whole call */
+    _mm_setcsr(B32_MXCSR);
+    for (int64_t s0 = 0; s0 < cols; s0 += ST_COLS) {
+        int64_t sw = cols - s0 < ST_COLS ? cols - s0 : ST_COLS;
+        for (int64_t k0 = 0; k0 < K; k0 += ST_K) {
+            int64_t kc = K - k0 < ST_K ? K - k0 : ST_K, kp = b32_pairs(kc);
+            bool last = k0 + ST_K >= K;
+            pack_b_b32(B, k0, kc, n0 + s0, sw, bp);
+            /* the next chunk (this strip's next K, or the next strip's first), line by line in
+             * runs of B's contiguous axis, a few lines per block the kernels compute (all of them
+             * at the start of each kernel call stalled on full miss buffers: 19% of the time) */
+            int64_t nk = last ? 0 : k0 + ST_K, ns = last ? s0 + ST_COLS : s0;
+            int64_t nkc = K - nk < ST_K ? K - nk : ST_K, nsw = cols - ns < ST_COLS ? cols - ns : ST_COLS;
+            tg_line_walk next = { .base = (const char *)(B->base + nk * B->s0 + (n0 + ns) * B->s1) };
+            if (ns < cols && B->s1 == 1) next.run_stride = B->s0 * 2, next.runs = nkc, next.lines = (nsw * 2 + 63) / 64;
+            else if (ns < cols) next.run_stride = B->s1 * 2, next.runs = nsw, next.lines = (nkc * 2 + 63) / 64;
+            int64_t blocks = (sw + NR - 1) / NR * ((rows + MR - 1) / MR) * (kp / WORDS);
+            int64_t per_block = (next.runs * next.lines + blocks - 1) / blocks;
+            const uint32_t *ak = a + k0 / 2 * astride; /* block k0 / 32 of the panel */
+            for (int64_t j0 = 0; j0 < sw; j0 += NR) {
+                const uint32_t *bj = bp + j0 * kp;
+                for (int32_t r0 = 0; r0 < rows; r0 += MR) {
+                    int32_t h = rows - r0 < MR ? rows - r0 : MR;
+                    tg_tile t = { .acc = acc + r0 * ST_COLS + j0, .ldacc = ST_COLS, .load = k0 > 0, .rows = h,
+                                  .cols = (int32_t)(sw - j0 < NR ? sw - j0 : NR),
+                                  .out = last ? out + r0 * ldout + s0 + j0 : NULL, .ldout = ldout };
+                    const uint32_t *ar = ak + r0 * WORDS;
+                    if (h > 8) kernel_at(kp, ar, astride, bj, &t, false, &next, per_block);
+                    else if (h > 4) kernel_8_at(kp, ar, astride, bj, &t, false, &next, per_block);
+                    else if (h > 1) kernel_4_at(kp, ar, astride, bj, &t, false, &next, per_block);
+                    else kernel_1_at(kp, ar, astride, bj, &t, false, &next, per_block);
+                }
+            }
+        }
+    }
+    _mm_setcsr(csr);
+}
+
+static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                   uint16_t *out, int64_t ldout) {
+    tg_operand B = { b, ldb, 1 };
+    stream_panels(K, a, 16, rows, &B, 0, cols, out, ldout);
+}
+
+static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    if (B->s1 != 1 && B->s0 != 1) return false;
+    stream_panels(K, apairs, 1, 1, B, n0, nb, out, 0);
+    return true;
+}
 
 static int available(void) {
     __builtin_cpu_init();
@@ -274,5 +349,6 @@ static double peak(int64_t iters) {
 const tg_ukernel tg_ukernel_avx512bf16_block32 = {
     .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
     .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
-    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .available = available, .peak = peak,
+    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec, .skinny = skinny,
+    .available = available, .peak = peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

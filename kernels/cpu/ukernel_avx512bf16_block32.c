@@ -267,12 +267,13 @@ DEFINE_KERNEL(kernel_1, 1, R1, J_DECL, BLOCK_JOINT)
 /* ---- streaming hooks: B read once, in K chunks of a column strip packed into cache ----
  * The few-row products (M <= 16) and one-row products (M = 1, and N = 1 after the frame's
  * transpose) of the packed route pack all of B into memory and read it back. Here a chunk of 128
- * k by a strip of up to 256 columns is packed into a 64 KiB buffer (B's rows read in runs of 512
- * bytes) and the micro-kernels run over its panels at once, the fp32 sums of the strip's rows (up
- * to 16) carried between chunks in a 16 KiB tile. (One 32-column panel at a time instead read B in
- * 64-byte pieces 2 rows apart, which ran 1.3-3x slower than the pairwise order's streaming
- * kernels.) A is one panel packed `astride` rows high (16 for skinny, 1 for rowvec). */
-enum { ST_COLS = 256, ST_K = 128 };
+ * k by a strip of up to 128 columns is packed into a 32 KiB buffer (L1; B's rows read in runs of
+ * 256 bytes) and the micro-kernels run over its panels at once, the fp32 sums of the strip's rows
+ * (up to 16) carried between chunks in an 8 KiB tile. (One 32-column panel at a time instead read
+ * B in 64-byte pieces, which ran 1.3-3x slower than the pairwise order's streaming kernels;
+ * strips of 256 columns, or chunks of 256 k, measured no faster.) A is one panel packed `astride`
+ * rows high (16 for skinny, 1 for rowvec). */
+enum { ST_COLS = 128, ST_K = 128 };
 static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t rows, const tg_operand *B,
                           int64_t n0, int64_t cols, uint16_t *out, int64_t ldout) {
     __attribute__((aligned(64))) uint32_t bp[ST_K / 2 * ST_COLS];

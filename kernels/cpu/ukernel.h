@@ -84,6 +84,14 @@ typedef struct tg_ukernel {
     /* optional: called on the worker thread before (after) it runs a task's kernels, e.g. to load
      * (release) AMX's tile configuration, which is per-thread state other code may change */
     void (*begin)(void), (*end)(void);
+    /* optional (block32 variants): in the shared-chunk path, run each K panel in sub-panels of
+     * ksub elements (a multiple of 2 * kpair_align), a column micro-panel at a time, so that its
+     * B sub-panel stays in L1 while the rows' A sub-panels stream from L2 (the chunk's panels can
+     * be 4096 deep; the per-block path's panels are kc deep already). 0: whole panels. */
+    int32_t ksub;
+    /* with kernel_direct: read A in place whatever its row stride (a tile load reads each row's
+     * block once, so rows sharing an L1 set cost nothing; see gemm_packed.c) */
+    bool direct_any_stride;
     /* Peak probe: run the variant's core instruction stream for `iters` iterations on this
      * thread; returns the floating-point operations done (2 per multiply-add). */
     double (*peak)(int64_t iters);
@@ -118,6 +126,9 @@ static inline void tg_prefetch_lines(tg_line_walk *w, int64_t n) {
 #define TG_PACK_FN static __attribute__((unused))
 
 extern const tg_ukernel tg_ukernel_portable, tg_ukernel_portable_block32;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+extern const tg_ukernel tg_ukernel_avx512f_block32_stream;
+#endif
 #if defined(TGRAD_HAVE_AMX_VARIANT)
 extern const tg_ukernel tg_ukernel_amx;
 #endif

@@ -526,8 +526,10 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
  *    the even one, one rounding per addition;
  *  - TGRAD_MATMUL_ORDER_BLOCK32 (1): AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even
  *    k, odd k) from +0, then acc + (even + odd); K padded with +0 to whole blocks. It runs on
- *    AMX where the CPU has it (else a portable kernel, the same bytes), on the CPU only: a
- *    block32 product of GPU operands is refused (TGRAD_ERR_ROUTE_NOT_ELIGIBLE) when it is made.
+ *    AMX where the CPU has it (else a portable kernel, the same bytes; one-row products stream B
+ *    on AVX-512), and on GPU devices by the naive and tiled routes (the tc route computes the
+ *    hardware's order: the automatic choice takes tiled, a forced tc is
+ *    TGRAD_ERR_ROUTE_NOT_ELIGIBLE when the product is realized).
  * Both are exact, documented orders: each gives the same bytes on every CPU, thread count and
  * fusion setting; the two orders' bf16 results agree in almost every element, their fp32
  * accumulators in few. tgrad_set_matmul_order sets the order of the products tgrad_matmul and
@@ -538,6 +540,9 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
 #define TGRAD_MATMUL_ORDER_BLOCK32 1
 TGRAD_API tgrad_status tgrad_set_matmul_order(int32_t order);
 TGRAD_API int32_t tgrad_matmul_order(void);
+/* The CPU kernel variant that packed products of `order` take now ("amx", "portable_block32",
+ * "avx512bf16", ...: the route's middle name), or NULL for an unknown order. */
+TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order);
 TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                             tgrad_tensor_t *out);
 
@@ -607,7 +612,8 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, most capable first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
 TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
-/* Measured peak of the packed products' variant (tgrad_cpu_isa()): its core instruction
+/* Measured peak of the packed products' variant (tgrad_cpu_isa(); under the calling thread's
+ * matmul order: tgrad_matmul_order_kernel, e.g. AMX's TDPBF16PS for block32): its core instruction
  * (vdpbf16ps, FMA, ...) run on `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s
  * counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */

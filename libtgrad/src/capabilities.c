@@ -9,6 +9,7 @@
 #define TG_CAPABILITIES(X)                                                                                  \
     X("cpu", "matmul bf16 -> bf16", "bit-exact", "fp32 accumulation in the documented order on every variant and thread count") \
     X("cpu", "batched matmul (torch.matmul's rule)", "bit-exact", "batch axes broadcast and read through views, 1-D operands promoted; each batch's bytes are its 2-D product's; small products spread over the threads (GPU devices: refused, backend_unavailable)") \
+    X("cpu", "matmul, block32 order (tgrad_set_matmul_order)", "bit-exact", "AMX's TDPBF16PS order, the second documented order: AMX tiles where the CPU and OS have them (route cpu.amx.gemm), else AVX512-BF16's vdpbf16ps (cpu.avx512bf16_block32.gemm), else the portable reference (cpu.portable_block32.gemm); one-row products stream B (cpu.avx512f_block32.rowvec); every thread count and blocking; GPU devices: the naive and tiled routes in MSL, OpenCL C and CUDA (tc computes the hardware's order: refused)") \
     X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, neon, portable); the fastest by a rule from CPUID") \
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large, except on avx2): B read in place and streamed, only A packed (avx512bf16, avx512f, avx2)") \

@@ -184,6 +184,8 @@ const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32
     return tg_route_find(TGRAD_ROUTE_TILED);
 }
 
+int32_t tg_device_forced_route(void) { return atomic_load(&forced_route); }
+
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route) {
     if (route != 0 && (!tg_route_find(route) || tg_route_find(route)->kind != TG_ROUTE_MATMUL))
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_device_route: %d is not a matmul route (0, naive, tiled, tc)", route);
@@ -248,6 +250,7 @@ static bool is_empty_sum(const tg_step *st) {
 
 static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
     tg_gen_matmul p = tg_gen_matmul_of(&st->inputs[0].view, &st->inputs[1].view);
+    p.order = st->base->params.matmul_order;
     tgrad_status s = tg_gen_check_matmul(st->dev_route, l, &p);
     if (s) return s;
     size_t bytes = (size_t)st->buf->numel * 2u; /* +0 in bf16 is all zero bits */

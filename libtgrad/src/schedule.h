@@ -114,6 +114,8 @@ TG_HIDDEN void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap);
 
 /* Device routes (device.c): the route a matmul of these operands takes on `device` now. */
 TG_HIDDEN const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device);
+/* The route tgrad_set_device_route forced, or 0 (the automatic choice). */
+TG_HIDDEN int32_t tg_device_forced_route(void);
 /* Executors: run one decided step into its allocated buffer (the caller holds step->buf->lock). */
 TG_HIDDEN tgrad_status tg_device_execute(const tg_step *step);
 

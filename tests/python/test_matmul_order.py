@@ -49,6 +49,16 @@ def _kernels() -> list[str]:
     return sorted({tgrad._cpu_isa_setting(), "portable", *forced_bf16})
 
 
+def _block32_kernel() -> str:
+    """The block32 kernel the present variant setting takes (libtgrad/src/cpu/variants.c): AMX,
+    else the vdpbf16ps kernel, else the portable one automatically; forced avx512bf16 takes the
+    vdpbf16ps kernel and every other forced variant the portable one."""
+    setting, bf16 = tgrad._cpu_isa_setting(), tgrad.cpu_isas().get("avx512bf16")
+    if setting == "auto":
+        return "amx" if _cpu_has_amx() else "avx512bf16_block32" if bf16 else "portable_block32"
+    return "avx512bf16_block32" if setting == "avx512bf16" else "portable_block32"
+
+
 def _cpu_has_amx() -> bool:
     """Whether this machine's CPU reports AMX-BF16 (Linux); the AMX kernel must then run."""
     try:
@@ -122,9 +132,11 @@ def _random_bits(rng: np.random.Generator, shape: tuple[int, int], fill: str) ->
 
 
 # K across the block (32) and the kernels' panels (512), M across AMX's 16- and 32-row tiles and
-# past 384 (shared chunks), N = 1 (the matrix-vector swap) and M = 1.
+# past 384 (shared chunks: K sub-panels of 512 within one chunk panel, with and without the tasks
+# owning their columns, and K past one chunk panel of 4096), N = 1 (the matrix-vector swap), M = 1.
 SHAPES = [(1, 300, 70), (70, 300, 1), (5, 1100, 33), (130, 700, 97), (400, 40, 50), (3, 5, 600), (13, 1, 17),
-          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200)]
+          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200), (400, 1100, 70),
+          (400, 1100, 300), (390, 4130, 33)]
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
@@ -227,11 +239,7 @@ def test_route_names_the_block32_kernel():
     a = tgrad.Tensor.from_numpy(np.ones((40, 64), np.float32))
     c = tgrad.matmul(a, a.T, order="block32")
     c.numpy()
-    setting, bf16 = tgrad._cpu_isa_setting(), tgrad.cpu_isas().get("avx512bf16")
-    if setting == "auto":
-        kernel = "amx" if _cpu_has_amx() else "avx512bf16_block32" if bf16 else "portable_block32"
-    else:  # forced: avx512bf16 takes the vdpbf16ps kernel, every other variant the portable one
-        kernel = "avx512bf16_block32" if setting == "avx512bf16" else "portable_block32"
+    kernel = _block32_kernel()
     assert c.route == f"cpu.{kernel}.gemm"
     assert f"cpu.{kernel}.gemm" in tgrad.explain(tgrad.matmul(a, a.T, order="block32"))
 
@@ -264,3 +272,38 @@ def test_gradients_of_a_block32_product_are_block32_products():
     want = matmul_bits(g_bits, np.ascontiguousarray(b_bits.T), order="block32")
     assert np.array_equal(a_t.grad.numpy().view(np.uint16), want)
     assert not np.array_equal(want, matmul_bits(g_bits, np.ascontiguousarray(b_bits.T)))
+
+
+def test_kernel_names_explain_and_peak_follow_the_order():
+    kernel = _block32_kernel()
+    assert tgrad.matmul_order_kernel("block32") == kernel
+    assert tgrad.matmul_order_kernel("pairwise") == tgrad.cpu_isa()
+    assert tgrad.matmul_order_kernel() == tgrad.cpu_isa()
+    with tgrad.matmul_order("block32"):
+        assert tgrad.matmul_order_kernel() == kernel
+        a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
+        assert "| order block32 |" in tgrad.explain(a @ a)
+    assert "order block32" not in tgrad.explain(a @ a)
+
+
+@pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
+@pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057])
+@pytest.mark.parametrize("layout", ["row-major B", "column-major B"])
+def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
+    """One-row block32 products (a decoding step) stream B in place on AVX-512 (route rowvec),
+    row-major B or column-major (x @ W.T), and give the oracle's bytes."""
+    n = 70
+    rng = np.random.default_rng(k * 7 + len(fill) + len(layout))
+    a_bits = _random_bits(rng, (1, k), fill)
+    b_bits = _random_bits(rng, (k, n), fill)
+    a_t = tgrad.Tensor.from_bf16_bits(a_bits)
+    b_t = tgrad.Tensor.from_bf16_bits(b_bits) if layout == "row-major B" \
+        else tgrad.Tensor.from_bf16_bits(np.ascontiguousarray(b_bits.T)).T
+    want = _rne_bf16(_oracle32(a_bits, b_bits))
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        c = tgrad.matmul(a_t, b_t, order="block32")
+        got = c.numpy().view(np.uint16)
+        if tgrad.cpu_isas().get("avx512f") and isa != "portable":
+            assert c.route == "cpu.avx512f_block32.rowvec"
+        assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)

@@ -16,7 +16,7 @@ from . import errors
 from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
 from .errors import TgradError, _check
 from .tensor import Tensor, matmul, typed
-from .matmul_order import get_matmul_order, matmul_order, set_matmul_order
+from .matmul_order import get_matmul_order, matmul_order, matmul_order_kernel, set_matmul_order
 from . import ops
 from .ops import (abs, add, div, exp, fusion_enabled, gelu, maximum, minimum, mul, neg, relu, rsqrt,
                   set_fusion, sigmoid, silu, square, sub, tanh)
@@ -162,6 +162,7 @@ __all__ = [
     "live_tensors",
     "matmul",
     "matmul_order",
+    "matmul_order_kernel",
     "maximum",
     "memory_limit",
     "minimum",

@@ -223,8 +223,11 @@ tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
+#define TGRAD_MATMUL_ORDER_PAIRWISE 0
+#define TGRAD_MATMUL_ORDER_BLOCK32 1
 tgrad_status tgrad_set_matmul_order(int32_t order);
 int32_t tgrad_matmul_order(void);
+const char *tgrad_matmul_order_kernel(int32_t order);
 tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                   tgrad_tensor_t *out);
 

@@ -275,7 +275,7 @@ static bool direct_a_fits_l1(int32_t mr, int64_t stride_bytes) {
 static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_operand *A) {
     pthread_once(&l1d_once, read_l1d);
     return uk->kernel_direct && mr == uk->mr && A->s1 == 1 && !(atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A) &&
-           direct_a_fits_l1(mr, A->s0 * 2); /* |s0| < INT64_MAX / 2: inside A's buffer */
+           (uk->direct_any_stride || direct_a_fits_l1(mr, A->s0 * 2)); /* |s0| < INT64_MAX / 2: inside A's buffer */
 }
 
 typedef struct {
@@ -314,6 +314,50 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
     }
 }
 
+/* chunk_tiles for a variant with K sub-panels (ukernel.h, ksub): per row block of at most MC_MAX
+ * rows, a column micro-panel at a time (packed here first when the task owns its columns): for
+ * each sub-panel of ksub elements, every row tile of the block against that micro-panel's
+ * sub-panel (in L1), A read in place below a_lo or from its packed panel; the accumulators in the
+ * chunk's (K past one panel) or here (a micro-panel's column of the block: 24 KiB). The kernels
+ * see the same blocks in the same order: the bytes are the whole panel's. */
+static void chunk_tiles_ksub(const chunk_job *J, int64_t i_lo, int64_t i_hi, int64_t j_lo, int64_t j_hi) {
+    const tg_ukernel *uk = J->uk;
+    int64_t kp = panel_pairs(uk, J->kc), sp = uk->ksub / 2, mr = J->k.mr, nr = uk->nr;
+    int64_t aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
+    float local[MC_MAX * 32] __attribute__((aligned(64)));
+    for (int64_t ib = i_lo; ib < i_hi; ib += J->mc) {
+        int64_t ie = ib + J->mc < i_hi ? ib + J->mc : i_hi;
+        for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
+            char *bp = J->bpack + (size_t)(j0 * kp * beb);
+            int32_t cols = (int32_t)(J->nb - j0 < nr ? J->nb - j0 : nr);
+            if (J->own_cols && ib == i_lo) uk->pack_b(&J->B, J->k0, J->kc, J->n0 + j0, cols, bp);
+            for (int64_t p0 = 0; p0 < kp; p0 += sp) {
+                int64_t pairs = kp - p0 < sp ? kp - p0 : sp;
+                bool last = J->last && p0 + pairs == kp;
+                for (int64_t i0 = ib; i0 < ie; i0 += mr) {
+                    int32_t rows = (int32_t)(J->mb - i0 < mr ? J->mb - i0 : mr);
+                    tg_tile t = { .acc = J->acc ? J->acc + i0 * J->ldacc + j0 : local + (i0 - ib) * nr,
+                                  .ldacc = J->acc ? J->ldacc : nr, .load = J->load || p0 > 0,
+                                  .out = last && J->out ? J->out + (J->m0 + i0) * J->N + J->n0 + j0 : NULL,
+                                  .ldout = J->N, .rows = rows, .cols = cols, .stream = J->stream };
+                    if (i0 < J->a_lo) {
+                        int64_t k_in = J->kc - 2 * p0 < 2 * sp ? J->kc - 2 * p0 : 2 * sp; /* elements */
+                        direct_tile(uk, &J->A, J->m0 + i0, J->k0 + 2 * p0, k_in, bp + (size_t)(p0 * nr * beb), &t);
+                    } else {
+                        int64_t h = rows < mr ? J->k.tail_mr : mr; /* the panel's packed height */
+                        pick(&J->k, rows)(pairs, J->apack + (size_t)(((i0 - J->a_lo) * kp + p0 * h) * aeb),
+                                          bp + (size_t)(p0 * nr * beb), &t);
+                    }
+                    if (last && J->out32)
+                        store_f32_tile(t.acc, t.ldacc, J->out32 + (J->m0 + i0) * J->N + J->n0 + j0, J->N, rows,
+                                       cols);
+                }
+            }
+        }
+        if (J->last) tg_chain_apply_block(J->ep, J->out, J->N, J->m0 + ib, J->n0 + j_lo, ie - ib, j_hi - j_lo);
+    }
+}
+
 static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
@@ -324,6 +368,10 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     int64_t j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
     float scratch[TILE_MAX]; /* one tile's accumulators of a float32 result over one K panel */
     if (uk->begin) uk->begin();
+    if (uk->ksub && uk->ksub < J->kc && nr == 32 && J->mc <= MC_MAX) {
+        chunk_tiles_ksub(J, i_lo, i_hi, j_lo, j_hi);
+        i_hi = i_lo; /* done: skip the whole-panel loop */
+    }
     for (int64_t ib = i_lo; ib < i_hi; ib += J->mc) { /* row blocks of mc: one, unless own_cols */
         for (int64_t j0 = j_lo; j0 < j_hi; j0 += nr) {
             char *bp = J->bpack + (size_t)(j0 * kp * beb);

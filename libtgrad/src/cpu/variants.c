@@ -72,6 +72,28 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
     return &tg_ukernel_portable_block32;
 }
 
+const tg_ukernel *tg_cpu_block32_stream_variant(int sel) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_avx512f_block32_stream.available())
+        return &tg_ukernel_avx512f_block32_stream;
+#else
+    (void)sel;
+#endif
+    return NULL;
+}
+
+const tg_ukernel *tg_cpu_order_current(void) {
+    int sel = tg_cpu_selected();
+    return tgrad_matmul_order() == TGRAD_MATMUL_ORDER_BLOCK32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel);
+}
+
+TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order) {
+    int sel = tg_cpu_selected();
+    if (order == TGRAD_MATMUL_ORDER_PAIRWISE) return tg_cpu_gemm_variant(sel)->name;
+    if (order == TGRAD_MATMUL_ORDER_BLOCK32) return tg_cpu_block32_variant(sel)->name;
+    return NULL;
+}
+
 static const tg_ukernel *find_variant(const char *name) {
     for (int i = 0; i < NVARIANTS; i++)
         if (strcmp(variants[i]->name, name) == 0) return variants[i];

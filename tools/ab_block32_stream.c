@@ -1,8 +1,7 @@
-/* A/B of the streaming hooks (issue 38): the pairwise order's skinny and rowvec kernels
- * (avx512bf16) against the block32 order's (avx512bf16_block32), which plan.c does not route to
- * yet: each hook called directly as the frame would (A packed by the variant's pack_a into a
- * 16-row or 1-row panel, then the hook over the columns, split in halves between 2 threads),
- * paired and interleaved in one process. Prints the median times, GFLOP/s, the paired median
+/* A/B of the few-row hook (issue 38): the pairwise order's skinny kernel (avx512bf16) against the
+ * block32 order's (avx512bf16_block32), which plan.c does not route to yet: each called directly
+ * as the frame would (A packed by the variant's pack_a into a 16-row panel, then the hook over the
+ * columns, split in halves between 2 threads), paired and interleaved in one process. Prints the median times, GFLOP/s, the paired median
  * ratio block32 / pairwise with its interquartile range, and the ratio of the best times.
  *
  *     meson setup build && ninja -C build
@@ -35,14 +34,9 @@ typedef struct {
 static void *work(void *p) {
     job *J = p;
     const tg_ukernel *uk = J->uk;
-    tg_operand A = { J->a, J->K, 1 }, B = { J->b, J->N, 1 };
-    if (J->M == 1) {
-        uk->pack_a(&A, 0, 1, 0, J->K, 1, J->ap);
-        uk->rowvec(J->ap, &B, J->K, J->n0, J->n1 - J->n0, J->out + J->n0);
-    } else {
-        uk->pack_a(&A, 0, J->M, 0, J->K, 16, J->ap);
-        uk->skinny(J->K, J->ap, (int32_t)J->M, J->b + J->n0, J->N, (int32_t)(J->n1 - J->n0), J->out + J->n0, J->N);
-    }
+    tg_operand A = { J->a, J->K, 1 };
+    uk->pack_a(&A, 0, J->M, 0, J->K, 16, J->ap);
+    uk->skinny(J->K, J->ap, (int32_t)J->M, J->b + J->n0, J->N, (int32_t)(J->n1 - J->n0), J->out + J->n0, J->N);
     return NULL;
 }
 
@@ -68,7 +62,7 @@ static int cmp(const void *x, const void *y) {
 
 int main(int argc, char **argv) {
     static const int64_t shapes[][3] = { { 16, 4096, 4096 }, { 16, 1024, 4096 }, { 16, 4096, 1024 },
-                                         { 1, 4096, 4096 },  { 1, 1024, 4096 },  { 1, 4096, 1024 } };
+                                         { 8, 4096, 4096 },  { 4, 4096, 4096 },  { 12, 2048, 2048 } };
     int reps = argc > 1 ? atoi(argv[1]) : 40, only = argc > 2 ? atoi(argv[2]) : -1;
     if (reps < 1 || reps > 400) reps = 40;
     const tg_ukernel *P = &tg_ukernel_avx512bf16, *Q = &tg_ukernel_avx512bf16_block32;
@@ -96,9 +90,9 @@ int main(int argc, char **argv) {
             }
             qsort(tp, (size_t)reps, 8, cmp), qsort(tq, (size_t)reps, 8, cmp), qsort(ratio, (size_t)reps, 8, cmp);
             double flops = 2.0 * (double)(M * K * N);
-            printf("threads %d %4lldx%lldx%lld %s: pairwise %.3f ms %.1f GFLOP/s | block32 %.3f ms %.1f GFLOP/s | "
+            printf("threads %d %4lldx%lldx%lld: pairwise %.3f ms %.1f GFLOP/s | block32 %.3f ms %.1f GFLOP/s | "
                    "paired median %.3f [IQR %.3f, %.3f], best-of %.3f\n", threads, (long long)M, (long long)K,
-                   (long long)N, M == 1 ? "rowvec" : "skinny", tp[reps / 2] * 1e3, flops / tp[reps / 2] / 1e9,
+                   (long long)N, tp[reps / 2] * 1e3, flops / tp[reps / 2] / 1e9,
                    tq[reps / 2] * 1e3, flops / tq[reps / 2] / 1e9, ratio[reps / 2], ratio[reps / 4],
                    ratio[3 * reps / 4], tq[0] / tp[0]);
             free(a), free(b), free(o1), free(o2), free(ap[0]), free(ap[1]);

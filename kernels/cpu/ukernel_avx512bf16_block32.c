@@ -264,15 +264,15 @@ DEFINE_KERNEL(kernel_8, 8, R8, S_DECL, BLOCK_SPLIT)
 DEFINE_KERNEL(kernel_4, 4, R4, J_DECL, BLOCK_JOINT)
 DEFINE_KERNEL(kernel_1, 1, R1, J_DECL, BLOCK_JOINT)
 
-/* ---- streaming hooks: B read once, in K chunks of a column strip packed into cache ----
- * The few-row products (M <= 16) and one-row products (M = 1, and N = 1 after the frame's
- * transpose) of the packed route pack all of B into memory and read it back. Here a chunk of 128
+/* ---- the few-row hook (skinny): B read once, in K chunks of a column strip packed into cache ----
+ * Few-row products (M <= 16) on the packed route pack all of B into memory and read it back. Here a chunk of 128
  * k by a strip of up to 128 columns is packed into a 32 KiB buffer (L1; B's rows read in runs of
  * 256 bytes) and the micro-kernels run over its panels at once, the fp32 sums of the strip's rows
  * (up to 16) carried between chunks in an 8 KiB tile. (One 32-column panel at a time instead read
  * B in 64-byte pieces, which ran 1.3-3x slower than the pairwise order's streaming kernels;
  * strips of 256 columns, or chunks of 256 k, measured no faster.) A is one panel packed `astride`
- * rows high (16 for skinny, 1 for rowvec). */
+ * rows high (16: the frame's skinny panel). One-row products have their own streaming kernel
+ * (stream_block32_avx512.c, B in place, no packing). */
 enum { ST_COLS = 128, ST_K = 128 };
 static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t rows, const tg_operand *B,
                           int64_t n0, int64_t cols, uint16_t *out, int64_t ldout) {
@@ -322,12 +322,6 @@ static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b
     stream_panels(K, a, 16, rows, &B, 0, cols, out, ldout);
 }
 
-static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    if (B->s1 != 1 && B->s0 != 1) return false;
-    stream_panels(K, apairs, 1, 1, B, n0, nb, out, 0);
-    return true;
-}
-
 static int available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -350,6 +344,6 @@ static double peak(int64_t iters) {
 const tg_ukernel tg_ukernel_avx512bf16_block32 = {
     .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
     .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
-    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .rowvec = rowvec, .skinny = skinny,
+    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny,
     .available = available, .peak = peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

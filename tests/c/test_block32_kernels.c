@@ -4,7 +4,7 @@
  * the variant has, column panels, K panels of 32 to 512 elements carried in fp32), for row-major,
  * column-major and strided operands, fills with NaN, infinities, subnormals and signed zeros, fills
  * whose partial sums cross fp32's flush threshold, and a caller whose MXCSR rounds toward zero
- * with flush modes off (restored after); and its streaming hooks (skinny, rowvec) against the same
+ * with flush modes off (restored after); and its few-row hook (skinny) against the same
  * reference. Linked from libtgrad's objects (the kernels are hidden in
  * the shared library). Exit 77 (skipped) where the CPU has no AVX512-BF16. */
 #include <stdbool.h>
@@ -128,35 +128,23 @@ static void compare(int64_t M, int64_t N, int64_t K, int64_t kcp, enum fill f, e
                     got16[first], bits(want32[first]), want16[first]);
         }
     }
-    /* the streaming hooks (bf16 out): skinny (M <= 16, row-major B in place) from a 16-row A
-     * panel, rowvec (M = 1; row- or column-major B) from a 1-row one */
+    /* the few-row hook (bf16 out): skinny (M <= 16, row-major B in place) from a 16-row A panel */
     uint32_t *ap = aligned_alloc(64, (size_t)(16 * ((K + 31) / 32 * 16)) * 4u);
-    for (int hook = 0; hook < 2; hook++) {
-        bool row = hook == 1;
-        if (row ? M != 1 : M > 16 || lb != ROWS) continue;
+    if (M <= 16 && lb == ROWS) {
         memset(got16, 0, (size_t)(M * N) * 2u);
-        uk->pack_a(&A, 0, M, 0, K, row ? 1 : 16, ap);
-        if (row && lb == STRIDED) {
-            CHECK(!uk->rowvec(ap, &B, K, 0, N, got16)); /* declined: the frame packs */
-            continue;
-        }
+        uk->pack_a(&A, 0, M, 0, K, 16, ap);
         int64_t half = N / 2; /* two column strips, as the frame's tasks split them */
-        if (row) {
-            CHECK(uk->rowvec(ap, &B, K, 0, half, got16));
-            CHECK(uk->rowvec(ap, &B, K, half, N - half, got16 + half));
-        } else {
-            uk->skinny(K, ap, (int32_t)M, b, B.s0, (int32_t)half, got16, N);
-            uk->skinny(K, ap, (int32_t)M, b + half, B.s0, (int32_t)(N - half), got16 + half, N);
-        }
+        uk->skinny(K, ap, (int32_t)M, b, B.s0, (int32_t)half, got16, N);
+        uk->skinny(K, ap, (int32_t)M, b + half, B.s0, (int32_t)(N - half), got16 + half, N);
         int64_t bad = 0;
         for (int64_t i = 0; i < M * N; i++) bad += got16[i] != want16[i];
         cases++;
         CHECK(bad == 0);
         if (bad) {
             mismatches++;
-            fprintf(stderr, "  %lldx%lldx%lld %s A %s B %s, %s: %lld of %lld differ\n", (long long)M, (long long)K,
-                    (long long)N, fill_names[f], layout_names[la], layout_names[lb], row ? "rowvec" : "skinny",
-                    (long long)bad, (long long)(M * N));
+            fprintf(stderr, "  %lldx%lldx%lld %s A %s B %s, skinny: %lld of %lld differ\n", (long long)M,
+                    (long long)K, (long long)N, fill_names[f], layout_names[la], layout_names[lb], (long long)bad,
+                    (long long)(M * N));
         }
     }
     free(ap), free(a), free(b), free(want32), free(got32), free(want16), free(got16);

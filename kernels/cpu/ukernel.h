@@ -127,7 +127,7 @@ static inline void tg_prefetch_lines(tg_line_walk *w, int64_t n) {
 
 extern const tg_ukernel tg_ukernel_portable, tg_ukernel_portable_block32;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-extern const tg_ukernel tg_ukernel_avx512f_block32_stream;
+extern const tg_ukernel tg_ukernel_avx512f_block32_stream, tg_ukernel_avx512f_block32;
 #endif
 #if defined(TGRAD_HAVE_AMX_VARIANT)
 extern const tg_ukernel tg_ukernel_amx;

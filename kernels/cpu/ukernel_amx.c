@@ -24,6 +24,7 @@
 #include "pack_avx512.h"
 #include "pack_block32.h"
 #include "store_bf16_avx512.h"
+#include "pack_block32_avx512.h"
 
 enum { KC = 256 }; /* a B micro-panel of KC/2 pairs x 32 columns and an A panel of 32 rows x KC are 16 KiB each: both
                     * stay in L1 (the kernel alone, 192 rows x 32 columns: 2175 GFLOP/s per core at 256, 1932 at 512) */
@@ -55,15 +56,6 @@ static void pack_a_amx(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, 
     }
 }
 
-/* B per 32-column panel in pack_avx512.h's pair layout, then +0 pairs to the block boundary. */
-static void pack_b_amx(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
-    uint32_t *dst = dst_;
-    int64_t kp = (kc + 1) / 2, padded = b32_pairs(kc);
-    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += padded * NR) {
-        pack_b_bf16_avx512(B, k0, kc, n0 + j0, nb - j0 < NR ? nb - j0 : NR, dst);
-        memset(dst + kp * NR, 0, (size_t)((padded - kp) * NR) * 4u);
-    }
-}
 
 /* ---- tiles ---- */
 typedef struct __attribute__((aligned(64))) {
@@ -248,6 +240,6 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_amx = {
     .name = "amx", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC, .pack_a = pack_a_amx,
-    .pack_b = pack_b_amx, .kernel = kernel, .short_kernels = { { 16, kernel_16 } }, .available = available,
+    .pack_b = pack_b_block32_avx512, .kernel = kernel, .short_kernels = { { 16, kernel_16 } }, .available = available,
     .peak = peak, .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS, .begin = begin, .end = end, .ksub = KC,
     .kernel_direct = kernel_direct, .direct_any_stride = true };

@@ -90,7 +90,7 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(16, ERR_KERNEL_COMPILE_FAILED, kernel_compile_failed, "runtime", "kernel source failed to compile") \
     X(17, ERR_VERSION_MISMATCH, version_mismatch, "runtime", "library and header versions are incompatible") \
     X(18, ERR_INTERNAL, internal, "runtime", "internal error (a bug in tgrad: please report it)") \
-    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view or language)") \
+    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view, language or precision policy)") \
     X(20, ERR_TRACE_NO_OUTPUT, trace_no_output, "type", "the traced function returned no Tensor") \
     X(21, ERR_TRACE_NO_INPUT, trace_no_input, "type", "no Tensor was given to trace") \
     X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option") \
@@ -636,7 +636,8 @@ TGRAD_API int64_t tgrad_cpu_scratch_bytes(void);
 /* ---- devices ------------------------------------------------------------------------------ */
 /* Where a tensor's buffer lives. The numbers are tgrad_backend()'s indices. A GPU device runs the
  * kernels libtgrad renders for it (tgrad_render_*): tiled and naive routes bit-identical to the
- * CPU, the tc route within the bound of docs/kernels.md. */
+ * CPU, the tc route (only under TGRAD_MATMUL_PRECISION_BOUNDED) within the bound of
+ * docs/kernels.md. */
 #define TGRAD_DEVICE_CPU 0
 #define TGRAD_DEVICE_METAL 1
 #define TGRAD_DEVICE_OPENCL 2
@@ -650,10 +651,32 @@ TGRAD_API tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *devic
  * use. Operands of tgrad_matmul must share a device (else TGRAD_ERR_DEVICE_MISMATCH); the result
  * lives there too, and reading it copies it back. */
 TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
-/* The route GPU matmuls take: 0 chooses (tc where the device and shape allow, else tiled);
- * TGRAD_ROUTE_NAIVE / TILED / TC force one (a forced route a problem cannot take is refused when
- * the result is realized, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE). Process-wide. */
+/* The route GPU matmuls take: 0 chooses (under TGRAD_MATMUL_PRECISION_BOUNDED tc where the device
+ * and shape allow, else tiled; under EXACT, the default, always tiled); TGRAD_ROUTE_NAIVE / TILED
+ * / TC force one (a forced route a problem cannot take is refused when the result is realized,
+ * with TGRAD_ERR_ROUTE_NOT_ELIGIBLE; so is a forced tc under EXACT). Process-wide. */
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
+/* The matmul precision policy: whether a product may run on matrix hardware whose accumulation
+ * order is not documented, so that it cannot give the documented order's bytes and is held to an
+ * error bound instead (docs/kernels.md, "Numerics of tc"; docs/numerics.md, "Precision policy").
+ *  - TGRAD_MATMUL_PRECISION_EXACT (0, the default): every product gives the bytes of its
+ *    documented order (tgrad_set_matmul_order) on every device. GPU matmuls take tiled (or a
+ *    forced naive); a forced TGRAD_ROUTE_TC is refused, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE naming
+ *    this policy, when the result is realized.
+ *  - TGRAD_MATMUL_PRECISION_BOUNDED (1): the bounded routes are allowed too: GPU matmuls take tc
+ *    where the device and shape allow (MSL simdgroup 8x8 matrices, CUDA mma.sync on sm_80+), each
+ *    within its bound of docs/kernels.md and deterministic run to run. The CPU has no bounded
+ *    route: its products are exact under either policy.
+ * Process-wide, like tgrad_set_device_route (any thread; a context manager in Python), read when a
+ * realization is planned: the route, tgrad_tensor_route and tgrad_tensor_explain (which shows the
+ * policy on each GPU matmul step) follow the policy in force when they are asked; a tensor
+ * realized before keeps its bytes. The kernel generator (tgrad_render_matmul, tgrad_route_check,
+ * tgrad_render_tensor with a route named) renders tc on request under either policy: it runs
+ * nothing. Another value is TGRAD_ERR_INVALID_ARGUMENT, and changes nothing. */
+#define TGRAD_MATMUL_PRECISION_EXACT 0
+#define TGRAD_MATMUL_PRECISION_BOUNDED 1
+TGRAD_API tgrad_status tgrad_set_matmul_precision(int32_t precision);
+TGRAD_API int32_t tgrad_matmul_precision(void);
 
 /* ---- sharing memory (DLPack and other zero-copy exchanges) ------------------------------------ */
 /* Host memory libtgrad does not own, viewed as a bf16 tensor without a copy: `data` holds `extent`
@@ -906,8 +929,9 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * Thread safety: every function below may be called from any thread. */
 
 /* Routes. Frozen codes (1 .. TGRAD_ROUTE_COUNT). naive and tiled follow the documented fp32 order
- * (docs/numerics.md) and match the CPU bit for bit; tc uses 8x8 simdgroup matrices and meets the
- * error bound of docs/kernels.md; copy materializes a view bit for bit; elementwise applies a chain
+ * (docs/numerics.md) and match the CPU bit for bit; tc uses 8x8 simdgroup matrices (CUDA: mma.sync)
+ * and meets the error bound of docs/kernels.md (a device runs it only under
+ * TGRAD_MATMUL_PRECISION_BOUNDED; it renders under either policy); copy materializes a view bit for bit; elementwise applies a chain
  * of elementwise ops (tgrad_unary, tgrad_binary and the ops fused into them) to an operand's view,
  * correctly rounded as on the CPU (render it with tgrad_render_tensor); reduce runs tgrad_reduce
  * (the exact sum and mean, rounded once, and the exact extrema) with the CPU's bytes; cast runs

@@ -64,8 +64,9 @@ static void decide_matmul(tg_step *st) {
                                 st->base->params.matmul_order, &st->cpu);
         tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
     } else {
-        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);
-        /* the automatic choice's tc computes the hardware's order: a block32 product takes tiled
+        st->precision = tgrad_matmul_precision(); /* read once: the route and explain agree */
+        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device, st->precision);
+        /* tc computes the hardware's order: an automatic choice for a block32 product takes tiled
          * (a forced tc is refused when it is rendered) */
         if (st->base->params.matmul_order == TGRAD_MATMUL_ORDER_BLOCK32 && st->dev_route && st->dev_route->simdgroup_matrix &&
             tg_device_forced_route() == 0)
@@ -117,7 +118,10 @@ static tgrad_status execute_copy(const tg_step *st) {
 /* ---- explain details ---- */
 static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
     dst[0] = '\0';
-    if (st->device != TGRAD_DEVICE_CPU) return;
+    if (st->device != TGRAD_DEVICE_CPU) {
+        tg_device_matmul_detail(st, dst, cap);
+        return;
+    }
     const tg_cpu_matmul_plan *P = &st->cpu;
     const char *order = P->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "order block32" : "";
     if (st->out->ndim <= 2) {

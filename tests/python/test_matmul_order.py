@@ -49,16 +49,6 @@ def _kernels() -> list[str]:
     return sorted({tgrad._cpu_isa_setting(), "portable", *forced_bf16})
 
 
-def _block32_kernel() -> str:
-    """The block32 kernel the present variant setting takes (libtgrad/src/cpu/variants.c): AMX,
-    else the vdpbf16ps kernel, else the portable one automatically; forced avx512bf16 takes the
-    vdpbf16ps kernel and every other forced variant the portable one."""
-    setting, bf16 = tgrad._cpu_isa_setting(), tgrad.cpu_isas().get("avx512bf16")
-    if setting == "auto":
-        return "amx" if _cpu_has_amx() else "avx512bf16_block32" if bf16 else "portable_block32"
-    return "avx512bf16_block32" if setting == "avx512bf16" else "portable_block32"
-
-
 def _cpu_has_amx() -> bool:
     """Whether this machine's CPU reports AMX-BF16 (Linux); the AMX kernel must then run."""
     try:
@@ -67,6 +57,19 @@ def _cpu_has_amx() -> bool:
     except OSError:
         return False
     return " amx_bf16" in flags and " amx_tile" in flags
+
+
+def _expected_block32_kernel() -> str:
+    """The block32 kernel the selection rule (cpu/variants.c) names for this process's setting:
+    forced, each variant's own (avx512bf16: vdpbf16ps, avx512f: FMA, portable and avx2: the
+    portable one); automatic, AMX where it runs, else the pairwise packed variant's."""
+    setting = tgrad._cpu_isa_setting()
+    own = {"avx512bf16": "avx512bf16_block32", "avx512f": "avx512f_block32"}
+    if tgrad.cpu_isa_forced():
+        return own.get(setting, "portable_block32")
+    if _cpu_has_amx():
+        return "amx"
+    return own.get(tgrad.cpu_isa(), "portable_block32")
 
 
 def _oracle32(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
@@ -202,6 +205,24 @@ def test_batched_and_fused_block32_products_give_the_oracle():
     assert np.array_equal(fused.numpy().view(np.uint16), relu.astype(np.uint16))
 
 
+@pytest.mark.parametrize("shape", [(400, 600, 300), (400, 600, 70), (390, 4130, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_a_fused_epilogue_on_shared_chunks_gives_the_oracle(shape):
+    """Products past 384 rows take the shared-chunk path (AMX: K sub-panels, tasks owning their
+    columns or not, K past one chunk panel); the epilogue runs on each finished block."""
+    m, k, n = shape
+    rng = np.random.default_rng(m + k + n)
+    a_bits, b_bits = _random_bits(rng, (m, k), "special"), _random_bits(rng, (k, n), "special")
+    want = matmul_bits(a_bits, b_bits, order="block32")
+    relu = np.where((want & 0x8000) != 0, np.uint16(0), want)
+    relu = np.where((want & 0x7FFF) > 0x7F80, want, relu).astype(np.uint16)
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        with tgrad.matmul_order("block32"):
+            got = tgrad.relu(a_t @ b_t).numpy().view(np.uint16)
+        assert np.array_equal(got, relu), f"[isa={isa}] " + _describe(got, relu, 4)
+
+
 # ---- the setting ------------------------------------------------------------------------------
 
 
@@ -239,7 +260,7 @@ def test_route_names_the_block32_kernel():
     a = tgrad.Tensor.from_numpy(np.ones((40, 64), np.float32))
     c = tgrad.matmul(a, a.T, order="block32")
     c.numpy()
-    kernel = _block32_kernel()
+    kernel = _expected_block32_kernel()
     assert c.route == f"cpu.{kernel}.gemm"
     assert f"cpu.{kernel}.gemm" in tgrad.explain(tgrad.matmul(a, a.T, order="block32"))
 
@@ -275,7 +296,7 @@ def test_gradients_of_a_block32_product_are_block32_products():
 
 
 def test_kernel_names_explain_and_peak_follow_the_order():
-    kernel = _block32_kernel()
+    kernel = _expected_block32_kernel()
     assert tgrad.matmul_order_kernel("block32") == kernel
     assert tgrad.matmul_order_kernel("pairwise") == tgrad.cpu_isa()
     assert tgrad.matmul_order_kernel() == tgrad.cpu_isa()

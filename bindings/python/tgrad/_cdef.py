@@ -263,6 +263,10 @@ tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
 tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
 tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
 tgrad_status tgrad_set_device_route(int32_t route);
+#define TGRAD_MATMUL_PRECISION_EXACT 0
+#define TGRAD_MATMUL_PRECISION_BOUNDED 1
+tgrad_status tgrad_set_matmul_precision(int32_t precision);
+int32_t tgrad_matmul_precision(void);
 typedef void (*tgrad_deleter)(void *context);
 tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
                                         const int64_t *shape, const int64_t *strides,

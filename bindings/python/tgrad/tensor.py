@@ -31,7 +31,7 @@ from . import _bf16, _buildable, errors
 from . import dtypes as _dtypes
 from . import reductions as _reductions
 from . import shape_ops as _shape_ops
-from . import matmul_order as _order
+from . import orders as _order
 from ._ffi import ffi, lib
 from ._tensor_base import TensorBase
 from ._tensor_base import bind as _bind_base

@@ -137,6 +137,7 @@ extern const tg_ukernel tg_ukernel_amx;
 #endif
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_avx2;
+extern const tg_ukernel tg_ukernel_avx512bf16_block32; /* the block32 order with vdpbf16ps */
 #endif
 #if defined(TGRAD_HAVE_NEON_VARIANT)
 extern const tg_ukernel tg_ukernel_neon;

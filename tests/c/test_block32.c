@@ -1,7 +1,7 @@
 /* The block32 order (docs/numerics.md, "The block32 order": AMX's TDPBF16PS order) through the
  * ABI: tgrad_matmul_ordered's float32 accumulators and bf16 results against a scalar reference
  * written here, on the kernel the automatic choice takes (AMX where this CPU has it), on the FMA
- * kernels (forced avx512f, avx2, where this CPU runs them) and on the portable one (forced
+ * and vdpbf16ps kernels (forced avx512f, avx2, avx512bf16, where this CPU runs them) and on the portable one (forced
  * "portable"), at 1 and 3 threads; fills: ordinary values with specials,
  * every bf16 bit pattern at random, and values whose partial sums cross fp32's flush threshold.
  * Also: the thread's order setting, refusals that change nothing. */
@@ -54,8 +54,9 @@ static void one_shape(int64_t M, int64_t K, int64_t N, enum fill f) {
     tgrad_tensor_t ta = 0, tb = 0;
     EXPECT(tgrad_tensor_from_bf16(a, 2, sa, &ta), TGRAD_OK);
     EXPECT(tgrad_tensor_from_bf16(b, 2, sb, &tb), TGRAD_OK);
-    static const char *const isas[] = { "auto", "portable", "avx512f", "avx2" }; /* the last two where the CPU runs them */
-    for (int v = 0; v < 4; v++) {
+    /* the forced ones where the CPU runs them: each has a block32 kernel of its own */
+    static const char *const isas[] = { "auto", "portable", "avx512bf16", "avx512f", "avx2" };
+    for (int v = 0; v < 5; v++) {
         if (tgrad_set_cpu_isa(isas[v]) != TGRAD_OK) continue;
         for (int32_t threads = 1; threads <= 3; threads += 2) {
             EXPECT(tgrad_set_num_threads(threads), TGRAD_OK);

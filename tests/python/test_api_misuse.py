@@ -46,6 +46,7 @@ EXEMPT = {
     "tgrad_cpu_isa_forced": "no arguments",
     "tgrad_cpu_isa_reason": "no arguments",
     "tgrad_cpu_isa_name": "returns NULL past the end; NULL available allowed (tested below)",
+    "tgrad_matmul_order_kernel": "integer argument only: NULL outside the orders (tests/c/test_block32.c)",
     "tgrad_route_name": "returns NULL for unknown codes (tested with the generator)",
     "tgrad_lang_name": "returns NULL for unknown codes (tested with the generator)",
     "tgrad_tensor_release": "0 is a no-op; stale handles tested below",

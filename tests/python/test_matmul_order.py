@@ -41,12 +41,14 @@ def _restore_runtime_settings():
 
 
 def _kernels() -> list[str]:
-    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs),
-    forced avx512f and avx2 (the FMA kernels) where this CPU runs them, and forced portable (the
+    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs, else
+    the pairwise packed variant's instruction), each forced variant this CPU runs that has a block32
+    kernel of its own (avx512bf16: vdpbf16ps, avx512f and avx2: FMAs) and forced portable (the
     portable block32 kernel). Under a forced-variant test run (TGRAD_CPU_ISA) the run's own
     setting stands in for the automatic one."""
     runs = tgrad.cpu_isas()
-    return sorted({tgrad._cpu_isa_setting(), "portable"} | {v for v in ("avx512f", "avx2") if runs.get(v)})
+    own = [v for v in ("avx512bf16", "avx512f", "avx2") if runs.get(v)]
+    return sorted({tgrad._cpu_isa_setting(), "portable", *own})
 
 
 def _cpu_has_amx() -> bool:
@@ -60,17 +62,16 @@ def _cpu_has_amx() -> bool:
 
 
 def _expected_block32_kernel() -> str:
-    """The block32 kernel the selection rule (cpu/variants.c) names for this process's setting."""
+    """The block32 kernel the selection rule (cpu/variants.c) names for this process's setting:
+    forced, each variant's own (avx512bf16: vdpbf16ps, avx512f and avx2: FMAs, portable and the
+    others: the portable one); automatic, AMX where it runs, else the pairwise packed variant's."""
     setting = tgrad._cpu_isa_setting()
-    if setting == "portable":
-        return "portable_block32"
-    if setting in ("avx512f", "avx2"):
-        return f"{setting}_block32"
+    own = {"avx512bf16": "avx512bf16_block32", "avx512f": "avx512f_block32", "avx2": "avx2_block32"}
     if tgrad.cpu_isa_forced():
-        return "portable_block32"  # a forced variant without a block32 kernel of its own
+        return own.get(setting, "portable_block32")
     if _cpu_has_amx():
         return "amx"
-    return "avx512f_block32" if tgrad.cpu_isas().get("avx512f") else "portable_block32"
+    return own.get(tgrad.cpu_isa(), "portable_block32")
 
 
 def _oracle32(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:

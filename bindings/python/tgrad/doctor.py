@@ -145,7 +145,8 @@ def _check_cpu(report: Report, peak: bool) -> None:
     report.facts["cpu"]["matmul_order"] = {"order": get_matmul_order(), "block32_kernel": block32}
     report.add("matmul order", "PASS",
                f"{get_matmul_order()} (this thread); block32 products run on {block32}"
-               + (" (AMX tiles)" if block32 == "amx" else " (no AMX here: the portable reference)")
+               + {"amx": " (AMX tiles)", "avx512bf16_block32": " (AVX512-BF16's vdpbf16ps)",
+                  "avx512f_block32": " (AVX-512F FMAs)"}.get(block32, " (the portable reference)")
                + ": tgrad.matmul_order('block32') (docs/numerics.md)")
     if threads > cores:
         report.add("threads", "WARN", f"{threads} worker threads on {cores} usable cores "

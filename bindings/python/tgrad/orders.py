@@ -58,7 +58,8 @@ def matmul_order(order: str) -> Iterator[None]:
 
 def matmul_order_kernel(order: str | None = None) -> str:
     """The CPU kernel variant that packed products of ``order`` (None: this thread's) take now:
-    "amx" or "portable_block32" for block32, the packed variant (tgrad.cpu_isa()) for pairwise."""
+    "amx", "avx512bf16_block32", "avx512f_block32" or "portable_block32" for block32, the packed
+    variant (tgrad.cpu_isa()) for pairwise."""
     code = int(lib.tgrad_matmul_order()) if order is None else order_code(order, "matmul_order_kernel")
     name = lib.tgrad_matmul_order_kernel(code)
     assert name != ffi.NULL  # code is a valid order

@@ -52,6 +52,13 @@ static enum basis basis_of(int sel) { return (enum basis)((sel >> 12) & 15); }
 const tg_ukernel *tg_cpu_gemm_variant(int sel) { return variants[((sel >> 6) & 63) - 1]; }
 const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel & 63]; }
 
+/* The block32 order's kernel. Automatic choice: AMX where it runs; else the block32 kernel of the
+ * instruction the pairwise packed products use (the gemm variant, chosen by the rule above from
+ * the cores' rates): vdpbf16ps (avx512bf16_block32) where that is avx512bf16 (AMD Zen 4 and 5),
+ * the FMA kernel (avx512f_block32) where it is avx512f (Intel); else the portable reference. A
+ * forced variant takes its own instruction's block32 kernel, so that forcing each in turn tests
+ * each: avx512bf16 the vdpbf16ps one, avx512f the FMA one, portable (and avx2, which has none)
+ * the portable one. */
 const tg_ukernel *tg_cpu_block32_variant(int sel) {
     const tg_ukernel *gemm = tg_cpu_gemm_variant(sel);
     bool forced = basis_of(sel) == BASIS_FORCED;
@@ -60,9 +67,10 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
     if (!forced && tg_ukernel_amx.available()) return &tg_ukernel_amx;
 #endif
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    /* forced avx512f, or no AMX: the FMA kernels (AVX-512, else AVX2) */
-    if ((!forced || gemm == &tg_ukernel_avx512f) && tg_ukernel_avx512f_block32.available()) return &tg_ukernel_avx512f_block32;
-    if ((!forced || gemm == &tg_ukernel_avx2) && tg_ukernel_avx2_block32.available()) return &tg_ukernel_avx2_block32;
+    if (gemm == &tg_ukernel_avx512bf16 && tg_ukernel_avx512bf16_block32.available())
+        return &tg_ukernel_avx512bf16_block32;
+    if (gemm == &tg_ukernel_avx512f && tg_ukernel_avx512f_block32.available()) return &tg_ukernel_avx512f_block32;
+    if (gemm == &tg_ukernel_avx2 && tg_ukernel_avx2_block32.available()) return &tg_ukernel_avx2_block32;
 #endif
     (void)forced;
     return &tg_ukernel_portable_block32;

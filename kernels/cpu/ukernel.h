@@ -140,7 +140,8 @@ extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_av
 extern const tg_ukernel tg_ukernel_avx512bf16_block32; /* the block32 order with vdpbf16ps */
 #endif
 #if defined(TGRAD_HAVE_NEON_VARIANT)
-extern const tg_ukernel tg_ukernel_neon;
+extern const tg_ukernel tg_ukernel_neon, tg_ukernel_neon_block32;
 #endif
+double tg_neon_fma_peak(int64_t iters); /* ukernel_neon.c (aarch64): both neon kernels' probe */
 
 #endif

@@ -55,8 +55,8 @@ static void one_shape(int64_t M, int64_t K, int64_t N, enum fill f) {
     EXPECT(tgrad_tensor_from_bf16(a, 2, sa, &ta), TGRAD_OK);
     EXPECT(tgrad_tensor_from_bf16(b, 2, sb, &tb), TGRAD_OK);
     /* the forced ones where the CPU runs them: each has a block32 kernel of its own */
-    static const char *const isas[] = { "auto", "portable", "avx512bf16", "avx512f", "avx2" };
-    for (int v = 0; v < 5; v++) {
+    static const char *const isas[] = { "auto", "portable", "avx512bf16", "avx512f", "avx2", "neon" };
+    for (int v = 0; v < 6; v++) {
         if (tgrad_set_cpu_isa(isas[v]) != TGRAD_OK) continue;
         for (int32_t threads = 1; threads <= 3; threads += 2) {
             EXPECT(tgrad_set_num_threads(threads), TGRAD_OK);

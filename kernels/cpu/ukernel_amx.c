@@ -116,20 +116,25 @@ static inline void store_c(const tg_tile *t, bool two_rows) {
                       t->stream);
 }
 
+/* One block of the 32-row tile: A's two tiles (rows 0-15 at a0, 16-31 at a1, rows `stride` bytes
+ * apart) and B's two (the micro-panel's pair rows at bp), four products. */
+static inline __attribute__((always_inline)) void block_32(const void *a0, const void *a1, long stride, const char *bp) {
+    _tile_loadd(4, a0, stride);
+    _tile_loadd(5, a1, stride);
+    _tile_loadd(6, bp, NR * 4);
+    _tile_loadd(7, bp + 64, NR * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
 /* 32 rows: per block, two A tiles (2 KiB of the panel) and two B tiles, four products. */
 static void kernel(int64_t kpairs, const void *a, const void *b, const tg_tile *t) {
     const char *ap = a, *bp = b;
     load_c(t, NULL, true);
-    for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS, ap += 32 * 64, bp += B32_PAIRS * NR * 4) {
-        _tile_loadd(4, ap, 64);
-        _tile_loadd(5, ap + 16 * 64, 64);
-        _tile_loadd(6, bp, NR * 4);
-        _tile_loadd(7, bp + 64, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS, ap += 32 * 64, bp += B32_PAIRS * NR * 4)
+        block_32(ap, ap + 16 * 64, 64, bp);
     store_c(t, true);
 }
 
@@ -156,29 +161,14 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
     long stride = (long)lda * 2;
     int64_t full = kc / 32, left = kc % 32;
     load_c(t, NULL, true);
-    for (int64_t blk = 0; blk < full; blk++, bp += B32_PAIRS * NR * 4) {
-        _tile_loadd(4, a + 32 * blk, stride);
-        _tile_loadd(5, a + 16 * lda + 32 * blk, stride);
-        _tile_loadd(6, bp, NR * 4);
-        _tile_loadd(7, bp + 64, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    for (int64_t blk = 0; blk < full; blk++, bp += B32_PAIRS * NR * 4)
+        block_32(a + 32 * blk, a + 16 * lda + 32 * blk, stride, bp);
     if (left) {
         uint16_t tail[32 * 32] __attribute__((aligned(64)));
         __mmask32 m = (__mmask32)((1u << left) - 1u);
         for (int r = 0; r < 32; r++)
             _mm512_store_si512(tail + 32 * r, _mm512_maskz_loadu_epi16(m, a + r * lda + 32 * full));
-        _tile_loadd(4, tail, 64);
-        _tile_loadd(5, tail + 16 * 32, 64);
-        _tile_loadd(6, bp, NR * 4);
-        _tile_loadd(7, bp + 64, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        block_32(tail, tail + 16 * 32, 64, bp);
     }
     store_c(t, true);
 }

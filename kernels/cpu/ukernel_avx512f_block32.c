@@ -16,26 +16,6 @@
 #include "pack_block32.h"
 #include "pack_block32_avx512.h"
 
-/* A: per pair, the panel's mr rows, each the odd then the even element as fp32 (zero past K and
- * past the panel's rows). */
-static void pack_a(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr, void *dst_) {
-    float *dst = dst_;
-    int64_t kp = b32_pairs(kc);
-    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * 2 * mr) {
-        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
-        for (int64_t r = 0; r < mr; r++) {
-            float *d = dst + 2 * r;
-            const uint16_t *row = A->base + (m0 + i0 + r) * A->s0 + k0 * A->s1;
-            for (int64_t p = 0; p < kp; p++) {
-                uint32_t ev = r < rows ? b32_at(row, A->s1, 2 * p, kc) : 0u;
-                uint32_t od = r < rows ? b32_at(row, A->s1, 2 * p + 1, kc) : 0u;
-                union { uint32_t u; float f; } e = { ev << 16 }, o = { od << 16 };
-                d[p * 2 * mr] = o.f, d[p * 2 * mr + 1] = e.f;
-            }
-        }
-    }
-}
-
 static inline __m512 odd_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))); }
 static inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
 
@@ -87,27 +67,8 @@ static int available(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
-/* 24 independent FMA chains: the unit's throughput, 32 flops each (avx512f's own probe). */
-static double peak(int64_t iters) {
-    __m512 acc[24];
-#pragma GCC unroll 32
-    for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps((float)i);
-    __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-9f);
-    for (int64_t it = 0; it < iters; it++) {
-#pragma GCC unroll 32
-        for (int i = 0; i < 24; i++) acc[i] = _mm512_fmadd_ps(x, y, acc[i]);
-        __asm__ volatile("" : "+v"(x));
-    }
-    __m512 s = acc[0];
-#pragma GCC unroll 32
-    for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
-    volatile float sink = _mm512_reduce_add_ps(s);
-    (void)sink;
-    return (double)iters * 24 * 32;
-}
-
 _Static_assert(256 % (2 * B32_PAIRS) == 0, "K panels start at block boundaries");
 const tg_ukernel tg_ukernel_avx512f_block32 = {
-    .name = "avx512f_block32", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 4, .kc = 256, .pack_a = pack_a,
-    .pack_b = pack_b_block32_avx512, .kernel = kernel, .available = available, .peak = peak,
+    .name = "avx512f_block32", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 4, .kc = 256, .pack_a = pack_a_block32_f32,
+    .pack_b = pack_b_block32_avx512, .kernel = kernel, .available = available, .peak = tg_avx512f_fma_peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

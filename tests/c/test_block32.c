@@ -1,7 +1,8 @@
 /* The block32 order (docs/numerics.md, "The block32 order": AMX's TDPBF16PS order) through the
  * ABI: tgrad_matmul_ordered's float32 accumulators and bf16 results against a scalar reference
- * written here, on the kernel the automatic choice takes (AMX where this CPU has it) and on the
- * portable one (forced "portable"), at 1 and 3 threads; fills: ordinary values with specials,
+ * written here, on the kernel the automatic choice takes (AMX where this CPU has it), on the FMA
+ * and vdpbf16ps kernels (forced avx512f, avx2, avx512bf16, where this CPU runs them) and on the portable one (forced
+ * "portable"), at 1 and 3 threads; fills: ordinary values with specials,
  * every bf16 bit pattern at random, and values whose partial sums cross fp32's flush threshold.
  * Also: the thread's order setting, refusals that change nothing. */
 #include <float.h>
@@ -11,23 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-
-static float widen(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* one rounding of acc + a * b to fp32 (exact in double), flushed below 2^-126 after rounding */
-static float step(float acc, float a, float b) {
-    double d = (double)acc + (double)a * (double)b;
-    float r = (float)d;
-    if (fabsf(r) < FLT_MIN || (fabsf(r) == FLT_MIN && fabs(d) < 0x1p-126 - 0x1p-151)) return copysignf(0.0f, (float)d);
-    return r;
-}
-
-static float daz(uint16_t h) { return (h & 0x7f80) == 0 ? copysignf(0.0f, widen(h)) : widen(h); }
+#include "contract_ref.h"
 
 /* K padded with +0 to whole blocks of 32; per block two chains, then acc + (even + odd) */
 static uint32_t reference(const uint16_t *a, const uint16_t *b, int64_t K, int64_t N, int64_t m, int64_t n) {
@@ -41,11 +26,6 @@ static uint32_t reference(const uint16_t *a, const uint16_t *b, int64_t K, int64
     uint32_t u;
     memcpy(&u, &acc, 4);
     return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : u;
-}
-
-static uint16_t rne(uint32_t u) {
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 static uint64_t rng = 88172645463325252ull;
@@ -74,9 +54,10 @@ static void one_shape(int64_t M, int64_t K, int64_t N, enum fill f) {
     tgrad_tensor_t ta = 0, tb = 0;
     EXPECT(tgrad_tensor_from_bf16(a, 2, sa, &ta), TGRAD_OK);
     EXPECT(tgrad_tensor_from_bf16(b, 2, sb, &tb), TGRAD_OK);
-    static const char *const isas[] = { "auto", "portable" };
-    for (int v = 0; v < 2; v++) {
-        EXPECT(tgrad_set_cpu_isa(isas[v]), TGRAD_OK);
+    /* the forced ones where the CPU runs them: each has a block32 kernel of its own */
+    static const char *const isas[] = { "auto", "portable", "avx512bf16", "avx512f", "avx2", "neon" };
+    for (int v = 0; v < 6; v++) {
+        if (tgrad_set_cpu_isa(isas[v]) != TGRAD_OK) continue;
         for (int32_t threads = 1; threads <= 3; threads += 2) {
             EXPECT(tgrad_set_num_threads(threads), TGRAD_OK);
             tgrad_tensor_t c = 0, c16 = 0;

@@ -29,6 +29,7 @@ EXEMPT = {
     "tgrad_softmax_name": "total over all codes: 'unknown_softmax' outside the registry (tested in test_softmax)",
     "tgrad_dtype_size": "total over all codes: 0 outside the dtypes (tested in test_reductions)",
     "tgrad_random_name": "total over all codes: 'unknown_random' outside the registry (tested in test_random.c)",
+    "tgrad_matmul_order_kernel": "total over all codes: NULL outside the orders (tested in test_block32.c)",
     "tgrad_last_error": "no arguments",
     "tgrad_last_status": "no arguments",
     "tgrad_num_threads": "no arguments",

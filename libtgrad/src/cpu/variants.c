@@ -70,6 +70,10 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
     if (gemm == &tg_ukernel_avx512bf16 && tg_ukernel_avx512bf16_block32.available())
         return &tg_ukernel_avx512bf16_block32;
     if (gemm == &tg_ukernel_avx512f && tg_ukernel_avx512f_block32.available()) return &tg_ukernel_avx512f_block32;
+    if (gemm == &tg_ukernel_avx2 && tg_ukernel_avx2_block32.available()) return &tg_ukernel_avx2_block32;
+#endif
+#if defined(TGRAD_HAVE_NEON_VARIANT)
+    if (gemm == &tg_ukernel_neon) return &tg_ukernel_neon_block32;
 #endif
     (void)forced;
     return &tg_ukernel_portable_block32;

@@ -14,16 +14,17 @@
  * are normal or zero is never in step's one boundary case (|exact| just below 2^-126 yet
  * rounding to it), since it is a multiple of 2^-149; DAZ never applies (vdpbf16ps flushes its
  * results, and the fold's too are flushed). The rounding mode is set to nearest-even with them.
- * ukernel_portable_block32.c is the reference this is tested against (tests/c/test_block32_avx512.c
- * and tests/python/test_matmul_order.py); it was checked against TDPBF16PS too (issue 38).
+ * ukernel_portable_block32.c is the reference this is tested against (tests/c/test_block32_kernels.c
+ * and tests/python/test_matmul_order.py); the packing was checked against TDPBF16PS (issue 38).
  *
  * Layouts: A per block, mr rows of 16 words each (a row's block is one 64-byte vector: packing
  * row-major A is a load, a DAZ and one vpshufb); B per word, NR = 32 columns (pack_bf16_pairs.h's
  * layout, words permuted). K panels are zero-padded to whole blocks (kpair_align 16). Tile: 12
  * rows x 32 columns, as the pairwise kernel's (the micro-kernels below say how). The fold's two
  * vaddps per output and block are its only extra work: on Intel they share vdpbf16ps's ports
- * (~5% of the kernel's rate there); AMD's Zen cores add on separate pipes. Compiled alone with
- * -mavx512bf16 (meson). */
+ * (~5% of the kernel's rate there; AMD's Zen cores have separate FP add pipes, not measured).
+ * Chosen where the pairwise packed products take avx512bf16 and there is no AMX, and under a
+ * forced avx512bf16 (variants.c). Compiled alone with -mavx512bf16 (meson). */
 #include <immintrin.h>
 #include <stdbool.h>
 #include <string.h>

@@ -55,10 +55,10 @@ const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel & 63]; }
 /* The block32 order's kernel. Automatic choice: AMX where it runs; else the block32 kernel of the
  * instruction the pairwise packed products use (the gemm variant, chosen by the rule above from
  * the cores' rates): vdpbf16ps (avx512bf16_block32) where that is avx512bf16 (AMD Zen 4 and 5),
- * the FMA kernel (avx512f_block32) where it is avx512f (Intel); else the portable reference. A
- * forced variant takes its own instruction's block32 kernel, so that forcing each in turn tests
- * each: avx512bf16 the vdpbf16ps one, avx512f the FMA one, portable (and avx2, which has none)
- * the portable one. */
+ * the FMA kernels (avx512f_block32, avx2_block32) where it is avx512f (Intel) or avx2, NEON's
+ * where it is neon; else the portable reference. A forced variant takes its own instruction's
+ * block32 kernel, so that forcing each in turn tests each: avx512bf16 the vdpbf16ps one, avx512f
+ * and avx2 their FMA ones, portable the portable one. */
 const tg_ukernel *tg_cpu_block32_variant(int sel) {
     const tg_ukernel *gemm = tg_cpu_gemm_variant(sel);
     bool forced = basis_of(sel) == BASIS_FORCED;

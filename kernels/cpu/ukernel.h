@@ -134,6 +134,7 @@ double tg_avx2_fma_peak(int64_t iters); /* ukernel_avx2.c: both avx2 kernels' pr
 #endif
 #if defined(TGRAD_HAVE_AMX_VARIANT)
 extern const tg_ukernel tg_ukernel_amx;
+const char *tg_amx_unavailable(void); /* why AMX does not run here, or NULL */
 #endif
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_avx2;

@@ -178,20 +178,33 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 static int amx_ok;
+static const char *amx_why = "not probed";
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void probe(void) {
     unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    unsigned max_leaf = a;
+    if (max_leaf < 7) { amx_why = "the CPU has no AMX (no CPUID leaf 7)"; return; }
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    if (!((d >> 24) & 1) || !((d >> 22) & 1)) return;
+    if (!((d >> 24) & 1) || !((d >> 22) & 1)) { amx_why = "the CPU has no AMX-TILE and AMX-BF16 (CPUID 7.0 EDX)"; return; }
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-    if (!((c >> 27) & 1)) return; /* OSXSAVE */
+    if (!((c >> 27) & 1)) { amx_why = "the OS does not use XSAVE (CPUID 1 ECX.OSXSAVE)"; return; }
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return;
+    if ((lo & (3u << 17)) != (3u << 17)) { amx_why = "the OS does not enable the tile state (XCR0 bits 17-18)"; return; }
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512bf16")) return; /* packing, stores */
+    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512bf16")) {
+        amx_why = "the CPU lacks AVX512-BW or AVX512-BF16, which the AMX kernel's packing and stores use";
+        return;
+    }
     amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    amx_why = amx_ok ? NULL : "the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16+)";
+}
+
+const char *tg_amx_unavailable(void) {
+    pthread_once(&amx_once, probe);
+    return amx_why;
 }
 
 static int available(void) {

@@ -543,6 +543,10 @@ TGRAD_API int32_t tgrad_matmul_order(void);
 /* The CPU kernel variant that packed products of `order` take now ("amx", "portable_block32",
  * "avx512bf16", ...: the route's middle name), or NULL for an unknown order. */
 TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order);
+/* Whether the AMX kernel runs here (block32 products take it): TGRAD_OK, or
+ * TGRAD_ERR_BACKEND_UNAVAILABLE saying why (the CPU, the OS's tile state, arch_prctl's refusal, or
+ * a build without it); block32 products then take the next kernel, with the same bytes. */
+TGRAD_API tgrad_status tgrad_cpu_amx_check(void);
 TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                             tgrad_tensor_t *out);
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tgrad
+import tgrad.orders
 from tgrad import errors
 from tgrad._ffi import lib
 from tgrad.conformance.oracle import matmul_bits, matmul_f32
@@ -357,3 +358,18 @@ def test_a_trace_records_the_order_and_validates_block32_products():
         (op,) = [o for o in t.ops if o.kind == "matmul"]
         assert op.args == {"order": order}
         assert t.validate().state == "passed", t.validate()
+
+
+def test_amx_says_whether_it_runs_and_why_not():
+    """tgrad_cpu_amx_check: OK where the AMX kernel runs (block32 takes it unless a variant is
+    forced), else BackendUnavailableError with the reason; doctor reports the same."""
+    why = tgrad.orders.amx_unavailable()
+    if _cpu_has_amx():
+        assert why is None
+    else:
+        assert why is not None and "AMX" in why
+        assert tgrad.matmul_order_kernel("block32") != "amx"
+    from tgrad import doctor
+
+    facts = doctor.collect(peak=False).facts
+    assert facts["cpu"]["matmul_order"]["amx"] == (why or "available")

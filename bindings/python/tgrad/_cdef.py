@@ -228,6 +228,7 @@ tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dty
 tgrad_status tgrad_set_matmul_order(int32_t order);
 int32_t tgrad_matmul_order(void);
 const char *tgrad_matmul_order_kernel(int32_t order);
+tgrad_status tgrad_cpu_amx_check(void);
 tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                   tgrad_tensor_t *out);
 

@@ -64,3 +64,15 @@ def matmul_order_kernel(order: str | None = None) -> str:
     name = lib.tgrad_matmul_order_kernel(code)
     assert name != ffi.NULL  # code is a valid order
     return _string(name)
+
+
+def amx_unavailable() -> str | None:
+    """Why the AMX kernel does not run here (the CPU, the OS's tile state, arch_prctl's refusal,
+    a build without it), or None when it does (block32 products then take it)."""
+    from .errors import TgradError
+
+    try:
+        _check(lib.tgrad_cpu_amx_check())
+    except TgradError as exc:
+        return str(exc)
+    return None

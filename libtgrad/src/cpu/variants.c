@@ -94,6 +94,17 @@ const tg_ukernel *tg_cpu_order_current(void) {
     return tgrad_matmul_order() == TGRAD_MATMUL_ORDER_BLOCK32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel);
 }
 
+TGRAD_API tgrad_status tgrad_cpu_amx_check(void) {
+#if defined(TGRAD_HAVE_AMX_VARIANT)
+    const char *why = tg_amx_unavailable();
+    if (!why) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "cpu_amx_check: AMX does not run here: %s", why);
+#else
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                   "cpu_amx_check: this build has no AMX kernel (not x86-64, or the compiler knows no AMX)");
+#endif
+}
+
 TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order) {
     int sel = tg_cpu_selected();
     if (order == TGRAD_MATMUL_ORDER_PAIRWISE) return tg_cpu_gemm_variant(sel)->name;

@@ -217,7 +217,7 @@ def cross(session: nox.Session) -> None:
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--cross-file", str(cross_file), "--buildtype=release")
     session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--timeout-multiplier", "5",
-                "abi", "threads", "gen", "overflow", "schedule", "fusion-quick", "matmul-f32", "elementwise-nodes", "elementwise-unary", "elementwise-specials", "elementwise-threads",
+                "abi", "threads", "gen", "overflow", "schedule", "fusion-quick", "matmul-f32", "matmul-block32", "elementwise-nodes", "elementwise-unary", "elementwise-specials", "elementwise-threads",
                 "elementwise-binary-sampled")
 
 

@@ -63,4 +63,44 @@ TG_PACK_FN void pack_b_block32(const tg_operand *B, int64_t k0, int64_t kc, int6
     }
 }
 
+/* A for the FMA kernels: per pair, the panel's mr rows, each the odd then the even element as
+ * exact fp32 widenings (zero past K and past the panel's rows), blocks padded as above. */
+TG_PACK_FN void pack_a_block32_f32(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, int64_t kc, int32_t mr,
+                                   void *dst_) {
+    float *dst = dst_;
+    int64_t kp = b32_pairs(kc);
+    for (int64_t i0 = 0; i0 < mb; i0 += mr, dst += kp * 2 * mr) {
+        int64_t rows = mb - i0 < mr ? mb - i0 : mr;
+        for (int64_t r = 0; r < mr; r++) {
+            float *d = dst + 2 * r;
+            const uint16_t *row = A->base + (m0 + i0 + r) * A->s0 + k0 * A->s1;
+            for (int64_t p = 0; p < kp; p++) {
+                uint32_t ev = r < rows ? b32_at(row, A->s1, 2 * p, kc) : 0u;
+                uint32_t od = r < rows ? b32_at(row, A->s1, 2 * p + 1, kc) : 0u;
+                union { uint32_t u; float f; } e = { ev << 16 }, o = { od << 16 };
+                d[p * 2 * mr] = o.f, d[p * 2 * mr + 1] = e.f;
+            }
+        }
+    }
+}
+
+/* B for the FMA kernels without an in-kernel widening: per pair, NR even elements then NR odd ones
+ * as exact fp32 widenings (an entry, one (pair, column), is 8 bytes), blocks padded as above. */
+TG_PACK_FN void pack_b_block32_f32(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
+    float *dst = dst_;
+    int64_t kp = b32_pairs(kc);
+    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += kp * 2 * NR) {
+        int64_t w = nb - j0 < NR ? nb - j0 : NR;
+        for (int64_t p = 0; p < kp; p++) {
+            float *even = dst + p * 2 * NR, *odd = even + NR;
+            for (int64_t j = 0; j < NR; j++) {
+                const uint16_t *col = B->base + k0 * B->s0 + (n0 + j0 + j) * B->s1;
+                union { uint32_t u; float f; } e = { j < w ? b32_at(col, B->s0, 2 * p, kc) << 16 : 0u },
+                                               o = { j < w ? b32_at(col, B->s0, 2 * p + 1, kc) << 16 : 0u };
+                even[j] = e.f, odd[j] = o.f;
+            }
+        }
+    }
+}
+
 #endif

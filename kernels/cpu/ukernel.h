@@ -126,14 +126,23 @@ static inline void tg_prefetch_lines(tg_line_walk *w, int64_t n) {
 #define TG_PACK_FN static __attribute__((unused))
 
 extern const tg_ukernel tg_ukernel_portable, tg_ukernel_portable_block32;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+extern const tg_ukernel tg_ukernel_avx512f_block32_stream, tg_ukernel_avx512f_block32;
+double tg_avx512f_fma_peak(int64_t iters); /* ukernel_avx512f.c: both avx512f kernels' probe */
+extern const tg_ukernel tg_ukernel_avx2_block32;
+double tg_avx2_fma_peak(int64_t iters); /* ukernel_avx2.c: both avx2 kernels' probe */
+#endif
 #if defined(TGRAD_HAVE_AMX_VARIANT)
 extern const tg_ukernel tg_ukernel_amx;
+const char *tg_amx_unavailable(void); /* why AMX does not run here, or NULL */
 #endif
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_ukernel tg_ukernel_avx512bf16, tg_ukernel_avx512f, tg_ukernel_avx2;
+extern const tg_ukernel tg_ukernel_avx512bf16_block32; /* the block32 order with vdpbf16ps */
 #endif
 #if defined(TGRAD_HAVE_NEON_VARIANT)
-extern const tg_ukernel tg_ukernel_neon;
+extern const tg_ukernel tg_ukernel_neon, tg_ukernel_neon_block32;
 #endif
+double tg_neon_fma_peak(int64_t iters); /* ukernel_neon.c (aarch64): both neon kernels' probe */
 
 #endif

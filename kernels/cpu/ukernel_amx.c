@@ -24,6 +24,7 @@
 #include "pack_avx512.h"
 #include "pack_block32.h"
 #include "store_bf16_avx512.h"
+#include "pack_block32_avx512.h"
 
 enum { KC = 256 }; /* a B micro-panel of KC/2 pairs x 32 columns and an A panel of 32 rows x KC are 16 KiB each: both
                     * stay in L1 (the kernel alone, 192 rows x 32 columns: 2175 GFLOP/s per core at 256, 1932 at 512) */
@@ -55,15 +56,6 @@ static void pack_a_amx(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0, 
     }
 }
 
-/* B per 32-column panel in pack_avx512.h's pair layout, then +0 pairs to the block boundary. */
-static void pack_b_amx(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
-    uint32_t *dst = dst_;
-    int64_t kp = (kc + 1) / 2, padded = b32_pairs(kc);
-    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += padded * NR) {
-        pack_b_bf16_avx512(B, k0, kc, n0 + j0, nb - j0 < NR ? nb - j0 : NR, dst);
-        memset(dst + kp * NR, 0, (size_t)((padded - kp) * NR) * 4u);
-    }
-}
 
 /* ---- tiles ---- */
 typedef struct __attribute__((aligned(64))) {
@@ -124,20 +116,25 @@ static inline void store_c(const tg_tile *t, bool two_rows) {
                       t->stream);
 }
 
+/* One block of the 32-row tile: A's two tiles (rows 0-15 at a0, 16-31 at a1, rows `stride` bytes
+ * apart) and B's two (the micro-panel's pair rows at bp), four products. */
+static inline __attribute__((always_inline)) void block_32(const void *a0, const void *a1, long stride, const char *bp) {
+    _tile_loadd(4, a0, stride);
+    _tile_loadd(5, a1, stride);
+    _tile_loadd(6, bp, NR * 4);
+    _tile_loadd(7, bp + 64, NR * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
 /* 32 rows: per block, two A tiles (2 KiB of the panel) and two B tiles, four products. */
 static void kernel(int64_t kpairs, const void *a, const void *b, const tg_tile *t) {
     const char *ap = a, *bp = b;
     load_c(t, NULL, true);
-    for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS, ap += 32 * 64, bp += B32_PAIRS * NR * 4) {
-        _tile_loadd(4, ap, 64);
-        _tile_loadd(5, ap + 16 * 64, 64);
-        _tile_loadd(6, bp, NR * 4);
-        _tile_loadd(7, bp + 64, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS, ap += 32 * 64, bp += B32_PAIRS * NR * 4)
+        block_32(ap, ap + 16 * 64, 64, bp);
     store_c(t, true);
 }
 
@@ -164,29 +161,14 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
     long stride = (long)lda * 2;
     int64_t full = kc / 32, left = kc % 32;
     load_c(t, NULL, true);
-    for (int64_t blk = 0; blk < full; blk++, bp += B32_PAIRS * NR * 4) {
-        _tile_loadd(4, a + 32 * blk, stride);
-        _tile_loadd(5, a + 16 * lda + 32 * blk, stride);
-        _tile_loadd(6, bp, NR * 4);
-        _tile_loadd(7, bp + 64, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    for (int64_t blk = 0; blk < full; blk++, bp += B32_PAIRS * NR * 4)
+        block_32(a + 32 * blk, a + 16 * lda + 32 * blk, stride, bp);
     if (left) {
         uint16_t tail[32 * 32] __attribute__((aligned(64)));
         __mmask32 m = (__mmask32)((1u << left) - 1u);
         for (int r = 0; r < 32; r++)
             _mm512_store_si512(tail + 32 * r, _mm512_maskz_loadu_epi16(m, a + r * lda + 32 * full));
-        _tile_loadd(4, tail, 64);
-        _tile_loadd(5, tail + 16 * 32, 64);
-        _tile_loadd(6, bp, NR * 4);
-        _tile_loadd(7, bp + 64, NR * 4);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        block_32(tail, tail + 16 * 32, 64, bp);
     }
     store_c(t, true);
 }
@@ -196,20 +178,33 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 static int amx_ok;
+static const char *amx_why = "not probed";
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void probe(void) {
     unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    unsigned max_leaf = a;
+    if (max_leaf < 7) { amx_why = "the CPU has no AMX (no CPUID leaf 7)"; return; }
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    if (!((d >> 24) & 1) || !((d >> 22) & 1)) return;
+    if (!((d >> 24) & 1) || !((d >> 22) & 1)) { amx_why = "the CPU has no AMX-TILE and AMX-BF16 (CPUID 7.0 EDX)"; return; }
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-    if (!((c >> 27) & 1)) return; /* OSXSAVE */
+    if (!((c >> 27) & 1)) { amx_why = "the OS does not use XSAVE (CPUID 1 ECX.OSXSAVE)"; return; }
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return;
+    if ((lo & (3u << 17)) != (3u << 17)) { amx_why = "the OS does not enable the tile state (XCR0 bits 17-18)"; return; }
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512bf16")) return; /* packing, stores */
+    if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512bf16")) {
+        amx_why = "the CPU lacks AVX512-BW or AVX512-BF16, which the AMX kernel's packing and stores use";
+        return;
+    }
     amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    amx_why = amx_ok ? NULL : "the kernel refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16+)";
+}
+
+const char *tg_amx_unavailable(void) {
+    pthread_once(&amx_once, probe);
+    return amx_why;
 }
 
 static int available(void) {
@@ -248,6 +243,6 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_amx = {
     .name = "amx", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC, .pack_a = pack_a_amx,
-    .pack_b = pack_b_amx, .kernel = kernel, .short_kernels = { { 16, kernel_16 } }, .available = available,
+    .pack_b = pack_b_block32_avx512, .kernel = kernel, .short_kernels = { { 16, kernel_16 } }, .available = available,
     .peak = peak, .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS, .begin = begin, .end = end, .ksub = KC,
     .kernel_direct = kernel_direct, .direct_any_stride = true };

@@ -105,8 +105,9 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
 
 static int available(void) { return 1; } /* Advanced SIMD is part of every aarch64 CPU */
 
-/* 24 independent FMA chains: the FMA pipes' throughput, 8 flops per 128-bit FMA. */
-static double peak(int64_t iters) {
+/* 24 independent FMA chains: the FMA pipes' throughput, 8 flops per 128-bit FMA (also the neon
+ * block32 kernel's probe: the same pipes). */
+double tg_neon_fma_peak(int64_t iters) {
     float32x4_t acc[24];
     for (int i = 0; i < 24; i++) acc[i] = vdupq_n_f32((float)i);
     float32x4_t x = vdupq_n_f32(1.0f), y = vdupq_n_f32(1e-9f);
@@ -124,4 +125,4 @@ static double peak(int64_t iters) {
 
 const tg_ukernel tg_ukernel_neon = {
     .name = "neon", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 8, .kc = 256, .pack_a = pack_a_f32, .pack_b = pack_b_f32,
-    .kernel = kernel, .available = available, .peak = peak };
+    .kernel = kernel, .available = available, .peak = tg_neon_fma_peak };

@@ -90,7 +90,7 @@ TGRAD_API tgrad_status tgrad_check_version(uint32_t header_version);
     X(16, ERR_KERNEL_COMPILE_FAILED, kernel_compile_failed, "runtime", "kernel source failed to compile") \
     X(17, ERR_VERSION_MISMATCH, version_mismatch, "runtime", "library and header versions are incompatible") \
     X(18, ERR_INTERNAL, internal, "runtime", "internal error (a bug in tgrad: please report it)") \
-    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view or language)") \
+    X(19, ERR_ROUTE_NOT_ELIGIBLE, route_not_eligible, "value", "the kernel route cannot run this problem (shape, view, language or precision policy)") \
     X(20, ERR_TRACE_NO_OUTPUT, trace_no_output, "type", "the traced function returned no Tensor") \
     X(21, ERR_TRACE_NO_INPUT, trace_no_input, "type", "no Tensor was given to trace") \
     X(22, ERR_TRACE_OPTION_UNSUPPORTED, trace_option_unsupported, "value", "the runtime cannot honour this trace option") \
@@ -526,8 +526,10 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
  *    the even one, one rounding per addition;
  *  - TGRAD_MATMUL_ORDER_BLOCK32 (1): AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even
  *    k, odd k) from +0, then acc + (even + odd); K padded with +0 to whole blocks. It runs on
- *    AMX where the CPU has it (else a portable kernel, the same bytes), on the CPU only: a
- *    block32 product of GPU operands is refused (TGRAD_ERR_ROUTE_NOT_ELIGIBLE) when it is made.
+ *    AMX where the CPU has it (else a portable kernel, the same bytes; one-row products stream B
+ *    on AVX-512), and on GPU devices by the naive and tiled routes (the tc route computes the
+ *    hardware's order: the automatic choice takes tiled, a forced tc is
+ *    TGRAD_ERR_ROUTE_NOT_ELIGIBLE when the product is realized).
  * Both are exact, documented orders: each gives the same bytes on every CPU, thread count and
  * fusion setting; the two orders' bf16 results agree in almost every element, their fp32
  * accumulators in few. tgrad_set_matmul_order sets the order of the products tgrad_matmul and
@@ -538,6 +540,13 @@ TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32
 #define TGRAD_MATMUL_ORDER_BLOCK32 1
 TGRAD_API tgrad_status tgrad_set_matmul_order(int32_t order);
 TGRAD_API int32_t tgrad_matmul_order(void);
+/* The CPU kernel variant that packed products of `order` take now ("amx", "portable_block32",
+ * "avx512bf16", ...: the route's middle name), or NULL for an unknown order. */
+TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order);
+/* Whether the AMX kernel runs here (block32 products take it): TGRAD_OK, or
+ * TGRAD_ERR_BACKEND_UNAVAILABLE saying why (the CPU, the OS's tile state, arch_prctl's refusal, or
+ * a build without it); block32 products then take the next kernel, with the same bytes. */
+TGRAD_API tgrad_status tgrad_cpu_amx_check(void);
 TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                             tgrad_tensor_t *out);
 
@@ -607,7 +616,8 @@ TGRAD_API tgrad_status tgrad_set_cpu_isa(const char *name);
 /* Variant names, most capable first, for index 0 .. count-1 (NULL past the end); *available tells
  * whether this CPU runs it. */
 TGRAD_API const char *tgrad_cpu_isa_name(int32_t index, int32_t *available);
-/* Measured peak of the packed products' variant (tgrad_cpu_isa()): its core instruction
+/* Measured peak of the packed products' variant (tgrad_cpu_isa(); under the calling thread's
+ * matmul order: tgrad_matmul_order_kernel, e.g. AMX's TDPBF16PS for block32): its core instruction
  * (vdpbf16ps, FMA, ...) run on `threads` threads (0: the pool's count) for about 60 ms; GFLOP/s
  * counting a multiply-add as 2.
  * The matmul's "% of peak" is judged against this number, not an assumed clock. */
@@ -630,7 +640,8 @@ TGRAD_API int64_t tgrad_cpu_scratch_bytes(void);
 /* ---- devices ------------------------------------------------------------------------------ */
 /* Where a tensor's buffer lives. The numbers are tgrad_backend()'s indices. A GPU device runs the
  * kernels libtgrad renders for it (tgrad_render_*): tiled and naive routes bit-identical to the
- * CPU, the tc route within the bound of docs/kernels.md. */
+ * CPU, the tc route (only under TGRAD_MATMUL_PRECISION_BOUNDED) within the bound of
+ * docs/kernels.md. */
 #define TGRAD_DEVICE_CPU 0
 #define TGRAD_DEVICE_METAL 1
 #define TGRAD_DEVICE_OPENCL 2
@@ -644,10 +655,32 @@ TGRAD_API tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *devic
  * use. Operands of tgrad_matmul must share a device (else TGRAD_ERR_DEVICE_MISMATCH); the result
  * lives there too, and reading it copies it back. */
 TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
-/* The route GPU matmuls take: 0 chooses (tc where the device and shape allow, else tiled);
- * TGRAD_ROUTE_NAIVE / TILED / TC force one (a forced route a problem cannot take is refused when
- * the result is realized, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE). Process-wide. */
+/* The route GPU matmuls take: 0 chooses (under TGRAD_MATMUL_PRECISION_BOUNDED tc where the device
+ * and shape allow, else tiled; under EXACT, the default, always tiled); TGRAD_ROUTE_NAIVE / TILED
+ * / TC force one (a forced route a problem cannot take is refused when the result is realized,
+ * with TGRAD_ERR_ROUTE_NOT_ELIGIBLE; so is a forced tc under EXACT). Process-wide. */
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
+/* The matmul precision policy: whether a product may run on matrix hardware whose accumulation
+ * order is not documented, so that it cannot give the documented order's bytes and is held to an
+ * error bound instead (docs/kernels.md, "Numerics of tc"; docs/numerics.md, "Precision policy").
+ *  - TGRAD_MATMUL_PRECISION_EXACT (0, the default): every product gives the bytes of its
+ *    documented order (tgrad_set_matmul_order) on every device. GPU matmuls take tiled (or a
+ *    forced naive); a forced TGRAD_ROUTE_TC is refused, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE naming
+ *    this policy, when the result is realized.
+ *  - TGRAD_MATMUL_PRECISION_BOUNDED (1): the bounded routes are allowed too: GPU matmuls take tc
+ *    where the device and shape allow (MSL simdgroup 8x8 matrices, CUDA mma.sync on sm_80+), each
+ *    within its bound of docs/kernels.md and deterministic run to run. The CPU has no bounded
+ *    route: its products are exact under either policy.
+ * Process-wide, like tgrad_set_device_route (any thread; a context manager in Python), read when a
+ * realization is planned: the route, tgrad_tensor_route and tgrad_tensor_explain (which shows the
+ * policy on each GPU matmul step) follow the policy in force when they are asked; a tensor
+ * realized before keeps its bytes. The kernel generator (tgrad_render_matmul, tgrad_route_check,
+ * tgrad_render_tensor with a route named) renders tc on request under either policy: it runs
+ * nothing. Another value is TGRAD_ERR_INVALID_ARGUMENT, and changes nothing. */
+#define TGRAD_MATMUL_PRECISION_EXACT 0
+#define TGRAD_MATMUL_PRECISION_BOUNDED 1
+TGRAD_API tgrad_status tgrad_set_matmul_precision(int32_t precision);
+TGRAD_API int32_t tgrad_matmul_precision(void);
 
 /* ---- sharing memory (DLPack and other zero-copy exchanges) ------------------------------------ */
 /* Host memory libtgrad does not own, viewed as a bf16 tensor without a copy: `data` holds `extent`
@@ -900,8 +933,9 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * Thread safety: every function below may be called from any thread. */
 
 /* Routes. Frozen codes (1 .. TGRAD_ROUTE_COUNT). naive and tiled follow the documented fp32 order
- * (docs/numerics.md) and match the CPU bit for bit; tc uses 8x8 simdgroup matrices and meets the
- * error bound of docs/kernels.md; copy materializes a view bit for bit; elementwise applies a chain
+ * (docs/numerics.md) and match the CPU bit for bit; tc uses 8x8 simdgroup matrices (CUDA: mma.sync)
+ * and meets the error bound of docs/kernels.md (a device runs it only under
+ * TGRAD_MATMUL_PRECISION_BOUNDED; it renders under either policy); copy materializes a view bit for bit; elementwise applies a chain
  * of elementwise ops (tgrad_unary, tgrad_binary and the ops fused into them) to an operand's view,
  * correctly rounded as on the CPU (render it with tgrad_render_tensor); reduce runs tgrad_reduce
  * (the exact sum and mean, rounded once, and the exact extrema) with the CPU's bytes; cast runs

@@ -9,6 +9,7 @@
 #define TG_CAPABILITIES(X)                                                                                  \
     X("cpu", "matmul bf16 -> bf16", "bit-exact", "fp32 accumulation in the documented order on every variant and thread count") \
     X("cpu", "batched matmul (torch.matmul's rule)", "bit-exact", "batch axes broadcast and read through views, 1-D operands promoted; each batch's bytes are its 2-D product's; small products spread over the threads (GPU devices: refused, backend_unavailable)") \
+    X("cpu", "matmul, block32 order (tgrad_set_matmul_order)", "bit-exact", "AMX's TDPBF16PS order, the second documented order: AMX tiles where the CPU and OS have them (route cpu.amx.gemm), else the pairwise packed variant's instruction: AVX512-BF16's vdpbf16ps (cpu.avx512bf16_block32.gemm) or AVX-512F, AVX2 or NEON FMAs (cpu.avx512f_block32.gemm, cpu.avx2_block32.gemm, cpu.neon_block32.gemm), else the portable reference (cpu.portable_block32.gemm); one-row products stream B (cpu.avx512f_block32.rowvec); every thread count and blocking; GPU devices: the naive and tiled routes in MSL, OpenCL C and CUDA (tc computes the hardware's order: refused)") \
     X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, neon, portable); the fastest by a rule from CPUID") \
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large, except on avx2): B read in place and streamed, only A packed (avx512bf16, avx512f, avx2)") \
@@ -37,7 +38,7 @@
     X("metal", "gather and concat (take, cat, stack)", "bit-exact", "rendered kernels (routes gather, concat: 1, 2 and 4-byte elements moved as integers); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "comparisons and where", "exact", "rendered kernels (route compare: 64-bit integer keys of the exact values, no float instruction; route where: bits copied); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
-    X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md") \
+    X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md; only under tgrad_set_matmul_precision bounded (the default, exact, takes tiled)") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
     X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
@@ -54,7 +55,7 @@
     X("cuda", "casts bfloat16 <-> float32", "unverified", "meant bit-exact (the opencl kernel); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI; int32 casts stay on the CPU") \
     X("cuda", "gather and concat (take, cat, stack)", "unverified", "meant bit-exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
     X("cuda", "comparisons and where", "unverified", "meant exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
-    X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible, meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible under tgrad_set_matmul_precision bounded (the default, exact, takes tiled), meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 
 #if defined(TGRAD_HAVE_CUDA)

@@ -3,6 +3,7 @@
  * compiled-program cache keyed by the source's hash, the elementwise tables in device memory, and
  * launches of the steps it is given. The backends (backend.h) hold only
  * driver calls. Every call into one backend holds that backend's mutex. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,7 @@ typedef struct {
 static device_state states[NDEVICES] = { [1] = STATE_INIT, [2] = STATE_INIT, [3] = STATE_INIT };
 #undef STATE_INIT
 static _Atomic int32_t forced_route; /* 0: choose */
+static _Atomic int32_t matmul_precision; /* TGRAD_MATMUL_PRECISION_EXACT */
 
 const char *tg_device_name(int32_t device) {
     return device >= 0 && device < NDEVICES ? device_names[device] : "unknown";
@@ -164,17 +166,19 @@ tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size
 /* ---- routes ---- */
 static bool has_matrices(const tg_backend *be) { return be && be->has_matrix_route && be->has_matrix_route(); }
 
-/* The route a matmul takes on `device`: the forced one, or tc where the device has matrices and
- * the shape is eligible, else tiled (which takes every shape). Checks record no error here. The
- * scheduler asks once per step; the step runs what it was told. */
-const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device) {
+/* The route a matmul takes on `device` under `precision` (the policy read once, when the step is
+ * planned): the forced one (a forced tc under EXACT is refused when the step runs, by
+ * tg_device_execute), or, under BOUNDED, tc where the device has matrices and the shape is
+ * eligible, else tiled (which takes every shape). Checks record no error here. The scheduler asks
+ * once per step; the step runs what it was told. */
+const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device, int32_t precision) {
     int32_t forced = atomic_load(&forced_route);
     if (forced) return tg_route_find(forced);
     const tg_backend *be = backend_of(device);
     const tg_lang *l = be ? tg_lang_find(be->lang) : NULL;
     tg_gen_matmul p = tg_gen_matmul_of(a, b);
     const tg_route *tc = tg_route_find(TGRAD_ROUTE_TC);
-    if (l && has_matrices(be)) {
+    if (precision == TGRAD_MATMUL_PRECISION_BOUNDED && l && has_matrices(be)) {
         tg_error_saved saved;
         tg_error_save(&saved);
         bool ok = tg_gen_check_matmul(tc, l, &p) == TGRAD_OK;
@@ -184,11 +188,52 @@ const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32
     return tg_route_find(TGRAD_ROUTE_TILED);
 }
 
+int32_t tg_device_forced_route(void) { return atomic_load(&forced_route); }
+
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route) {
     if (route != 0 && (!tg_route_find(route) || tg_route_find(route)->kind != TG_ROUTE_MATMUL))
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_device_route: %d is not a matmul route (0, naive, tiled, tc)", route);
     atomic_store(&forced_route, route);
     return TGRAD_OK;
+}
+
+TGRAD_API tgrad_status tgrad_set_matmul_precision(int32_t precision) {
+    if (precision != TGRAD_MATMUL_PRECISION_EXACT && precision != TGRAD_MATMUL_PRECISION_BOUNDED)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "set_matmul_precision: %d is not a precision (0 exact, 1 bounded)",
+                       precision);
+    atomic_store(&matmul_precision, precision);
+    return TGRAD_OK;
+}
+
+TGRAD_API int32_t tgrad_matmul_precision(void) { return atomic_load(&matmul_precision); }
+
+/* The error bound of the tc route in the device's language (docs/kernels.md, "Numerics of tc";
+ * conformance/oracle.py tc_bound): |out - s| <= 2^-8 |s| + rel P + abs, with s the exact sum and
+ * P the sum of |a_k b_k|; MSL: n = K, u = 2^-24; CUDA (aligning, truncating tensor cores): n = 2K,
+ * u = 2^-23; rel = (1 + 2^-8) gamma_n, abs = n 2^-126 + 2^-134. */
+static void tc_bound_terms(int32_t lang, int64_t k, double *rel, double *abs_term) {
+    double n = (double)k, u = 0x1p-24;
+    if (lang == TGRAD_LANG_CUDA) n = 2.0 * (double)k, u = 0x1p-23;
+    double gamma = n * u < 1.0 ? n * u / (1.0 - n * u) : INFINITY;
+    *rel = (1.0 + 0x1p-8) * gamma;
+    *abs_term = n * 0x1p-126 + 0x1p-134;
+}
+
+void tg_device_matmul_detail(const tg_step *st, char *dst, size_t cap) {
+    const tg_route *r = st->dev_route;
+    const char *policy = st->precision == TGRAD_MATMUL_PRECISION_BOUNDED ? "bounded" : "exact";
+    if (!r || r->id != TGRAD_ROUTE_TC) {
+        snprintf(dst, cap, "precision %s: %s, the documented order's bytes", policy, r ? r->name : "unknown");
+    } else if (st->precision != TGRAD_MATMUL_PRECISION_BOUNDED) {
+        snprintf(dst, cap, "precision exact: tc refused (a bounded route; set_matmul_precision bounded allows it)");
+    } else {
+        const tg_backend *be = backend_of(st->device);
+        double rel, abs_term;
+        int64_t k = st->inputs[0].view.shape[st->inputs[0].view.ndim - 1];
+        tc_bound_terms(be ? be->lang : TGRAD_LANG_MSL, k, &rel, &abs_term);
+        snprintf(dst, cap, "precision bounded: tc, |out - s| <= 2^-8 |s| + %.3g P + %.3g (K = %lld; docs/kernels.md)",
+                 rel, abs_term, (long long)k);
+    }
 }
 
 /* ---- execution ---- */
@@ -248,6 +293,7 @@ static bool is_empty_sum(const tg_step *st) {
 
 static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
     tg_gen_matmul p = tg_gen_matmul_of(&st->inputs[0].view, &st->inputs[1].view);
+    p.order = st->base->params.matmul_order;
     tgrad_status s = tg_gen_check_matmul(st->dev_route, l, &p);
     if (s) return s;
     size_t bytes = (size_t)st->buf->numel * 2u; /* +0 in bf16 is all zero bits */
@@ -264,8 +310,13 @@ static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
 tgrad_status tg_device_execute(const tg_step *step) {
     int32_t device = step->device;
     const tg_lang *l = tg_lang_find(backend_of(device)->lang);
-    if (is_empty_sum(step)) return write_empty_sum(step, l);
     const tg_route *route = step->dev_route ? step->dev_route : tg_route_find(TGRAD_ROUTE_COPY);
+    if (route->id == TGRAD_ROUTE_TC && step->precision != TGRAD_MATMUL_PRECISION_BOUNDED) /* a forced tc */
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE,
+                       "%s: route tc is bounded (docs/kernels.md) and the matmul precision is exact: "
+                       "set_matmul_precision(\"bounded\") (TGRAD_MATMUL_PRECISION_BOUNDED) allows it",
+                       device_names[device]);
+    if (is_empty_sum(step)) return write_empty_sum(step, l);
     const tg_kind *kind = tg_kind_of(step->op);
     tg_step_kernel k;
     tgrad_status s = kind->gpu_check ? kind->gpu_check(step) : TGRAD_OK; /* before anything is written */

@@ -113,7 +113,7 @@ static void describe(text *t, const tg_schedule *P, const tg_buffer *target, con
             put(t, "step %d: %s %s -> buf#%llu ", s, kernel, route, (unsigned long long)b->id);
         }
         put_dims(t, b->node->out.shape, b->node->out.ndim, json);
-        char detail[128] = "";
+        char detail[192] = "";
         if (tg_kind_of(st->op)->plan_detail) tg_kind_of(st->op)->plan_detail(st, detail, sizeof detail);
         if (json) put(t, ", \"dtype\": \"%s\", \"bytes\": %lld}, ", tg_dtype_name(b->dtype), (long long)written);
         if (json && detail[0]) put(t, "\"plan\": \"%s\", ", detail);

@@ -64,7 +64,13 @@ static void decide_matmul(tg_step *st) {
                                 st->base->params.matmul_order, &st->cpu);
         tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
     } else {
-        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device);
+        st->precision = tgrad_matmul_precision(); /* read once: the route and explain agree */
+        st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device, st->precision);
+        /* tc computes the hardware's order: an automatic choice for a block32 product takes tiled
+         * (a forced tc is refused when it is rendered) */
+        if (st->base->params.matmul_order == TGRAD_MATMUL_ORDER_BLOCK32 && st->dev_route && st->dev_route->simdgroup_matrix &&
+            tg_device_forced_route() == 0)
+            st->dev_route = tg_route_find(TGRAD_ROUTE_TILED);
         snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device),
                  st->dev_route ? st->dev_route->name : "unknown");
     }
@@ -112,9 +118,17 @@ static tgrad_status execute_copy(const tg_step *st) {
 /* ---- explain details ---- */
 static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
     dst[0] = '\0';
-    if (st->device != TGRAD_DEVICE_CPU || st->out->ndim <= 2) return;
+    if (st->device != TGRAD_DEVICE_CPU) {
+        tg_device_matmul_detail(st, dst, cap);
+        return;
+    }
     const tg_cpu_matmul_plan *P = &st->cpu;
-    snprintf(dst, cap, "batch %lld (%s)", (long long)P->batch,
+    const char *order = P->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "order block32" : "";
+    if (st->out->ndim <= 2) {
+        snprintf(dst, cap, "%s", order);
+        return;
+    }
+    snprintf(dst, cap, "%s%sbatch %lld (%s)", order, *order ? ", " : "", (long long)P->batch,
              P->rows_merged         ? "one product of all the batches' rows: b is shared"
              : P->batch_tasks > 1 ? "whole products spread over the threads"
                                     : "one product after another, each threaded over its tiles");

@@ -39,6 +39,7 @@ typedef struct tg_step {
     char route[48];
     tg_cpu_matmul_plan cpu;      /* device CPU, op matmul */
     const tg_route *dev_route;   /* other devices, op matmul */
+    int32_t precision;           /* other devices, op matmul: the matmul precision policy when planned */
     const struct tg_ew_variant *ew_variant; /* device CPU: the elementwise loops (base op or epilogue) */
     /* Fused elementwise ops, applied in order to the finished bf16 result of the base op: each
      * is an op of the graph whose intermediate result is never stored (fusion never changes a
@@ -112,8 +113,14 @@ TG_HIDDEN void tg_schedule_free(tg_schedule *S);
  * Caller holds tg_graph_lock. */
 TG_HIDDEN void tg_schedule_route(const tg_buffer *b, char *dst, size_t cap);
 
-/* Device routes (device.c): the route a matmul of these operands takes on `device` now. */
-TG_HIDDEN const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device);
+/* The route tgrad_set_device_route forced, or 0 (the automatic choice). */
+TG_HIDDEN int32_t tg_device_forced_route(void);
+/* Device routes (device.c): the route a matmul of these operands takes on `device` now, under
+ * `precision` (tgrad_matmul_precision(), read once by the caller and kept in the step). */
+TG_HIDDEN const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device,
+                                                 int32_t precision);
+/* explain's line for a GPU matmul step: the precision policy, the route it allows, tc's bound. */
+TG_HIDDEN void tg_device_matmul_detail(const tg_step *st, char *dst, size_t cap);
 /* Executors: run one decided step into its allocated buffer (the caller holds step->buf->lock). */
 TG_HIDDEN tgrad_status tg_device_execute(const tg_step *step);
 

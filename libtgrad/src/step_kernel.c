@@ -50,6 +50,7 @@ tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, con
     const tg_node_input *in = st->inputs;
     tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view);
     p.epilogue = &c.chain;
+    p.order = st->base->params.matmul_order;
     tgrad_status s = tg_gen_check_matmul(route, l, &p);
     if (!s) s = tg_gen_render_matmul(route, l, &p, &k->text, &k->launch);
     k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;

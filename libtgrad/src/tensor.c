@@ -367,11 +367,6 @@ TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, 
         s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
                     "matmul: batched products (%d-D) run on the CPU only for now; the operands live on %s",
                     (int)ov.ndim, tg_device_name(ta.buf->device));
-    /* The block32 order has CPU kernels only (AMX, and the portable reference) for now. */
-    if (!s && order == TGRAD_MATMUL_ORDER_BLOCK32 && ta.buf->device != TGRAD_DEVICE_CPU)
-        s = tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE,
-                    "matmul: the block32 order runs on the CPU only for now; the operands live on %s",
-                    tg_device_name(ta.buf->device));
     if (!s) tg_view_numel(&ov, &numel);
     if (!s && numel > INT64_MAX / tg_dtype_size(out_dtype))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "matmul: %lld float32 results do not fit in int64 bytes", (long long)numel);

@@ -5,6 +5,7 @@
  * rendered MSL); a launch is counted and otherwise does nothing.
  *
  * Linked from libtgrad's objects (tg_device_use_stand_in is hidden). Prints "N passed, N failed". */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,15 +111,108 @@ static void test_empty_sum_is_zeros_without_a_launch(int32_t route) {
 }
 
 /* A forced route the problem cannot take is refused for K = 0 too (tc needs K >= 8), and writes
- * nothing. */
+ * nothing (under the bounded policy, which allows tc at all). */
 static void test_empty_sum_keeps_the_route_check(void) {
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_BOUNDED), TGRAD_OK);
     EXPECT(tgrad_set_device_route(TGRAD_ROUTE_TC), TGRAD_OK);
     tgrad_tensor_t a = on_metal(8, 0, 0), b = on_metal(0, 8, 0), c = 0;
     EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK);
     uint16_t got[64];
     EXPECT(tgrad_tensor_read_bf16(c, got, 64), TGRAD_ERR_ROUTE_NOT_ELIGIBLE);
+    CHECK(strstr(tgrad_last_error(), "8") != NULL && strstr(tgrad_last_error(), "precision") == NULL);
     tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(c);
     EXPECT(tgrad_set_device_route(0), TGRAD_OK);
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_EXACT), TGRAD_OK);
+}
+
+/* ---- the matmul precision policy (tgrad_set_matmul_precision) ---- */
+static void route_of(tgrad_tensor_t t, char *route, size_t cap) {
+    size_t len = 0;
+    route[0] = '\0';
+    EXPECT(tgrad_tensor_route(t, route, cap, &len), TGRAD_OK);
+}
+
+static bool explain_has(tgrad_tensor_t t, const char *needle) {
+    char text[4096];
+    size_t len = 0;
+    EXPECT(tgrad_tensor_explain(t, TGRAD_FORMAT_TEXT, text, sizeof text, &len), TGRAD_OK);
+    bool has = strstr(text, needle) != NULL;
+    if (!has) fprintf(stderr, "explain lacks \"%s\":\n%s", needle, text);
+    return has;
+}
+
+/* The default is exact, and a value outside the two policies is refused without a change. */
+static void test_precision_defaults_to_exact_and_refuses_other_values(void) {
+    CHECK(tgrad_matmul_precision() == TGRAD_MATMUL_PRECISION_EXACT);
+    EXPECT(tgrad_set_matmul_precision(2), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_set_matmul_precision(-1), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(tgrad_matmul_precision() == TGRAD_MATMUL_PRECISION_EXACT);
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_BOUNDED), TGRAD_OK);
+    EXPECT(tgrad_set_matmul_precision(7), TGRAD_ERR_INVALID_ARGUMENT);
+    CHECK(tgrad_matmul_precision() == TGRAD_MATMUL_PRECISION_BOUNDED);
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_EXACT), TGRAD_OK);
+}
+
+/* Under exact the automatic choice never takes tc, even where the device has matrices and the
+ * shape is eligible; under bounded it does. Route, explain and the launch agree. */
+static void test_automatic_route_follows_the_policy(void) {
+    char route[64];
+    tgrad_tensor_t a = on_metal(64, 64, 0x3f80), c = 0;
+    EXPECT(tgrad_matmul(a, a, &c), TGRAD_OK);
+    route_of(c, route, sizeof route);
+    CHECK(strcmp(route, "metal.tiled") == 0);
+    CHECK(explain_has(c, "precision exact: tiled, the documented order's bytes"));
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_BOUNDED), TGRAD_OK);
+    route_of(c, route, sizeof route); /* read when asked: the pending product follows the policy */
+    CHECK(strcmp(route, "metal.tc") == 0);
+    CHECK(explain_has(c, "precision bounded: tc, |out - s| <= 2^-8 |s| + "));
+    CHECK(explain_has(c, "(K = 64; docs/kernels.md)"));
+    int before = launches;
+    EXPECT(tgrad_tensor_realize(c), TGRAD_OK);
+    CHECK(launches == before + 1);
+    route_of(c, route, sizeof route);
+    CHECK(strcmp(route, "metal.tc") == 0); /* the route it ran, recorded */
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_EXACT), TGRAD_OK);
+    route_of(c, route, sizeof route);
+    CHECK(strcmp(route, "metal.tc") == 0); /* realized before: the policy does not change it */
+    tgrad_tensor_release(c);
+    /* a shape tc cannot take goes to tiled under bounded too */
+    tgrad_tensor_t s = on_metal(4, 64, 0x3f80), t = on_metal(64, 64, 0x3f80), d = 0;
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_BOUNDED), TGRAD_OK);
+    EXPECT(tgrad_matmul(s, t, &d), TGRAD_OK);
+    route_of(d, route, sizeof route);
+    CHECK(strcmp(route, "metal.tiled") == 0);
+    CHECK(explain_has(d, "precision bounded: tiled, the documented order's bytes"));
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_EXACT), TGRAD_OK);
+    tgrad_tensor_release(a), tgrad_tensor_release(s), tgrad_tensor_release(t), tgrad_tensor_release(d);
+}
+
+/* A forced tc under exact is refused when the product is realized, naming the policy: nothing is
+ * launched or written, and the product stays pending (the bounded policy then realizes it). */
+static void test_forced_tc_under_exact_is_refused_and_changes_nothing(void) {
+    EXPECT(tgrad_set_device_route(TGRAD_ROUTE_TC), TGRAD_OK);
+    tgrad_tensor_t a = on_metal(64, 64, 0x3f80), c = 0;
+    EXPECT(tgrad_matmul(a, a, &c), TGRAD_OK);
+    CHECK(explain_has(c, "precision exact: tc refused"));
+    int before = launches, compiled = compiles;
+    EXPECT(tgrad_tensor_realize(c), TGRAD_ERR_ROUTE_NOT_ELIGIBLE);
+    CHECK(strstr(tgrad_last_error(), "metal: route tc is bounded") != NULL);
+    CHECK(strstr(tgrad_last_error(), "matmul precision is exact") != NULL);
+    CHECK(launches == before && compiles == compiled);
+    int32_t realized = -1;
+    EXPECT(tgrad_tensor_is_realized(c, &realized), TGRAD_OK);
+    CHECK(realized == 0);
+    tgrad_tensor_t e = on_metal(8, 0, 0), f = on_metal(0, 8, 0), g = 0; /* K = 0 writes zeros itself */
+    EXPECT(tgrad_matmul(e, f, &g), TGRAD_OK);
+    EXPECT(tgrad_tensor_realize(g), TGRAD_ERR_ROUTE_NOT_ELIGIBLE);
+    CHECK(strstr(tgrad_last_error(), "matmul precision is exact") != NULL);
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_BOUNDED), TGRAD_OK);
+    EXPECT(tgrad_tensor_realize(c), TGRAD_OK);
+    CHECK(launches == before + 1);
+    EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_EXACT), TGRAD_OK);
+    EXPECT(tgrad_set_device_route(0), TGRAD_OK);
+    tgrad_tensor_release(a), tgrad_tensor_release(c);
+    tgrad_tensor_release(e), tgrad_tensor_release(f), tgrad_tensor_release(g);
 }
 
 /* The control: a product with K > 0 does launch (so the count above can see a launch). */
@@ -138,6 +232,9 @@ int main(void) {
     test_empty_sum_is_zeros_without_a_launch(TGRAD_ROUTE_TILED);
     test_empty_sum_keeps_the_route_check();
     test_a_nonempty_product_launches();
+    test_precision_defaults_to_exact_and_refuses_other_values();
+    test_automatic_route_follows_the_policy();
+    test_forced_tc_under_exact_is_refused_and_changes_nothing();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

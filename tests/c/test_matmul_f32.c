@@ -11,24 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-
-static float widen(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* The contract's step: exact product and sum in double, one rounding to fp32, flush below 2^-126
- * (tininess after rounding, unbounded exponent). Inputs are DAZ'd by the caller. */
-static float step(float acc, float a, float b) {
-    double d = (double)acc + (double)a * (double)b;
-    float r = (float)d;
-    if (fabsf(r) < FLT_MIN || (fabsf(r) == FLT_MIN && fabs(d) < 0x1p-126 - 0x1p-151)) return copysignf(0.0f, (float)d);
-    return r;
-}
-
-static float daz(uint16_t h) { return (h & 0x7f80) == 0 ? copysignf(0.0f, widen(h)) : widen(h); }
+#include "contract_ref.h"
 
 static uint32_t reference(const uint16_t *a, const uint16_t *b, int64_t K, int64_t N, int64_t m, int64_t n) {
     float acc = 0.0f;
@@ -40,11 +23,6 @@ static uint32_t reference(const uint16_t *a, const uint16_t *b, int64_t K, int64
     uint32_t u;
     memcpy(&u, &acc, 4);
     return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : u;
-}
-
-static uint16_t rne(uint32_t u) {
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 static uint64_t rng = 88172645463325252ull;

@@ -50,18 +50,36 @@ try:
         a.release()
 except tgrad.TgradError as exc:
     out["error"], out["code"], out["message"] = type(exc).__name__, exc.code, str(exc)
-try:  # a product the tc route can take: chosen on sm_80+, and forced
+from tgrad import render
+try:  # a product the tc route can take: never chosen under the default precision, exact; under
+      # "bounded" chosen on sm_80+; forced: refused under exact, run under bounded
     with tgrad.Tensor.from_numpy(np.ones((64, 64), np.float32), device="cuda") as s, s @ s as p:
-        out["route64"] = p.route
-        p.realize()
+        out["route64_exact"] = p.route
+        out["plan64_exact"] = tgrad.explain(p, json=True)["steps"][0].get("plan", "")
+        out["kernel64_exact"] = render.render_tensor(p, None, "cuda").route  # the kernel it would run
+        with tgrad.matmul_precision("bounded"):
+            out["route64"] = p.route
+            out["plan64"] = tgrad.explain(p, json=True)["steps"][0].get("plan", "")
+            out["kernel64"] = render.render_tensor(p, None, "cuda").route
+            p.realize()
+        out["route64_after"] = p.route  # realized under bounded: the route it ran
     tgrad.set_device_route("tc")
     with tgrad.Tensor.from_numpy(np.ones((64, 64), np.float32), device="cuda") as s, s @ s as p:
-        p.realize()
+        out["plan_forced_exact"] = tgrad.explain(p, json=True)["steps"][0].get("plan", "")
+        try:
+            p.realize()
+            out["forced_tc_exact"] = "ok"
+        except tgrad.TgradError as exc:
+            out["forced_tc_exact"] = f"{type(exc).__name__}: {exc}"
+        out["pending_after_refusal"] = not p.is_realized
+        with tgrad.matmul_precision("bounded"):
+            p.realize()
     out["forced_tc"] = "ok"
 except tgrad.TgradError as exc:
     out["forced_tc"] = f"{type(exc).__name__}: {exc}"
 finally:
     tgrad.set_device_route("auto")
+out["precision_after"] = tgrad.get_matmul_precision()
 out["leaked"] = [tgrad.live_tensors() - before[0], tgrad.live_buffers() - before[1], tgrad.live_bytes() - before[2]]
 if fake is not None and row.available:
     out["fake_live"] = live()
@@ -162,13 +180,31 @@ def test_with_the_pool_on_freed_buffers_stay_cached_for_reuse(fake_cuda: str) ->
 
 
 def test_tc_is_chosen_from_sm_80_and_refused_below(fake_cuda: str) -> None:
+    # under the bounded precision policy (tgrad.matmul_precision); the exact default: below
     out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)
     assert out["route64"] == "cuda.tc" and out["forced_tc"] == "ok", out
+    assert out["kernel64"] == "tc" and out["route64_after"] == "cuda.tc", out
     out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="cc:75")
     assert out["device"] == "Fake CUDA Device (sm_75, NVRTC 99.0)" and out["route64"] == "cuda.tiled", out
     assert out["forced_tc"] == ("RouteNotEligibleError: cuda: route tc needs matrix instructions that "
                                 "Fake CUDA Device (sm_75, NVRTC 99.0) lacks"), out
     assert out["leaked"] == [0, 0, 0], out
+
+
+def test_under_the_exact_default_tc_is_never_chosen_and_forcing_it_is_refused(fake_cuda: str) -> None:
+    out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda)  # sm_90: tc is eligible
+    assert out["route64_exact"] == "cuda.tiled" and out["kernel64_exact"] == "tiled", out
+    assert out["plan64_exact"] == "precision exact: tiled, the documented order's bytes", out
+    # the bound of docs/kernels.md for CUDA at K = 64: (1 + 2^-8) gamma'_128 and 128 2^-126 + 2^-134
+    assert out["plan64"] == ("precision bounded: tc, |out - s| <= 2^-8 |s| + 1.53e-05 P + 1.5e-36 "
+                             "(K = 64; docs/kernels.md)"), out
+    assert out["plan_forced_exact"] == ("precision exact: tc refused (a bounded route; set_matmul_precision "
+                                        "bounded allows it)"), out
+    assert out["forced_tc_exact"] == ('RouteNotEligibleError: cuda: route tc is bounded (docs/kernels.md) and '
+                                      'the matmul precision is exact: set_matmul_precision("bounded") '
+                                      '(TGRAD_MATMUL_PRECISION_BOUNDED) allows it'), out
+    assert out["pending_after_refusal"] is True and out["forced_tc"] == "ok", out  # then run under bounded
+    assert out["precision_after"] == "exact" and out["leaked"] == [0, 0, 0], out
 
 
 def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture(fake_cuda: str) -> None:

@@ -2,7 +2,7 @@
 C++, through the toolkit's compilers (no GPU needed).
 
 The kernels: each matmul case of the "ci" and "full" rosters under naive, tiled and tc (where
-eligible), a copy of each of its operand views, and each step of each graph case's schedule
+eligible) and under naive and tiled in the block32 order, a copy of each of its operand views, and each step of each graph case's schedule
 (fused and unfused, every route) exactly as tgrad.render.render_tensor renders it for a device,
 epilogues included, and so is each step of each reduction case (conformance.reductions: the
 reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
@@ -73,6 +73,9 @@ def _matmul_kernels(add) -> None:
                         add(R.render_matmul(a, b, route, "cuda"))
                     except errors.RouteNotEligibleError:
                         assert route == "tc" and min(case.m, case.k, case.n) < 8
+                with tgrad.matmul_order("block32"):  # the second documented order (naive, tiled)
+                    for route in ("naive", "tiled"):
+                        add(R.render_matmul(a, b, route, "cuda"))
                 add(R.render_copy(a, "cuda"))
                 add(R.render_copy(b, "cuda"))
             finally:

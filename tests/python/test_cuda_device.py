@@ -6,6 +6,7 @@ docs/cuda.md). The backend without a GPU is tested in test_cuda_backend.py."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,7 +15,7 @@ import pytest
 
 import tgrad
 from tgrad._ffi import lib
-from tgrad.conformance.oracle import matmul_bits
+from tgrad.conformance.oracle import bf16_bits_to_f32, f32_to_bf16_bits, matmul_bits, tc_bound
 from tgrad.conformance.rosters import Case, build_operands, roster
 
 CI_ROSTER = roster("ci")
@@ -83,3 +84,56 @@ def test_a_large_product_gives_the_cpus_bytes(cuda_device: str) -> None:
         want = c.numpy().view(np.uint16)
     with tgrad.Tensor.from_numpy(x, device="cuda") as a, tgrad.Tensor.from_numpy(y, device="cuda") as b, a @ b as c:
         assert np.array_equal(c.numpy().view(np.uint16), want)
+
+
+# ---- the precision policy (tgrad.matmul_precision): exact by default, tc only under "bounded" --------------------
+def _sm(device: str) -> int:
+    found = re.search(r"\(sm_(\d+)", device)
+    assert found, device
+    return int(found.group(1))
+
+
+def test_under_the_exact_default_a_tc_eligible_product_gives_the_cpus_bytes(cuda_device: str) -> None:
+    rng = np.random.default_rng(38)
+    x, y = rng.standard_normal((96, 128)).astype(np.float32), rng.standard_normal((128, 80)).astype(np.float32)
+    with tgrad.Tensor.from_numpy(x) as a, tgrad.Tensor.from_numpy(y) as b, a @ b as c:
+        want = c.numpy().view(np.uint16)
+    assert tgrad.get_matmul_precision() == "exact"
+    with tgrad.Tensor.from_numpy(x, device="cuda") as a, tgrad.Tensor.from_numpy(y, device="cuda") as b, a @ b as c:
+        assert c.route == "cuda.tiled"
+        assert np.array_equal(c.numpy().view(np.uint16), want)
+
+
+def test_under_bounded_tc_runs_within_its_bound_and_deterministically(cuda_device: str) -> None:
+    rng = np.random.default_rng(39)
+    x, y = rng.standard_normal((96, 128)).astype(np.float32), rng.standard_normal((128, 80)).astype(np.float32)
+    a_bits, b_bits = f32_to_bf16_bits(x), f32_to_bf16_bits(y)
+    runs = []
+    with tgrad.matmul_precision("bounded"):
+        for _ in range(2):
+            with tgrad.Tensor.from_numpy(x, device="cuda") as a, tgrad.Tensor.from_numpy(y, device="cuda") as b, \
+                    a @ b as c:
+                route = c.route
+                runs.append(c.numpy().view(np.uint16))
+    if _sm(cuda_device) < 80:  # no mma.sync for bf16: tiled, the oracle's bytes
+        assert route == "cuda.tiled" and np.array_equal(runs[0], matmul_bits(a_bits, b_bits))
+        return
+    assert route == "cuda.tc"
+    assert np.array_equal(runs[0], runs[1])  # deterministic run to run
+    s, allowed, in_domain = tc_bound(a_bits, b_bits, "cuda")
+    assert in_domain.all()
+    err = np.abs(bf16_bits_to_f32(runs[0]).astype(np.float64) - s)
+    assert (err <= allowed).all(), f"{int((~(err <= allowed)).sum())} outputs outside tc's bound"
+
+
+def test_forcing_tc_under_exact_is_refused_and_changes_nothing(cuda_device: str) -> None:
+    x = np.ones((64, 64), np.float32)
+    with tgrad.Tensor.from_numpy(x, device="cuda") as a, a @ a as c:
+        lib.tgrad_set_device_route(lib.TGRAD_ROUTE_TC)
+        try:
+            with pytest.raises(tgrad.errors.RouteNotEligibleError, match="matmul precision is exact"):
+                c.realize()
+            assert not c.is_realized
+        finally:
+            lib.tgrad_set_device_route(0)
+        assert np.array_equal(c.numpy().astype(np.float32), x @ x)  # the default route: tiled, exact here

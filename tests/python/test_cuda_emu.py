@@ -230,6 +230,55 @@ def test_rendered_tc_is_deterministic_across_orders_and_workers(emu: Emulator) -
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
 
 
+# ---- the precision policy picks the kernel: tc under "bounded" (within the bound), tiled under "exact" ----------
+_POLICY_PROBE = r"""
+import json, sys
+import ml_dtypes, numpy as np
+import tgrad
+from tgrad import render
+a_base, b_base = (np.load(path).view(ml_dtypes.bfloat16) for path in sys.argv[1:3])
+kernels = {}
+with tgrad.Tensor.from_numpy(a_base, device="cuda") as a, tgrad.Tensor.from_numpy(b_base, device="cuda") as b, \
+        a @ b as c:
+    for policy in ("exact", "bounded"):
+        with tgrad.matmul_precision(policy):
+            k = render.render_tensor(c, None, "cuda")  # the kernel realizing c would run now
+            kernels[policy] = {"route": c.route, "kernel_route": k.route, "source": k.source, "grid": k.grid,
+                               "threadgroup": k.threadgroup, "buffer_elements": k.buffer_elements}
+print(json.dumps(kernels))
+"""
+
+
+def test_the_policy_picks_the_kernel_tc_within_its_bound_under_bounded_tiled_exact(
+        emu: Emulator, fake_cuda: str, tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    case = Case("policy-normal-48x40x72", "teeth", 48, 40, 72)
+    a_base, b_base, _ = build_operands(case)
+    a_bits, b_bits = (np.ascontiguousarray(x).view(np.uint16) for x in (a_base, b_base))
+    np.save(tmp_path / "a.npy", a_bits)
+    np.save(tmp_path / "b.npy", b_bits)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TGRAD_CUDA_DRIVER=fake_cuda,
+               TGRAD_NVRTC=fake_cuda)
+    env.pop("TGRAD_CUDA_DEVICE", None)
+    proc = subprocess.run([sys.executable, "-c", _POLICY_PROBE, str(tmp_path / "a.npy"), str(tmp_path / "b.npy")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert kernels["exact"]["route"] == "cuda.tiled" and kernels["exact"]["kernel_route"] == "tiled"
+    assert kernels["bounded"]["route"] == "cuda.tc" and kernels["bounded"]["kernel_route"] == "tc"
+    bufs = (a_bits.ravel(), b_bits.ravel())
+    runs = {}
+    for policy, k in kernels.items():
+        launch = type("Launch", (), {"grid": tuple(k["grid"]), "threadgroup": tuple(k["threadgroup"]),
+                                     "buffer_elements": tuple(k["buffer_elements"])})
+        runs[policy] = _run_matmul(emu, k["source"], launch, bufs, case.m, case.n, mma="truncate")
+    assert np.array_equal(runs["exact"], matmul_bits(a_bits, b_bits))  # exact: the oracle's bytes
+    assert 0.0 < _check_tc(runs["bounded"], a_bits, b_bits, case.fill) < 1.0  # bounded: within tc's bound
+
+
 TC_TEETH = Case("teeth-tc-48x40x24", "teeth", 48, 40, 24)
 
 

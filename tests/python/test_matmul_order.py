@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tgrad
+import tgrad.orders
 from tgrad import errors
 from tgrad._ffi import lib
 from tgrad.conformance.oracle import matmul_bits, matmul_f32
@@ -41,10 +42,14 @@ def _restore_runtime_settings():
 
 
 def _kernels() -> list[str]:
-    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs) and
-    forced portable (the portable block32 kernel). Under a forced-variant test run (TGRAD_CPU_ISA)
-    the run's own setting stands in for the automatic one."""
-    return sorted({tgrad._cpu_isa_setting(), "portable"})
+    """Variant settings that reach each block32 kernel: the automatic one (AMX where it runs, else
+    the pairwise packed variant's instruction), each forced variant this CPU runs that has a block32
+    kernel of its own (avx512bf16: vdpbf16ps, avx512f and avx2: FMAs) and forced portable (the
+    portable block32 kernel). Under a forced-variant test run (TGRAD_CPU_ISA) the run's own
+    setting stands in for the automatic one."""
+    runs = tgrad.cpu_isas()
+    own = [v for v in ("avx512bf16", "avx512f", "avx2") if runs.get(v)]
+    return sorted({tgrad._cpu_isa_setting(), "portable", *own})
 
 
 def _cpu_has_amx() -> bool:
@@ -55,6 +60,19 @@ def _cpu_has_amx() -> bool:
     except OSError:
         return False
     return " amx_bf16" in flags and " amx_tile" in flags
+
+
+def _expected_block32_kernel() -> str:
+    """The block32 kernel the selection rule (cpu/variants.c) names for this process's setting:
+    forced, each variant's own (avx512bf16: vdpbf16ps, avx512f and avx2: FMAs, portable and the
+    others: the portable one); automatic, AMX where it runs, else the pairwise packed variant's."""
+    setting = tgrad._cpu_isa_setting()
+    own = {"avx512bf16": "avx512bf16_block32", "avx512f": "avx512f_block32", "avx2": "avx2_block32"}
+    if tgrad.cpu_isa_forced():
+        return own.get(setting, "portable_block32")
+    if _cpu_has_amx():
+        return "amx"
+    return own.get(tgrad.cpu_isa(), "portable_block32")
 
 
 def _oracle32(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
@@ -80,7 +98,8 @@ def _describe(got: np.ndarray, want: np.ndarray, width: int) -> str:
 def _check(label: str, a_t, b_t, want32: np.ndarray, threads: list[int]) -> None:
     for isa in _kernels():
         tgrad.set_cpu_isa(isa)
-        for n in threads:
+        # the portable reference is slow: one thread count (its threading is the frame's, the same)
+        for n in threads[:1] if isa == "portable" else threads:
             tgrad.set_num_threads(n)
             c32 = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32, order="block32")
             c16 = tgrad.matmul(a_t, b_t, order="block32")
@@ -123,8 +142,8 @@ def _random_bits(rng: np.random.Generator, shape: tuple[int, int], fill: str) ->
 # past 384 (shared chunks: K sub-panels of 512 within one chunk panel, with and without the tasks
 # owning their columns, and K past one chunk panel of 4096), N = 1 (the matrix-vector swap), M = 1.
 SHAPES = [(1, 300, 70), (70, 300, 1), (5, 1100, 33), (130, 700, 97), (400, 40, 50), (3, 5, 600), (13, 1, 17),
-          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200), (400, 1100, 70),
-          (400, 1100, 300), (390, 4130, 33)]
+          (17, 31, 33), (33, 32, 31), (48, 33, 64), (64, 1025, 65), (129, 96, 200), (400, 600, 70),
+          (400, 600, 160), (390, 4130, 33)]
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
@@ -190,6 +209,24 @@ def test_batched_and_fused_block32_products_give_the_oracle():
     assert np.array_equal(fused.numpy().view(np.uint16), relu.astype(np.uint16))
 
 
+@pytest.mark.parametrize("shape", [(400, 600, 300), (400, 600, 70), (390, 4130, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_a_fused_epilogue_on_shared_chunks_gives_the_oracle(shape):
+    """Products past 384 rows take the shared-chunk path (AMX: K sub-panels, tasks owning their
+    columns or not, K past one chunk panel); the epilogue runs on each finished block."""
+    m, k, n = shape
+    rng = np.random.default_rng(m + k + n)
+    a_bits, b_bits = _random_bits(rng, (m, k), "special"), _random_bits(rng, (k, n), "special")
+    want = matmul_bits(a_bits, b_bits, order="block32")
+    relu = np.where((want & 0x8000) != 0, np.uint16(0), want)
+    relu = np.where((want & 0x7FFF) > 0x7F80, want, relu).astype(np.uint16)
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        with tgrad.matmul_order("block32"):
+            got = tgrad.relu(a_t @ b_t).numpy().view(np.uint16)
+        assert np.array_equal(got, relu), f"[isa={isa}] " + _describe(got, relu, 4)
+
+
 # ---- the setting ------------------------------------------------------------------------------
 
 
@@ -227,7 +264,7 @@ def test_route_names_the_block32_kernel():
     a = tgrad.Tensor.from_numpy(np.ones((40, 64), np.float32))
     c = tgrad.matmul(a, a.T, order="block32")
     c.numpy()
-    kernel = "amx" if _cpu_has_amx() and tgrad._cpu_isa_setting() != "portable" else "portable_block32"
+    kernel = _expected_block32_kernel()
     assert c.route == f"cpu.{kernel}.gemm"
     assert f"cpu.{kernel}.gemm" in tgrad.explain(tgrad.matmul(a, a.T, order="block32"))
 
@@ -260,3 +297,79 @@ def test_gradients_of_a_block32_product_are_block32_products():
     want = matmul_bits(g_bits, np.ascontiguousarray(b_bits.T), order="block32")
     assert np.array_equal(a_t.grad.numpy().view(np.uint16), want)
     assert not np.array_equal(want, matmul_bits(g_bits, np.ascontiguousarray(b_bits.T)))
+
+
+def test_kernel_names_explain_and_peak_follow_the_order():
+    kernel = _expected_block32_kernel()
+    assert tgrad.matmul_order_kernel("block32") == kernel
+    assert tgrad.matmul_order_kernel("pairwise") == tgrad.cpu_isa()
+    assert tgrad.matmul_order_kernel() == tgrad.cpu_isa()
+    with tgrad.matmul_order("block32"):
+        assert tgrad.matmul_order_kernel() == kernel
+        a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
+        assert "| order block32 |" in tgrad.explain(a @ a)
+    assert "order block32" not in tgrad.explain(a @ a)
+
+
+@pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
+@pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057])
+@pytest.mark.parametrize("layout", ["row-major B", "column-major B"])
+def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
+    """One-row block32 products (a decoding step) stream B in place on AVX-512 (route rowvec),
+    row-major B or column-major (x @ W.T), and give the oracle's bytes."""
+    n = 70
+    rng = np.random.default_rng(k * 7 + len(fill) + len(layout))
+    a_bits = _random_bits(rng, (1, k), fill)
+    b_bits = _random_bits(rng, (k, n), fill)
+    a_t = tgrad.Tensor.from_bf16_bits(a_bits)
+    b_t = tgrad.Tensor.from_bf16_bits(b_bits) if layout == "row-major B" \
+        else tgrad.Tensor.from_bf16_bits(np.ascontiguousarray(b_bits.T)).T
+    want = _rne_bf16(_oracle32(a_bits, b_bits))
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        c = tgrad.matmul(a_t, b_t, order="block32")
+        got = c.numpy().view(np.uint16)
+        if tgrad.cpu_isas().get("avx512f") and isa != "portable":
+            assert c.route == "cpu.avx512f_block32.rowvec"
+        assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
+
+
+def test_a_trace_records_the_order_and_validates_block32_products():
+    """tgrad.trace keeps each product's order in its args and replays it through the oracle in
+    that order (a fill where the two orders' bf16 results differ: a replay in the wrong order
+    would fail)."""
+    m, k, n = 32, 100, 32
+    rng = np.random.default_rng(21)
+    h = k // 2
+    x = rng.standard_normal((m, h)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    y = rng.standard_normal((h, n)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    perm = np.concatenate([np.arange(s, min(s + 16, h))[::-1] for s in range(0, h, 16)])
+    a = np.empty((m, k), np.uint16)
+    b = np.empty((k, n), np.uint16)
+    a[:, 0::2], a[:, 1::2] = x, x[:, perm]
+    b[0::2], b[1::2] = y, y[perm] ^ np.uint16(0x8000)
+    assert not np.array_equal(matmul_bits(a, b), matmul_bits(a, b, order="block32"))
+    at, bt = tgrad.Tensor.from_bf16_bits(a), tgrad.Tensor.from_bf16_bits(b)
+    with tgrad.matmul_order("block32"):
+        t1 = tgrad.trace(lambda p, q: p @ q, at, bt)
+    t2 = tgrad.trace(lambda p, q: tgrad.matmul(p, q, order="block32"), at, bt)
+    t3 = tgrad.trace(lambda p, q: p @ q, at, bt)
+    for t, order in ((t1, "block32"), (t2, "block32"), (t3, "pairwise")):
+        (op,) = [o for o in t.ops if o.kind == "matmul"]
+        assert op.args == {"order": order}
+        assert t.validate().state == "passed", t.validate()
+
+
+def test_amx_says_whether_it_runs_and_why_not():
+    """tgrad_cpu_amx_check: OK where the AMX kernel runs (block32 takes it unless a variant is
+    forced), else BackendUnavailableError with the reason; doctor reports the same."""
+    why = tgrad.orders.amx_unavailable()
+    if _cpu_has_amx():
+        assert why is None
+    else:
+        assert why is not None and "AMX" in why
+        assert tgrad.matmul_order_kernel("block32") != "amx"
+    from tgrad import doctor
+
+    facts = doctor.collect(peak=False).facts
+    assert facts["cpu"]["matmul_order"]["amx"] == (why or "available")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tgrad
-from tgrad.conformance.oracle import matmul_bits
+from tgrad.conformance.oracle import f32_to_bf16_bits, matmul_bits
 from tgrad.conformance.rosters import Case, build_operands, roster
 from tgrad import errors
 from tgrad._ffi import lib
@@ -72,9 +72,28 @@ def test_the_default_route_on_opencl_is_tiled(opencl_device: str) -> None:
 
 
 def test_tc_is_refused_on_opencl_with_the_reason(opencl_device: str) -> None:
+    # under the bounded policy, which allows tc at all: OpenCL C has no matrices
     x = np.ones((64, 64), np.float32)
+    with tgrad.Tensor.from_numpy(x, device="opencl") as a, device_route("tc"), tgrad.matmul_precision("bounded"):
+        with pytest.raises(errors.RouteNotEligibleError, match="opencl") as refused:
+            with a @ a as c:
+                c.realize()
+    assert "precision" not in str(refused.value)
+
+
+def test_the_precision_policy_on_opencl_keeps_tiled_and_says_so(opencl_device: str) -> None:
+    x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) % 7
+    with tgrad.Tensor.from_numpy(x, device="opencl") as a, a @ a as c:
+        assert c.route == "opencl.tiled"
+        assert tgrad.explain(c, json=True)["steps"][0]["plan"] == "precision exact: tiled, the documented order's bytes"
+        with tgrad.matmul_precision("bounded"):  # no matrix hardware here: tiled still
+            assert c.route == "opencl.tiled"
+            assert "precision bounded: tiled" in tgrad.explain(c)
+            got = _bits(c)
+    bits = f32_to_bf16_bits(x)
+    assert np.array_equal(got, matmul_bits(bits, bits))
     with tgrad.Tensor.from_numpy(x, device="opencl") as a, device_route("tc"):
-        with pytest.raises(errors.RouteNotEligibleError, match="opencl"):
+        with pytest.raises(errors.RouteNotEligibleError, match="opencl: route tc is bounded .* matmul precision is exact"):
             with a @ a as c:
                 c.realize()
 

@@ -16,7 +16,8 @@ from . import errors
 from ._ffi import _string, ffi, include_dir, lib, library_path, pkgconfig_dir
 from .errors import TgradError, _check
 from .tensor import Tensor, matmul, typed
-from .matmul_order import get_matmul_order, matmul_order, set_matmul_order
+from .orders import get_matmul_order, matmul_order, matmul_order_kernel, set_matmul_order
+from .precision import get_matmul_precision, matmul_precision, set_matmul_precision
 from . import ops
 from .ops import (abs, add, div, exp, fusion_enabled, gelu, maximum, minimum, mul, neg, relu, rsqrt,
                   set_fusion, sigmoid, silu, square, sub, tanh)
@@ -154,6 +155,7 @@ __all__ = [
     "from_dlpack",
     "fusion_enabled",
     "get_matmul_order",
+    "get_matmul_precision",
     "gelu",
     "include_dir",
     "library_path",
@@ -162,6 +164,8 @@ __all__ = [
     "live_tensors",
     "matmul",
     "matmul_order",
+    "matmul_order_kernel",
+    "matmul_precision",
     "maximum",
     "memory_limit",
     "minimum",
@@ -179,6 +183,7 @@ __all__ = [
     "set_device_route",
     "set_fusion",
     "set_matmul_order",
+    "set_matmul_precision",
     "set_memory_limit",
     "set_num_threads",
     "shape_ops",
@@ -309,9 +314,12 @@ _DEVICE_ROUTES = {"auto": 0, "naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_
 
 
 def set_device_route(route: str) -> None:
-    """The kernel route GPU matmuls take, process-wide: "auto" (tc where the device and shape
-    allow, else tiled), or force "naive", "tiled" or "tc". A forced route a problem cannot take
-    raises RouteNotEligibleError when the result is read. Every route gives the same bytes."""
+    """The kernel route GPU matmuls take, process-wide: "auto" (tiled; under
+    set_matmul_precision("bounded"), tc where the device and shape allow), or force "naive",
+    "tiled" or "tc". A forced route a problem cannot take raises RouteNotEligibleError when the
+    result is read, and so does a forced tc under the default precision, "exact". naive and
+    tiled give the same bytes (the documented order's); tc stays within its error bound
+    (docs/kernels.md)."""
     if not isinstance(route, str) or route not in _DEVICE_ROUTES:
         raise errors.InvalidArgumentError(
             f"set_device_route: expected one of {', '.join(map(repr, _DEVICE_ROUTES))}, got {route!r}")

@@ -223,8 +223,12 @@ tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t
 
 tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);
 tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
+#define TGRAD_MATMUL_ORDER_PAIRWISE 0
+#define TGRAD_MATMUL_ORDER_BLOCK32 1
 tgrad_status tgrad_set_matmul_order(int32_t order);
 int32_t tgrad_matmul_order(void);
+const char *tgrad_matmul_order_kernel(int32_t order);
+tgrad_status tgrad_cpu_amx_check(void);
 tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, int32_t order,
                                   tgrad_tensor_t *out);
 
@@ -260,6 +264,10 @@ tgrad_status tgrad_device_by_name(const char *name, int32_t *device);
 tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *device);
 tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
 tgrad_status tgrad_set_device_route(int32_t route);
+#define TGRAD_MATMUL_PRECISION_EXACT 0
+#define TGRAD_MATMUL_PRECISION_BOUNDED 1
+tgrad_status tgrad_set_matmul_precision(int32_t precision);
+int32_t tgrad_matmul_precision(void);
 typedef void (*tgrad_deleter)(void *context);
 tgrad_status tgrad_tensor_from_external(const uint16_t *data, int64_t extent, int32_t ndim,
                                         const int64_t *shape, const int64_t *strides,

@@ -139,6 +139,17 @@ def _check_cpu(report: Report, peak: bool) -> None:
                                       f"products ({reason}; variants: {others})")
     else:
         report.add("cpu isa", "PASS", f"{chosen} in use ({reason}; variants: {others})")
+    from .orders import amx_unavailable, get_matmul_order, matmul_order_kernel
+
+    block32, no_amx = matmul_order_kernel("block32"), amx_unavailable()
+    report.facts["cpu"]["matmul_order"] = {"order": get_matmul_order(), "block32_kernel": block32,
+                                           "amx": no_amx or "available"}
+    kinds = {"amx": "AMX tiles", "avx512bf16_block32": "AVX512-BF16's vdpbf16ps", "avx512f_block32": "AVX-512F FMAs",
+             "avx2_block32": "AVX2 FMAs", "neon_block32": "NEON FMAs"}
+    report.add("matmul order", "PASS",
+               f"{get_matmul_order()} (this thread); block32 products run on {block32} "
+               f"({kinds.get(block32, 'the portable reference')}"
+               + (f"; no AMX: {no_amx}" if no_amx else "") + "): tgrad.matmul_order('block32') (docs/numerics.md)")
     if threads > cores:
         report.add("threads", "WARN", f"{threads} worker threads on {cores} usable cores "
                                       "(oversubscribed: TGRAD_NUM_THREADS?)")

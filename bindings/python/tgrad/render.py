@@ -130,8 +130,9 @@ def _tensor(x: object, what: str) -> Tensor:
 
 
 def render_matmul(a: Tensor, b: Tensor, route: str = "tiled", lang: str = "msl") -> Kernel:
-    """The kernel computing ``a @ b`` by `route` in `lang`; raises RouteNotEligibleError when the
-    route cannot run it (e.g. tc below 8 in a dimension, tc in OpenCL)."""
+    """The kernel computing ``a @ b`` by `route` in `lang`, in this thread's matmul order
+    (tgrad.matmul_order); raises RouteNotEligibleError when the route cannot run it (e.g. tc below
+    8 in a dimension, tc in OpenCL, tc in the block32 order)."""
     a, b = _tensor(a, "render_matmul"), _tensor(b, "render_matmul")
     code, lcode = _code(_ROUTES, route, "route"), _code(_LANGS, lang, "language")
     return _kernel(route, lang, lib.tgrad_render_matmul, code, lcode, a._h, b._h)

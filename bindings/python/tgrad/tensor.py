@@ -31,7 +31,7 @@ from . import _bf16, _buildable, errors
 from . import dtypes as _dtypes
 from . import reductions as _reductions
 from . import shape_ops as _shape_ops
-from . import matmul_order as _order
+from . import orders as _order
 from ._ffi import ffi, lib
 from ._tensor_base import TensorBase
 from ._tensor_base import bind as _bind_base
@@ -1395,7 +1395,10 @@ def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str |
     _check(lib.tgrad_matmul_ordered(a._h, b._h, target.code, code, out))
     sa, sb = a._shape, b._shape  # libtgrad checked the shapes; other ranks: read when asked
     shape = (sa[0], sb[1]) if sa is not None and sb is not None and len(sa) == len(sb) == 2 else None
-    return Tensor._wrap(int(out[0]), shape)
+    result = Tensor._wrap(int(out[0]), shape)
+    if target is _dtypes.bfloat16 and (recorder := _RECORDER.get()) is not None:  # tgrad.trace replays it
+        recorder.report("matmul", result, (a, b), {"order": order})
+    return result
 
 
 _bind_base(Tensor, _RECORDER)

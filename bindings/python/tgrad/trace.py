@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -450,7 +451,9 @@ def _replay(op: TraceOp, ops: Sequence[TraceOp], oracles: Mapping[str, Callable[
             if not _exact_route(op.route):
                 return result("skipped", f"route {op.route} promises an error bound, not bit-exact "
                                          "results; no bound is stated to check against yet")
-            want = _matmul_replay(oracles["matmul"], np.asarray(sources[0].payload), np.asarray(sources[1].payload))
+            order = op.args.get("order", "pairwise") if isinstance(op.args, Mapping) else "pairwise"
+            want = _matmul_replay(functools.partial(oracles["matmul"], order=order), np.asarray(sources[0].payload),
+                                  np.asarray(sources[1].payload))
         elif op.kind in _trace_kinds.REDUCE_KINDS:
             want = _trace_kinds.replay_reduction(op.kind, op.args, np.asarray(sources[0].payload), sources[0].dtype)
         elif op.kind in _trace_kinds.NORM_KINDS:
@@ -520,6 +523,11 @@ def _ints(values: Sequence[Any]) -> list[int]:
 
 def _op_args(kind: str, params: list[Any], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """(kind, JSON-able arguments) of a reported call; Tensor arguments are already removed."""
+    if kind == "matmul":  # the accumulation order the product was made in (tgrad.matmul_order)
+        from .orders import get_matmul_order
+
+        order = kwargs.get("order")
+        return kind, {"order": order if isinstance(order, str) else get_matmul_order()}
     if kind == "transpose":
         a0 = params[0] if params else kwargs.get("axis0")
         a1 = params[1] if len(params) > 1 else kwargs.get("axis1")

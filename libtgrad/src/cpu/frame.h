@@ -42,6 +42,10 @@ TG_HIDDEN const tg_ukernel *tg_cpu_stream_variant(int sel);
 /* The block32 order's kernels (ukernel_amx.c where the CPU and OS run AMX, else the portable
  * reference; the portable one also where the portable variant is forced). */
 TG_HIDDEN const tg_ukernel *tg_cpu_block32_variant(int sel);
+/* ... and for its one-row products, which stream B in place (NULL: none, the packed frame). */
+TG_HIDDEN const tg_ukernel *tg_cpu_block32_stream_variant(int sel);
+/* The packed products' variant for the calling thread's matmul order now (the probes time it). */
+TG_HIDDEN const tg_ukernel *tg_cpu_order_current(void);
 TG_HIDDEN const tg_ukernel *tg_cpu_current(void); /* the packed products' variant now */
 TG_HIDDEN double tg_cpu_now_s(void);
 

@@ -81,13 +81,17 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
         int64_t want = 4 * (int64_t)pool;
         P->batch_tasks = P->batch < want ? P->batch : want;
     }
-    const tg_ukernel *S = tg_cpu_stream_variant(sel);
+    /* block32 streams one-row products where a variant can (tg_cpu_block32_stream_variant), and
+     * packs everything else (its few-row products on AMX's packed tiles) */
+    const tg_ukernel *S = block32 ? tg_cpu_block32_stream_variant(sel) : tg_cpu_stream_variant(sel);
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
     /* A float32 result takes the packed path: its micro-kernels all store their fp32
      * accumulators (ukernel.h), the streaming kernels write bf16 only. */
-    if (out_dtype == TGRAD_DTYPE_F32 || block32) P->path = PATH_GEMM; /* block32: packed kernels only */
-    else if (P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
-    else if (S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
+    if (out_dtype == TGRAD_DTYPE_F32) P->path = PATH_GEMM;
+    else if (S && P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
+    else if (block32) /* a few rows stream row-major B where the block32 variant can (vdpbf16ps; not AMX) */
+        P->path = P->uk->skinny && bs1 == 1 && P->M <= 16 ? PATH_SKINNY : PATH_GEMM;
+    else if (S && S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;
     else P->path = PATH_GEMM;
 }

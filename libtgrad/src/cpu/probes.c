@@ -38,7 +38,7 @@ TGRAD_API tgrad_status tgrad_cpu_peak_gflops(int32_t threads, double *gflops) {
     int32_t n = 1;
     tgrad_status s = probe_threads(threads, "cpu_peak_gflops", &n);
     if (s) return s;
-    probe_job P = { .uk = tg_cpu_current() };
+    probe_job P = { .uk = tg_cpu_order_current() };
     /* size the run to ~20 ms per thread, then measure the best of three */
     P.iters = 1000;
     double t0 = tg_cpu_now_s();
@@ -66,7 +66,7 @@ TGRAD_API tgrad_status tgrad_cpu_peak_run(int32_t threads, double flops) {
     if (s) return s;
     if (!(flops >= 0) || flops > 1e15)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cpu_peak_run: flops %g outside 0..1e15", flops);
-    probe_job P = { .uk = tg_cpu_current() };
+    probe_job P = { .uk = tg_cpu_order_current() };
     double per_iter = P.uk->peak(1);
     double iters = flops / n / per_iter;
     P.iters = (int64_t)iters + ((double)(int64_t)iters < iters);

@@ -52,13 +52,64 @@ static enum basis basis_of(int sel) { return (enum basis)((sel >> 12) & 15); }
 const tg_ukernel *tg_cpu_gemm_variant(int sel) { return variants[((sel >> 6) & 63) - 1]; }
 const tg_ukernel *tg_cpu_stream_variant(int sel) { return variants[sel & 63]; }
 
+/* The block32 order's kernel. Automatic choice: AMX where it runs; else the block32 kernel of the
+ * instruction the pairwise packed products use (the gemm variant, chosen by the rule above from
+ * the cores' rates): vdpbf16ps (avx512bf16_block32) where that is avx512bf16 (AMD Zen 4 and 5),
+ * the FMA kernels (avx512f_block32, avx2_block32) where it is avx512f (Intel) or avx2, NEON's
+ * where it is neon; else the portable reference. A forced variant takes its own instruction's
+ * block32 kernel, so that forcing each in turn tests each: avx512bf16 the vdpbf16ps one, avx512f
+ * and avx2 their FMA ones, portable the portable one. */
 const tg_ukernel *tg_cpu_block32_variant(int sel) {
+    const tg_ukernel *gemm = tg_cpu_gemm_variant(sel);
+    bool forced = basis_of(sel) == BASIS_FORCED;
+    if (gemm == &tg_ukernel_portable) return &tg_ukernel_portable_block32;
 #if defined(TGRAD_HAVE_AMX_VARIANT)
-    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_amx.available()) return &tg_ukernel_amx;
+    if (!forced && tg_ukernel_amx.available()) return &tg_ukernel_amx;
+#endif
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (gemm == &tg_ukernel_avx512bf16 && tg_ukernel_avx512bf16_block32.available())
+        return &tg_ukernel_avx512bf16_block32;
+    if (gemm == &tg_ukernel_avx512f && tg_ukernel_avx512f_block32.available()) return &tg_ukernel_avx512f_block32;
+    if (gemm == &tg_ukernel_avx2 && tg_ukernel_avx2_block32.available()) return &tg_ukernel_avx2_block32;
+#endif
+#if defined(TGRAD_HAVE_NEON_VARIANT)
+    if (gemm == &tg_ukernel_neon) return &tg_ukernel_neon_block32;
+#endif
+    (void)forced;
+    return &tg_ukernel_portable_block32;
+}
+
+const tg_ukernel *tg_cpu_block32_stream_variant(int sel) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_avx512f_block32_stream.available())
+        return &tg_ukernel_avx512f_block32_stream;
 #else
     (void)sel;
 #endif
-    return &tg_ukernel_portable_block32;
+    return NULL;
+}
+
+const tg_ukernel *tg_cpu_order_current(void) {
+    int sel = tg_cpu_selected();
+    return tgrad_matmul_order() == TGRAD_MATMUL_ORDER_BLOCK32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel);
+}
+
+TGRAD_API tgrad_status tgrad_cpu_amx_check(void) {
+#if defined(TGRAD_HAVE_AMX_VARIANT)
+    const char *why = tg_amx_unavailable();
+    if (!why) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "cpu_amx_check: AMX does not run here: %s", why);
+#else
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                   "cpu_amx_check: this build has no AMX kernel (not x86-64, or the compiler knows no AMX)");
+#endif
+}
+
+TGRAD_API const char *tgrad_matmul_order_kernel(int32_t order) {
+    int sel = tg_cpu_selected();
+    if (order == TGRAD_MATMUL_ORDER_PAIRWISE) return tg_cpu_gemm_variant(sel)->name;
+    if (order == TGRAD_MATMUL_ORDER_BLOCK32) return tg_cpu_block32_variant(sel)->name;
+    return NULL;
 }
 
 static const tg_ukernel *find_variant(const char *name) {

@@ -42,6 +42,7 @@ static tgrad_status matmul_problem(tgrad_tensor_t a, tgrad_tensor_t b, tg_gen_ma
             .a = { ta.view.offset, { ta.view.strides[0], ta.view.strides[1] } },
             .b = { tb.view.offset, { tb.view.strides[0], tb.view.strides[1] } },
             .c = { 0, { out.strides[0], out.strides[1] } },
+            .order = tgrad_matmul_order(), /* the calling thread's (tgrad_set_matmul_order) */
         };
     tg_tensor_unref(&ta);
     tg_tensor_unref(&tb);

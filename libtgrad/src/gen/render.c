@@ -157,6 +157,8 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
           "// (bound: docs/kernels.md).\n");
     else if (r->simdgroup_matrix)
         E("// fp32 accumulation in 8x8 simdgroup matrices, the hardware's order (bound: docs/kernels.md).\n");
+    else if (p->order == TGRAD_MATMUL_ORDER_BLOCK32)
+        E("// fp32 accumulation in the block32 order of docs/numerics.md: the CPU's bits exactly.\n");
     else
         E("// fp32 accumulation in the canonical order of docs/numerics.md: the CPU's bits exactly.\n");
     E("// a[m, k] = a[%s]\n// b[k, n] = b[%s]\n// c[m, n] = c[%s]\n", ia, ib, ic);
@@ -205,6 +207,30 @@ void tg_emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent,
     E("%s}\n", indent);
 }
 
+/* The block32 order's block (docs/numerics.md, "The block32 order") for the naive route: the
+ * even-k and odd-k chains over the 32 elements from k0, then folded into acc; `guard` loads an
+ * element past K as +0 (the last, partial block). */
+static void emit_naive_block32(const emitter *e, const tg_gen_matmul *p, const char *indent, bool guard) {
+    char ia[256], ib[256], a1[256], b1[256];
+    tg_index_expr(ia, sizeof ia, p->a.offset, "m", p->a.stride[0], p->m, "k", p->a.stride[1], p->k);
+    tg_index_expr(ib, sizeof ib, p->b.offset, "k", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
+    tg_index_expr(a1, sizeof a1, p->a.offset, "m", p->a.stride[0], p->m, "(k + 1)", p->a.stride[1], p->k);
+    tg_index_expr(b1, sizeof b1, p->b.offset, "(k + 1)", p->b.stride[0], p->k, "n", p->b.stride[1], p->n);
+    E("%sfloat even = 0.0f;\n%sfloat odd = 0.0f;\n", indent, indent);
+    E("%sfor (%s k = k0; k < k0 + 32; k += 2) {\n", indent, e->it);
+    if (guard) {
+        E("%s    even = tg_step(even, k < %" PRId64 " ? tg_load_bf16(a[%s]) : 0.0f, k < %" PRId64
+          " ? tg_load_bf16(b[%s]) : 0.0f);\n", indent, p->k, ia, p->k, ib);
+        E("%s    odd = tg_step(odd, k + 1 < %" PRId64 " ? tg_load_bf16(a[%s]) : 0.0f, k + 1 < %" PRId64
+          " ? tg_load_bf16(b[%s]) : 0.0f);\n", indent, p->k, a1, p->k, b1);
+    } else {
+        E("%s    even = tg_step(even, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", indent, ia, ib);
+        E("%s    odd = tg_step(odd, tg_load_bf16(a[%s]), tg_load_bf16(b[%s]));\n", indent, a1, b1);
+    }
+    E("%s}\n", indent);
+    E("%sacc = tg_step(acc, tg_step(even, odd, 1.0f), 1.0f);\n", indent);
+}
+
 static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name) {
     char ia[256], ib[256];
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_X] = true,
@@ -214,6 +240,24 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("    const %s n = gx * %d + lx;\n", e->it, r->tile_n);
     E("    if (m >= %" PRId64 " || n >= %" PRId64 ")\n        return;\n", p->m, p->n);
     E("    float acc = 0.0f;\n");
+    if (p->order == TGRAD_MATMUL_ORDER_BLOCK32) {
+        int64_t whole = p->k / 32 * 32;
+        E("    // the block32 order: per block of 32 k, the even-k and odd-k chains, then acc + (even + odd)\n");
+        if (whole) {
+            E("    for (%s k0 = 0; k0 < %" PRId64 "; k0 += 32) {\n", e->it, whole);
+            emit_naive_block32(e, p, "        ", false);
+            E("    }\n");
+        }
+        if (p->k % 32) {
+            E("    {\n        // the last block: elements past K are the +0 padding of both operands\n");
+            E("        const %s k0 = %" PRId64 ";\n", e->it, whole);
+            emit_naive_block32(e, p, "        ", true);
+            E("    }\n");
+        }
+        tg_emit_store(e, p, "    ", "acc");
+        E("}\n");
+        return;
+    }
     if (p->k >= 2) {
         E("    // k-pairs (k, k + 1): the odd element first, then the even one\n");
         E("    for (%s k = 0; k < %" PRId64 "; k += 2) {\n", e->it, p->k & ~(int64_t)1);
@@ -242,7 +286,8 @@ static void emit_naive(const emitter *e, const tg_route *r, const tg_gen_matmul 
 static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul *p, const char *name) {
     const int32_t tm = r->tile_m, tn = r->tile_n, tk = r->tile_k, nx = r->threads_x, ny = r->threads_y;
     const int32_t rm = tm / ny, rn = tn / nx, nthreads = nx * ny;
-    const int64_t keven = p->k + (p->k & 1);
+    const bool block32 = p->order == TGRAD_MATMUL_ORDER_BLOCK32;
+    const int64_t keven = block32 ? (p->k + 31) / 32 * 32 : p->k + (p->k & 1);
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_GROUP_Y] = true, [TG_B_LOCAL_X] = true,
                                [TG_B_LOCAL_Y] = true, [TG_B_LOCAL_INDEX] = true };
     tg_matmul_signature(e, p, name, used);
@@ -252,10 +297,15 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("    const %s n0 = gx * %d;\n", e->it, tn);
     E("    // this thread's outputs: rows m0 + ly + %d * i, columns n0 + lx + %d * j\n", ny, nx);
     E("    float acc[%d][%d];\n", rm, rn);
+    if (block32) E("    float even[%d][%d];\n    float odd[%d][%d];\n", rm, rn, rm, rn);
     E("    for (int i = 0; i < %d; i++)\n", rm);
     E("        for (int j = 0; j < %d; j++)\n", rn);
-    E("            acc[i][j] = 0.0f;\n");
-    E("    // k runs to K rounded up to even: element K of an odd K is the +0 padding (numerics.md)\n");
+    E(block32 ? "            acc[i][j] = even[i][j] = odd[i][j] = 0.0f;\n" : "            acc[i][j] = 0.0f;\n");
+    if (block32)
+        E("    // the block32 order: k runs to K rounded up to 32 (the +0 padding, numerics.md); per block\n"
+          "    // the even-k and odd-k chains, folded into acc at the block's end\n");
+    else
+        E("    // k runs to K rounded up to even: element K of an odd K is the +0 padding (numerics.md)\n");
     E("    for (%s k0 = 0; k0 < %" PRId64 "; k0 += %d) {\n", e->it, keven, tk);
     tg_emit_stage_a(e, r, p, "a_tile[kk][r]", nthreads, &tg_stage_fp32);
     tg_emit_stage_b(e, r, p, "b_tile[kk][col]", nthreads, &tg_stage_fp32);
@@ -269,10 +319,24 @@ static void emit_tiled(const emitter *e, const tg_route *r, const tg_gen_matmul 
     E("                const float a_odd = a_tile[kk + 1][ly + %d * i];\n", ny);
     E("                const float a_even = a_tile[kk][ly + %d * i];\n", ny);
     E("                for (int j = 0; j < %d; j++) {\n", rn);
-    E("                    acc[i][j] = tg_step(acc[i][j], a_odd, b_tile[kk + 1][lx + %d * j]);\n", nx);
-    E("                    acc[i][j] = tg_step(acc[i][j], a_even, b_tile[kk][lx + %d * j]);\n", nx);
+    if (block32) {
+        E("                    odd[i][j] = tg_step(odd[i][j], a_odd, b_tile[kk + 1][lx + %d * j]);\n", nx);
+        E("                    even[i][j] = tg_step(even[i][j], a_even, b_tile[kk][lx + %d * j]);\n", nx);
+    } else {
+        E("                    acc[i][j] = tg_step(acc[i][j], a_odd, b_tile[kk + 1][lx + %d * j]);\n", nx);
+        E("                    acc[i][j] = tg_step(acc[i][j], a_even, b_tile[kk][lx + %d * j]);\n", nx);
+    }
     E("                }\n");
     E("            }\n");
+    if (block32) {
+        E("            if (((k0 + kk + 2) & 31) == 0) {\n");
+        E("                for (int i = 0; i < %d; i++)\n", rm);
+        E("                    for (int j = 0; j < %d; j++) {\n", rn);
+        E("                        acc[i][j] = tg_step(acc[i][j], tg_step(even[i][j], odd[i][j], 1.0f), 1.0f);\n");
+        E("                        even[i][j] = odd[i][j] = 0.0f;\n");
+        E("                    }\n");
+        E("            }\n");
+    }
     E("        }\n");
     E("        %s\n", e->l->barrier);
     E("    }\n");
@@ -366,6 +430,10 @@ tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_g
         return tg_not_eligible(r->name, l->name,
                                "needs 8x8 simdgroup matrices (MSL) or warp-level bf16 mma.sync (CUDA, sm_80+), "
                                "which this language lacks", 0, 0, 0);
+    if (r->simdgroup_matrix && p->order == TGRAD_MATMUL_ORDER_BLOCK32)
+        return tg_not_eligible(r->name, l->name,
+                               "accumulates in the hardware's order, not the block32 order (naive and tiled compute it)",
+                               0, 0, 0);
     if (p->m < r->min_m || p->k < r->min_k || p->n < r->min_n) {
         char why[160];
         snprintf(why, sizeof why, "needs M >= %d, K >= %d, N >= %d (got %%lld, %%lld, %%lld); tiled takes every shape",
@@ -433,7 +501,9 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
              p->m, p->k, p->n, p->a.offset, p->a.stride[0], p->a.stride[1], p->b.offset, p->b.stride[0],
              p->b.stride[1], p->c.offset, p->c.stride[0], p->c.stride[1]);
     if (p->epilogue) tg_gen_chain_key(p->epilogue, key, sizeof key);
-    kernel_name(launch->kernel_name, r->name, key, p->m, p->k, p->n);
+    char route_name[32]; /* a block32 kernel's name says so: its text differs for the same problem */
+    snprintf(route_name, sizeof route_name, "%s%s", r->name, p->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "_block32" : "");
+    kernel_name(launch->kernel_name, route_name, key, p->m, p->k, p->n);
 
     emitter em = { t, l, small ? "int" : "long" }, *e = &em;
     emit_header_comment(e, r, p, launch);

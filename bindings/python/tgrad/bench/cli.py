@@ -14,7 +14,7 @@ from typing import Any
 
 from .contend import competing
 from .limits import measure_limits, refresh_limits
-from ..matmul_order import ORDERS
+from ..orders import ORDERS
 from .lines import closing_lines, format_shape
 from .machine import (DISTURBED, OPENBLAS_TUNING_VARS, SPIN_ENV, _cpu_sample, _maybe_reexec,
                       _others_load, _wait_for_quiet_machine, environment)
@@ -136,8 +136,6 @@ def _condition_error(args: argparse.Namespace) -> str | None:
         return "--contend loads the machine on purpose: --wait-quiet would wait for nothing"
     if contend and not hasattr(os, "sched_setaffinity"):
         return "--contend needs os.sched_setaffinity (Linux)"
-    if args.device == "cuda" and getattr(args, "order", "pairwise") != "pairwise":
-        return "--order block32 runs on the CPU only (a GPU product has no block32 route)"
     return None
 
 

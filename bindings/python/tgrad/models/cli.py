@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed of tgrad's counter-based generator")
     parser.add_argument("--convert", action="store_true", help="round float32/float16 weights to bf16 as they load")
     parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the config's eos_token_id")
+    parser.add_argument("--order", choices=["pairwise", "block32"], default=None,
+                        help="the products' accumulation order (docs/numerics.md; block32 runs on AMX where the "
+                             "CPU has it; default: this thread's, pairwise)")
     parser.set_defaults(func=main)
 
 
@@ -84,10 +87,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
         return 1
     eos = None if args.ignore_eos else list(model.config.eos_token_id) or None
+    from ..orders import get_matmul_order, matmul_order
+
     try:
-        new = model.generate(np.array([ids]), args.max_new_tokens, do_sample=args.do_sample,
-                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                             eos_token_id=eos)
+        with matmul_order(args.order or get_matmul_order()):  # every product of the generation
+            new = model.generate(np.array([ids]), args.max_new_tokens, do_sample=args.do_sample,
+                                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                                 eos_token_id=eos)
     except (errors.InvalidArgumentError, errors.IndexOutOfRangeError) as exc:  # an option or a token id
         print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
         return 2

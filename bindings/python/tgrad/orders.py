@@ -18,22 +18,25 @@ import contextlib
 from collections.abc import Iterator
 
 from . import errors
-from ._ffi import lib
+from ._ffi import _string, ffi, lib
 from .errors import _check
 
-ORDERS = ("pairwise", "block32")
+#: The orders by name, with tgrad.h's TGRAD_MATMUL_ORDER_* codes.
+CODES = {"pairwise": int(lib.TGRAD_MATMUL_ORDER_PAIRWISE), "block32": int(lib.TGRAD_MATMUL_ORDER_BLOCK32)}
+ORDERS = tuple(CODES)
 
 
 def order_code(order: str, where: str = "matmul_order") -> int:
     """The C ABI's TGRAD_MATMUL_ORDER_* for a name (InvalidArgumentError for another)."""
-    if not isinstance(order, str) or order not in ORDERS:
+    if not isinstance(order, str) or order not in CODES:
         raise errors.InvalidArgumentError(f"{where}: order must be one of {ORDERS}, got {order!r}")
-    return ORDERS.index(order)
+    return CODES[order]
 
 
 def get_matmul_order() -> str:
     """The order of the products this thread makes now."""
-    return ORDERS[int(lib.tgrad_matmul_order())]
+    code = int(lib.tgrad_matmul_order())
+    return next(name for name, c in CODES.items() if c == code)
 
 
 def set_matmul_order(order: str) -> None:
@@ -51,3 +54,25 @@ def matmul_order(order: str) -> Iterator[None]:
         yield
     finally:
         _check(lib.tgrad_set_matmul_order(before))
+
+
+def matmul_order_kernel(order: str | None = None) -> str:
+    """The CPU kernel variant that packed products of ``order`` (None: this thread's) take now:
+    "amx", "avx512bf16_block32", "avx512f_block32" or "portable_block32" for block32, the packed
+    variant (tgrad.cpu_isa()) for pairwise."""
+    code = int(lib.tgrad_matmul_order()) if order is None else order_code(order, "matmul_order_kernel")
+    name = lib.tgrad_matmul_order_kernel(code)
+    assert name != ffi.NULL  # code is a valid order
+    return _string(name)
+
+
+def amx_unavailable() -> str | None:
+    """Why the AMX kernel does not run here (the CPU, the OS's tile state, arch_prctl's refusal,
+    a build without it), or None when it does (block32 products then take it)."""
+    from .errors import TgradError
+
+    try:
+        _check(lib.tgrad_cpu_amx_check())
+    except TgradError as exc:
+        return str(exc)
+    return None

@@ -62,9 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-peers", action="store_true", help="time tgrad only")
     parser.add_argument("--order", default="pairwise", choices=ORDERS,
                         help="the accumulation order of tgrad's products in every mode (matmul "
-                        "shapes, --graph, --batched, --transformer, --generate, --train; the "
+                        "shapes, --graph, --batched, --transformer, --generate, --train, --device cuda; the "
                         "byte checks use the oracle in the same order): pairwise (the default) or "
-                        "block32 (AMX's TDPBF16PS order, on AMX where the CPU has it; tgrad.matmul_order)")
+                        "block32 (AMX's TDPBF16PS order, on AMX where the CPU has it; tgrad.matmul_order, docs/numerics.md)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="before each shape, wait up to S seconds for other processes to "
                         f"use under {DISTURBED * 100:.0f}%% of the CPUs (default 0: do not wait)")

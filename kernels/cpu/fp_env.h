@@ -30,6 +30,9 @@ static inline void tg_fp_env_restore(tg_fp_env e) { _mm_setcsr((unsigned)e.saved
 #define TG_FPCR_NOT_IEEE ((1u << 24) | (3u << 22) | (1u << 19) | (0x9fu << 8) | 3u)
 static inline uint64_t tg_read_fpcr(void) { uint64_t v; __asm__ volatile("mrs %0, fpcr" : "=r"(v)); return v; }
 static inline void tg_write_fpcr(uint64_t v) { __asm__ volatile("msr fpcr, %0" : : "r"(v) : "memory"); }
+/* FPSR: the sticky exception flags (the NEON matmul kernels read UFC, bit 3) */
+static inline uint64_t tg_read_fpsr(void) { uint64_t v; __asm__ volatile("mrs %0, fpsr" : "=r"(v)); return v; }
+static inline void tg_write_fpsr(uint64_t v) { __asm__ volatile("msr fpsr, %0" : : "r"(v) : "memory"); }
 
 static inline tg_fp_env tg_fp_env_ieee(void) {
     tg_fp_env e = { tg_read_fpcr() };

@@ -10,6 +10,12 @@
 #include "pack_bf16_pairs.h"
 _Static_assert(NR == 32, "the AVX-512 B packer writes 32-column panels");
 
+/* bf16 pair words (even element low, odd high) -> the odd and the even elements as exact fp32;
+ * 16 bf16 values -> fp32 (the FMA kernels widen in registers) */
+static inline __m512 odd_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))); }
+static inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+static inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
 static inline __m512i daz16(__m512i v) { /* bf16 with a zero exponent -> signed zero */
     __mmask32 sub = _mm512_testn_epi16_mask(v, _mm512_set1_epi16(0x7f80));
     return _mm512_mask_mov_epi16(v, sub, _mm512_and_si512(v, _mm512_set1_epi16((short)0x8000)));

@@ -13,12 +13,8 @@
 #include "pack_bf16_pairs.h"
 #include "store_bf16_avx512.h"
 #include "pack_avx512.h"
+#include "contract_step.h" /* lo_half, hi_half */
 
-static inline __m512 odd_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))); }
-static inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
-static inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-static inline float lo_f32(uint32_t w) { union { uint32_t u; float f; } x = { w << 16 }; return x.f; }
-static inline float hi_f32(uint32_t w) { union { uint32_t u; float f; } x = { w & 0xffff0000u }; return x.f; }
 
 enum { PAIRS = 16 }; /* pair words per block */
 
@@ -40,7 +36,7 @@ static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64
                 const uint16_t *even = b + 2 * p * ldb + j0, *odd = even + ldb;
                 _mm_prefetch((const char *)(even + 2 * AHEAD * ldb), TG_PREFETCH_HINT);
                 _mm_prefetch((const char *)(even + 2 * AHEAD * ldb + 32), TG_PREFETCH_HINT);
-                __m512 ae = _mm512_set1_ps(lo_f32(a[p])), ao = _mm512_set1_ps(hi_f32(a[p]));
+                __m512 ae = _mm512_set1_ps(lo_half(a[p])), ao = _mm512_set1_ps(hi_half(a[p]));
                 bool has_odd = 2 * p + 1 < K;
                 for (int g = 0; g < G; g++) {
                     ev[g] = _mm512_fmadd_ps(ae, widen16(_mm256_maskz_loadu_epi16(m[g], even + 16 * g)), ev[g]);
@@ -86,8 +82,8 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
                 }
                 for (int p = 0; p < PAIRS; p++) {
                     uint32_t w = p0 + p < kp ? a[p0 + p] : 0u;
-                    ev[h] = _mm512_fmadd_ps(_mm512_set1_ps(lo_f32(w)), even_f32(r[p]), ev[h]);
-                    od[h] = _mm512_fmadd_ps(_mm512_set1_ps(hi_f32(w)), odd_f32(r[p]), od[h]);
+                    ev[h] = _mm512_fmadd_ps(_mm512_set1_ps(lo_half(w)), even_f32(r[p]), ev[h]);
+                    od[h] = _mm512_fmadd_ps(_mm512_set1_ps(hi_half(w)), odd_f32(r[p]), od[h]);
                 }
                 acc[h] = _mm512_add_ps(acc[h], _mm512_add_ps(ev[h], od[h]));
             }

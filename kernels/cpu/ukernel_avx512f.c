@@ -15,9 +15,6 @@
 #include "store_bf16_avx512.h"
 #include "pack_avx512.h"
 
-/* bf16 words (even element low, odd high) -> the odd and the even elements as fp32 */
-static inline __m512 odd_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))); }
-static inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
 
 /* Row-major A: 16 pairs of a panel's rows per transpose; each pair becomes mr (odd, even) fp32
  * entries. */
@@ -172,7 +169,6 @@ static void kernel_direct(int64_t kc, const uint16_t *a, int64_t lda, const void
 #define SK_TILE 32
 #include "stream_fma.h"
 
-static inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 /* Row-major B: a strip of up to 1024 columns, fp32 accumulators in L1, B's rows read whole. */
 static void rowvec_rows(const float *a, const uint16_t *b, int64_t ldb, int64_t K, int64_t nb, uint16_t *out) {

@@ -16,8 +16,6 @@
 #include "pack_block32.h"
 #include "pack_block32_avx512.h"
 
-static inline __m512 odd_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xffff0000u))); }
-static inline __m512 even_f32(__m512i w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
 
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_;

@@ -15,12 +15,9 @@
 #define MR 8
 #define NR 12
 #include "contract_step.h"
+#include "fp_env.h"
 #include "pack_f32_pairs.h"
 
-static inline uint64_t read_fpcr(void) { uint64_t v; __asm__ volatile("mrs %0, fpcr" : "=r"(v)); return v; }
-static inline void write_fpcr(uint64_t v) { __asm__ volatile("msr fpcr, %0" : : "r"(v)); }
-static inline uint64_t read_fpsr(void) { uint64_t v; __asm__ volatile("mrs %0, fpsr" : "=r"(v)); return v; }
-static inline void write_fpsr(uint64_t v) { __asm__ volatile("msr fpsr, %0" : : "r"(v)); }
 #define FPCR_FZ (1u << 24)
 #define FPSR_UFC (1u << 3)
 
@@ -75,9 +72,9 @@ static inline uint16x4_t bf16x4(float32x4_t v) { /* RNE; NaN -> 0x7fc0 */
 
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_, *b = b_;
-    uint64_t fpcr = read_fpcr(), fpsr = read_fpsr();
-    write_fpcr(fpcr | FPCR_FZ);
-    write_fpsr(fpsr & ~(uint64_t)FPSR_UFC);
+    uint64_t fpcr = tg_read_fpcr(), fpsr = tg_read_fpsr();
+    tg_write_fpcr(fpcr | FPCR_FZ);
+    tg_write_fpsr(fpsr & ~(uint64_t)FPSR_UFC);
     R8(K_DECL)
     if (t->load) { R8(K_LOAD) }
     for (int64_t p = 0; p < kpairs; p++) {
@@ -89,9 +86,9 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
         b0 = vld1q_f32(bp + NR), b1 = vld1q_f32(bp + NR + 4), b2 = vld1q_f32(bp + NR + 8);
         R8(K_EVEN)
     }
-    bool flushed = (read_fpsr() & FPSR_UFC) != 0;
-    write_fpsr(fpsr);
-    write_fpcr(fpcr);
+    bool flushed = (tg_read_fpsr() & FPSR_UFC) != 0;
+    tg_write_fpsr(fpsr);
+    tg_write_fpcr(fpcr);
     if (flushed) { /* a sum came near 2^-126: this tile again, exactly (see the top) */
         tile_exact(kpairs, a, b, t);
         return;

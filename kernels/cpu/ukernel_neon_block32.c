@@ -15,12 +15,9 @@
 #define MR 4
 #define NR 8
 #include "contract_step.h"
+#include "fp_env.h"
 #include "pack_block32.h"
 
-static inline uint64_t read_fpcr(void) { uint64_t v; __asm__ volatile("mrs %0, fpcr" : "=r"(v)); return v; }
-static inline void write_fpcr(uint64_t v) { __asm__ volatile("msr fpcr, %0" : : "r"(v)); }
-static inline uint64_t read_fpsr(void) { uint64_t v; __asm__ volatile("mrs %0, fpsr" : "=r"(v)); return v; }
-static inline void write_fpsr(uint64_t v) { __asm__ volatile("msr fpsr, %0" : : "r"(v)); }
 #define FPCR_FZ (1u << 24)
 #define FPSR_UFC (1u << 3)
 
@@ -45,9 +42,9 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     float acc[MR][NR], start[MR][NR];
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NR; j++) start[r][j] = acc[r][j] = t->load ? t->acc[r * t->ldacc + j] : 0.0f;
-    uint64_t fpcr = read_fpcr(), fpsr = read_fpsr();
-    write_fpcr(fpcr | FPCR_FZ);
-    write_fpsr(fpsr & ~(uint64_t)FPSR_UFC);
+    uint64_t fpcr = tg_read_fpcr(), fpsr = tg_read_fpsr();
+    tg_write_fpcr(fpcr | FPCR_FZ);
+    tg_write_fpsr(fpsr & ~(uint64_t)FPSR_UFC);
     for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS) {
         float32x4_t e[MR][2], o[MR][2];
         for (int r = 0; r < MR; r++) e[r][0] = e[r][1] = o[r][0] = o[r][1] = vdupq_n_f32(0.0f);
@@ -65,9 +62,9 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
             for (int h = 0; h < 2; h++)
                 vst1q_f32(acc[r] + 4 * h, vaddq_f32(vld1q_f32(acc[r] + 4 * h), vaddq_f32(e[r][h], o[r][h])));
     }
-    bool flushed = (read_fpsr() & FPSR_UFC) != 0;
-    write_fpsr(fpsr);
-    write_fpcr(fpcr);
+    bool flushed = (tg_read_fpsr() & FPSR_UFC) != 0;
+    tg_write_fpsr(fpsr);
+    tg_write_fpcr(fpcr);
     if (flushed) { /* a sum came near 2^-126: this tile again, exactly (see the top) */
         for (int r = 0; r < MR; r++)
             for (int j = 0; j < NR; j++) acc[r][j] = start[r][j];

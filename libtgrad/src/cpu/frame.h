@@ -24,6 +24,13 @@
 
 static inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* The pairs one packed line of a K panel of kc elements holds: (kc + 1) / 2, rounded up to the
+ * variant's block for a block32 variant (ukernel.h: its panels are zero-padded to whole blocks). */
+static inline int64_t tg_panel_pairs(const tg_ukernel *uk, int64_t kc) {
+    int64_t kp = (kc + 1) / 2;
+    return uk->kpair_align > 1 ? round_up(kp, uk->kpair_align) : kp;
+}
+
 /* Tasks [0, ntasks) on the pool, or on this thread alone when one thread (or one task) is all
  * there is. */
 static inline void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {

@@ -23,12 +23,6 @@ typedef struct {
 
 static tg_ukernel_fn pick(const kernels *k, int32_t rows) { return rows < k->mr ? k->tail : k->fn; }
 
-/* The pairs one packed line of a K panel of kc elements holds: (kc + 1) / 2, rounded up to the
- * variant's block for a block32 variant (ukernel.h: its panels are zero-padded to whole blocks). */
-static int64_t panel_pairs(const tg_ukernel *uk, int64_t kc) {
-    int64_t kp = (kc + 1) / 2;
-    return uk->kpair_align > 1 ? round_up(kp, uk->kpair_align) : kp;
-}
 
 /* Rows [r0, r0 + rows) of A packed into panels of mr rows, a tail panel of tail_mr rows. */
 static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *A, int64_t r0, int64_t rows,
@@ -37,7 +31,7 @@ static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *
     if (full) uk->pack_a(A, r0, full, k0, kc, k->mr, dst);
     if (rows > full)
         uk->pack_a(A, r0 + full, rows - full, k0, kc, k->tail_mr,
-                   dst + (size_t)(full * panel_pairs(uk, kc)) * (size_t)uk->a_entry_bytes);
+                   dst + (size_t)(full * tg_panel_pairs(uk, kc)) * (size_t)uk->a_entry_bytes);
 }
 
 typedef struct {
@@ -124,8 +118,8 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     bool multi_panel = J->K > KC;
     float scratch[TILE_MAX]; /* one tile's accumulators of a float32 result over one K panel */
     workspace *w = tg_cpu_workspace(multi_panel ? sizeof(float) * (size_t)(round_up(mb, mr) * ldacc) : 64,
-                          (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * panel_pairs(uk, kc_max)),
-                          (size_t)uk->b_entry_bytes * (size_t)(ldacc * panel_pairs(uk, kc_max)));
+                          (size_t)uk->a_entry_bytes * (size_t)(round_up(mb, mr) * tg_panel_pairs(uk, kc_max)),
+                          (size_t)uk->b_entry_bytes * (size_t)(ldacc * tg_panel_pairs(uk, kc_max)));
     if (!w) {
         atomic_store(&J->failed, 1);
         return;
@@ -135,7 +129,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
     float *acc = w->acc;
     int64_t a_lo = J->direct ? mb / mr * mr : 0; /* rows below a_lo are read in place */
     for (int64_t k0 = 0; k0 < J->K; k0 += KC) {
-        int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = panel_pairs(uk, kc);
+        int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = tg_panel_pairs(uk, kc);
         bool last = k0 + KC >= J->K;
         uk->pack_b(&J->B, k0, kc, n0, nb, bp);
         if (a_lo < mb) pack_rows(uk, &J->k, &J->A, m0 + a_lo, mb - a_lo, k0, kc, ap);
@@ -301,7 +295,7 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
     const tg_ukernel *uk = J->uk;
-    int64_t kp = panel_pairs(uk, J->kc);
+    int64_t kp = tg_panel_pairs(uk, J->kc);
     if (task < J->a_tasks) {
         int64_t r0 = J->a_lo + task * J->a_group * J->k.mr, rows = J->a_group * J->k.mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
@@ -322,7 +316,7 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
  * see the same blocks in the same order: the bytes are the whole panel's. */
 static void chunk_tiles_ksub(const chunk_job *J, int64_t i_lo, int64_t i_hi, int64_t j_lo, int64_t j_hi) {
     const tg_ukernel *uk = J->uk;
-    int64_t kp = panel_pairs(uk, J->kc), sp = uk->ksub / 2, mr = J->k.mr, nr = uk->nr;
+    int64_t kp = tg_panel_pairs(uk, J->kc), sp = uk->ksub / 2, mr = J->k.mr, nr = uk->nr;
     int64_t aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
     float local[MC_MAX * 32] __attribute__((aligned(64)));
     for (int64_t ib = i_lo; ib < i_hi; ib += J->mc) {
@@ -362,7 +356,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     chunk_job *J = arg;
     const tg_ukernel *uk = J->uk;
-    int64_t kp = panel_pairs(uk, J->kc), mr = J->k.mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
+    int64_t kp = tg_panel_pairs(uk, J->kc), mr = J->k.mr, nr = uk->nr, aeb = uk->a_entry_bytes, beb = uk->b_entry_bytes;
     int64_t i_lo = J->own_cols ? 0 : (task / J->tiles_n) * J->mc, j_lo = (task % J->tiles_n) * J->nc;
     int64_t i_hi = J->own_cols || i_lo + J->mc > J->mb ? J->mb : i_lo + J->mc;
     int64_t j_hi = j_lo + J->nc < J->nb ? j_lo + J->nc : J->nb;
@@ -413,7 +407,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
     int64_t nr = uk->nr, kcb = K <= kcb_max ? round_up(K, 2) : kcb_max;
     bool multi = K > kcb;
     /* one packed row of A, one packed column of B, over a K panel */
-    int64_t a_row_bytes = panel_pairs(uk, kcb) * uk->a_entry_bytes, b_col_bytes = panel_pairs(uk, kcb) * uk->b_entry_bytes;
+    int64_t a_row_bytes = tg_panel_pairs(uk, kcb) * uk->a_entry_bytes, b_col_bytes = tg_panel_pairs(uk, kcb) * uk->b_entry_bytes;
     /* The most rows (columns) the cap allows, then as many chunks as that asks for, of even sizes
      * in whole tiles (so a chunk may pass the cap by less than a tile): 1020 + 1020 + 8 rows would
      * pack all of B a third time for 8 rows. */

@@ -62,8 +62,8 @@ static void run_skinny_strip(int64_t task, int32_t worker, void *arg) {
 
 tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,
                                   int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep) {
-    /* a block32 variant's panel holds K's pairs padded to whole blocks (ukernel.h, kpair_align) */
-    int64_t pairs = uk->kpair_align > 1 ? round_up(K / 2 + 1, uk->kpair_align) : K / 2 + 1;
+    /* K / 2 + 1 pairs a row, padded to whole blocks for a block32 variant (ukernel.h, kpair_align) */
+    int64_t pairs = tg_panel_pairs(uk, K + 1);
     workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * 16u * (size_t)pairs, 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), uk->nr);

@@ -2,12 +2,14 @@
 
 This module is independent of libtgrad (numpy only) so that it can judge it.
 
-Contract of ``matmul_bits(a_bits, b_bits)`` (a: uint16 [M, K], b: uint16 [K, N], bf16 bit
-patterns, any strides):
+Contract of ``matmul_bits(a_bits, b_bits, order=...)`` (a: uint16 [M, K], b: uint16 [K, N], bf16
+bit patterns, any strides). Two documented orders: ``"block32"`` (the default since tgrad 0.2,
+AMX's ``TDPBF16PS``; below, after the common rules) and ``"pairwise"`` (the default until 0.1,
+``vdpbf16ps``'s), whose rules come first here:
 
 - Inputs: bf16 -> f32 by ``bits << 16``. DAZ: a bf16 whose exponent field is 0 and mantissa is
   not 0 is replaced by a zero of the same sign.
-- K is padded to even with +0.0 in both operands (element K of each row of a and column of b).
+- pairwise: K is padded to even with +0.0 in both operands (element K of each row of a and column of b).
   For each output C[m, n]: ``acc = +0.0f``; for j = 0 .. K/2-1 over pairs (2j, 2j+1): first
   ``acc = step(acc, a[m,2j+1] * b[2j+1,n])``, then ``acc = step(acc, a[m,2j] * b[2j,n])``
   (odd element first, as ``vdpbf16ps`` does).
@@ -21,7 +23,7 @@ patterns, any strides):
 - Output: any NaN -> 0x7FC0 (canonical quiet NaN, positive); otherwise f32 -> bf16 round to
   nearest even. K = 0 gives +0 (0x0000) everywhere; M or N = 0 gives an empty result.
 
-``order="block32"`` (docs/numerics.md, "The block32 order": AMX's ``TDPBF16PS``): K is padded
+``order="block32"`` (the default; docs/numerics.md, "The block32 order"): K is padded
 with +0.0 to a multiple of 32. For each output, ``acc = +0.0f``; for each block of 32 elements
 (k0 = 0, 32, ...): ``even = odd = +0.0f``; for j = 0 .. 15 ``even = step(even, a[m,k0+2j] *
 b[k0+2j,n])`` and ``odd = step(odd, a[m,k0+2j+1] * b[k0+2j+1,n])``; then ``t = step(even, odd)``
@@ -246,12 +248,12 @@ def _accumulate_block32(a_t: np.ndarray, b: np.ndarray) -> np.ndarray:
 ORDERS = ("pairwise", "block32")
 
 
-def matmul_f32(a_bits, b_bits, *, path: str = "auto", order: str = "pairwise") -> np.ndarray:
+def matmul_f32(a_bits, b_bits, *, path: str = "auto", order: str = "block32") -> np.ndarray:
     """The float32 accumulators of the contract (before the final bf16 rounding), [M, N].
 
     path: "auto" (fast float32 path when provably exact, else float64), "f32" is refused when
     not provably exact, "f64" forces the general path (tests compare both).
-    order: "pairwise" (the default contract) or "block32" (see the module's docstring).
+    order: "block32" (the default since 0.2) or "pairwise" (see the module's docstring).
     """
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}")
@@ -299,7 +301,7 @@ def matmul_f32(a_bits, b_bits, *, path: str = "auto", order: str = "pairwise") -
     return out
 
 
-def matmul_bits(a_bits, b_bits, *, path: str = "auto", order: str = "pairwise") -> np.ndarray:
+def matmul_bits(a_bits, b_bits, *, path: str = "auto", order: str = "block32") -> np.ndarray:
     """C = A @ B under the contract above: uint16 bf16 bits [M, K] x [K, N] -> uint16 [M, N]."""
     return _f32_to_bf16_output(matmul_f32(a_bits, b_bits, path=path, order=order))
 

@@ -281,7 +281,8 @@ def roster(name: str) -> list[Case]:
 
 @dataclass(frozen=True)
 class Example:
-    """One output C[0,0] = row a (K values) . column b (K values), with the expected bf16 bits.
+    """One output C[0,0] = row a (K values) . column b (K values), with the expected bf16 bits, in
+    the matmul order `order` (docs/numerics.md: "pairwise" or "block32").
 
     Values are given as float64 numbers that are exactly bf16, or as ints (raw bf16 patterns,
     for subnormals and NaN payloads).
@@ -292,6 +293,7 @@ class Example:
     b: tuple
     expected: int
     why: str
+    order: str = "pairwise"
 
     def bits(self) -> tuple[np.ndarray, np.ndarray]:
         from .oracle import f64_to_bf16_bits
@@ -338,4 +340,14 @@ CONTRACT_EXAMPLES = [
             "1 + 2^-8 is the bf16 tie: to even 1.0"),
     Example("output_rounds_up_past_the_tie", (1.0, 2.0**-8, 2.0**-16, 0.0), (1.0, 1.0, 1.0, 0.0),
             0x3F81, "1 + 2^-8 + 2^-16 in f32, above the tie: 1 + 2^-7"),
+    # the block32 order (the default since 0.2): the same rules per step, another order of steps
+    Example("block32_even_and_odd_chains", (1.0, -1.0, 2.0**-24, 0.0), (1.0,) * 4, 0x0000,
+            "even chain 1, 1 + 2^-24 -> 1 (tie to even); odd chain -1, -1; 1 + -1 = +0 (pairwise: 2^-24)",
+            order="block32"),
+    Example("block32_padding_makes_positive_zero", (-(2.0**-70),), (2.0**-70,), 0x0000,
+            "even chain: -2^-140 flushes to -0, then the +0 products of the padding (k = 2..30) give "
+            "(-0) + (+0) = +0 (pairwise: -0)", order="block32"),
+    Example("block32_blocks_fold_in_order", (1.0,) + (0.0,) * 31 + (2.0**-8, 2.0**-16), (1.0,) * 34, 0x3F81,
+            "block 0 gives 1; block 1: even 2^-8, odd 2^-16, t = 2^-8 + 2^-16; 1 + t in f32 is above "
+            "the bf16 tie: 1 + 2^-7", order="block32"),
 ]

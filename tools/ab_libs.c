@@ -53,6 +53,13 @@ static void load(lib *l, const char *path, const uint16_t *a, const uint16_t *b,
         fprintf(stderr, "%s: not a libtgrad\n", path);
         exit(2);
     }
+    /* TGRAD_AB_ORDER=0|1: both libraries' products in that matmul order (tgrad_set_matmul_order,
+     * 0.2; calls run on this thread) */
+    int (*set_order)(int32_t) = (int (*)(int32_t))dlsym(h, "tgrad_set_matmul_order");
+    if (getenv("TGRAD_AB_ORDER") && (!set_order || set_order(atoi(getenv("TGRAD_AB_ORDER"))))) {
+        fprintf(stderr, "%s: cannot set the matmul order\n", path);
+        exit(2);
+    }
     if (l->from_bf16(a, 2, sa, &l->a) || l->from_bf16(b, 2, sb, &l->b) || threads(2)) {
         fprintf(stderr, "%s: setup failed\n", path);
         exit(2);

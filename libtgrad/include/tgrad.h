@@ -54,7 +54,7 @@ extern "C" {
 #define TGRAD_VERSION_MINOR 1
 #define TGRAD_VERSION_PATCH 0
 #define TGRAD_VERSION_NUMBER (TGRAD_VERSION_MAJOR * 10000 + TGRAD_VERSION_MINOR * 100 + TGRAD_VERSION_PATCH)
-#define TGRAD_VERSION_STRING "0.1.0"
+#define TGRAD_VERSION_STRING "0.2.0"
 
 /* The library's TGRAD_VERSION_NUMBER (the header a program compiled against may differ). */
 TGRAD_API uint32_t tgrad_version(void);
@@ -522,19 +522,19 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
  * device (the GPU routes store bf16 only); checked here, before any allocation. */
 TGRAD_API tgrad_status tgrad_matmul_ex(tgrad_tensor_t a, tgrad_tensor_t b, int32_t out_dtype, tgrad_tensor_t *out);
 /* The accumulation order of a product (docs/numerics.md), recorded in its node when it is made:
- *  - TGRAD_MATMUL_ORDER_PAIRWISE (0, the default): vdpbf16ps's, per k-pair the odd product then
- *    the even one, one rounding per addition;
- *  - TGRAD_MATMUL_ORDER_BLOCK32 (1): AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even
- *    k, odd k) from +0, then acc + (even + odd); K padded with +0 to whole blocks. It runs on
- *    AMX where the CPU has it (else a portable kernel, the same bytes; one-row products stream B
- *    on AVX-512), and on GPU devices by the naive and tiled routes (the tc route computes the
- *    hardware's order: the automatic choice takes tiled, a forced tc is
- *    TGRAD_ERR_ROUTE_NOT_ELIGIBLE when the product is realized).
+ *  - TGRAD_MATMUL_ORDER_BLOCK32 (1, the default since 0.2): AMX's TDPBF16PS's, per block of 32 k
+ *    two fp32 chains (even k, odd k) from +0, then acc + (even + odd); K padded with +0 to whole
+ *    blocks. It runs on AMX where the CPU has it, else on the CPU variant's own block32 kernel
+ *    (vdpbf16ps, FMA or portable: the same bytes; one-row products stream B on AVX-512);
+ *  - TGRAD_MATMUL_ORDER_PAIRWISE (0, the default until 0.1): vdpbf16ps's, per k-pair the odd
+ *    product then the even one, one rounding per addition.
+ * On GPU devices both render on the naive and tiled routes; the tc route (only under
+ * tgrad_set_matmul_precision BOUNDED) accumulates in the hardware's order whatever the product's.
  * Both are exact, documented orders: each gives the same bytes on every CPU, thread count and
  * fusion setting; the two orders' bf16 results agree in almost every element, their fp32
  * accumulators in few. tgrad_set_matmul_order sets the order of the products tgrad_matmul and
  * tgrad_matmul_ex make on the calling thread (thread-local, like tgrad_set_grad_enabled; a new
- * thread starts at PAIRWISE); tgrad_matmul_ordered names it per call. Another order is
+ * thread starts at BLOCK32); tgrad_matmul_ordered names it per call. Another order is
  * TGRAD_ERR_INVALID_ARGUMENT, checked before anything is allocated. */
 #define TGRAD_MATMUL_ORDER_PAIRWISE 0
 #define TGRAD_MATMUL_ORDER_BLOCK32 1

@@ -333,7 +333,7 @@ TG_HIDDEN tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *plan, const u
 /* The variant the calling thread's last tg_cpu_matmul_run ran (NULL before any; tests check that
  * the route a step records names it). */
 extern TG_HIDDEN _Thread_local const struct tg_ukernel *tg_cpu_matmul_ran;
-/* Plan and run in one call (tests). */
+/* Plan and run in one call, in the calling thread's order (tgrad_set_matmul_order; tests). */
 TG_HIDDEN tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b,
                                      const tg_view *bv, uint16_t *out);
 /* Bit-preserving gather of a view into a compact row-major destination. */

@@ -65,12 +65,8 @@ static void decide_matmul(tg_step *st) {
         tg_cpu_matmul_plan_name(&st->cpu, st->route, sizeof st->route);
     } else {
         st->precision = tgrad_matmul_precision(); /* read once: the route and explain agree */
+        /* tc (bounded only) accumulates in the hardware's order whatever the product's order */
         st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device, st->precision);
-        /* tc computes the hardware's order: an automatic choice for a block32 product takes tiled
-         * (a forced tc is refused when it is rendered) */
-        if (st->base->params.matmul_order == TGRAD_MATMUL_ORDER_BLOCK32 && st->dev_route && st->dev_route->simdgroup_matrix &&
-            tg_device_forced_route() == 0)
-            st->dev_route = tg_route_find(TGRAD_ROUTE_TILED);
         snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device),
                  st->dev_route ? st->dev_route->name : "unknown");
     }
@@ -123,7 +119,7 @@ static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
         return;
     }
     const tg_cpu_matmul_plan *P = &st->cpu;
-    const char *order = P->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "order block32" : "";
+    const char *order = P->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "order block32" : "order pairwise";
     if (st->out->ndim <= 2) {
         snprintf(dst, cap, "%s", order);
         return;

@@ -314,7 +314,7 @@ TGRAD_API tgrad_status tgrad_matmul(tgrad_tensor_t a, tgrad_tensor_t b, tgrad_te
     return tgrad_matmul_ex(a, b, TGRAD_DTYPE_BF16, out);
 }
 
-static _Thread_local int32_t matmul_order; /* TGRAD_MATMUL_ORDER_PAIRWISE */
+static _Thread_local int32_t matmul_order = TGRAD_MATMUL_ORDER_BLOCK32; /* the default since 0.2 */
 
 TGRAD_API tgrad_status tgrad_set_matmul_order(int32_t order) {
     if (order != TGRAD_MATMUL_ORDER_PAIRWISE && order != TGRAD_MATMUL_ORDER_BLOCK32)

@@ -519,6 +519,9 @@ static void test_limit_runs(void) {
 
 int main(void) {
     test_version_and_registry();
+    /* the products below are checked against the pairwise order's reference (dot(), contract_ref.h);
+     * test_block32.c checks block32, the default */
+    EXPECT(tgrad_set_matmul_order(TGRAD_MATMUL_ORDER_PAIRWISE), TGRAD_OK);
     test_handles();
     test_views();
     for (int32_t vi = 0;; vi++) {

@@ -86,7 +86,7 @@ static void one_shape(int64_t M, int64_t K, int64_t N, enum fill f) {
 }
 
 static void settings_and_refusals(void) {
-    CHECK(tgrad_matmul_order() == TGRAD_MATMUL_ORDER_PAIRWISE);
+    CHECK(tgrad_matmul_order() == TGRAD_MATMUL_ORDER_BLOCK32); /* the default since 0.2 */
     CHECK(tgrad_matmul_order_kernel(TGRAD_MATMUL_ORDER_BLOCK32) != NULL);
     CHECK(tgrad_matmul_order_kernel(7) == NULL);
     float v[4] = { 1, 2, 3, 4 };
@@ -96,7 +96,7 @@ static void settings_and_refusals(void) {
     int64_t tensors = tgrad_live_tensors(), buffers = tgrad_live_buffers();
     EXPECT(tgrad_set_matmul_order(2), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_set_matmul_order(-1), TGRAD_ERR_INVALID_ARGUMENT);
-    CHECK(tgrad_matmul_order() == TGRAD_MATMUL_ORDER_PAIRWISE);
+    CHECK(tgrad_matmul_order() == TGRAD_MATMUL_ORDER_BLOCK32);
     EXPECT(tgrad_matmul_ordered(a, a, TGRAD_DTYPE_BF16, 2, &out), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_matmul_ordered(a, a, TGRAD_DTYPE_BF16, TGRAD_MATMUL_ORDER_BLOCK32, NULL), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_matmul_ordered(a, a, TGRAD_DTYPE_I32, TGRAD_MATMUL_ORDER_BLOCK32, &out), TGRAD_ERR_DTYPE_UNSUPPORTED);

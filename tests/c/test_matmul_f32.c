@@ -98,6 +98,9 @@ static void refusals(void) {
 }
 
 int main(void) {
+    /* this file checks the pairwise order's contract (its reference above); test_block32.c checks
+     * block32, the default */
+    EXPECT(tgrad_set_matmul_order(TGRAD_MATMUL_ORDER_PAIRWISE), TGRAD_OK);
     refusals();
     static const int64_t shapes[][3] = { { 1, 1, 1 }, { 4, 4, 4 }, { 13, 37, 45 }, { 1, 300, 70 }, { 70, 300, 1 },
                                          { 5, 1100, 33 }, { 130, 530, 97 }, { 3, 0, 5 } };

@@ -233,7 +233,9 @@ static void check_matmul_case(const matmul_case *c) {
     int64_t mn = c->m * c->n;
     uint16_t *want = malloc((size_t)(mn > 0 ? mn : 1) * 2), *got = malloc((size_t)(mn > 0 ? mn : 1) * 2);
     EXPECT(tg_cpu_matmul(abuf, &a.view, bbuf, &b.view, want), TGRAD_OK);
-    tg_gen_matmul p = { c->m, c->k, c->n, gen_operand(&a.view), gen_operand(&b.view), { 0, { c->n, 1 } }, NULL, 0 };
+    /* the reference runs in the calling thread's order: the rendered kernel takes the same */
+    tg_gen_matmul p = { c->m, c->k, c->n, gen_operand(&a.view), gen_operand(&b.view), { 0, { c->n, 1 } }, NULL,
+                        tgrad_matmul_order() };
     const tg_lang *lang = tg_lang_find(TGRAD_LANG_OPENCL);
     const int32_t routes[] = { TGRAD_ROUTE_NAIVE, TGRAD_ROUTE_TILED };
     for (int r = 0; r < 2; r++) {
@@ -273,7 +275,12 @@ static void test_rendered_matmuls_match_cpu_bytes(void) {
         { "K = 0", 6, 0, 5, plain, plain, FILL_NORMAL },
         { "M = 0", 0, 4, 5, plain, plain, FILL_NORMAL },
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_matmul_case(&cases[i]);
+    const int32_t orders[] = { TGRAD_MATMUL_ORDER_BLOCK32, TGRAD_MATMUL_ORDER_PAIRWISE };
+    for (int o = 0; o < 2; o++) {
+        EXPECT(tgrad_set_matmul_order(orders[o]), TGRAD_OK);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_matmul_case(&cases[i]);
+    }
+    EXPECT(tgrad_set_matmul_order(TGRAD_MATMUL_ORDER_BLOCK32), TGRAD_OK);
 }
 
 static void test_copy_kernel_matches_cpu_bytes(void) {

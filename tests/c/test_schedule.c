@@ -35,6 +35,7 @@ static const char *other_variant(void) {
 
 /* Planned under one variant, run after another was forced: the step's plan runs and is recorded. */
 static void test_step_runs_its_plan(const char *other) {
+    EXPECT(tgrad_set_matmul_order(TGRAD_MATMUL_ORDER_PAIRWISE), TGRAD_OK); /* the variants' own kernels */
     EXPECT(tgrad_set_cpu_isa("portable"), TGRAD_OK);
     tgrad_tensor_t a = filled(8, 64), b = filled(64, 16), c = 0;
     EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK);
@@ -55,6 +56,7 @@ static void test_step_runs_its_plan(const char *other) {
     CHECK(strcmp(route, planned) == 0);
     CHECK(tg_cpu_matmul_ran && strcmp(tg_cpu_matmul_ran->name, "portable") == 0);
     tgrad_tensor_release(c), tgrad_tensor_release(b), tgrad_tensor_release(a);
+    EXPECT(tgrad_set_matmul_order(TGRAD_MATMUL_ORDER_BLOCK32), TGRAD_OK);
 }
 
 static atomic_int stop;

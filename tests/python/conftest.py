@@ -122,6 +122,23 @@ def keeps_the_cpu_variant() -> Iterator[None]:
         pytest.fail(f"the test left the CPU variant choice {after!r}, it found {before!r}")
 
 
+@pytest.fixture(autouse=True)
+def keeps_the_matmul_order() -> Iterator[None]:
+    """Fails a test that leaves another matmul order in force than it found (the default, block32,
+    unless the run set another): the rest of its worker's tests would quietly run in it."""
+    try:
+        import tgrad
+    except ImportError:
+        yield
+        return
+    before = tgrad.get_matmul_order()
+    yield
+    after = tgrad.get_matmul_order()
+    if after != before:
+        tgrad.set_matmul_order(before)
+        pytest.fail(f"the test left the matmul order {after!r}, it found {before!r}")
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20240601)

@@ -80,12 +80,12 @@ def test_a_shape_is_checked_against_the_oracle_in_its_order(order: str) -> None:
 
 
 def test_an_oracle_in_the_wrong_order_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bench that forgot to pass the order to the oracle: block32 bytes against the pairwise
-    oracle are a mismatch, named."""
+    """A bench that forgot to pass the order to the oracle: pairwise bytes against the default
+    (block32) oracle are a mismatch, named."""
     oracle = _conformance.module("oracle")
     real = oracle.matmul_bits
     monkeypatch.setattr(oracle, "matmul_bits", lambda a, b, **kwargs: real(a, b))
-    with tgrad.matmul_order("block32"):
+    with tgrad.matmul_order("pairwise"):
         res = _shape()
     assert res["byte_match"] is False and res["mismatches"] > 0
 
@@ -93,6 +93,7 @@ def test_an_oracle_in_the_wrong_order_fails_the_check(monkeypatch: pytest.Monkey
 def test_the_order_option_reaches_the_products_and_the_reports(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], fast_limits: None) -> None:
     m, k, n = SHAPE
+    tgrad.set_matmul_order("pairwise")  # the caller's order (the fixture restores the default)
     status = main(["bench", "--order", "block32", "--shape", f"{m}x{k}x{n}", "--repeat", "2",
                    "--no-peers", "--no-reexec", "--no-progress", "--out", str(tmp_path)])
     out = capsys.readouterr().out
@@ -107,13 +108,14 @@ def test_the_order_option_reaches_the_products_and_the_reports(
     assert tgrad.get_matmul_order() == "pairwise"  # the run restores the thread's order
 
 
-def test_the_default_order_is_pairwise(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       fast_limits: None) -> None:
+def test_the_default_order_is_the_callers(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         fast_limits: None) -> None:
+    """Without --order the bench runs the calling thread's order: the library's default, block32."""
     status = main(["bench", "--shape", "4x4x4", "--repeat", "2", "--no-peers", "--no-reexec",
                    "--no-progress", "--out", str(tmp_path)])
     assert status == 0
-    assert "py_matmul_order: pairwise" in capsys.readouterr().out
-    assert json.loads((tmp_path / "bench.json").read_text())["matmul_order"] == "pairwise"
+    assert "py_matmul_order: block32" in capsys.readouterr().out
+    assert json.loads((tmp_path / "bench.json").read_text())["matmul_order"] == "block32"
 
 
 def test_graph_blocks_run_in_the_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

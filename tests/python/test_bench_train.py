@@ -45,7 +45,7 @@ def _check(lines: list[str], report: dict, torch: str) -> None:
         bits = line.split(" steps ")[1].split(",")[0].split()
         assert len(bits) == 3 and all(len(b) == 8 and int(b, 16) for b in bits), line
         assert line.endswith(f"run to run identical: yes; torch identical: {torch}") or torch == "any", line
-    head = lines.index(next(line for line in lines if line.startswith("| case (1 threads, pairwise order) | tgrad steps/s |")))
+    head = lines.index(next(line for line in lines if line.startswith("| case (1 threads, block32 order) | tgrad steps/s |")))
     body = lines[head + 2:head + 2 + len(labels)]
     assert [line.split(" | ")[0] for line in body] == [f"| {label}" for label in labels]
     for line in body:

@@ -46,7 +46,7 @@ def test_the_table_and_report_without_peers(tmp_path: Path, monkeypatch: pytest.
         tgrad.set_num_threads(threads)
     assert status == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].startswith("| op (1 threads, bf16, pairwise order) | tgrad ms | torch ms |")
+    assert table[0].startswith("| op (1 threads, bf16, block32 order) | tgrad ms | torch ms |")
     body = table[2:2 + len(SMALL)]
     assert [line.split(" | ")[0] for line in body] == [f"| {row.label}" for row in SMALL]
     assert all(line.endswith("| checked |") and " | - | - | - |" in line for line in body), body

@@ -67,7 +67,7 @@ def operands(m: int, k: int, n: int, fill: str) -> tuple[np.ndarray, np.ndarray,
     a, b = (cancel_bits if fill == "cancel" else special_bits)(m, k, n, m * 1000 + k + n)
     want = matmul_bits(a, b, order="block32")
     if fill == "cancel" and m * n >= 64:
-        assert np.count_nonzero(want != matmul_bits(a, b)) > 0, "the fill must tell the orders apart"
+        assert np.count_nonzero(want != matmul_bits(a, b, order="pairwise")) > 0, "the fill must tell the orders apart"
     return a, b, want
 
 
@@ -114,14 +114,17 @@ def test_block32_on_opencl_through_views_and_a_fused_epilogue(opencl_device: str
         r.release()
 
 
-def test_tc_refuses_block32_and_the_automatic_choice_takes_tiled() -> None:
+def test_tc_accumulates_in_the_hardware_order_whatever_the_product_order() -> None:
+    """tc (bounded precision only) renders the same kernel in both orders; naive and tiled render
+    the product's order."""
     a = tgrad.Tensor.from_numpy(np.ones((64, 64), np.float32))
     with tgrad.matmul_order("block32"):
-        with pytest.raises(errors.RouteNotEligibleError, match="block32"):
-            R.render_matmul(a, a, "tc", "msl")
+        tc_block32 = R.render_matmul(a, a, "tc", "msl")
         assert "block32 order" in R.render_matmul(a, a, "tiled", "cuda").source
-    assert "block32" not in R.render_matmul(a, a, "tiled", "cuda").source
-    R.render_matmul(a, a, "tc", "msl")  # the pairwise order still renders tc
+    with tgrad.matmul_order("pairwise"):
+        tc_pairwise = R.render_matmul(a, a, "tc", "msl")
+        assert "block32" not in R.render_matmul(a, a, "tiled", "cuda").source
+    assert tc_block32.source == tc_pairwise.source and "hardware's order" in tc_block32.source
 
 
 # ---- the emulators (slow tier) -------------------------------------------------------------------

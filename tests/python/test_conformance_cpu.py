@@ -123,7 +123,8 @@ def test_contract_example(example):
         if isa is not None:
             tgrad.set_cpu_isa(isa)
         tgrad.set_num_threads(threads)
-        got = int(_run(a_t, b_t)[0, 0])
+        with tgrad.matmul_order(example.order):
+            got = int(_run(a_t, b_t)[0, 0])
         assert got == example.expected, (
             f"{example.id} [isa={isa or tgrad.cpu_isa()}, threads={threads}]: got 0x{got:04x}, "
             f"want 0x{example.expected:04x} ({example.why})")

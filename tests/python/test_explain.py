@@ -21,6 +21,14 @@ def _t(rng: np.random.Generator, *shape: int) -> tgrad.Tensor:
     return tgrad.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32))
 
 
+def _few_row_routes() -> tuple[str, ...]:
+    """Where a product of a few rows may go in the calling thread's order: the packed kernel of the
+    order (tgrad.matmul_order_kernel: amx or a variant's block32 kernel, or the pairwise variant),
+    or a skinny path."""
+    kernel = tgrad.matmul_order_kernel()
+    return (f"cpu.{kernel}.gemm", f"cpu.{kernel}.skinny", f"cpu.{tgrad.cpu_stream_isa()}.skinny")
+
+
 def test_explain_text_has_one_line_per_kernel(rng: np.random.Generator) -> None:
     a, b, c = _t(rng, 4, 6), _t(rng, 6, 5), _t(rng, 5, 3)
     out = (a @ b) @ c
@@ -29,8 +37,7 @@ def test_explain_text_has_one_line_per_kernel(rng: np.random.Generator) -> None:
     assert len(steps) == 2, text
     for line in steps:
         # 4 and 5 rows: the streaming variant's skinny path where it has one, else packed
-        assert "matmul" in line and (f"cpu.{tgrad.cpu_stream_isa()}.skinny" in line
-                                     or f"cpu.{tgrad.cpu_isa()}.gemm" in line), line
+        assert "matmul" in line and any(route in line for route in _few_row_routes()), line
         assert re.search(r"reads \d+ B, writes \d+ B", line), line
     assert f"buf#{a.buffer_id}" in steps[0] and f"buf#{b.buffer_id}" in steps[0]
     assert f"buf#{out.buffer_id}" in steps[1] and "(4, 3)" in steps[1]
@@ -109,9 +116,9 @@ def test_route_names_what_computed_the_buffer(rng: np.random.Generator) -> None:
     assert a.route == "host" and a.T.route == "host"
     out = a @ b
     # pending: the route it would take now (4 rows: skinny on a variant that has it)
-    assert out.route in (f"cpu.{tgrad.cpu_stream_isa()}.skinny", f"cpu.{tgrad.cpu_isa()}.gemm")
+    assert out.route in _few_row_routes()
     big = tgrad.Tensor.from_numpy(np.ones((17, 6), np.float32)) @ b
-    assert big.route == f"cpu.{tgrad.cpu_isa()}.gemm"
+    assert big.route == f"cpu.{tgrad.matmul_order_kernel()}.gemm"
     pending = out.route
     out.realize()
     assert out.route == pending
@@ -126,11 +133,11 @@ def test_a_pending_route_follows_the_cpu_variant() -> None:
     isa_before = tgrad._cpu_isa_setting()
     try:
         tgrad.set_cpu_isa("portable")
-        assert out.route == "cpu.portable.gemm"
+        assert out.route == "cpu.portable_block32.gemm"  # the default order's portable kernel
         out.realize()
     finally:
         tgrad.set_cpu_isa(isa_before)
-    assert out.route == "cpu.portable.gemm"  # what ran, not what would run now
+    assert out.route == "cpu.portable_block32.gemm"  # what ran, not what would run now
 
 
 def test_views_share_the_buffer_id(rng: np.random.Generator) -> None:
@@ -184,8 +191,9 @@ def test_fma_variants_stream_one_row_and_short_m(variant: str, most_rows: int) -
     def ones(*shape: int) -> tgrad.Tensor:
         return tgrad.Tensor.from_numpy(np.ones(shape, np.float32))
 
-    isa_before = tgrad._cpu_isa_setting()
+    isa_before, order_before = tgrad._cpu_isa_setting(), tgrad.get_matmul_order()
     try:
+        tgrad.set_matmul_order("pairwise")  # the pairwise variants' own paths
         tgrad.set_cpu_isa(variant)
         b = ones(40, 70)
         assert (ones(1, 40) @ b).route == f"cpu.{variant}.rowvec"
@@ -198,13 +206,15 @@ def test_fma_variants_stream_one_row_and_short_m(variant: str, most_rows: int) -
         assert (ones(most_rows + 1, 1024) @ big_b).route == f"cpu.{variant}.gemm"
     finally:
         tgrad.set_cpu_isa(isa_before)
+        tgrad.set_matmul_order(order_before)
 
 
 @pytest.mark.skipif(not tgrad.cpu_isas().get("avx512bf16"), reason="this CPU has no AVX512-BF16")
 def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
     b = tgrad.Tensor.from_numpy(np.ones((40, 70), np.float32))
-    isa_before = tgrad._cpu_isa_setting()
+    isa_before, order_before = tgrad._cpu_isa_setting(), tgrad.get_matmul_order()
     try:
+        tgrad.set_matmul_order("pairwise")  # the pairwise variant's own paths
         tgrad.set_cpu_isa("avx512bf16")
         for m, route in ((1, "rowvec"), (2, "skinny"), (16, "skinny"), (17, "gemm")):
             a = tgrad.Tensor.from_numpy(np.ones((m, 40), np.float32))
@@ -219,3 +229,4 @@ def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
         assert (tgrad.Tensor.from_numpy(np.ones((4, 40), np.float32)) @ bt).route == "cpu.avx512bf16.gemm"
     finally:
         tgrad.set_cpu_isa(isa_before)
+        tgrad.set_matmul_order(order_before)

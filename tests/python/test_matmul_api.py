@@ -331,7 +331,8 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
     capable one's (avx512f's FMA against vdpbf16ps on Intel Xeons), packed products take it and
     one-row and few-row products keep the most capable variant's streaming routes; bytes are the
     oracle's either way. The rates are set through the testing aid, so this runs on any CPU with
-    two SIMD variants."""
+    two SIMD variants. The pairwise order's routes: block32's packed kernel is AMX or the variant's
+    own (test_matmul_order.py)."""
     from tgrad.conformance.oracle import matmul_bits
 
     if len(SIMD_VARIANTS) < 2:
@@ -339,8 +340,9 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
     names = list(tgrad.cpu_isas())
     first, second = SIMD_VARIANTS[0], SIMD_VARIANTS[1]
     rates = [0.0] * len(names)
-    isa_before = tgrad._cpu_isa_setting()
+    isa_before, order_before = tgrad._cpu_isa_setting(), tgrad.get_matmul_order()
     try:
+        tgrad.set_matmul_order("pairwise")
         rates[names.index(first)], rates[names.index(second)] = 100e9, 140e9  # 1.40x: not enough
         _set_rates(rates)
         assert _choice() == (first, first, False)
@@ -357,7 +359,7 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
             isa, path = route.split(".")[1:]
             assert isa == (first if path in ("rowvec", "skinny") else second), route
             paths.add(path)
-            np.testing.assert_array_equal(bits_of(c), matmul_bits(xa, xb), err_msg=route)
+            np.testing.assert_array_equal(bits_of(c), matmul_bits(xa, xb, order="pairwise"), err_msg=route)
         assert "gemm" in paths and len(paths) >= 2, paths
 
         tgrad.set_cpu_isa(second)  # forcing one variant uses it for every route
@@ -369,6 +371,7 @@ def test_auto_takes_a_clearly_faster_packed_kernel_and_keeps_streaming_routes(
     finally:
         _set_rates(None)
         tgrad.set_cpu_isa(isa_before)
+        tgrad.set_matmul_order(order_before)
 
 
 def test_the_automatic_choice_is_a_function_of_the_rules_inputs() -> None:

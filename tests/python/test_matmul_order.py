@@ -164,7 +164,7 @@ def test_near_flush_fill_reaches_the_flush_threshold():
     a_bits, b_bits = _random_bits(rng, (16, 96), "near_flush"), _random_bits(rng, (96, 16), "near_flush")
     acc = matmul_f32(a_bits, b_bits, order="block32")
     assert (acc == 0).any() and (np.abs(acc[acc != 0]) >= 2.0**-126).all()
-    assert not np.array_equal(acc.view(np.uint32), matmul_f32(a_bits, b_bits).view(np.uint32))
+    assert not np.array_equal(acc.view(np.uint32), matmul_f32(a_bits, b_bits, order="pairwise").view(np.uint32))
 
 
 def test_threaded_views_give_the_block32_oracle():
@@ -234,15 +234,16 @@ def test_order_is_recorded_when_the_product_is_made():
     rng = np.random.default_rng(9)
     a_bits, b_bits = _random_bits(rng, (24, 200), "near_flush"), _random_bits(rng, (200, 24), "near_flush")
     a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
-    assert tgrad.get_matmul_order() == "pairwise"
-    with tgrad.matmul_order("block32"):
-        assert tgrad.get_matmul_order() == "block32"
+    assert tgrad.get_matmul_order() == "block32"  # the default since 0.2
+    assert np.array_equal(matmul_f32(a_bits, b_bits).view(np.uint32), _oracle32(a_bits, b_bits))  # the oracle's too
+    with tgrad.matmul_order("pairwise"):
+        assert tgrad.get_matmul_order() == "pairwise"
         lazy = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32)
-    assert tgrad.get_matmul_order() == "pairwise"
-    pairwise = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32)
-    assert np.array_equal(lazy.numpy().view(np.uint32), _oracle32(a_bits, b_bits))  # realized outside
-    want = matmul_f32(a_bits, b_bits).view(np.uint32)
-    assert np.array_equal(pairwise.numpy().view(np.uint32), want)
+    assert tgrad.get_matmul_order() == "block32"
+    block32 = tgrad.matmul(a_t, b_t, out_dtype=tgrad.float32)
+    want = matmul_f32(a_bits, b_bits, order="pairwise").view(np.uint32)
+    assert np.array_equal(lazy.numpy().view(np.uint32), want)  # realized outside
+    assert np.array_equal(block32.numpy().view(np.uint32), _oracle32(a_bits, b_bits))
     assert not np.array_equal(want, _oracle32(a_bits, b_bits))  # the orders are told apart here
     # a per-call order wins over the thread's
     with tgrad.matmul_order("block32"):
@@ -252,12 +253,12 @@ def test_order_is_recorded_when_the_product_is_made():
 
 def test_order_is_per_thread():
     seen: list[str] = []
-    with tgrad.matmul_order("block32"):
+    with tgrad.matmul_order("pairwise"):
         t = threading.Thread(target=lambda: seen.append(tgrad.get_matmul_order()))
         t.start()
         t.join()
-        assert tgrad.get_matmul_order() == "block32"
-    assert seen == ["pairwise"]
+        assert tgrad.get_matmul_order() == "pairwise"
+    assert seen == ["block32"]  # a new thread starts at the default
 
 
 def test_route_names_the_block32_kernel():
@@ -280,7 +281,7 @@ def test_unknown_orders_are_refused(bad):
     if bad is not None:
         with pytest.raises(errors.InvalidArgumentError):
             tgrad.matmul(a, a, order=bad)
-    assert tgrad.get_matmul_order() == "pairwise"
+    assert tgrad.get_matmul_order() == "block32"
     live = tgrad.live_tensors()
     assert lib.tgrad_set_matmul_order(2) == errors.InvalidArgumentError.status
     assert tgrad.live_tensors() == live
@@ -296,26 +297,27 @@ def test_gradients_of_a_block32_product_are_block32_products():
     assert a_t.grad is not None
     want = matmul_bits(g_bits, np.ascontiguousarray(b_bits.T), order="block32")
     assert np.array_equal(a_t.grad.numpy().view(np.uint16), want)
-    assert not np.array_equal(want, matmul_bits(g_bits, np.ascontiguousarray(b_bits.T)))
+    assert not np.array_equal(want, matmul_bits(g_bits, np.ascontiguousarray(b_bits.T), order="pairwise"))
 
 
 def test_kernel_names_explain_and_peak_follow_the_order():
     kernel = _expected_block32_kernel()
     assert tgrad.matmul_order_kernel("block32") == kernel
     assert tgrad.matmul_order_kernel("pairwise") == tgrad.cpu_isa()
-    assert tgrad.matmul_order_kernel() == tgrad.cpu_isa()
-    with tgrad.matmul_order("block32"):
-        assert tgrad.matmul_order_kernel() == kernel
-        a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
-        assert "| order block32 |" in tgrad.explain(a @ a)
-    assert "order block32" not in tgrad.explain(a @ a)
+    assert tgrad.matmul_order_kernel() == kernel  # the default order's
+    a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
+    assert "| order block32 |" in tgrad.explain(a @ a)
+    with tgrad.matmul_order("pairwise"):
+        assert tgrad.matmul_order_kernel() == tgrad.cpu_isa()
+        assert "| order pairwise |" in tgrad.explain(a @ a)
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
 @pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057])
 @pytest.mark.parametrize("layout", ["row-major B", "column-major B"])
 def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
-    """One-row block32 products (a decoding step) stream B in place on AVX-512 (route rowvec),
+    """One-row block32 products (a decoding step) stream B in place on AVX-512 (route rowvec; other
+    variants take their packed block32 kernel),
     row-major B or column-major (x @ W.T), and give the oracle's bytes."""
     n = 70
     rng = np.random.default_rng(k * 7 + len(fill) + len(layout))
@@ -329,8 +331,8 @@ def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
         tgrad.set_cpu_isa(isa)
         c = tgrad.matmul(a_t, b_t, order="block32")
         got = c.numpy().view(np.uint16)
-        if tgrad.cpu_isas().get("avx512f") and isa != "portable":
-            assert c.route == "cpu.avx512f_block32.rowvec"
+        if tgrad.cpu_isas().get("avx512f") and isa in ("auto", "avx512f", "avx512bf16"):
+            assert c.route == "cpu.avx512f_block32.rowvec"  # AVX-512 variants only: a forced avx2 packs
         assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
 
 
@@ -348,13 +350,13 @@ def test_a_trace_records_the_order_and_validates_block32_products():
     b = np.empty((k, n), np.uint16)
     a[:, 0::2], a[:, 1::2] = x, x[:, perm]
     b[0::2], b[1::2] = y, y[perm] ^ np.uint16(0x8000)
-    assert not np.array_equal(matmul_bits(a, b), matmul_bits(a, b, order="block32"))
+    assert not np.array_equal(matmul_bits(a, b, order="pairwise"), matmul_bits(a, b, order="block32"))
     at, bt = tgrad.Tensor.from_bf16_bits(a), tgrad.Tensor.from_bf16_bits(b)
-    with tgrad.matmul_order("block32"):
+    with tgrad.matmul_order("pairwise"):
         t1 = tgrad.trace(lambda p, q: p @ q, at, bt)
-    t2 = tgrad.trace(lambda p, q: tgrad.matmul(p, q, order="block32"), at, bt)
+    t2 = tgrad.trace(lambda p, q: tgrad.matmul(p, q, order="pairwise"), at, bt)
     t3 = tgrad.trace(lambda p, q: p @ q, at, bt)
-    for t, order in ((t1, "block32"), (t2, "block32"), (t3, "pairwise")):
+    for t, order in ((t1, "pairwise"), (t2, "pairwise"), (t3, "block32")):
         (op,) = [o for o in t.ops if o.kind == "matmul"]
         assert op.args == {"order": order}
         assert t.validate().state == "passed", t.validate()

@@ -87,8 +87,12 @@ def test_a_prompt_goes_through_tokenizer_json(llama: Path, tmp_path: Path, capsy
 def test_generate_takes_the_block32_order(llama: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--order block32 generates with every product in the block32 order (the tokens equal the
     Python API's under tgrad.matmul_order), and leaves the caller's order as it was."""
-    assert main(["generate", str(llama), "--ids", "1,2,3", "--max-new-tokens", "5", "--order", "block32"]) == 0
-    assert tgrad.get_matmul_order() == "pairwise"
+    tgrad.set_matmul_order("pairwise")  # the caller's order, which --order leaves as it was
+    try:
+        assert main(["generate", str(llama), "--ids", "1,2,3", "--max-new-tokens", "5", "--order", "block32"]) == 0
+        assert tgrad.get_matmul_order() == "pairwise"
+    finally:
+        tgrad.set_matmul_order("block32")
     with tgrad.matmul_order("block32"):
         want = tgrad.models.from_pretrained(llama).generate(np.array([[1, 2, 3]]), 5)[0]
     assert capsys.readouterr().out.strip() == ",".join(str(int(t)) for t in want)

@@ -68,12 +68,13 @@ class Prepared:
     b_buf: np.ndarray
     kernels: dict[str, R.Kernel] = field(default_factory=dict)
     copies: list[tuple[R.Kernel, np.ndarray, np.ndarray]] = field(default_factory=list)  # (kernel, buf, want)
+    order: str = "block32"  # the matmul order the kernels were rendered in
     _want: np.ndarray | None = None
 
     @property
     def want(self) -> np.ndarray:
         if self._want is None:
-            self._want = matmul_bits(self.a_bits, self.b_bits)
+            self._want = matmul_bits(self.a_bits, self.b_bits, order=self.order)
         return self._want
 
 
@@ -320,17 +321,20 @@ def _mutate(text: str, old: str, new: str, count: int = 1) -> str:
 
 
 def _render(m: int, k: int, n: int, route: str, fill: str = "normal", a_view: str = "plain"):
+    """route: a route name, or "route:order" to render in a matmul order other than the default."""
+    route, _, order = route.partition(":")
+    order = order or tgrad.get_matmul_order()
     case = Case(f"teeth-{route}-{m}x{k}x{n}-{fill}", "teeth", m, k, n, a_view=a_view, fill=fill, seed=m * 7 + n)
     a_base, b_base, apply_view = build_operands(case)
     a_np, b_np = apply_view(a_base, "a"), apply_view(b_base, "b")
-    with tgrad.Tensor.from_numpy(a_base) as a0, tgrad.Tensor.from_numpy(b_base) as b0:
+    with tgrad.Tensor.from_numpy(a_base) as a0, tgrad.Tensor.from_numpy(b_base) as b0, tgrad.matmul_order(order):
         a = apply_view(a0, "a")
         kern = R.render_matmul(a, b0, route)
         a.release()
     a_bits = np.ascontiguousarray(a_np).view(np.uint16)
     b_bits = np.ascontiguousarray(b_np).view(np.uint16)
     p = Prepared(case, a_bits, b_bits, np.ascontiguousarray(a_base).view(np.uint16).ravel(),
-                 np.ascontiguousarray(b_base).view(np.uint16).ravel())
+                 np.ascontiguousarray(b_base).view(np.uint16).ravel(), order=order)
     return kern, p
 
 
@@ -430,8 +434,12 @@ TEETH = [
      "divergent simdgroup"),
     ("write_to_an_input", "naive", (17, 33, 9), "normal", "    c[m * 9 + n] = tg_store_bf16(acc);",
      "    ((device ushort *)a)[m * 33] = tg_store_bf16(acc);", 1, "write to an input"),
-    # numerics: the canonical order, the flush rule and DAZ are each load-bearing
-    ("even_element_first", "naive", (33, 65, 97), "ties",
+    # numerics: both orders, the flush rule and DAZ are each load-bearing
+    ("one_chain_not_two", "naive", (33, 65, 97), "exponents",
+     "            odd = tg_step(odd, tg_load_bf16(a[m * 65 + (k + 1)]), tg_load_bf16(b[(k + 1) * 97 + n]));",
+     "            even = tg_step(even, tg_load_bf16(a[m * 65 + (k + 1)]), tg_load_bf16(b[(k + 1) * 97 + n]));",
+     1, "differ"),
+    ("even_element_first", "naive:pairwise", (33, 65, 97), "ties",
      "acc = tg_step(acc, tg_load_bf16(a[m * 65 + (k + 1)]), tg_load_bf16(b[(k + 1) * 97 + n]));\n"
      "        acc = tg_step(acc, tg_load_bf16(a[m * 65 + k]), tg_load_bf16(b[k * 97 + n]));",
      "acc = tg_step(acc, tg_load_bf16(a[m * 65 + k]), tg_load_bf16(b[k * 97 + n]));\n"
@@ -449,7 +457,7 @@ TEETH = [
 def test_broken_kernel_fails_the_tier(emu: Emulator, tid, route, shape, fill, old, new, count, expect) -> None:
     kern, p = _render(*shape, route, fill)
     broken = _with_helpers(_mutate(kern.source, old, new, count))
-    verdict = tier_verdict(emu, kern, broken, p, route)
+    verdict = tier_verdict(emu, kern, broken, p, route.partition(":")[0])
     assert verdict is not None, f"{tid}: the broken kernel passed the tier"
     assert expect in verdict, verdict
 
@@ -506,7 +514,8 @@ def test_an_index_past_2_31_in_int_is_caught_by_ubsan(emu: Emulator) -> None:
 
 def _run_example(emu: Emulator, ex, route: str, source_edit=None, **options) -> int:
     a_bits, b_bits = ex.bits()
-    with tgrad.Tensor.from_bf16_bits(a_bits) as a, tgrad.Tensor.from_bf16_bits(b_bits) as b:
+    with tgrad.Tensor.from_bf16_bits(a_bits) as a, tgrad.Tensor.from_bf16_bits(b_bits) as b, \
+            tgrad.matmul_order(ex.order):
         kern = R.render_matmul(a, b, route)
     source = source_edit(kern.source) if source_edit else kern.source
     out = run_matmul(emu, emu.compile(source), kern, a_bits.ravel(), b_bits.ravel(), 1, 1, **options)

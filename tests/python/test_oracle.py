@@ -4,10 +4,14 @@ The oracle is judged three ways: exact-by-construction data against a float64 ma
 special cases of the contract (order, DAZ, FTZ, tininess after rounding, zero signs, NaN, inf), and
 a slow scalar reference written with exact rationals (fractions) on random extreme exponents.
 Conversions are compared with ml_dtypes and with exact rational rounding.
+
+The products here are the pairwise order's (its rules, its rational reference); the block32 order,
+the default since 0.2, is checked against its own scalar reference in test_matmul_order.py.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -16,14 +20,16 @@ import pytest
 
 from tgrad.conformance import fills
 from tgrad.conformance.rosters import CONTRACT_EXAMPLES
+from tgrad.conformance import oracle
 from tgrad.conformance.oracle import (
     bf16_bits_to_f32,
     daz_bits,
     f32_to_bf16_bits,
     f64_to_bf16_bits,
-    matmul_bits,
-    matmul_f32,
 )
+
+matmul_bits = functools.partial(oracle.matmul_bits, order="pairwise")
+matmul_f32 = functools.partial(oracle.matmul_f32, order="pairwise")
 
 import ml_dtypes  # noqa: E402
 BF16 = ml_dtypes.bfloat16
@@ -88,7 +94,21 @@ def _daz(v: float) -> float:
     return math.copysign(0.0, v) if (v != 0 and abs(v) < 2.0**-126) else v
 
 
-def matmul_reference(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
+def _block32_reference(col_a: list[float], col_b: list[float]) -> float:
+    """The block32 order over one row and column (K padded with +0 to whole blocks)."""
+    pad = -len(col_a) % 32
+    col_a, col_b = col_a + [0.0] * pad, col_b + [0.0] * pad
+    acc = 0.0
+    for k0 in range(0, len(col_a), 32):
+        even = odd = 0.0
+        for j in range(16):
+            even = _step_reference(even, col_a[k0 + 2 * j], col_b[k0 + 2 * j])
+            odd = _step_reference(odd, col_a[k0 + 2 * j + 1], col_b[k0 + 2 * j + 1])
+        acc = _step_reference(acc, _step_reference(even, odd, 1.0), 1.0)
+    return acc
+
+
+def matmul_reference(a_bits: np.ndarray, b_bits: np.ndarray, order: str = "pairwise") -> np.ndarray:
     with np.errstate(invalid="ignore"):  # signalling NaN patterns widen to quiet NaN
         a = bf16_bits_to_f32(a_bits).astype(np.float64)
         b = bf16_bits_to_f32(b_bits).astype(np.float64)
@@ -99,6 +119,9 @@ def matmul_reference(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
         for j in range(n):
             col_a = [_daz(float(v)) for v in a[i]] + [0.0]
             col_b = [_daz(float(v)) for v in b[:, j]] + [0.0]
+            if order == "block32":
+                out[i, j] = _block32_reference(col_a[:-1], col_b[:-1])
+                continue
             acc = 0.0
             for p in range(0, k, 2):
                 acc = _step_reference(acc, col_a[p + 1], col_b[p + 1])
@@ -215,9 +238,9 @@ def test_overflow_rounds_to_inf_and_big_products_can_cancel():
 @pytest.mark.parametrize("example", CONTRACT_EXAMPLES, ids=[e.id for e in CONTRACT_EXAMPLES])
 def test_contract_examples(example):
     a, b = example.bits()
-    got = int(matmul_bits(a, b)[0, 0])
+    got = int(oracle.matmul_bits(a, b, order=example.order)[0, 0])
     assert got == example.expected, f"{example.why}: got 0x{got:04x}"
-    assert got == int(matmul_reference(a, b)[0, 0])
+    assert got == int(matmul_reference(a, b, example.order)[0, 0])
 
 
 def test_k_zero_gives_positive_zeros_and_empty_dims_give_empty_results():
@@ -250,15 +273,18 @@ def test_shape_errors_are_refused():
 # ---- against the slow rational reference --------------------------------------------------------
 
 
+@pytest.mark.parametrize("order", ["pairwise", "block32"])
 @pytest.mark.parametrize("fill", ["exponents", "special", "ties", "tiny"])
-def test_matches_the_rational_reference(fill):
+def test_matches_the_rational_reference(fill, order):
     rng = np.random.default_rng(["exponents", "special", "ties", "tiny"].index(fill))
     for trial in range(12):
         m, k, n = (int(v) for v in rng.integers(1, 7, size=3))
+        if order == "block32" and trial % 3 == 0:
+            k = int(rng.integers(33, 80))  # across blocks: the fold into acc
         a = fills.fill_bits(fill, (m, k), rng)
         b = fills.fill_bits(fill, (k, n), rng)
-        got = matmul_bits(a, b)
-        want = matmul_reference(a, b)
+        got = oracle.matmul_bits(a, b, order=order)
+        want = matmul_reference(a, b, order)
         assert np.array_equal(got, want), (trial, a, b, got, want)
 
 

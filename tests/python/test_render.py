@@ -86,7 +86,8 @@ def test_the_same_problem_renders_the_same_bytes_and_hash() -> None:
     for route, k in first.items():
         assert k == again[route]
         assert k.source_hash == fnv1a64(k.source)
-        assert k.name in k.source and k.name.startswith(f"tgrad_{route}_40x30x20_")
+        order = "_block32" if route != "tc" and tgrad.get_matmul_order() == "block32" else ""
+        assert k.name in k.source and k.name.startswith(f"tgrad_{route}{order}_40x30x20_")
     assert len({k.source_hash for k in first.values()}) == 3
 
 
@@ -377,6 +378,11 @@ def _golden_cases():
             y.release()
             return kernel
 
+    def pairwise(make):
+        # the pairwise order's kernels (0.1's default); the others render in block32, the default
+        with tgrad.matmul_order("pairwise"):
+            return make()
+
     return {
         "tiled_48x40x24_add_gelu.metal": lambda: fused("tiled", "msl", ["add", "gelu"]),
         "tc_48x40x24_mul_silu_sub.metal": lambda: fused("tc", "msl", ["mul", "silu", "sub"]),
@@ -395,6 +401,9 @@ def _golden_cases():
         "tc_48x40x24_mul_silu_sub.cu": lambda: fused("tc", "cuda", ["mul", "silu", "sub"]),
         "copy_6x4_negstep_transpose.cu": lambda: copy_negstep_transpose("cuda"),
         "elementwise_5x7_chain.cu": lambda: elementwise_chain("cuda"),
+        "pairwise_tiled_64x64x64.metal": lambda: pairwise(lambda: plain("tiled", 64, 64, 64)),
+        "pairwise_naive_48x40x24_add_relu_div.cl": lambda: pairwise(lambda: fused("naive", "opencl", ["add", "relu", "div"])),
+        "pairwise_tiled_48x40x24_add_gelu.cu": lambda: pairwise(lambda: fused("tiled", "cuda", ["add", "gelu"])),
     }
 
 

@@ -71,7 +71,9 @@ def test_ops_carry_shape_view_buffer_and_route(rng: np.random.Generator) -> None
     assert (tr_op.shape, tr_op.strides) == ((6, 8), (1, 6))
     assert tr_op.buffer_id == inp.buffer_id == a.buffer_id  # a view shares its input's buffer
     # 6 rows: the skinny path on a variant that has one, else the GEMM frame
-    assert mm.shape == (6, 5) and mm.route in (f"cpu.{tgrad.cpu_stream_isa()}.skinny", f"cpu.{tgrad.cpu_isa()}.gemm")
+    kernel = tgrad.matmul_order_kernel()  # the packed kernel of the default order (block32: AMX or the variant's)
+    assert mm.shape == (6, 5) and mm.route in (f"cpu.{tgrad.cpu_stream_isa()}.skinny", f"cpu.{kernel}.gemm",
+                                               f"cpu.{kernel}.skinny")
     assert mm.buffer_id not in (a.buffer_id, b.buffer_id)
 
 
@@ -125,7 +127,8 @@ def test_validate_is_bit_exact_on_every_cpu_variant(isa: str, rng: np.random.Gen
     a = tgrad.Tensor.from_bf16_bits(fill_bits("special", (33, 17), rng))
     b = tgrad.Tensor.from_bf16_bits(fill_bits("special", (17, 9), rng))
     tr = tgrad.trace(lambda x, y: (x @ y).T @ x, a, b, cpu_isa=isa)
-    assert all(op.route.startswith(f"cpu.{isa}.") for op in tr if op.kind == "matmul")
+    # the variant's own kernels in the default order (block32: its block32 kernel)
+    assert all(op.route.split(".")[1] in (isa, f"{isa}_block32") for op in tr if op.kind == "matmul")
     assert tr.validate().passed
 
 
@@ -245,7 +248,7 @@ def test_cpu_isa_and_threads_options_apply_to_the_realization_only(rng: np.rando
     a, b = _operands(rng)
     isa, threads = tgrad.cpu_isa(), tgrad.num_threads()
     tr = tgrad.trace(lambda x, y: x.T @ y, a, b, cpu_isa="portable", threads=1, device="cpu")
-    assert tr.ops[3].route == "cpu.portable.gemm"
+    assert tr.ops[3].route == "cpu.portable_block32.gemm"
     assert tr.options == {"device": "cpu", "cpu_isa": "portable", "threads": 1}
     assert (tgrad.cpu_isa(), tgrad.num_threads()) == (isa, threads)
 

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version_text() -> str:
-    """``tgrad 0.1.0 (libtgrad 0.1.0 at PATH)``: the package, then the library it loaded (another
+    """``tgrad 0.2.0 (libtgrad 0.2.0 at PATH)``: the package, then the library it loaded (another
     one when TGRAD_LIB points at it)."""
     import tgrad
 

@@ -3,10 +3,12 @@
 Two documented, exact orders; each gives the same bytes on every CPU, thread count and fusion
 setting:
 
-- ``"pairwise"`` (the default): vdpbf16ps's, per k-pair the odd product then the even one;
-- ``"block32"``: AMX's TDPBF16PS's, per block of 32 k two fp32 chains (even k, odd k) from +0, then
-  ``acc + (even + odd)``. It runs on AMX where the CPU has it (about 8x the vector rate), else on a
-  portable kernel with the same bytes; CPU only (a GPU product raises RouteNotEligibleError).
+- ``"block32"`` (the default since 0.2): AMX's TDPBF16PS's, per block of 32 k two fp32 chains
+  (even k, odd k) from +0, then ``acc + (even + odd)``. It runs on AMX where the CPU has it (about
+  8x the vector rate), else on the CPU variant's own block32 kernel (vdpbf16ps, FMA or portable:
+  the same bytes), and on the GPU devices' naive and tiled routes;
+- ``"pairwise"`` (the default until 0.1): vdpbf16ps's, per k-pair the odd product then the even
+  one. ``tgrad.set_matmul_order("pairwise")`` gives 0.1's bytes.
 
 The order is recorded in each product when it is made (lazily realized products keep theirs), and
 a product's gradients are computed in its order. The setting is per thread, as torch's autocast.

@@ -166,7 +166,7 @@ static void batch_task(int64_t task, int32_t worker, void *arg) {
 
 tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t *b, const tg_view *bv, uint16_t *out) {
     tg_cpu_matmul_plan P;
-    tg_cpu_matmul_plan_make(av, bv, TGRAD_DTYPE_BF16, TGRAD_MATMUL_ORDER_PAIRWISE, &P);
+    tg_cpu_matmul_plan_make(av, bv, TGRAD_DTYPE_BF16, tgrad_matmul_order(), &P);
     return tg_cpu_matmul_run(&P, a, av, b, bv, out, NULL);
 }
 

@@ -81,7 +81,8 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
 
 const tg_ukernel *tg_cpu_block32_stream_variant(int sel) {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    if (tg_cpu_gemm_variant(sel) != &tg_ukernel_portable && tg_ukernel_avx512f_block32_stream.available())
+    const tg_ukernel *gemm = tg_cpu_gemm_variant(sel); /* AVX-512 variants only: a forced avx2 runs no AVX-512 */
+    if ((gemm == &tg_ukernel_avx512f || gemm == &tg_ukernel_avx512bf16) && tg_ukernel_avx512f_block32_stream.available())
         return &tg_ukernel_avx512f_block32_stream;
 #else
     (void)sel;

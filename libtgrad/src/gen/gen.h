@@ -113,7 +113,7 @@ typedef struct tg_gen_matmul {
     int64_t m, k, n;
     tg_gen_operand a, b, c; /* a [M, K], b [K, N], c [M, N] (the output's layout) */
     const tg_gen_chain *epilogue; /* NULL or empty: none; operands are views over [M, N] */
-    int32_t order;                /* TGRAD_MATMUL_ORDER_*: naive and tiled render either; tc neither */
+    int32_t order;                /* TGRAD_MATMUL_ORDER_*: naive and tiled render either; tc ignores it */
 } tg_gen_matmul;
 
 /* The problem of a @ b for 2-D views a [M, K] and b [K, N], the output compact row-major; no

@@ -430,10 +430,6 @@ tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_g
         return tg_not_eligible(r->name, l->name,
                                "needs 8x8 simdgroup matrices (MSL) or warp-level bf16 mma.sync (CUDA, sm_80+), "
                                "which this language lacks", 0, 0, 0);
-    if (r->simdgroup_matrix && p->order == TGRAD_MATMUL_ORDER_BLOCK32)
-        return tg_not_eligible(r->name, l->name,
-                               "accumulates in the hardware's order, not the block32 order (naive and tiled compute it)",
-                               0, 0, 0);
     if (p->m < r->min_m || p->k < r->min_k || p->n < r->min_n) {
         char why[160];
         snprintf(why, sizeof why, "needs M >= %d, K >= %d, N >= %d (got %%lld, %%lld, %%lld); tiled takes every shape",
@@ -502,7 +498,8 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
              p->b.stride[1], p->c.offset, p->c.stride[0], p->c.stride[1]);
     if (p->epilogue) tg_gen_chain_key(p->epilogue, key, sizeof key);
     char route_name[32]; /* a block32 kernel's name says so: its text differs for the same problem */
-    snprintf(route_name, sizeof route_name, "%s%s", r->name, p->order == TGRAD_MATMUL_ORDER_BLOCK32 ? "_block32" : "");
+    snprintf(route_name, sizeof route_name, "%s%s", r->name,
+             p->order == TGRAD_MATMUL_ORDER_BLOCK32 && !r->simdgroup_matrix ? "_block32" : "");
     kernel_name(launch->kernel_name, route_name, key, p->m, p->k, p->n);
 
     emitter em = { t, l, small ? "int" : "long" }, *e = &em;

@@ -60,11 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"compare bytes with the oracle at every size (default: only up to "
                         f"M*K*N = 2^{int(math.log2(ORACLE_LIMIT_MACS))})")
     parser.add_argument("--no-peers", action="store_true", help="time tgrad only")
-    parser.add_argument("--order", default="pairwise", choices=ORDERS,
+    parser.add_argument("--order", default=None, choices=ORDERS,
                         help="the accumulation order of tgrad's products in every mode (matmul "
                         "shapes, --graph, --batched, --transformer, --generate, --train, --device cuda; the "
-                        "byte checks use the oracle in the same order): pairwise (the default) or "
-                        "block32 (AMX's TDPBF16PS order, on AMX where the CPU has it; tgrad.matmul_order, docs/numerics.md)")
+                        "byte checks use the oracle in the same order): block32 (AMX's TDPBF16PS order, on AMX where "
+                        "the CPU has it; the library's default) or pairwise (0.1's); default: the calling thread's "
+                        "(tgrad.get_matmul_order, docs/numerics.md)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="before each shape, wait up to S seconds for other processes to "
                         f"use under {DISTURBED * 100:.0f}%% of the CPUs (default 0: do not wait)")
@@ -237,7 +238,9 @@ def run(args: argparse.Namespace) -> int:
     if error is not None:
         print(f"python -m tgrad bench: error: {error}", file=sys.stderr)
         return 2
-    with tgrad.matmul_order(getattr(args, "order", "pairwise")):
+    if getattr(args, "order", None) is None:
+        args.order = tgrad.get_matmul_order()
+    with tgrad.matmul_order(args.order):
         return _run(args)
 
 

@@ -105,7 +105,7 @@ def write_model(path: Path, seed: int = 0, shape: dict[str, int] | None = None) 
 
 def _child(peer: str, path: Path, threads: int, args: argparse.Namespace) -> dict[str, Any]:
     """One round of `peer` in a child process; tgrad's products take bench --order there."""
-    order = getattr(args, "order", "pairwise")
+    order = getattr(args, "order", None) or tgrad.get_matmul_order()
     out = subprocess.run([sys.executable, "-c", _CHILD, peer, str(path), str(threads), str(args.gen_prompt),
                           str(args.gen_tokens), order], capture_output=True, text=True, check=False)
     if out.returncode:

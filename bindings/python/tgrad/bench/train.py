@@ -220,7 +220,7 @@ def _yes(flag: bool | None) -> str:
     return "absent" if flag is None else ("yes" if flag else "no")
 
 
-def format_table(results: list[dict[str, Any]], threads: int, order: str = "pairwise") -> str:
+def format_table(results: list[dict[str, Any]], threads: int, order: str = "block32") -> str:
     lines = [f"| case ({threads} threads, {order} order) | tgrad steps/s | torch steps/s | torch/tgrad time [95% interval] | verdict "
              f"| tgrad identical | torch identical |", "|---|---:|---:|---|---|---|---|"]
     for r in results:

@@ -137,7 +137,7 @@ def run_row(row: Row, *, budget_s: float, seed: int, peers: bool) -> dict[str, A
             "torch": res.get("torch"), "detail": res}
 
 
-def format_table(rows: list[dict[str, Any]], threads: int, order: str = "pairwise") -> str:
+def format_table(rows: list[dict[str, Any]], threads: int, order: str = "block32") -> str:
     lines = [f"| op ({threads} threads, bf16, {order} order) | tgrad ms | torch ms | torch/tgrad [95% interval] | verdict | bytes |",
              "|---|---:|---:|---|---|---|"]
     for r in rows:

@@ -323,6 +323,105 @@ static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b
     stream_panels(K, a, 16, rows, &B, 0, cols, out, ldout);
 }
 
+/* ---- the one-row hook (rowvec): B read in place, A's row packed by pack_a_b32 (one row of 16
+ * words per block, zero-padded to whole blocks) ----
+ * Each block's 16 B words per column are made as packing makes them, in registers: column-major B
+ * (x @ W.T, a decoding step's projections): a column's 32 elements are one 64-byte load, put in
+ * the block's word order by permute_groups, and 16 columns' words transposed into 16 vectors
+ * (word w of each column in one); row-major B: rows k0+4g and k0+4g+2 interleaved into the even
+ * chain's words, rows k0+4g+1 and k0+4g+3 into the odd chain's. Then per chain 8 vdpbf16ps from +0
+ * and the fold, as the packed kernels do. (The FMA stream kernel, stream_block32_avx512.c, ran
+ * 1.2-1.33x the pairwise order's vdpbf16ps time on column-major B: two FMAs and two widenings per
+ * pair against one vdpbf16ps, and twice the chain length.) */
+static inline __m512i col_words(const uint16_t *src, int64_t left, bool in) {
+    _mm_prefetch((const char *)(src + 256), TG_PREFETCH_HINT); /* 512 bytes ahead in the column */
+    if (!in) return _mm512_setzero_si512();
+    return permute_groups(left >= 32 ? _mm512_loadu_si512((const void *)src) : _mm512_maskz_loadu_epi16(elems_mask(left), src));
+}
+
+/* 16 columns (cols of them real) of one block into acc. */
+static inline __attribute__((always_inline)) __m512 cols_block(const uint32_t *aw, const uint16_t *col, int64_t s1,
+                                                                int64_t left, int64_t cols, __m512 acc) {
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++) r[c] = col_words(col + c * s1, left, c < cols);
+    transpose16(r);
+    __m512 ev = _mm512_setzero_ps(), od = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        ev = _mm512_dpbf16_ps(ev, (__m512bh)_mm512_set1_epi32((int)aw[2 * g]), (__m512bh)r[2 * g]);
+        od = _mm512_dpbf16_ps(od, (__m512bh)_mm512_set1_epi32((int)aw[2 * g + 1]), (__m512bh)r[2 * g + 1]);
+    }
+    return _mm512_add_ps(acc, _mm512_add_ps(ev, od));
+}
+
+static void rowvec_cols(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    int64_t blocks = (K + 31) / 32;
+    for (int64_t j0 = 0; j0 < nb; j0 += 32) {
+        int64_t c0 = nb - j0 < 16 ? nb - j0 : 16, c1 = nb - j0 - 16 < 0 ? 0 : nb - j0 - 16 < 16 ? nb - j0 - 16 : 16;
+        const uint16_t *col = B->base + (n0 + j0) * B->s1;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        for (int64_t blk = 0; blk < blocks; blk++) { /* the two 16-column groups' chains overlap */
+            acc0 = cols_block(aw + WORDS * blk, col + 32 * blk, B->s1, K - 32 * blk, c0, acc0);
+            acc1 = cols_block(aw + WORDS * blk, col + 16 * B->s1 + 32 * blk, B->s1, K - 32 * blk, c1, acc1);
+        }
+        store_bf16x16(out + j0, acc0, col_mask((int32_t)c0));
+        if (c1) store_bf16x16(out + j0 + 16, acc1, col_mask((int32_t)c1));
+    }
+}
+
+/* Row-major B: 64 columns (two 32-column halves) through all of K. Row k of the block is read
+ * only when k < K (the padding is +0 in A and B alike). */
+static void rowvec_rows(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    enum { AHEAD = 8 }; /* rows fetched ahead */
+    const uint16_t *b = B->base + n0;
+    int64_t ldb = B->s0, blocks = (K + 31) / 32;
+    for (int64_t j0 = 0; j0 < nb; j0 += 64) {
+        __mmask32 m[2] = { col_mask32((int32_t)(nb - j0)), col_mask32((int32_t)(nb - j0 - 32)) };
+        __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            __m512 ev[4], od[4];
+            for (int i = 0; i < 4; i++) ev[i] = _mm512_setzero_ps(), od[i] = _mm512_setzero_ps();
+            for (int g = 0; g < 8; g++) {
+                int64_t k = 32 * blk + 4 * g;
+                __m512bh ae = (__m512bh)_mm512_set1_epi32((int)aw[WORDS * blk + 2 * g]);
+                __m512bh ao = (__m512bh)_mm512_set1_epi32((int)aw[WORDS * blk + 2 * g + 1]);
+                for (int h = 0; h < 2; h++) {
+                    if (!m[h]) continue;
+                    __m512i x[4];
+                    for (int e = 0; e < 4; e++) {
+                        const uint16_t *row = b + (k + e) * ldb + j0 + 32 * h;
+                        _mm_prefetch((const char *)(row + AHEAD * ldb), TG_PREFETCH_HINT);
+                        x[e] = k + e < K ? _mm512_maskz_loadu_epi16(m[h], row) : _mm512_setzero_si512();
+                    }
+                    __m512i lo, hi; /* the even chain: k (high halves, earlier) and k + 2 (low) */
+                    interleave_rows(x[2], x[0], &lo, &hi);
+                    ev[2 * h] = _mm512_dpbf16_ps(ev[2 * h], ae, (__m512bh)lo);
+                    ev[2 * h + 1] = _mm512_dpbf16_ps(ev[2 * h + 1], ae, (__m512bh)hi);
+                    interleave_rows(x[3], x[1], &lo, &hi); /* the odd chain: k + 1, k + 3 */
+                    od[2 * h] = _mm512_dpbf16_ps(od[2 * h], ao, (__m512bh)lo);
+                    od[2 * h + 1] = _mm512_dpbf16_ps(od[2 * h + 1], ao, (__m512bh)hi);
+                }
+            }
+            for (int i = 0; i < 4; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_add_ps(ev[i], od[i]));
+        }
+        for (int i = 0; i < 4; i++) {
+            int64_t c = nb - j0 - 16 * i;
+            if (c > 0) store_bf16x16(out + j0 + 16 * i, acc[i], col_mask((int32_t)(c < 16 ? c : 16)));
+        }
+    }
+}
+
+static bool rowvec(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    if (B->s1 != 1 && B->s0 != 1) return false;
+    unsigned csr = _mm_getcsr(); /* the fold's vaddps under the kernels' MXCSR */
+    _mm_setcsr(B32_MXCSR);
+    if (B->s0 == 1 && B->s1 != 1) rowvec_cols(aw, B, K, n0, nb, out);
+    else rowvec_rows(aw, B, K, n0, nb, out);
+    _mm_setcsr(csr);
+    return true;
+}
+
 static int available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -345,6 +444,6 @@ static double peak(int64_t iters) {
 const tg_ukernel tg_ukernel_avx512bf16_block32 = {
     .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
     .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
-    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny,
+    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny, .rowvec = rowvec,
     .available = available, .peak = peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

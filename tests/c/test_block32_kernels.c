@@ -4,8 +4,8 @@
  * the variant has, column panels, K panels of 32 to 512 elements carried in fp32), for row-major,
  * column-major and strided operands, fills with NaN, infinities, subnormals and signed zeros, fills
  * whose partial sums cross fp32's flush threshold, and a caller whose MXCSR rounds toward zero
- * with flush modes off (restored after); and its few-row hook (skinny) against the same
- * reference. Linked from libtgrad's objects (the kernels are hidden in
+ * with flush modes off (restored after); and its few-row hook (skinny) and one-row hook (rowvec,
+ * row- and column-major B read in place) against the same reference. Linked from libtgrad's objects (the kernels are hidden in
  * the shared library). Exit 77 (skipped) where the CPU has no AVX512-BF16. */
 #include <stdbool.h>
 #include <stdint.h>
@@ -147,6 +147,27 @@ static void compare(int64_t M, int64_t N, int64_t K, int64_t kcp, enum fill f, e
                     (long long)(M * N));
         }
     }
+    /* the one-row hook (bf16 out): rowvec from A's row packed one row high, B in place, in two
+     * column strips as the frame's tasks split them; the caller's MXCSR is back afterwards */
+    if (M == 1 && (lb == ROWS || lb == COLS)) {
+        memset(got16, 0, (size_t)N * 2u);
+        uk->pack_a(&A, 0, 1, 0, K, 1, ap);
+        int64_t half = N / 2;
+        unsigned csr = _mm_getcsr();
+        if (caller_csr) _mm_setcsr(caller_csr);
+        CHECK(uk->rowvec(ap, &B, K, 0, half, got16) && uk->rowvec(ap, &B, K, half, N - half, got16 + half));
+        if (caller_csr) CHECK(_mm_getcsr() == caller_csr);
+        _mm_setcsr(csr);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < N; i++) bad += got16[i] != want16[i];
+        cases++;
+        CHECK(bad == 0);
+        if (bad) {
+            mismatches++;
+            fprintf(stderr, "  1x%lldx%lld %s B %s, rowvec: %lld of %lld differ\n", (long long)K, (long long)N,
+                    fill_names[f], layout_names[lb], (long long)bad, (long long)N);
+        }
+    }
     free(ap), free(a), free(b), free(want32), free(got32), free(want16), free(got16);
 }
 
@@ -175,6 +196,12 @@ int main(void) {
      * results do not change and the caller's MXCSR is back afterwards */
     compare(13, 70, 300, 96, NEAR_FLUSH, ROWS, ROWS, 0x1f80u | 0x6000u);
     compare(13, 70, 300, 96, CANCEL, ROWS, COLS, 0x1f80u | 0x2000u); /* toward -inf: -0 sums */
+    /* the one-row hook over wider B (several 64- and 32-column groups, edges) in both layouts */
+    for (int lb = ROWS; lb <= COLS; lb++)
+        for (int f = 0; f < NFILLS; f++) {
+            compare(1, 200, 333, 512, (enum fill)f, ROWS, (enum layout)lb, 0);
+            compare(1, 95, 1100, 512, (enum fill)f, COLS, (enum layout)lb, 0x1f80u | 0x6000u);
+        }
     printf("%d kernel runs compared, %d differ\n", cases, mismatches);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

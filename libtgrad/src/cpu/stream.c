@@ -25,7 +25,8 @@ static void run_strip(int64_t task, int32_t worker, void *arg) {
 
 tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
                                   int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep) {
-    workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * (size_t)(K / 2 + 1), 64);
+    /* K / 2 + 1 pairs, padded to whole blocks for a block32 variant (ukernel.h, kpair_align) */
+    workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * (size_t)tg_panel_pairs(uk, K + 1), 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     uk->pack_a(A, 0, 1, 0, K, 1, w->apack);
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);

@@ -96,7 +96,7 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
 static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
     if (B->s1 != 1 && B->s0 != 1) return false;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
     if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out);
     else rowvec_cols(apairs, B, K, n0, nb, out);
     _mm_setcsr(csr);

@@ -129,7 +129,7 @@ extern const tg_ukernel tg_ukernel_portable, tg_ukernel_portable_block32;
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_ukernel tg_ukernel_avx512f_block32_stream, tg_ukernel_avx512f_block32;
 double tg_avx512f_fma_peak(int64_t iters); /* ukernel_avx512f.c: both avx512f kernels' probe */
-extern const tg_ukernel tg_ukernel_avx2_block32;
+extern const tg_ukernel tg_ukernel_avx2_block32, tg_ukernel_avx2_block32_stream;
 double tg_avx2_fma_peak(int64_t iters); /* ukernel_avx2.c: both avx2 kernels' probe */
 #endif
 #if defined(TGRAD_HAVE_AMX_VARIANT)

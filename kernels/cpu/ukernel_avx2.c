@@ -10,6 +10,7 @@
 #define NR 16
 #include "pack_f32_pairs.h"
 #include "pack_bf16_pairs.h"
+#include "avx2_bf16.h"
 
 /* ---- packing: vector paths for row-major A and row-major B ---- */
 
@@ -83,23 +84,7 @@ static void pack_b_fast(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
 
 /* ---- micro-kernel ---- */
 
-static inline void store_bf16x8(uint16_t *dst, __m256 v, int32_t cols) {
-    float f[8];
-    _mm256_storeu_ps(f, v);
-    for (int32_t j = 0; j < cols && j < 8; j++) {
-        union { float f; uint32_t u; } x = { f[j] };
-        dst[j] = (x.u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0
-                                                   : (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
-    }
-}
 
-static inline __m256i rne_bf16(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc0), nan);
-}
 
 static inline void store_row(uint16_t *o, __m256 lo, __m256 hi, int32_t cols) {
     if (cols >= NR) {
@@ -154,19 +139,7 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
 #define SK_TILE 16
 #include "stream_fma.h"
 
-static inline __m256 widen8(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
 
-/* 8 outputs as bf16 (RNE, NaN made 0x7FC0); fewer than 8 one by one */
-static inline void store8(uint16_t *o, __m256 v, int64_t cols) {
-    if (cols < 8) {
-        store_bf16x8(o, v, (int32_t)cols);
-        return;
-    }
-    __m256i r = rne_bf16(v);
-    _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8)));
-}
 
 /* Row-major B: a strip of up to 1024 columns, fp32 accumulators in L1, B's rows read whole; the
  * last group's columns past the strip's width are read from a zero-padded copy. */
@@ -205,25 +178,6 @@ static void rowvec_rows(const float *a, const uint16_t *b, int64_t ldb, int64_t 
     }
 }
 
-/* 8x8 transpose of 32-bit words held in r[0..7]. */
-static inline void transpose8(__m256i r[8]) {
-    __m256i t[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm256_permute2x128_si256(r[i], r[i + 4], 0x20);
-        t[i + 4] = _mm256_permute2x128_si256(r[i], r[i + 4], 0x31);
-    }
-    for (int i = 0; i < 8; i++) r[i] = t[i];
-}
 
 /* Column-major B (column j's k-pairs are adjacent words): 8 columns x 8 pairs per transpose, two
  * 8-column groups in flight (each lane's sum is one chain in pair order, the contract's). Whole

@@ -316,8 +316,8 @@ def test_kernel_names_explain_and_peak_follow_the_order():
 @pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057])
 @pytest.mark.parametrize("layout", ["row-major B", "column-major B"])
 def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
-    """One-row block32 products (a decoding step) stream B in place on AVX-512 (route rowvec:
-    vdpbf16ps or FMAs; other variants take their packed block32 kernel),
+    """One-row block32 products (a decoding step) stream B in place (route rowvec: vdpbf16ps,
+    AVX-512 or AVX2 FMAs; the portable variant takes its packed kernel),
     row-major B or column-major (x @ W.T), and give the oracle's bytes."""
     n = 70
     rng = np.random.default_rng(k * 7 + len(fill) + len(layout))
@@ -332,9 +332,11 @@ def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
         c = tgrad.matmul(a_t, b_t, order="block32")
         got = c.numpy().view(np.uint16)
         if tgrad.cpu_isas().get("avx512f") and isa in ("auto", "avx512f", "avx512bf16"):
-            # vdpbf16ps where the CPU has it (not under a forced avx512f), else FMAs; AVX-512 only
+            # vdpbf16ps where the CPU has it (not under a forced avx512f), else AVX-512 FMAs
             bf16 = tgrad.cpu_isas().get("avx512bf16") and isa != "avx512f"
             assert c.route == f"cpu.{'avx512bf16' if bf16 else 'avx512f'}_block32.rowvec"
+        elif isa == "avx2":
+            assert c.route == "cpu.avx2_block32.rowvec"
         assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
 
 

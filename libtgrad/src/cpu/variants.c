@@ -81,12 +81,13 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
 
 /* One-row block32 products stream B: with vdpbf16ps (avx512bf16_block32's rowvec) where the CPU
  * has it, as the pairwise order's one-row products do (automatic choice, or a forced avx512bf16),
- * else with AVX-512F FMAs (avx512f_block32, and a forced avx512f); AVX-512 variants only, so a
- * forced avx2 runs no AVX-512 (it packs). */
+ * else with AVX-512F FMAs (avx512f_block32, and a forced avx512f); with AVX2 FMAs where the
+ * pairwise order's products take avx2 (avx2_block32: AVX2-only CPUs, and a forced avx2). */
 const tg_ukernel *tg_cpu_block32_stream_variant(int sel) {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
     const tg_ukernel *gemm = tg_cpu_gemm_variant(sel);
     bool forced = basis_of(sel) == BASIS_FORCED;
+    if (gemm == &tg_ukernel_avx2) return tg_ukernel_avx2_block32_stream.available() ? &tg_ukernel_avx2_block32_stream : NULL;
     if (gemm != &tg_ukernel_avx512f && gemm != &tg_ukernel_avx512bf16) return NULL;
     if ((!forced || gemm == &tg_ukernel_avx512bf16) && tg_ukernel_avx512bf16_block32.available())
         return &tg_ukernel_avx512bf16_block32;

@@ -1,0 +1,154 @@
+/* The block32 order's one-row products (rowvec) on AVX2 FMAs: B streamed in place, as the AVX2
+ * variant streams it in the pairwise order, so that an AVX2-only CPU (AMD Zen 3, older Intel)
+ * does not pack B for a one-row product (6-40x the pairwise order's streaming time through
+ * avx2_block32's packed kernel). Each output keeps the order's two chains per block of 32 k (the
+ * even elements' products in one fp32 accumulator, the odd elements' in another, fp32 FMAs under
+ * MXCSR's FTZ and DAZ: contract_step.h's step), then acc + (even + odd) (docs/numerics.md, "The
+ * block32 order"). Every block runs its 16 pairs: past K both operands are +0, the padding's +0
+ * products, which turn a chain of -0 into +0 as the order's padding does. A arrives as
+ * pack_a_bf16's pair words (even k low, odd k high). stream_block32_avx512.c is the AVX-512
+ * twin; ukernel_portable_block32.c the reference both are tested against. Compiled alone with
+ * -mavx2 -mfma (meson). */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <string.h>
+
+#define NR 8
+#include "pack_bf16_pairs.h"
+#include "avx2_bf16.h"
+#include "contract_step.h" /* lo_half, hi_half */
+
+enum { PAIRS = 16 }; /* pair words per block */
+
+static inline uint32_t a_word(const uint32_t *a, int64_t p, int64_t kp) { return p < kp ? a[p] : 0u; }
+
+/* 8 bf16 of a row from col (w of them real, the rest +0) as exact fp32. */
+static inline __m256 row8(const uint16_t *src, int64_t w) {
+    if (w >= 8) return widen8(src);
+    uint16_t tmp[8] = { 0 };
+    memcpy(tmp, src, (size_t)(w > 0 ? w : 0) * 2u);
+    return widen8(tmp);
+}
+
+/* Row-major B: a strip of up to 1024 columns, the two chains and the sums in L1 (as the pairwise
+ * AVX2 kernel keeps its one), B's rows read whole (long runs the prefetchers follow; 32 columns
+ * at a time through all of K ran 1.7-1.9x the pairwise order's time); the last group's columns
+ * past the strip's width are read from a zero-padded copy. */
+static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    enum { STRIP = 1024, PREFETCH_PAIRS = 4 };
+    __attribute__((aligned(32))) float acc[STRIP], ev[STRIP], od[STRIP];
+    int64_t kp = (K + 1) / 2, blocks = (K + 31) / 32, ldb = B->s0;
+    const uint16_t *b = B->base + n0;
+    for (int64_t s0 = 0; s0 < nb; s0 += STRIP) {
+        int64_t w = nb - s0 < STRIP ? nb - s0 : STRIP, groups = (w + 7) / 8;
+        for (int64_t g = 0; g < groups; g++) _mm256_store_ps(acc + 8 * g, _mm256_setzero_ps());
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            for (int64_t g = 0; g < groups; g++)
+                _mm256_store_ps(ev + 8 * g, _mm256_setzero_ps()), _mm256_store_ps(od + 8 * g, _mm256_setzero_ps());
+            for (int64_t p = PAIRS * blk; p < PAIRS * (blk + 1); p++) {
+                uint32_t word = a_word(a, p, kp);
+                __m256 ae = _mm256_set1_ps(lo_half(word)), ao = _mm256_set1_ps(hi_half(word));
+                const uint16_t *even = b + 2 * p * ldb + s0, *odd = even + ldb;
+                bool has_even = 2 * p < K, has_odd = 2 * p + 1 < K;
+                for (int64_t g = 0; g < groups; g++) {
+                    if (!(g & 3) && has_even) { /* rows jump by 2*ldb per pair: fetch a few pairs ahead */
+                        _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 8 * g), TG_PREFETCH_HINT);
+                        _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * ldb + 8 * g), TG_PREFETCH_HINT);
+                    }
+                    __m256 be = has_even ? row8(even + 8 * g, w - 8 * g) : _mm256_setzero_ps();
+                    __m256 bo = has_odd ? row8(odd + 8 * g, w - 8 * g) : _mm256_setzero_ps();
+                    _mm256_store_ps(ev + 8 * g, _mm256_fmadd_ps(ae, be, _mm256_load_ps(ev + 8 * g)));
+                    _mm256_store_ps(od + 8 * g, _mm256_fmadd_ps(ao, bo, _mm256_load_ps(od + 8 * g)));
+                }
+            }
+            for (int64_t g = 0; g < groups; g++) {
+                __m256 t = _mm256_add_ps(_mm256_load_ps(ev + 8 * g), _mm256_load_ps(od + 8 * g));
+                _mm256_store_ps(acc + 8 * g, _mm256_add_ps(_mm256_load_ps(acc + 8 * g), t));
+            }
+        }
+        for (int64_t g = 0; g < groups; g++) store8(out + s0 + 8 * g, _mm256_load_ps(acc + 8 * g), w - 8 * g);
+    }
+}
+
+/* Column-major B (column j's pairs are adjacent words): per 8 columns and block, two 8 x 8 word
+ * transposes give each pair's 8 columns in a vector. Whole blocks of 8 columns load as vectors;
+ * the edges (columns past nb, pairs past K, an odd K's last element alone) through a zero-padded
+ * copy. */
+static inline __attribute__((always_inline)) void cols_words(const uint16_t *col, int64_t s1, int64_t p0, int64_t cols,
+                                                             int64_t kp, int64_t full, __m256i r[PAIRS]) {
+    if (cols == 8 && p0 + PAIRS <= full) {
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const uint16_t *src = col + c * s1 + 2 * p0;
+            _mm_prefetch((const char *)(src + 256), TG_PREFETCH_HINT); /* 512 bytes ahead in the column */
+            r[c] = _mm256_loadu_si256((const __m256i *)src);
+            r[8 + c] = _mm256_loadu_si256((const __m256i *)(src + 16));
+        }
+    } else {
+        uint32_t words[8][PAIRS] = { { 0 } };
+        int64_t pairs = kp - p0 < 0 ? 0 : kp - p0 < PAIRS ? kp - p0 : PAIRS;
+        for (int64_t c = 0; c < cols; c++) {
+            const uint16_t *src = col + c * s1 + 2 * p0;
+            for (int64_t p = 0; p < pairs; p++)
+                words[c][p] = p0 + p < full ? (uint32_t)src[2 * p] | (uint32_t)src[2 * p + 1] << 16 : src[2 * p];
+        }
+        for (int c = 0; c < 8; c++) {
+            r[c] = _mm256_loadu_si256((const __m256i *)words[c]);
+            r[8 + c] = _mm256_loadu_si256((const __m256i *)(words[c] + 8));
+        }
+    }
+    transpose8(r);     /* pairs 0-7 */
+    transpose8(r + 8); /* pairs 8-15 */
+}
+
+static inline __attribute__((always_inline)) __m256 cols_block(const uint32_t *a, const uint16_t *col, int64_t s1,
+                                                               int64_t p0, int64_t cols, int64_t kp, int64_t full,
+                                                               __m256 acc) {
+    const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i r[PAIRS];
+    cols_words(col, s1, p0, cols, kp, full, r);
+    __m256 ev = _mm256_setzero_ps(), od = _mm256_setzero_ps();
+#pragma GCC unroll 16
+    for (int p = 0; p < PAIRS; p++) {
+        uint32_t w = a_word(a, p0 + p, kp);
+        ev = _mm256_fmadd_ps(_mm256_set1_ps(lo_half(w)), _mm256_castsi256_ps(_mm256_slli_epi32(r[p], 16)), ev);
+        od = _mm256_fmadd_ps(_mm256_set1_ps(hi_half(w)), _mm256_castsi256_ps(_mm256_and_si256(r[p], odd_mask)), od);
+    }
+    return _mm256_add_ps(acc, _mm256_add_ps(ev, od));
+}
+
+static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    int64_t kp = (K + 1) / 2, full = K / 2, blocks = (K + 31) / 32;
+    for (int64_t j0 = 0; j0 < nb; j0 += 16) { /* two 8-column groups in flight */
+        int64_t c0 = nb - j0 < 8 ? nb - j0 : 8, c1 = nb - j0 - 8 < 0 ? 0 : nb - j0 - 8 < 8 ? nb - j0 - 8 : 8;
+        const uint16_t *col = B->base + (n0 + j0) * B->s1;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            acc0 = cols_block(a, col, B->s1, PAIRS * blk, c0, kp, full, acc0);
+            if (c1) acc1 = cols_block(a, col + 8 * B->s1, B->s1, PAIRS * blk, c1, kp, full, acc1);
+        }
+        store8(out + j0, acc0, c0);
+        if (c1) store8(out + j0 + 8, acc1, c1);
+    }
+}
+
+static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    if (B->s1 != 1 && B->s0 != 1) return false;
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out);
+    else rowvec_cols(apairs, B, K, n0, nb, out);
+    _mm_setcsr(csr);
+    return true;
+}
+
+static int available(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+/* Streaming only: the frame calls pack_a (one row) and rowvec; products of more rows take the
+ * block32 packed variant (avx2_block32). */
+const tg_ukernel tg_ukernel_avx2_block32_stream = {
+    .name = "avx2_block32", .mr = 1, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 256,
+    .pack_a = pack_a_bf16, .rowvec = rowvec, .available = available, .order = TG_UK_ORDER_BLOCK32 };

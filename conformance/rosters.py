@@ -350,4 +350,10 @@ CONTRACT_EXAMPLES = [
     Example("block32_blocks_fold_in_order", (1.0,) + (0.0,) * 31 + (2.0**-8, 2.0**-16), (1.0,) * 34, 0x3F81,
             "block 0 gives 1; block 1: even 2^-8, odd 2^-16, t = 2^-8 + 2^-16; 1 + t in f32 is above "
             "the bf16 tie: 1 + 2^-7", order="block32"),
+    Example("block32_padding_after_a_flushed_sum",
+            (2.0**-60,) + (0.0,) * 31 + (-(2.0**-60),) + (0.0,) * 31 + (-(2.0**-70), -(2.0**-70)),
+            (2.0**-60,) + (0.0,) * 31 + (2.0**-60 * (1 + 2.0**-7),) + (0.0,) * 31 + (2.0**-70, 2.0**-70), 0x0000,
+            "block 0: acc = 2^-120; block 1: acc + -(2^-120 + 2^-127) flushes to -0; block 2: both chains "
+            "flush to -0, then the padding's +0 products make them +0, so acc = -0 + +0 = +0 (without "
+            "the padding: -0; pairwise: -0)", order="block32"),
 ]

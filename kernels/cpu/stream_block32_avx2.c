@@ -4,8 +4,8 @@
  * avx2_block32's packed kernel). Each output keeps the order's two chains per block of 32 k (the
  * even elements' products in one fp32 accumulator, the odd elements' in another, fp32 FMAs under
  * MXCSR's FTZ and DAZ: contract_step.h's step), then acc + (even + odd) (docs/numerics.md, "The
- * block32 order"). Every block runs its 16 pairs: past K both operands are +0, the padding's +0
- * products, which turn a chain of -0 into +0 as the order's padding does. A arrives as
+ * block32 order"). Past K the padding's +0 products turn a chain of -0 into +0 as the order's
+ * padding does (computed with +0 operands, or added once per block). A arrives as
  * pack_a_bf16's pair words (even k low, odd k high). stream_block32_avx512.c is the AVX-512
  * twin; ukernel_portable_block32.c the reference both are tested against. Compiled alone with
  * -mavx2 -mfma (meson). */
@@ -30,44 +30,57 @@ static inline __m256 row8(const uint16_t *src, int64_t w) {
     return widen8(tmp);
 }
 
-/* Row-major B: a strip of up to 1024 columns, the two chains and the sums in L1 (as the pairwise
- * AVX2 kernel keeps its one), B's rows read whole (long runs the prefetchers follow; 32 columns
- * at a time through all of K ran 1.7-1.9x the pairwise order's time); the last group's columns
- * past the strip's width are read from a zero-padded copy. */
-static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    enum { STRIP = 1024, PREFETCH_PAIRS = 4 };
-    __attribute__((aligned(32))) float acc[STRIP], ev[STRIP], od[STRIP];
-    int64_t kp = (K + 1) / 2, blocks = (K + 31) / 32, ldb = B->s0;
-    const uint16_t *b = B->base + n0;
-    for (int64_t s0 = 0; s0 < nb; s0 += STRIP) {
-        int64_t w = nb - s0 < STRIP ? nb - s0 : STRIP, groups = (w + 7) / 8;
-        for (int64_t g = 0; g < groups; g++) _mm256_store_ps(acc + 8 * g, _mm256_setzero_ps());
+/* Row-major B, `rows` output rows (1 to 16): a strip of columns with each row's two chains and sums
+ * in L1 (as the pairwise AVX2 kernel keeps its one; 32 columns at a time through all of K ran
+ * 1.7-1.9x the pairwise order's time), B's rows read whole (long runs the prefetchers follow), each
+ * B vector widened once for all the rows; the last group's columns past the strip's width are read
+ * from a zero-padded copy. Row r's pair p is a[p * astride + r]. */
+static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uint16_t *b, int64_t ldb, int64_t K,
+                     int64_t nb, uint16_t *out, int64_t ldout) {
+    enum { CAP = 4096, PREFETCH_PAIRS = 4 };
+    __attribute__((aligned(32))) float acc[CAP], ev[CAP], od[CAP];
+    int64_t kp = (K + 1) / 2, blocks = (K + 31) / 32, strip = CAP / rows / 8 * 8;
+    if (strip > 1024) strip = 1024;
+    for (int64_t s0 = 0; s0 < nb; s0 += strip) {
+        int64_t w = nb - s0 < strip ? nb - s0 : strip, groups = (w + 7) / 8;
+        for (int64_t i = 0; i < rows * strip; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
         for (int64_t blk = 0; blk < blocks; blk++) {
-            for (int64_t g = 0; g < groups; g++)
-                _mm256_store_ps(ev + 8 * g, _mm256_setzero_ps()), _mm256_store_ps(od + 8 * g, _mm256_setzero_ps());
+            for (int64_t i = 0; i < rows * strip; i += 8)
+                _mm256_store_ps(ev + i, _mm256_setzero_ps()), _mm256_store_ps(od + i, _mm256_setzero_ps());
             for (int64_t p = PAIRS * blk; p < PAIRS * (blk + 1); p++) {
-                uint32_t word = a_word(a, p, kp);
-                __m256 ae = _mm256_set1_ps(lo_half(word)), ao = _mm256_set1_ps(hi_half(word));
                 const uint16_t *even = b + 2 * p * ldb + s0, *odd = even + ldb;
                 bool has_even = 2 * p < K, has_odd = 2 * p + 1 < K;
+                if (!has_even) continue; /* the padding's +0 products: added to the chains below */
                 for (int64_t g = 0; g < groups; g++) {
-                    if (!(g & 3) && has_even) { /* rows jump by 2*ldb per pair: fetch a few pairs ahead */
+                    if (!(g & 3)) { /* rows jump by 2*ldb per pair: fetch a few pairs ahead */
                         _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 8 * g), TG_PREFETCH_HINT);
                         _mm_prefetch((const char *)(odd + PREFETCH_PAIRS * 2 * ldb + 8 * g), TG_PREFETCH_HINT);
                     }
-                    __m256 be = has_even ? row8(even + 8 * g, w - 8 * g) : _mm256_setzero_ps();
+                    __m256 be = row8(even + 8 * g, w - 8 * g);
                     __m256 bo = has_odd ? row8(odd + 8 * g, w - 8 * g) : _mm256_setzero_ps();
-                    _mm256_store_ps(ev + 8 * g, _mm256_fmadd_ps(ae, be, _mm256_load_ps(ev + 8 * g)));
-                    _mm256_store_ps(od + 8 * g, _mm256_fmadd_ps(ao, bo, _mm256_load_ps(od + 8 * g)));
+                    for (int32_t r = 0; r < rows; r++) {
+                        uint32_t word = p < kp ? a[p * astride + r] : 0u;
+                        float *e = ev + r * strip + 8 * g, *o = od + r * strip + 8 * g;
+                        _mm256_store_ps(e, _mm256_fmadd_ps(_mm256_set1_ps(lo_half(word)), be, _mm256_load_ps(e)));
+                        _mm256_store_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(hi_half(word)), bo, _mm256_load_ps(o)));
+                    }
                 }
             }
-            for (int64_t g = 0; g < groups; g++) {
-                __m256 t = _mm256_add_ps(_mm256_load_ps(ev + 8 * g), _mm256_load_ps(od + 8 * g));
-                _mm256_store_ps(acc + 8 * g, _mm256_add_ps(_mm256_load_ps(acc + 8 * g), t));
+            bool padded = 32 * (blk + 1) > K; /* +0 products past K: chains of -0 become +0 */
+            for (int64_t i = 0; i < rows * strip; i += 8) {
+                __m256 e = _mm256_load_ps(ev + i), o = _mm256_load_ps(od + i);
+                if (padded) e = _mm256_add_ps(e, _mm256_setzero_ps()), o = _mm256_add_ps(o, _mm256_setzero_ps());
+                _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), _mm256_add_ps(e, o)));
             }
         }
-        for (int64_t g = 0; g < groups; g++) store8(out + s0 + 8 * g, _mm256_load_ps(acc + 8 * g), w - 8 * g);
+        for (int32_t r = 0; r < rows; r++)
+            for (int64_t g = 0; g < groups; g++)
+                store8(out + r * ldout + s0 + 8 * g, _mm256_load_ps(acc + r * strip + 8 * g), w - 8 * g);
     }
+}
+
+static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    few_rows(a, 1, 1, B->base + n0, B->s0, K, nb, out, 0);
 }
 
 /* Column-major B (column j's pairs are adjacent words): per 8 columns and block, two 8 x 8 word
@@ -142,13 +155,23 @@ static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64
     return true;
 }
 
+/* The few-row hook: A one 16-row panel (row r's pair p at a[16 p + r]), B row-major in place. */
+static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
+                   uint16_t *out, int64_t ldout) {
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    few_rows(a, 16, rows, b, ldb, K, cols, out, ldout);
+    _mm_setcsr(csr);
+}
+
 static int available(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-/* Streaming only: the frame calls pack_a (one row) and rowvec; products of more rows take the
- * block32 packed variant (avx2_block32). */
+/* Streaming only: the frame calls pack_a (one row, or a 16-row panel) and rowvec or skinny;
+ * products of more rows take the block32 packed variant (avx2_block32). */
 const tg_ukernel tg_ukernel_avx2_block32_stream = {
     .name = "avx2_block32", .mr = 1, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 256,
-    .pack_a = pack_a_bf16, .rowvec = rowvec, .available = available, .order = TG_UK_ORDER_BLOCK32 };
+    .pack_a = pack_a_bf16, .rowvec = rowvec, .skinny = skinny, .skinny_rows = 4, .available = available,
+    .order = TG_UK_ORDER_BLOCK32 };

@@ -340,6 +340,27 @@ def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
         assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
 
 
+@pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
+@pytest.mark.parametrize("m,k", [(2, 1), (3, 33), (4, 300), (4, 1057), (16, 64)])
+def test_few_row_products_give_the_block32_oracle(m, k, fill):
+    """Few-row block32 products over row-major B (a small batch's decode step) take a streaming
+    hook where a kernel has one (vdpbf16ps: 16 rows; AVX2: 4 rows) and give the oracle's bytes."""
+    n = 70
+    rng = np.random.default_rng(m * 1000 + k + len(fill))
+    a_bits, b_bits = _random_bits(rng, (m, k), fill), _random_bits(rng, (k, n), fill)
+    a_t, b_t = tgrad.Tensor.from_bf16_bits(a_bits), tgrad.Tensor.from_bf16_bits(b_bits)
+    want = _rne_bf16(_oracle32(a_bits, b_bits))
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        c = tgrad.matmul(a_t, b_t, order="block32")
+        got = c.numpy().view(np.uint16)
+        if isa == "avx2":
+            assert c.route == f"cpu.avx2_block32.{'skinny' if m <= 4 else 'gemm'}"
+        elif isa == "avx512bf16":
+            assert c.route == "cpu.avx512bf16_block32.skinny"
+        assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
+
+
 def test_a_trace_records_the_order_and_validates_block32_products():
     """tgrad.trace keeps each product's order in its args and replays it through the oracle in
     that order (a fill where the two orders' bf16 results differ: a replay in the wrong order

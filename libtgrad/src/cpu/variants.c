@@ -83,6 +83,19 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
  * has it, as the pairwise order's one-row products do (automatic choice, or a forced avx512bf16),
  * else with AVX-512F FMAs (avx512f_block32, and a forced avx512f); with AVX2 FMAs where the
  * pairwise order's products take avx2 (avx2_block32: AVX2-only CPUs, and a forced avx2). */
+/* The block32 order's few-row kernel (row-major B read in place, up to its skinny_rows rows): the
+ * packed kernel's own skinny hook where it has one (vdpbf16ps, 16 rows); on AVX2 the stream
+ * kernel's (4 rows: its L1 chains lose to the packed kernel past that, and to avx512f_block32's
+ * packed kernel at any height, 2 threads, the Xeon); none under AMX (its 16-row tiles) or portable. */
+const tg_ukernel *tg_cpu_block32_skinny_variant(int sel) {
+    const tg_ukernel *uk = tg_cpu_block32_variant(sel);
+    if (uk->skinny) return uk;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (uk == &tg_ukernel_avx2_block32 && tg_ukernel_avx2_block32_stream.available()) return &tg_ukernel_avx2_block32_stream;
+#endif
+    return NULL;
+}
+
 const tg_ukernel *tg_cpu_block32_stream_variant(int sel) {
 #if defined(TGRAD_HAVE_X86_VARIANTS)
     const tg_ukernel *gemm = tg_cpu_gemm_variant(sel);

@@ -86,12 +86,24 @@ def test_index_file_and_single_file_paths_open_too(checkpoint: Any) -> None:
     assert set(one.keys()) < set(weights)
 
 
-def test_subtree_load_returns_every_tensor_under_it(checkpoint: Any) -> None:
+def test_subtree_load_reads_every_tensor_under_it(checkpoint: Any) -> None:
     root, weights = checkpoint
     w = tst.open(root, convert=True)
     layer = w.model.layers[1].load()
-    assert set(layer) == {n for n in weights if n.startswith("model.layers.1.")}
-    assert layer["model.layers.1.self_attn.k_proj.weight"].to_bytes() == _bits(weights["model.layers.1.self_attn.k_proj.weight"])
+    tensors = layer.tensors()
+    assert set(tensors) == {n for n in weights if n.startswith("model.layers.1.")}
+    assert tensors["model.layers.1.self_attn.k_proj.weight"].to_bytes() == _bits(weights["model.layers.1.self_attn.k_proj.weight"])
+    assert layer.self_attn.k_proj.weight is tensors["model.layers.1.self_attn.k_proj.weight"]
+    assert set(w.model.layers[0].tensors()) == {n for n in weights if n.startswith("model.layers.0.")}
+
+
+def test_a_run_of_items_is_a_slice(checkpoint: Any) -> None:
+    w = tst.open(checkpoint[0])
+    assert [layer.names()[0] for layer in w.model.layers[::-1]] == [
+        f"model.layers.{i}.self_attn.q_proj.weight" for i in reversed(range(LAYERS))]
+    assert [layer.names()[0] for layer in w.model.layers[1:]] == [
+        f"model.layers.{i}.self_attn.q_proj.weight" for i in range(1, LAYERS)]
+    assert w.model.layers[LAYERS:] == []
 
 
 def test_f32_is_refused_unless_conversion_is_asked_for(checkpoint: Any) -> None:

@@ -3,7 +3,9 @@
     w = tgrad.safetensors.open("ckpt/")          # a file, a sharded directory or an index .json
     w.schema["model.embed.weight"]               # TensorInfo(dtype='BF16', shape=(8, 4))
     w.model.layers[0].self_attn.q_proj.weight    # that tensor, loaded on access
-    w.model.layers[0].load()                     # {full name: Tensor} of the subtree
+    layer = w.model.layers[0].load()             # the subtree, its tensors read now (one pass per file)
+    layer.self_attn.q_proj.weight                # ... and walked in memory
+    layer.tensors()                              # {full name: Tensor} of the subtree
     tgrad.safetensors.save("out.safetensors", {"w": tensor})
 
 tgrad reads checkpoints itself: it checks each header (the bytes are read once, the JSON with a
@@ -19,9 +21,10 @@ DtypeUnsupportedError. `save` writes with the `safetensors` package.
 
 bf16 tensors come in bit for bit; F32, F16 and F64 round to bf16 (RNE) only with convert=True;
 the header check accepts every safetensors dtype, but reading any other raises
-DtypeUnsupportedError. `python -m tgrad safetensors-stub PATH > model.pyi` writes Protocol
-classes for a checkpoint's names and shapes (tgrad.safetensors_stub), so a type checker knows
-`w.model.layers[0].mlp.up_proj.weight` is a Tensor[Literal[11008], Literal[4096]]. A Checkpoint is
+DtypeUnsupportedError. `python -m tgrad safetensors-stub PATH > model.pyi` writes a tree of
+Protocol classes for a checkpoint's names and shapes (tgrad.safetensors_stub), so a type checker
+knows `w.model.layers[0].mlp.up_proj.weight` is a Tensor[Literal[11008], Literal[4096]] and
+`w.model.layers[0].load()` is that layer's class again. A Checkpoint is
 a context manager: leaving the block closes it to further reads.
 """
 
@@ -545,13 +548,38 @@ class Checkpoint:
         return getattr(self._root, part)
 
 
+class _Resident:
+    """The tensors of a loaded subtree, held in memory: what a Node walks once load() read them
+    (the checkpoint may be closed, or its files changed, since)."""
+
+    __slots__ = ("path", "_tensors")
+
+    def __init__(self, path: Path, tensors: dict[str, Tensor]) -> None:
+        self.path = path
+        self._tensors = tensors
+
+    def keys(self) -> list[str]:
+        return list(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self._tensors[name]
+
+    def load(self, names: Sequence[str]) -> dict[str, Tensor]:
+        return {n: self._tensors[n] for n in names}
+
+
 class Node:
     """A prefix of tensor names: attributes and indices walk the name's dot-separated parts
-    (numbers become indices); a full name gives its Tensor, a prefix another Node."""
+    (numbers become indices, and a slice of them gives a list); a full name gives its Tensor, a
+    prefix another Node. `load()` reads the subtree's tensors at once and gives the same tree over
+    them in memory (python -m tgrad safetensors-stub types both alike, docs/typing.md)."""
 
     __slots__ = ("_ckpt", "_prefix")
 
-    def __init__(self, ckpt: Checkpoint, prefix: str) -> None:
+    def __init__(self, ckpt: Checkpoint | _Resident, prefix: str) -> None:
         self._ckpt = ckpt
         self._prefix = prefix
 
@@ -588,7 +616,9 @@ class Node:
             raise AttributeError(part)
         return self._child(part, TensorNotFoundAttributeError)
 
-    def __getitem__(self, key: int | str) -> Any:
+    def __getitem__(self, key: int | str | slice) -> Any:
+        if isinstance(key, slice):
+            return [self[i] for i in range(len(self))[key]]
         if isinstance(key, int) and not isinstance(key, bool):
             indices = self._indices()
             if key < 0:
@@ -612,12 +642,21 @@ class Node:
     def __dir__(self) -> list[str]:
         return [c for c in self.children() if c.isidentifier()]
 
-    def load(self) -> dict[str, Tensor]:
-        """{full name: Tensor} of every tensor under this node."""
+    def load(self) -> Node:
+        """This subtree with every tensor under it read now (each file opened and checked once, as
+        Checkpoint.load), walked in memory from then on: attributes and indices give those same
+        Tensor objects, whether or not the checkpoint is still open. A loaded node returns itself."""
+        if isinstance(self._ckpt, _Resident):
+            return self
+        return Node(_Resident(self._ckpt.path, self._ckpt.load(self.names())), self._prefix)
+
+    def tensors(self) -> dict[str, Tensor]:
+        """{full name: Tensor} of every tensor under this node (read now unless loaded)."""
         return self._ckpt.load(self.names())
 
     def __repr__(self) -> str:
-        return f"<tgrad.safetensors.Node {self._prefix or '<root>'!r}: {len(self.names())} tensors>"
+        loaded = ", loaded" if isinstance(self._ckpt, _Resident) else ""
+        return f"<tgrad.safetensors.Node {self._prefix or '<root>'!r}: {len(self.names())} tensors{loaded}>"
 
 
 def open(path: str | os.PathLike[str], *, convert: bool = False) -> Checkpoint:  # noqa: A001
@@ -668,5 +707,6 @@ def _stub_command(args: Any) -> int:
 
 
 def add_arguments(parser: Any) -> None:
-    parser.add_argument("path", help="a .safetensors file, a directory of shards or an index .json")
+    parser.add_argument("path", help="a Hugging Face model directory (config.json and model.safetensors, or "
+                        "shards with their index), a .safetensors file, a directory of shards or an index .json")
     parser.set_defaults(func=_stub_command)

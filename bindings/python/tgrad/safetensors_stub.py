@@ -1,11 +1,14 @@
 """Type stubs for a checkpoint's names and shapes (`python -m tgrad safetensors-stub`).
 
-The stub has one Protocol class per prefix of the tensor names, named by its path
+The stub is a tree of Protocol classes, one per prefix of the tensor names, named by its path
 (``model.layers[i].mlp`` -> ``ModelLayersItemMlp``: two prefixes whose subtrees look alike still
-get two classes), each tensor typed with its shape (``weight: Tensor[Literal[4096],
-Literal[11008]]``, so a product against the checkpoint's real extents is checked), and a
-`Checkpoint` class with the API of tgrad.safetensors.Checkpoint. A .pyi cannot be imported at run
-time; the recipe (docs/typing.md) imports it for checkers only:
+get two classes). Each tensor is typed with its shape (``weight: Tensor[Literal[4096],
+Literal[11008]]``, so a product against the checkpoint's real extents is checked). A prefix whose
+parts are all numbers (``model.layers``) is a sequence: ``layers[0]``, ``layers[1:3]``, ``len``
+and ``for`` give one item class, the items' subtrees merged (an extent they disagree on becomes
+unknown). Each class has tgrad.safetensors.Node's API, ``load() -> Self`` (the same tree, its
+tensors read at once) among it, and `Checkpoint` has tgrad.safetensors.Checkpoint's. A .pyi cannot
+be imported at run time; the recipe (docs/typing.md) imports it for checkers only:
 
     from typing import TYPE_CHECKING, cast
     import tgrad
@@ -26,9 +29,12 @@ __all__ = ["stub_text"]
 #: disagree on it).
 _Tree = dict[str, Any]
 #: Names a tree node answers itself (tgrad.safetensors.Node), so no tensor part can use them.
-_NODE_API = ("load", "names", "children")
+_NODE_API = ("load", "tensors", "names", "children")
+#: Node's API as each class of the stub declares it.
+_NODE_METHODS = ["    def load(self) -> Self: ...", "    def tensors(self) -> dict[str, Tensor]: ...",
+                 "    def names(self) -> list[str]: ...", "    def children(self) -> list[str]: ..."]
 #: Names the Checkpoint answers itself, at the top of the tree.
-_CHECKPOINT_API = ("schema", "load", "keys", "path", "convert", "root")
+_CHECKPOINT_API = ("schema", "load", "keys", "path", "convert", "root", "close")
 
 
 class _Leaf(NamedTuple):
@@ -72,6 +78,11 @@ def _class_name(path: list[str]) -> str:
     return "".join(p.capitalize() for part in path for p in part.replace("-", "_").split("_") if p) or "Root"
 
 
+def _is_sequence(tree: _Tree) -> bool:
+    """A prefix whose next parts are all numbers: Node indexes it (``layers[0]``)."""
+    return bool(tree) and all(c.isdigit() for c in tree)
+
+
 class _Writer:
     def __init__(self) -> None:
         self.classes: list[str] = []
@@ -87,24 +98,20 @@ class _Writer:
 
     def node(self, tree: _Tree, path: list[str]) -> str:
         name = self.name(path)
-        lines = [f"class {name}(Protocol):"]
-        lines += self.members(tree, path, _NODE_API)
-        lines.append("    def load(self) -> dict[str, Tensor]: ...")
-        self.classes.append("\n".join(lines))
+        members = self.members(tree, path, _NODE_API)
+        self.classes.append("\n".join([f"class {name}(Protocol):", *members, *_NODE_METHODS]))
         return name
 
     def members(self, tree: _Tree, path: list[str], reserved: tuple[str, ...]) -> list[str]:
         lines: list[str] = []
-        items = [c for c in tree if c.isdigit()]
-        if items and len(items) == len(tree):
-            merged: Any = tree[items[0]]
-            for c in items[1:]:
-                merged = _merge(merged, tree[c])
+        if _is_sequence(tree):
+            merged: Any = None
+            for sub in tree.values():
+                merged = sub if merged is None else _merge(merged, sub)
             elem = self.kind(merged, [*path, "item"])
-            lines.append(f"    def __getitem__(self, index: int) -> {elem}: ...")
-            lines.append("    def __len__(self) -> int: ...")
-            lines.append(f"    def __iter__(self) -> Iterator[{elem}]: ...")
-            return lines
+            return ["    @overload", f"    def __getitem__(self, index: int) -> {elem}: ...",
+                    "    @overload", f"    def __getitem__(self, index: slice) -> list[{elem}]: ...",
+                    "    def __len__(self) -> int: ...", f"    def __iter__(self) -> Iterator[{elem}]: ..."]
         for child, sub in tree.items():
             if not child.isidentifier() or keyword.iskeyword(child) or child in reserved:
                 lines.append(f"    # {child!r}: not an attribute name here; use [{child!r}]")
@@ -139,17 +146,26 @@ _CHECKPOINT = '''class Checkpoint(Protocol):
 def stub_text(schema: Mapping[str, Any], source: str) -> str:
     """The .pyi text for a checkpoint of that schema (name -> TensorInfo), read from `source`."""
     writer = _Writer()
-    members = writer.members(_tree(schema), [], _CHECKPOINT_API + _NODE_API)  # the top names, once
+    tree = _tree(schema)
+    members = writer.members(tree, [], _CHECKPOINT_API + _NODE_API)  # the top names, once
     root = writer.name([])
-    writer.classes.append("\n".join([f"class {root}(Protocol):", *members,
-                                      "    def load(self) -> dict[str, Tensor]: ..."]))
-    checkpoint = _CHECKPOINT.replace("-> Root:", f"-> {root}:") + "\n".join(members)
+    writer.classes.append("\n".join([f"class {root}(Protocol):", *members, *_NODE_METHODS]))
+    # Checkpoint's [] takes full names: a tree that is a sequence at the top is walked from .root
+    checkpoint = _CHECKPOINT.replace("-> Root:", f"-> {root}:") + ("" if _is_sequence(tree) else "\n".join(members))
+    body = "\n\n\n".join([checkpoint, *writer.classes])
+    # only the names the classes use (pyright reports an unused import in a stub too)
+    used = {n for n in ("Iterator", "Literal", "overload") if f"{n}[" in body or f"@{n}" in body} | {
+        "Sequence", "Protocol", "Self"}
+    source = source.replace("\\", "\\\\").replace('"', '\\"')  # a directory's name, inside the docstring
     head = (f'"""Names and shapes of {source}: generated by `python -m tgrad safetensors-stub`.\n\n'
             "    from typing import TYPE_CHECKING, cast\n"
             "    if TYPE_CHECKING:\n"
             "        from model import Checkpoint   # this file, saved as model.pyi\n"
-            "    w = cast(\"Checkpoint\", tgrad.safetensors.open(path))\n\"\"\"\n\n"
-            "from collections.abc import Iterator, Sequence\nfrom pathlib import Path\n"
-            "from types import TracebackType\nfrom typing import Literal, Protocol, Self\n\n"
+            "    w = cast(\"Checkpoint\", tgrad.safetensors.open(path))\n"
+            "    w.model.layers[0].self_attn.q_proj.weight   # a Tensor typed with its shape\n"
+            "    w.model.layers[0].load()                    # that subtree, read now, typed alike\n\"\"\"\n\n"
+            f"from collections.abc import {', '.join(n for n in ('Iterator', 'Sequence') if n in used)}\n"
+            "from pathlib import Path\nfrom types import TracebackType\n"
+            f"from typing import {', '.join(n for n in ('Literal', 'Protocol', 'Self', 'overload') if n in used)}\n\n"
             "from tgrad import Tensor\nfrom tgrad.safetensors import TensorInfo\n")
-    return head + "\n\n" + "\n\n\n".join([checkpoint, *writer.classes]) + "\n"
+    return head + "\n\n" + body + "\n"

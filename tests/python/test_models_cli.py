@@ -26,6 +26,13 @@ def test_generate_prints_the_new_token_ids(llama: Path, capsys: pytest.CaptureFi
     assert capsys.readouterr().out == ",".join(map(str, want)) + "\n"
 
 
+def test_several_prompts_decode_as_one_padded_batch(llama: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", str(llama), "--ids", "1,2,3", "--ids", "4", "--max-new-tokens", "4"]) == 0
+    model = tgrad.models.from_pretrained(llama)
+    want = [model.generate(np.array([p]), 4)[0] for p in ([1, 2, 3], [4])]
+    assert capsys.readouterr().out == "".join(",".join(map(str, w)) + "\n" for w in want)
+
+
 def test_sampling_options_replay_with_a_seed(llama: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["generate", str(llama), "--ids", "4,5", "--max-new-tokens", "6", "--do-sample", "--seed", "3", "--top-k", "5"]
     assert main(argv) == 0

@@ -6,6 +6,15 @@ fixed seed, saved with save_pretrained in bf16, loaded by tgrad.
   that of transformers' own bf16 forward (its default attention, sdpa). The max errors are
   reported, not asserted (docs/models.md has both).
 - Greedy decoding of 8 tokens gives transformers' float64 greedy tokens.
+- A left-padded batch with its attention_mask (prompts of 5, 11 and 16 tokens) against
+  transformers' forward of the same batch (position_ids from the mask, as its generate computes
+  them) and its generate. tgrad's rows are byte for byte its prompts alone (test_models_padding.py),
+  so this checks that both read the mask the same way: logits at the real positions within 10% of
+  the largest float64 logit (a wrong position or a visible padding key is off by 75-100%), the mean
+  error within 10% of torch bf16's (32 positions: too few for the 4-15% margin above to show every
+  time), and every row's first greedy token transformers float64's. Where the later greedy tokens
+  of transformers float64 and bf16 part from tgrad's is reported, not asserted
+  (`python tests/python/test_models_interop.py`).
 
 `python tests/python/test_models_interop.py` prints the table of docs/models.md.
 """
@@ -119,6 +128,65 @@ def test_tgrad_reads_the_config_transformers_wrote(model_path: Path) -> None:
         assert np.allclose(inv, hf_inv, rtol=1e-6, atol=0)
 
 
+def _padded(seed: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """A left-padded batch (prompts of 5, 11 and 16 tokens; padding: token 0) and its mask."""
+    rng = np.random.default_rng(seed)
+    ids, mask = np.zeros((3, 16), np.int64), np.zeros((3, 16), np.int64)
+    for r, n in enumerate([5, 11, 16]):
+        ids[r, 16 - n:] = rng.integers(0, SIZES["vocab_size"], n)
+        mask[r, 16 - n:] = 1
+    return ids, mask
+
+
+def _padded_logits(model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    positions = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 1)  # what transformers' generate passes
+    with torch.no_grad():
+        return model(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                     position_ids=torch.from_numpy(positions)).logits.double().numpy()
+
+
+def measure_padded(path: Path) -> dict[str, tuple[float, float]]:
+    """measure, at the real positions of the left-padded batch (and "truth": the largest
+    float64 logit, as its mean and max)."""
+    ids, mask = _padded()
+    real = mask == 1
+    truth = _padded_logits(_hf(path, torch.float64), ids, mask)[real]
+    got = {
+        "tgrad bf16": tgrad.models.from_pretrained(path)(ids, attention_mask=mask).numpy().astype(np.float64)[real],
+        "torch bf16 (sdpa)": _padded_logits(_hf(path, torch.bfloat16), ids, mask)[real],
+        "torch bf16 (eager)": _padded_logits(_hf(path, torch.bfloat16, "eager"), ids, mask)[real],
+    }
+    out = {peer: (float(np.abs(v - truth).mean()), float(np.abs(v - truth).max())) for peer, v in got.items()}
+    return {**out, "truth": (float(np.abs(truth).max()), float(np.abs(truth).max()))}
+
+
+def greedy_padded(path: Path, new: int) -> dict[str, np.ndarray]:
+    """The greedy tokens of the left-padded batch: tgrad's, transformers' float64 and bf16."""
+    ids, mask = _padded()
+    out = {"tgrad bf16": tgrad.models.from_pretrained(path).generate(ids, new, attention_mask=mask)}
+    for peer, dtype in (("torch float64", torch.float64), ("torch bf16", torch.bfloat16)):
+        with torch.no_grad():
+            out[peer] = _hf(path, dtype).generate(
+                torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), max_new_tokens=new,
+                min_new_tokens=new, do_sample=False, pad_token_id=0)[:, ids.shape[1]:].numpy()
+    return out
+
+
+def test_a_left_padded_batch_reads_the_mask_as_transformers_does(model_path: Path) -> None:
+    errors = measure_padded(model_path)
+    assert errors["tgrad bf16"][1] <= 0.1 * errors["truth"][1], errors
+    assert errors["tgrad bf16"][0] <= 1.1 * errors["torch bf16 (sdpa)"][0], errors
+
+
+def test_greedy_tokens_of_a_left_padded_batch_start_as_transformers_float64(model_path: Path) -> None:
+    got = greedy_padded(model_path, 8)
+    ids, mask = _padded()
+    model = tgrad.models.from_pretrained(model_path)
+    for r in range(len(ids)):
+        assert np.array_equal(got["tgrad bf16"][r], model.generate(ids[r:r + 1, mask[r] == 1], 8)[0]), r
+    assert np.array_equal(got["tgrad bf16"][:, 0], got["torch float64"][:, 0]), got
+
+
 if __name__ == "__main__":
     import tempfile
 
@@ -127,6 +195,18 @@ if __name__ == "__main__":
         for case in sorted(CASES):
             for peer, (mean, worst) in measure(_make(Path(tmp) / case, case)).items():
                 print(f"| {case} | {peer} | {mean:.3g} | {worst:.3g} |")
+        print("\nleft-padded batch, real positions:\n| model | peer | mean abs error | max abs error |\n|---|---|---|---|")
+        for case in sorted(CASES):
+            path = Path(tmp) / case
+            for peer, (mean, worst) in measure_padded(path).items():
+                if peer != "truth":
+                    print(f"| {case} | {peer} | {mean:.3g} | {worst:.3g} |")
+        print("\ngreedy 32 tokens of the left-padded batch: steps each row agrees with tgrad (of 32)")
+        print("| model | torch float64 | torch bf16 |\n|---|---|---|")
+        for case in sorted(CASES):
+            tokens = greedy_padded(Path(tmp) / case, 32)
+            same = {p: (tokens[p] == tokens["tgrad bf16"]).cumprod(axis=1).sum(axis=1).tolist() for p in tokens}
+            print(f"| {case} | {same['torch float64']} | {same['torch bf16']} |")
 
 
 def _first_step_grads_torch(path: Path, ids: np.ndarray, dtype: Any) -> dict[str, np.ndarray]:

@@ -1,7 +1,9 @@
 """``python -m tgrad generate MODEL_DIR (--ids 1,2,3 | --prompt "text") [--max-new-tokens 32]``:
 decode from a Hugging Face Llama-family directory (tgrad.models).
 
-With --ids the new token ids are printed, comma-separated. With --prompt the directory's
+With --ids the new token ids are printed, comma-separated. Several --ids (or --prompt) decode
+as one batch, left-padded with an attention_mask, one line each (each the tokens of that prompt
+alone, docs/models.md). With --prompt the directory's
 tokenizer.json encodes the prompt and decodes the new tokens (the `tokenizers` package, an
 optional extra: pip install 'tgrad[models]'), and the text is printed. Sampling options are
 generate's (docs/models.md). Decoding stops at the config's eos_token_id unless --ignore-eos.
@@ -36,8 +38,11 @@ def _ids(text: str) -> list[int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, metavar="MODEL_DIR", help="a directory with config.json and safetensors")
     prompt = parser.add_mutually_exclusive_group(required=True)
-    prompt.add_argument("--ids", type=_ids, help="the prompt as comma-separated token ids, e.g. 1,2,3")
-    prompt.add_argument("--prompt", help="the prompt as text (needs MODEL_DIR/tokenizer.json and the tokenizers package)")
+    prompt.add_argument("--ids", type=_ids, action="append",
+                        help="the prompt as comma-separated token ids, e.g. 1,2,3 (repeat for a batch)")
+    prompt.add_argument("--prompt", action="append",
+                        help="the prompt as text (needs MODEL_DIR/tokenizer.json and the tokenizers package; "
+                             "repeat for a batch)")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default 32)")
     parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
@@ -75,12 +80,17 @@ def main(args: argparse.Namespace) -> int:
         if isinstance(tokenizer, str):
             print(f"tgrad generate: {tokenizer}", file=sys.stderr)
             return 2
-        ids = tokenizer.encode(args.prompt).ids
-        if not ids:
-            print("tgrad generate: the prompt encodes to no tokens", file=sys.stderr)
+        prompts = [tokenizer.encode(text).ids for text in args.prompt]
+        if not all(prompts):
+            print("tgrad generate: a prompt encodes to no tokens", file=sys.stderr)
             return 2
     else:
-        ids = args.ids
+        prompts = args.ids
+    width = max(len(p) for p in prompts)
+    ids = np.zeros((len(prompts), width), np.int64)  # left padding with token 0, masked out
+    mask = np.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):], mask[row, width - len(p):] = p, 1
     try:
         model = from_pretrained(args.model, convert=args.convert)
     except errors.TgradError as exc:
@@ -91,12 +101,15 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         with matmul_order(args.order or get_matmul_order()):  # every product of the generation
-            new = model.generate(np.array([ids]), args.max_new_tokens, do_sample=args.do_sample,
+            new = model.generate(ids, args.max_new_tokens, do_sample=args.do_sample,
                                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                                 eos_token_id=eos)
+                                 eos_token_id=eos, attention_mask=mask)
     except (errors.InvalidArgumentError, errors.IndexOutOfRangeError) as exc:  # an option or a token id
         print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
         return 2
-    tokens = [int(t) for t in new[0]]
-    print(tokenizer.decode(tokens) if tokenizer is not None else ",".join(map(str, tokens)))
+    for row in new:
+        tokens = [int(t) for t in row]
+        stop = next((i for i, t in enumerate(tokens) if eos and t in eos), None)
+        tokens = tokens if stop is None else tokens[:stop + 1]  # a row that finished first repeats its eos
+        print(tokenizer.decode(tokens) if tokenizer is not None else ",".join(map(str, tokens)))
     return 0

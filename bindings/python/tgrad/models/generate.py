@@ -80,8 +80,12 @@ def choose(logits: np.ndarray, do_sample: bool = False, temperature: float = 1.0
 
 def generate(model: CausalLM, ids: Any, max_new_tokens: int, *, do_sample: bool = False, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             eos_token_id: int | list[int] | None = None, return_logits: bool = False) -> Any:
+             eos_token_id: int | list[int] | None = None, return_logits: bool = False,
+             attention_mask: Any = None) -> Any:
     """The new token ids [B, max_new_tokens] (numpy int64) after the prompt `ids` [B, L].
+    attention_mask [B, L]: 1 for the prompts' real tokens, 0 for padding (left padding, as
+    transformers pads for generation; right or anywhere works too): row r's new tokens continue
+    its real tokens, the bytes of generating from that prompt alone (tgrad.models.padding).
     eos_token_id: once a row has produced one of these, its later tokens repeat it, and decoding
     stops when every row has (the result is then shorter). return_logits: also the float32 logits
     [B, new, vocab] each token was chosen from."""
@@ -93,7 +97,7 @@ def generate(model: CausalLM, ids: Any, max_new_tokens: int, *, do_sample: bool 
     # the cache preallocated for the prompt and the new tokens, at most 1024 of them up front (a run
     # that stops at eos_token_id early does not pay for the rest; past them it doubles)
     cache = model.new_cache(int(shape[-1]) + min(new, 1024) if len(shape) == 2 else 0)  # forward checks the shape
-    step = model.forward(ids, cache, logits_to_keep=1, logits_dtype=float32)
+    step = model._forward(ids, cache, attention_mask, 0, float32, last_real=True)
     batch = step.shape[0]
     tokens: list[np.ndarray] = []
     kept: list[np.ndarray] = []

@@ -25,6 +25,7 @@ from ..shape_ops import slice_scatter
 from ..softmax import softmax
 from ..tensor import Tensor
 from .config import ModelConfig
+from .padding import Plan, additive_mask, check_mask, plan
 
 __all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "attend", "linear"]
 
@@ -39,7 +40,12 @@ class KVCache:
     A reader of an earlier state (a view someone kept) holds a reference too: the write then
     copies the buffer instead, and that reader keeps its values. capacity: the positions
     preallocated (generate: the prompt and up to 1024 new tokens); a forward past it grows the buffers to
-    at least twice their size (one copy)."""
+    at least twice their size (one copy).
+
+    Rows of different lengths (a forward with an attention_mask, tgrad.models.padding): each
+    layer's buffers become [B * capacity, H_kv, head_dim], row r's slots at r * capacity ..., so
+    that each row writes its new positions at its own length (one slice_scatter per row), and
+    `lengths` holds each row's length (`length` is then the longest)."""
 
     def __init__(self, layers: int, capacity: int = 0) -> None:
         self.keys: list[Tensor | None] = [None] * layers
@@ -47,6 +53,7 @@ class KVCache:
         self.length = 0
         self.capacity = capacity
         self.batch: int | None = None
+        self.lengths: np.ndarray | None = None
 
     def _buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         b, heads, _, e = like.shape
@@ -72,6 +79,47 @@ class KVCache:
         values = slice_scatter(values, v, 2, self.length)
         self.keys[layer], self.values[layer] = keys, values
         return keys[:, :, :end, :], values[:, :, :end, :]
+
+    def _rows_buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        """A [B * capacity, H_kv, E] buffer holding old's slots 0 .. length-1 of each row (old:
+        this layout, or the one-length layout [B, H_kv, capacity, E])."""
+        b, heads, _, e = like.shape
+        fresh = zeros(b * capacity, heads, e, dtype=like.dtype)
+        if old is None or not self.length:
+            return fresh
+        held = old.shape[0] // b
+        for r in range(b):
+            rows = old[r, :, :self.length, :].transpose(0, 1) if old.ndim == 4 else old[r * held:r * held + self.length]
+            fresh = slice_scatter(fresh, rows, 0, r * capacity)
+        return fresh
+
+    def append_rows(self, layer: int, k: Tensor, v: Tensor, start: np.ndarray) -> tuple[Tensor, Tensor]:
+        """Write row r's positions start[r] .. start[r] + L - 1 of layer's keys and values (k, v
+        [B, H_kv, L, E]); views [B, H_kv, max(start) + L, E] of every row's slots, which hold
+        padding (or nothing) past the row's own length: the mask hides them."""
+        b, heads, length, e = k.shape
+        end = int(start.max()) + length
+        held = self.keys[layer]
+        grow = held is None or held.ndim == 4 or end > held.shape[0] // b
+        del held  # a reference to the buffer would make the write below copy it
+        if grow:
+            if end > self.capacity:
+                self.capacity = max(end, 2 * self.capacity)
+            self.keys[layer] = self._rows_buffer(self.keys[layer], k, self.capacity)
+            self.values[layer] = self._rows_buffer(self.values[layer], v, self.capacity)
+        keys, values = self.keys[layer], self.values[layer]
+        assert keys is not None and values is not None
+        self.keys[layer] = self.values[layer] = None  # the writes must hold the only reference
+        capacity = keys.shape[0] // b
+        for r in range(b):
+            if r:  # a pending write's result is not handed on in place: realize it first
+                keys, values = keys.realize(), values.realize()
+            at = r * capacity + int(start[r])
+            keys = slice_scatter(keys, k[r].transpose(0, 1), 0, at)
+            values = slice_scatter(values, v[r].transpose(0, 1), 0, at)
+        self.keys[layer], self.values[layer] = keys, values
+        return (keys.reshape(b, capacity, heads, e)[:, :end].transpose(1, 2),
+                values.reshape(b, capacity, heads, e)[:, :end].transpose(1, 2))
 
 
 def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
@@ -147,7 +195,8 @@ class Attention(nn.Module):
             _transposed(getattr(self, name))
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
-                cache: KVCache | None = None, layer: int = 0) -> Tensor:
+                cache: KVCache | None = None, layer: int = 0, start: np.ndarray | None = None) -> Tensor:
+        """start: each row's cached length when rows differ (KVCache.append_rows), else None."""
         b, length, _ = x.shape
         q = linear(self.q_proj, x).reshape(b, length, self.heads, self.head_dim).transpose(1, 2)
         k = linear(self.k_proj, x).reshape(b, length, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -155,7 +204,7 @@ class Attention(nn.Module):
         q = rope(q, positions, self.rope_theta, inv_freq=inv_freq)
         k = rope(k, positions, self.rope_theta, inv_freq=inv_freq)
         if cache is not None:
-            k, v = cache.append(layer, k, v)
+            k, v = cache.append(layer, k, v) if start is None else cache.append_rows(layer, k, v, start)
         y = attend(q, k, v, mask)
         return linear(self.o_proj, y.transpose(1, 2).reshape(b, length, self.heads * self.head_dim))
 
@@ -187,8 +236,8 @@ class DecoderLayer(nn.Module):
                                                    weight=weights["post_attention_layernorm.weight"])
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
-                cache: KVCache | None = None, layer: int = 0) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, mask, inv_freq, cache, layer)
+                cache: KVCache | None = None, layer: int = 0, start: np.ndarray | None = None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), positions, mask, inv_freq, cache, layer, start)
         out: Tensor = x + self.mlp(self.post_attention_layernorm(x))
         return out
 
@@ -209,7 +258,10 @@ class Model(nn.Module):
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps, weight=weights["norm.weight"])
         self.register_buffer("inv_freq", None if inv_freq is None else Tensor.from_numpy(inv_freq, dtype=float32))
 
-    def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
+    def forward(self, ids: Tensor, cache: KVCache | None = None, rows: Plan | None = None) -> Tensor:
+        """rows: a padded batch's arrangement (tgrad.models.padding); ids are then arranged."""
+        if rows is not None:
+            return self._rows(ids, cache, rows)
         length = ids.shape[1]
         offset = 0 if cache is None else cache.length
         positions = Tensor.from_numpy(np.arange(offset, offset + length, dtype=np.int32), dtype=int32)  # once for every rope
@@ -221,6 +273,23 @@ class Model(nn.Module):
             x = layer(x, positions, masks[layer.window], self.inv_freq, cache, i)
         if cache is not None:
             cache.length += length
+        hidden: Tensor = self.norm(x)
+        return hidden
+
+    def _rows(self, ids: Tensor, cache: KVCache | None, rows: Plan) -> Tensor:
+        length = ids.shape[1]
+        sources = length + (int(rows.start.max()) if cache is not None else 0)
+        positions = rows.positions()
+        start = rows.start if cache is not None else None
+        masks: dict[int | None, Tensor | None] = {}
+        x = self.embed_tokens(ids)
+        for i, layer in enumerate(self.layers):
+            if layer.window not in masks:
+                masks[layer.window] = additive_mask(rows, layer.window, sources)
+            x = layer(x, positions, masks[layer.window], self.inv_freq, cache, i, start)
+        if cache is not None:
+            cache.lengths = rows.start + rows.real
+            cache.length = int(cache.lengths.max())
         hidden: Tensor = self.norm(x)
         return hidden
 
@@ -245,18 +314,45 @@ class CausalLM(nn.Module):
         `capacity` positions when the first forward writes (it grows past them)."""
         return KVCache(self.config.num_hidden_layers, _as_count(capacity, "capacity"))
 
-    def forward(self, ids: Any, cache: KVCache | None = None, *, logits_to_keep: int = 0,
-                logits_dtype: Any = None) -> Tensor:
+    def forward(self, ids: Any, cache: KVCache | None = None, *, attention_mask: Any = None,
+                logits_to_keep: int = 0, logits_dtype: Any = None) -> Tensor:
         """Logits [B, L, vocab] of token ids [B, L] (a numpy integer array, anything numpy reads
         as one, or an int32 Tensor). With a cache, ids continue the cached positions, which are
-        then extended by them. logits_to_keep > 0: only the last that many positions' logits."""
+        then extended by them. attention_mask [B, L] (ids' shape; with a cache, of the new ids
+        only): 1 for a real token, 0 for padding (numpy bool or integers, or a Tensor); each row
+        is then its real tokens alone, and its logits at those positions are the bytes of that
+        row run alone (docs/models.md, tgrad.models.padding); the padding's logits are finite
+        and meaningless. logits_to_keep > 0: only the last that many positions' logits."""
+        return self._forward(ids, cache, attention_mask, logits_to_keep, logits_dtype, last_real=False)
+
+    def _forward(self, ids: Any, cache: KVCache | None, attention_mask: Any, logits_to_keep: Any,
+                 logits_dtype: Any, last_real: bool) -> Tensor:
+        """forward; last_real: only each row's last real position's logits ([B, 1, vocab])."""
         keep = _as_count(logits_to_keep, "logits_to_keep")
         dtype = _logits_dtype(logits_dtype) or self.logits_dtype
-        tokens = self._ids(ids, cache)  # every argument checked before the cache changes
-        hidden = self.model(tokens, cache)
+        tokens, shape = self._ids(ids)  # every argument checked before the cache changes
+        real = None if attention_mask is None else check_mask(attention_mask, shape, type(self).__name__)
+        self._check_cache(cache, shape)
+        if real is not None and real.all():
+            real = None  # nothing padded: the same bytes either way
+        if real is None and (cache is None or cache.lengths is None):
+            hidden = self.model(tokens, cache)
+            if last_real:
+                keep = 1
+        else:
+            rows = plan(np.ones(shape, bool) if real is None else real, self._starts(cache, shape[0]))
+            arranged = tokens if rows.identity else rows.arrange(tokens)
+            hidden = self.model(arranged, cache, rows)
+            hidden = rows.last_real(hidden) if last_real else hidden if rows.identity else rows.restore(hidden)
         if keep:
             hidden = hidden[:, -keep:, :]
         return self._head(hidden, dtype)
+
+    @staticmethod
+    def _starts(cache: KVCache | None, batch: int) -> np.ndarray:
+        if cache is None:
+            return np.zeros(batch, np.int64)
+        return cache.lengths if cache.lengths is not None else np.full(batch, cache.length, np.int64)
 
     def _head(self, hidden: Tensor, dtype: Any) -> Tensor:
         if dtype is not float32:
@@ -266,7 +362,7 @@ class CausalLM(nn.Module):
         rows = hidden.reshape(b * length, d).matmul(_transposed(self.lm_head), out_dtype=float32)
         return rows.reshape(b, length, self.config.vocab_size)
 
-    def _ids(self, ids: Any, cache: KVCache | None) -> Tensor:
+    def _ids(self, ids: Any) -> tuple[Tensor, tuple[int, ...]]:
         vocab = self.config.vocab_size
         if isinstance(ids, Tensor):
             if ids.dtype is not int32:
@@ -286,6 +382,9 @@ class CausalLM(nn.Module):
             tokens = Tensor.from_numpy(np.ascontiguousarray(array, np.int32), dtype=int32)
         if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
             raise errors.ShapeMismatchError(f"{type(self).__name__}: ids is {list(shape)}, expected [batch >= 1, length >= 1]")
+        return tokens, tuple(int(n) for n in shape)
+
+    def _check_cache(self, cache: KVCache | None, shape: tuple[int, ...]) -> None:
         if cache is not None:
             if cache.batch is not None and cache.batch != shape[0]:
                 raise errors.ShapeMismatchError(
@@ -293,17 +392,20 @@ class CausalLM(nn.Module):
             if len(cache.keys) != self.config.num_hidden_layers:
                 raise errors.InvalidArgumentError(f"{type(self).__name__}: the cache is not this model's")
             cache.batch = shape[0]
-        return tokens
 
     def generate(self, ids: Any, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int | None = None, *,
-                 eos_token_id: int | list[int] | None = None, return_logits: bool = False) -> Any:
+                 eos_token_id: int | list[int] | None = None, return_logits: bool = False,
+                 attention_mask: Any = None) -> Any:
         """New token ids [B, max_new_tokens] (numpy int64) after the prompt ids [B, L]: greedy,
-        or sampled with do_sample (see tgrad.models.generate.generate)."""
+        or sampled with do_sample (see tgrad.models.generate.generate). attention_mask: the
+        prompts' real tokens (1) and padding (0), left-padded as transformers pads them (or
+        padded anywhere): each row continues its own real tokens."""
         from .generate import generate
 
         return generate(self, ids, max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                        top_p=top_p, seed=seed, eos_token_id=eos_token_id, return_logits=return_logits)
+                        top_p=top_p, seed=seed, eos_token_id=eos_token_id, return_logits=return_logits,
+                        attention_mask=attention_mask)
 
     def extra_repr(self) -> str:
         c = self.config

@@ -11,6 +11,11 @@
 #include "../cpu/runs.h"
 #include "../kinds.h"
 #include "optim_arith.h"
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+#include "optim_avx512f.h"
+_Static_assert((int)TG_OPTIM_MAXIMIZE_FLAG == (int)TGRAD_OPTIM_MAXIMIZE && (int)TG_OPTIM_DECAY_FLAG == (int)TGRAD_OPTIM_DECAY,
+               "optim_avx512f.h's flags are tgrad.h's");
+#endif
 
 TG_HIDDEN tgrad_status tg_buffer_new_storage_typed(int64_t numel, int32_t dtype, tg_buffer **out); /* buffer.c */
 
@@ -25,13 +30,34 @@ typedef struct many_job {
     const int64_t *shape;
     float *out[4];  /* TGRAD_OPTIM_OUT_PARAM, the states */
     uint16_t *bf16; /* the new parameter rounded to bfloat16, or NULL */
+    bool wide;      /* AdamW without amsgrad on AVX-512 (optim_avx512f.h) for contiguous runs */
 } many_job;
+
+/* The AVX-512 loop unless the CPU lacks it or another variant is forced (as the norms choose). */
+static bool wide_adamw(void) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    const char *name = tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "";
+    return tg_optim_avx512f_available() && (!*name || !strcmp(name, "avx512f") || !strcmp(name, "avx512bf16"));
+#else
+    return false;
+#endif
+}
 
 static void many_range(const void *job, int64_t lin, int64_t n) {
     const many_job *J = job;
     while (n > 0) {
         int64_t off[MAX_IN], step[MAX_IN], run = tg_run_at(J->ndim, J->shape, J->n, J->view, lin, n, off, step);
-        for (int64_t i = 0; i < run; i++) {
+        int64_t i = 0;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+        if (J->wide && step[0] == 1 && step[1] == 1 && step[2] == 1 && step[3] == 1) {
+            size_t gsize = J->grad_bf16 ? 2 : 4;
+            i = tg_optim_adamw_avx512f(run, J->flags, J->s, (const float *)J->data[0] + off[0],
+                                       (const char *)J->data[1] + (size_t)off[1] * gsize, J->grad_bf16,
+                                       (const float *)J->data[2] + off[2], (const float *)J->data[3] + off[3],
+                                       J->out[0] + lin, J->out[1] + lin, J->out[2] + lin, J->bf16 ? J->bf16 + lin : NULL);
+        }
+#endif
+        for (; i < run; i++) {
             float in[MAX_IN] = { 0 }, r[4] = { 0 };
             for (int32_t k = 0; k < J->n; k++) {
                 int64_t at = off[k] + i * step[k];
@@ -109,6 +135,7 @@ TGRAD_API tgrad_status tgrad_optim_step_many(int32_t algo, int32_t flags, int32_
                 ob[i * nout + o]->requires_grad = marked;
         }
     }
+    bool wide = !s && wide_adamw();
     for (int32_t i = 0; i < n && !s; i++) {
         const tg_tensor *p = &t[i * ninputs];
         many_job J = { .algo = algo, .flags = flags, .n = ninputs, .ndim = p->view.ndim, .nstate = nstate,
@@ -117,6 +144,7 @@ TGRAD_API tgrad_status tgrad_optim_step_many(int32_t algo, int32_t flags, int32_
         for (int32_t k = 0; k < ninputs; k++) J.data[k] = p[k].buf->data, J.view[k] = &p[k].view;
         for (int32_t o = 0; o <= nstate; o++) J.out[o] = (float *)ob[i * nout + o]->data;
         J.bf16 = bf16_param ? ob[i * nout + nout - 1]->data : NULL;
+        J.wide = algo == TGRAD_OPTIM_ADAMW && !(flags & TGRAD_OPTIM_AMSGRAD) && wide;
         tg_run_ranges(ob[i * nout]->numel, STEP_ALONE, STEP_TASK, 64, many_range, &J);
     }
     int32_t registered = 0; /* the handles take over the buffers' references */

@@ -499,6 +499,20 @@ enum tgrad_optim_out { TGRAD_OPTIM_OUT_PARAM = 0, TGRAD_OPTIM_OUT_STATE1 = 1, TG
 #define TGRAD_OPTIM_NSCALARS 8
 TGRAD_API tgrad_status tgrad_optim_step(int32_t algo, int32_t which, int32_t flags, int32_t ninputs,
                                         const tgrad_tensor_t *inputs, const float *scalars, tgrad_tensor_t *out);
+/* Every output of one optimizer step over n tensors at once, computed now (no lazy node): for
+ * tensor i, its ninputs inputs are inputs[i*ninputs ..] (tgrad_optim_step's, the same count for
+ * every tensor; the gradient, input 1, may also be bfloat16, read exactly as float32), its scalars
+ * scalars[i*TGRAD_OPTIM_NSCALARS ..]; its results are outs[i*nout ..], nout = 1 + the states (SGD:
+ * 0, or 1 with momentum; AdamW: 2, or 3 with amsgrad) + bf16_param: the new parameter, each new
+ * state in TGRAD_OPTIM_OUT_* order, and with bf16_param = 1 the new parameter rounded to bfloat16
+ * (tgrad_cast's rounding). The results are realized, contiguous, and have the bytes
+ * tgrad_optim_step's nodes (and their cast) would have; they require a gradient when gradients are
+ * enabled on this thread and an input requires one, as a node's result would, but have no history
+ * (leaves). The inputs are realized first. Every check happens before anything is allocated: a
+ * refused call leaves outs unwritten. CPU only. */
+TGRAD_API tgrad_status tgrad_optim_step_many(int32_t algo, int32_t flags, int32_t n, int32_t ninputs,
+                                             const tgrad_tensor_t *inputs, const float *scalars, int32_t bf16_param,
+                                             tgrad_tensor_t *outs);
 
 /* ---- matmul --------------------------------------------------------------------------------- */
 /* out = a @ b, lazily: the result is computed when read or realized. torch.matmul's rule: a

@@ -231,3 +231,27 @@ def test_cpu_isa_name_is_total() -> None:
     names = [lib.tgrad_cpu_isa_name(i, ffi.NULL) for i in range(64)]
     assert names[0] != ffi.NULL and ffi.NULL in names
     assert lib.tgrad_cpu_isa_name(-1, ffi.NULL) == ffi.NULL
+
+
+# Functions that take tensor handles in an array (the sweep above passes handles by value only):
+# each array slot gets a bad handle in turn.
+@pytest.mark.parametrize("kind", ["zero", "forged", "released"])
+def test_handles_in_arrays_are_checked(kind: str) -> None:
+    p = tgrad.tensor(np.ones(4, np.float32), dtype=tgrad.float32)
+    dead = tgrad.tensor(np.ones(4, np.float32), dtype=tgrad.float32)
+    bad = {"zero": 0, "forged": 0x1234, "released": dead._handle}[kind]
+    dead.release()
+    expected = {int(lib.TGRAD_ERR_INVALID_HANDLE), int(lib.TGRAD_ERR_WRONG_HANDLE_KIND)}
+    scalars = ffi.new("float[]", [0.5] * int(lib.TGRAD_OPTIM_NSCALARS) * 2)
+    live = tgrad.live_tensors()
+    for slot in range(8):  # two AdamW tensors of four inputs: tgrad_optim_step_many
+        hs = ffi.new("tgrad_tensor_t[]", [bad if i == slot else p._handle for i in range(8)])
+        outs = ffi.new("tgrad_tensor_t[]", [9] * 6)
+        assert lib.tgrad_optim_step_many(lib.TGRAD_OPTIM_ADAMW, 0, 2, 4, hs, scalars, 0, outs) in expected
+        assert list(outs) == [9] * 6
+    for slot in range(4):  # tgrad_optim_step
+        hs = ffi.new("tgrad_tensor_t[]", [bad if i == slot else p._handle for i in range(4)])
+        out = ffi.new("tgrad_tensor_t *", 9)
+        assert lib.tgrad_optim_step(lib.TGRAD_OPTIM_ADAMW, 0, 0, 4, hs, scalars, out) in expected
+        assert out[0] == 9
+    assert tgrad.live_tensors() == live

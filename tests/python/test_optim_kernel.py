@@ -1,5 +1,6 @@
-"""The optimizer kind (kind 16, libtgrad/src/ops/optim_step.c) against the composition of library
-ops it replaces (tgrad.optim.functional with USE_KERNEL False, the reference): the same bytes for
+"""The optimizer kind (kind 16, libtgrad/src/ops/optim_step.c: one lazy node per output, and
+tgrad_optim_step_many: every output in one call) against the composition of library ops it
+replaces (tgrad.optim.functional with USE_KERNEL False, the reference): the same bytes for
 parameters and every state tensor over several steps, on random and special values (NaN, +-inf,
 +-0, subnormals, huge and tiny), every option; the same bytes on every thread count and variant;
 bad calls refused before anything is made."""
@@ -60,13 +61,15 @@ def test_kernel_is_the_composition_byte_for_byte(dtype: str) -> None:
     bad = []
     for kind, configs in (("sgd", SGD_CONFIGS), ("adamw", ADAMW_CONFIGS)):
         for kw in configs:
-            got = run_steps(kind, P, Gs, dt, kw)
-            OF.USE_KERNEL = False
+            got = run_steps(kind, P, Gs, dt, kw)  # one tgrad_optim_step_many call per step
+            OF.ONE_CALL = False  # one lazy node per output
             try:
+                per_node = run_steps(kind, P, Gs, dt, kw)
+                OF.USE_KERNEL = False
                 want = run_steps(kind, P, Gs, dt, kw)
             finally:
-                OF.USE_KERNEL = True
-            if got != want:
+                OF.USE_KERNEL = OF.ONE_CALL = True
+            if got != want or per_node != want:
                 bad.append((kind, kw))
     assert not bad, bad[:5]
 

@@ -216,6 +216,9 @@ enum tgrad_optim_out { TGRAD_OPTIM_OUT_PARAM = 0, TGRAD_OPTIM_OUT_STATE1 = 1, TG
                        TGRAD_OPTIM_OUT_STATE3 = 3 };
 tgrad_status tgrad_optim_step(int32_t algo, int32_t which, int32_t flags, int32_t ninputs,
                               const tgrad_tensor_t *inputs, const float *scalars, tgrad_tensor_t *out);
+tgrad_status tgrad_optim_step_many(int32_t algo, int32_t flags, int32_t n, int32_t ninputs,
+                                   const tgrad_tensor_t *inputs, const float *scalars, int32_t bf16_param,
+                                   tgrad_tensor_t *outs);
 tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
                            tgrad_tensor_t *out);
 tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis, int32_t out_dtype,

@@ -33,11 +33,26 @@ tgrad_status tg_place_execute(const tg_step *st) {
     if (st->buf->numel) memset(dst, 0, (size_t)st->buf->numel * (size_t)esz); /* +0 in bf16 and f32 */
     int64_t n = 1, idx[TGRAD_MAX_DIMS] = { 0 };
     for (int32_t d = 0; d < v->ndim; d++) n *= v->shape[d];
-    for (int64_t i = 0; i < n; i++) {
+    /* row by row along the last axis, the elements in the same order as one by one */
+    int32_t nd = v->ndim;
+    int64_t inner = nd ? v->shape[nd - 1] : 1, ss = nd ? v->strides[nd - 1] : 0, ts = nd ? to[nd - 1] : 0;
+    int64_t rows = inner ? n / inner : 0;
+    for (int64_t r = 0; r < rows; r++) {
         int64_t from = v->offset, at = st->base->params.place.offset;
-        for (int32_t d = 0; d < v->ndim; d++) from += idx[d] * v->strides[d], at += idx[d] * to[d];
-        memcpy(dst + at * esz, src + from * esz, (size_t)esz);
-        for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
+        for (int32_t d = 0; d < nd - 1; d++) from += idx[d] * v->strides[d], at += idx[d] * to[d];
+        if (esz == 2) {
+            const uint16_t *a = (const uint16_t *)src + from;
+            uint16_t *b = (uint16_t *)dst + at;
+            for (int64_t i = 0; i < inner; i++) b[i * ts] = a[i * ss];
+        } else if (esz == 4) {
+            const uint32_t *a = (const uint32_t *)src + from;
+            uint32_t *b = (uint32_t *)dst + at;
+            for (int64_t i = 0; i < inner; i++) b[i * ts] = a[i * ss];
+        } else {
+            for (int64_t i = 0; i < inner; i++)
+                memcpy(dst + (at + i * ts) * esz, src + (from + i * ss) * esz, (size_t)esz);
+        }
+        for (int32_t d = nd - 2; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
     return TGRAD_OK;
 }

@@ -56,6 +56,29 @@ static bool convert(const void *src, int32_t from, void *dst, int32_t to) {
     return true;
 }
 
+/* bfloat16 <-> float32, the casts a training step runs (gradients, master weights, losses): row by
+ * row along the last axis, with the per-element conversions convert() makes (widening exact; the
+ * narrowing RNE, any NaN the canonical one), so the same bytes. */
+static void cast_float_rows(const tg_view *v, int32_t from, const void *src, void *dst, int64_t numel) {
+    int32_t nd = v->ndim;
+    int64_t inner = nd ? v->shape[nd - 1] : 1, step = nd ? v->strides[nd - 1] : 0, idx[TGRAD_MAX_DIMS] = { 0 };
+    int64_t rows = inner ? numel / inner : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = v->offset;
+        for (int32_t d = 0; d < nd - 1; d++) off += idx[d] * v->strides[d];
+        if (from == TGRAD_DTYPE_BF16) {
+            const uint16_t *s = (const uint16_t *)src + off;
+            float *o = (float *)dst + r * inner;
+            for (int64_t i = 0; i < inner; i++) o[i] = tg_bf16_to_f32(s[i * step]);
+        } else {
+            const float *s = (const float *)src + off;
+            uint16_t *o = (uint16_t *)dst + r * inner;
+            for (int64_t i = 0; i < inner; i++) o[i] = tg_acc_to_bf16(s[i * step]);
+        }
+        for (int32_t d = nd - 2; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
+    }
+}
+
 tgrad_status tg_cast_execute(const tg_step *st) {
     const tg_node_input *in = &st->inputs[0];
     const tg_view *v = &in->view;
@@ -63,6 +86,10 @@ tgrad_status tg_cast_execute(const tg_step *st) {
     const char *src = (const char *)in->buf->data;
     char *dst = (char *)st->buf->data;
     int64_t numel = st->buf->numel, idx[TGRAD_MAX_DIMS] = { 0 };
+    if ((from == TGRAD_DTYPE_BF16 && to == TGRAD_DTYPE_F32) || (from == TGRAD_DTYPE_F32 && to == TGRAD_DTYPE_BF16)) {
+        cast_float_rows(v, from, src, dst, numel);
+        return TGRAD_OK;
+    }
     for (int64_t i = 0; i < numel; i++) {
         int64_t off = v->offset;
         for (int32_t d = 0; d < v->ndim; d++) off += idx[d] * v->strides[d];

@@ -9,6 +9,7 @@
 
 #include "../cpu/runs.h"
 #include "../kinds.h"
+#include "optim_arith.h"
 
 enum { STEP_ALONE = 1 << 14, STEP_TASK = 1 << 12, MAX_IN = 5 };
 
@@ -21,40 +22,10 @@ typedef struct step_job {
     float *out;
 } step_job;
 
-static inline float nan_max(float a, float b) { /* torch.maximum: NaN propagates */
-    if (a != a) return a;
-    if (b != b) return b;
-    return a > b ? a : b;
-}
-
-/* One element: in[k] the inputs' values (SGD: P, g, buf; AdamW: P, g, m, v, vmax). */
 static inline float one(const step_job *J, const float *in) {
-    const float *s = J->s;
-    float p = in[0], g = in[1];
-    if (J->flags & TGRAD_OPTIM_MAXIMIZE) g = -g;
-    if (J->algo == TGRAD_OPTIM_SGD) {
-        /* s: wd, momentum, 1 - dampening, -lr */
-        if (J->flags & TGRAD_OPTIM_DECAY) g = fmaf(p, s[0], g);
-        if (J->flags & TGRAD_OPTIM_MOMENTUM) {
-            float buf = J->n > 2 ? fmaf(g, s[2], in[2] * s[1]) : g;
-            if (J->which == TGRAD_OPTIM_OUT_STATE1) return buf;
-            g = (J->flags & TGRAD_OPTIM_NESTEROV) ? fmaf(buf, s[1], g) : buf;
-        }
-        return fmaf(g, s[3], p);
-    }
-    /* AdamW, s: 1 - lr*wd, w = 1 - b1, w - 1, b2, 1 - b2, c2, eps, -step_size */
-    if (J->flags & TGRAD_OPTIM_DECAY) p = p * s[0];
-    float m = in[2], d = g - m;
-    m = fabsf(s[1]) < 0.5f ? fmaf(d, s[1], m) : fmaf(d, s[2], g);
-    if (J->which == TGRAD_OPTIM_OUT_STATE1) return m;
-    float v = fmaf(g * s[4], g, in[3] * s[3]);
-    if (J->which == TGRAD_OPTIM_OUT_STATE2) return v;
-    if (J->flags & TGRAD_OPTIM_AMSGRAD) {
-        if (J->n > 4) v = nan_max(in[4], v);
-        if (J->which == TGRAD_OPTIM_OUT_STATE3) return v;
-    }
-    float denom = sqrtf(v) / s[5] + s[6];
-    return p + (m * s[7]) / denom;
+    float r[4] = { 0 };
+    every(J->algo, J->flags, J->n, J->s, in, r);
+    return r[J->which];
 }
 
 static void run_range(const void *job, int64_t lin, int64_t n) {
@@ -67,12 +38,7 @@ static void run_range(const void *job, int64_t lin, int64_t n) {
         for (int64_t i = 0; i < run; i++) {
             float in[MAX_IN] = { 0 };
             for (int32_t k = 0; k < J->n; k++) in[k] = p[k][i * step[k]];
-            float r = one(J, in);
-            if (r != r) { /* the library's one NaN (every op gives the quiet NaN 0x7fc00000) */
-                uint32_t q = 0x7fc00000u;
-                memcpy(&r, &q, 4);
-            }
-            o[i] = r;
+            o[i] = canonical(one(J, in));
         }
         lin += run, n -= run;
     }
@@ -95,23 +61,32 @@ tgrad_status tg_optim_step_execute(const tg_step *st) {
 }
 
 /* ---- the node ---- */
+tgrad_status tg_optim_check(int32_t algo, int32_t flags, int32_t ninputs, const char *fn, int32_t *nstate) {
+    if (algo != TGRAD_OPTIM_SGD && algo != TGRAD_OPTIM_ADAMW)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: algorithm %d is not TGRAD_OPTIM_SGD or _ADAMW", fn, (int)algo);
+    if (flags & ~(TGRAD_OPTIM_MAXIMIZE | TGRAD_OPTIM_DECAY | TGRAD_OPTIM_MOMENTUM | TGRAD_OPTIM_NESTEROV |
+                  TGRAD_OPTIM_AMSGRAD))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, (unsigned)flags);
+    int32_t lo = algo == TGRAD_OPTIM_SGD ? 2 : 4;
+    int32_t hi = algo == TGRAD_OPTIM_SGD ? ((flags & TGRAD_OPTIM_MOMENTUM) ? 3 : 2)
+                                         : ((flags & TGRAD_OPTIM_AMSGRAD) ? 5 : 4);
+    if (ninputs < lo || ninputs > hi)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d inputs; this step takes %d to %d", fn, (int)ninputs,
+                       (int)lo, (int)hi);
+    *nstate = algo == TGRAD_OPTIM_SGD ? ((flags & TGRAD_OPTIM_MOMENTUM) ? 1 : 0)
+                                      : ((flags & TGRAD_OPTIM_AMSGRAD) ? 3 : 2);
+    return TGRAD_OK;
+}
+
 TGRAD_API tgrad_status tgrad_optim_step(int32_t algo, int32_t which, int32_t flags, int32_t ninputs,
                                         const tgrad_tensor_t *inputs, const float *scalars, tgrad_tensor_t *out) {
     const char *fn = "optim_step";
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: out is NULL");
-    if (algo != TGRAD_OPTIM_SGD && algo != TGRAD_OPTIM_ADAMW)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: algorithm %d is not TGRAD_OPTIM_SGD or _ADAMW", (int)algo);
-    if (flags & ~(TGRAD_OPTIM_MAXIMIZE | TGRAD_OPTIM_DECAY | TGRAD_OPTIM_MOMENTUM | TGRAD_OPTIM_NESTEROV |
-                  TGRAD_OPTIM_AMSGRAD))
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: unknown flags 0x%x", (unsigned)flags);
-    int32_t lo = algo == TGRAD_OPTIM_SGD ? 2 : 4;
-    int32_t hi = algo == TGRAD_OPTIM_SGD ? ((flags & TGRAD_OPTIM_MOMENTUM) ? 3 : 2)
-                                         : ((flags & TGRAD_OPTIM_AMSGRAD) ? 5 : 4);
-    if (!inputs || ninputs < lo || ninputs > hi)
-        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: %d inputs; this step takes %d to %d", (int)ninputs,
-                       (int)lo, (int)hi);
-    int32_t top = algo == TGRAD_OPTIM_SGD ? ((flags & TGRAD_OPTIM_MOMENTUM) ? TGRAD_OPTIM_OUT_STATE1 : TGRAD_OPTIM_OUT_PARAM)
-                                          : ((flags & TGRAD_OPTIM_AMSGRAD) ? TGRAD_OPTIM_OUT_STATE3 : TGRAD_OPTIM_OUT_STATE2);
+    int32_t nstate = 0;
+    tgrad_status c = tg_optim_check(algo, flags, ninputs, fn, &nstate);
+    if (c) return c;
+    if (!inputs) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: inputs is NULL");
+    int32_t top = TGRAD_OPTIM_OUT_PARAM + nstate;
     if (which < TGRAD_OPTIM_OUT_PARAM || which > top)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "optim_step: output %d is not one this step makes (0 .. %d)",
                        (int)which, (int)top);

@@ -32,3 +32,22 @@ def step(algo: int, which: int, flags: int, inputs: Sequence[Tensor], scalars: S
     out = ffi.new("tgrad_tensor_t *")
     _check(lib.tgrad_optim_step(algo, which, flags, len(inputs), hs, sc, out))
     return Tensor._wrap(int(out[0]), None)
+
+
+def step_many(algo: int, flags: int, inputs: Sequence[Sequence[Tensor]], scalars: Sequence[Sequence[float]],
+              bf16_param: bool) -> list[list[Tensor]]:
+    """Every output of one step over several tensors in one C call (``tgrad_optim_step_many``),
+    realized: per tensor [new parameter, new states..., (new parameter in bfloat16)]. Each tensor
+    has the same number of inputs; its scalars are rounded to float32."""
+    n, ninputs = len(inputs), len(inputs[0])
+    rows = np.zeros((n, NSCALARS), np.float32)  # each scalar rounded once to float32
+    for i, sc in enumerate(scalars):
+        rows[i, :len(sc)] = sc
+    hs = ffi.new("tgrad_tensor_t[]", [t._h for ins in inputs for t in ins])
+    sc_c = ffi.from_buffer("float[]", rows)
+    nstate = (1 if flags & MOMENTUM else 0) if algo == SGD else (3 if flags & AMSGRAD else 2)
+    nout = 1 + nstate + int(bf16_param)
+    out = ffi.new("tgrad_tensor_t[]", n * nout)
+    _check(lib.tgrad_optim_step_many(algo, flags, n, ninputs, hs, sc_c, int(bf16_param), out))
+    wrap = Tensor._wrap
+    return [[wrap(int(out[i * nout + o]), ins[0]._shape) for o in range(nout)] for i, ins in enumerate(inputs)]

@@ -42,6 +42,11 @@ __all__ = ["adamw_step", "sgd_step"]
 # True: each step is libtgrad's optimizer kind (kind 16, C, fmaf); False: the composition of
 # library ops below (the reference the tests compare the kernel's bytes against).
 USE_KERNEL = True
+# With USE_KERNEL: True runs every tensor's step in one C call (tgrad_optim_step_many: each
+# element's inputs read once, every output written, realized); False, one lazy node of the kind
+# per output and a cast per bfloat16 parameter, each realized alone (the same bytes: the tests
+# compare the two).
+ONE_CALL = True
 
 
 def _tgrad() -> Any:
@@ -116,6 +121,31 @@ def _commit(pairs: list[tuple[Tensor, Tensor, dict[str, Any], dict[str, Any]]], 
         s.update(updates)
 
 
+def _run_many(algo: int, flags: int, jobs: list[tuple[Tensor, list[Tensor], list[float], dict[str, Any],
+                                                    dict[str, Any]]], names: tuple[str, ...], user: str) -> None:
+    """The one-call path: jobs (param, inputs, scalars, state, updates) grouped by input count and
+    parameter dtype, one tgrad_optim_step_many each (results realized); every result is made
+    before any parameter or state changes. names: the state keys of the outputs after the
+    parameter's."""
+    tg = _tgrad()
+    groups: dict[tuple[int, bool], list[Any]] = {}
+    for job in jobs:
+        groups.setdefault((len(job[1]), job[0].dtype is tg.bfloat16), []).append(job)
+    done = []
+    for (_, bf16), group in groups.items():
+        results = _kernel.step_many(algo, flags, [j[1] for j in group], [j[2] for j in group], bf16)
+        for (p, _, _, s, updates), res in zip(group, results):
+            if bf16:
+                updates["master"] = res[0]
+            updates.update(zip(names, res[1:]))
+            new = res[-1] if bf16 else res[0]
+            _rebind.check_same(p, new, user)
+            done.append((p, new, s, updates))
+    for p, new, s, updates in done:  # the new values in place: p's object holds new's handle
+        p._handle, new._handle = new._handle, p._handle
+        s.update(updates)
+
+
 def sgd_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequence[dict[str, Any]], *, lr: float,
              momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
              maximize: bool = False) -> None:
@@ -129,6 +159,16 @@ def sgd_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequence[
         raise errors.InvalidArgumentError(f"{user}: nesterov needs momentum > 0 and dampening = 0")
     _check_lists(params, grads, state, user)
     pairs = []
+    if USE_KERNEL and ONE_CALL:
+        flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
+                 | (_kernel.MOMENTUM if momentum != 0 else 0) | (_kernel.NESTEROV if nesterov else 0))
+        sc = [weight_decay, momentum, 1.0 - dampening, -lr]
+        jobs = []
+        for p, grad, s in zip(params, grads, state):
+            buf = s.get("momentum_buffer") if momentum != 0 else None
+            jobs.append((p, [_master(p, s), grad] + ([buf] if buf is not None else []), sc, s, {}))
+        _run_many(_kernel.SGD, flags, jobs, ("momentum_buffer",) if momentum != 0 else (), user)
+        return
     for p, grad, s in zip(params, grads, state):
         master = _master(p, s)
         g = as_f32(grad)
@@ -173,6 +213,25 @@ def adamw_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequenc
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise errors.InvalidArgumentError(f"{user}: state {i}['step'] must be an int >= 0, got {step!r}")
     pairs = []
+    if USE_KERNEL and ONE_CALL:
+        flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
+                 | (_kernel.AMSGRAD if amsgrad else 0))
+        w = f32(1 - beta1)
+        jobs = []
+        for p, grad, s in zip(params, grads, state):
+            step = s.get("step", 0) + 1
+            m, v = s.get("exp_avg"), s.get("exp_avg_sq")
+            if m is None or v is None:
+                zeros = tg.zeros(*p.shape, dtype=tg.float32)
+                m, v = (zeros if m is None else m), (zeros if v is None else v)
+            sc = [1 - lr * weight_decay, w, f32(w - 1.0), beta2, 1 - beta2, (1 - beta2 ** step) ** 0.5, eps,
+                  -(lr / (1 - beta1 ** step))]
+            vmax = s.get("max_exp_avg_sq") if amsgrad else None
+            jobs.append((p, [_master(p, s), grad, m, v] + ([vmax] if vmax is not None else []), sc, s,
+                         {"step": step}))
+        _run_many(_kernel.ADAMW, flags, jobs,
+                  ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if amsgrad else ("exp_avg", "exp_avg_sq"), user)
+        return
     for p, grad, s in zip(params, grads, state):
         master = _master(p, s)
         g = as_f32(grad)

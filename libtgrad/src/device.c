@@ -288,7 +288,8 @@ static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
  * runs (the epilogue is applied to the zeros), its empty operands bound to the output's memory,
  * which it never reads through them (tg_device_execute). */
 static bool is_empty_sum(const tg_step *st) {
-    return st->op == TG_OP_MATMUL && st->inputs[0].view.shape[1] == 0 && st->buf->numel > 0 && st->nfused == 0;
+    const tg_view *a = &st->inputs[0].view;
+    return st->op == TG_OP_MATMUL && a->shape[a->ndim - 1] == 0 && st->buf->numel > 0 && st->nfused == 0;
 }
 
 static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {

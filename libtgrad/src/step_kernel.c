@@ -40,15 +40,10 @@ tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, con
     if (st->buf->dtype != TGRAD_DTYPE_BF16)
         return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "render: the GPU routes store bfloat16; this matmul's result is %s",
                        tg_dtype_name(st->buf->dtype));
-    /* The GPU routes render 2-D products; a batched one is refused on a GPU device when it is
-     * made (tgrad_matmul_ex), and a CPU one has no GPU kernel to show yet. */
-    if (st->inputs[0].view.ndim != 2)
-        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: this matmul is batched (%d-D); the GPU routes render 2-D products only for now",
-                       (int)st->inputs[0].view.ndim);
     chain_build c;
     chain_of(st, &c);
     const tg_node_input *in = st->inputs;
-    tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view);
+    tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view); /* batch axes (grid z) included */
     p.epilogue = &c.chain;
     p.order = st->base->params.matmul_order;
     tgrad_status s = tg_gen_check_matmul(route, l, &p);

@@ -233,7 +233,8 @@ static void check_matmul_case(const matmul_case *c) {
     int64_t mn = c->m * c->n;
     uint16_t *want = malloc((size_t)(mn > 0 ? mn : 1) * 2), *got = malloc((size_t)(mn > 0 ? mn : 1) * 2);
     EXPECT(tg_cpu_matmul(abuf, &a.view, bbuf, &b.view, want), TGRAD_OK);
-    tg_gen_matmul p = { c->m, c->k, c->n, gen_operand(&a.view), gen_operand(&b.view), { 0, { c->n, 1 } }, NULL, 0 };
+    tg_gen_matmul p = { .m = c->m, .k = c->k, .n = c->n, .a = gen_operand(&a.view), .b = gen_operand(&b.view),
+                        .c = { 0, { c->n, 1 } } };
     const tg_lang *lang = tg_lang_find(TGRAD_LANG_OPENCL);
     const int32_t routes[] = { TGRAD_ROUTE_NAIVE, TGRAD_ROUTE_TILED };
     for (int r = 0; r < 2; r++) {

@@ -6,7 +6,8 @@ eligible) and under naive and tiled in the block32 order, a copy of each of its 
 (fused and unfused, every route) exactly as tgrad.render.render_tensor renders it for a device,
 epilogues included, and so is each step of each reduction case (conformance.reductions: the
 reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
-route). Identical texts are compiled once.
+route) and the batched products of tests/python/batched_cases.py (every route, both orders,
+epilogues). Identical texts are compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
@@ -177,6 +178,28 @@ def _compare_kernels(add) -> None:
             t.release()
 
 
+def _batched_kernels(add) -> None:
+    """The batched products of tests/python/batched_cases.py by every route, both orders, and with
+    a fused epilogue (tests/python/test_gpu_batched.py runs them)."""
+    from batched_cases import CASES, operands
+
+    for case in CASES:
+        a, b, bases = operands(case)
+        try:
+            for order in ("pairwise", "block32"):
+                with tgrad.matmul_order(order):
+                    c = a @ b
+                for y in (c, tgrad.relu(c + c)):
+                    for route in MATMUL_ROUTES:
+                        try:
+                            add(R.render_tensor(y, route, "cuda"))
+                        except errors.RouteNotEligibleError:
+                            assert route == "tc"
+        finally:
+            for t in bases:
+                t.release()
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -192,6 +215,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _cast_kernels(add)
     _select_kernels(add)
     _compare_kernels(add)
+    _batched_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"

@@ -11,6 +11,9 @@ typedef struct emitter {
     tg_text *t;
     const tg_lang *l;
     const char *it; /* integer type of indices and loop variables: "int" or "long" */
+    /* A batched matmul: the whole problem, whose first elements the kernel moves its operands to
+     * per batch (the problem the route emitters see has offsets 0). NULL otherwise. */
+    const tg_gen_matmul *batched;
 } emitter;
 
 #define E(...) tg_text_printf(e->t, __VA_ARGS__)

@@ -156,6 +156,18 @@ tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, 
     return s;
 }
 
+/* a draw of the counter-based generator: its parameters, no inputs */
+tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *q = &st->base->params;
+    tg_gen_random p = { .dist = q->random.dist, .dtype = st->buf->dtype, .seed = q->random.seed,
+                        .offset = q->random.offset, .numel = st->buf->numel, .p0 = q->random.p0, .p1 = q->random.p1 };
+    tgrad_status s = tg_gen_check_random(l, &p);
+    if (!s) s = tg_gen_render_random(l, &p, &k->text, &k->launch);
+    k->bufs[0] = st->buf;
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     const tg_kind *kind = tg_kind_of(st->op);

@@ -91,6 +91,8 @@ TG_HIDDEN void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c,
 TG_HIDDEN void tg_gen_emit_text(const emitter *e, const char *text);
 /* kernels/gpu/reduce.h's text (generated into the build by embed_text.py) */
 extern const char tg_gen_reduce_prelude[];
+/* kernels/gpu/philox.h's text (the same), pasted into each random kernel */
+extern const char tg_gen_philox_prelude[];
 /* The elementwise prelude, when the chain has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */

@@ -59,6 +59,7 @@ typedef struct tg_lang {
      * multiply-accumulate (%s: acc, a, b) as acc = a * b + acc. */
     const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
     const char *u64;              /* a 64-bit unsigned integer type (the reductions' tg_u64) */
+    const char *constant_decl;    /* a program-scope read-only array with an initializer (random's table) */
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);
@@ -218,5 +219,22 @@ typedef struct tg_gen_pointwise {
 TG_HIDDEN tgrad_status tg_gen_check_pointwise(const tg_lang *l, const tg_gen_pointwise *p);
 TG_HIDDEN tgrad_status tg_gen_render_pointwise(const tg_lang *l, const tg_gen_pointwise *p, tg_text *t,
                                                struct tgrad_launch *launch);
+
+/* ---- the counter-based generator (render_random.c) ----
+ * out (compact, numel elements of dtype) = the draw of docs/random.md for (seed, offset): uniform
+ * and randint, the CPU's bytes; normal and float32 uniform(low, high) off [0, 1) are refused. */
+typedef struct tg_gen_random {
+    int32_t dist, dtype; /* TGRAD_RANDOM_*, TGRAD_DTYPE_* */
+    uint64_t seed, offset;
+    int64_t numel;
+    double p0, p1;
+} tg_gen_random;
+
+/* Whether a draw renders (TGRAD_ERR_BACKEND_UNAVAILABLE with the reason if not): asked by
+ * tgrad_random before a GPU node is made, and by the check below. */
+TG_HIDDEN tgrad_status tg_gen_random_renders(int32_t dist, int32_t dtype, double p0, double p1);
+TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random *p);
+TG_HIDDEN tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_text *t,
+                                            struct tgrad_launch *launch);
 
 #endif

@@ -51,6 +51,7 @@ static const tg_lang langs[] = {
         .matrix_store = "simdgroup_store(%s, &%s, %d);",
         .matrix_mma = "simdgroup_multiply_accumulate(%s, %s, %s, %s);",
         .u64 = "ulong",
+        .constant_decl = "constant",
     },
     {
         .id = TGRAD_LANG_OPENCL,
@@ -77,6 +78,7 @@ static const tg_lang langs[] = {
         .matrix_type = NULL,
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
         .u64 = "ulong",
+        .constant_decl = "__constant",
     },
     {
         .id = TGRAD_LANG_CUDA,
@@ -107,6 +109,7 @@ static const tg_lang langs[] = {
         .matrix_type = NULL,
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
         .u64 = "unsigned long long",
+        .constant_decl = "__constant__ const",
     },
 };
 

@@ -165,11 +165,14 @@ tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, con
     tgrad_status s = tg_gen_check_random(l, &p);
     if (!s) s = tg_gen_render_random(l, &p, &k->text, &k->launch);
     k->bufs[0] = st->buf;
+    k->words_at = 1, k->nwords = 4; /* binding q: the offset and the seed, low words first */
+    tg_gen_random_words(&p, k->words);
     return s;
 }
 
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
+    k->words_at = -1;
     const tg_kind *kind = tg_kind_of(st->op);
     tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
                                       : tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,

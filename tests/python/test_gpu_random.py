@@ -122,11 +122,22 @@ def test_every_draw_renders_one_random_kernel(lang: str) -> None:
     for d in DRAWS:
         with d.make("cpu") as t:
             k = R.render_tensor(t, None, lang) if not t.is_realized else None
-        assert k is not None and k.route == "random" and k.buffer_names == ("c",)
+        assert k is not None and k.route == "random" and k.buffer_names == ("c", "q")
         assert k.name.startswith(f"tgrad_random_{'randint' if d.dist == 'randint' else 'uniform'}_")
         assert ("tg_uniform_table" in k.source) == (d.dist == "uniform")
         names.add(k.name)
     assert len(names) == len(DRAWS)
+
+
+def test_draws_of_one_shape_share_their_kernel_text() -> None:
+    """The seed and the offset are the launch's (buffer q), not the text's: a device compiles a
+    shape's kernel once, not once per draw."""
+    base = DRAWS[0]
+    texts = set()
+    for seed, offset in ((0, 0), (5, 12345), ((1 << 64) - 1, 3 << 40)):
+        with Draw(base.name, base.dist, base.dtype, base.params, base.n, seed, offset).make("cpu") as t:
+            texts.add(R.render_tensor(t, None, "opencl").source)
+    assert len(texts) == 1
 
 
 # ---- the emulators -----------------------------------------------------------------------------------
@@ -145,17 +156,24 @@ def _kernel(d: Draw, lang: str) -> R.Kernel:
         return R.render_tensor(t, None, lang)
 
 
-def _run(emu: Any, k: R.Kernel, source: str | None = None, **options: Any) -> np.ndarray:
+def words(d: Draw) -> np.ndarray:
+    """The launch's buffer q: the offset's and the seed's low and high words."""
+    return np.array([d.offset & 0xFFFFFFFF, d.offset >> 32, d.seed & 0xFFFFFFFF, d.seed >> 32], np.uint32)
+
+
+def _run(emu: Any, k: R.Kernel, d: Draw, source: str | None = None, **options: Any) -> np.ndarray:
     wide = "uint *c" in k.source
     out = np.full(k.buffer_elements[0], 0xFFFFFFFF if wide else 0xFFFF, np.uint32 if wide else np.uint16)
-    return emu.run(emu.compile(source or k.source), k.grid, k.threadgroup, [out], [False], **options)[0].view(np.uint8)
+    assert k.buffer_names == ("c", "q")
+    return emu.run(emu.compile(source or k.source), k.grid, k.threadgroup, [out, words(d)], [False, True],
+                   **options)[0].view(np.uint8)
 
 
 def _emulated(lang: str, d: Draw) -> None:
     emu = _emulator(lang)
     k, want = _kernel(d, lang), cpu_bytes(d)
     for i, fibers in enumerate(("forward", "reverse", "shuffle")):
-        got = _run(emu, k, order=fibers, seed=i)
+        got = _run(emu, k, d, order=fibers, seed=i)
         assert np.array_equal(got, want), f"[{lang} {d.name} {fibers}] " + _first_difference(got, want)
 
 
@@ -181,5 +199,5 @@ def test_a_kernel_drawing_wrongly_is_caught(draw: Draw, old: str, new: str) -> N
     emu = _emulator("msl")
     k, want = _kernel(draw, "msl"), cpu_bytes(draw)
     assert old in k.source
-    assert np.array_equal(_run(emu, k), want)
-    assert not np.array_equal(_run(emu, k, k.source.replace(old, new)), want)
+    assert np.array_equal(_run(emu, k, draw), want)
+    assert not np.array_equal(_run(emu, k, draw, k.source.replace(old, new)), want)

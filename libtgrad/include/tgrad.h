@@ -955,7 +955,8 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * (the exact sum and mean, rounded once, and the exact extrema) with the CPU's bytes; cast runs
  * tgrad_cast between bfloat16 and float32 (int32 casts stay on the CPU); gather runs tgrad_take and
  * concat tgrad_concat, bit for bit, any element size; where runs tgrad_where (bits copied) and
- * compare tgrad_compare (exact, in integer arithmetic), both with the CPU's bytes. */
+ * compare tgrad_compare (exact, in integer arithmetic), both with the CPU's bytes; random runs
+ * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes. */
 #define TGRAD_ROUTE_NAIVE 1
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
@@ -967,7 +968,8 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_ROUTE_CONCAT 9
 #define TGRAD_ROUTE_WHERE 10
 #define TGRAD_ROUTE_COMPARE 11
-#define TGRAD_ROUTE_COUNT 11
+#define TGRAD_ROUTE_RANDOM 12
+#define TGRAD_ROUTE_COUNT 12
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
  * family 7+), OpenCL C 1.2 (no tc), CUDA C++ (NVRTC or nvcc; no headers; sm_52+, tc sm_80+). */
 #define TGRAD_LANG_MSL 1

@@ -8,7 +8,7 @@
 
 #define TG_CAPABILITIES(X)                                                                                  \
     X("cpu", "matmul bf16 -> bf16", "bit-exact", "fp32 accumulation in a documented order (block32 by default since 0.2, or pairwise: tgrad_set_matmul_order) on every variant and thread count") \
-    X("cpu", "batched matmul (torch.matmul's rule)", "bit-exact", "batch axes broadcast and read through views, 1-D operands promoted; each batch's bytes are its 2-D product's; small products spread over the threads (GPU devices: refused, backend_unavailable)") \
+    X("cpu", "batched matmul (torch.matmul's rule)", "bit-exact", "batch axes broadcast and read through views, 1-D operands promoted; each batch's bytes are its 2-D product's; small products spread over the threads; GPU devices: every route, one product per threadgroup z (up to 65,535 products; more: route_not_eligible)") \
     X("cpu", "matmul, block32 order (the default)", "bit-exact", "AMX's TDPBF16PS order, the default since 0.2 (0.1's pairwise order: tgrad_set_matmul_order): AMX tiles where the CPU and OS have them (route cpu.amx.gemm), else the pairwise packed variant's instruction: AVX512-BF16's vdpbf16ps (cpu.avx512bf16_block32.gemm) or AVX-512F, AVX2 or NEON FMAs (cpu.avx512f_block32.gemm, cpu.avx2_block32.gemm, cpu.neon_block32.gemm), else the portable reference (cpu.portable_block32.gemm); one-row products stream B on AVX-512 (vdpbf16ps where the CPU has it: cpu.avx512bf16_block32.rowvec; else AVX-512 or AVX2 FMAs: cpu.avx512f_block32.rowvec, cpu.avx2_block32.rowvec); every thread count and blocking; GPU devices: the naive and tiled routes in MSL, OpenCL C and CUDA (tc, under bounded precision only, computes the hardware's order in either order)") \
     X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, neon, portable); the fastest by a rule from CPUID") \
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
@@ -29,9 +29,11 @@
     X("cpu", "view reshape (strides cannot)", "materialized", "a lazy bit-preserving copy; view() refuses instead") \
     X("cpu", "empty dimensions", "yes", "M or N = 0: empty result; K = 0: zeros")                           \
     X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
-    X("cpu", "random numbers (uniform, normal, randint)", "bit-exact", "Philox-4x32-10, element i drawn from (seed, offset + i): the same bytes on every thread count and chunking; each value rounded once (docs/random.md); GPU devices refuse the kind for now") \
+    X("cpu", "random numbers (uniform, normal, randint)", "bit-exact", "Philox-4x32-10, element i drawn from (seed, offset + i): the same bytes on every thread count and chunking; each value rounded once (docs/random.md); GPU devices: uniform and randint by route random with the CPU's bytes, normal and float32 uniform(low, high) off [0, 1) refused (backend_unavailable)") \
     X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
     X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "batched matmul (torch.matmul's rule)", "bit-exact", "naive and tiled, both orders: one product per threadgroup z, operands moved by their batch strides (0: broadcast); tc batched too (bounded), each product its 2-D kernel's bytes; verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "random numbers (uniform, randint)", "bit-exact", "rendered kernels (route random: Philox-4x32-10 in integers; bf16 uniform(low, high) by a 256-entry table the CPU rounds); normal refused; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "reductions (sum, mean, max, min, argmax, argmin)", "correctly rounded", "rendered kernels (route reduce: exact integer accumulators, one rounding; exact extrema); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only); int32 casts stay on the CPU; verified on the MSL emulation tier, not on Apple hardware") \
@@ -41,6 +43,8 @@
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md; only under tgrad_set_matmul_precision bounded (the default, exact, takes tiled)") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
     X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
+    X("opencl", "batched matmul (torch.matmul's rule)", "bit-exact", "naive and tiled, both orders, fused epilogues: one product per threadgroup z, operands moved by their batch strides (0: broadcast); the CPU's bytes on PoCL in CI (tests/python/test_gpu_batched.py)") \
+    X("opencl", "random numbers (uniform, randint)", "bit-exact", "rendered kernels (route random: Philox-4x32-10 in integers; bf16 uniform(low, high) by a 256-entry table the CPU rounds), the CPU's bytes on PoCL in CI (tests/python/test_gpu_random.py); normal and float32 uniform(low, high) off [0, 1) refused (backend_unavailable)") \
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
     X("opencl", "reductions (sum, mean, max, min, argmax, argmin)", "correctly rounded", "rendered kernels (route reduce: exact integer accumulators, one rounding; exact extrema), the CPU's bytes on PoCL in CI (tests/python/test_gpu_reduce.py)") \
     X("opencl", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only), the CPU's bytes on PoCL in CI; int32 casts stay on the CPU") \
@@ -50,6 +54,8 @@
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
     X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "batched matmul (torch.matmul's rule)", "unverified", "meant bit-exact on naive and tiled (the opencl kernels, grid z over the batch), tc batched too (bounded); the CPU's bytes on the CUDA emulator, compiled by nvcc, ptxas and NVRTC in CI, never run on a GPU yet") \
+    X("cuda", "random numbers (uniform, randint)", "unverified", "meant bit-exact (the opencl kernels, integers only); the CPU's bytes on the CUDA emulator, compiled by nvcc, ptxas and NVRTC in CI; normal refused") \
     X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \
     X("cuda", "reductions (sum, mean, max, min, argmax, argmin)", "unverified", "meant correctly rounded (the opencl kernels' integer accumulators); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
     X("cuda", "casts bfloat16 <-> float32", "unverified", "meant bit-exact (the opencl kernel); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI; int32 casts stay on the CPU") \

@@ -288,7 +288,8 @@ static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
  * runs (the epilogue is applied to the zeros), its empty operands bound to the output's memory,
  * which it never reads through them (tg_device_execute). */
 static bool is_empty_sum(const tg_step *st) {
-    return st->op == TG_OP_MATMUL && st->inputs[0].view.shape[1] == 0 && st->buf->numel > 0 && st->nfused == 0;
+    const tg_view *a = &st->inputs[0].view;
+    return st->op == TG_OP_MATMUL && a->shape[a->ndim - 1] == 0 && st->buf->numel > 0 && st->nfused == 0;
 }
 
 static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
@@ -331,13 +332,21 @@ tgrad_status tg_device_execute(const tg_step *step) {
         if (!s) tg_step_kernel_free(&k);
         return s;
     }
-    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL };
+    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL }, *words = NULL;
+    const tg_backend *be = backend_of(device);
     pthread_mutex_lock(&states[device].lock);
     for (uint32_t i = 0; i < k.launch.buffer_count && !s; i++) {
-        if (!k.bufs[i]) s = device_table(device, k.table_op[i], &buffers[i]);
+        if ((int32_t)i == k.words_at) { /* this launch's words (step_kernel.h) */
+            const size_t bytes = sizeof k.words[0] * (size_t)k.nwords;
+            s = tg_fault() ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's words on %s", device_names[device])
+                           : be->alloc(bytes, &words);
+            if (!s) s = be->copy_in(words, 0, k.words, bytes);
+            buffers[i] = words;
+        } else if (!k.bufs[i]) s = device_table(device, k.table_op[i], &buffers[i]);
         else if (!(buffers[i] = k.bufs[i]->dev_mem)) buffers[i] = step->buf->dev_mem; /* empty: never read */
     }
     if (!s) s = run_text(device, &k.text, &k.launch, buffers);
+    if (words) be->free(words); /* the launch has finished (run_text synchronizes) */
     pthread_mutex_unlock(&states[device].lock);
     tg_step_kernel_free(&k);
     return s;

@@ -50,7 +50,10 @@ static void decide_reduce(tg_step *st) {
     route_named(st, "reduce");
 }
 
-static void decide_random(tg_step *st) { route_named(st, "random"); }
+static void decide_random(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_RANDOM);
+    route_named(st, "random");
+}
 static void decide_place(tg_step *st) { route_named(st, "place"); }
 static void decide_scatter_add(tg_step *st) { route_named(st, "scatter_add"); }
 static void decide_slice_scatter(tg_step *st) { route_named(st, "slice_scatter"); }
@@ -174,6 +177,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                        .gpu_route = TGRAD_ROUTE_CONCAT, .unfused = "a concat is not fused", .base_name = name_kind,
                        .vjp = &tg_vjp_concat },
     [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
+                       .gpu_render = tg_step_render_random, .gpu_route = TGRAD_ROUTE_RANDOM,
                        .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random,
                        .vjp = &tg_vjp_random },
     /* where and compare (ops/compare.c; gen/render_compare.c on GPUs) read stored operands and

@@ -74,6 +74,10 @@ TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_device_check(const tg_step *st); /* ops/gather.c */
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);
+/* The bits (bf16 in the low 16) of uniform(low, high)'s value for k, the word's top 8 (bf16) or 24
+ * (float32) bits: the exact low + (high - low) k 2^-b rounded once, as the executor computes it
+ * (the GPU kernels' table, gen/render_random.c). */
+TG_HIDDEN uint32_t tg_random_uniform_bits(double low, double high, uint32_t k, int32_t dtype);
 TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */

@@ -40,15 +40,10 @@ tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, con
     if (st->buf->dtype != TGRAD_DTYPE_BF16)
         return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "render: the GPU routes store bfloat16; this matmul's result is %s",
                        tg_dtype_name(st->buf->dtype));
-    /* The GPU routes render 2-D products; a batched one is refused on a GPU device when it is
-     * made (tgrad_matmul_ex), and a CPU one has no GPU kernel to show yet. */
-    if (st->inputs[0].view.ndim != 2)
-        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: this matmul is batched (%d-D); the GPU routes render 2-D products only for now",
-                       (int)st->inputs[0].view.ndim);
     chain_build c;
     chain_of(st, &c);
     const tg_node_input *in = st->inputs;
-    tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view);
+    tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view); /* batch axes (grid z) included */
     p.epilogue = &c.chain;
     p.order = st->base->params.matmul_order;
     tgrad_status s = tg_gen_check_matmul(route, l, &p);
@@ -161,8 +156,23 @@ tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, 
     return s;
 }
 
+/* a draw of the counter-based generator: its parameters, no inputs */
+tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *q = &st->base->params;
+    tg_gen_random p = { .dist = q->random.dist, .dtype = st->buf->dtype, .seed = q->random.seed,
+                        .offset = q->random.offset, .numel = st->buf->numel, .p0 = q->random.p0, .p1 = q->random.p1 };
+    tgrad_status s = tg_gen_check_random(l, &p);
+    if (!s) s = tg_gen_render_random(l, &p, &k->text, &k->launch);
+    k->bufs[0] = st->buf;
+    k->words_at = 1, k->nwords = 4; /* binding q: the offset and the seed, low words first */
+    tg_gen_random_words(&p, k->words);
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
+    k->words_at = -1;
     const tg_kind *kind = tg_kind_of(st->op);
     tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
                                       : tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,

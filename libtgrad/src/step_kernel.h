@@ -9,9 +9,15 @@
 typedef struct tg_step_kernel {
     tg_text text;
     struct tgrad_launch launch;
-    /* binding i: the graph buffer bound there, or NULL for table_op's 65,536-entry table */
+    /* binding i: the graph buffer bound there, or NULL for table_op's 65,536-entry table, or (op
+     * 0) for the launch's words below */
     const tg_buffer *bufs[TGRAD_LAUNCH_MAX_BUFFERS];
     tgrad_op table_op[TGRAD_LAUNCH_MAX_BUFFERS];
+    /* Values that change from launch to launch of one text (a draw's seed and offset), so that
+     * the text, and its compiled program, is shared: uploaded to a small buffer bound at
+     * words_at (-1: none) for the launch, freed after it. */
+    int32_t words_at, nwords;
+    uint32_t words[4];
 } tg_step_kernel;
 
 /* Render step st (a matmul by `route`, a copy, an elementwise chain or a reduction; its fused ops
@@ -33,6 +39,7 @@ TG_HIDDEN tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *ro
 TG_HIDDEN tgrad_status tg_step_render_gather(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l,
                                                 tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "gen/gen.h"
 
 TG_HIDDEN tgrad_status tg_buffer_new_storage(int64_t numel, tg_buffer **out);
 
@@ -361,12 +362,17 @@ TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, 
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
                     "matmul: out_dtype float32 runs on the CPU only for now; the operands live on %s",
                     tg_device_name(ta.buf->device));
-    /* Batched products are rendered for no GPU route yet (docs/kernels.md): refused on a GPU
-     * device before anything is allocated; 2-D ones (1-D operands included) run there. */
-    if (!s && ov.ndim > 2 && ta.buf->device != TGRAD_DEVICE_CPU)
-        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                    "matmul: batched products (%d-D) run on the CPU only for now; the operands live on %s",
-                    (int)ov.ndim, tg_device_name(ta.buf->device));
+    /* Batched products run on the GPU routes too, one product per threadgroup z (docs/kernels.md):
+     * a batch of more than TG_GEN_MAX_GRID_Z products is refused there before anything is allocated. */
+    if (!s && ov.ndim > 2 && ta.buf->device != TGRAD_DEVICE_CPU) {
+        int64_t batches = 1;
+        for (int32_t d = 0; d < ov.ndim - 2; d++)
+            if (tg_mul_ovf(batches, ov.shape[d], &batches)) batches = INT64_MAX;
+        if (batches > TG_GEN_MAX_GRID_Z)
+            s = tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE,
+                        "matmul: a batch of %lld products on %s (the GPU routes run at most %d, one per threadgroup z)",
+                        (long long)batches, tg_device_name(ta.buf->device), (int)TG_GEN_MAX_GRID_Z);
+    }
     if (!s) tg_view_numel(&ov, &numel);
     if (!s && numel > INT64_MAX / tg_dtype_size(out_dtype))
         s = tg_fail(TGRAD_ERR_SIZE_OVERFLOW, "matmul: %lld float32 results do not fit in int64 bytes", (long long)numel);

@@ -234,8 +234,8 @@ static void check_matmul_case(const matmul_case *c) {
     uint16_t *want = malloc((size_t)(mn > 0 ? mn : 1) * 2), *got = malloc((size_t)(mn > 0 ? mn : 1) * 2);
     EXPECT(tg_cpu_matmul(abuf, &a.view, bbuf, &b.view, want), TGRAD_OK);
     /* the reference runs in the calling thread's order: the rendered kernel takes the same */
-    tg_gen_matmul p = { c->m, c->k, c->n, gen_operand(&a.view), gen_operand(&b.view), { 0, { c->n, 1 } }, NULL,
-                        tgrad_matmul_order() };
+    tg_gen_matmul p = { .m = c->m, .k = c->k, .n = c->n, .a = gen_operand(&a.view), .b = gen_operand(&b.view),
+                        .c = { 0, { c->n, 1 } }, .order = tgrad_matmul_order() };
     const tg_lang *lang = tg_lang_find(TGRAD_LANG_OPENCL);
     const int32_t routes[] = { TGRAD_ROUTE_NAIVE, TGRAD_ROUTE_TILED };
     for (int r = 0; r < 2; r++) {

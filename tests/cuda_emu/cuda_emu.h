@@ -240,6 +240,9 @@ inline void mma_m16n8k16_bf16(uint64_t site, int line, float *d, uint a0, uint a
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+// a program-scope read-only table (`__constant__ const T name[N] = {...};`, the random route's):
+// an ordinary const array here
+#define __constant__
 // __shared__ must be `__shared__ T name[N]...;` at kernel scope: the driver rewrites those to
 // MSL_EMU_THREADGROUP; any other use of the keyword fails to compile with this name.
 #define __shared__ cuda_emu_shared_is_only_supported_for_kernel_scope_array_declarations

@@ -6,7 +6,9 @@ eligible) and under naive and tiled in the block32 order, a copy of each of its 
 (fused and unfused, every route) exactly as tgrad.render.render_tensor renders it for a device,
 epilogues included, and so is each step of each reduction case (conformance.reductions: the
 reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
-route). Identical texts are compiled once.
+route), the batched products of tests/python/batched_cases.py (every route, both orders,
+epilogues) and the random route's draws (tests/python/test_gpu_random.py). Identical texts are
+compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
@@ -177,6 +179,37 @@ def _compare_kernels(add) -> None:
             t.release()
 
 
+def _batched_kernels(add) -> None:
+    """The batched products of tests/python/batched_cases.py by every route, both orders, and with
+    a fused epilogue (tests/python/test_gpu_batched.py runs them)."""
+    from batched_cases import CASES, operands
+
+    for case in CASES:
+        a, b, bases = operands(case)
+        try:
+            for order in ("pairwise", "block32"):
+                with tgrad.matmul_order(order):
+                    c = a @ b
+                for y in (c, tgrad.relu(c + c)):
+                    for route in MATMUL_ROUTES:
+                        try:
+                            add(R.render_tensor(y, route, "cuda"))
+                        except errors.RouteNotEligibleError:
+                            assert route == "tc"
+        finally:
+            for t in bases:
+                t.release()
+
+
+def _random_kernels(add) -> None:
+    """The uniform and randint draws of tests/python/test_gpu_random.py (the random route)."""
+    from test_gpu_random import DRAWS
+
+    for d in DRAWS:
+        with d.make("cpu") as t:
+            add(R.render_tensor(t, None, "cuda"))
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -192,6 +225,8 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _cast_kernels(add)
     _select_kernels(add)
     _compare_kernels(add)
+    _batched_kernels(add)
+    _random_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -422,7 +457,8 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 # ---- the tier ---------------------------------------------------------------------------------------
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
-    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare"}
+    assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare",
+                     "random"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

@@ -223,18 +223,16 @@ def test_trace_replays_batched_and_1d_products() -> None:
     assert result.state == "passed", result
 
 
-def test_gpu_refuses_batched_and_runs_1d(opencl_device: str) -> None:
+def test_gpu_runs_batched_and_1d_with_the_cpu_bytes(opencl_device: str) -> None:
     rng = np.random.default_rng(17)
     an, mn, vn = _rand(rng, (2, 4, 6)), _rand(rng, (6, 3)), _rand(rng, (6,))
     with Tensor.from_numpy(an, device="opencl") as a, Tensor.from_numpy(mn, device="opencl") as m, \
             Tensor.from_numpy(vn, device="opencl") as v:
-        start = tgrad.live_tensors()
-        with pytest.raises(errors.BackendUnavailableError, match="batched products .* CPU only"):
-            a @ m
-        assert tgrad.live_tensors() == start
-        # 2-D products with a 1-D operand promoted run there, with the CPU's bytes
-        with v @ m as c, m.T @ v as d:
-            assert c.shape == (3,) and d.shape == (3,)
+        # batched (tests/python/test_gpu_batched.py has the roster) and 2-D products with a 1-D
+        # operand promoted run there, with the CPU's bytes
+        with a @ m as b, v @ m as c, m.T @ v as d:
+            assert b.shape == (2, 4, 3) and c.shape == (3,) and d.shape == (3,)
+            assert np.array_equal(_bits(b), _bits(Tensor.from_numpy(an) @ Tensor.from_numpy(mn)))
             assert np.array_equal(_bits(c), _bits(Tensor.from_numpy(vn) @ Tensor.from_numpy(mn)))
             assert np.array_equal(_bits(d), _bits(Tensor.from_numpy(mn).T @ Tensor.from_numpy(vn)))
 
@@ -248,11 +246,11 @@ def test_bench_case_checks_and_times_a_small_batch() -> None:
     assert "each batch its 2-D product" in batched.format_case(res)
 
 
-def test_render_refuses_a_batched_step_and_renders_a_1d_one() -> None:
+def test_render_renders_a_batched_step_over_grid_z_and_a_1d_one() -> None:
     from tgrad import render
 
     rng = np.random.default_rng(19)
     a, m, v = (Tensor.from_numpy(_rand(rng, s)) for s in [(2, 4, 6), (6, 3), (6,)])
-    with pytest.raises(errors.RouteNotEligibleError, match="batched"):
-        render.render_tensor(a @ m, "tiled")
-    assert render.render_tensor(v @ m, "tiled").source  # [6] @ [6, 3] is a 2-D product
+    k = render.render_tensor(a @ m, "tiled")
+    assert k.grid[2] == 2 and "a += bz0 * 24;" in k.source  # b is shared: not moved
+    assert render.render_tensor(v @ m, "tiled").grid[2] == 1  # [6] @ [6, 3] is a 2-D product

@@ -243,8 +243,9 @@ def test_torch_style_surface() -> None:
     assert "normal" in tgrad.randn(3).explain()
     from tgrad import render
 
-    with pytest.raises(errors.BackendUnavailableError):  # no GPU emitter yet (issue 37)
+    with pytest.raises(errors.BackendUnavailableError):  # normal has no GPU kernel (docs/random.md)
         render.render_tensor(tgrad.randn(4), lang="opencl")
+    assert "tg_philox4x32_10" in render.render_tensor(tgrad.rand(4), lang="opencl").source
 
 
 def test_refusals() -> None:
@@ -269,8 +270,8 @@ def test_refusals() -> None:
         tgrad.random.seed(1 << 64)
     with pytest.raises(errors.InvalidArgumentError):
         tgrad.rand(3, generator="not a generator")  # type: ignore[arg-type]
-    with pytest.raises(errors.TgradError):  # GPU devices do not run the kind yet
-        tgrad.rand(3, device="opencl")
+    with pytest.raises(errors.TgradError):  # GPU devices draw no normal values (or the device is missing)
+        tgrad.randn(3, device="opencl")
     g = tgrad.random.Generator(1)
     g.set_state((1, (1 << 64) - 2))
     with pytest.raises(errors.InvalidArgumentError):

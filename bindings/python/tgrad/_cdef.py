@@ -355,7 +355,8 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_CONCAT 9
 #define TGRAD_ROUTE_WHERE 10
 #define TGRAD_ROUTE_COMPARE 11
-#define TGRAD_ROUTE_COUNT 11
+#define TGRAD_ROUTE_RANDOM 12
+#define TGRAD_ROUTE_COUNT 12
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_CUDA 3

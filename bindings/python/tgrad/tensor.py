@@ -1371,8 +1371,9 @@ def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str |
     every operand read through its view (strides, expand, transposes: no copies). A 1-D operand
     is promoted as torch does ([K] as [1, K] on the left, [K, 1] on the right) and the added axis
     is removed from the result. 0-d operands raise RankMismatchError, batch axes that do not
-    broadcast or inner dimensions that differ ShapeMismatchError. Batched products (a result of
-    3 or more axes) run on the CPU only for now (BackendUnavailableError on a GPU device).
+    broadcast or inner dimensions that differ ShapeMismatchError. Batched products run on GPU
+    devices too (one product per threadgroup z, docs/kernels.md); a batch of more than 65,535
+    products there raises RouteNotEligibleError.
 
     out_dtype: None or tgrad.bfloat16 (the default, ``a @ b``), or tgrad.float32: the fp32
     accumulators of the documented order without their final rounding (NaN canonical); the bf16

@@ -75,7 +75,7 @@ void tg_buffer_param(char *dst, size_t cap, const char *space, const char *name)
 
 void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
                            const bool used[TG_B_COUNT_]) {
-    static const char *const vars[TG_B_COUNT_] = { "gx", "gy", "lx", "ly", "li", "sg" };
+    static const char *const vars[TG_B_COUNT_] = { "gx", "gy", "lx", "ly", "li", "sg", "gz" };
     const tg_lang *l = e->l;
     E("%s %s(", l->kernel_prefix, name);
     for (int i = 0; i < nbufs; i++) {

@@ -11,6 +11,9 @@ typedef struct emitter {
     tg_text *t;
     const tg_lang *l;
     const char *it; /* integer type of indices and loop variables: "int" or "long" */
+    /* A batched matmul: the whole problem, whose first elements the kernel moves its operands to
+     * per batch (the problem the route emitters see has offsets 0). NULL otherwise. */
+    const tg_gen_matmul *batched;
 } emitter;
 
 #define E(...) tg_text_printf(e->t, __VA_ARGS__)
@@ -88,6 +91,8 @@ TG_HIDDEN void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c,
 TG_HIDDEN void tg_gen_emit_text(const emitter *e, const char *text);
 /* kernels/gpu/reduce.h's text (generated into the build by embed_text.py) */
 extern const char tg_gen_reduce_prelude[];
+/* kernels/gpu/philox.h's text (the same), pasted into each random kernel */
+extern const char tg_gen_philox_prelude[];
 /* The elementwise prelude, when the chain has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */

@@ -28,7 +28,8 @@ TG_HIDDEN uint64_t tg_fnv1a64(const void *data, size_t len);
 /* ---- languages (lang.c) ---- */
 /* Thread-position builtins the emitter may ask for; each becomes `const int <var> = ...;`. */
 enum tg_builtin {
-    TG_B_GROUP_X, TG_B_GROUP_Y, TG_B_LOCAL_X, TG_B_LOCAL_Y, TG_B_LOCAL_INDEX, TG_B_SIMDGROUP, TG_B_COUNT_
+    TG_B_GROUP_X, TG_B_GROUP_Y, TG_B_LOCAL_X, TG_B_LOCAL_Y, TG_B_LOCAL_INDEX, TG_B_SIMDGROUP, TG_B_GROUP_Z,
+    TG_B_COUNT_
 };
 /* Kernel parameters that carry builtins (MSL); a builtin names the one it reads. */
 enum tg_builtin_param { TG_P_GROUP_POS, TG_P_LOCAL_POS, TG_P_LOCAL_INDEX, TG_P_SIMDGROUP_INDEX, TG_P_COUNT_ };
@@ -58,6 +59,7 @@ typedef struct tg_lang {
      * multiply-accumulate (%s: acc, a, b) as acc = a * b + acc. */
     const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
     const char *u64;              /* a 64-bit unsigned integer type (the reductions' tg_u64) */
+    const char *constant_decl;    /* a program-scope read-only array with an initializer (random's table) */
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);
@@ -109,21 +111,32 @@ typedef struct tg_gen_binding {
 
 TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]);
 
+/* A batched product's batch axes: at most the dimensions before the two matrix axes. */
+enum { TG_GEN_MAX_BATCH = TGRAD_MAX_DIMS - 2 };
+/* Threadgroups along a grid's z axis (CUDA's gridDim.z limit; kept on every device): a batch of
+ * more products is not eligible. */
+enum { TG_GEN_MAX_GRID_Z = 65535 };
+
 typedef struct tg_gen_matmul {
     int64_t m, k, n;
     tg_gen_operand a, b, c; /* a [M, K], b [K, N], c [M, N] (the output's layout) */
-    const tg_gen_chain *epilogue; /* NULL or empty: none; operands are views over [M, N] */
+    /* torch.matmul's batch (docs/kernels.md, "Batched products"): nbatch axes before the matrix
+     * axes (0: a 2-D product), their extents (the output's) and each operand's stride along them
+     * (0: broadcast); one product per threadgroup z, its operands' first elements moved by the
+     * batch's offsets. The offsets above are those of batch 0. */
+    int32_t nbatch;
+    int64_t batch[TG_GEN_MAX_BATCH];
+    int64_t batch_stride[3][TG_GEN_MAX_BATCH]; /* a, b, c */
+    const tg_gen_chain *epilogue; /* NULL or empty: none; operands are views over [batch..., M, N] */
     int32_t order;                /* TGRAD_MATMUL_ORDER_*: naive and tiled render either; tc ignores it */
 } tg_gen_matmul;
 
-/* The problem of a @ b for 2-D views a [M, K] and b [K, N], the output compact row-major; no
- * epilogue (the caller sets one). */
-static inline tg_gen_matmul tg_gen_matmul_of(const tg_view *a, const tg_view *b) {
-    return (tg_gen_matmul){ .m = a->shape[0], .k = a->shape[1], .n = b->shape[1],
-                            .a = { a->offset, { a->strides[0], a->strides[1] } },
-                            .b = { b->offset, { b->strides[0], b->strides[1] } },
-                            .c = { 0, { b->shape[1], 1 } } };
-}
+/* The problem of a @ b for views a [batch..., M, K] and b [batch..., K, N] of one rank (2 or
+ * more; broadcast batch axes have stride 0, as tg_view_matmul_batched makes them), the output
+ * compact row-major; no epilogue (the caller sets one). */
+TG_HIDDEN tg_gen_matmul tg_gen_matmul_of(const tg_view *a, const tg_view *b);
+/* The number of products of a batched problem (1 for a 2-D one). */
+TG_HIDDEN int64_t tg_gen_matmul_batches(const tg_gen_matmul *p);
 
 /* A standalone elementwise kernel: out (compact row-major, the shape of `first`) = the chain over
  * the first operand. */
@@ -206,5 +219,25 @@ typedef struct tg_gen_pointwise {
 TG_HIDDEN tgrad_status tg_gen_check_pointwise(const tg_lang *l, const tg_gen_pointwise *p);
 TG_HIDDEN tgrad_status tg_gen_render_pointwise(const tg_lang *l, const tg_gen_pointwise *p, tg_text *t,
                                                struct tgrad_launch *launch);
+
+/* ---- the counter-based generator (render_random.c) ----
+ * out (compact, numel elements of dtype) = the draw of docs/random.md for (seed, offset): uniform
+ * and randint, the CPU's bytes; normal and float32 uniform(low, high) off [0, 1) are refused. */
+typedef struct tg_gen_random {
+    int32_t dist, dtype; /* TGRAD_RANDOM_*, TGRAD_DTYPE_* */
+    uint64_t seed, offset;
+    int64_t numel;
+    double p0, p1;
+} tg_gen_random;
+
+/* Whether a draw renders (TGRAD_ERR_BACKEND_UNAVAILABLE with the reason if not): asked by
+ * tgrad_random before a GPU node is made, and by the check below. */
+TG_HIDDEN tgrad_status tg_gen_random_renders(int32_t dist, int32_t dtype, double p0, double p1);
+TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random *p);
+/* The kernel's second buffer `q`, set per launch (the text leaves them out, so draws of one
+ * shape share a compiled program): the offset's low and high words, the seed's. */
+TG_HIDDEN void tg_gen_random_words(const tg_gen_random *p, uint32_t words[4]);
+TG_HIDDEN tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_text *t,
+                                            struct tgrad_launch *launch);
 
 #endif

@@ -26,6 +26,44 @@ static bool span2(const tg_gen_operand *o, int64_t ext0, int64_t ext1, int64_t *
     return true;
 }
 
+/* span2, with the batch axes of operand `which` (0: a, 1: b, 2: c) of a batched problem. */
+static bool span_full(const tg_gen_matmul *p, int which, int64_t ext0, int64_t ext1, int64_t *lo, int64_t *hi) {
+    const tg_gen_operand *o = which == 0 ? &p->a : which == 1 ? &p->b : &p->c;
+    int64_t l, h, t;
+    if (!span2(o, ext0, ext1, &l, &h)) return false;
+    for (int32_t d = 0; d < p->nbatch; d++) {
+        if (tg_mul_ovf(p->batch[d] - 1, p->batch_stride[which][d], &t)) return false;
+        if (tg_add_ovf(t < 0 ? l : h, t, t < 0 ? &l : &h)) return false;
+    }
+    *lo = l, *hi = h;
+    return true;
+}
+
+tg_gen_matmul tg_gen_matmul_of(const tg_view *a, const tg_view *b) {
+    const int32_t nd = a->ndim, nb = nd > 2 ? nd - 2 : 0;
+    tg_gen_matmul p = { .m = a->shape[nd - 2], .k = a->shape[nd - 1], .n = b->shape[nd - 1],
+                        .a = { a->offset, { a->strides[nd - 2], a->strides[nd - 1] } },
+                        .b = { b->offset, { b->strides[nd - 2], b->strides[nd - 1] } },
+                        .c = { 0, { b->shape[nd - 1], 1 } }, .nbatch = nb };
+    int64_t inner; /* the output's compact strides; an empty output's may saturate (never read) */
+    if (tg_mul_ovf(p.m, p.n, &inner)) inner = INT64_MAX;
+    for (int32_t d = nb - 1; d >= 0; d--) {
+        p.batch[d] = a->shape[d];
+        p.batch_stride[0][d] = a->strides[d];
+        p.batch_stride[1][d] = b->strides[d];
+        p.batch_stride[2][d] = inner;
+        if (tg_mul_ovf(inner, a->shape[d], &inner)) inner = INT64_MAX;
+    }
+    return p;
+}
+
+int64_t tg_gen_matmul_batches(const tg_gen_matmul *p) {
+    int64_t n = 1;
+    for (int32_t d = 0; d < p->nbatch; d++)
+        if (tg_mul_ovf(n, p->batch[d], &n)) return INT64_MAX;
+    return n;
+}
+
 /* offset + i * stride[axis]: for an operand with elements an element's offset (tg_gen_check_matmul
  * checked its span). An operand without elements is never read (its kernel has an empty grid) and
  * may carry any strides: there the sum can overflow, and the bare offset stands in for it. */
@@ -161,6 +199,10 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
         E("// fp32 accumulation in the block32 order of docs/numerics.md: the CPU's bits exactly.\n");
     else
         E("// fp32 accumulation in the canonical order of docs/numerics.md: the CPU's bits exactly.\n");
+    if (e->batched)
+        E("// Batched (torch.matmul's rule): %" PRId64 " products, product gz in threadgroup row z; a, b and c\n"
+          "// are moved to its first elements, and below index the product from there.\n",
+          tg_gen_matmul_batches(e->batched));
     E("// a[m, k] = a[%s]\n// b[k, n] = b[%s]\n// c[m, n] = c[%s]\n", ia, ib, ic);
     if (p->epilogue && p->epilogue->n) {
         E("// Epilogue, on each bf16 result before it is stored:");
@@ -175,6 +217,51 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
     E("\n");
 }
 
+static const char *const batch_coord[] = { "bz0", "bz1", "bz2", "bz3", "bz4", "bz5" };
+_Static_assert(sizeof batch_coord / sizeof batch_coord[0] == TG_GEN_MAX_BATCH, "a name per batch axis");
+
+/* Whether batch axis d enters an index: extent > 1 and a stride of an operand, the output or a
+ * fused op's operand (a view over [batch..., M, N]) along it. */
+static bool batch_axis_read(const tg_gen_matmul *w, int32_t d) {
+    if (w->batch[d] <= 1) return false;
+    for (int i = 0; i < 3; i++)
+        if (w->batch_stride[i][d] != 0) return true;
+    for (int32_t i = 0; w->epilogue && i < w->epilogue->n; i++) {
+        const tg_view *v = &w->epilogue->ops[i].operand;
+        if (v->ndim == w->nbatch + 2 && v->strides[d] != 0) return true;
+    }
+    return false;
+}
+
+/* A batched kernel's first lines: product gz's coordinates along the batch axes (row-major over
+ * them, as the output), then a, b and c moved to that product's first elements (batch strides of
+ * 0 broadcast an operand; each partial sum is an element's index, inside its buffer). */
+static void emit_batch(const emitter *e, const tg_gen_matmul *w) {
+    const int64_t total = tg_gen_matmul_batches(w);
+    int64_t after = 1;
+    E("    // product gz of the batch of %" PRId64 ": its coordinates, and the operands moved to its first elements\n",
+      total);
+    int64_t afters[TG_GEN_MAX_BATCH];
+    for (int32_t d = w->nbatch - 1; d >= 0; d--) afters[d] = after, after *= w->batch[d] > 0 ? w->batch[d] : 1;
+    for (int32_t d = 0; d < w->nbatch; d++) {
+        if (!batch_axis_read(w, d)) continue;
+        char expr[96] = "gz";
+        if (afters[d] > 1) snprintf(expr, sizeof expr, "gz / %" PRId64, afters[d]);
+        size_t len = strlen(expr);
+        if (afters[d] * w->batch[d] < total) snprintf(expr + len, sizeof expr - len, " %% %" PRId64, w->batch[d]);
+        E("    const %s %s = %s;\n", e->it, batch_coord[d], expr);
+    }
+    static const char *const names[3] = { "a", "b", "c" };
+    const tg_gen_operand *ops[3] = { &w->a, &w->b, &w->c };
+    for (int i = 0; i < 3; i++) {
+        tg_view v = { .ndim = w->nbatch, .offset = ops[i]->offset };
+        for (int32_t d = 0; d < w->nbatch; d++) v.shape[d] = w->batch[d], v.strides[d] = w->batch_stride[i][d];
+        char idx[512];
+        tg_view_index(idx, sizeof idx, &v, batch_coord);
+        if (strcmp(idx, "0") != 0) E("    %s += %s;\n", names[i], idx);
+    }
+}
+
 /* The matmul kernel's signature: a, b, c, then the epilogue's buffers (ew.c). */
 void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *name, const bool used[TG_B_COUNT_]) {
     char bufs[3][64], extra[TG_GEN_MAX_CHAIN][64];
@@ -184,14 +271,20 @@ void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *n
     tg_buffer_param(bufs[1], 64, e->l->global_in, "b");
     tg_buffer_param(bufs[2], 64, e->l->global_out, "c");
     if (p->epilogue) tg_gen_emit_chain_params(e, p->epilogue, extra, bp, &n);
-    tg_emit_signature(e, name, bp, n, used);
+    bool with_z[TG_B_COUNT_];
+    memcpy(with_z, used, sizeof with_z);
+    with_z[TG_B_GROUP_Z] = e->batched != NULL;
+    tg_emit_signature(e, name, bp, n, with_z);
+    if (e->batched) emit_batch(e, e->batched);
 }
 
 /* The one store step of every route: the fp32 accumulator `acc` of output (m, n) rounded to
  * bf16, then the epilogue's ops on that bf16 value (each rounding to bf16, as alone), then the
  * write. The caller has checked that (m, n) is inside the output. */
 void tg_emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent, const char *acc) {
-    static const char *const coord[2] = { "m", "n" };
+    const char *coord[TG_GEN_MAX_BATCH + 2];
+    for (int32_t d = 0; d < p->nbatch; d++) coord[d] = batch_coord[d];
+    coord[p->nbatch] = "m", coord[p->nbatch + 1] = "n";
     char ic[256];
     tg_index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
     if (!p->epilogue || !p->epilogue->n) {
@@ -439,11 +532,17 @@ tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_g
     if (tg_ceil_div(p->m, r->tile_m) > UINT32_MAX || tg_ceil_div(p->n, r->tile_n) > UINT32_MAX)
         return tg_not_eligible(r->name, l->name, "%lld x %lld outputs need more than 2^32-1 threadgroups along an axis",
                             p->m, p->n, 0);
+    if (p->nbatch < 0 || p->nbatch > TG_GEN_MAX_BATCH)
+        return tg_not_eligible(r->name, l->name, "%lld batch axes (at most %lld)", p->nbatch, TG_GEN_MAX_BATCH, 0);
+    const int64_t nb = tg_gen_matmul_batches(p);
+    if (p->nbatch > 0 && nb > TG_GEN_MAX_GRID_Z)
+        return tg_not_eligible(r->name, l->name,
+                               "a batch of %lld products needs more than %lld threadgroups along z (CUDA's limit, "
+                               "kept on every device)", nb, TG_GEN_MAX_GRID_Z, 0);
     int64_t lo, hi;
-    const struct { const tg_gen_operand *o; int64_t e0, e1; } ops[3] = {
-        { &p->a, p->m, p->k }, { &p->b, p->k, p->n }, { &p->c, p->m, p->n } };
+    const struct { int64_t e0, e1; } ops[3] = { { p->m, p->k }, { p->k, p->n }, { p->m, p->n } };
     for (int i = 0; i < 3; i++)
-        if (ops[i].e0 > 0 && ops[i].e1 > 0 && (!span2(ops[i].o, ops[i].e0, ops[i].e1, &lo, &hi) || lo < 0))
+        if (ops[i].e0 > 0 && ops[i].e1 > 0 && nb > 0 && (!span_full(p, i, ops[i].e0, ops[i].e1, &lo, &hi) || lo < 0))
             return tg_not_eligible(r->name, l->name,
                                 "the view of operand %lld (0: a, 1: b, 2: the output) reaches outside its buffer", i, 0, 0);
     if (p->epilogue) return tg_gen_check_chain(r->name, l, p->epilogue);
@@ -461,15 +560,21 @@ static void kernel_name(char dst[TGRAD_KERNEL_NAME_MAX], const char *route, cons
         snprintf(dst, TGRAD_KERNEL_NAME_MAX, "tgrad_%s_%016" PRIx64, route, tg_fnv1a64(key, strlen(key)));
 }
 
-tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *p, tg_text *t,
+tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_gen_matmul *whole, tg_text *t,
                                   struct tgrad_launch *launch) {
     int64_t hi[3] = { -1, -1, -1 }, lo;
-    const struct { const tg_gen_operand *o; int64_t e0, e1; } ops[3] = {
-        { &p->a, p->m, p->k }, { &p->b, p->k, p->n }, { &p->c, p->m, p->n } };
-    bool small = tg_fits_int(p->m + r->tile_m) && tg_fits_int(p->n + r->tile_n) && tg_fits_int(p->k + r->tile_k + 2);
+    const int64_t batches = tg_gen_matmul_batches(whole);
+    /* A batched kernel moves its operands to each product's first elements (emit_batch): the
+     * route emitters index from there, with offsets 0. */
+    tg_gen_matmul moved = *whole;
+    if (whole->nbatch > 0) moved.a.offset = moved.b.offset = moved.c.offset = 0;
+    const tg_gen_matmul *p = &moved;
+    const struct { int64_t e0, e1; } ops[3] = { { p->m, p->k }, { p->k, p->n }, { p->m, p->n } };
+    bool small = tg_fits_int(p->m + r->tile_m) && tg_fits_int(p->n + r->tile_n) && tg_fits_int(p->k + r->tile_k + 2) &&
+                 tg_fits_int(batches);
     memset(launch, 0, sizeof *launch);
     for (int i = 0; i < 3; i++) {
-        if (ops[i].e0 > 0 && ops[i].e1 > 0) span2(ops[i].o, ops[i].e0, ops[i].e1, &lo, &hi[i]);
+        if (ops[i].e0 > 0 && ops[i].e1 > 0 && batches > 0) span_full(whole, i, ops[i].e0, ops[i].e1, &lo, &hi[i]);
         launch->buffer_elements[i] = (uint64_t)(hi[i] + 1);
         small = small && tg_fits_int(hi[i]);
     }
@@ -483,7 +588,7 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
     }
     launch->grid[0] = (uint32_t)tg_ceil_div(p->n, r->tile_n);
     launch->grid[1] = (uint32_t)tg_ceil_div(p->m, r->tile_m);
-    launch->grid[2] = 1;
+    launch->grid[2] = (uint32_t)batches; /* 1 for a 2-D product; checked <= TG_GEN_MAX_GRID_Z */
     launch->threadgroup[0] = (uint32_t)r->threads_x;
     launch->threadgroup[1] = (uint32_t)r->threads_y;
     launch->threadgroup[2] = 1;
@@ -496,13 +601,20 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
              ";b=%" PRId64 ",%" PRId64 ",%" PRId64 ";c=%" PRId64 ",%" PRId64 ",%" PRId64,
              p->m, p->k, p->n, p->a.offset, p->a.stride[0], p->a.stride[1], p->b.offset, p->b.stride[0],
              p->b.stride[1], p->c.offset, p->c.stride[0], p->c.stride[1]);
+    for (int32_t d = 0; d < p->nbatch; d++) {
+        size_t len = strlen(key);
+        snprintf(key + len, sizeof key - len, ";z%" PRId32 "=%" PRId64 ":%" PRId64 ",%" PRId64 ",%" PRId64 "@%" PRId64
+                 ",%" PRId64, d, p->batch[d], p->batch_stride[0][d], p->batch_stride[1][d], p->batch_stride[2][d],
+                 whole->a.offset, whole->b.offset);
+    }
     if (p->epilogue) tg_gen_chain_key(p->epilogue, key, sizeof key);
-    char route_name[32]; /* a block32 kernel's name says so: its text differs for the same problem */
-    snprintf(route_name, sizeof route_name, "%s%s", r->name,
-             p->order == TGRAD_MATMUL_ORDER_BLOCK32 && !r->simdgroup_matrix ? "_block32" : "");
+    char route_name[32]; /* a block32 kernel's name says so (its text differs for the same problem); a batched one too */
+    int len = snprintf(route_name, sizeof route_name, "%s%s", r->name,
+                       p->order == TGRAD_MATMUL_ORDER_BLOCK32 && !r->simdgroup_matrix ? "_block32" : "");
+    if (p->nbatch > 0) snprintf(route_name + len, sizeof route_name - (size_t)len, "_batch%" PRId64, batches);
     kernel_name(launch->kernel_name, route_name, key, p->m, p->k, p->n);
 
-    emitter em = { t, l, small ? "int" : "long" }, *e = &em;
+    emitter em = { t, l, small ? "int" : "long", p->nbatch > 0 ? whole : NULL }, *e = &em;
     emit_header_comment(e, r, p, launch);
     emit_helpers(e, !(r->id == TGRAD_ROUTE_TC && l->warp_mma), r->id != TGRAD_ROUTE_TC);
     tg_gen_emit_prelude(e, p->epilogue);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kinds.h"
+#include "../kinds.h" /* and gen/gen.h, through schedule.h */
 
 typedef uint32_t uint;
 typedef uint64_t tg_u64;
@@ -186,6 +186,10 @@ static inline uint32_t uniform_value(double low, double high, uint32_t k, int32_
     return uniform_exact(low, high, k, b, dtype);
 }
 
+uint32_t tg_random_uniform_bits(double low, double high, uint32_t k, int32_t dtype) {
+    return uniform_value(low, high, k, dtype == TGRAD_DTYPE_F32 ? 24 : 8, dtype);
+}
+
 /* ---- normal: mean + std z, Box-Muller ---- */
 /* For words (w0, w1): r = sqrt(-2 ln u), u = (w0 + 1) 2^-32 in (0, 1]; the angle is 2 pi t,
  * t = w1 2^-32 turns. cos and sin of 2 pi t are taken on the reduced turn m 2^-32, m = w1 - q 2^30
@@ -273,6 +277,9 @@ TGRAD_API tgrad_status tgrad_random(int32_t dist, uint64_t seed, uint64_t offset
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d is not a device code", tgrad_random_name(dist), (int)device);
     tgrad_status s = check_params(dist, p0, p1, &dtype);
     if (!s) s = tg_kind_check_device(TG_OP_RANDOM, device, tgrad_random_name(dist));
+    /* a GPU device draws what its kernels give exactly (gen/render_random.c) */
+    if (!s && device != TGRAD_DEVICE_CPU) s = tg_gen_random_renders(dist, dtype, p0, p1);
+    if (!s) s = tg_device_ready(device);
     tg_view ov;
     int64_t numel = 0;
     if (!s) s = tg_view_contiguous(ndim, shape, &ov);

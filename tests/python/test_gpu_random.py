@@ -1,0 +1,203 @@
+"""The counter-based generator on the GPU routes (docs/random.md, "On GPU devices"): route random
+renders uniform and randint draws in MSL, OpenCL C and CUDA, Philox-4x32-10 in integer arithmetic
+(kernels/gpu/philox.h pasted as it is), with the CPU's bytes for the same (seed, offset).
+
+- PoCL (device="opencl"): a roster of draws (rand in bf16 and float32, bf16 uniform(low, high)
+  with values on and near rounding midpoints, randint over small and full int32 ranges) at offsets
+  that start mid-call, cross 2^32 calls and end at the counter space's end, seeds with both key
+  words, bit for bit against the CPU.
+- The emulators (MSL: slow tier; CUDA: cuda tier): the same roster's kernels under every fiber order.
+- A kernel drawing the wrong word or with the wrong counter is caught.
+- normal, and float32 uniform(low, high) off [0, 1), are refused on a GPU device before anything
+  is made (BackendUnavailableError: their exact values need math the kernel languages lack).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tgrad
+from tgrad import errors
+from tgrad import render as R
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+@dataclass(frozen=True)
+class Draw:
+    name: str
+    dist: str  # rand, uniform, randint
+    dtype: Any
+    params: tuple[float, ...]
+    n: int
+    seed: int
+    offset: int
+
+    def make(self, device: str) -> tgrad.Tensor:
+        g = tgrad.random.Generator(self.seed)
+        g.set_state((self.seed, self.offset))
+        if self.dist == "rand":
+            return g.rand(self.n, dtype=self.dtype, device=device)
+        if self.dist == "uniform":
+            return g.uniform(*self.params, self.n, dtype=self.dtype, device=device)
+        return g.randint(int(self.params[0]), int(self.params[1]), self.n, device=device)
+
+
+BF16, F32 = tgrad.bfloat16, tgrad.float32
+DRAWS = [
+    Draw("rand_bf16", "rand", BF16, (), 1000, 0, 0),
+    Draw("rand_f32_mid_call", "rand", F32, (), 777, 1234, 3),
+    Draw("rand_bf16_high_seed", "rand", BF16, (), 300, (1 << 63) + 987654321, 10**6 + 1),
+    Draw("rand_f32_across_2p32_calls", "rand", F32, (), 64, 7, 4 * (1 << 32) - 30),
+    Draw("rand_bf16_end_of_counters", "rand", BF16, (), 9, 5, (1 << 64) - 10),
+    Draw("uniform_bf16_symmetric", "uniform", BF16, (-0.1, 0.1), 2000, 1, 5),
+    Draw("uniform_bf16_midpoints", "uniform", BF16, (0.0, 3.0), 1500, 2, 0),
+    Draw("uniform_bf16_wide", "uniform", BF16, (-1e30, 3e35), 500, 3, 2),
+    Draw("uniform_bf16_narrow", "uniform", BF16, (1.0, 1.0078125), 500, 4, 1),
+    Draw("randint_small", "randint", None, (0, 10), 1001, 9, 1),
+    Draw("randint_negative", "randint", None, (-7, 3), 400, 10, 0),
+    Draw("randint_full", "randint", None, (-(1 << 31), (1 << 31) - 1), 333, 11, 7),
+    Draw("randint_across_2p32_calls", "randint", None, (-5, 1 << 30), 40, 12, 2 * (1 << 32) - 11),
+]
+
+
+def _bytes(t: tgrad.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8).copy()
+
+
+def cpu_bytes(d: Draw) -> np.ndarray:
+    with d.make("cpu") as t:
+        return _bytes(t)
+
+
+def _first_difference(got: np.ndarray, want: np.ndarray) -> str:
+    if got.shape != want.shape:
+        return f"{got.size} bytes, want {want.size}"
+    i = int(np.argmax(got != want))
+    return f"{np.count_nonzero(got != want)} bytes differ; first {i}: got {got[i]:#04x}, want {want[i]:#04x}"
+
+
+# ---- PoCL ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("draw", DRAWS, ids=lambda d: d.name)
+def test_pocl_draws_the_cpu_bytes(draw: Draw, opencl_device: str) -> None:
+    want = cpu_bytes(draw)
+    with draw.make("opencl") as t:
+        assert t.device == "opencl" and "opencl.random" in t.explain()
+        got = _bytes(t)
+    assert np.array_equal(got, want), f"{draw.name}: " + _first_difference(got, want)
+
+
+def test_pocl_draws_continue_each_other(opencl_device: str) -> None:
+    g = tgrad.random.Generator(42)
+    with g.rand(1000, device="opencl") as whole:
+        want = _bytes(whole)
+    g.set_state((42, 0))
+    with g.rand(333, device="opencl") as a, g.rand(667, device="opencl") as b:
+        assert np.array_equal(np.concatenate([_bytes(a), _bytes(b)]), want)
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: tgrad.randn(4, device="opencl"), "normal"),
+    (lambda: tgrad.random.normal(0.0, 2.0, (4,), device="opencl"), "normal"),
+    (lambda: tgrad.random.uniform(-1.0, 1.0, (4,), dtype=tgrad.float32, device="opencl"), "float32 values on"),
+], ids=["randn", "normal", "uniform_f32"])
+def test_what_has_no_exact_kernel_is_refused_before_anything_is_made(make: Any, match: str,
+                                                                     opencl_device: str) -> None:
+    state, live = tgrad.random.get_rng_state(), tgrad.live_tensors()
+    with pytest.raises(errors.BackendUnavailableError, match=match):
+        make()
+    assert tgrad.live_tensors() == live and tgrad.random.get_rng_state() == state
+
+
+# ---- rendering ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
+def test_every_draw_renders_one_random_kernel(lang: str) -> None:
+    names = set()
+    for d in DRAWS:
+        with d.make("cpu") as t:
+            k = R.render_tensor(t, None, lang) if not t.is_realized else None
+        assert k is not None and k.route == "random" and k.buffer_names == ("c", "q")
+        assert k.name.startswith(f"tgrad_random_{'randint' if d.dist == 'randint' else 'uniform'}_")
+        assert ("tg_uniform_table" in k.source) == (d.dist == "uniform")
+        names.add(k.name)
+    assert len(names) == len(DRAWS)
+
+
+def test_draws_of_one_shape_share_their_kernel_text() -> None:
+    """The seed and the offset are the launch's (buffer q), not the text's: a device compiles a
+    shape's kernel once, not once per draw."""
+    base = DRAWS[0]
+    texts = set()
+    for seed, offset in ((0, 0), (5, 12345), ((1 << 64) - 1, 3 << 40)):
+        with Draw(base.name, base.dist, base.dtype, base.params, base.n, seed, offset).make("cpu") as t:
+            texts.add(R.render_tensor(t, None, "opencl").source)
+    assert len(texts) == 1
+
+
+# ---- the emulators -----------------------------------------------------------------------------------
+def _emulator(lang: str) -> Any:
+    if lang == "msl":
+        from msl_emu.driver import Emulator, find_cxx
+    else:
+        from cuda_emu.driver import Emulator, find_cxx
+    if find_cxx() is None:
+        pytest.skip("no C++ compiler for the emulators")
+    return Emulator()
+
+
+def _kernel(d: Draw, lang: str) -> R.Kernel:
+    with d.make("cpu") as t:
+        return R.render_tensor(t, None, lang)
+
+
+def words(d: Draw) -> np.ndarray:
+    """The launch's buffer q: the offset's and the seed's low and high words."""
+    return np.array([d.offset & 0xFFFFFFFF, d.offset >> 32, d.seed & 0xFFFFFFFF, d.seed >> 32], np.uint32)
+
+
+def _run(emu: Any, k: R.Kernel, d: Draw, source: str | None = None, **options: Any) -> np.ndarray:
+    wide = "uint *c" in k.source
+    out = np.full(k.buffer_elements[0], 0xFFFFFFFF if wide else 0xFFFF, np.uint32 if wide else np.uint16)
+    assert k.buffer_names == ("c", "q")
+    return emu.run(emu.compile(source or k.source), k.grid, k.threadgroup, [out, words(d)], [False, True],
+                   **options)[0].view(np.uint8)
+
+
+def _emulated(lang: str, d: Draw) -> None:
+    emu = _emulator(lang)
+    k, want = _kernel(d, lang), cpu_bytes(d)
+    for i, fibers in enumerate(("forward", "reverse", "shuffle")):
+        got = _run(emu, k, d, order=fibers, seed=i)
+        assert np.array_equal(got, want), f"[{lang} {d.name} {fibers}] " + _first_difference(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draw", DRAWS, ids=lambda d: d.name)
+def test_generated_msl_draws_the_cpu_bytes(draw: Draw) -> None:
+    _emulated("msl", draw)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("draw", DRAWS, ids=lambda d: d.name)
+def test_generated_cuda_draws_the_cpu_bytes(draw: Draw) -> None:
+    _emulated("cuda", draw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("draw", "old", "new"), [
+    (DRAWS[1], "j == 1u ? w.w[1]", "j == 1u ? w.w[2]"),        # the wrong word
+    (DRAWS[9], "(uint)(call >> 32), 3u,", "(uint)(call >> 32), 1u,"),  # another distribution's counters
+    (DRAWS[5], "tg_uniform_table[word >> 24]", "tg_uniform_table[(word >> 24) ^ 1u]"),  # the wrong value
+], ids=["word", "counter", "table"])
+def test_a_kernel_drawing_wrongly_is_caught(draw: Draw, old: str, new: str) -> None:
+    emu = _emulator("msl")
+    k, want = _kernel(draw, "msl"), cpu_bytes(draw)
+    assert old in k.source
+    assert np.array_equal(_run(emu, k, draw), want)
+    assert not np.array_equal(_run(emu, k, draw, k.source.replace(old, new)), want)

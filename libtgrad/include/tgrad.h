@@ -51,7 +51,7 @@ extern "C" {
 
 /* ---- version ------------------------------------------------------------------------------ */
 #define TGRAD_VERSION_MAJOR 0
-#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_MINOR 2
 #define TGRAD_VERSION_PATCH 0
 #define TGRAD_VERSION_NUMBER (TGRAD_VERSION_MAJOR * 10000 + TGRAD_VERSION_MINOR * 100 + TGRAD_VERSION_PATCH)
 #define TGRAD_VERSION_STRING "0.2.0"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 CDEF = """
 #define TGRAD_VERSION_MAJOR 0
-#define TGRAD_VERSION_MINOR 1
+#define TGRAD_VERSION_MINOR 2
 #define TGRAD_VERSION_PATCH 0
-#define TGRAD_VERSION_NUMBER 100
+#define TGRAD_VERSION_NUMBER 200
 
 typedef int32_t tgrad_status;
 

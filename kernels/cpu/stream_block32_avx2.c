@@ -173,5 +173,5 @@ static int available(void) {
  * products of more rows take the block32 packed variant (avx2_block32). */
 const tg_ukernel tg_ukernel_avx2_block32_stream = {
     .name = "avx2_block32", .mr = 1, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 256,
-    .pack_a = pack_a_bf16, .rowvec = rowvec, .skinny = skinny, .skinny_rows = 4, .available = available,
+    .pack_a = pack_a_bf16, .rowvec = rowvec, .skinny = skinny, .available = available,
     .order = TG_UK_ORDER_BLOCK32 };

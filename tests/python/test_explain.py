@@ -24,9 +24,9 @@ def _t(rng: np.random.Generator, *shape: int) -> tgrad.Tensor:
 def _few_row_routes() -> tuple[str, ...]:
     """Where a product of a few rows may go in the calling thread's order: the packed kernel of the
     order (tgrad.matmul_order_kernel: amx or a variant's block32 kernel, or the pairwise variant),
-    or a skinny path."""
-    kernel = tgrad.matmul_order_kernel()
-    return (f"cpu.{kernel}.gemm", f"cpu.{kernel}.skinny", f"cpu.{tgrad.cpu_stream_isa()}.skinny")
+    or a skinny path (the streaming variant's, in either order)."""
+    kernel, stream = tgrad.matmul_order_kernel(), tgrad.cpu_stream_isa()
+    return (f"cpu.{kernel}.gemm", f"cpu.{kernel}.skinny", f"cpu.{stream}.skinny", f"cpu.{stream}_block32.skinny")
 
 
 def test_explain_text_has_one_line_per_kernel(rng: np.random.Generator) -> None:

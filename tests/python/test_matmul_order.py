@@ -344,7 +344,8 @@ def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
 @pytest.mark.parametrize("m,k", [(2, 1), (3, 33), (4, 300), (4, 1057), (16, 64)])
 def test_few_row_products_give_the_block32_oracle(m, k, fill):
     """Few-row block32 products over row-major B (a small batch's decode step) take a streaming
-    hook where a kernel has one (vdpbf16ps: 16 rows; AVX2: 4 rows) and give the oracle's bytes."""
+    hook where a kernel has one (vdpbf16ps: 16 rows, 8 under AMX where B has 2^16 elements or
+    more: the 4 x 1057 case; AVX2: 4 rows) and give the oracle's bytes."""
     n = 70
     rng = np.random.default_rng(m * 1000 + k + len(fill))
     a_bits, b_bits = _random_bits(rng, (m, k), fill), _random_bits(rng, (k, n), fill)
@@ -358,6 +359,8 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
             assert c.route == f"cpu.avx2_block32.{'skinny' if m <= 4 else 'gemm'}"
         elif isa == "avx512bf16":
             assert c.route == "cpu.avx512bf16_block32.skinny"
+        elif tgrad.matmul_order_kernel("block32") == "amx":  # AMX: up to 8 rows on vdpbf16ps, B not small
+            assert c.route == ("cpu.avx512bf16_block32.skinny" if m <= 8 and k * n >= 65536 else "cpu.amx.gemm")
         assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
 
 

@@ -51,8 +51,9 @@ TG_HIDDEN const tg_ukernel *tg_cpu_stream_variant(int sel);
 TG_HIDDEN const tg_ukernel *tg_cpu_block32_variant(int sel);
 /* ... and for its one-row products, which stream B in place (NULL: none, the packed frame). */
 TG_HIDDEN const tg_ukernel *tg_cpu_block32_stream_variant(int sel);
-/* ... and for its few-row products over row-major B (NULL: none, the packed frame). */
-TG_HIDDEN const tg_ukernel *tg_cpu_block32_skinny_variant(int sel);
+/* ... and for its few-row products over row-major B of b_elements (K x N), up to *max_rows rows
+ * (NULL: none, the packed frame). */
+TG_HIDDEN const tg_ukernel *tg_cpu_block32_skinny_variant(int sel, double b_elements, int64_t *max_rows);
 /* The packed products' variant for the calling thread's matmul order now (the probes time it). */
 TG_HIDDEN const tg_ukernel *tg_cpu_order_current(void);
 TG_HIDDEN const tg_ukernel *tg_cpu_current(void); /* the packed products' variant now */

@@ -89,9 +89,10 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * accumulators (ukernel.h), the streaming kernels write bf16 only. */
     if (out_dtype == TGRAD_DTYPE_F32) P->path = PATH_GEMM;
     else if (S && P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
-    else if (block32) { /* a few rows stream row-major B where a block32 kernel can (not AMX) */
-        const tg_ukernel *F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel) : NULL;
-        if (F && P->M <= (F->skinny_rows ? F->skinny_rows : 16)) P->path = PATH_SKINNY, P->uk = F;
+    else if (block32) { /* a few rows stream row-major B where a block32 kernel can */
+        int64_t most = 0;
+        const tg_ukernel *F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most) : NULL;
+        if (F && P->M <= most) P->path = PATH_SKINNY, P->uk = F;
         else P->path = PATH_GEMM;
     }
     else if (S && S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))

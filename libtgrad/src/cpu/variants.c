@@ -83,16 +83,30 @@ const tg_ukernel *tg_cpu_block32_variant(int sel) {
  * has it, as the pairwise order's one-row products do (automatic choice, or a forced avx512bf16),
  * else with AVX-512F FMAs (avx512f_block32, and a forced avx512f); with AVX2 FMAs where the
  * pairwise order's products take avx2 (avx2_block32: AVX2-only CPUs, and a forced avx2). */
-/* The block32 order's few-row kernel (row-major B read in place, up to its skinny_rows rows): the
- * packed kernel's own skinny hook where it has one (vdpbf16ps, 16 rows); on AVX2 the stream
- * kernel's (4 rows: its L1 chains lose to the packed kernel past that, and to avx512f_block32's
- * packed kernel at any height, 2 threads, the Xeon); none under AMX (its 16-row tiles) or portable. */
-const tg_ukernel *tg_cpu_block32_skinny_variant(int sel) {
+/* The block32 order's few-row kernel (row-major B read in place) and the most rows it takes: the
+ * packed kernel's own skinny hook where it has one (vdpbf16ps, 16 rows); under AMX the vdpbf16ps
+ * kernel's up to 8 rows when B has 2^16 elements or more (AMX packs B for its 16-row tiles:
+ * 4x4096x4096 1.44 against 2.07 ms, 8 rows 1.98 against 2.17, 16 rows 2.94 against 1.90; but a
+ * decoding step's 4x80x64 attention product 4.1 against 2.9 us; 2 threads, the Xeon at load 3-4);
+ * on AVX2 the stream kernel's, 4 rows (its L1 chains lose to the packed kernel past that, and to
+ * avx512f_block32's packed kernel at any height); none on portable. */
+const tg_ukernel *tg_cpu_block32_skinny_variant(int sel, double b_elements, int64_t *max_rows) {
     const tg_ukernel *uk = tg_cpu_block32_variant(sel);
+    *max_rows = 16;
     if (uk->skinny) return uk;
-#if defined(TGRAD_HAVE_X86_VARIANTS)
-    if (uk == &tg_ukernel_avx2_block32 && tg_ukernel_avx2_block32_stream.available()) return &tg_ukernel_avx2_block32_stream;
+#if defined(TGRAD_HAVE_AMX_VARIANT) && defined(TGRAD_HAVE_X86_VARIANTS)
+    if (uk == &tg_ukernel_amx && b_elements >= 65536.0 && tg_ukernel_avx512bf16_block32.available()) {
+        *max_rows = 8;
+        return &tg_ukernel_avx512bf16_block32;
+    }
 #endif
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    if (uk == &tg_ukernel_avx2_block32 && tg_ukernel_avx2_block32_stream.available()) {
+        *max_rows = 4;
+        return &tg_ukernel_avx2_block32_stream;
+    }
+#endif
+    (void)b_elements;
     return NULL;
 }
 

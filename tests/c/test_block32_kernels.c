@@ -5,7 +5,8 @@
  * column-major and strided operands, fills with NaN, infinities, subnormals and signed zeros, fills
  * whose partial sums cross fp32's flush threshold, and a caller whose MXCSR rounds toward zero
  * with flush modes off (restored after); and its few-row hook (skinny) and one-row hook (rowvec,
- * row- and column-major B read in place) against the same reference. Linked from libtgrad's objects (the kernels are hidden in
+ * row- and column-major B read in place), and the AVX2 stream kernel's two hooks
+ * (stream_block32_avx2.c), against the same reference. Linked from libtgrad's objects (the kernels are hidden in
  * the shared library). Exit 77 (skipped) where the CPU has no AVX512-BF16. */
 #include <stdbool.h>
 #include <stdint.h>
@@ -168,6 +169,35 @@ static void compare(int64_t M, int64_t N, int64_t K, int64_t kcp, enum fill f, e
                     fill_names[f], layout_names[lb], (long long)bad, (long long)N);
         }
     }
+    /* the AVX2 stream kernel's hooks (bf16 out): rowvec (one row, either layout) and skinny (up to 4
+     * rows, row-major B), A packed as its pair words, under the caller's MXCSR too */
+    const tg_ukernel *s2 = &tg_ukernel_avx2_block32_stream;
+    bool one = M == 1 && (lb == ROWS || lb == COLS), few = M <= 4 && lb == ROWS;
+    if (s2->available() && (one || few)) {
+        memset(got16, 0, (size_t)(M * N) * 2u);
+        s2->pack_a(&A, 0, M, 0, K, one ? 1 : 16, ap);
+        int64_t half = N / 2;
+        unsigned csr = _mm_getcsr();
+        if (caller_csr) _mm_setcsr(caller_csr);
+        if (one) {
+            CHECK(s2->rowvec(ap, &B, K, 0, half, got16) && s2->rowvec(ap, &B, K, half, N - half, got16 + half));
+        } else {
+            s2->skinny(K, ap, (int32_t)M, b, B.s0, (int32_t)half, got16, N);
+            s2->skinny(K, ap, (int32_t)M, b + half, B.s0, (int32_t)(N - half), got16 + half, N);
+        }
+        if (caller_csr) CHECK(_mm_getcsr() == caller_csr);
+        _mm_setcsr(csr);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < M * N; i++) bad += got16[i] != want16[i];
+        cases++;
+        CHECK(bad == 0);
+        if (bad) {
+            mismatches++;
+            fprintf(stderr, "  %lldx%lldx%lld %s B %s, avx2 stream %s: %lld of %lld differ\n", (long long)M,
+                    (long long)K, (long long)N, fill_names[f], layout_names[lb], one ? "rowvec" : "skinny",
+                    (long long)bad, (long long)(M * N));
+        }
+    }
     free(ap), free(a), free(b), free(want32), free(got32), free(want16), free(got16);
 }
 
@@ -196,11 +226,14 @@ int main(void) {
      * results do not change and the caller's MXCSR is back afterwards */
     compare(13, 70, 300, 96, NEAR_FLUSH, ROWS, ROWS, 0x1f80u | 0x6000u);
     compare(13, 70, 300, 96, CANCEL, ROWS, COLS, 0x1f80u | 0x2000u); /* toward -inf: -0 sums */
-    /* the one-row hook over wider B (several 64- and 32-column groups, edges) in both layouts */
+    /* the one-row hook over wider B (several 64- and 32-column groups, edges) in both layouts, and
+     * the AVX2 hooks' few rows */
     for (int lb = ROWS; lb <= COLS; lb++)
         for (int f = 0; f < NFILLS; f++) {
             compare(1, 200, 333, 512, (enum fill)f, ROWS, (enum layout)lb, 0);
             compare(1, 95, 1100, 512, (enum fill)f, COLS, (enum layout)lb, 0x1f80u | 0x6000u);
+            compare(4, 66, 1100, 512, (enum fill)f, (enum layout)lb, ROWS, 0x1f80u | 0x2000u);
+            compare(3, 1100, 70, 512, (enum fill)f, ROWS, ROWS, 0);
         }
     printf("%d kernel runs compared, %d differ\n", cases, mismatches);
     printf("%d passed, %d failed\n", passed, failed);

@@ -71,10 +71,13 @@ NOT_CPU_KERNEL_TESTS = (
     "oracle", "elementwise_reference",
     "safetensors", "safetensors_fuzz", "safetensors_stub", "dlpack_fuzz", "dlpack_hostile",
     "bench_format", "bench_timing", "bench_conditions", "cli_help", "docs", "architecture_doc",
+    "doc_blocks", "bench_order",
+    # the GPU routes on PoCL (the CPU only gives their references, which the CPU tests cover)
+    "gpu_batched", "gpu_compare", "gpu_select", "gpu_reduce", "gpu_random", "block32_gpu",
 )
 #: ... and the files whose tests run every CPU variant themselves (the conformance rosters, the
-#: property sweep): forcing one would repeat them unchanged.
-EVERY_VARIANT_TESTS = ("conformance_cpu", "conformance_graphs", "properties")
+#: property sweep, the block32 order's kernels): forcing one would repeat them unchanged.
+EVERY_VARIANT_TESTS = ("conformance_cpu", "conformance_graphs", "properties", "matmul_order")
 
 
 def _pytest_each_cpu_variant(session: nox.Session) -> None:

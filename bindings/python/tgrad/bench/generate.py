@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..orders import get_matmul_order
+
 SHAPE = {"vocab_size": 8192, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
          "num_attention_heads": 16, "num_key_value_heads": 4}
 
@@ -105,7 +107,7 @@ def write_model(path: Path, seed: int = 0, shape: dict[str, int] | None = None) 
 
 def _child(peer: str, path: Path, threads: int, args: argparse.Namespace) -> dict[str, Any]:
     """One round of `peer` in a child process; tgrad's products take bench --order there."""
-    order = getattr(args, "order", None) or tgrad.get_matmul_order()
+    order = getattr(args, "order", None) or get_matmul_order()
     out = subprocess.run([sys.executable, "-c", _CHILD, peer, str(path), str(threads), str(args.gen_prompt),
                           str(args.gen_tokens), order], capture_output=True, text=True, check=False)
     if out.returncode:

@@ -121,8 +121,11 @@ def _commit(pairs: list[tuple[Tensor, Tensor, dict[str, Any], dict[str, Any]]], 
         s.update(updates)
 
 
-def _run_many(algo: int, flags: int, jobs: list[tuple[Tensor, list[Tensor], list[float], dict[str, Any],
-                                                    dict[str, Any]]], names: tuple[str, ...], user: str) -> None:
+#: One parameter's part of a one-call step: (param, inputs, scalars, state, updates).
+_Job = tuple[Tensor, list[Tensor], list[float], dict[str, Any], dict[str, Any]]
+
+
+def _run_many(algo: int, flags: int, jobs: list[_Job], names: tuple[str, ...], user: str) -> None:
     """The one-call path: jobs (param, inputs, scalars, state, updates) grouped by input count and
     parameter dtype, one tgrad_optim_step_many each (results realized); every result is made
     before any parameter or state changes. names: the state keys of the outputs after the
@@ -163,7 +166,7 @@ def sgd_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequence[
         flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
                  | (_kernel.MOMENTUM if momentum != 0 else 0) | (_kernel.NESTEROV if nesterov else 0))
         sc = [weight_decay, momentum, 1.0 - dampening, -lr]
-        jobs = []
+        jobs: list[_Job] = []
         for p, grad, s in zip(params, grads, state):
             buf = s.get("momentum_buffer") if momentum != 0 else None
             jobs.append((p, [_master(p, s), grad] + ([buf] if buf is not None else []), sc, s, {}))
@@ -217,7 +220,7 @@ def adamw_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequenc
         flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
                  | (_kernel.AMSGRAD if amsgrad else 0))
         w = f32(1 - beta1)
-        jobs = []
+        jobs: list[_Job] = []
         for p, grad, s in zip(params, grads, state):
             step = s.get("step", 0) + 1
             m, v = s.get("exp_avg"), s.get("exp_avg_sq")

@@ -14,7 +14,7 @@
  * its first element and step[k] its stride along the last axis (0 for a 0-d output). */
 static inline int64_t tg_run_at(int32_t ndim, const int64_t *shape, int32_t nview, const tg_view *const *view,
                                 int64_t lin, int64_t n, int64_t *off, int64_t *step) {
-    int64_t idx[TGRAD_MAX_DIMS], rem = lin, run = n;
+    int64_t idx[TGRAD_MAX_DIMS] = { 0 }, rem = lin, run = n;
     for (int32_t i = ndim - 1; i >= 0; i--) idx[i] = rem % shape[i], rem /= shape[i];
     if (ndim && run > shape[ndim - 1] - idx[ndim - 1]) run = shape[ndim - 1] - idx[ndim - 1];
     for (int32_t k = 0; k < nview; k++) {

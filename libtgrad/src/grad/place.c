@@ -6,6 +6,7 @@
  * REDUCE kind, grad/engine.c). CPU only. */
 #include <string.h>
 
+#include "../cpu/runs.h"
 #include "../kinds.h"
 #include "grad.h"
 
@@ -31,15 +32,18 @@ tgrad_status tg_place_execute(const tg_step *st) {
     const char *src = (const char *)in->buf->data;
     char *dst = (char *)st->buf->data;
     if (st->buf->numel) memset(dst, 0, (size_t)st->buf->numel * (size_t)esz); /* +0 in bf16 and f32 */
-    int64_t n = 1, idx[TGRAD_MAX_DIMS] = { 0 };
+    int64_t n = 1;
     for (int32_t d = 0; d < v->ndim; d++) n *= v->shape[d];
-    /* row by row along the last axis, the elements in the same order as one by one */
-    int32_t nd = v->ndim;
-    int64_t inner = nd ? v->shape[nd - 1] : 1, ss = nd ? v->strides[nd - 1] : 0, ts = nd ? to[nd - 1] : 0;
-    int64_t rows = inner ? n / inner : 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t from = v->offset, at = st->base->params.place.offset;
-        for (int32_t d = 0; d < nd - 1; d++) from += idx[d] * v->strides[d], at += idx[d] * to[d];
+    /* the runs along the last axis (cpu/runs.h), the elements in the same order as one by one; the
+     * second view is where they land */
+    tg_view at_view = *v;
+    for (int32_t d = 0; d < v->ndim; d++) at_view.strides[d] = to[d];
+    at_view.offset = st->base->params.place.offset;
+    const tg_view *views[2] = { v, &at_view };
+    for (int64_t lin = 0, inner; lin < n; lin += inner) {
+        int64_t off[2], step[2];
+        inner = tg_run_at(v->ndim, v->shape, 2, views, lin, n - lin, off, step);
+        int64_t from = off[0], at = off[1], ss = step[0], ts = step[1];
         if (esz == 2) {
             const uint16_t *a = (const uint16_t *)src + from;
             uint16_t *b = (uint16_t *)dst + at;
@@ -52,7 +56,6 @@ tgrad_status tg_place_execute(const tg_step *st) {
             for (int64_t i = 0; i < inner; i++)
                 memcpy(dst + (at + i * ts) * esz, src + (from + i * ss) * esz, (size_t)esz);
         }
-        for (int32_t d = nd - 2; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
     return TGRAD_OK;
 }

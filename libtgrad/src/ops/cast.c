@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/runs.h"
 #include "../kinds.h"
 
 static bool tensor_dtype(int32_t d) {
@@ -60,22 +61,17 @@ static bool convert(const void *src, int32_t from, void *dst, int32_t to) {
  * row along the last axis, with the per-element conversions convert() makes (widening exact; the
  * narrowing RNE, any NaN the canonical one), so the same bytes. */
 static void cast_float_rows(const tg_view *v, int32_t from, const void *src, void *dst, int64_t numel) {
-    int32_t nd = v->ndim;
-    int64_t inner = nd ? v->shape[nd - 1] : 1, step = nd ? v->strides[nd - 1] : 0, idx[TGRAD_MAX_DIMS] = { 0 };
-    int64_t rows = inner ? numel / inner : 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t off = v->offset;
-        for (int32_t d = 0; d < nd - 1; d++) off += idx[d] * v->strides[d];
+    for (int64_t lin = 0, run, off, step; lin < numel; lin += run) { /* the runs of cpu/runs.h */
+        run = tg_run_at(v->ndim, v->shape, 1, &v, lin, numel - lin, &off, &step);
         if (from == TGRAD_DTYPE_BF16) {
             const uint16_t *s = (const uint16_t *)src + off;
-            float *o = (float *)dst + r * inner;
-            for (int64_t i = 0; i < inner; i++) o[i] = tg_bf16_to_f32(s[i * step]);
+            float *o = (float *)dst + lin;
+            for (int64_t i = 0; i < run; i++) o[i] = tg_bf16_to_f32(s[i * step]);
         } else {
             const float *s = (const float *)src + off;
-            uint16_t *o = (uint16_t *)dst + r * inner;
-            for (int64_t i = 0; i < inner; i++) o[i] = tg_acc_to_bf16(s[i * step]);
+            uint16_t *o = (uint16_t *)dst + lin;
+            for (int64_t i = 0; i < run; i++) o[i] = tg_acc_to_bf16(s[i * step]);
         }
-        for (int32_t d = nd - 2; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
 }
 

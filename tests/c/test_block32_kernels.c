@@ -94,6 +94,47 @@ static uint32_t bits(float f) {
 
 static int cases, mismatches;
 
+typedef struct {
+    const tg_operand *A, *B;
+    const uint16_t *b; /* B's buffer (row-major B: the skinny hook reads it with B->s0) */
+    int64_t M, N, K;
+    enum fill f;
+    enum layout la, lb;
+    unsigned caller_csr;
+    uint32_t *ap; /* room for a 16-row A panel */
+    const uint16_t *want16;
+    uint16_t *got16;
+} hook_case;
+
+/* A streaming hook of k against the reference's bf16 outputs: rowvec (one row) or skinny (a
+ * 16-row A panel), A packed by k's pack_a, over two column strips as the frame's tasks split them,
+ * under the caller's MXCSR (which is back afterwards). */
+static void check_hook(const char *what, const tg_ukernel *k, bool one, const hook_case *c) {
+    int64_t M = c->M, N = c->N, K = c->K, half = N / 2;
+    memset(c->got16, 0, (size_t)(M * N) * 2u);
+    k->pack_a(c->A, 0, M, 0, K, one ? 1 : 16, c->ap);
+    unsigned csr = _mm_getcsr();
+    if (c->caller_csr) _mm_setcsr(c->caller_csr);
+    if (one) {
+        CHECK(k->rowvec(c->ap, c->B, K, 0, half, c->got16) && k->rowvec(c->ap, c->B, K, half, N - half, c->got16 + half));
+    } else {
+        k->skinny(K, c->ap, (int32_t)M, c->b, c->B->s0, (int32_t)half, c->got16, N);
+        k->skinny(K, c->ap, (int32_t)M, c->b + half, c->B->s0, (int32_t)(N - half), c->got16 + half, N);
+    }
+    if (c->caller_csr) CHECK(_mm_getcsr() == c->caller_csr);
+    _mm_setcsr(csr);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < M * N; i++) bad += c->got16[i] != c->want16[i];
+    cases++;
+    CHECK(bad == 0);
+    if (bad) {
+        mismatches++;
+        fprintf(stderr, "  %lldx%lldx%lld %s A %s B %s, %s: %lld of %lld differ\n", (long long)M, (long long)K,
+                (long long)N, fill_names[c->f], layout_names[c->la], layout_names[c->lb], what, (long long)bad,
+                (long long)(M * N));
+    }
+}
+
 /* One problem: the reference (portable_block32's main kernel) against every kernel height of the
  * vdpbf16ps variant. */
 static void compare(int64_t M, int64_t N, int64_t K, int64_t kcp, enum fill f, enum layout la, enum layout lb,
@@ -129,75 +170,15 @@ static void compare(int64_t M, int64_t N, int64_t K, int64_t kcp, enum fill f, e
                     got16[first], bits(want32[first]), want16[first]);
         }
     }
-    /* the few-row hook (bf16 out): skinny (M <= 16, row-major B in place) from a 16-row A panel */
+    /* the streaming hooks (bf16 out): the vdpbf16ps kernel's skinny (M <= 16, row-major B) and
+     * rowvec (one row, either layout); the AVX2 stream kernel's rowvec and skinny (up to 4 rows) */
     uint32_t *ap = aligned_alloc(64, (size_t)(16 * ((K + 31) / 32 * 16)) * 4u);
-    if (M <= 16 && lb == ROWS) {
-        memset(got16, 0, (size_t)(M * N) * 2u);
-        uk->pack_a(&A, 0, M, 0, K, 16, ap);
-        int64_t half = N / 2; /* two column strips, as the frame's tasks split them */
-        uk->skinny(K, ap, (int32_t)M, b, B.s0, (int32_t)half, got16, N);
-        uk->skinny(K, ap, (int32_t)M, b + half, B.s0, (int32_t)(N - half), got16 + half, N);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < M * N; i++) bad += got16[i] != want16[i];
-        cases++;
-        CHECK(bad == 0);
-        if (bad) {
-            mismatches++;
-            fprintf(stderr, "  %lldx%lldx%lld %s A %s B %s, skinny: %lld of %lld differ\n", (long long)M,
-                    (long long)K, (long long)N, fill_names[f], layout_names[la], layout_names[lb], (long long)bad,
-                    (long long)(M * N));
-        }
-    }
-    /* the one-row hook (bf16 out): rowvec from A's row packed one row high, B in place, in two
-     * column strips as the frame's tasks split them; the caller's MXCSR is back afterwards */
-    if (M == 1 && (lb == ROWS || lb == COLS)) {
-        memset(got16, 0, (size_t)N * 2u);
-        uk->pack_a(&A, 0, 1, 0, K, 1, ap);
-        int64_t half = N / 2;
-        unsigned csr = _mm_getcsr();
-        if (caller_csr) _mm_setcsr(caller_csr);
-        CHECK(uk->rowvec(ap, &B, K, 0, half, got16) && uk->rowvec(ap, &B, K, half, N - half, got16 + half));
-        if (caller_csr) CHECK(_mm_getcsr() == caller_csr);
-        _mm_setcsr(csr);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < N; i++) bad += got16[i] != want16[i];
-        cases++;
-        CHECK(bad == 0);
-        if (bad) {
-            mismatches++;
-            fprintf(stderr, "  1x%lldx%lld %s B %s, rowvec: %lld of %lld differ\n", (long long)K, (long long)N,
-                    fill_names[f], layout_names[lb], (long long)bad, (long long)N);
-        }
-    }
-    /* the AVX2 stream kernel's hooks (bf16 out): rowvec (one row, either layout) and skinny (up to 4
-     * rows, row-major B), A packed as its pair words, under the caller's MXCSR too */
     const tg_ukernel *s2 = &tg_ukernel_avx2_block32_stream;
-    bool one = M == 1 && (lb == ROWS || lb == COLS), few = M <= 4 && lb == ROWS;
-    if (s2->available() && (one || few)) {
-        memset(got16, 0, (size_t)(M * N) * 2u);
-        s2->pack_a(&A, 0, M, 0, K, one ? 1 : 16, ap);
-        int64_t half = N / 2;
-        unsigned csr = _mm_getcsr();
-        if (caller_csr) _mm_setcsr(caller_csr);
-        if (one) {
-            CHECK(s2->rowvec(ap, &B, K, 0, half, got16) && s2->rowvec(ap, &B, K, half, N - half, got16 + half));
-        } else {
-            s2->skinny(K, ap, (int32_t)M, b, B.s0, (int32_t)half, got16, N);
-            s2->skinny(K, ap, (int32_t)M, b + half, B.s0, (int32_t)(N - half), got16 + half, N);
-        }
-        if (caller_csr) CHECK(_mm_getcsr() == caller_csr);
-        _mm_setcsr(csr);
-        int64_t bad = 0;
-        for (int64_t i = 0; i < M * N; i++) bad += got16[i] != want16[i];
-        cases++;
-        CHECK(bad == 0);
-        if (bad) {
-            mismatches++;
-            fprintf(stderr, "  %lldx%lldx%lld %s B %s, avx2 stream %s: %lld of %lld differ\n", (long long)M,
-                    (long long)K, (long long)N, fill_names[f], layout_names[lb], one ? "rowvec" : "skinny",
-                    (long long)bad, (long long)(M * N));
-        }
-    }
+    bool one = M == 1 && (lb == ROWS || lb == COLS);
+    hook_case c = { &A, &B, b, M, N, K, f, la, lb, caller_csr, ap, want16, got16 };
+    if (M <= 16 && lb == ROWS) check_hook("skinny", uk, false, &c);
+    if (one) check_hook("rowvec", uk, true, &c);
+    if (s2->available() && (one || (M <= 4 && lb == ROWS))) check_hook(one ? "avx2 rowvec" : "avx2 skinny", s2, one, &c);
     free(ap), free(a), free(b), free(want32), free(got32), free(want16), free(got16);
 }
 

@@ -51,6 +51,11 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
                 const uint16_t *even = b + 2 * p * ldb + s0, *odd = even + ldb;
                 bool has_even = 2 * p < K, has_odd = 2 * p + 1 < K;
                 if (!has_even) continue; /* the padding's +0 products: added to the chains below */
+                float ae[16], ao[16]; /* each row's pair p, widened once for all the groups */
+                for (int32_t r = 0; r < rows; r++) {
+                    uint32_t word = p < kp ? a[p * astride + r] : 0u;
+                    ae[r] = lo_half(word), ao[r] = hi_half(word);
+                }
                 for (int64_t g = 0; g < groups; g++) {
                     if (!(g & 3)) { /* rows jump by 2*ldb per pair: fetch a few pairs ahead */
                         _mm_prefetch((const char *)(even + PREFETCH_PAIRS * 2 * ldb + 8 * g), TG_PREFETCH_HINT);
@@ -59,10 +64,9 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
                     __m256 be = row8(even + 8 * g, w - 8 * g);
                     __m256 bo = has_odd ? row8(odd + 8 * g, w - 8 * g) : _mm256_setzero_ps();
                     for (int32_t r = 0; r < rows; r++) {
-                        uint32_t word = p < kp ? a[p * astride + r] : 0u;
                         float *e = ev + r * strip + 8 * g, *o = od + r * strip + 8 * g;
-                        _mm256_store_ps(e, _mm256_fmadd_ps(_mm256_set1_ps(lo_half(word)), be, _mm256_load_ps(e)));
-                        _mm256_store_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(hi_half(word)), bo, _mm256_load_ps(o)));
+                        _mm256_store_ps(e, _mm256_fmadd_ps(_mm256_broadcast_ss(ae + r), be, _mm256_load_ps(e)));
+                        _mm256_store_ps(o, _mm256_fmadd_ps(_mm256_broadcast_ss(ao + r), bo, _mm256_load_ps(o)));
                     }
                 }
             }

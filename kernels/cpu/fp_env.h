@@ -23,6 +23,9 @@ static inline tg_fp_env tg_fp_env_ieee(void) {
     return e;
 }
 static inline void tg_fp_env_restore(tg_fp_env e) { _mm_setcsr((unsigned)e.saved); }
+/* MXCSR for the streaming fp32 FMA matmul kernels, from the caller's csr: round to nearest even,
+ * FTZ (15) and DAZ (6) set, the caller's exception masks kept. */
+static inline unsigned tg_mxcsr_fma(unsigned csr) { return (csr & ~0x6000u) | 0x8040u; }
 
 #elif defined(__aarch64__)
 /* FPCR: FZ (24), RMode (22-23), FZ16 (19), AH and FIZ (1, 0, FEAT_AFP) cleared; trap enables

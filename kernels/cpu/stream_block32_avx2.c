@@ -17,6 +17,7 @@
 #include "pack_bf16_pairs.h"
 #include "avx2_bf16.h"
 #include "contract_step.h" /* lo_half, hi_half */
+#include "fp_env.h"
 
 enum { PAIRS = 16 }; /* pair words per block */
 
@@ -152,7 +153,7 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
 static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
     if (B->s1 != 1 && B->s0 != 1) return false;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out);
     else rowvec_cols(apairs, B, K, n0, nb, out);
     _mm_setcsr(csr);
@@ -163,7 +164,7 @@ static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64
 static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                    uint16_t *out, int64_t ldout) {
     unsigned csr = _mm_getcsr();
-    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     few_rows(a, 16, rows, b, ldb, K, cols, out, ldout);
     _mm_setcsr(csr);
 }

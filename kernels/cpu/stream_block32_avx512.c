@@ -14,6 +14,7 @@
 #include "store_bf16_avx512.h"
 #include "pack_avx512.h"
 #include "contract_step.h" /* lo_half, hi_half */
+#include "fp_env.h"
 
 
 enum { PAIRS = 16 }; /* pair words per block */
@@ -96,7 +97,7 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
 static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
     if (B->s1 != 1 && B->s0 != 1) return false;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out);
     else rowvec_cols(apairs, B, K, n0, nb, out);
     _mm_setcsr(csr);

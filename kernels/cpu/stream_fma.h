@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fp_env.h"
 #include "ukernel.h"
 
 enum { SK_STRIP = 512, SK_CHUNK = 64 };
@@ -60,7 +61,7 @@ static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64
     const float *a = (const float *)apairs; /* these variants pack A as fp32 (odd, even) entries */
     if (B->s1 != 1 && B->s0 != 1) return false;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     if (B->s1 == 1) rowvec_rows(a, B->base + n0, B->s0, K, nb, out);
     else rowvec_cols(a, B, K, n0, nb, out);
     _mm_setcsr(csr);
@@ -90,7 +91,7 @@ static void skinny_strip(int64_t K, const float *a, int32_t rows, const uint16_t
 static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                    uint16_t *out, int64_t ldout) {
     unsigned csr = _mm_getcsr();
-    _mm_setcsr((csr & ~0x6000u) | 0x8040u); /* round to nearest even, FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     for (int32_t j = 0; j < cols; j += SK_STRIP)
         skinny_strip(K, (const float *)a, rows, b + j, ldb, cols - j < SK_STRIP ? cols - j : SK_STRIP, out + j, ldout);
     _mm_setcsr(csr);

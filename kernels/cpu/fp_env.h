@@ -23,8 +23,8 @@ static inline tg_fp_env tg_fp_env_ieee(void) {
     return e;
 }
 static inline void tg_fp_env_restore(tg_fp_env e) { _mm_setcsr((unsigned)e.saved); }
-/* MXCSR for the streaming fp32 FMA matmul kernels, from the caller's csr: round to nearest even,
- * FTZ (15) and DAZ (6) set, the caller's exception masks kept. */
+/* MXCSR for the fp32 FMA matmul kernels (packed and streaming), from the caller's csr: round to
+ * nearest even, FTZ (15) and DAZ (6) set, the caller's exception masks kept. */
 static inline unsigned tg_mxcsr_fma(unsigned csr) { return (csr & ~0x6000u) | 0x8040u; }
 
 #elif defined(__aarch64__)
@@ -43,6 +43,9 @@ static inline tg_fp_env tg_fp_env_ieee(void) {
     return e;
 }
 static inline void tg_fp_env_restore(tg_fp_env e) { tg_write_fpcr(e.saved); }
+/* FPCR for the NEON fp32 matmul kernels, from the caller's fpcr: FZ (24) set, RMode (22-23) round to
+ * nearest even, the rest kept. */
+static inline uint64_t tg_fpcr_fma(uint64_t fpcr) { return (fpcr & ~(3ull << 22)) | (1ull << 24); }
 
 #else
 /* Elsewhere the C default environment (round to nearest, no flush) is assumed. */

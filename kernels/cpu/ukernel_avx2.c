@@ -3,6 +3,8 @@
  * bf16 pair words widened in the kernel, as on AVX512F), MXCSR FTZ|DAZ for the kernel's
  * duration. */
 #include <immintrin.h>
+
+#include "fp_env.h"
 #include <stdbool.h>
 #include <string.h>
 
@@ -105,7 +107,7 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     const uint32_t *b = b_;
     const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
     unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
 #define DECL(r) __m256 c##r##0 = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps(), \
                      c##r##1 = t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc + 8) : _mm256_setzero_ps();
     ROWS(DECL)

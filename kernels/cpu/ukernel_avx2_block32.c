@@ -7,6 +7,8 @@
  * kernel only loads and broadcasts. Compiled alone with -mavx2 -mfma (meson). */
 #include <immintrin.h>
 
+#include "fp_env.h"
+
 #define MR 6
 #define NR 8
 #include "pack_block32.h"
@@ -14,7 +16,7 @@
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_, *b = b_;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     float acc[MR][NR] __attribute__((aligned(32)));
     for (int r = 0; r < MR; r++)
         _mm256_store_ps(acc[r], t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps());

@@ -8,6 +8,8 @@
  * duration and restored. */
 #include <immintrin.h>
 
+#include "fp_env.h"
+
 #define MR 12
 #define NR 32
 #include "pack_f32_pairs.h"
@@ -60,7 +62,7 @@ static void pack_a_fast(const tg_operand *A, int64_t m0, int64_t mb, int64_t k0,
  * (both empty for packed A) */
 #define TILE_BODY(ROWLIST, SETUP, TAIL)                                                             \
     unsigned csr = _mm_getcsr();                                                                    \
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */                                                      \
+    _mm_setcsr(tg_mxcsr_fma(csr));                                                                  \
     ROWLIST(K_DECL)                                                                                 \
     if (t->load) { ROWLIST(K_LOAD) }                                                                \
     for (int64_t p = 0; p < kpairs; p++) {                                                          \

@@ -8,6 +8,8 @@
  * blocks. Compiled alone with -mavx512f -mavx512bw (meson). */
 #include <immintrin.h>
 
+#include "fp_env.h"
+
 #define MR 6
 #define NR 32
 #include "pack_bf16_pairs.h"
@@ -21,7 +23,7 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     const float *a = a_;
     const uint32_t *b = b_;
     unsigned csr = _mm_getcsr();
-    _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+    _mm_setcsr(tg_mxcsr_fma(csr));
     float acc[MR][NR] __attribute__((aligned(64)));
     for (int r = 0; r < MR; r++)
         for (int h = 0; h < 2; h++)

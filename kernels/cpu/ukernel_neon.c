@@ -18,7 +18,6 @@
 #include "fp_env.h"
 #include "pack_f32_pairs.h"
 
-#define FPCR_FZ (1u << 24)
 #define FPSR_UFC (1u << 3)
 
 /* The exact tile, one element at a time (packed fp32 pairs: A entries (odd, even) per row, B
@@ -73,7 +72,7 @@ static inline uint16x4_t bf16x4(float32x4_t v) { /* RNE; NaN -> 0x7fc0 */
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_, *b = b_;
     uint64_t fpcr = tg_read_fpcr(), fpsr = tg_read_fpsr();
-    tg_write_fpcr(fpcr | FPCR_FZ);
+    tg_write_fpcr(tg_fpcr_fma(fpcr));
     tg_write_fpsr(fpsr & ~(uint64_t)FPSR_UFC);
     R8(K_DECL)
     if (t->load) { R8(K_LOAD) }

@@ -18,7 +18,6 @@
 #include "fp_env.h"
 #include "pack_block32.h"
 
-#define FPCR_FZ (1u << 24)
 #define FPSR_UFC (1u << 3)
 
 /* The tile in the block32 order, one element at a time with the exact step, from acc. Packed A:
@@ -43,7 +42,7 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NR; j++) start[r][j] = acc[r][j] = t->load ? t->acc[r * t->ldacc + j] : 0.0f;
     uint64_t fpcr = tg_read_fpcr(), fpsr = tg_read_fpsr();
-    tg_write_fpcr(fpcr | FPCR_FZ);
+    tg_write_fpcr(tg_fpcr_fma(fpcr));
     tg_write_fpsr(fpsr & ~(uint64_t)FPSR_UFC);
     for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS) {
         float32x4_t e[MR][2], o[MR][2];

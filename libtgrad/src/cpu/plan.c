@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../../kernels/cpu/fp_env.h"
 #include "frame.h"
 
 /* The dispatch decision, made once per step by the scheduler (tg_cpu_matmul_plan_make): the
@@ -176,9 +177,8 @@ tgrad_status tg_cpu_matmul(const uint16_t *a, const tg_view *av, const uint16_t 
 
 _Thread_local const tg_ukernel *tg_cpu_matmul_ran;
 
-tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, const tg_view *av, const uint16_t *b,
-                               const tg_view *bv, void *out, const tg_chain *ep) {
-    tg_cpu_matmul_ran = P->uk;
+static tgrad_status run_plan(const tg_cpu_matmul_plan *P, const uint16_t *a, const tg_view *av, const uint16_t *b,
+                             const tg_view *bv, void *out, const tg_chain *ep) {
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     if (P->path == PATH_EMPTY) return TGRAD_OK;
     if (P->path == PATH_ZEROS) { /* every batch: [batch * M, N] zeros */
@@ -203,5 +203,17 @@ tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, c
     tgrad_status s = (tgrad_status)atomic_load(&J.failed);
     if (s && P->batch_tasks > 1) /* a worker's detail message is its own thread's: say it here */
         return tg_fail(s, "matmul: a product of the batch failed on a worker (%s)", tgrad_status_name(s));
+    return s;
+}
+
+/* The product runs under the IEEE environment (round to nearest even, no flush: fp_env.h) whatever
+ * the caller's: the portable kernels' steps round in C, and the SIMD kernels add only their flush
+ * bits to it. The pool's workers start in it too (pool.c). */
+tgrad_status tg_cpu_matmul_run(const tg_cpu_matmul_plan *P, const uint16_t *a, const tg_view *av, const uint16_t *b,
+                               const tg_view *bv, void *out, const tg_chain *ep) {
+    tg_cpu_matmul_ran = P->uk;
+    tg_fp_env env = tg_fp_env_ieee();
+    tgrad_status s = run_plan(P, a, av, b, bv, out, ep);
+    tg_fp_env_restore(env);
     return s;
 }

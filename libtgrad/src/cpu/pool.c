@@ -35,6 +35,7 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+#include "../../../kernels/cpu/fp_env.h"
 #include "internal.h"
 #include "placement.h"
 
@@ -136,6 +137,7 @@ static void drain(int32_t worker, uint_fast64_t epoch) {
 static void *worker_main(void *arg) {
     int32_t id = (int32_t)(intptr_t)arg;
     tg_place_worker_start(id);
+    (void)tg_fp_env_ieee(); /* a worker inherits its creator's environment: start from IEEE's */
     uint_fast64_t seen = 0;
     for (;;) {
         uint_fast64_t cur = spin_while_equal(&job_seq, seen);

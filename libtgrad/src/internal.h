@@ -355,6 +355,15 @@ static inline void tg_cpu_copy_view_sized(const void *src, const tg_view *v, voi
 typedef struct { int32_t ways, sets, line; } tg_l1d_geometry;
 TG_HIDDEN int32_t tg_cpu_rows_per_l1_set(int32_t rows, int64_t stride_bytes, const tg_l1d_geometry *g);
 TG_HIDDEN bool tg_cpu_direct_a_fits_l1(int32_t mr, int64_t stride_bytes, const tg_l1d_geometry *g);
+/* The rows of a block of A that the shared-chunk path keeps in a core's L2 while B's micro-panels
+ * stream past it: as many rows of `row_bytes` (A's row over one K panel, as the kernels read it)
+ * as fill half of `l2_bytes`, in whole panels of mr, at least mr and at most `most` (`most` where
+ * the L2 size is unknown, 0). */
+TG_HIDDEN int64_t tg_cpu_l2_block_rows(int64_t l2_bytes, int64_t row_bytes, int32_t mr, int64_t most);
+/* The CPU's caches as the frame uses them (CPUID leaf 4 or 0x8000001D, else sysfs; zeros where
+ * unknown), read once. */
+typedef struct { tg_l1d_geometry l1d; int64_t l2_bytes; } tg_cpu_caches;
+TG_HIDDEN const tg_cpu_caches *tg_cpu_cache_sizes(void);
 
 /* Thread pool (cpu/pool.c): run fn(task, arg) for task in [0, ntasks) on the workers and wait. */
 typedef void (*tg_task_fn)(int64_t task, int32_t worker, void *arg);

@@ -33,6 +33,22 @@ int main(void) {
     CHECK(tg_cpu_direct_a_fits_l1(12, 2000, &zen4));
     CHECK(tg_cpu_direct_a_fits_l1(12, 4096, &zen5));
     CHECK(tg_cpu_direct_a_fits_l1(12, 4096, &unknown));
+    /* the shared-chunk path's row blocks fill half of L2: 2 MiB (Sapphire Rapids) at K = 4096 of
+     * bf16 (8 KiB a row): 128 rows; at K = 2048: 256, capped at 192; 1 MiB (Zen 4) at K = 2048:
+     * 128; unknown L2: the cap; a row longer than half of L2: one panel of mr rows */
+    CHECK(tg_cpu_l2_block_rows(2 << 20, 8192, 32, 192) == 128);
+    CHECK(tg_cpu_l2_block_rows(2 << 20, 4096, 32, 192) == 192);
+    CHECK(tg_cpu_l2_block_rows(1 << 20, 4096, 12, 192) == 120);
+    CHECK(tg_cpu_l2_block_rows(0, 8192, 32, 192) == 192);
+    CHECK(tg_cpu_l2_block_rows(2 << 20, (int64_t)4 << 20, 32, 192) == 32);
+    CHECK(tg_cpu_l2_block_rows(2 << 20, 0, 32, 192) == 192);
+    /* this machine's caches, as read: an L2 bigger than its L1 (x86 and Linux say) */
+    const tg_cpu_caches *c = tg_cpu_cache_sizes();
+    printf("this CPU: L1d %d ways x %d sets x %d bytes, L2 %lld bytes\n", (int)c->l1d.ways, (int)c->l1d.sets,
+           (int)c->l1d.line, (long long)c->l2_bytes);
+#if defined(__x86_64__) || defined(__linux__)
+    CHECK(c->l2_bytes > (int64_t)c->l1d.ways * c->l1d.sets * c->l1d.line);
+#endif
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -1,7 +1,7 @@
 /* Two builds of libtgrad timed side by side in one process: a paired A/B for changes that the
  * machine's drift from minute to minute would hide (docs/performance.md, "The quiet, warm
  * table"). Each repetition times OLD and NEW once each, in alternating order, each call after
- * 1 ms idle and one untimed call (the bench's hot region), at 2 threads; prints the median
+ * 1 ms idle and one untimed call (the bench's hot region), at 2 threads (TGRAD_AB_THREADS); prints the median
  * times and the median and quartiles of NEW/OLD.
  *
  *   cc -O2 tools/ab_libs.c -o ab_libs -ldl
@@ -60,7 +60,9 @@ static void load(lib *l, const char *path, const uint16_t *a, const uint16_t *b,
         fprintf(stderr, "%s: cannot set the matmul order\n", path);
         exit(2);
     }
-    if (l->from_bf16(a, 2, sa, &l->a) || l->from_bf16(b, 2, sb, &l->b) || threads(2)) {
+    /* TGRAD_AB_THREADS: the pool's threads (default 2) */
+    int32_t nthreads = getenv("TGRAD_AB_THREADS") ? atoi(getenv("TGRAD_AB_THREADS")) : 2;
+    if (l->from_bf16(a, 2, sa, &l->a) || l->from_bf16(b, 2, sb, &l->b) || threads(nthreads)) {
         fprintf(stderr, "%s: setup failed\n", path);
         exit(2);
     }

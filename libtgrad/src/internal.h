@@ -300,6 +300,7 @@ typedef struct tg_cpu_matmul_plan {
     int32_t path;                /* cpu/plan.c's cpu_path */
     int32_t threads;
     bool swapped;                /* [M, 1] computed as its transpose: A and B trade places */
+    bool t_out;                  /* computed as D = B^T A^T into scratch, out = D^T (cpu/plan.c, PATH_GEMM_T) */
     const struct tg_ukernel *uk; /* the variant that runs */
     int64_t M, N, K;             /* as computed (after the swap) */
     int64_t a_strides[2], b_strides[2];

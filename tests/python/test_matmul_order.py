@@ -364,6 +364,41 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
         assert np.array_equal(got, want), f"[isa={isa}, route={c.route}] " + _describe(got, want, 4)
 
 
+@pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
+@pytest.mark.parametrize("m,k", [(2, 300), (3, 1057), (17, 300), (64, 33), (128, 1057), (129, 300)])
+def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, fill):
+    """x @ W.T with a few rows (2 to 128) on AMX is computed as (W @ x.T).T (route gemm_t: W's rows
+    read in place, only x packed; cpu/plan.c): the oracle's bytes, through sliced views, fused with
+    a bias and GELU, merged batches and 1 or 2 threads. Below 2^16 elements of W (64 x 33) and past
+    128 rows the packed route stays."""
+    n = 260
+    rng = np.random.default_rng(m * 7919 + k + len(fill))
+    x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
+    bias = _random_bits(rng, (n,), "normal")
+    x_bits, w_bits = x_big[1:, 3:], w_big[2:, 2:k + 2]  # views with offsets and row strides
+    x_t = tgrad.Tensor.from_bf16_bits(x_big)[1:, 3:]
+    w_t = tgrad.Tensor.from_bf16_bits(w_big)[2:, 2:k + 2]
+    b_t = tgrad.Tensor.from_bf16_bits(bias)
+    want = _rne_bf16(_oracle32(np.ascontiguousarray(x_bits), np.ascontiguousarray(w_bits.T)))
+    fused_want = ((tgrad.Tensor.from_bf16_bits(want) + b_t).gelu()).numpy().view(np.uint16)
+    amx = tgrad.matmul_order_kernel("block32") == "amx"
+    for isa in _kernels():
+        tgrad.set_cpu_isa(isa)
+        for threads in (1, 2):
+            tgrad.set_num_threads(threads)
+            c = tgrad.matmul(x_t, w_t.T, order="block32")
+            got = c.numpy().view(np.uint16)
+            if isa == "auto" and amx:
+                t_route = 2 <= m <= 128 and k * n >= 65536
+                assert c.route == ("cpu.amx.gemm_t" if t_route else "cpu.amx.gemm"), (m, k, c.route)
+            assert np.array_equal(got, want), f"[isa={isa}, threads={threads}, route={c.route}] " + _describe(got, want, 4)
+            with tgrad.matmul_order("block32"):
+                fused = (x_t @ w_t.T + b_t).gelu().numpy().view(np.uint16)
+                merged = (tgrad.Tensor.from_bf16_bits(np.stack([x_bits, x_bits[::-1]])) @ w_t.T).numpy().view(np.uint16)
+            assert np.array_equal(fused, fused_want), f"[isa={isa}, threads={threads}] fused"
+            assert np.array_equal(merged[0], want) and np.array_equal(merged[1], want[::-1]), f"[isa={isa}] batch"
+
+
 def test_a_trace_records_the_order_and_validates_block32_products():
     """tgrad.trace keeps each product's order in its args and replays it through the oracle in
     that order (a fill where the two orders' bf16 results differ: a replay in the wrong order

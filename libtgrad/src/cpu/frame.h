@@ -61,11 +61,14 @@ TG_HIDDEN double tg_cpu_now_s(void);
 
 /* ---- per-thread workspace (workspace.c) ---- */
 typedef struct {
-    void *acc, *apack, *bpack;
-    size_t acc_cap, a_cap, b_cap;
+    void *acc, *apack, *bpack, *tout;
+    size_t acc_cap, a_cap, b_cap, t_cap;
 } workspace;
 /* The calling thread's workspace with at least these bytes in each buffer; NULL when out of memory. */
 TG_HIDDEN workspace *tg_cpu_workspace(size_t acc, size_t a, size_t b);
+/* The calling thread's buffer for a product's transposed result (plan.c's PATH_GEMM_T), at least
+ * `bytes`, apart from the packing buffers; NULL when out of memory. */
+TG_HIDDEN void *tg_cpu_transpose_scratch(size_t bytes);
 
 /* ---- the paths (stream.c, gemm_packed.c) ----
  * Each applies the epilogue ep (NULL: none) to every block of out right after the worker that

@@ -495,8 +495,10 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
                  * L1/L2), so there is no packing phase and no barrier before the tiles (2
                  * threads: 1024^3 3-5% faster, 1024x1024x2048 and x4096 4-8%, 2048^3 and up
                  * within the noise). The variants that pack A keep the shared phase (this way
-                 * measured 1-2% slower there: A still needs its phase). */
-                J.own_cols = direct && !multi && pack_b && b_panels >= 2 * (int64_t)threads;
+                 * measured 1-2% slower there: A still needs its phase). Not where A is far taller than B is wide (plan.c's PATH_GEMM_T: W's 4096 rows
+                 * against 128 columns of x): each task would read all of A, that is A once per
+                 * task (AMX, 2 threads, 128x4096x4096 as its transpose: 1.5x the time). */
+                J.own_cols = direct && !multi && pack_b && b_panels >= 2 * (int64_t)threads && J.mb <= 8 * J.nb;
                 if (J.own_cols) {
                     int64_t groups = 2 * (int64_t)threads;
                     J.nc = round_up((J.nb + groups - 1) / groups, nr);

@@ -9,7 +9,7 @@
 
 /* The dispatch decision, made once per step by the scheduler (tg_cpu_matmul_plan_make): the
  * route explain names and realize records is the one tg_cpu_matmul_run executes. */
-typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_SKINNY, PATH_GEMM } cpu_path;
+typedef enum { PATH_EMPTY, PATH_ZEROS, PATH_ROWVEC, PATH_SKINNY, PATH_GEMM, PATH_GEMM_T } cpu_path;
 
 /* The batch axes of a plan: extent-1 axes dropped (they move no operand), so that a product
  * whose batch is 1 runs exactly as the 2-D one. */
@@ -40,6 +40,19 @@ static bool merge_rows(tg_cpu_matmul_plan *P) {
 }
 
 _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's order numbers are tgrad.h's");
+
+/* A few rows times a column-major B (x @ W.T) on a variant that reads A's rows in place at any
+ * stride (AMX): computed as D = B^T A^T, W's rows read in place as the left operand and only x
+ * packed, instead of packing all of W for a few rows; out = D^T. Each output is the same sum of
+ * the same exact products in the same order (a product's operands commute exactly): the same
+ * bytes. Up to T_ROWS rows, where B is big enough for its packing to matter (measured:
+ * docs/performance.md, "A few rows times W.T on AMX"). */
+enum { T_ROWS = 128 };
+static bool transposed_pays(const tg_cpu_matmul_plan *P) {
+    return P->uk->kernel_direct && P->uk->direct_any_stride && P->out_dtype == TGRAD_DTYPE_BF16 && !P->swapped &&
+           P->M >= 2 && P->M <= T_ROWS && P->a_strides[1] == 1 && P->b_strides[0] == 1 &&
+           (double)P->K * (double)P->N >= 65536.0;
+}
 
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
                              tg_cpu_matmul_plan *P) {
@@ -94,15 +107,16 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
         int64_t most = 0;
         const tg_ukernel *F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most) : NULL;
         if (F && P->M <= most) P->path = PATH_SKINNY, P->uk = F;
-        else P->path = PATH_GEMM;
+        else P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     }
+    else if (transposed_pays(P)) P->path = PATH_GEMM_T;
     else if (S && S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;
     else P->path = PATH_GEMM;
 }
 
 void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap) {
-    static const char *const names[] = { "empty", "zeros", "rowvec", "skinny", "gemm" };
+    static const char *const names[] = { "empty", "zeros", "rowvec", "skinny", "gemm", "gemm_t" };
     size_t len = 0;
     if (!cap) return;
     tg_str_append(dst, cap, &len, "cpu.");
@@ -115,6 +129,27 @@ void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap)
 
 /* ---- running ---- */
 
+/* PATH_GEMM_T: D [N, M] = B^T A^T on the packed path (B^T's rows are B's columns, read in place;
+ * A^T packed as its right operand), then out [M, N] = D^T in 32 x 32 blocks, then the epilogue
+ * over all of out (M is small: a few rows). */
+static tgrad_status run_transposed(const tg_cpu_matmul_plan *P, const tg_operand *A, const tg_operand *B,
+                                   uint16_t *out, const tg_chain *ep, int32_t threads) {
+    int64_t M = P->M, N = P->N;
+    uint16_t *d = tg_cpu_transpose_scratch((size_t)(M * N) * 2u);
+    if (!d) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate the transposed result's buffer");
+    tg_operand At = { B->base, B->s1, B->s0 }, Bt = { A->base, A->s1, A->s0 };
+    tgrad_status s = tg_cpu_gemm_packed(P->uk, &At, &Bt, N, M, P->K, threads, d, NULL, NULL);
+    if (s) return s;
+    for (int64_t n0 = 0; n0 < N; n0 += 32)
+        for (int64_t m0 = 0; m0 < M; m0 += 32) {
+            int64_t n1 = n0 + 32 < N ? n0 + 32 : N, m1 = m0 + 32 < M ? m0 + 32 : M;
+            for (int64_t m = m0; m < m1; m++)
+                for (int64_t n = n0; n < n1; n++) out[m * N + n] = d[n * M + m];
+        }
+    tg_chain_apply_block(ep, out, N, 0, 0, M, N);
+    return TGRAD_OK;
+}
+
 /* One 2-D product of the plan: A and B at these element addresses (the batch's), out its
  * [M, N] block; ep's positions start at lin0 of the whole output. */
 static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, const uint16_t *bbase, void *out,
@@ -125,6 +160,7 @@ static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, 
     if (P->out_dtype == TGRAD_DTYPE_F32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
     if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, threads, out, ep);
     if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, out, ep);
+    if (P->path == PATH_GEMM_T) return run_transposed(P, &A, &B, out, ep, threads);
     return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, out, NULL, ep);
 }
 

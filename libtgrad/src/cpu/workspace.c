@@ -17,8 +17,8 @@ static _Atomic int64_t scratch_bytes; /* all threads' buffers, as allocated (tgr
 static void ws_free(void *p) {
     workspace *w = p;
     if (!w) return;
-    atomic_fetch_sub(&scratch_bytes, (int64_t)(w->acc_cap + w->a_cap + w->b_cap));
-    free(w->acc), free(w->apack), free(w->bpack), free(w);
+    atomic_fetch_sub(&scratch_bytes, (int64_t)(w->acc_cap + w->a_cap + w->b_cap + w->t_cap));
+    free(w->acc), free(w->apack), free(w->bpack), free(w->tout), free(w);
 }
 
 TGRAD_API int64_t tgrad_cpu_scratch_bytes(void) { return atomic_load(&scratch_bytes); }
@@ -41,7 +41,7 @@ static bool ensure(void **buf, size_t *cap, size_t want) {
     return true;
 }
 
-workspace *tg_cpu_workspace(size_t acc, size_t a, size_t b) {
+static workspace *own(void) {
     pthread_once(&ws_once, ws_init);
     workspace *w = pthread_getspecific(ws_key);
     if (!w) {
@@ -51,6 +51,17 @@ workspace *tg_cpu_workspace(size_t acc, size_t a, size_t b) {
             return NULL;
         }
     }
+    return w;
+}
+
+void *tg_cpu_transpose_scratch(size_t bytes) {
+    workspace *w = own();
+    return w && ensure(&w->tout, &w->t_cap, bytes) ? w->tout : NULL;
+}
+
+workspace *tg_cpu_workspace(size_t acc, size_t a, size_t b) {
+    workspace *w = own();
+    if (!w) return NULL;
     if (!ensure(&w->acc, &w->acc_cap, acc) || !ensure(&w->apack, &w->a_cap, a) || !ensure(&w->bpack, &w->b_cap, b))
         return NULL;
     return w;

@@ -365,13 +365,14 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
-@pytest.mark.parametrize("m,k", [(2, 300), (3, 1057), (17, 300), (64, 33), (128, 1057), (129, 300)])
-def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, fill):
+@pytest.mark.parametrize("m,k,n", [(2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260), (128, 1057, 260),
+                                   (129, 300, 260), (3, 64, 4100)])
+def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     """x @ W.T with a few rows (2 to 128) on AMX is computed as (W @ x.T).T (route gemm_t: W's rows
     read in place, only x packed; cpu/plan.c): the oracle's bytes, through sliced views, fused with
     a bias and GELU, merged batches and 1 or 2 threads. Below 2^16 elements of W (64 x 33) and past
-    128 rows the packed route stays."""
-    n = 260
+    128 rows the packed route stays; past 4096 columns (3 x 64 x 4100) the route works in chunks of
+    4096 of them."""
     rng = np.random.default_rng(m * 7919 + k + len(fill))
     x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
     bias = _random_bits(rng, (n,), "normal")

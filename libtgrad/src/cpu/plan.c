@@ -129,24 +129,30 @@ void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap)
 
 /* ---- running ---- */
 
-/* PATH_GEMM_T: D [N, M] = B^T A^T on the packed path (B^T's rows are B's columns, read in place;
- * A^T packed as its right operand), then out [M, N] = D^T in 32 x 32 blocks, then the epilogue
- * over all of out (M is small: a few rows). */
+/* PATH_GEMM_T: D = B^T A^T on the packed path (B^T's rows are B's columns, read in place; A^T
+ * packed as its right operand), T_COLS columns of out at a time (a bounded buffer, at most
+ * T_COLS x T_ROWS bf16: 1 MiB, however wide N is, e.g. a vocabulary's logits), each chunk then
+ * written into out transposed, in 32 x 32 blocks, and its epilogue applied while it is in cache. */
+enum { T_COLS = 4096 };
 static tgrad_status run_transposed(const tg_cpu_matmul_plan *P, const tg_operand *A, const tg_operand *B,
                                    uint16_t *out, const tg_chain *ep, int32_t threads) {
-    int64_t M = P->M, N = P->N;
-    uint16_t *d = tg_cpu_transpose_scratch((size_t)(M * N) * 2u);
+    int64_t M = P->M, N = P->N, cols = N < T_COLS ? N : T_COLS;
+    uint16_t *d = tg_cpu_transpose_scratch((size_t)(M * cols) * 2u);
     if (!d) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate the transposed result's buffer");
-    tg_operand At = { B->base, B->s1, B->s0 }, Bt = { A->base, A->s1, A->s0 };
-    tgrad_status s = tg_cpu_gemm_packed(P->uk, &At, &Bt, N, M, P->K, threads, d, NULL, NULL);
-    if (s) return s;
-    for (int64_t n0 = 0; n0 < N; n0 += 32)
-        for (int64_t m0 = 0; m0 < M; m0 += 32) {
-            int64_t n1 = n0 + 32 < N ? n0 + 32 : N, m1 = m0 + 32 < M ? m0 + 32 : M;
-            for (int64_t m = m0; m < m1; m++)
-                for (int64_t n = n0; n < n1; n++) out[m * N + n] = d[n * M + m];
-        }
-    tg_chain_apply_block(ep, out, N, 0, 0, M, N);
+    tg_operand Bt = { A->base, A->s1, A->s0 };
+    for (int64_t c0 = 0; c0 < N; c0 += cols) {
+        int64_t nb = N - c0 < cols ? N - c0 : cols;
+        tg_operand At = { B->base + c0 * B->s1, B->s1, B->s0 };
+        tgrad_status s = tg_cpu_gemm_packed(P->uk, &At, &Bt, nb, M, P->K, threads, d, NULL, NULL);
+        if (s) return s;
+        for (int64_t n0 = 0; n0 < nb; n0 += 32)
+            for (int64_t m0 = 0; m0 < M; m0 += 32) {
+                int64_t n1 = n0 + 32 < nb ? n0 + 32 : nb, m1 = m0 + 32 < M ? m0 + 32 : M;
+                for (int64_t m = m0; m < m1; m++)
+                    for (int64_t n = n0; n < n1; n++) out[m * N + c0 + n] = d[n * M + m];
+            }
+        tg_chain_apply_block(ep, out, N, 0, c0, M, nb);
+    }
     return TGRAD_OK;
 }
 

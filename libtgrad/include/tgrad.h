@@ -771,8 +771,11 @@ TGRAD_API tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint
 /* CPU blocking, for tests: send every CPU matmul through the shared-chunk path with packed chunks
  * capped at chunk_bytes and K panels at most panel_k deep (even), so small shapes cover many
  * chunks and K panels; flags TGRAD_DEBUG_CPU_NO_DIRECT_A packs A even where the variant could read
- * it in place. (0, 0, 0) restores the automatic choice. Results never depend on these. */
+ * it in place, TGRAD_DEBUG_CPU_NO_GEMM_T plans a few rows times a column-major B on the packed
+ * route instead of route gemm_t (products planned after the call). (0, 0, 0) restores the
+ * automatic choice. Results never depend on these. */
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
+#define TGRAD_DEBUG_CPU_NO_GEMM_T 2
 TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 
 /* CPU variant choice, for tests: the automatic choice uses these flops-per-second figures (one per

@@ -297,7 +297,7 @@ static void test_chunked_blocking_agrees(void) {
     }
     EXPECT(tgrad_debug_cpu_blocking(-1, 0, 0), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_debug_cpu_blocking(0, 3, 0), TGRAD_ERR_INVALID_ARGUMENT);
-    EXPECT(tgrad_debug_cpu_blocking(0, 0, 2), TGRAD_ERR_INVALID_ARGUMENT);
+    EXPECT(tgrad_debug_cpu_blocking(0, 0, 4), TGRAD_ERR_INVALID_ARGUMENT);
     EXPECT(tgrad_debug_cpu_blocking(0, 0, 0), TGRAD_OK);
     EXPECT(tgrad_set_cpu_isa("auto"), TGRAD_OK);
     EXPECT(tgrad_set_num_threads(2), TGRAD_OK);

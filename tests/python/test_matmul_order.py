@@ -397,6 +397,13 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
                 fused = (x_t @ w_t.T + b_t).gelu().numpy().view(np.uint16)
                 merged = (tgrad.Tensor.from_bf16_bits(np.stack([x_bits, x_bits[::-1]])) @ w_t.T).numpy().view(np.uint16)
             assert np.array_equal(fused, fused_want), f"[isa={isa}, threads={threads}] fused"
+            lib.tgrad_debug_cpu_blocking(0, 0, lib.TGRAD_DEBUG_CPU_NO_GEMM_T)  # the packed route instead
+            try:
+                packed = tgrad.matmul(x_t, w_t.T, order="block32")
+                assert "gemm_t" not in packed.route
+                assert np.array_equal(packed.numpy().view(np.uint16), want), f"[isa={isa}] {packed.route}"
+            finally:
+                lib.tgrad_debug_cpu_blocking(0, 0, 0)
             assert np.array_equal(merged[0], want) and np.array_equal(merged[1], want[::-1]), f"[isa={isa}] batch"
 
 

@@ -286,6 +286,7 @@ tgrad_status tgrad_grad(int32_t n_outputs, const tgrad_tensor_t *outputs, const 
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1
+#define TGRAD_DEBUG_CPU_NO_GEMM_T 2
 tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags);
 tgrad_status tgrad_debug_cpu_isa_rates(const double *rates, int32_t count);
 tgrad_status tgrad_debug_cpu_identity(const char *vendor, int32_t family);

@@ -59,6 +59,9 @@ TG_HIDDEN const tg_ukernel *tg_cpu_order_current(void);
 TG_HIDDEN const tg_ukernel *tg_cpu_current(void); /* the packed products' variant now */
 TG_HIDDEN double tg_cpu_now_s(void);
 
+/* tgrad_debug_cpu_blocking's TGRAD_DEBUG_CPU_NO_GEMM_T (gemm_packed.c): plan.c skips route gemm_t */
+TG_HIDDEN bool tg_cpu_debug_no_gemm_t(void);
+
 /* ---- per-thread workspace (workspace.c) ---- */
 typedef struct {
     void *acc, *apack, *bpack, *tout;

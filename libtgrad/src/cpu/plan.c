@@ -50,6 +50,7 @@ _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's o
 enum { T_ROWS = 128 };
 static bool transposed_pays(const tg_cpu_matmul_plan *P) {
     return P->uk->kernel_direct && P->uk->direct_any_stride && P->out_dtype == TGRAD_DTYPE_BF16 && !P->swapped &&
+           !tg_cpu_debug_no_gemm_t() &&
            P->M >= 2 && P->M <= T_ROWS && P->a_strides[1] == 1 && P->b_strides[0] == 1 &&
            (double)P->K * (double)P->N >= 65536.0;
 }

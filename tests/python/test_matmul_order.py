@@ -365,14 +365,15 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
-@pytest.mark.parametrize("m,k,n", [(2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260), (128, 1057, 260),
-                                   (129, 300, 260), (3, 64, 4100)])
+@pytest.mark.parametrize("m,k,n", [(1, 300, 260), (2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260),
+                                   (128, 1057, 260), (129, 300, 260), (3, 64, 4100)])
 def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
-    """x @ W.T with a few rows (2 to 128) on AMX is computed as (W @ x.T).T (route gemm_t: W's rows
-    read in place, only x packed; cpu/plan.c): the oracle's bytes, through sliced views, fused with
-    a bias and GELU, merged batches and 1 or 2 threads. Below 2^16 elements of W (64 x 33) and past
-    128 rows the packed route stays; past 4096 columns (3 x 64 x 4100) the route works in chunks of
-    4096 of them."""
+    """x @ W.T with a few rows (2 to 128; 1 for a float32 result) on AMX is computed as
+    (W @ x.T).T (route gemm_t: W's rows read in place, only x packed; cpu/plan.c): the oracle's
+    bytes, bf16 and float32, through sliced views, fused with a bias and GELU, merged batches and
+    1 or 2 threads, and the packed route's bytes. Below 2^16 elements of W (64 x 33) and past 128
+    rows the packed route stays; past 4096 columns (3 x 64 x 4100) the route works in chunks of
+    4096 of them; one bf16 row streams (rowvec)."""
     rng = np.random.default_rng(m * 7919 + k + len(fill))
     x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
     bias = _random_bits(rng, (n,), "normal")
@@ -380,7 +381,8 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     x_t = tgrad.Tensor.from_bf16_bits(x_big)[1:, 3:]
     w_t = tgrad.Tensor.from_bf16_bits(w_big)[2:, 2:k + 2]
     b_t = tgrad.Tensor.from_bf16_bits(bias)
-    want = _rne_bf16(_oracle32(np.ascontiguousarray(x_bits), np.ascontiguousarray(w_bits.T)))
+    want32 = _oracle32(np.ascontiguousarray(x_bits), np.ascontiguousarray(w_bits.T))
+    want = _rne_bf16(want32)
     fused_want = ((tgrad.Tensor.from_bf16_bits(want) + b_t).gelu()).numpy().view(np.uint16)
     amx = tgrad.matmul_order_kernel("block32") == "amx"
     for isa in _kernels():
@@ -388,10 +390,16 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
         for threads in (1, 2):
             tgrad.set_num_threads(threads)
             c = tgrad.matmul(x_t, w_t.T, order="block32")
+            c32 = tgrad.matmul(x_t, w_t.T, out_dtype=tgrad.float32, order="block32")
             got = c.numpy().view(np.uint16)
             if isa == "auto" and amx:
-                t_route = 2 <= m <= 128 and k * n >= 65536
-                assert c.route == ("cpu.amx.gemm_t" if t_route else "cpu.amx.gemm"), (m, k, c.route)
+                t_route = m <= 128 and k * n >= 65536
+                assert c32.route == ("cpu.amx.gemm_t" if t_route else "cpu.amx.gemm"), (m, k, c32.route)
+                if m > 1:
+                    assert c.route == c32.route, (m, k, c.route)
+            got32 = c32.numpy().view(np.uint32)
+            assert np.array_equal(got32, want32), f"[isa={isa}, threads={threads}, route={c32.route}] " + _describe(
+                got32, want32, 8)
             assert np.array_equal(got, want), f"[isa={isa}, threads={threads}, route={c.route}] " + _describe(got, want, 4)
             with tgrad.matmul_order("block32"):
                 fused = (x_t @ w_t.T + b_t).gelu().numpy().view(np.uint16)

@@ -46,12 +46,13 @@ _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's o
  * packed, instead of packing all of W for a few rows; out = D^T. Each output is the same sum of
  * the same exact products in the same order (a product's operands commute exactly): the same
  * bytes. Up to T_ROWS rows, where B is big enough for its packing to matter (measured:
- * docs/performance.md, "A few rows times W.T on AMX"). */
+ * docs/performance.md, "Session 21: a few rows times W.T"); one row too for a float32 result
+ * (a model's float32 logits: the streaming one-row kernels write bf16 only). */
 enum { T_ROWS = 128 };
 static bool transposed_pays(const tg_cpu_matmul_plan *P) {
-    return P->uk->kernel_direct && P->uk->direct_any_stride && P->out_dtype == TGRAD_DTYPE_BF16 && !P->swapped &&
-           !tg_cpu_debug_no_gemm_t() &&
-           P->M >= 2 && P->M <= T_ROWS && P->a_strides[1] == 1 && P->b_strides[0] == 1 &&
+    bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
+    return P->uk->kernel_direct && P->uk->direct_any_stride && !P->swapped && !tg_cpu_debug_no_gemm_t() &&
+           P->M >= (f32 ? 1 : 2) && P->M <= T_ROWS && P->a_strides[1] == 1 && P->b_strides[0] == 1 &&
            (double)P->K * (double)P->N >= 65536.0;
 }
 
@@ -102,7 +103,7 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
     /* A float32 result takes the packed path: its micro-kernels all store their fp32
      * accumulators (ukernel.h), the streaming kernels write bf16 only. */
-    if (out_dtype == TGRAD_DTYPE_F32) P->path = PATH_GEMM;
+    if (out_dtype == TGRAD_DTYPE_F32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     else if (S && P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */
         int64_t most = 0;
@@ -132,30 +133,39 @@ void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap)
 
 /* PATH_GEMM_T: D = B^T A^T on the packed path (B^T's rows are B's columns, read in place; A^T
  * packed as its right operand), T_COLS columns of out at a time (a bounded buffer, at most
- * T_COLS x T_ROWS bf16: 1 MiB, however wide N is, e.g. a vocabulary's logits), each chunk then
- * written into out transposed, in 32 x 32 blocks, and its epilogue applied while it is in cache. */
+ * T_COLS x T_ROWS elements: 2 MiB of float32, however wide N is, e.g. a vocabulary's logits),
+ * each chunk then written into out transposed, in 32 x 32 blocks, and its epilogue applied while
+ * it is in cache. Elements of 2 (bf16) or 4 bytes (float32 accumulators), moved as bits. */
 enum { T_COLS = 4096 };
-static tgrad_status run_transposed(const tg_cpu_matmul_plan *P, const tg_operand *A, const tg_operand *B,
-                                   uint16_t *out, const tg_chain *ep, int32_t threads) {
+#define TRANSPOSE_CHUNK(T)                                                                          \
+    for (int64_t n0 = 0; n0 < nb; n0 += 32)                                                          \
+        for (int64_t m0 = 0; m0 < M; m0 += 32) {                                                     \
+            int64_t n1 = n0 + 32 < nb ? n0 + 32 : nb, m1 = m0 + 32 < M ? m0 + 32 : M;                \
+            for (int64_t m = m0; m < m1; m++)                                                        \
+                for (int64_t n = n0; n < n1; n++) ((T *)out)[m * N + c0 + n] = ((const T *)d)[n * M + m]; \
+        }
+static tgrad_status run_transposed(const tg_cpu_matmul_plan *P, const tg_operand *A, const tg_operand *B, void *out,
+                                   const tg_chain *ep, int32_t threads) {
     int64_t M = P->M, N = P->N, cols = N < T_COLS ? N : T_COLS;
-    uint16_t *d = tg_cpu_transpose_scratch((size_t)(M * cols) * 2u);
+    bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
+    void *d = tg_cpu_transpose_scratch((size_t)(M * cols) * (f32 ? 4u : 2u));
     if (!d) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate the transposed result's buffer");
     tg_operand Bt = { A->base, A->s1, A->s0 };
     for (int64_t c0 = 0; c0 < N; c0 += cols) {
         int64_t nb = N - c0 < cols ? N - c0 : cols;
         tg_operand At = { B->base + c0 * B->s1, B->s1, B->s0 };
-        tgrad_status s = tg_cpu_gemm_packed(P->uk, &At, &Bt, nb, M, P->K, threads, d, NULL, NULL);
+        tgrad_status s = tg_cpu_gemm_packed(P->uk, &At, &Bt, nb, M, P->K, threads, f32 ? NULL : d, f32 ? d : NULL, NULL);
         if (s) return s;
-        for (int64_t n0 = 0; n0 < nb; n0 += 32)
-            for (int64_t m0 = 0; m0 < M; m0 += 32) {
-                int64_t n1 = n0 + 32 < nb ? n0 + 32 : nb, m1 = m0 + 32 < M ? m0 + 32 : M;
-                for (int64_t m = m0; m < m1; m++)
-                    for (int64_t n = n0; n < n1; n++) out[m * N + c0 + n] = d[n * M + m];
-            }
-        tg_chain_apply_block(ep, out, N, 0, c0, M, nb);
+        if (f32) {
+            TRANSPOSE_CHUNK(uint32_t)
+        } else {
+            TRANSPOSE_CHUNK(uint16_t)
+            tg_chain_apply_block(ep, out, N, 0, c0, M, nb);
+        }
     }
     return TGRAD_OK;
 }
+#undef TRANSPOSE_CHUNK
 
 /* One 2-D product of the plan: A and B at these element addresses (the batch's), out its
  * [M, N] block; ep's positions start at lin0 of the whole output. */
@@ -164,10 +174,10 @@ static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, 
     tg_operand A = { P->swapped ? bbase : abase, P->a_strides[0], P->a_strides[1] };
     tg_operand B = { P->swapped ? abase : bbase, P->b_strides[0], P->b_strides[1] };
     const tg_ukernel *uk = P->uk;
+    if (P->path == PATH_GEMM_T) return run_transposed(P, &A, &B, out, ep, threads);
     if (P->out_dtype == TGRAD_DTYPE_F32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
     if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, threads, out, ep);
     if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, out, ep);
-    if (P->path == PATH_GEMM_T) return run_transposed(P, &A, &B, out, ep, threads);
     return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, out, NULL, ep);
 }
 

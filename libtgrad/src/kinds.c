@@ -56,7 +56,10 @@ static void decide_random(tg_step *st) {
 }
 static void decide_place(tg_step *st) { route_named(st, "place"); }
 static void decide_scatter_add(tg_step *st) { route_named(st, "scatter_add"); }
-static void decide_slice_scatter(tg_step *st) { route_named(st, "slice_scatter"); }
+static void decide_slice_scatter(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CONCAT); /* step_kernel.c */
+    route_named(st, "slice_scatter");
+}
 static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
@@ -208,9 +211,11 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_PLACE] = { .name = "place", .role = TG_ROLE_MOVEMENT, .decide = decide_place, .cpu_execute = tg_place_execute,
                       .unfused = "a place is not fused (it writes a zeroed buffer)", .base_name = name_kind,
                       .vjp = &tg_vjp_place },
-    /* hmodel: CPU only; writes in place into dst's storage when it may take it (ops/slice_scatter.c) */
+    /* hmodel: writes in place into dst's storage when it may take it (ops/slice_scatter.c); on a
+     * device the concat route's kernel over dst's parts and src (step_kernel.c) */
     [TG_OP_SLICE_SCATTER] = { .name = "slice_scatter", .role = TG_ROLE_MOVEMENT, .decide = decide_slice_scatter,
                               .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
+                              .gpu_render = tg_step_render_slice_scatter, .gpu_route = TGRAD_ROUTE_CONCAT,
                               .unfused = "a slice_scatter is not fused", .base_name = name_kind,
                               .vjp = &tg_vjp_slice_scatter },
     /* hgoptim: the optimizer step (ops/optim_step.c), CPU only */

@@ -139,6 +139,31 @@ tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, con
     return s;
 }
 
+/* slice_scatter on a device: the concat route over dst's part before the slice, src, and dst's
+ * part after it, along the axis (empty parts left out), every element moved as bits: the CPU's
+ * bytes (ops/slice_scatter.c) without a kernel of its own. */
+tgrad_status tg_step_render_slice_scatter(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                          tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    int32_t a = st->base->params.axes[0];
+    int64_t start = st->base->params.scatter_start, n = in[1].view.shape[a], extent = in[0].view.shape[a];
+    tg_gen_concat p = { .esize = tg_dtype_size(st->buf->dtype), .axis = a, .out = *st->out };
+    tg_view before = in[0].view, after = in[0].view;
+    before.shape[a] = start;
+    after.offset += (start + n) * after.strides[a], after.shape[a] = extent - start - n;
+    const tg_view *parts[3] = { &before, &in[1].view, &after };
+    const tg_buffer *bufs[3] = { in[0].buf, in[1].buf, in[0].buf };
+    for (int32_t j = 0; j < 3; j++) {
+        if (parts[j]->shape[a] == 0 && !(j == 1 && p.n == 0 && after.shape[a] == 0)) continue;
+        p.in[p.n] = *parts[j], k->bufs[p.n++] = bufs[j];
+    }
+    k->bufs[p.n] = st->buf;
+    tgrad_status s = tg_gen_check_concat(l, &p);
+    if (!s) s = tg_gen_render_concat(l, &p, &k->text, &k->launch);
+    return s;
+}
+
 /* compare (its code in the params) and where: the operands' views broadcast to the output's
  * shape already (ops/compare.c). */
 tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {

@@ -1,5 +1,6 @@
-"""The gather (take) and concat (cat, stack) kinds on the GPU routes (docs/kernels.md, "The gather
-and concat routes"): rendered in MSL, OpenCL C and CUDA by one emitter (render_select.c), run on
+"""The gather (take), concat (cat, stack) and slice_scatter kinds on the GPU routes (docs/kernels.md,
+"The gather and concat routes"; slice_scatter renders as a concat of dst's part before the slice,
+src and dst's part after it): rendered in MSL, OpenCL C and CUDA by one emitter (render_select.c), run on
 PoCL (device="opencl", core tier) and on both emulators (MSL: slow tier; CUDA: cuda tier) with the
 CPU's bytes for every element size (bool: 1 byte, bfloat16: 2, float32 and int32: 4), NaN payloads,
 signed zeros and subnormals included (nothing is read as a number), through transposed, reversed,
@@ -78,7 +79,17 @@ CONCAT: dict[str, tuple[list[Any], Callable[..., Any]]] = {
     "stack_middle_expanded": ([(1, 4), (2, 4)], lambda a, b: tgrad.stack([a.expand(2, 4), b, b[::-1]], 1)),
     "twenty_operands": ([(2, 3)] * 20, lambda *ts: tgrad.cat([t if i % 2 else t[::-1] for i, t in enumerate(ts)], 1)),
 }
-CASES = {**{f"gather_{k}": v for k, v in GATHER.items()}, **{f"concat_{k}": v for k, v in CONCAT.items()}}
+# slice_scatter renders as a concat of dst's part before the slice, src and dst's part after it
+SCATTER: dict[str, tuple[list[Any], Callable[..., Any]]] = {
+    "middle_axis0": ([(6, 5), (2, 5)], lambda d, s: tgrad.slice_scatter(d, s, 0, 3)),
+    "start_axis1_views": ([(4, 7), (3, 4)], lambda d, s: tgrad.slice_scatter(d[::-1], s.T, 1, 0)),
+    "end_last_axis": ([(2, 3, 6), (2, 3, 2)], lambda d, s: tgrad.slice_scatter(d, s[:, ::-1], -1, 4)),
+    "whole_axis": ([(3, 4), (3, 4)], lambda d, s: tgrad.slice_scatter(d, s[::-1], 0, 0)),
+    "empty_src": ([(3, 4), (3, 0)], lambda d, s: tgrad.slice_scatter(d, s, 1, 2)),
+    "kv_cache_step": ([(1, 2, 8, 4), (1, 2, 1, 4)], lambda d, s: tgrad.slice_scatter(d, s, 2, 5)),
+}
+CASES = {**{f"gather_{k}": v for k, v in GATHER.items()}, **{f"concat_{k}": v for k, v in CONCAT.items()},
+         **{f"slice_scatter_{k}": v for k, v in SCATTER.items()}}
 
 
 def _arrays(name: str, dtype: str) -> list[tuple[np.ndarray, str]]:
@@ -116,7 +127,9 @@ def test_gather_and_concat_render_in_every_language(lang: str) -> None:
                             R.render_tensor(y, None, lang, step=i)
                         continue
                     k = R.render_tensor(y, None, lang, step=i)
-                    assert k.route == step["op"] and k.route in ("gather", "concat"), (name, step)
+                    # slice_scatter renders as a concat (dst's parts and src)
+                    want = "concat" if step["op"] == "slice_scatter" else step["op"]
+                    assert k.route == want and k.route in ("gather", "concat"), (name, step)
                     assert k.threadgroup == (256, 1, 1) and k.buffer_names[-1] == "c"
                     assert f"({getattr(tgrad, dtype).itemsize}-byte elements" in k.source
                     assert (k.buffer_names == ("x", "ix", "c")) if k.route == "gather" else \

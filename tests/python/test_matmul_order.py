@@ -412,7 +412,10 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
                 assert np.array_equal(packed.numpy().view(np.uint16), want), f"[isa={isa}] {packed.route}"
             finally:
                 lib.tgrad_debug_cpu_blocking(0, 0, 0)
+                w2 = tgrad.Tensor.from_bf16_bits(np.stack([np.ascontiguousarray(w_bits), w_bits[::-1].copy()]))
+                apart = (tgrad.Tensor.from_bf16_bits(np.stack([x_bits, x_bits])) @ w2.mT).numpy().view(np.uint16)
             assert np.array_equal(merged[0], want) and np.array_equal(merged[1], want[::-1]), f"[isa={isa}] batch"
+            assert np.array_equal(apart[0], want) and np.array_equal(apart[1], want[:, ::-1]), f"[isa={isa}] batches"
 
 
 def test_a_trace_records_the_order_and_validates_block32_products():

@@ -32,7 +32,7 @@
     X("cpu", "refusal before allocation", "yes", "shape, rank, permutation, expand, reshape, index, overflow") \
     X("cpu", "random numbers (uniform, normal, randint)", "bit-exact", "Philox-4x32-10, element i drawn from (seed, offset + i): the same bytes on every thread count and chunking; each value rounded once (docs/random.md); GPU devices: uniform and randint by route random with the CPU's bytes, normal and float32 uniform(low, high) off [0, 1) refused (backend_unavailable)") \
     X("metal", "backend", METAL_BUILT, "Objective-C behind src/backend.h (src/backend/metal.m); built on macOS only, never run by CI") \
-    X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "routes naive/tiled", "bit-exact", "the documented fp32 order with fma; bf16 results, or float32 ones (out_dtype: the accumulators, tc stores bf16 only); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "batched matmul (torch.matmul's rule)", "bit-exact", "naive and tiled, both orders: one product per threadgroup z, operands moved by their batch strides (0: broadcast); tc batched too (bounded), each product its 2-D kernel's bytes; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "random numbers (uniform, randint)", "bit-exact", "rendered kernels (route random: Philox-4x32-10 in integers; bf16 uniform(low, high) by a 256-entry table the CPU rounds); normal refused; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); verified on the MSL emulation tier, not on Apple hardware") \
@@ -43,7 +43,7 @@
     X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md; only under tgrad_set_matmul_precision bounded (the default, exact, takes tiled)") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
-    X("opencl", "routes naive/tiled", "bit-exact", "checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
+    X("opencl", "routes naive/tiled", "bit-exact", "bf16 results, or float32 ones (out_dtype: the accumulators, tests/python/test_gpu_matmul_f32.py); checked on PoCL in CI (conformance/scorecards/opencl.json), once on NVIDIA's driver (H200)") \
     X("opencl", "batched matmul (torch.matmul's rule)", "bit-exact", "naive and tiled, both orders, fused epilogues: one product per threadgroup z, operands moved by their batch strides (0: broadcast); the CPU's bytes on PoCL in CI (tests/python/test_gpu_batched.py)") \
     X("opencl", "random numbers (uniform, randint)", "bit-exact", "rendered kernels (route random: Philox-4x32-10 in integers; bf16 uniform(low, high) by a 256-entry table the CPU rounds), the CPU's bytes on PoCL in CI (tests/python/test_gpu_random.py); normal and float32 uniform(low, high) off [0, 1) refused (backend_unavailable)") \
     X("opencl", "elementwise ops", "correctly rounded", "rendered kernels (integer ops, 65,536-entry tables); checked on PoCL in CI (conformance/scorecards/opencl.json)") \
@@ -54,7 +54,7 @@
     X("opencl", "fusion", "bit-exact", "epilogues on the naive and tiled routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
-    X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
+    X("cuda", "routes naive/tiled", "unverified", "meant bit-exact (opencl's kernels in CUDA C++, NVRTC --fmad=false; float32 results too); compiled by NVRTC in CI, never run on a GPU yet (docs/cuda.md)") \
     X("cuda", "batched matmul (torch.matmul's rule)", "unverified", "meant bit-exact on naive and tiled (the opencl kernels, grid z over the batch), tc batched too (bounded); the CPU's bytes on the CUDA emulator, compiled by nvcc, ptxas and NVRTC in CI, never run on a GPU yet") \
     X("cuda", "random numbers (uniform, randint)", "unverified", "meant bit-exact (the opencl kernels, integers only); the CPU's bytes on the CUDA emulator, compiled by nvcc, ptxas and NVRTC in CI; normal refused") \
     X("cuda", "elementwise ops", "unverified", "meant correctly rounded (the opencl kernels' integer ops and tables); never run on a GPU yet (docs/cuda.md)") \

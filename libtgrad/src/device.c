@@ -295,9 +295,10 @@ static bool is_empty_sum(const tg_step *st) {
 static tgrad_status write_empty_sum(const tg_step *st, const tg_lang *l) {
     tg_gen_matmul p = tg_gen_matmul_of(&st->inputs[0].view, &st->inputs[1].view);
     p.order = st->base->params.matmul_order;
+    p.out_f32 = st->buf->dtype == TGRAD_DTYPE_F32;
     tgrad_status s = tg_gen_check_matmul(st->dev_route, l, &p);
     if (s) return s;
-    size_t bytes = (size_t)st->buf->numel * 2u; /* +0 in bf16 is all zero bits */
+    size_t bytes = (size_t)st->buf->numel * (size_t)tg_dtype_size(st->buf->dtype); /* +0: all zero bits */
     void *zeros = tg_calloc(bytes, 1);
     if (!zeros) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot stage %zu bytes of zeros", bytes);
     s = tg_device_upload(st->device, st->buf->dev_mem, zeros, bytes);

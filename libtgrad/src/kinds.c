@@ -73,6 +73,8 @@ static void decide_matmul(tg_step *st) {
         st->precision = tgrad_matmul_precision(); /* read once: the route and explain agree */
         /* tc (bounded only) accumulates in the hardware's order whatever the product's order */
         st->dev_route = tg_device_matmul_route(&st->inputs[0].view, &st->inputs[1].view, st->device, st->precision);
+        if (st->base->dtype == TGRAD_DTYPE_F32 && st->dev_route && st->dev_route->simdgroup_matrix)
+            st->dev_route = tg_route_find(TGRAD_ROUTE_TILED); /* tc stores bf16 only */
         snprintf(st->route, sizeof st->route, "%s.%s", tg_device_name(st->device),
                  st->dev_route ? st->dev_route->name : "unknown");
     }

@@ -35,16 +35,17 @@ static void bind_chain(const chain_build *c, uint32_t base, tg_step_kernel *k) {
 }
 
 tgrad_status tg_step_render_matmul(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
-    /* The device routes store bf16 (tgrad_matmul_ex refuses float32 on a GPU device); a CPU
-     * float32 product has no kernel to show. */
-    if (st->buf->dtype != TGRAD_DTYPE_BF16)
-        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "render: the GPU routes store bfloat16; this matmul's result is %s",
-                       tg_dtype_name(st->buf->dtype));
+    /* bf16, or float32: the accumulators themselves (naive and tiled; a float32 result is never
+     * fused, so no epilogue) */
+    if (st->buf->dtype != TGRAD_DTYPE_BF16 && st->buf->dtype != TGRAD_DTYPE_F32)
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "render: the GPU routes store bfloat16 or float32; this matmul's "
+                       "result is %s", tg_dtype_name(st->buf->dtype));
     chain_build c;
     chain_of(st, &c);
     const tg_node_input *in = st->inputs;
     tg_gen_matmul p = tg_gen_matmul_of(&in[0].view, &in[1].view); /* batch axes (grid z) included */
     p.epilogue = &c.chain;
+    p.out_f32 = st->buf->dtype == TGRAD_DTYPE_F32;
     p.order = st->base->params.matmul_order;
     tgrad_status s = tg_gen_check_matmul(route, l, &p);
     if (!s) s = tg_gen_render_matmul(route, l, &p, &k->text, &k->launch);

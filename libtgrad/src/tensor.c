@@ -356,12 +356,8 @@ TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, 
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "matmul: %s on %s @ %s on %s: operands live on different devices", sa,
                     tg_device_name(ta.buf->device), sb, tg_device_name(tb.buf->device));
     }
-    /* The GPU routes store bf16 only (device memory holds bf16 tensors): a float32 result is
-     * refused there, before anything is allocated (docs/numerics.md, "out_dtype"). */
-    if (!s && out_dtype != TGRAD_DTYPE_BF16 && ta.buf->device != TGRAD_DEVICE_CPU)
-        s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
-                    "matmul: out_dtype float32 runs on the CPU only for now; the operands live on %s",
-                    tg_device_name(ta.buf->device));
+    /* On a GPU device a float32 result (the accumulators) renders on the naive and tiled routes
+     * (gen/render.c; decide_matmul keeps it off tc). */
     /* Batched products run on the GPU routes too, one product per threadgroup z (docs/kernels.md):
      * a batch of more than TG_GEN_MAX_GRID_Z products is refused there before anything is allocated. */
     if (!s && ov.ndim > 2 && ta.buf->device != TGRAD_DEVICE_CPU) {

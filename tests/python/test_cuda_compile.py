@@ -210,6 +210,22 @@ def _random_kernels(add) -> None:
             add(R.render_tensor(t, None, "cuda"))
 
 
+def _float32_kernels(add) -> None:
+    """float32 results (the accumulators; tests/python/test_gpu_matmul_f32.py) on naive and tiled,
+    both orders, a 2-D product and a batched one through views."""
+    from batched_cases import CASES, operands
+
+    for case in [c for c in CASES if c.name in ("plain", "two_batch_axes", "reversed")]:
+        a, b, bases = operands(case)
+        try:
+            for order in ("pairwise", "block32"):
+                for route in ("naive", "tiled"):
+                    add(R.render_tensor(tgrad.matmul(a, b, out_dtype=tgrad.float32, order=order), route, "cuda"))
+        finally:
+            for t in bases:
+                t.release()
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -227,6 +243,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _compare_kernels(add)
     _batched_kernels(add)
     _random_kernels(add)
+    _float32_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"

@@ -203,22 +203,22 @@ def test_elementwise_ops_are_not_fused_into_a_float32_product():
     assert np.array_equal(y.numpy().astype(np.float32), want.astype(y.numpy().dtype).astype(np.float32))
 
 
-def test_float32_on_a_gpu_device_is_refused_before_any_allocation(opencl_device):
-    x = np.ones((4, 4), np.float32)
-    with tgrad.Tensor.from_numpy(x, device="opencl") as a:
-        before = (tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes())
-        with pytest.raises(errors.DtypeUnsupportedError, match="CPU only"):
-            tgrad.matmul(a, a, out_dtype=tgrad.float32)
-        assert (tgrad.live_tensors(), tgrad.live_buffers(), tgrad.live_bytes()) == before
-        assert (a @ a).dtype == tgrad.bfloat16  # bf16 stays on the device routes
+def test_float32_on_a_gpu_device_gives_the_cpu_accumulators(opencl_device):
+    """A float32 result on a GPU device (tests/python/test_gpu_matmul_f32.py has the rosters)."""
+    x = np.arange(16, dtype=np.float32).reshape(4, 4) / 7
+    with tgrad.Tensor.from_numpy(x, device="opencl") as a, tgrad.Tensor.from_numpy(x) as h:
+        got = tgrad.matmul(a, a, out_dtype=tgrad.float32)
+        assert got.device == "opencl" and got.dtype == tgrad.float32
+        assert np.array_equal(got.numpy().view(np.uint32), tgrad.matmul(h, h, out_dtype=tgrad.float32).numpy().view(np.uint32))
+        assert (a @ a).dtype == tgrad.bfloat16  # bf16 stays the default
 
 
-def test_a_float32_product_has_no_device_kernel_to_render():
-    """tgrad.render shows what a GPU runs; the GPU routes store bf16, so a float32 product is
-    refused there too (its bf16 twin renders)."""
+def test_a_float32_product_renders_its_accumulators():
+    """tgrad.render shows what a GPU runs: a float32 product's kernel stores the accumulators'
+    bits (uint c), its bf16 twin the rounded values (ushort c)."""
     from tgrad import render
 
     a = tgrad.Tensor.from_numpy(np.ones((4, 4), np.float32))
-    with pytest.raises(errors.DtypeUnsupportedError, match="store bfloat16"):
-        render.render_tensor(tgrad.matmul(a, a, out_dtype=tgrad.float32))
-    assert render.render_tensor(a @ a).source
+    f32 = render.render_tensor(tgrad.matmul(a, a, out_dtype=tgrad.float32)).source
+    assert "uint *c" in f32 and "tg_store_bf16(acc)" not in f32
+    assert "ushort *c" in render.render_tensor(a @ a).source

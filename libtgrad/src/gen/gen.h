@@ -129,6 +129,9 @@ typedef struct tg_gen_matmul {
     int64_t batch_stride[3][TG_GEN_MAX_BATCH]; /* a, b, c */
     const tg_gen_chain *epilogue; /* NULL or empty: none; operands are views over [batch..., M, N] */
     int32_t order;                /* TGRAD_MATMUL_ORDER_*: naive and tiled render either; tc ignores it */
+    /* c holds the fp32 accumulators' bits (any NaN as 0x7fc00000, tgrad_matmul_ex's float32
+     * result), not bf16: naive and tiled only, no epilogue */
+    bool out_f32;
 } tg_gen_matmul;
 
 /* The problem of a @ b for views a [batch..., M, K] and b [batch..., K, N] of one rank (2 or

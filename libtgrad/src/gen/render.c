@@ -269,7 +269,8 @@ void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *n
     int n = 3;
     tg_buffer_param(bufs[0], 64, e->l->global_in, "a");
     tg_buffer_param(bufs[1], 64, e->l->global_in, "b");
-    tg_buffer_param(bufs[2], 64, e->l->global_out, "c");
+    if (p->out_f32) snprintf(bufs[2], 64, "%s%suint *c", e->l->global_out, *e->l->global_out ? " " : "");
+    else tg_buffer_param(bufs[2], 64, e->l->global_out, "c");
     if (p->epilogue) tg_gen_emit_chain_params(e, p->epilogue, extra, bp, &n);
     bool with_z[TG_B_COUNT_];
     memcpy(with_z, used, sizeof with_z);
@@ -287,6 +288,10 @@ void tg_emit_store(const emitter *e, const tg_gen_matmul *p, const char *indent,
     coord[p->nbatch] = "m", coord[p->nbatch + 1] = "n";
     char ic[256];
     tg_index_expr(ic, sizeof ic, p->c.offset, "m", p->c.stride[0], p->m, "n", p->c.stride[1], p->n);
+    if (p->out_f32) { /* the accumulator itself, any NaN as the canonical one */
+        E("%sc[%s] = %s != %s ? 0x7fc00000u : %s(%s);\n", indent, ic, acc, acc, e->l->float_to_bits, acc);
+        return;
+    }
     if (!p->epilogue || !p->epilogue->n) {
         E("%sc[%s] = tg_store_bf16(%s);\n", indent, ic, acc);
         return;
@@ -534,6 +539,10 @@ tgrad_status tg_gen_check_matmul(const tg_route *r, const tg_lang *l, const tg_g
                             p->m, p->n, 0);
     if (p->nbatch < 0 || p->nbatch > TG_GEN_MAX_BATCH)
         return tg_not_eligible(r->name, l->name, "%lld batch axes (at most %lld)", p->nbatch, TG_GEN_MAX_BATCH, 0);
+    if (p->out_f32 && (r->simdgroup_matrix || (p->epilogue && p->epilogue->n)))
+        return tg_not_eligible(r->name, l->name,
+                               "a float32 result (the accumulators) renders on the naive and tiled routes, "
+                               "without an epilogue", 0, 0, 0);
     const int64_t nb = tg_gen_matmul_batches(p);
     if (p->nbatch > 0 && nb > TG_GEN_MAX_GRID_Z)
         return tg_not_eligible(r->name, l->name,
@@ -611,7 +620,8 @@ tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l, const tg_
     char route_name[32]; /* a block32 kernel's name says so (its text differs for the same problem); a batched one too */
     int len = snprintf(route_name, sizeof route_name, "%s%s", r->name,
                        p->order == TGRAD_MATMUL_ORDER_BLOCK32 && !r->simdgroup_matrix ? "_block32" : "");
-    if (p->nbatch > 0) snprintf(route_name + len, sizeof route_name - (size_t)len, "_batch%" PRId64, batches);
+    if (p->nbatch > 0) len += snprintf(route_name + len, sizeof route_name - (size_t)len, "_batch%" PRId64, batches);
+    if (p->out_f32) snprintf(route_name + len, sizeof route_name - (size_t)len, "_f32"); /* the accumulators */
     kernel_name(launch->kernel_name, route_name, key, p->m, p->k, p->n);
 
     emitter em = { t, l, small ? "int" : "long", p->nbatch > 0 ? whole : NULL }, *e = &em;

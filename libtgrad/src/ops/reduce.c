@@ -313,6 +313,31 @@ static tgrad_status run_split(reduce_job *J, int32_t tasks) {
     return s;
 }
 
+/* Sums over one strided axis whose outputs lie side by side in the input (a bias's gradient: a
+ * [rows, cols] tensor summed over its rows): tg_exact_cols reads whole rows, a panel of columns at
+ * a time, instead of each column alone down the stride. The same exact sums, rounded once: the
+ * same bytes. A task is one panel of TG_EXACT_COLS_PANEL outputs of one row of outputs. */
+static bool by_columns(const reduce_job *J) {
+    return is_sum(J->op) && !J->pro && J->ni == 1 && J->istride[0] > 1 && J->ishape[0] > 1 && J->no >= 1 &&
+           J->ostride[J->no - 1] == 1 && J->oshape[J->no - 1] > 1;
+}
+
+static void task_columns(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const reduce_job *J = arg;
+    int64_t L = J->oshape[J->no - 1], panels = (L + TG_EXACT_COLS_PANEL - 1) / TG_EXACT_COLS_PANEL;
+    int64_t c0 = task % panels * TG_EXACT_COLS_PANEL, o = task / panels * L + c0;
+    int64_t w = L - c0 < TG_EXACT_COLS_PANEL ? L - c0 : TG_EXACT_COLS_PANEL;
+    uint32_t bits[TG_EXACT_COLS_PANEL];
+    tg_exact_cols(J->base + outer_offset(J, o) * J->esize, J->rdt, J->ishape[0], J->istride[0], w, 1,
+                  J->op == TGRAD_REDUCE_MEAN, J->out_dtype, bits);
+    for (int64_t c = 0; c < w; c++) {
+        if (J->out_dtype == TG_RDT_BF16) ((uint16_t *)J->out)[o + c] = (uint16_t)bits[c];
+        else ((uint32_t *)J->out)[o + c] = bits[c];
+    }
+    if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, o, w);
+}
+
 tgrad_status tg_reduce_execute(const tg_step *st) {
     const tg_node_input *in = &st->inputs[0];
     /* With a prologue the input buffer is never stored: its values come from the chain (bf16). */
@@ -328,6 +353,15 @@ tgrad_status tg_reduce_execute(const tg_step *st) {
     if (J.nout == 0) return TGRAD_OK;
     int32_t threads = tg_pool_threads();
     if (J.nout == 1 && threads > 1 && J.count >= SPLIT_MIN) return run_split(&J, threads * 4);
+    if (by_columns(&J)) {
+        int64_t L = J.oshape[J.no - 1];
+        int64_t panels = (L + TG_EXACT_COLS_PANEL - 1) / TG_EXACT_COLS_PANEL, ctasks = J.nout / L * panels;
+        if (ctasks == 1 || (double)J.nout * (double)J.count < (double)SPLIT_MIN)
+            for (int64_t t = 0; t < ctasks; t++) task_columns(t, 0, &J);
+        else
+            tg_pool_run(ctasks, task_columns, &J);
+        return TGRAD_OK;
+    }
     int64_t tasks = (J.nout + OUT_BLOCK - 1) / OUT_BLOCK;
     if (tasks == 1 || (double)J.nout * (double)J.count < (double)SPLIT_MIN)
         for (int64_t t = 0; t < tasks; t++) task_outputs(t, 0, &J);

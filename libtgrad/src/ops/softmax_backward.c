@@ -284,6 +284,11 @@ static void log_row(const sb_job *J, const double *z, const double *g, double *e
         e[j] = z[j] <= 0 ? z[j] : 0.0; /* exp_rows' domain; the others are not read below */
     }
     double eG = A * ((double)n * U) * 1.01; /* the sequential sum's bound, as softmax_backward's */
+    /* exp's absolute error (below 2^-1021) times |G| + eG, bounded once per row: 2^-1020 (|G| + eG),
+     * or 2^-1000 where that product would be subnormal (a subnormal term in every element's bound
+     * cost a microcode assist each). A larger bound is as rigorous: it can only send an element the
+     * old one decided to log_slow, which rounds it correctly too, so the same bytes. */
+    double eU = fabs(G) + eG < 0x1p20 ? 0x1p-1000 : 0x1p-1020 * (fabs(G) + eG);
     tg_sm_portable.exp_rows(e, 0.0, e, n);  /* exp(z_j) within TG_SM_EXP_REL; 0 below -708 (< 2^-1021) */
     exact_g X = { .ready = false };
     for (int64_t i = 0; i < n; i++) {
@@ -293,8 +298,7 @@ static void log_row(const sb_job *J, const double *z, const double *g, double *e
         else if (zi >= 0) b = log_slow(&X, g, n, zi, gi, dt);
         else {
             double Eh = e[i], P = Eh * G, v = gi - P;
-            double err = (Eh * eG * 1.01 + (TG_SM_EXP_REL + 2 * U) * 1.01 * fabs(P) + 0x1p-1020 * (fabs(G) + eG) +
-                          4 * U * fabs(v)) * 1.1;
+            double err = (Eh * eG * 1.01 + (TG_SM_EXP_REL + 2 * U) * 1.01 * fabs(P) + eU + 4 * U * fabs(v)) * 1.1;
             uint32_t blo = tg_sm_round(v - err, dt), bhi = tg_sm_round(v + err, dt);
             b = blo == bhi && !is_zero_bits(blo, dt) ? blo : log_slow(&X, g, n, zi, gi, dt);
         }

@@ -326,17 +326,20 @@ static void softmax_row(const sb_job *J, const double *y, const double *g, int64
             double v = y[i] * (g[i] - S);
             b = v != v ? nan_bits(dt) : tg_sm_round(v, dt);
         } else {
-            double D = g[i] - S, v = y[i] * D;
-            /* D's error: eS, and its rounding u|D|; v's rounding u|v|; the ends' roundings u|v| */
-            double e = (fabs(y[i]) * eS * 1.01 + 4 * U * fabs(v)) * 1.1;
-            uint32_t blo = tg_sm_round(v - e, dt), bhi = tg_sm_round(v + e, dt);
-            /* y_i = +-0 (a masked position): the value is a zero whose sign is y_i's times D's,
-             * decided here when the bound on D (eS, and D's own rounding) keeps D from zero, as
-             * exact_element decides it from the exact D */
-            double eD = (eS * 1.01 + 2 * U * fabs(D)) * 1.1;
-            if (blo == bhi && !is_zero_bits(blo, dt)) b = blo;
-            else if (y[i] == 0 && fabs(D) > eD) b = (signbit(y[i]) != 0) != (D < 0) ? SIGN_BITS[dt] : 0;
-            else b = exact_element(&X, y, g, n, i, dt);
+            double D = g[i] - S;
+            if (y[i] == 0) {
+                /* a masked position: the value is a zero whose sign is y_i's times D's, decided here
+                 * when the bound on D (eS, and D's own rounding) keeps D from zero, as exact_element
+                 * decides it from the exact D (g_i is finite: g_i y_i entered the finite S) */
+                double eD = (eS * 1.01 + 2 * U * fabs(D)) * 1.1;
+                b = fabs(D) > eD ? ((signbit(y[i]) != 0) != (D < 0) ? SIGN_BITS[dt] : 0) : exact_element(&X, y, g, n, i, dt);
+            } else {
+                double v = y[i] * D;
+                /* D's error: eS, and its rounding u|D|; v's rounding u|v|; the ends' roundings u|v| */
+                double e = (fabs(y[i]) * eS * 1.01 + 4 * U * fabs(v)) * 1.1;
+                uint32_t blo = tg_sm_round(v - e, dt), bhi = tg_sm_round(v + e, dt);
+                b = blo == bhi && !is_zero_bits(blo, dt) ? blo : exact_element(&X, y, g, n, i, dt);
+            }
         }
         put(J, pos + i * J->inner, b);
     }

@@ -130,6 +130,7 @@ static uint32_t round_big(const tg_big *v, int32_t scale, int32_t dt) {
 /* ---- the executor ---- */
 typedef struct sb_job {
     int32_t op, out_dtype; /* op: TGRAD_SOFTMAX_SOFTMAX or _LOG_SOFTMAX (the forward's) */
+    const tg_sm_variant *v; /* the row loops (exp, loads) of the step's CPU variant: the same doubles */
     const tg_node_input *y, *g;
     int64_t n, ystride, gstride;
     int32_t nother;
@@ -289,7 +290,7 @@ static void log_row(const sb_job *J, const double *z, const double *g, double *e
      * cost a microcode assist each). A larger bound is as rigorous: it can only send an element the
      * old one decided to log_slow, which rounds it correctly too, so the same bytes. */
     double eU = fabs(G) + eG < 0x1p20 ? 0x1p-1000 : 0x1p-1020 * (fabs(G) + eG);
-    tg_sm_portable.exp_rows(e, 0.0, e, n);  /* exp(z_j) within TG_SM_EXP_REL; 0 below -708 (< 2^-1021) */
+    J->v->exp_rows(e, 0.0, e, n);  /* exp(z_j) within TG_SM_EXP_REL; 0 below -708 (< 2^-1021) */
     exact_g X = { .ready = false };
     for (int64_t i = 0; i < n; i++) {
         double zi = z[i], gi = g[i];
@@ -367,7 +368,17 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
             q /= J->oshape[d];
         }
         int64_t pos = (r / J->inner) * n * J->inner + r % J->inner;
-        for (int64_t j = 0; j < n; j++) y[j] = load(J->y, yo + j * J->ystride), g[j] = load(J->g, go + j * J->gstride);
+        if (J->ystride == 1 && J->gstride == 1) { /* the variant's loads: the same exact doubles */
+            const tg_node_input *in[2] = { J->y, J->g };
+            double *to[2] = { y, g };
+            int64_t at[2] = { yo, go };
+            for (int k = 0; k < 2; k++) {
+                if (in[k]->buf->dtype == TGRAD_DTYPE_BF16) J->v->load_bf16(in[k]->buf->data + at[k], n, to[k]);
+                else J->v->load_f32((const float *)in[k]->buf->data + at[k], n, to[k]);
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) y[j] = load(J->y, yo + j * J->ystride), g[j] = load(J->g, go + j * J->gstride);
+        }
         if (log) log_row(J, y, g, e, pos);
         else softmax_row(J, y, g, pos);
         if (J->epi) {
@@ -383,7 +394,7 @@ tgrad_status tg_softmax_backward_execute(const tg_step *st) {
     const tg_node_input *yi = &st->inputs[0], *gi = &st->inputs[1];
     int32_t axis = st->base->params.axes[0], nd = yi->view.ndim;
     sb_job J = { .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi,
-                 .out = (char *)st->buf->data, .inner = 1, .rows = 1 };
+                 .out = (char *)st->buf->data, .inner = 1, .rows = 1, .v = tg_sm_variant_for(st) };
     tg_chain epi;
     if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
     J.n = nd ? yi->view.shape[axis] : 1;

@@ -195,7 +195,10 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
 
     # The handle, the shape once known, a weak-reference slot, releasing the handle, `@`,
     # realize() and numpy(): TensorBase, the hot path (C where built; tgrad._tensor_base).
-    __slots__ = ()
+    # _dtc: (handle, dtype) of the last `dtype` read: a handle names one tensor for good (its
+    # generation, libtgrad/src/handles.c), so the pair stays true while _handle is that handle.
+    __slots__ = ("_dtc",)
+    _dtc: tuple[int, _dtypes.DType]
     # numpy must not turn a Tensor into an array behind an operator (ndarray @ Tensor): refuse.
     __array_ufunc__ = None
 
@@ -440,9 +443,18 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     @property
     def dtype(self) -> _dtypes.DType:
         """The element type: tgrad.bfloat16, tgrad.float32 or tgrad.int32 (equal to its name too)."""
+        h = self._h
+        try:
+            seen, dt = self._dtc
+            if seen == h:
+                return dt
+        except AttributeError:
+            pass
         out = ffi.new("int32_t *")
-        _check(lib.tgrad_tensor_dtype(self._h, out))
-        return _dtypes.from_code(int(out[0]))
+        _check(lib.tgrad_tensor_dtype(h, out))
+        dt = _dtypes.from_code(int(out[0]))
+        self._dtc = (h, dt)
+        return dt
 
     def float(self) -> Tensor:
         """The values as float32 (exact from bfloat16)."""

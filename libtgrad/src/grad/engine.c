@@ -138,6 +138,17 @@ tgrad_status tg_g_unview(tg_grad_arena *A, tgrad_tensor_t g, const tg_view *v, i
     int64_t n = 0;
     tg_view_numel(&w, &n);
     if (n == numel && w.offset == 0 && tg_view_is_compact_rowmajor(&w)) return tg_g_reshape(A, g, 1, &numel, out);
+    if (!naxes && n == numel) { /* g already lies where w puts it (vjp_matmul.c's transposed products) */
+        tg_tensor t;
+        if ((s = tg_handle_get_tensor(g, &t))) return s;
+        bool same = t.buf->numel == numel && t.view.ndim == w.ndim && t.view.offset == w.offset;
+        for (int32_t d = 0; same && d < w.ndim; d++) same = t.view.shape[d] == w.shape[d] && t.view.strides[d] == w.strides[d];
+        tg_view whole;
+        if (same) s = tg_view_contiguous(1, &numel, &whole);
+        if (same && !s) s = tg_g_handle(A, t.buf, &whole, out);
+        tg_tensor_unref(&t);
+        if (same || s) return s;
+    }
     return KEEP(tg_place(g, &w, numel, out), out);
 }
 

@@ -11,6 +11,9 @@
 typedef struct tg_grad_arena {
     tgrad_tensor_t *h;
     int32_t n, cap;
+    /* What a rule built for one input of a node and can give its next input (vjp_rows.c's norm:
+     * the float32 x, g, rinv, ...): valid while node and key (the node's cotangent) match. */
+    struct { const void *node; tgrad_tensor_t key, h[5]; } memo;
 } tg_grad_arena;
 
 /* Keep h (a handle just made) in the arena; on failure (out of memory) h is released. A status

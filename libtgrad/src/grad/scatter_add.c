@@ -2,7 +2,8 @@
  * needs. out has the gathered tensor's shape pre + [n] + post; out[a, j, c] is the sum of g[a, p,
  * c] over the index positions p (row-major over the index tensor) whose index is j (negative ones
  * count from the end), correctly rounded: the exact sum (ops/reduce_exact.h's accumulator) rounded
- * once to g's dtype, whatever the order or the number of repeats; +0 where no index lands. Both
+ * once to g's dtype, whatever the order or the number of repeats; +0 where no index lands (a
+ * position one index names takes its value, any NaN canonical: that sum rounded). Both
  * inputs are read compact (the constructor materializes them). CPU only, one thread. */
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,26 @@ tgrad_status tg_scatter_add_execute(const tg_step *st) {
     }
     char *dst = (char *)st->buf->data;
     for (int64_t a = 0; a < P && !s; a++)
-        for (int64_t j = 0; j < n; j++)
+        for (int64_t j = 0; j < n; j++) {
+            int64_t count = first[j + 1] - first[j];
+            char *row = dst + (a * n + j) * R * esz;
+            if (count == 0) { /* no index lands: +0 (all bits zero in both dtypes) */
+                memset(row, 0, (size_t)(R * esz));
+                continue;
+            }
+            if (count == 1) { /* one value: the exact sum of one value is itself, any NaN canonical */
+                const char *src = g + (a * Q + pos[first[j]]) * R * esz;
+                if (dt == TGRAD_DTYPE_BF16) {
+                    const uint16_t *x = (const uint16_t *)src;
+                    uint16_t *o = (uint16_t *)row;
+                    for (int64_t c = 0; c < R; c++) o[c] = (x[c] & 0x7FFFu) > 0x7F80u ? 0x7FC0u : x[c];
+                } else {
+                    const uint32_t *x = (const uint32_t *)src;
+                    uint32_t *o = (uint32_t *)row;
+                    for (int64_t c = 0; c < R; c++) o[c] = (x[c] & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : x[c];
+                }
+                continue;
+            }
             for (int64_t c = 0; c < R; c++) {
                 tg_exact_acc acc;
                 tg_exact_acc_init(&acc);
@@ -73,6 +93,7 @@ tgrad_status tg_scatter_add_execute(const tg_step *st) {
                     memcpy(dst + ((a * n + j) * R + c) * esz, &bits, 4);
                 }
             }
+        }
     free(first), free(pos), free(fill);
     return s;
 }

@@ -122,11 +122,32 @@ static tgrad_status derivative(const tg_vjp_args *a, tgrad_op d, tgrad_tensor_t 
     return s ? s : tg_g_cast(A, r, a->cd, gi);
 }
 
+/* g's values are their own round trip through float32 (widening exact, narrowing RNE, any NaN the
+ * canonical 0x7fc0): a chain in float32, or a pending CPU result of a kind whose bfloat16 NaN is
+ * always 0x7fc0 (matmul, docs/numerics.md; every elementwise op, and the cast from float32). A
+ * cotangent the caller gave (a seed) may hold another NaN, which the round trip makes canonical. */
+static bool own_round_trip(const tg_vjp_args *a) {
+    tg_tensor t;
+    if (tg_handle_get_tensor(a->g, &t)) return false;
+    const tg_node *n = t.buf->node;
+    bool yes = t.buf->dtype == a->cd &&
+               (a->cd == F32 || (t.buf->device == TGRAD_DEVICE_CPU && n &&
+                                 (n->op == TG_OP_MATMUL || n->op == TG_OP_ELEMENTWISE ||
+                                  (n->op == TG_OP_CAST && n->ninputs == 1 && n->inputs[0].buf &&
+                                   n->inputs[0].buf->dtype == F32))));
+    tg_tensor_unref(&t);
+    return yes;
+}
+
 static tgrad_status ew_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t *gi) {
     Ar *A = a->A;
     bool reads_y = false;
     tgrad_op d = derivative_op(a->node->ew, &reads_y);
     if (d) return derivative(a, d, reads_y ? a->y : a->x[0], gi);
+    /* add's (and sub's first) cotangent is g rounded through float32 back to the chain's dtype:
+     * g itself where that round trip changes no bit (two casts fewer per bias and residual add) */
+    if ((a->node->ew == TGRAD_OP_ADD || (a->node->ew == TGRAD_OP_SUB && i == 0)) && own_round_trip(a))
+        return tg_g_reshape(A, a->g, a->node->out.ndim, a->node->out.shape, gi);
     tgrad_tensor_t X[2] = { 0, 0 }, Y = 0, G = 0, r = 0;
     tgrad_status s = TGRAD_OK;
     for (int32_t k = 0; k < a->node->ninputs && !s; k++) s = tg_g_cast(A, a->x[k], F32, &X[k]);

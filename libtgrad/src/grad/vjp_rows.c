@@ -98,20 +98,30 @@ static tgrad_status norm_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t *
     bool layer = n->params.norm_op == TG_NORM_LAYER;
     int32_t wi = n->params.has_weight ? 1 : 0, bi = n->params.has_bias ? 1 + wi : 0;
     tgrad_tensor_t X = 0, G = 0, W = 0, D = 0, t = 0, rinv = 0, xh = 0, gw = 0, r = 0;
-    tgrad_status s = tg_g_cast(A, a->x[0], F32, &X);
-    if (!s) s = tg_g_cast(A, a->g, F32, &G);
+    tgrad_status s = TGRAD_OK;
+    bool memo = A->memo.node == n && A->memo.key == a->g; /* the same nodes the previous input built */
+    if (memo) X = A->memo.h[0], G = A->memo.h[1];
+    else s = tg_g_cast(A, a->x[0], F32, &X);
+    if (!s && !memo) s = tg_g_cast(A, a->g, F32, &G);
     if (!s && bi && i == bi) { /* dbias */
         s = red(A, TGRAD_REDUCE_SUM, G, 0, lead, 0, &r);
         return s ? s : tg_g_cast(A, r, a->cd, gi);
     }
-    D = X;
-    if (!s && layer) s = red(A, TGRAD_REDUCE_MEAN, X, lead, nd, 1, &t);
-    if (!s && layer) s = bin(A, TGRAD_OP_SUB, X, t, &D);
-    if (!s) s = bin(A, TGRAD_OP_MUL, D, D, &t);
-    if (!s) s = red(A, TGRAD_REDUCE_MEAN, t, lead, nd, 1, &t);
-    if (!s) s = tg_g_binc(A, TGRAD_OP_ADD, t, n->params.eps, &t);
-    if (!s) s = tg_g_un(A, TGRAD_OP_RSQRT, t, &rinv);
-    if (!s) s = bin(A, TGRAD_OP_MUL, D, rinv, &xh);
+    if (memo && A->memo.h[4]) {
+        D = A->memo.h[2], rinv = A->memo.h[3], xh = A->memo.h[4];
+    } else {
+        D = X;
+        if (!s && layer) s = red(A, TGRAD_REDUCE_MEAN, X, lead, nd, 1, &t);
+        if (!s && layer) s = bin(A, TGRAD_OP_SUB, X, t, &D);
+        if (!s) s = bin(A, TGRAD_OP_MUL, D, D, &t);
+        if (!s) s = red(A, TGRAD_REDUCE_MEAN, t, lead, nd, 1, &t);
+        if (!s) s = tg_g_binc(A, TGRAD_OP_ADD, t, n->params.eps, &t);
+        if (!s) s = tg_g_un(A, TGRAD_OP_RSQRT, t, &rinv);
+        if (!s) s = bin(A, TGRAD_OP_MUL, D, rinv, &xh);
+    }
+    if (s) return s;
+    A->memo.node = n, A->memo.key = a->g; /* handles of the arena: alive until tgrad_grad returns */
+    A->memo.h[0] = X, A->memo.h[1] = G, A->memo.h[2] = D, A->memo.h[3] = rinv, A->memo.h[4] = xh;
     if (!s && wi && i == wi) { /* dweight */
         s = bin(A, TGRAD_OP_MUL, G, xh, &t);
         if (!s) s = red(A, TGRAD_REDUCE_SUM, t, 0, lead, 0, &r);

@@ -2,10 +2,12 @@
  * the reduced axes of the input's view for each output element with the exact engine
  * (reduce_exact.h): sums are exact integers until the one rounding, so any split over threads
  * gives the same bytes. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../../kernels/cpu/fp_env.h"
 #include "../cpu/epilogue.h"
 #include "../kinds.h"
 #include "reduce_exact.h"
@@ -313,6 +315,64 @@ static tgrad_status run_split(reduce_job *J, int32_t tasks) {
     return s;
 }
 
+/* Sums over one strided axis whose outputs lie side by side in the input (a bias's gradient: a
+ * [rows, cols] tensor summed over its rows): tg_exact_cols reads whole rows, a panel of columns at
+ * a time, instead of each column alone down the stride. The same exact sums, rounded once: the
+ * same bytes. A task is one panel of TG_EXACT_COLS_PANEL outputs of one row of outputs. */
+static bool by_columns(const reduce_job *J) {
+    return is_sum(J->op) && !J->pro && J->ni == 1 && J->istride[0] > 1 && J->ishape[0] > 1 && J->no >= 1 &&
+           J->ostride[J->no - 1] == 1 && J->oshape[J->no - 1] > 1;
+}
+
+/* A sum of a few values (the engine's sum of three or more cotangents, a stack of h rows) whose
+ * every partial sum is exact in double (TwoSum's error term zero at each step, under IEEE
+ * arithmetic) is the exact sum; rounded once (tg_f64_to_bf16, or to float32) it is the correctly
+ * rounded sum tg_exact_cols gives, -0 only when every value is -0 (the sum starts at -0, as the
+ * exact engine's sign rule). false: a value not finite or a partial sum inexact somewhere in the
+ * panel (the exact engine takes it). */
+enum { FEW_ROWS = 16 };
+static bool columns_few(const reduce_job *J, const char *base, int64_t h, int64_t rs, int64_t w, uint32_t *bits) {
+    for (int64_t c = 0; c < w; c++) {
+        double sum = -0.0;
+        for (int64_t r = 0; r < h; r++) {
+            const char *at = base + (r * rs + c) * J->esize;
+            double x = J->rdt == TG_RDT_BF16 ? (double)tg_bf16_to_f32(*(const uint16_t *)at) : (double)*(const float *)at;
+            double t = sum + x, bv = t - sum;
+            if (!isfinite(x) || (sum - (t - bv)) + (x - bv) != 0) return false;
+            sum = t;
+        }
+        if (J->out_dtype == TG_RDT_BF16) bits[c] = tg_f64_to_bf16(sum);
+        else {
+            float f = (float)sum;
+            memcpy(&bits[c], &f, sizeof f);
+        }
+    }
+    return true;
+}
+
+static void task_columns(int64_t task, int32_t worker, void *arg) {
+    (void)worker;
+    const reduce_job *J = arg;
+    int64_t L = J->oshape[J->no - 1], panels = (L + TG_EXACT_COLS_PANEL - 1) / TG_EXACT_COLS_PANEL;
+    int64_t c0 = task % panels * TG_EXACT_COLS_PANEL, o = task / panels * L + c0;
+    int64_t w = L - c0 < TG_EXACT_COLS_PANEL ? L - c0 : TG_EXACT_COLS_PANEL;
+    uint32_t bits[TG_EXACT_COLS_PANEL];
+    const char *base = J->base + outer_offset(J, o) * J->esize;
+    bool few = false;
+    if (J->op == TGRAD_REDUCE_SUM && J->ishape[0] <= FEW_ROWS) {
+        tg_fp_env env = tg_fp_env_ieee(); /* no flush of a subnormal sum or result */
+        few = columns_few(J, base, J->ishape[0], J->istride[0], w, bits);
+        tg_fp_env_restore(env);
+    }
+    if (!few)
+        tg_exact_cols(base, J->rdt, J->ishape[0], J->istride[0], w, 1, J->op == TGRAD_REDUCE_MEAN, J->out_dtype, bits);
+    for (int64_t c = 0; c < w; c++) {
+        if (J->out_dtype == TG_RDT_BF16) ((uint16_t *)J->out)[o + c] = (uint16_t)bits[c];
+        else ((uint32_t *)J->out)[o + c] = bits[c];
+    }
+    if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, o, w);
+}
+
 tgrad_status tg_reduce_execute(const tg_step *st) {
     const tg_node_input *in = &st->inputs[0];
     /* With a prologue the input buffer is never stored: its values come from the chain (bf16). */
@@ -328,6 +388,15 @@ tgrad_status tg_reduce_execute(const tg_step *st) {
     if (J.nout == 0) return TGRAD_OK;
     int32_t threads = tg_pool_threads();
     if (J.nout == 1 && threads > 1 && J.count >= SPLIT_MIN) return run_split(&J, threads * 4);
+    if (by_columns(&J)) {
+        int64_t L = J.oshape[J.no - 1];
+        int64_t panels = (L + TG_EXACT_COLS_PANEL - 1) / TG_EXACT_COLS_PANEL, ctasks = J.nout / L * panels;
+        if (ctasks == 1 || (double)J.nout * (double)J.count < (double)SPLIT_MIN)
+            for (int64_t t = 0; t < ctasks; t++) task_columns(t, 0, &J);
+        else
+            tg_pool_run(ctasks, task_columns, &J);
+        return TGRAD_OK;
+    }
     int64_t tasks = (J.nout + OUT_BLOCK - 1) / OUT_BLOCK;
     if (tasks == 1 || (double)J.nout * (double)J.count < (double)SPLIT_MIN)
         for (int64_t t = 0; t < tasks; t++) task_outputs(t, 0, &J);

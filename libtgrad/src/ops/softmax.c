@@ -101,6 +101,8 @@ static const tg_sm_variant *variant_for(const tg_step *st) {
     return &tg_sm_portable;
 }
 
+const tg_sm_variant *tg_sm_variant_for(const tg_step *st) { return variant_for(st); }
+
 /* ---- the executor ---- */
 typedef struct sm_job {
     const tg_sm_variant *v;

@@ -130,6 +130,7 @@ static uint32_t round_big(const tg_big *v, int32_t scale, int32_t dt) {
 /* ---- the executor ---- */
 typedef struct sb_job {
     int32_t op, out_dtype; /* op: TGRAD_SOFTMAX_SOFTMAX or _LOG_SOFTMAX (the forward's) */
+    const tg_sm_variant *v; /* the row loops (exp, loads) of the step's CPU variant: the same doubles */
     const tg_node_input *y, *g;
     int64_t n, ystride, gstride;
     int32_t nother;
@@ -284,7 +285,12 @@ static void log_row(const sb_job *J, const double *z, const double *g, double *e
         e[j] = z[j] <= 0 ? z[j] : 0.0; /* exp_rows' domain; the others are not read below */
     }
     double eG = A * ((double)n * U) * 1.01; /* the sequential sum's bound, as softmax_backward's */
-    tg_sm_portable.exp_rows(e, 0.0, e, n);  /* exp(z_j) within TG_SM_EXP_REL; 0 below -708 (< 2^-1021) */
+    /* exp's absolute error (below 2^-1021) times |G| + eG, bounded once per row: 2^-1020 (|G| + eG),
+     * or 2^-1000 where that product would be subnormal (a subnormal term in every element's bound
+     * cost a microcode assist each). A larger bound is as rigorous: it can only send an element the
+     * old one decided to log_slow, which rounds it correctly too, so the same bytes. */
+    double eU = fabs(G) + eG < 0x1p20 ? 0x1p-1000 : 0x1p-1020 * (fabs(G) + eG);
+    J->v->exp_rows(e, 0.0, e, n);  /* exp(z_j) within TG_SM_EXP_REL; 0 below -708 (< 2^-1021) */
     exact_g X = { .ready = false };
     for (int64_t i = 0; i < n; i++) {
         double zi = z[i], gi = g[i];
@@ -293,8 +299,7 @@ static void log_row(const sb_job *J, const double *z, const double *g, double *e
         else if (zi >= 0) b = log_slow(&X, g, n, zi, gi, dt);
         else {
             double Eh = e[i], P = Eh * G, v = gi - P;
-            double err = (Eh * eG * 1.01 + (TG_SM_EXP_REL + 2 * U) * 1.01 * fabs(P) + 0x1p-1020 * (fabs(G) + eG) +
-                          4 * U * fabs(v)) * 1.1;
+            double err = (Eh * eG * 1.01 + (TG_SM_EXP_REL + 2 * U) * 1.01 * fabs(P) + eU + 4 * U * fabs(v)) * 1.1;
             uint32_t blo = tg_sm_round(v - err, dt), bhi = tg_sm_round(v + err, dt);
             b = blo == bhi && !is_zero_bits(blo, dt) ? blo : log_slow(&X, g, n, zi, gi, dt);
         }
@@ -322,11 +327,20 @@ static void softmax_row(const sb_job *J, const double *y, const double *g, int64
             double v = y[i] * (g[i] - S);
             b = v != v ? nan_bits(dt) : tg_sm_round(v, dt);
         } else {
-            double D = g[i] - S, v = y[i] * D;
-            /* D's error: eS, and its rounding u|D|; v's rounding u|v|; the ends' roundings u|v| */
-            double e = (fabs(y[i]) * eS * 1.01 + 4 * U * fabs(v)) * 1.1;
-            uint32_t blo = tg_sm_round(v - e, dt), bhi = tg_sm_round(v + e, dt);
-            b = blo == bhi && !is_zero_bits(blo, dt) ? blo : exact_element(&X, y, g, n, i, dt);
+            double D = g[i] - S;
+            if (y[i] == 0) {
+                /* a masked position: the value is a zero whose sign is y_i's times D's, decided here
+                 * when the bound on D (eS, and D's own rounding) keeps D from zero, as exact_element
+                 * decides it from the exact D (g_i is finite: g_i y_i entered the finite S) */
+                double eD = (eS * 1.01 + 2 * U * fabs(D)) * 1.1;
+                b = fabs(D) > eD ? ((signbit(y[i]) != 0) != (D < 0) ? SIGN_BITS[dt] : 0) : exact_element(&X, y, g, n, i, dt);
+            } else {
+                double v = y[i] * D;
+                /* D's error: eS, and its rounding u|D|; v's rounding u|v|; the ends' roundings u|v| */
+                double e = (fabs(y[i]) * eS * 1.01 + 4 * U * fabs(v)) * 1.1;
+                uint32_t blo = tg_sm_round(v - e, dt), bhi = tg_sm_round(v + e, dt);
+                b = blo == bhi && !is_zero_bits(blo, dt) ? blo : exact_element(&X, y, g, n, i, dt);
+            }
         }
         put(J, pos + i * J->inner, b);
     }
@@ -354,7 +368,17 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
             q /= J->oshape[d];
         }
         int64_t pos = (r / J->inner) * n * J->inner + r % J->inner;
-        for (int64_t j = 0; j < n; j++) y[j] = load(J->y, yo + j * J->ystride), g[j] = load(J->g, go + j * J->gstride);
+        if (J->ystride == 1 && J->gstride == 1) { /* the variant's loads: the same exact doubles */
+            const tg_node_input *in[2] = { J->y, J->g };
+            double *to[2] = { y, g };
+            int64_t at[2] = { yo, go };
+            for (int k = 0; k < 2; k++) {
+                if (in[k]->buf->dtype == TGRAD_DTYPE_BF16) J->v->load_bf16(in[k]->buf->data + at[k], n, to[k]);
+                else J->v->load_f32((const float *)in[k]->buf->data + at[k], n, to[k]);
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) y[j] = load(J->y, yo + j * J->ystride), g[j] = load(J->g, go + j * J->gstride);
+        }
         if (log) log_row(J, y, g, e, pos);
         else softmax_row(J, y, g, pos);
         if (J->epi) {
@@ -370,7 +394,7 @@ tgrad_status tg_softmax_backward_execute(const tg_step *st) {
     const tg_node_input *yi = &st->inputs[0], *gi = &st->inputs[1];
     int32_t axis = st->base->params.axes[0], nd = yi->view.ndim;
     sb_job J = { .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi,
-                 .out = (char *)st->buf->data, .inner = 1, .rows = 1 };
+                 .out = (char *)st->buf->data, .inner = 1, .rows = 1, .v = tg_sm_variant_for(st) };
     tg_chain epi;
     if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
     J.n = nd ? yi->view.shape[axis] : 1;

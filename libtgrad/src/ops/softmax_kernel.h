@@ -51,6 +51,10 @@ typedef struct tg_sm_variant {
 #define TG_SM_EXP_REL 0x1p-48
 
 extern const tg_sm_variant tg_sm_portable;
+/* The loops of a softmax step's CPU variant (the forced one or the best; ops/softmax.c): every
+ * variant gives the same doubles, so only the time depends on it. */
+struct tg_step;
+const tg_sm_variant *tg_sm_variant_for(const struct tg_step *st);
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 extern const tg_sm_variant tg_sm_avx512f, tg_sm_avx2;
 #endif

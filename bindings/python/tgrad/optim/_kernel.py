@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import dtypes as _dtypes
 from .._ffi import ffi, lib
 from ..errors import _check
 from ..tensor import Tensor
@@ -50,4 +51,9 @@ def step_many(algo: int, flags: int, inputs: Sequence[Sequence[Tensor]], scalars
     out = ffi.new("tgrad_tensor_t[]", n * nout)
     _check(lib.tgrad_optim_step_many(algo, flags, n, ninputs, hs, sc_c, int(bf16_param), out))
     wrap = Tensor._wrap
-    return [[wrap(int(out[i * nout + o]), ins[0]._shape) for o in range(nout)] for i, ins in enumerate(inputs)]
+    f32, bf16 = _dtypes.float32, _dtypes.bfloat16
+    res = [[wrap(int(out[i * nout + o]), ins[0]._shape) for o in range(nout)] for i, ins in enumerate(inputs)]
+    for row in res:  # the dtypes the call documents (tgrad.h): float32, the last bfloat16 with bf16_param
+        for o, t in enumerate(row):
+            t._dtc = (t._handle, bf16 if bf16_param and o == nout - 1 else f32)
+    return res

@@ -831,13 +831,15 @@ TGRAD_API tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *count
 /* How the softmax kind has computed in this process, in counts[0 .. count) (count 1 ..
  * TGRAD_DEBUG_SOFTMAX_COUNT): the rows it ran, the outputs it evaluated, the ones whose double
  * evaluation could not decide the rounding and took the binary128 path, and the ones that path
- * could not decide either (rounded from its value and counted: none is known).
+ * could not decide either (rounded from its value and counted: none is known), and the rows a GPU
+ * kernel flagged and the host reran (route softmax; those rows are counted in the others too).
  * TGRAD_ERR_INVALID_ARGUMENT for a NULL counts or another count. */
 #define TGRAD_DEBUG_SOFTMAX_ROWS 0
 #define TGRAD_DEBUG_SOFTMAX_ELEMENTS 1
 #define TGRAD_DEBUG_SOFTMAX_SLOW 2
 #define TGRAD_DEBUG_SOFTMAX_UNDECIDED 3
-#define TGRAD_DEBUG_SOFTMAX_COUNT 4
+#define TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS 4
+#define TGRAD_DEBUG_SOFTMAX_COUNT 5
 TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
@@ -956,7 +958,9 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * tgrad_cast between bfloat16 and float32 (int32 casts stay on the CPU); gather runs tgrad_take and
  * concat tgrad_concat, bit for bit, any element size; where runs tgrad_where (bits copied) and
  * compare tgrad_compare (exact, in integer arithmetic), both with the CPU's bytes; random runs
- * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes. */
+ * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes;
+ * softmax runs tgrad_softmax's softmax, log_softmax and logsumexp in double (OpenCL and CUDA; not
+ * MSL), its rows near a rounding boundary rerun on the host, with the CPU's bytes. */
 #define TGRAD_ROUTE_NAIVE 1
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
@@ -969,7 +973,8 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_ROUTE_WHERE 10
 #define TGRAD_ROUTE_COMPARE 11
 #define TGRAD_ROUTE_RANDOM 12
-#define TGRAD_ROUTE_COUNT 12
+#define TGRAD_ROUTE_SOFTMAX 13
+#define TGRAD_ROUTE_COUNT 13
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
  * family 7+), OpenCL C 1.2 (no tc), CUDA C++ (NVRTC or nvcc; no headers; sm_52+, tc sm_80+). */
 #define TGRAD_LANG_MSL 1

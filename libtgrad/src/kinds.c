@@ -57,7 +57,12 @@ static void decide_random(tg_step *st) {
 static void decide_place(tg_step *st) { route_named(st, "place"); }
 static void decide_scatter_add(tg_step *st) { route_named(st, "scatter_add"); }
 static void decide_slice_scatter(tg_step *st) { route_named(st, "slice_scatter"); }
-static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
+static void decide_softmax(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) {
+        st->dev_route = tg_route_find(TGRAD_ROUTE_SOFTMAX);
+        route_named(st, "softmax");
+        return;
+    }
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
 
@@ -198,7 +203,10 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_rope,
                      .vjp = &tg_vjp_rope },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
-                        .cpu_execute = tg_softmax_execute, .base_name = name_softmax, .vjp = &tg_vjp_softmax },
+                        .cpu_execute = tg_softmax_execute, .gpu_render = tg_step_render_softmax,
+                        .gpu_route = TGRAD_ROUTE_SOFTMAX, .gpu_finish = tg_softmax_rows_on_host,
+                        .gpu_unfused = "a softmax on a GPU device is not fused (its flagged rows rerun on the host)",
+                        .base_name = name_softmax, .vjp = &tg_vjp_softmax },
     /* hgcore: the transposes of a gather (grad/scatter_add.c) and of a view (grad/place.c), made
      * by the backward pass */
     [TG_OP_SCATTER_ADD] = { .name = "scatter_add", .role = TG_ROLE_NONE, .decide = decide_scatter_add,

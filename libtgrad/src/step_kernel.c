@@ -170,9 +170,26 @@ tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, con
     return s;
 }
 
+/* softmax, log_softmax, logsumexp (never with fused chains on a device: the kind's gpu_unfused);
+ * binding f: the rows' flags (the host reruns the flagged ones, tg_softmax_rows_on_host). */
+tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *x = &st->inputs[0];
+    if (st->pro_base || st->nfused || st->ninputs != 1)
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: route softmax takes one input and no fused chains "
+                                                     "(the backward ops and fused steps run on the CPU)");
+    tg_gen_softmax p = { .op = st->base->params.softmax_op, .axis = x->view.ndim ? st->base->params.axes[0] : 0,
+                         .in_dtype = x->buf->dtype, .out_dtype = st->base->dtype, .in = x->view };
+    tgrad_status s = tg_gen_check_softmax(l, &p);
+    if (!s) s = tg_gen_render_softmax(l, &p, &k->text, &k->launch);
+    k->bufs[0] = x->buf, k->bufs[1] = st->buf;
+    k->flags_at = 2, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[2];
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
-    k->words_at = -1;
+    k->words_at = -1, k->flags_at = -1;
     const tg_kind *kind = tg_kind_of(st->op);
     tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
                                       : tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,

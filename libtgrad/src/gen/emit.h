@@ -93,6 +93,8 @@ TG_HIDDEN void tg_gen_emit_text(const emitter *e, const char *text);
 extern const char tg_gen_reduce_prelude[];
 /* kernels/gpu/philox.h's text (the same), pasted into each random kernel */
 extern const char tg_gen_philox_prelude[];
+/* kernels/gpu/softmax.h's text (the same), pasted into each softmax kernel */
+extern const char tg_gen_softmax_prelude[];
 /* The elementwise prelude, when the chain has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */

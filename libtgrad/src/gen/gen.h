@@ -60,6 +60,11 @@ typedef struct tg_lang {
     const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
     const char *u64;              /* a 64-bit unsigned integer type (the reductions' tg_u64) */
     const char *constant_decl;    /* a program-scope read-only array with an initializer (random's table) */
+    /* double precision: lines that enable it and define tg_i64 (a 64-bit signed integer) and the
+     * bit casts tg_d_bits (double -> tg_u64), tg_d_of, tg_f_bits (float -> uint), tg_f_of, after
+     * tg_u64 (the softmax kind's kernels, kernels/gpu/softmax.h); NULL: the language has no
+     * double (MSL), and those kernels are refused in it. */
+    const char *f64;
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);
@@ -239,5 +244,21 @@ TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random
 TG_HIDDEN void tg_gen_random_words(const tg_gen_random *p, uint32_t words[4]);
 TG_HIDDEN tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_text *t,
                                             struct tgrad_launch *launch);
+
+/* ---- the softmax kind (render_softmax.c) ----
+ * softmax, log_softmax or logsumexp (TGRAD_SOFTMAX_*) of `in` along `axis`, correctly rounded to
+ * out_dtype as on the CPU: one thread per row, the CPU's doubles and bounds (kernels/gpu/softmax.h);
+ * out is compact row-major (softmax, log_softmax: in's shape; logsumexp: the axis dropped); flags
+ * (a uint per row, written by every row's thread) is 1 where the row holds an element that only
+ * the CPU's exact row code decides (the host reruns it, tg_softmax_rows_on_host), else 0. */
+typedef struct tg_gen_softmax {
+    int32_t op, axis;
+    int32_t in_dtype, out_dtype; /* bf16 or float32 each */
+    tg_view in;
+} tg_gen_softmax;
+
+TG_HIDDEN tgrad_status tg_gen_check_softmax(const tg_lang *l, const tg_gen_softmax *p);
+TG_HIDDEN tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg_text *t,
+                                             struct tgrad_launch *launch);
 
 #endif

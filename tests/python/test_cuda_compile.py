@@ -210,6 +210,21 @@ def _random_kernels(add) -> None:
             add(R.render_tensor(t, None, "cuda"))
 
 
+def _softmax_kernels(add) -> None:
+    """softmax, log_softmax and logsumexp (the softmax route), bf16 and float32 in and out, rows
+    along the last axis and strided ones, a long row and an empty one (tests/python/test_gpu_softmax.py)."""
+    from test_gpu_softmax import DTYPES, OPS, _apply
+
+    rng = np.random.default_rng(0)
+    for op in OPS:
+        for dtype, out_dtype in DTYPES:
+            for shape, dim in (((3, 37), -1), ((4, 5, 6), 1), ((2, 4099), -1), ((3, 0), -1)):
+                with tgrad.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32), dtype=dtype) as t:
+                    y = _apply(op, t, dim, out_dtype)
+                    add(R.render_tensor(y, None, "cuda"))
+                    y.release()
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -227,6 +242,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _compare_kernels(add)
     _batched_kernels(add)
     _random_kernels(add)
+    _softmax_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -458,7 +474,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
     assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare",
-                     "random"}
+                     "random", "softmax"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

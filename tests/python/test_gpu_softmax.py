@@ -290,15 +290,13 @@ def test_planted_defects_are_caught(cuda: Any) -> None:
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4, 21)) * 3
     x[:, -1] = 4.0  # the last element is each row's maximum
-    # a dropped last element of the sum (the tail loop one short)
-    tail = "    for (int l = 0; j + l < 21; l++) {\n        {\n            const double v"
-    sum_tail = "    const tg_i64 ties"
+    # a dropped last element of the sum (its tail loop one short: 21 = 16 + 5)
+    tail = "    j = 16;\n    for (int l = 0; l < 5; l++) {\n"
     for op in OPS:
         k = R.render_tensor(_apply(op, _cpu_tensor(x, "float32"), -1, None), None, "cuda")
-        at = k.source.index(sum_tail)
-        start = k.source.rindex(tail, 0, at)
-        assert start > 0
-        mutated_tail = tail.replace("j + l < 21", "j + l < 20")
-        assert _mutant_differs(cuda, x, "float32", op, k.source[start:at], k.source[start:at].replace(tail, mutated_tail))
+        assert k.source.count(tail) == 2  # the scan's, then the sum's
+        at = k.source.rindex(tail)
+        sum_part = k.source[at:]
+        assert _mutant_differs(cuda, x, "float32", op, sum_part, sum_part.replace(tail, tail.replace("< 5", "< 4"), 1))
     # a dropped last output
     assert _mutant_differs(cuda, x, "float32", "softmax", "for (j = 0; j < 21; j++)", "for (j = 0; j < 20; j++)")

@@ -125,6 +125,11 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     tg_emit_signature(e, launch->kernel_name, bp, 3, used);
     E("    const %s r = gx * %d + li;\n", e->it, (int)T);
     E("    if (r >= %" PRId64 ")\n        return;\n", rows);
+    if (n == 0) { /* empty rows (logsumexp: -inf each): the host's */
+        E("    f[r] = 1u;\n}\n");
+        tg_finish_launch(t, launch);
+        return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
+    }
     emit_row_offset(e, p);
     char load[160];
     snprintf(load, sizeof load, in_bf16 ? "(double)tg_f_of((uint)x[off + (%%s) * %" PRId64 "] << 16)"
@@ -145,16 +150,17 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     char v8[160], vt[160];
     snprintf(v8, sizeof v8, load, "j + l");
     snprintf(vt, sizeof vt, load, "j + l");
-    E("    %s j = 0;\n", e->it);
-    E("    for (; j + 8 <= %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n);
+    /* blocks of 8, then the tail at n8: constant bounds, so the lanes stay in registers */
+    const int64_t n8 = n / 8 * 8;
+    E("    %s j;\n", e->it);
+    E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);
     E("            const double v = %s;\n%s        }\n", v8, scan);
-    E("    for (int l = 0; j + l < %" PRId64 "; l++) {\n        {\n", n);
+    E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n        {\n", n8, (int)(n - n8));
     E("            const double v = %s;\n%s        }\n    }\n", vt, scan);
     E("    double m = -inf, xmin = inf;\n    tg_i64 nfin = 0;\n    uint hasnan = 0u;\n");
     E("    for (int l = 0; l < 8; l++) {\n        m = mx[l] > m ? mx[l] : m;\n        xmin = mn[l] < xmin ? mn[l] : xmin;\n"
       "        nfin += cnt[l];\n        hasnan |= nn[l];\n    }\n");
-    E("    if (%s || hasnan != 0u || m == inf || m == -inf || nfin == 1) { // a special row: the host's\n",
-      n == 0 ? "true" : "false");
+    E("    if (hasnan != 0u || m == inf || m == -inf || nfin == 1) { // a special row: the host's\n");
     E("        f[r] = 1u;\n        return;\n    }\n");
 
     /* T = S - 1: the terms below the maximum, and the maxima's count less one (sm_sum_below) */
@@ -162,9 +168,9 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     E("    for (int l = 0; l < 8; l++) {\n        a[l] = 0.0;\n        ct[l] = 0;\n    }\n");
     const char *sum = "            a[l] += v < m ? tg_sm_exp_neg(v - m) : 0.0;\n"
                       "            ct[l] += v == m ? 1 : 0;\n";
-    E("    for (j = 0; j + 8 <= %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n);
+    E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);
     E("            const double v = %s;\n%s        }\n", v8, sum);
-    E("    for (int l = 0; j + l < %" PRId64 "; l++) {\n        {\n", n);
+    E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n        {\n", n8, (int)(n - n8));
     E("            const double v = %s;\n%s        }\n    }\n", vt, sum);
     E("    const tg_i64 ties = ((ct[0] + ct[1]) + (ct[2] + ct[3])) + ((ct[4] + ct[5]) + (ct[6] + ct[7]));\n");
     E("    const double T = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) + (double)(ties - 1);\n");

@@ -41,7 +41,10 @@ static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
 }
-static void decide_norm(tg_step *st) { route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"); }
+static void decide_norm(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_NORM);
+    route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
+}
 static void decide_rope(tg_step *st) {
     route_named(st, st->base->params.rope_backward ? "rope_backward" : "rope");
 }
@@ -197,6 +200,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                         .gpu_route = TGRAD_ROUTE_COMPARE,
                         .unfused = "a comparison is not fused (its result is bool)", .base_name = name_compare },
     [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
+                     .gpu_render = tg_step_render_norm, .gpu_route = TGRAD_ROUTE_NORM,
+                     .gpu_finish = tg_norm_rows_on_host,
                      .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm,
                      .vjp = &tg_vjp_norm },
     [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,

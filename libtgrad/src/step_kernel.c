@@ -187,6 +187,24 @@ tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, co
     return s;
 }
 
+/* rms_norm, layer_norm: x, then the weight and the bias when present; binding f: the rows' flags
+ * (the host reruns the flagged ones, tg_norm_rows_on_host). */
+tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *P = &st->base->params;
+    tg_gen_norm p = { .op = P->norm_op, .naxes = P->norm_axes, .eps = P->eps, .has_w = P->has_weight != 0,
+                      .has_b = P->has_bias != 0, .x = st->inputs[0].view };
+    int32_t k_in = 1;
+    if (p.has_w) p.w = st->inputs[k_in++].view;
+    if (p.has_b) p.b = st->inputs[k_in++].view;
+    tgrad_status s = tg_gen_check_norm(l, &p);
+    if (!s) s = tg_gen_render_norm(l, &p, &k->text, &k->launch);
+    for (int32_t i = 0; i < k_in; i++) k->bufs[i] = st->inputs[i].buf;
+    k->bufs[k_in] = st->buf;
+    k->flags_at = k_in + 1, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[k_in + 1];
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     k->words_at = -1, k->flags_at = -1;

@@ -95,6 +95,8 @@ extern const char tg_gen_reduce_prelude[];
 extern const char tg_gen_philox_prelude[];
 /* kernels/gpu/softmax.h's text (the same), pasted into each softmax kernel */
 extern const char tg_gen_softmax_prelude[];
+/* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */
+extern const char tg_gen_norm_prelude[];
 /* The elementwise prelude, when the chain has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */

@@ -257,6 +257,22 @@ typedef struct tg_gen_softmax {
     tg_view in;
 } tg_gen_softmax;
 
+/* ---- the norm kind (render_norm.c) ----
+ * rms_norm or layer_norm (TG_NORM_*) of bf16 x over its last naxes axes, weight w and bias b (views
+ * of those axes' shape, when has_w / has_b), correctly rounded to bf16 as on the CPU: one thread
+ * per row, the CPU's doubles and bounds (kernels/gpu/norm.h); out compact row-major; flags as for
+ * softmax (the host reruns a flagged row, tg_norm_rows_on_host). */
+typedef struct tg_gen_norm {
+    int32_t op, naxes;
+    double eps;
+    bool has_w, has_b;
+    tg_view x, w, b;
+} tg_gen_norm;
+
+TG_HIDDEN tgrad_status tg_gen_check_norm(const tg_lang *l, const tg_gen_norm *p);
+TG_HIDDEN tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text *t,
+                                          struct tgrad_launch *launch);
+
 TG_HIDDEN tgrad_status tg_gen_check_softmax(const tg_lang *l, const tg_gen_softmax *p);
 TG_HIDDEN tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg_text *t,
                                              struct tgrad_launch *launch);

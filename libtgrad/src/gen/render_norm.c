@@ -96,7 +96,7 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
         for (int32_t d = 0; d < v[i]->ndim && kn < sizeof key; d++)
             kn += (size_t)snprintf(key + kn, sizeof key - kn, ";%" PRId64 ":%" PRId64, v[i]->shape[d], v[i]->strides[d]);
     }
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_%s_%" PRId64 "_%08" PRIx32, op_name(p->op), n,
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_norm_%s_%" PRId64 "_%08" PRIx32, rms ? "rms" : "layer", n,
              (uint32_t)tg_fnv1a64(key, strlen(key)));
 
     bool small = tg_fits_int(reach + 1) && tg_fits_int(numel + n + 8) && tg_fits_int(rows + T);

@@ -95,7 +95,7 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     launch->threadgroup[1] = launch->threadgroup[2] = 1;
     char key[2048];
     key_of(p, key, sizeof key);
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_%s_%" PRId64 "_%08" PRIx32, op_name(p->op), n,
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_softmax_%s_%" PRId64 "_%08" PRIx32, op_name(p->op), n,
              (uint32_t)tg_fnv1a64(key, strlen(key)));
 
     const int64_t stride = p->in.ndim ? p->in.strides[p->axis] : 0;

@@ -225,14 +225,18 @@ static void test_a_nonempty_product_launches(void) {
     tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(c);
 }
 
-/* The softmax kind on Metal: refused when the node is made (MSL has no double), naming why; the
- * same op on the CPU is made. */
+/* The softmax and norm kinds on Metal: refused when the node is made (MSL has no double), naming
+ * why. */
 static void test_softmax_is_refused_on_metal_for_want_of_double(void) {
     tgrad_tensor_t x = on_metal(2, 8, 0x3f80), y = 0;
     for (int32_t op = TGRAD_SOFTMAX_SOFTMAX; op <= TGRAD_SOFTMAX_LOGSUMEXP; op++) {
         EXPECT(tgrad_softmax(op, x, -1, 0, 0, &y), TGRAD_ERR_BACKEND_UNAVAILABLE);
         CHECK(y == 0 && strstr(tgrad_last_error(), "double") != NULL);
     }
+    EXPECT(tgrad_rms_norm(x, 0, 1, 1e-6, &y), TGRAD_ERR_BACKEND_UNAVAILABLE); /* the norms too */
+    CHECK(y == 0 && strstr(tgrad_last_error(), "double") != NULL);
+    EXPECT(tgrad_layer_norm(x, 0, 0, 1, 1e-5, &y), TGRAD_ERR_BACKEND_UNAVAILABLE);
+    CHECK(y == 0);
     tgrad_tensor_release(x);
 }
 

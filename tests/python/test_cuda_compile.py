@@ -7,7 +7,8 @@ eligible) and under naive and tiled in the block32 order, a copy of each of its 
 epilogues included, and so is each step of each reduction case (conformance.reductions: the
 reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
 route), the batched products of tests/python/batched_cases.py (every route, both orders,
-epilogues) and the random route's draws (tests/python/test_gpu_random.py). Identical texts are
+epilogues), the random route's draws (tests/python/test_gpu_random.py) and the softmax and norm
+routes' kernels (tests/python/test_gpu_softmax.py, test_gpu_norm.py). Identical texts are
 compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
@@ -225,6 +226,23 @@ def _softmax_kernels(add) -> None:
                     y.release()
 
 
+def _norm_kernels(add) -> None:
+    """rms_norm and layer_norm (the norm route): with and without weight and bias, one and two axes,
+    a strided view and a long row (tests/python/test_gpu_norm.py)."""
+    rng = np.random.default_rng(0)
+
+    def bf(shape: tuple[int, ...]) -> tgrad.Tensor:
+        return tgrad.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32), dtype="bfloat16")
+
+    for shape, norm_shape in (((3, 37), 37), ((2, 3, 40), (3, 40)), ((2, 4099), 4099)):
+        x = bf(shape)
+        wshape = (norm_shape,) if isinstance(norm_shape, int) else norm_shape
+        for w, b in ((None, None), (bf(wshape), None), (bf(wshape), bf(wshape))):
+            add(R.render_tensor(tgrad.rms_norm(x, norm_shape, w, eps=1e-6), None, "cuda"))
+            add(R.render_tensor(tgrad.layer_norm(x, norm_shape, w, b, eps=1e-5), None, "cuda"))
+    add(R.render_tensor(tgrad.layer_norm(bf((40, 6)).transpose(0, 1), 40), None, "cuda"))
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -243,6 +261,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _batched_kernels(add)
     _random_kernels(add)
     _softmax_kernels(add)
+    _norm_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"

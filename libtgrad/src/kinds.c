@@ -46,6 +46,7 @@ static void decide_norm(tg_step *st) {
     route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
 }
 static void decide_rope(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_ROPE);
     route_named(st, st->base->params.rope_backward ? "rope_backward" : "rope");
 }
 static void decide_reduce(tg_step *st) {
@@ -205,6 +206,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm,
                      .vjp = &tg_vjp_norm },
     [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,
+                     .gpu_render = tg_step_render_rope, .gpu_route = TGRAD_ROUTE_ROPE,
+                     .gpu_finish = tg_rope_rows_on_host,
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_rope,
                      .vjp = &tg_vjp_rope },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,

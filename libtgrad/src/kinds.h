@@ -92,6 +92,11 @@ TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
  * made on device (GPU: a language with double). */
 TG_HIDDEN tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
 TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
+/* The GPU route's slow path (ops/rope.c): the flagged positions ((row, l) pairs), rerun on the
+ * host by the CPU's code; and f_i = pow(base, -2i / rd) as the CPU computes it (the kernels'
+ * table). */
+TG_HIDDEN tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN double tg_rope_freq(double base, int32_t i, int32_t rd);
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
 /* The GPU route's slow path (ops/softmax.c): the rows flagged by the kernel, recomputed on the
  * host by the CPU's row code, read back from and written back to the device. */

@@ -205,6 +205,24 @@ tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *route, const
     return s;
 }
 
+/* rope, rope_backward: x, the positions, inv_freq when given; binding f: the positions' flags
+ * (the host reruns the flagged ones, tg_rope_rows_on_host). */
+tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *P = &st->base->params;
+    tg_gen_rope p = { .rd = P->rotary_dim, .interleaved = P->interleaved, .batched = P->norm_axes == 2,
+                      .backward = P->rope_backward, .has_f = P->has_weight != 0, .base = P->eps,
+                      .x = st->inputs[0].view, .pos = st->inputs[1].view };
+    if (p.has_f) p.f = st->inputs[2].view;
+    tgrad_status s = tg_gen_check_rope(l, &p);
+    if (!s) s = tg_gen_render_rope(l, &p, &k->text, &k->launch);
+    int32_t nin = p.has_f ? 3 : 2;
+    for (int32_t i = 0; i < nin; i++) k->bufs[i] = st->inputs[i].buf;
+    k->bufs[nin] = st->buf;
+    k->flags_at = nin + 1, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[nin + 1];
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
     k->words_at = -1, k->flags_at = -1;

@@ -46,6 +46,7 @@ TG_HIDDEN tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_rout
                                                 tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 

@@ -332,7 +332,8 @@ tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t r
 #define TGRAD_DEBUG_ROPE_SLOW 3
 #define TGRAD_DEBUG_ROPE_UNDECIDED 4
 #define TGRAD_DEBUG_NORM_DEVICE_ROWS 5
-#define TGRAD_DEBUG_NORM_COUNT 6
+#define TGRAD_DEBUG_ROPE_DEVICE_ROWS 6
+#define TGRAD_DEBUG_NORM_COUNT 7
 tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1
@@ -360,7 +361,8 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_RANDOM 12
 #define TGRAD_ROUTE_SOFTMAX 13
 #define TGRAD_ROUTE_NORM 14
-#define TGRAD_ROUTE_COUNT 14
+#define TGRAD_ROUTE_ROPE 15
+#define TGRAD_ROUTE_COUNT 15
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_CUDA 3

@@ -37,6 +37,9 @@ TG_HIDDEN void tg_buffer_param(char *dst, size_t cap, const char *space, const c
  * declares one `const <it> var = ...;` per builtin used (gx, gy, lx, ly, li, sg). */
 TG_HIDDEN void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
                                  const bool used[TG_B_COUNT_]);
+/* A helper function `<it> <name>(<it> L)`: the buffer index of element L (row-major over v's
+ * shape) of view v, its constants folded in (the norm and rope routes' operands). */
+TG_HIDDEN void tg_emit_index_fn(const emitter *e, const char *name, const tg_view *v);
 TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
                                        int64_t c);
 TG_HIDDEN void tg_finish_launch(tg_text *t, struct tgrad_launch *launch);

@@ -273,6 +273,24 @@ TG_HIDDEN tgrad_status tg_gen_check_norm(const tg_lang *l, const tg_gen_norm *p)
 TG_HIDDEN tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text *t,
                                           struct tgrad_launch *launch);
 
+/* ---- the rope kind (render_rope.c) ----
+ * rope (or rope_backward: the frequencies negated) of bf16 x [..., L, d] at int32 positions ([L], or
+ * [B, L] with `batched`: x's first axis is B), rotating the first rd features' pairs (halves, or
+ * neighbours when interleaved) by theta = p f_i; f_i from inv_freq (float32, has_f) or the CPU's
+ * pow(base, -2i / rd) baked in. One thread per (row, position), the CPU's doubles (kernels/gpu/
+ * norm.h's fast rounding), a device bound for sin and cos; flags as for softmax (the host reruns
+ * a flagged position, tg_rope_rows_on_host). */
+typedef struct tg_gen_rope {
+    int32_t rd, interleaved, batched, backward;
+    bool has_f;
+    double base;
+    tg_view x, pos, f;
+} tg_gen_rope;
+
+TG_HIDDEN tgrad_status tg_gen_check_rope(const tg_lang *l, const tg_gen_rope *p);
+TG_HIDDEN tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text *t,
+                                          struct tgrad_launch *launch);
+
 TG_HIDDEN tgrad_status tg_gen_check_softmax(const tg_lang *l, const tg_gen_softmax *p);
 TG_HIDDEN tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg_text *t,
                                              struct tgrad_launch *launch);

@@ -38,20 +38,6 @@ tgrad_status tg_gen_check_norm(const tg_lang *l, const tg_gen_norm *p) {
     return TGRAD_OK;
 }
 
-/* `<it> <name>(<it> L)`: the buffer index of element L (row-major over v's shape) of view v. */
-static void emit_index_fn(const emitter *e, const char *name, const tg_view *v) {
-    E("%s %s %s(%s L)\n{\n    %s at = %" PRId64 ";\n", e->l->function_prefix, e->it, name, e->it, e->it, v->offset);
-    int64_t suffix = 1;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] > 1 && v->strides[d] != 0) {
-            if (d == 0) E("    at += (L / %" PRId64 ") * %" PRId64 ";\n", suffix, v->strides[d]);
-            else E("    at += ((L / %" PRId64 ") %% %" PRId64 ") * %" PRId64 ";\n", suffix, v->shape[d], v->strides[d]);
-        }
-        suffix *= v->shape[d];
-    }
-    E("    return at;\n}\n");
-}
-
 static void buffer_decl(char *dst, size_t cap, const char *space, const char *type, const char *name) {
     snprintf(dst, cap, "%s%s%s *%s", space, *space ? " " : "", type, name);
 }
@@ -118,9 +104,9 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
     E("%s", l->f64);
     E("typedef %s tg_u64;\n", l->u64);
     tg_gen_emit_text(e, tg_gen_norm_prelude);
-    emit_index_fn(e, "tg_x_at", &p->x);
-    if (p->has_w) emit_index_fn(e, "tg_w_at", &p->w);
-    if (p->has_b) emit_index_fn(e, "tg_b_at", &p->b);
+    tg_emit_index_fn(e, "tg_x_at", &p->x);
+    if (p->has_w) tg_emit_index_fn(e, "tg_w_at", &p->w);
+    if (p->has_b) tg_emit_index_fn(e, "tg_b_at", &p->b);
 
     char decl[5][64];
     const char *bp[5];

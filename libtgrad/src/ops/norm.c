@@ -26,11 +26,12 @@ TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count
     if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_norm_slow_path: counts is NULL or count %d is not 1 .. %d",
                        (int)count_, TGRAD_DEBUG_NORM_COUNT);
-    int64_t rope[3];
+    int64_t rope[4];
     tg_rope_counts(rope);
     for (int32_t i = 0; i < count_; i++)
         counts[i] = i < 2                                ? atomic_load_explicit(&counters[i], memory_order_relaxed)
                     : i == TGRAD_DEBUG_NORM_DEVICE_ROWS ? atomic_load_explicit(&device_rows, memory_order_relaxed)
+                    : i == TGRAD_DEBUG_ROPE_DEVICE_ROWS ? rope[3]
                                                         : rope[i - 2];
     return TGRAD_OK;
 }

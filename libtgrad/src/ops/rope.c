@@ -140,11 +140,22 @@ static inline uint16_t fast_round(double y, double err) {
     return (uint16_t)(((u >> 48) & 0x8000) | (t - ((uint64_t)(1023 - 127) << 7)));
 }
 
-/* The rounding of an approximation yq with |error| <= eq, when that decides it (else 0xFFFF). */
+/* v rounded once to bf16: through float32, corrected where float32's rounding lands on a bf16
+ * midpoint that v is not (softmax_wide.h's round_x): no rounding through double on the way, whose
+ * 53 bits would lose a binary128 value's distance to a midpoint. */
+static uint16_t bf16_of_x(xf v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0xffffu) == 0x8000u && (xf)f != v) u += ((xf)f < v) == (v > 0) ? 1u : (uint32_t)-1;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The rounding of an approximation yq with |error| <= eq, when that decides it (else 0xFFFF); the
+ * ends' own binary128 roundings (2^-113 relative each) are added to the interval. */
 static uint16_t round_q(xf yq, xf eq) {
-    double lo = (double)(yq - eq), hi = (double)(yq + eq); /* double rounding moves each by <= 2^-53 rel */
-    lo -= fabs(lo) * 0x1p-52, hi += fabs(hi) * 0x1p-52;
-    uint16_t a = tg_bf16_from_double(lo), b = tg_bf16_from_double(hi);
+    xf e = eq + XFABS(yq) * (XEPS / 8);
+    uint16_t a = bf16_of_x(yq - e), b = bf16_of_x(yq + e);
     return a == b ? a : 0xFFFF;
 }
 

@@ -8,10 +8,12 @@
  * X(code, name, kind, tile_m, tile_n, tile_k, threads_x, threads_y, min_m, min_k, min_n,
  *   simdgroup_matrix, summary)
  *   kind          TG_ROUTE_MATMUL, TG_ROUTE_COPY, TG_ROUTE_ELEMENTWISE, TG_ROUTE_REDUCE, TG_ROUTE_CAST,
- *                 TG_ROUTE_GATHER, TG_ROUTE_CONCAT, TG_ROUTE_WHERE, TG_ROUTE_COMPARE or TG_ROUTE_RANDOM
+ *                 TG_ROUTE_GATHER, TG_ROUTE_CONCAT, TG_ROUTE_WHERE, TG_ROUTE_COMPARE, TG_ROUTE_RANDOM or
+ *                 TG_ROUTE_SOFTMAX, TG_ROUTE_NORM, TG_ROUTE_ROPE
  *   tile_m/_n     outputs per threadgroup (rows, columns); copy, elementwise: elements per
  *                 threadgroup in tile_m; reduce: 1 (threads_x threads share each output); cast,
- *                 gather, concat, where, compare: elements per threadgroup in tile_m
+ *                 gather, concat, where, compare: elements per threadgroup in tile_m; softmax: rows
+ *                 per threadgroup (one thread each) in tile_m
  *   tile_k        k-depth staged in threadgroup memory per step (0: no staging); even, so a k-pair
  *                 never straddles two stages
  *   threads_x/_y  threadgroup shape; threads_x * threads_y is a multiple of 32 (a simdgroup)
@@ -28,7 +30,7 @@
 
 enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUTE_REDUCE = 4, TG_ROUTE_CAST = 5,
        TG_ROUTE_GATHER = 6, TG_ROUTE_CONCAT = 7, TG_ROUTE_WHERE = 8, TG_ROUTE_COMPARE = 9,
-       TG_ROUTE_RANDOM = 10 };
+       TG_ROUTE_RANDOM = 10, TG_ROUTE_SOFTMAX = 11, TG_ROUTE_NORM = 12, TG_ROUTE_ROPE = 13 };
 
 #define TG_ROUTE_LIST(X)                                                                          \
     X(TGRAD_ROUTE_NAIVE, naive, TG_ROUTE_MATMUL, 16, 16, 0, 16, 16, 0, 0, 0, 0,                  \
@@ -62,7 +64,16 @@ enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUT
       "values (no float instruction), a bool byte per thread")                                    \
     X(TGRAD_ROUTE_RANDOM, random, TG_ROUTE_RANDOM, 256, 1, 0, 256, 1, 0, 0, 0, 0,                   \
       "the counter-based generator's uniform and randint draws (Philox-4x32-10, integers only), one " \
-      "element per thread, the CPU's bytes for the same seed and offset")
+      "element per thread, the CPU's bytes for the same seed and offset")                          \
+    X(TGRAD_ROUTE_SOFTMAX, softmax, TG_ROUTE_SOFTMAX, 64, 1, 0, 64, 1, 0, 0, 0, 0,                   \
+      "softmax, log_softmax and logsumexp, one thread per row in double (the CPU's loops and bounds, " \
+      "kernels/gpu/softmax.h); rows with an undecided element are flagged and rerun on the host") \
+    X(TGRAD_ROUTE_NORM, norm, TG_ROUTE_NORM, 64, 1, 0, 64, 1, 0, 0, 0, 0,                            \
+      "rms_norm and layer_norm, one thread per row in double (the CPU's loops and bounds, "        \
+      "kernels/gpu/norm.h); rows with an undecided element are flagged and rerun on the host") \
+    X(TGRAD_ROUTE_ROPE, rope, TG_ROUTE_ROPE, 64, 1, 0, 64, 1, 0, 0, 0, 0,                            \
+      "rope and rope_backward, one thread per (row, position) in double (the CPU's operations, a "  \
+      "device bound for sin and cos); positions with an undecided value are rerun on the host")
 
 /* The tc route's simdgroup layout: 4 simdgroups as 2 x 2, each owning a 16 x 16 block of the
  * 32 x 32 tile as 2 x 2 fragments of 8 x 8. */

@@ -834,13 +834,15 @@ TGRAD_API tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *count
 /* How the softmax kind has computed in this process, in counts[0 .. count) (count 1 ..
  * TGRAD_DEBUG_SOFTMAX_COUNT): the rows it ran, the outputs it evaluated, the ones whose double
  * evaluation could not decide the rounding and took the binary128 path, and the ones that path
- * could not decide either (rounded from its value and counted: none is known).
+ * could not decide either (rounded from its value and counted: none is known), and the rows a GPU
+ * kernel flagged and the host reran (route softmax; those rows are counted in the others too).
  * TGRAD_ERR_INVALID_ARGUMENT for a NULL counts or another count. */
 #define TGRAD_DEBUG_SOFTMAX_ROWS 0
 #define TGRAD_DEBUG_SOFTMAX_ELEMENTS 1
 #define TGRAD_DEBUG_SOFTMAX_SLOW 2
 #define TGRAD_DEBUG_SOFTMAX_UNDECIDED 3
-#define TGRAD_DEBUG_SOFTMAX_COUNT 4
+#define TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS 4
+#define TGRAD_DEBUG_SOFTMAX_COUNT 5
 TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
@@ -896,13 +898,17 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype,
  * in counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the norm elements evaluated, those
  * whose double evaluation could not decide the rounding and were decided exactly; the rope
  * values evaluated, those decided in binary128, and those binary128 could not decide either
- * (rounded from it and counted: none is known). */
+ * (rounded from it and counted: none is known); the norm rows a GPU kernel flagged and the host
+ * reran (route norm), and the rope positions ((row, l) pairs) a GPU kernel flagged and the host
+ * reran (route rope). */
 #define TGRAD_DEBUG_NORM_EVALUATED 0
 #define TGRAD_DEBUG_NORM_SLOW 1
 #define TGRAD_DEBUG_ROPE_EVALUATED 2
 #define TGRAD_DEBUG_ROPE_SLOW 3
 #define TGRAD_DEBUG_ROPE_UNDECIDED 4
-#define TGRAD_DEBUG_NORM_COUNT 5
+#define TGRAD_DEBUG_NORM_DEVICE_ROWS 5
+#define TGRAD_DEBUG_ROPE_DEVICE_ROWS 6
+#define TGRAD_DEBUG_NORM_COUNT 7
 TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
 
@@ -959,7 +965,10 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * tgrad_cast between bfloat16 and float32 (int32 casts stay on the CPU); gather runs tgrad_take and
  * concat tgrad_concat, bit for bit, any element size; where runs tgrad_where (bits copied) and
  * compare tgrad_compare (exact, in integer arithmetic), both with the CPU's bytes; random runs
- * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes. */
+ * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes;
+ * softmax runs tgrad_softmax's softmax, log_softmax and logsumexp in double (OpenCL and CUDA; not
+ * MSL), its rows near a rounding boundary rerun on the host, with the CPU's bytes; norm runs
+ * tgrad_rms_norm and tgrad_layer_norm the same way, and rope tgrad_rope and tgrad_rope_backward. */
 #define TGRAD_ROUTE_NAIVE 1
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
@@ -972,7 +981,10 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_ROUTE_WHERE 10
 #define TGRAD_ROUTE_COMPARE 11
 #define TGRAD_ROUTE_RANDOM 12
-#define TGRAD_ROUTE_COUNT 12
+#define TGRAD_ROUTE_SOFTMAX 13
+#define TGRAD_ROUTE_NORM 14
+#define TGRAD_ROUTE_ROPE 15
+#define TGRAD_ROUTE_COUNT 15
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
  * family 7+), OpenCL C 1.2 (no tc), CUDA C++ (NVRTC or nvcc; no headers; sm_52+, tc sm_80+). */
 #define TGRAD_LANG_MSL 1

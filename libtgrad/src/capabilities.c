@@ -40,6 +40,9 @@
     X("metal", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only); int32 casts stay on the CPU; verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "gather and concat (take, cat, stack, slice_scatter)", "bit-exact", "rendered kernels (routes gather, concat: 1, 2 and 4-byte elements moved as integers; slice_scatter as the concat of dst's parts and src); verified on the MSL emulation tier, not on Apple hardware") \
     X("metal", "comparisons and where", "exact", "rendered kernels (route compare: 64-bit integer keys of the exact values, no float instruction; route where: bits copied); verified on the MSL emulation tier, not on Apple hardware") \
+    X("metal", "softmax, log_softmax, logsumexp", "refused", "the softmax route computes in double, which MSL lacks: backend_unavailable when the node is made (docs/metal.md); run it on the CPU, OpenCL or CUDA") \
+    X("metal", "rms_norm, layer_norm", "refused", "the norm route computes in double, which MSL lacks: backend_unavailable when the node is made (docs/metal.md); run it on the CPU, OpenCL or CUDA") \
+    X("metal", "rope, rope_backward", "refused", "the rope route computes in double, which MSL lacks: backend_unavailable when the node is made (docs/metal.md); run it on the CPU, OpenCL or CUDA") \
     X("metal", "fusion", "bit-exact", "epilogues on the naive, tiled and tc routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("metal", "route tc", "bounded", "simdgroup 8x8 matrices (Apple GPU family 7+), within the bound of docs/kernels.md; only under tgrad_set_matmul_precision bounded (the default, exact, takes tiled)") \
     X("opencl", "backend", "built", "the ICD loader is dlopen'ed at run time; device from TGRAD_OPENCL_DEVICE") \
@@ -51,6 +54,9 @@
     X("opencl", "casts bfloat16 <-> float32", "bit-exact", "rendered kernels (route cast, integers only), the CPU's bytes on PoCL in CI; int32 casts stay on the CPU") \
     X("opencl", "gather and concat (take, cat, stack, slice_scatter)", "bit-exact", "rendered kernels (routes gather, concat: elements moved as integers; slice_scatter as the concat of dst's parts and src), the CPU's bytes on PoCL in CI (tests/python/test_gpu_select.py); indices checked on the host before the launch") \
     X("opencl", "comparisons and where", "exact", "rendered kernels (route compare: 64-bit integer keys of the exact values, no float instruction; route where: bits copied), the CPU's bytes on PoCL in CI (tests/python/test_gpu_compare.py)") \
+    X("opencl", "softmax, log_softmax, logsumexp", "correctly rounded", "rendered kernels (route softmax: one thread per row in double, cl_khr_fp64, the CPU's loops and bounds; rows with an undecided element rerun on the host by the CPU's row code), the CPU's bytes on PoCL in CI (tests/python/test_gpu_softmax.py); not fused; the backward ops stay on the CPU") \
+    X("opencl", "rms_norm, layer_norm", "correctly rounded", "rendered kernels (route norm: one thread per row in double, cl_khr_fp64, the CPU's loops and bounds; rows with an undecided element rerun on the host by the CPU's row code), the CPU's bytes on PoCL in CI (tests/python/test_gpu_norm.py)") \
+    X("opencl", "rope, rope_backward", "correctly rounded", "rendered kernels (route rope: one thread per position in double, the CPU's operations with a bound for the device's sin and cos (OpenCL's 4 ulp); positions with an undecided value rerun on the host by the CPU's code), the CPU's bytes on PoCL in CI (tests/python/test_gpu_rope.py)") \
     X("opencl", "fusion", "bit-exact", "epilogues on the naive and tiled routes; elementwise chains in one kernel; TGRAD_FUSION=0 turns it off") \
     X("opencl", "route tc", "refused", "OpenCL C 1.2 has no sub-group matrices: route_not_eligible") \
     X("cuda", "backend", CUDA_BUILT, "the driver API and NVRTC are dlopen'ed at run time; device from TGRAD_CUDA_DEVICE (docs/cuda.md)") \
@@ -62,6 +68,9 @@
     X("cuda", "casts bfloat16 <-> float32", "unverified", "meant bit-exact (the opencl kernel); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI; int32 casts stay on the CPU") \
     X("cuda", "gather and concat (take, cat, stack, slice_scatter)", "unverified", "meant bit-exact (the opencl kernels; slice_scatter as a concat); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
     X("cuda", "comparisons and where", "unverified", "meant exact (the opencl kernels); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI") \
+    X("cuda", "softmax, log_softmax, logsumexp", "unverified", "meant correctly rounded (the opencl kernels in double, flagged rows rerun on the host); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
+    X("cuda", "rms_norm, layer_norm", "unverified", "meant correctly rounded (the opencl kernels in double, flagged rows rerun on the host); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
+    X("cuda", "rope, rope_backward", "unverified", "meant correctly rounded (the opencl kernels in double, CUDA's 2-ulp sin and cos inside the bound, flagged positions rerun on the host); the CPU's bytes on the CUDA emulator, compiled by nvcc and ptxas in CI, never run on a GPU yet") \
     X("cuda", "route tc", "unverified", "bf16 mma.sync m16n8k16, chosen on sm_80+ where eligible under tgrad_set_matmul_precision bounded (the default, exact, takes tiled), meant to hold the bound of docs/kernels.md; compiled in CI, never run on a GPU yet (docs/cuda.md)") \
     X("msl-emu", "generated MSL executed on the CPU", "tests only", "an emulation of the Metal compute model used by the test suite, not a runtime backend")
 

@@ -5,6 +5,7 @@
  * driver calls. Every call into one backend holds that backend's mutex. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -333,11 +334,19 @@ tgrad_status tg_device_execute(const tg_step *step) {
         if (!s) tg_step_kernel_free(&k);
         return s;
     }
-    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL }, *words = NULL;
+    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL }, *words = NULL, *flags_mem = NULL;
+    uint32_t *flags = NULL;
+    const size_t flag_bytes = sizeof *flags * (size_t)(k.nflags > 0 ? k.nflags : 1);
+    if (k.flags_at >= 0 && !(flags = tg_fault() ? NULL : malloc(flag_bytes)))
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's %lld row flags", (long long)k.nflags);
     const tg_backend *be = backend_of(device);
     pthread_mutex_lock(&states[device].lock);
     for (uint32_t i = 0; i < k.launch.buffer_count && !s; i++) {
-        if ((int32_t)i == k.words_at) { /* this launch's words (step_kernel.h) */
+        if ((int32_t)i == k.flags_at) { /* the rows' flags, every one written by the kernel */
+            s = tg_fault() ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's row flags on %s", device_names[device])
+                           : be->alloc(flag_bytes, &flags_mem);
+            buffers[i] = flags_mem;
+        } else if ((int32_t)i == k.words_at) { /* this launch's words (step_kernel.h) */
             const size_t bytes = sizeof k.words[0] * (size_t)k.nwords;
             s = tg_fault() ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's words on %s", device_names[device])
                            : be->alloc(bytes, &words);
@@ -347,10 +356,20 @@ tgrad_status tg_device_execute(const tg_step *step) {
         else if (!(buffers[i] = k.bufs[i]->dev_mem)) buffers[i] = step->buf->dev_mem; /* empty: never read */
     }
     if (!s) s = run_text(device, &k.text, &k.launch, buffers);
+    if (!s && flags_mem) s = be->copy_out(flags_mem, 0, flags, flag_bytes);
     if (words) be->free(words); /* the launch has finished (run_text synchronizes) */
+    if (flags_mem) be->free(flags_mem);
     pthread_mutex_unlock(&states[device].lock);
+    if (!s && flags && kind->gpu_finish) s = kind->gpu_finish(step, flags, k.nflags); /* without the lock: it moves data */
+    free(flags);
     tg_step_kernel_free(&k);
     return s;
+}
+
+/* The kernel language of device's backend (0: none built). */
+int32_t tg_device_lang(int32_t device) {
+    const tg_backend *be = device > 0 && device < NDEVICES ? backend_of(device) : NULL;
+    return be ? be->lang : 0;
 }
 
 /* ---- public ---- */

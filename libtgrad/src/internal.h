@@ -288,6 +288,8 @@ TG_HIDDEN tgrad_status tg_device_alloc(int32_t device, size_t bytes, void **mem)
 TG_HIDDEN void tg_device_free(int32_t device, void *mem, size_t bytes); /* bytes as allocated */
 TG_HIDDEN tgrad_status tg_device_upload(int32_t device, void *mem, const void *src, size_t bytes);
 TG_HIDDEN tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size_t bytes);
+/* The kernel language (TGRAD_LANG_*) of device's backend; 0 for the CPU or a backend not built. */
+TG_HIDDEN int32_t tg_device_lang(int32_t device);
 /* tg_device_execute and tg_device_matmul_route: schedule.h */
 TG_HIDDEN const char *tg_device_name(int32_t device);       /* "cpu", "metal", "opencl", "cuda" */
 

@@ -41,8 +41,12 @@ static void decide_cast(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CAST);
     route_named(st, "cast");
 }
-static void decide_norm(tg_step *st) { route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"); }
+static void decide_norm(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_NORM);
+    route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
+}
 static void decide_rope(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_ROPE);
     route_named(st, st->base->params.rope_backward ? "rope_backward" : "rope");
 }
 static void decide_reduce(tg_step *st) {
@@ -60,7 +64,12 @@ static void decide_slice_scatter(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CONCAT); /* step_kernel.c */
     route_named(st, "slice_scatter");
 }
-static void decide_softmax(tg_step *st) { /* CPU only (no GPU emitter yet) */
+static void decide_softmax(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) {
+        st->dev_route = tg_route_find(TGRAD_ROUTE_SOFTMAX);
+        route_named(st, "softmax");
+        return;
+    }
     snprintf(st->route, sizeof st->route, "cpu.%s.softmax", st->ew_variant ? st->ew_variant->name : "portable");
 }
 
@@ -197,13 +206,20 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                         .gpu_route = TGRAD_ROUTE_COMPARE,
                         .unfused = "a comparison is not fused (its result is bool)", .base_name = name_compare },
     [TG_OP_NORM] = { .name = "norm", .role = TG_ROLE_NONE, .decide = decide_norm, .cpu_execute = tg_norm_execute,
+                     .gpu_render = tg_step_render_norm, .gpu_route = TGRAD_ROUTE_NORM,
+                     .gpu_finish = tg_norm_rows_on_host,
                      .unfused = "a norm is not fused (it rounds once, after the whole row)", .base_name = name_norm,
                      .vjp = &tg_vjp_norm },
     [TG_OP_ROPE] = { .name = "rope", .role = TG_ROLE_NONE, .decide = decide_rope, .cpu_execute = tg_rope_execute,
+                     .gpu_render = tg_step_render_rope, .gpu_route = TGRAD_ROUTE_ROPE,
+                     .gpu_finish = tg_rope_rows_on_host,
                      .unfused = "rope is not fused (it rounds once per rotated value)", .base_name = name_rope,
                      .vjp = &tg_vjp_rope },
     [TG_OP_SOFTMAX] = { .name = "softmax", .role = TG_ROLE_REDUCTION, .decide = decide_softmax,
-                        .cpu_execute = tg_softmax_execute, .base_name = name_softmax, .vjp = &tg_vjp_softmax },
+                        .cpu_execute = tg_softmax_execute, .gpu_render = tg_step_render_softmax,
+                        .gpu_route = TGRAD_ROUTE_SOFTMAX, .gpu_finish = tg_softmax_rows_on_host,
+                        .gpu_unfused = "a softmax on a GPU device is not fused (its flagged rows rerun on the host)",
+                        .base_name = name_softmax, .vjp = &tg_vjp_softmax },
     /* hgcore: the transposes of a gather (grad/scatter_add.c) and of a view (grad/place.c), made
      * by the backward pass */
     [TG_OP_SCATTER_ADD] = { .name = "scatter_add", .role = TG_ROLE_NONE, .decide = decide_scatter_add,

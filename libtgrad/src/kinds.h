@@ -30,6 +30,13 @@ typedef struct tg_kind {
      * reads its indices back and checks their range, so that nothing is written when one is out
      * of range, as on the CPU. */
     tgrad_status (*gpu_check)(const tg_step *st);
+    /* After a GPU launch of a step of this kind whose kernel wrote a flag per row (step_kernel.h,
+     * flags_at), on the host, with the flags read back (NULL: the kind's kernels have no flags):
+     * the softmax kind reruns its flagged rows with the CPU's row code. */
+    tgrad_status (*gpu_finish)(const tg_step *st, const uint32_t *flags, int64_t nflags);
+    /* Why nothing is fused into this kind's GPU kernel, before or after it (NULL: chains may be,
+     * as on the CPU): the softmax kind's host reruns rows without their chains. */
+    const char *gpu_unfused;
     /* Why an elementwise op reading a result of this kind is not fused into its kernel (NULL: it
      * can be, as its epilogue). */
     const char *unfused;
@@ -81,8 +88,20 @@ TG_HIDDEN uint32_t tg_random_uniform_bits(double low, double high, uint32_t k, i
 TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
+/* The GPU route's slow path (ops/norm.c), as tg_softmax_rows_on_host; and whether a norm node may be
+ * made on device (GPU: a language with double). */
+TG_HIDDEN tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
 TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
+/* The GPU route's slow path (ops/rope.c): the flagged positions ((row, l) pairs), rerun on the
+ * host by the CPU's code; and f_i = pow(base, -2i / rd) as the CPU computes it (the kernels'
+ * table). */
+TG_HIDDEN tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN double tg_rope_freq(double base, int32_t i, int32_t rd);
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
+/* The GPU route's slow path (ops/softmax.c): the rows flagged by the kernel, recomputed on the
+ * host by the CPU's row code, read back from and written back to the device. */
+TG_HIDDEN tgrad_status tg_softmax_check_device(int32_t device, bool backward, const char *fn);
+TG_HIDDEN tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
 /* --- hgsoft: the softmax kind's backward nodes (ops/softmax_backward.c): their executor, their
  * name for explain, and whether a node's softmax_op is one (a two-input node: y, then g). --- */
 TG_HIDDEN tgrad_status tg_softmax_backward_execute(const tg_step *st);

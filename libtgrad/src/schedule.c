@@ -96,6 +96,7 @@ static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
     if (p->dtype != TGRAD_DTYPE_BF16) return "a float32 value is not fused (the fused chains compute on bfloat16)";
     const char *kind_says = tg_kind_of(p->node->op)->unfused;
     if (kind_says) return kind_says;
+    if (device != TGRAD_DEVICE_CPU && tg_kind_of(p->node->op)->gpu_unfused) return tg_kind_of(p->node->op)->gpu_unfused;
     /* An anchor's epilogue runs on its finished bf16 blocks (cpu/epilogue.h, the GPU store step) */
     if (tg_kind_of(p->node->op)->role == TG_ROLE_ANCHOR && p->dtype != TGRAD_DTYPE_BF16)
         return "its result is float32 (epilogues run on bf16 results only)";
@@ -142,6 +143,7 @@ static int32_t chain_buffers(const tg_fused_op *ops, int32_t n) {
  * epilogue's and the prologue's): the chain is then its own step, stored, and the bytes are the
  * same (docs/kernels.md, "The reduce route"). */
 static void collect_prologue(tg_step *st, const tg_node *n) {
+    if (st->device != TGRAD_DEVICE_CPU && tg_kind_of(n->op)->gpu_unfused) return;
     if (why_not_fused(n, 0, st->device) || n->inputs[0].buf->node->op != TG_OP_ELEMENTWISE) return;
     tg_step chain = { .device = st->device };
     const tg_buffer *first = collect_chain(&chain, n->inputs[0].buf);

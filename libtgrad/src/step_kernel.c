@@ -196,9 +196,62 @@ tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, con
     return s;
 }
 
+/* softmax, log_softmax, logsumexp (never with fused chains on a device: the kind's gpu_unfused);
+ * binding f: the rows' flags (the host reruns the flagged ones, tg_softmax_rows_on_host). */
+tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *x = &st->inputs[0];
+    if (st->pro_base || st->nfused || st->ninputs != 1)
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: route softmax takes one input and no fused chains "
+                                                     "(the backward ops and fused steps run on the CPU)");
+    tg_gen_softmax p = { .op = st->base->params.softmax_op, .axis = x->view.ndim ? st->base->params.axes[0] : 0,
+                         .in_dtype = x->buf->dtype, .out_dtype = st->base->dtype, .in = x->view };
+    tgrad_status s = tg_gen_check_softmax(l, &p);
+    if (!s) s = tg_gen_render_softmax(l, &p, &k->text, &k->launch);
+    k->bufs[0] = x->buf, k->bufs[1] = st->buf;
+    k->flags_at = 2, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[2];
+    return s;
+}
+
+/* rms_norm, layer_norm: x, then the weight and the bias when present; binding f: the rows' flags
+ * (the host reruns the flagged ones, tg_norm_rows_on_host). */
+tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *P = &st->base->params;
+    tg_gen_norm p = { .op = P->norm_op, .naxes = P->norm_axes, .eps = P->eps, .has_w = P->has_weight != 0,
+                      .has_b = P->has_bias != 0, .x = st->inputs[0].view };
+    int32_t k_in = 1;
+    if (p.has_w) p.w = st->inputs[k_in++].view;
+    if (p.has_b) p.b = st->inputs[k_in++].view;
+    tgrad_status s = tg_gen_check_norm(l, &p);
+    if (!s) s = tg_gen_render_norm(l, &p, &k->text, &k->launch);
+    for (int32_t i = 0; i < k_in; i++) k->bufs[i] = st->inputs[i].buf;
+    k->bufs[k_in] = st->buf;
+    k->flags_at = k_in + 1, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[k_in + 1];
+    return s;
+}
+
+/* rope, rope_backward: x, the positions, inv_freq when given; binding f: the positions' flags
+ * (the host reruns the flagged ones, tg_rope_rows_on_host). */
+tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *P = &st->base->params;
+    tg_gen_rope p = { .rd = P->rotary_dim, .interleaved = P->interleaved, .batched = P->norm_axes == 2,
+                      .backward = P->rope_backward, .has_f = P->has_weight != 0, .base = P->eps,
+                      .x = st->inputs[0].view, .pos = st->inputs[1].view };
+    if (p.has_f) p.f = st->inputs[2].view;
+    tgrad_status s = tg_gen_check_rope(l, &p);
+    if (!s) s = tg_gen_render_rope(l, &p, &k->text, &k->launch);
+    int32_t nin = p.has_f ? 3 : 2;
+    for (int32_t i = 0; i < nin; i++) k->bufs[i] = st->inputs[i].buf;
+    k->bufs[nin] = st->buf;
+    k->flags_at = nin + 1, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[nin + 1];
+    return s;
+}
+
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     memset(k, 0, sizeof *k);
-    k->words_at = -1;
+    k->words_at = -1, k->flags_at = -1;
     const tg_kind *kind = tg_kind_of(st->op);
     tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
                                       : tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,

@@ -18,6 +18,11 @@ typedef struct tg_step_kernel {
      * words_at (-1: none) for the launch, freed after it. */
     int32_t words_at, nwords;
     uint32_t words[4];
+    /* A flag per row (the softmax kind), bound at flags_at (-1: none): a device buffer of nflags
+     * uints that the kernel writes, read back after the launch and handed to the kind's
+     * gpu_finish (kinds.h), freed after it. */
+    int32_t flags_at;
+    int64_t nflags;
 } tg_step_kernel;
 
 /* Render step st (a matmul by `route`, a copy, an elementwise chain or a reduction; its fused ops
@@ -40,6 +45,9 @@ TG_HIDDEN tgrad_status tg_step_render_gather(const tg_step *st, const tg_route *
 TG_HIDDEN tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l,
                                                 tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_slice_scatter(const tg_step *st, const tg_route *route, const tg_lang *l,
                                                     tg_step_kernel *k);

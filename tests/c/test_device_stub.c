@@ -225,6 +225,21 @@ static void test_a_nonempty_product_launches(void) {
     tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(c);
 }
 
+/* The softmax and norm kinds on Metal: refused when the node is made (MSL has no double), naming
+ * why. */
+static void test_softmax_is_refused_on_metal_for_want_of_double(void) {
+    tgrad_tensor_t x = on_metal(2, 8, 0x3f80), y = 0;
+    for (int32_t op = TGRAD_SOFTMAX_SOFTMAX; op <= TGRAD_SOFTMAX_LOGSUMEXP; op++) {
+        EXPECT(tgrad_softmax(op, x, -1, 0, 0, &y), TGRAD_ERR_BACKEND_UNAVAILABLE);
+        CHECK(y == 0 && strstr(tgrad_last_error(), "double") != NULL);
+    }
+    EXPECT(tgrad_rms_norm(x, 0, 1, 1e-6, &y), TGRAD_ERR_BACKEND_UNAVAILABLE); /* the norms too */
+    CHECK(y == 0 && strstr(tgrad_last_error(), "double") != NULL);
+    EXPECT(tgrad_layer_norm(x, 0, 0, 1, 1e-5, &y), TGRAD_ERR_BACKEND_UNAVAILABLE);
+    CHECK(y == 0);
+    tgrad_tensor_release(x);
+}
+
 int main(void) {
     tg_device_use_stand_in(TGRAD_DEVICE_METAL, &stub);
     test_empty_sum_is_zeros_without_a_launch(0);
@@ -235,6 +250,7 @@ int main(void) {
     test_precision_defaults_to_exact_and_refuses_other_values();
     test_automatic_route_follows_the_policy();
     test_forced_tc_under_exact_is_refused_and_changes_nothing();
+    test_softmax_is_refused_on_metal_for_want_of_double();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

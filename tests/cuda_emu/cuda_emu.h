@@ -29,16 +29,24 @@
 constexpr int warpSize = 32;
 
 // ---- device functions of the subset ----------------------------------------------------------------
-// Float overloads only: a double argument (fma(a, b, 0.0)) is outside the subset and fails to
-// compile, where CUDA would quietly compute in double.
+// Float overloads, and the double ones the softmax kind's kernels use (kernels/gpu/softmax.h:
+// fma, fabs, fmin, log1p on double, the norm kind's sqrt, rope's sin and cos, IEEE binary64 as on the GPU; log1p is the host's, within
+// CUDA's documented 1 ulp as the kernels' bound assumes 2^-50 relative). A float kernel's mixed
+// call (fma(a, b, 0.0) with float a, b) matches both overloads equally and fails to compile,
+// where CUDA would quietly compute in double; copysign stays float only.
 inline float fma(float a, float b, float c) { return msl_emu::flush(__builtin_fmaf(a, b, c)); }  // fused
 inline float fmaf(float a, float b, float c) { return fma(a, b, c); }
 inline float fabs(float x) { return __builtin_fabsf(x); }
 inline float fabsf(float x) { return __builtin_fabsf(x); }
 inline float copysign(float x, float y) { return __builtin_copysignf(x, y); }
 inline float copysignf(float x, float y) { return __builtin_copysignf(x, y); }
-double fma(double, double, double) = delete;
-double fabs(double) = delete;
+inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c); }  // fused, no flush
+inline double fabs(double x) { return __builtin_fabs(x); }
+inline double fmin(double a, double b) { return __builtin_fmin(a, b); }
+inline double log1p(double x) { return __builtin_log1p(x); }
+inline double sqrt(double x) { return __builtin_sqrt(x); }  // correctly rounded, as CUDA's
+inline double sin(double x) { return __builtin_sin(x); }  // the host's (glibc: within 1 ulp)
+inline double cos(double x) { return __builtin_cos(x); }
 double copysign(double, double) = delete;
 // min/max: both arguments of one type (CUDA's mixed signed/unsigned overloads are left out).
 template <class T>
@@ -64,6 +72,16 @@ inline uint __float_as_uint(float f) {
 inline float __int_as_float(int i) { return __uint_as_float((uint)i); }
 inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
 inline int __clz(int x) { return x ? __builtin_clz((uint)x) : 32; }  // __clz(0) is 32
+inline long long __double_as_longlong(double d) {
+    long long u;
+    __builtin_memcpy(&u, &d, 8);
+    return u;
+}
+inline double __longlong_as_double(long long u) {
+    double d;
+    __builtin_memcpy(&d, &u, 8);
+    return d;
+}
 
 // ---- the warp-wide bf16 multiply-accumulate ---------------------------------------------------------
 namespace cuda_emu {

@@ -7,12 +7,14 @@ eligible) and under naive and tiled in the block32 order, a copy of each of its 
 epilogues included, and so is each step of each reduction case (conformance.reductions: the
 reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
 route), the batched products of tests/python/batched_cases.py (every route, both orders,
-epilogues) and the random route's draws (tests/python/test_gpu_random.py). Identical texts are
+epilogues), the random route's draws (tests/python/test_gpu_random.py) and the softmax, norm
+and rope routes' kernels (tests/python/test_gpu_softmax.py, test_gpu_norm.py, test_gpu_rope.py). Identical texts are
 compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
-  memory (no stack frame, no spill) and declare exactly the shared memory its launch says. The
+  memory (no stack frame, no spill; the rope route's kernels: at most the 40-byte frame of CUDA's
+  double sin and cos) and declare exactly the shared memory its launch says. The
   registers and shared memory of every kernel go to a table (TGRAD_CUDA_REPORT_DIR, else pytest's
   temp directory) and a summary per route is printed.
 - NVRTC (the `cuda` extra's wheel, through ctypes) with ``--gpu-architecture=sm_80 --fmad=false``,
@@ -226,6 +228,49 @@ def _float32_kernels(add) -> None:
                 t.release()
 
 
+def _softmax_kernels(add) -> None:
+    """softmax, log_softmax and logsumexp (the softmax route), bf16 and float32 in and out, rows
+    along the last axis and strided ones, a long row and an empty one (tests/python/test_gpu_softmax.py)."""
+    from test_gpu_softmax import DTYPES, OPS, _apply
+
+    rng = np.random.default_rng(0)
+    for op in OPS:
+        for dtype, out_dtype in DTYPES:
+            for shape, dim in (((3, 37), -1), ((4, 5, 6), 1), ((2, 4099), -1), ((3, 0), -1)):
+                with tgrad.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32), dtype=dtype) as t:
+                    y = _apply(op, t, dim, out_dtype)
+                    add(R.render_tensor(y, None, "cuda"))
+                    y.release()
+
+
+def _norm_kernels(add) -> None:
+    """rms_norm and layer_norm (the norm route): with and without weight and bias, one and two axes,
+    a strided view and a long row (tests/python/test_gpu_norm.py)."""
+    rng = np.random.default_rng(0)
+
+    def bf(shape: tuple[int, ...]) -> tgrad.Tensor:
+        return tgrad.Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32), dtype="bfloat16")
+
+    for shape, norm_shape in (((3, 37), 37), ((2, 3, 40), (3, 40)), ((2, 4099), 4099)):
+        x = bf(shape)
+        wshape = (norm_shape,) if isinstance(norm_shape, int) else norm_shape
+        for w, b in ((None, None), (bf(wshape), None), (bf(wshape), bf(wshape))):
+            add(R.render_tensor(tgrad.rms_norm(x, norm_shape, w, eps=1e-6), None, "cuda"))
+            add(R.render_tensor(tgrad.layer_norm(x, norm_shape, w, b, eps=1e-5), None, "cuda"))
+    add(R.render_tensor(tgrad.layer_norm(bf((40, 6)).transpose(0, 1), 40), None, "cuda"))
+
+
+def _rope_kernels(add) -> None:
+    """rope and rope_backward (the rope route): half-split and interleaved, a partial rotary_dim,
+    inv_freq given, batched positions (tests/python/test_gpu_rope.py)."""
+    from test_gpu_rope import CONFIGS, _case, _make
+
+    rng = np.random.default_rng(0)
+    for kw, batched, backward in CONFIGS:
+        x, pos, inv, k = _case(kw, batched, rng)
+        add(R.render_tensor(_make("cpu", x, pos, inv, k, backward), None, "cuda"))
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -244,6 +289,9 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _batched_kernels(add)
     _random_kernels(add)
     _float32_kernels(add)
+    _softmax_kernels(add)
+    _norm_kernels(add)
+    _rope_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -379,6 +427,9 @@ def _empty_k(kernel: R.Kernel) -> bool:
     return re.fullmatch(r"tgrad_\w+?_\d+x0x\d+_[0-9a-f]+", kernel.name) is not None
 
 
+ROPE_TRIG_FRAME = 40
+
+
 def check_usage(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: str, problems: Problems) -> None:
     """Every kernel is an entry point with no local memory and the shared memory its launch says
     (at most that for K = 0)."""
@@ -387,7 +438,11 @@ def check_usage(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: st
         if u is None:
             problems.add(k.name, f"ptxas {arch}: no entry point {k.name}")
             continue
-        if u.stack or u.spill_stores or u.spill_loads:
+        # CUDA's double sin and cos (the rope route) keep a 40-byte frame for the Payne-Hanek
+        # reduction of large arguments (libdevice's __internal_trig_reduction_slowpathd): that much
+        # stack is theirs, and allowed there; spills never are
+        allowed = ROPE_TRIG_FRAME if k.name.startswith("tgrad_rope_") else 0
+        if u.stack > allowed or u.spill_stores or u.spill_loads:
             problems.add(k.name, f"ptxas {arch}: local memory: {u.stack} bytes stack frame, {u.spill_stores} bytes "
                                  f"spill stores, {u.spill_loads} bytes spill loads ({u.registers} registers)")
         if u.smem != k.threadgroup_memory and not (_empty_k(k) and u.smem < k.threadgroup_memory):
@@ -475,7 +530,7 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
     assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare",
-                     "random"}
+                     "random", "softmax", "norm", "rope"}
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

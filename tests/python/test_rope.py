@@ -136,3 +136,15 @@ def test_trace_records_rope() -> None:
     states = {r.kind: r.state for r in tr.validate().results}
     assert states["rope"] == "skipped"
     assert "rope" in tgrad.explain(tgrad.rope(x, [0, 1]))
+
+
+def test_a_value_just_off_a_midpoint_is_decided_in_binary128_not_through_double() -> None:
+    # theta = 2^-30: y1 = cos - 2^21 sin = 1 - 2^-9 - 2^-61 + ..., just below the bf16 midpoint
+    # 1 - 2^-9: 0x3F7F. The binary128 interval's ends, rounded to double on the way, used to land
+    # on the midpoint itself (undecided, rounded to even: 0x3F80).
+    before = tgrad.norms.rope_slow_path_counts()
+    x = tgrad.Tensor.from_numpy(np.array([[[1.0, 2.0 ** 21]]], np.float32), dtype="bfloat16")
+    y = tgrad.rope(x, np.array([1], np.int32), inv_freq=np.array([2.0 ** -30], np.float32))
+    assert np.ascontiguousarray(y.numpy()).view(np.uint16).ravel().tolist() == [0x3F7F, 0x4A00]
+    after = tgrad.norms.rope_slow_path_counts()
+    assert after[1] == before[1] + 1 and after[2] == before[2]  # one binary128 decision, none undecided

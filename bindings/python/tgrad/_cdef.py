@@ -308,7 +308,8 @@ tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t
 #define TGRAD_DEBUG_SOFTMAX_ELEMENTS 1
 #define TGRAD_DEBUG_SOFTMAX_SLOW 2
 #define TGRAD_DEBUG_SOFTMAX_UNDECIDED 3
-#define TGRAD_DEBUG_SOFTMAX_COUNT 4
+#define TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS 4
+#define TGRAD_DEBUG_SOFTMAX_COUNT 5
 tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
@@ -331,7 +332,9 @@ tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t r
 #define TGRAD_DEBUG_ROPE_EVALUATED 2
 #define TGRAD_DEBUG_ROPE_SLOW 3
 #define TGRAD_DEBUG_ROPE_UNDECIDED 4
-#define TGRAD_DEBUG_NORM_COUNT 5
+#define TGRAD_DEBUG_NORM_DEVICE_ROWS 5
+#define TGRAD_DEBUG_ROPE_DEVICE_ROWS 6
+#define TGRAD_DEBUG_NORM_COUNT 7
 tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 
 #define TGRAD_FORMAT_TEXT 1
@@ -357,7 +360,10 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_WHERE 10
 #define TGRAD_ROUTE_COMPARE 11
 #define TGRAD_ROUTE_RANDOM 12
-#define TGRAD_ROUTE_COUNT 12
+#define TGRAD_ROUTE_SOFTMAX 13
+#define TGRAD_ROUTE_NORM 14
+#define TGRAD_ROUTE_ROPE 15
+#define TGRAD_ROUTE_COUNT 15
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_CUDA 3

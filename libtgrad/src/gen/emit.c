@@ -102,3 +102,17 @@ tgrad_status tg_not_eligible(const char *route, const char *lang, const char *wh
 void tg_finish_launch(tg_text *t, struct tgrad_launch *launch) {
     launch->source_hash = t->failed ? 0 : tg_fnv1a64(t->data, t->len);
 }
+
+/* `<it> <name>(<it> L)`: the buffer index of element L (row-major over v's shape) of view v. */
+void tg_emit_index_fn(const emitter *e, const char *name, const tg_view *v) {
+    E("%s %s %s(%s L)\n{\n    %s at = %" PRId64 ";\n", e->l->function_prefix, e->it, name, e->it, e->it, v->offset);
+    int64_t suffix = 1;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] > 1 && v->strides[d] != 0) {
+            if (d == 0) E("    at += (L / %" PRId64 ") * %" PRId64 ";\n", suffix, v->strides[d]);
+            else E("    at += ((L / %" PRId64 ") %% %" PRId64 ") * %" PRId64 ";\n", suffix, v->shape[d], v->strides[d]);
+        }
+        suffix *= v->shape[d];
+    }
+    E("    return at;\n}\n");
+}

@@ -37,6 +37,9 @@ TG_HIDDEN void tg_buffer_param(char *dst, size_t cap, const char *space, const c
  * declares one `const <it> var = ...;` per builtin used (gx, gy, lx, ly, li, sg). */
 TG_HIDDEN void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
                                  const bool used[TG_B_COUNT_]);
+/* A helper function `<it> <name>(<it> L)`: the buffer index of element L (row-major over v's
+ * shape) of view v, its constants folded in (the norm and rope routes' operands). */
+TG_HIDDEN void tg_emit_index_fn(const emitter *e, const char *name, const tg_view *v);
 TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
                                        int64_t c);
 TG_HIDDEN void tg_finish_launch(tg_text *t, struct tgrad_launch *launch);
@@ -93,6 +96,10 @@ TG_HIDDEN void tg_gen_emit_text(const emitter *e, const char *text);
 extern const char tg_gen_reduce_prelude[];
 /* kernels/gpu/philox.h's text (the same), pasted into each random kernel */
 extern const char tg_gen_philox_prelude[];
+/* kernels/gpu/softmax.h's text (the same), pasted into each softmax kernel */
+extern const char tg_gen_softmax_prelude[];
+/* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */
+extern const char tg_gen_norm_prelude[];
 /* The elementwise prelude, when the chain has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */

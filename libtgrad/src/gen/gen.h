@@ -60,6 +60,11 @@ typedef struct tg_lang {
     const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
     const char *u64;              /* a 64-bit unsigned integer type (the reductions' tg_u64) */
     const char *constant_decl;    /* a program-scope read-only array with an initializer (random's table) */
+    /* double precision: lines that enable it and define tg_i64 (a 64-bit signed integer) and the
+     * bit casts tg_d_bits (double -> tg_u64), tg_d_of, tg_f_bits (float -> uint), tg_f_of, after
+     * tg_u64 (the softmax kind's kernels, kernels/gpu/softmax.h); NULL: the language has no
+     * double (MSL), and those kernels are refused in it. */
+    const char *f64;
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);
@@ -242,5 +247,55 @@ TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random
 TG_HIDDEN void tg_gen_random_words(const tg_gen_random *p, uint32_t words[4]);
 TG_HIDDEN tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_text *t,
                                             struct tgrad_launch *launch);
+
+/* ---- the softmax kind (render_softmax.c) ----
+ * softmax, log_softmax or logsumexp (TGRAD_SOFTMAX_*) of `in` along `axis`, correctly rounded to
+ * out_dtype as on the CPU: one thread per row, the CPU's doubles and bounds (kernels/gpu/softmax.h);
+ * out is compact row-major (softmax, log_softmax: in's shape; logsumexp: the axis dropped); flags
+ * (a uint per row, written by every row's thread) is 1 where the row holds an element that only
+ * the CPU's exact row code decides (the host reruns it, tg_softmax_rows_on_host), else 0. */
+typedef struct tg_gen_softmax {
+    int32_t op, axis;
+    int32_t in_dtype, out_dtype; /* bf16 or float32 each */
+    tg_view in;
+} tg_gen_softmax;
+
+/* ---- the norm kind (render_norm.c) ----
+ * rms_norm or layer_norm (TG_NORM_*) of bf16 x over its last naxes axes, weight w and bias b (views
+ * of those axes' shape, when has_w / has_b), correctly rounded to bf16 as on the CPU: one thread
+ * per row, the CPU's doubles and bounds (kernels/gpu/norm.h); out compact row-major; flags as for
+ * softmax (the host reruns a flagged row, tg_norm_rows_on_host). */
+typedef struct tg_gen_norm {
+    int32_t op, naxes;
+    double eps;
+    bool has_w, has_b;
+    tg_view x, w, b;
+} tg_gen_norm;
+
+TG_HIDDEN tgrad_status tg_gen_check_norm(const tg_lang *l, const tg_gen_norm *p);
+TG_HIDDEN tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text *t,
+                                          struct tgrad_launch *launch);
+
+/* ---- the rope kind (render_rope.c) ----
+ * rope (or rope_backward: the frequencies negated) of bf16 x [..., L, d] at int32 positions ([L], or
+ * [B, L] with `batched`: x's first axis is B), rotating the first rd features' pairs (halves, or
+ * neighbours when interleaved) by theta = p f_i; f_i from inv_freq (float32, has_f) or the CPU's
+ * pow(base, -2i / rd) baked in. One thread per (row, position), the CPU's doubles (kernels/gpu/
+ * norm.h's fast rounding), a device bound for sin and cos; flags as for softmax (the host reruns
+ * a flagged position, tg_rope_rows_on_host). */
+typedef struct tg_gen_rope {
+    int32_t rd, interleaved, batched, backward;
+    bool has_f;
+    double base;
+    tg_view x, pos, f;
+} tg_gen_rope;
+
+TG_HIDDEN tgrad_status tg_gen_check_rope(const tg_lang *l, const tg_gen_rope *p);
+TG_HIDDEN tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text *t,
+                                          struct tgrad_launch *launch);
+
+TG_HIDDEN tgrad_status tg_gen_check_softmax(const tg_lang *l, const tg_gen_softmax *p);
+TG_HIDDEN tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg_text *t,
+                                             struct tgrad_launch *launch);
 
 #endif

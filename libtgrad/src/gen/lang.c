@@ -79,6 +79,13 @@ static const tg_lang langs[] = {
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
         .u64 = "ulong",
         .constant_decl = "__constant",
+        .f64 = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+               "#pragma OPENCL FP_CONTRACT OFF\n"
+               "typedef long tg_i64;\n"
+               "#define tg_d_bits(d) as_ulong(d)\n"
+               "#define tg_d_of(u) as_double(u)\n"
+               "#define tg_f_bits(f) as_uint(f)\n"
+               "#define tg_f_of(u) as_float(u)\n",
     },
     {
         .id = TGRAD_LANG_CUDA,
@@ -110,6 +117,11 @@ static const tg_lang langs[] = {
         .matrix_zero = NULL, .matrix_load = NULL, .matrix_store = NULL, .matrix_mma = NULL,
         .u64 = "unsigned long long",
         .constant_decl = "__constant__ const",
+        .f64 = "typedef long long tg_i64;\n"
+               "#define tg_d_bits(d) ((tg_u64)__double_as_longlong(d))\n"
+               "#define tg_d_of(u) __longlong_as_double((long long)(u))\n"
+               "#define tg_f_bits(f) __float_as_uint(f)\n"
+               "#define tg_f_of(u) __uint_as_float(u)\n",
     },
 };
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gen/gen.h"
 #include "../kinds.h"
 #include "norm_exact.h"
 
@@ -16,6 +17,7 @@
 
 /* ---- the debug counters (tgrad_debug_norm_slow_path) ---- */
 static _Atomic int64_t counters[2];
+static _Atomic int64_t device_rows; /* rows a GPU kernel flagged and the host reran */
 static void count(int what, int64_t n) {
     if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
 }
@@ -24,10 +26,13 @@ TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count
     if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_norm_slow_path: counts is NULL or count %d is not 1 .. %d",
                        (int)count_, TGRAD_DEBUG_NORM_COUNT);
-    int64_t rope[3];
+    int64_t rope[4];
     tg_rope_counts(rope);
     for (int32_t i = 0; i < count_; i++)
-        counts[i] = i < 2 ? atomic_load_explicit(&counters[i], memory_order_relaxed) : rope[i - 2];
+        counts[i] = i < 2                                ? atomic_load_explicit(&counters[i], memory_order_relaxed)
+                    : i == TGRAD_DEBUG_NORM_DEVICE_ROWS ? atomic_load_explicit(&device_rows, memory_order_relaxed)
+                    : i == TGRAD_DEBUG_ROPE_DEVICE_ROWS ? rope[3]
+                                                        : rope[i - 2];
     return TGRAD_OK;
 }
 
@@ -75,6 +80,12 @@ static tgrad_status make_norm(int32_t op, tgrad_tensor_t x, tgrad_tensor_t weigh
         if (!(s = tg_handle_get_tensor(bias, &t[have]))) P.has_bias = 1, have++;
     }
     if (!s) s = tg_kind_check_device(TG_OP_NORM, t[0].buf->device, fn);
+    const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
+    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
+        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                    "%s: the norm kind's GPU kernels compute in double, which %s's language (%s) lacks "
+                    "(docs/metal.md): run it on the CPU, OpenCL or CUDA",
+                    fn, tg_device_name(t[0].buf->device), lang ? lang->name : "none");
     if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; norms take bfloat16", fn,
                     tg_dtype_name(t[0].buf->dtype));
@@ -394,41 +405,52 @@ static const uint16_t *zeros_or(const uint16_t *fill, int64_t n, uint16_t **owne
     return *owned;
 }
 
-/* A compact copy of an input when its view is not compact (NULL data: out of memory). */
-static const uint16_t *compact(const tg_node_input *in, uint16_t **owned) {
+/* A compact copy of an input (its storage at `data`) when its view is not compact (NULL data: out
+ * of memory). */
+static const uint16_t *compact(const tg_node_input *in, const uint16_t *data, uint16_t **owned) {
     *owned = NULL;
-    if (tg_view_is_compact_rowmajor(&in->view)) return in->buf->data + in->view.offset;
+    if (tg_view_is_compact_rowmajor(&in->view)) return data + in->view.offset;
     int64_t numel = 0;
     tg_view_numel(&in->view, &numel);
     *owned = tg_malloc((size_t)(numel ? numel : 1) * 2);
-    if (*owned) tg_cpu_copy_view(in->buf->data, &in->view, *owned);
+    if (*owned) tg_cpu_copy_view(data, &in->view, *owned);
     return *owned;
 }
 
-tgrad_status tg_norm_execute(const tg_step *st) {
+/* The job of step st over its inputs' storage data[0 .. ninputs) into out; own[] and *fill hold
+ * what it allocated (freed by the caller). TGRAD_OK, or out of memory. */
+static tgrad_status job_init(norm_job *J, const tg_step *st, const uint16_t *const *data, uint16_t *out,
+                             uint16_t *own[3], uint16_t **fill) {
     const tg_node_params *P = &st->base->params;
-    norm_job J = { .op = P->norm_op, .eps = P->eps, .out = st->buf->data, .n = 1 };
+    *J = (norm_job){ .op = P->norm_op, .eps = P->eps, .out = out, .n = 1 };
     const tg_view *xv = &st->inputs[0].view;
-    for (int32_t d = 0; d < P->norm_axes; d++) J.n *= xv->shape[xv->ndim - 1 - d];
-    if (st->buf->numel == 0 || J.n == 0) return TGRAD_OK;
-    J.rows = st->buf->numel / J.n;
-    uint16_t *own[3] = { NULL, NULL, NULL };
-    J.x = compact(&st->inputs[0], &own[0]);
+    for (int32_t d = 0; d < P->norm_axes; d++) J->n *= xv->shape[xv->ndim - 1 - d];
+    J->rows = J->n ? st->buf->numel / J->n : 0;
+    J->x = compact(&st->inputs[0], data[0], &own[0]);
     int32_t k = 1;
-    if (P->has_weight) J.w = compact(&st->inputs[k], &own[k]), k++;
-    if (P->has_bias) J.b = compact(&st->inputs[k], &own[k]), k++;
-    uint16_t *fill = (!P->has_weight || !P->has_bias) ? tg_malloc((size_t)J.n * 2) : NULL;
-    if (fill) {
-        for (int64_t i = 0; i < J.n; i++) fill[i] = P->has_weight ? 0 : 0x3F80; /* ones for w, else zeros for b */
+    if (P->has_weight) J->w = compact(&st->inputs[k], data[k], &own[k]), k++;
+    if (P->has_bias) J->b = compact(&st->inputs[k], data[k], &own[k]), k++;
+    uint16_t *f = *fill = (!P->has_weight || !P->has_bias) ? tg_malloc((size_t)(J->n ? J->n : 1) * 2) : NULL;
+    if (f) {
+        for (int64_t i = 0; i < J->n; i++) f[i] = P->has_weight ? 0 : 0x3F80; /* ones for w, else zeros for b */
     }
-    J.wv = P->has_weight ? J.w : fill;
-    J.bv = P->has_bias ? J.b : (P->has_weight ? fill : zeros_or(fill, J.n, &own[2]));
-    J.loops = loops_for_selection();
-    tgrad_status s = TGRAD_OK;
-    if (!J.x || (P->has_weight && !J.w) || (P->has_bias && !J.b) || !J.wv || !J.bv) {
-        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a compact copy of an input",
-                    P->norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
-    } else {
+    J->wv = P->has_weight ? J->w : f;
+    J->bv = P->has_bias ? J->b : (P->has_weight ? f : zeros_or(f, J->n, &own[2]));
+    J->loops = loops_for_selection();
+    if (!J->x || (P->has_weight && !J->w) || (P->has_bias && !J->b) || !J->wv || !J->bv)
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a compact copy of an input",
+                       P->norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
+    return TGRAD_OK;
+}
+
+tgrad_status tg_norm_execute(const tg_step *st) {
+    if (st->buf->numel == 0) return TGRAD_OK;
+    const uint16_t *data[3] = { NULL, NULL, NULL };
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) data[i] = st->inputs[i].buf->data;
+    norm_job J;
+    uint16_t *own[3] = { NULL, NULL, NULL }, *fill = NULL;
+    tgrad_status s = job_init(&J, st, data, st->buf->data, own, &fill);
+    if (!s && J.n > 0) {
         int64_t per = J.n >= ROW_BLOCK_ELEMS ? 1 : ROW_BLOCK_ELEMS / J.n;
         int64_t tasks = (J.rows + per - 1) / per;
         if (tasks == 1) task_rows(0, 0, &J);
@@ -436,5 +458,46 @@ tgrad_status tg_norm_execute(const tg_step *st) {
     }
     for (int32_t i = 0; i < 3; i++) free(own[i]);
     free(fill);
+    return s;
+}
+
+/* ---- the GPU route's slow path ---- */
+/* After a GPU launch of st (gen/render_norm.c): the rows whose flag is set are recomputed here by
+ * the CPU's own row functions (rms_row, layer_row: the exact path included), from the inputs'
+ * storage read back, into the output's storage read back and written again. */
+tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    int64_t flagged = 0;
+    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
+    if (!flagged) return TGRAD_OK;
+    void *host[4] = { NULL, NULL, NULL, NULL };
+    size_t bytes[4] = { 0, 0, 0, 0 };
+    const tg_buffer *bufs[4] = { NULL, NULL, NULL, st->buf };
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) bufs[i] = st->inputs[i].buf;
+    tgrad_status s = TGRAD_OK;
+    for (int32_t i = 0; i < 4 && !s; i++) {
+        if (!bufs[i]) continue;
+        bytes[i] = (size_t)bufs[i]->numel * 2u;
+        if (!(host[i] = tg_malloc(bytes[i] ? bytes[i] : 1)))
+            s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "norm: cannot stage %lld flagged rows on the host", (long long)flagged);
+        else if (bytes[i]) s = tg_device_download(st->device, bufs[i]->dev_mem, host[i], bytes[i]);
+    }
+    norm_job J;
+    uint16_t *own[3] = { NULL, NULL, NULL }, *fill = NULL;
+    const uint16_t *data[3] = { host[0], host[1], host[2] };
+    if (!s) s = job_init(&J, st, data, host[3], own, &fill);
+    if (!s) {
+        int64_t slow = 0;
+        for (int64_t r = 0; r < nflags && r < J.rows; r++) {
+            if (!flags[r]) continue;
+            if (J.op == TG_NORM_RMS) rms_row(&J, J.x + r * J.n, J.out + r * J.n, &slow);
+            else layer_row(&J, J.x + r * J.n, J.out + r * J.n, &slow);
+        }
+        count(TGRAD_DEBUG_NORM_SLOW, slow);
+        atomic_fetch_add_explicit(&device_rows, flagged, memory_order_relaxed);
+        s = tg_device_upload(st->device, bufs[3]->dev_mem, host[3], bytes[3]);
+    }
+    for (int32_t i = 0; i < 3; i++) free(own[i]);
+    free(fill);
+    for (int32_t i = 0; i < 4; i++) free(host[i]);
     return s;
 }

@@ -46,7 +46,7 @@ typedef int (*tg_midpoint_cmp)(double mid, void *ctx);
 TG_HIDDEN int32_t tg_bf16_round_exact(int32_t klo, int32_t khi, tg_midpoint_cmp cmp, void *ctx);
 
 /* The rope kind's counters: values evaluated, decided in binary128, undecided (ops/rope.c). */
-TG_HIDDEN void tg_rope_counts(int64_t c[3]);
+TG_HIDDEN void tg_rope_counts(int64_t c[4]);
 
 /* The norms' hot loops (kernels/cpu/norm_loops.h), portable and AVX-512 builds of one source. */
 #define TG_NORM_DECLARE_(sfx)                                                                                  \

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gen/gen.h"
 #include "../kinds.h"
 #include "norm_exact.h"
 
@@ -48,6 +49,12 @@ static tgrad_status make_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_
     }
     const tg_view *xv = &t[0].view;
     if (!s) s = tg_kind_check_device(TG_OP_ROPE, t[0].buf->device, fn);
+    const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
+    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
+        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                    "%s: the rope kind's GPU kernels compute in double, which %s's language (%s) lacks "
+                    "(docs/metal.md): run it on the CPU, OpenCL or CUDA",
+                    fn, tg_device_name(t[0].buf->device), lang ? lang->name : "none");
     if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: x is %s; it takes bfloat16", fn, tg_dtype_name(t[0].buf->dtype));
     if (!s && xv->ndim < 2)
@@ -133,15 +140,27 @@ static inline uint16_t fast_round(double y, double err) {
     return (uint16_t)(((u >> 48) & 0x8000) | (t - ((uint64_t)(1023 - 127) << 7)));
 }
 
-/* The rounding of an approximation yq with |error| <= eq, when that decides it (else 0xFFFF). */
+/* v rounded once to bf16: through float32, corrected where float32's rounding lands on a bf16
+ * midpoint that v is not (softmax_wide.h's round_x): no rounding through double on the way, whose
+ * 53 bits would lose a binary128 value's distance to a midpoint. */
+static uint16_t bf16_of_x(xf v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0xffffu) == 0x8000u && (xf)f != v) u += ((xf)f < v) == (v > 0) ? 1u : (uint32_t)-1;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The rounding of an approximation yq with |error| <= eq, when that decides it (else 0xFFFF); the
+ * ends' own binary128 roundings (2^-113 relative each) are added to the interval. */
 static uint16_t round_q(xf yq, xf eq) {
-    double lo = (double)(yq - eq), hi = (double)(yq + eq); /* double rounding moves each by <= 2^-53 rel */
-    lo -= fabs(lo) * 0x1p-52, hi += fabs(hi) * 0x1p-52;
-    uint16_t a = tg_bf16_from_double(lo), b = tg_bf16_from_double(hi);
+    xf e = eq + XFABS(yq) * (XEPS / 8);
+    uint16_t a = bf16_of_x(yq - e), b = bf16_of_x(yq + e);
     return a == b ? a : 0xFFFF;
 }
 
 static _Atomic int64_t rope_counts[3];
+static _Atomic int64_t rope_device_rows; /* positions a GPU kernel flagged and the host reran */
 
 /* theta, cos and sin of one (position, pair index), shared by every row at that position. */
 typedef struct angle {
@@ -218,49 +237,65 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     if (undecided) atomic_fetch_add_explicit(&rope_counts[2], undecided, memory_order_relaxed);
 }
 
-void tg_rope_counts(int64_t c[3]) {
+void tg_rope_counts(int64_t c[4]) {
     for (int i = 0; i < 3; i++) c[i] = atomic_load_explicit(&rope_counts[i], memory_order_relaxed);
+    c[3] = atomic_load_explicit(&rope_device_rows, memory_order_relaxed);
 }
 
-static const void *compact_any(const tg_node_input *in, int32_t size, void **owned) {
+double tg_rope_freq(double base, int32_t i, int32_t rd) { return pow(base, -2.0 * i / rd); /* within 1 ulp (glibc) */ }
+
+/* A compact copy of an input (its storage at `data`) when its view is not compact. */
+static const void *compact_any(const tg_node_input *in, const void *data, int32_t size, void **owned) {
     *owned = NULL;
-    if (tg_view_is_compact_rowmajor(&in->view)) return (const char *)in->buf->data + in->view.offset * size;
+    if (tg_view_is_compact_rowmajor(&in->view)) return (const char *)data + in->view.offset * size;
     int64_t numel = 0;
     tg_view_numel(&in->view, &numel);
     *owned = tg_malloc((size_t)(numel ? numel : 1) * (size_t)size);
-    if (*owned) tg_cpu_copy_view_sized(in->buf->data, &in->view, *owned, size);
+    if (*owned) tg_cpu_copy_view_sized(data, &in->view, *owned, size);
     return *owned;
 }
 
-tgrad_status tg_rope_execute(const tg_step *st) {
+/* The job of step st over its inputs' storage data[] into out; own[], *fd and *fq hold what it
+ * allocated (freed by the caller). */
+static tgrad_status job_init(rope_job *J, const tg_step *st, const void *const *data, uint16_t *out, void *own[3],
+                             double **fdp, xf **fqp) {
     const tg_node_params *P = &st->base->params;
     const tg_view *xv = &st->inputs[0].view;
-    rope_job J = { .out = st->buf->data, .rd = P->rotary_dim, .interleaved = P->interleaved, .batched = P->norm_axes == 2,
-                   .L = xv->shape[xv->ndim - 2], .d = xv->shape[xv->ndim - 1] };
-    if (st->buf->numel == 0) return TGRAD_OK;
-    J.rows = st->buf->numel / (J.L * J.d);
-    J.per_b = J.rows / (xv->shape[0] ? xv->shape[0] : 1);
-    int32_t half = J.rd / 2;
-    void *own[3] = { NULL, NULL, NULL };
-    J.x = compact_any(&st->inputs[0], 2, &own[0]);
-    J.pos = compact_any(&st->inputs[1], 4, &own[1]);
-    const float *given = P->has_weight ? compact_any(&st->inputs[2], 4, &own[2]) : NULL;
-    double *fd = tg_malloc(sizeof *fd * (size_t)half);
-    xf *fq = tg_malloc(sizeof *fq * (size_t)half);
-    tgrad_status s = TGRAD_OK;
-    if (!J.x || !J.pos || (P->has_weight && !given) || !fd || !fq) {
-        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate its tables or a compact copy of an input",
-                      P->rope_backward ? "rope_backward" : "rope");
-    } else {
-        for (int32_t i = 0; i < half; i++) {
-            if (given) fd[i] = given[i], fq[i] = (xf)given[i];
-            else {
-                fd[i] = pow(P->eps, -2.0 * i / J.rd); /* within 1 ulp (glibc) */
-                fq[i] = XPOW((xf)P->eps, -(xf)(2 * i) / (xf)J.rd);
-            }
-            if (P->rope_backward) fd[i] = -fd[i], fq[i] = -fq[i]; /* theta = p (-f_i): exact negation */
+    *J = (rope_job){ .out = out, .rd = P->rotary_dim, .interleaved = P->interleaved, .batched = P->norm_axes == 2,
+                     .L = xv->shape[xv->ndim - 2], .d = xv->shape[xv->ndim - 1] };
+    J->rows = (J->L > 0 && J->d > 0) ? st->buf->numel / (J->L * J->d) : 0;
+    J->per_b = J->rows / (xv->shape[0] ? xv->shape[0] : 1);
+    int32_t half = J->rd / 2;
+    J->x = compact_any(&st->inputs[0], data[0], 2, &own[0]);
+    J->pos = compact_any(&st->inputs[1], data[1], 4, &own[1]);
+    const float *given = P->has_weight ? compact_any(&st->inputs[2], data[2], 4, &own[2]) : NULL;
+    double *fd = *fdp = tg_malloc(sizeof *fd * (size_t)half);
+    xf *fq = *fqp = tg_malloc(sizeof *fq * (size_t)half);
+    if (!J->x || !J->pos || (P->has_weight && !given) || !fd || !fq)
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate its tables or a compact copy of an input",
+                       P->rope_backward ? "rope_backward" : "rope");
+    for (int32_t i = 0; i < half; i++) {
+        if (given) fd[i] = given[i], fq[i] = (xf)given[i];
+        else {
+            fd[i] = tg_rope_freq(P->eps, i, J->rd);
+            fq[i] = XPOW((xf)P->eps, -(xf)(2 * i) / (xf)J->rd);
         }
-        J.fd = fd, J.fq = fq;
+        if (P->rope_backward) fd[i] = -fd[i], fq[i] = -fq[i]; /* theta = p (-f_i): exact negation */
+    }
+    J->fd = fd, J->fq = fq;
+    return TGRAD_OK;
+}
+
+tgrad_status tg_rope_execute(const tg_step *st) {
+    if (st->buf->numel == 0) return TGRAD_OK;
+    const void *data[3] = { NULL, NULL, NULL };
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) data[i] = st->inputs[i].buf->data;
+    rope_job J;
+    void *own[3] = { NULL, NULL, NULL };
+    double *fd = NULL;
+    xf *fq = NULL;
+    tgrad_status s = job_init(&J, st, data, st->buf->data, own, &fd, &fq);
+    if (!s) {
         int64_t groups = J.batched ? J.rows / J.per_b : 1;
         int64_t tasks = groups * ((J.L + ROPE_BLOCK - 1) / ROPE_BLOCK);
         if (tasks == 1) task_rows(0, 0, &J);
@@ -268,5 +303,61 @@ tgrad_status tg_rope_execute(const tg_step *st) {
     }
     for (int i = 0; i < 3; i++) free(own[i]);
     free(fd), free(fq);
+    return s;
+}
+
+/* ---- the GPU route's slow path ---- */
+/* After a GPU launch of st (gen/render_rope.c): each flagged position q = r L + l (row r of
+ * [L, d], position l) is recomputed here by the CPU's own pair function (binary128 included), its
+ * angles as task_rows computes them, from the inputs' storage read back, into the output's storage
+ * read back and written again. */
+tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    int64_t flagged = 0;
+    for (int64_t q = 0; q < nflags; q++) flagged += flags[q] != 0;
+    if (!flagged) return TGRAD_OK;
+    void *host[4] = { NULL, NULL, NULL, NULL };
+    size_t bytes[4] = { 0, 0, 0, 0 };
+    const tg_buffer *bufs[4] = { NULL, NULL, NULL, st->buf };
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) bufs[i] = st->inputs[i].buf;
+    tgrad_status s = TGRAD_OK;
+    for (int32_t i = 0; i < 4 && !s; i++) {
+        if (!bufs[i]) continue;
+        bytes[i] = (size_t)bufs[i]->numel * tg_dtype_size(bufs[i]->dtype);
+        if (!(host[i] = tg_malloc(bytes[i] ? bytes[i] : 1)))
+            s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "rope: cannot stage %lld flagged positions on the host", (long long)flagged);
+        else if (bytes[i]) s = tg_device_download(st->device, bufs[i]->dev_mem, host[i], bytes[i]);
+    }
+    rope_job J;
+    void *own[3] = { NULL, NULL, NULL };
+    double *fd = NULL;
+    xf *fq = NULL;
+    const void *data[3] = { host[0], host[1], host[2] };
+    if (!s) s = job_init(&J, st, data, host[3], own, &fd, &fq);
+    if (!s) {
+        int64_t slow = 0, undecided = 0;
+        int32_t half = J.rd / 2;
+        for (int64_t q = 0; q < nflags && q < J.rows * J.L; q++) {
+            if (!flags[q]) continue;
+            int64_t r = q / J.L, l = q % J.L, g = J.batched ? r / J.per_b : 0;
+            int32_t p = J.pos[(J.batched ? g * J.L : 0) + l];
+            const uint16_t *x = J.x + q * J.d;
+            uint16_t *o = J.out + q * J.d;
+            for (int32_t i = 0; i < half; i++) {
+                double th = (double)p * J.fd[i];
+                angle A = { th, cos(th), sin(th) };
+                int64_t ia = J.interleaved ? 2 * i : i, ib = J.interleaved ? 2 * i + 1 : i + half;
+                pair(&J, p, i, &A, x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
+            }
+            for (int64_t k = J.rd; k < J.d; k++) o[k] = x[k];
+        }
+        atomic_fetch_add_explicit(&rope_counts[0], flagged * J.rd, memory_order_relaxed);
+        atomic_fetch_add_explicit(&rope_counts[1], slow, memory_order_relaxed);
+        atomic_fetch_add_explicit(&rope_counts[2], undecided, memory_order_relaxed);
+        atomic_fetch_add_explicit(&rope_device_rows, flagged, memory_order_relaxed);
+        s = tg_device_upload(st->device, bufs[3]->dev_mem, host[3], bytes[3]);
+    }
+    for (int i = 0; i < 3; i++) free(own[i]);
+    free(fd), free(fq);
+    for (int32_t i = 0; i < 4; i++) free(host[i]);
     return s;
 }

@@ -13,6 +13,7 @@
 #include "../../../kernels/cpu/fp_env.h"
 #include "../../../kernels/cpu/softmax_round.h"
 #include "../cpu/epilogue.h"
+#include "../gen/gen.h"
 #include "../kinds.h"
 #include "elementwise.h"
 #include "softmax_kernel.h"
@@ -41,6 +42,25 @@ TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t n)
 }
 
 /* ---- the node ---- */
+/* A node of the kind may be made on `device`: the CPU runs all of it; a GPU device the forward ops
+ * in a language with double (route softmax: OpenCL, CUDA), not the backward ops (CPU only for now)
+ * and not in MSL (no double: docs/metal.md). TGRAD_ERR_BACKEND_UNAVAILABLE naming why. */
+tgrad_status tg_softmax_check_device(int32_t device, bool backward, const char *fn) {
+    tgrad_status s = tg_kind_check_device(TG_OP_SOFTMAX, device, fn);
+    if (s || device == TGRAD_DEVICE_CPU) return s;
+    if (backward)
+        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                       "%s: the softmax kind's backward runs on the CPU only for now; the tensor lives on %s", fn,
+                       tg_device_name(device));
+    const tg_lang *l = tg_lang_find(tg_device_lang(device));
+    if (!l || !l->f64)
+        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                       "%s: the softmax kind's GPU kernels compute in double, which %s's language (%s) lacks "
+                       "(docs/metal.md): run it on the CPU, OpenCL or CUDA",
+                       fn, tg_device_name(device), l ? l->name : "none");
+    return TGRAD_OK;
+}
+
 TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
                                      tgrad_tensor_t *out) {
     const char *fn = tgrad_softmax_name(op);
@@ -56,7 +76,7 @@ TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis,
     int32_t in = t.buf->dtype, nd = t.view.ndim;
     tg_node_params P = { .softmax_op = op, .naxes = 1 };
     tg_view ov = { 0 };
-    if (!s) s = tg_kind_check_device(TG_OP_SOFTMAX, t.buf->device, fn);
+    if (!s) s = tg_softmax_check_device(t.buf->device, false, fn);
     if (!s && in != TGRAD_DTYPE_BF16 && in != TGRAD_DTYPE_F32)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; %s takes bfloat16 or float32", fn,
                     tg_dtype_name(in), fn);
@@ -339,6 +359,26 @@ static bool scratch_new(sm_scratch *S, int64_t n, bool prologue) {
 }
 static void scratch_free(sm_scratch *S) { free(S->x), free(S->e), free(S->flag), free(S->obits), free(S->vals); }
 
+/* Row r of the job: computed (run_row), placed in the output, the epilogue run on it. */
+static void place_row(const sm_job *J, sm_scratch *S, int64_t r) {
+    int64_t n = J->n, off, pos;
+    size_t es = J->out_dtype == TGRAD_DTYPE_BF16 ? 2 : 4;
+    row_place(J, r, &off, &pos);
+    if (J->op == TGRAD_SOFTMAX_LOGSUMEXP) {
+        put(J, J->out, pos, run_row(J, off, S, NULL));
+        if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, 1);
+        return;
+    }
+    bool contiguous = J->inner == 1;
+    run_row(J, off, S, contiguous ? J->out + (size_t)pos * es : NULL);
+    if (!contiguous)
+        for (int64_t j = 0; j < n; j++) put(J, J->out, pos + j * J->inner, get(J, S->obits, j));
+    if (J->epi) {
+        if (contiguous) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
+        else for (int64_t j = 0; j < n; j++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + j * J->inner, 1);
+    }
+}
+
 static void task_rows(int64_t task, int32_t worker, void *arg) {
     sm_job *J = arg;
     int64_t n = J->n;
@@ -350,51 +390,41 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     }
     tg_fp_env env = tg_fp_env_ieee();
     int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
-    size_t es = J->out_dtype == TGRAD_DTYPE_BF16 ? 2 : 4;
-    for (int64_t r = lo; r < hi; r++) {
-        int64_t off, pos;
-        row_place(J, r, &off, &pos);
-        if (J->op == TGRAD_SOFTMAX_LOGSUMEXP) {
-            put(J, J->out, pos, run_row(J, off, S, NULL));
-            if (J->epi) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, 1);
-            continue;
-        }
-        bool contiguous = J->inner == 1;
-        run_row(J, off, S, contiguous ? J->out + (size_t)pos * es : NULL);
-        if (!contiguous)
-            for (int64_t j = 0; j < n; j++) put(J, J->out, pos + j * J->inner, get(J, S->obits, j));
-        if (J->epi) {
-            if (contiguous) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
-            else for (int64_t j = 0; j < n; j++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + j * J->inner, 1);
-        }
-    }
+    for (int64_t r = lo; r < hi; r++) place_row(J, S, r);
     tg_fp_env_restore(env);
     if (S == &own) scratch_free(&own);
 }
 
 enum { TASK_ELEMENTS = 1 << 15 };
 
-tgrad_status tg_softmax_execute(const tg_step *st) {
-    if (tg_softmax_is_backward(st->base->params.softmax_op)) return tg_softmax_backward_execute(st);
+/* The job of step st over input storage `in_data` and output storage `out_data` (the step's
+ * fused chains with it when chains is true). */
+static void job_init(sm_job *J, const tg_step *st, const void *in_data, void *out_data, tg_chain *pro, tg_chain *epi) {
     const tg_node_input *in = &st->inputs[0];
     const tg_view *v = &in->view;
     int32_t axis = st->base->params.axes[0];
-    sm_job J = { .v = variant_for(st), .op = st->base->params.softmax_op,
-                 .in_dtype = st->pro_base ? TGRAD_DTYPE_BF16 : in->buf->dtype, .out_dtype = st->base->dtype,
-                 .base = st->pro_base ? NULL : (const char *)in->buf->data, .out = (char *)st->buf->data,
-                 .offset = v->offset, .inner = 1, .rows = 1 };
-    tg_chain pro, epi;
-    if (st->pro_base) tg_chain_prologue(st, &pro), J.pro = &pro;
-    if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
-    J.n = v->ndim ? v->shape[axis] : 1;
-    J.stride = v->ndim ? v->strides[axis] : 0;
+    *J = (sm_job){ .v = variant_for(st), .op = st->base->params.softmax_op,
+                   .in_dtype = st->pro_base ? TGRAD_DTYPE_BF16 : in->buf->dtype, .out_dtype = st->base->dtype,
+                   .base = st->pro_base ? NULL : (const char *)in_data, .out = (char *)out_data,
+                   .offset = v->offset, .inner = 1, .rows = 1 };
+    if (st->pro_base && pro) tg_chain_prologue(st, pro), J->pro = pro;
+    if (st->nfused && epi) tg_chain_from_step(st, epi), J->epi = epi;
+    J->n = v->ndim ? v->shape[axis] : 1;
+    J->stride = v->ndim ? v->strides[axis] : 0;
     for (int32_t d = 0; d < v->ndim; d++) {
         if (d == axis) continue;
-        J.oshape[J.nother] = v->shape[d], J.ostride[J.nother++] = v->strides[d];
-        J.rows *= v->shape[d];
-        if (d > axis) J.inner *= v->shape[d];
+        J->oshape[J->nother] = v->shape[d], J->ostride[J->nother++] = v->strides[d];
+        J->rows *= v->shape[d];
+        if (d > axis) J->inner *= v->shape[d];
     }
-    atomic_init(&J.oom, false);
+    atomic_init(&J->oom, false);
+}
+
+tgrad_status tg_softmax_execute(const tg_step *st) {
+    if (tg_softmax_is_backward(st->base->params.softmax_op)) return tg_softmax_backward_execute(st);
+    sm_job J;
+    tg_chain pro, epi;
+    job_init(&J, st, st->pro_base ? NULL : st->inputs[0].buf->data, st->buf->data, &pro, &epi);
     if (J.rows == 0 || (J.n == 0 && J.op != TGRAD_SOFTMAX_LOGSUMEXP)) return TGRAD_OK;
     int64_t per = J.n ? J.n : 1;
     J.rows_per_task = TASK_ELEMENTS / per > 0 ? TASK_ELEMENTS / per : 1;
@@ -417,4 +447,41 @@ tgrad_status tg_softmax_execute(const tg_step *st) {
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row's workspace (%lld elements)",
                        tgrad_softmax_name(J.op), (long long)J.n);
     return TGRAD_OK;
+}
+
+/* ---- the GPU route's slow path ---- */
+/* After a GPU launch of st (gen/render_softmax.c): the rows whose flag is set (an element the
+ * kernel's bound leaves undecided, or a special row) are recomputed here by the CPU's own row code
+ * (place_row: the same function, so the same bytes), from the input's storage read back, into the
+ * output's storage read back and written again. No flag set: nothing moves. Fused chains never
+ * reach a GPU softmax step (the scheduler keeps them apart: its row's gpu_unfused). */
+tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    int64_t flagged = 0;
+    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
+    if (!flagged) return TGRAD_OK;
+    const tg_buffer *ib = st->inputs[0].buf, *ob = st->buf;
+    if (st->pro_base || st->nfused)
+        return tg_fail(TGRAD_ERR_INTERNAL, "softmax: a GPU step with fused chains (the scheduler keeps them apart)");
+    size_t ibytes = (size_t)ib->numel * tg_dtype_size(ib->dtype), obytes = (size_t)ob->numel * tg_dtype_size(ob->dtype);
+    void *in = tg_calloc(ibytes ? ibytes : 1, 1), *out = tg_calloc(obytes ? obytes : 1, 1);
+    sm_job J;
+    job_init(&J, st, in, out, NULL, NULL);
+    sm_scratch S = { 0 };
+    tgrad_status s = TGRAD_OK;
+    if (!in || !out || !scratch_new(&S, J.n, false))
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot stage %lld flagged rows on the host", tgrad_softmax_name(J.op),
+                    (long long)flagged);
+    if (!s && ibytes) s = tg_device_download(st->device, ib->dev_mem, in, ibytes);
+    if (!s) s = tg_device_download(st->device, ob->dev_mem, out, obytes);
+    if (!s) {
+        count(TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS, flagged);
+        tg_fp_env env = tg_fp_env_ieee();
+        for (int64_t r = 0; r < nflags && r < J.rows; r++)
+            if (flags[r]) place_row(&J, &S, r);
+        tg_fp_env_restore(env);
+        s = tg_device_upload(st->device, ob->dev_mem, out, obytes);
+    }
+    scratch_free(&S);
+    free(in), free(out);
+    return s;
 }

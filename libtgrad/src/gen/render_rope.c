@@ -1,0 +1,162 @@
+/* The rope route: rope and rope_backward, one thread per (row, position), in double (OpenCL C with
+ * cl_khr_fp64, CUDA; MSL has no double and is refused). Each thread rotates its position's pairs
+ * as the CPU does (ops/rope.c, pair): theta = p f_i in double, cos and sin of it, y1 = x1 c - x2 s,
+ * y2 = x2 c + x1 s, each written where its bound decides its bf16 rounding (kernels/gpu/norm.h's
+ * tg_nm_fast). The bound is the CPU's with the device's sin and cos: E = 3u |theta| + 2^-49 (the
+ * CPU's 2^-51 assumes glibc's 1 ulp; OpenCL allows 4 ulp, CUDA documents 2: 4 ulp of a value of
+ * magnitude <= 1 is <= 2^-50, and 2^-49 leaves a factor of 2). A position with an undecided element
+ * or a non-finite input is flagged and rerun on the host by the CPU's own code
+ * (tg_rope_rows_on_host). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emit.h"
+#include "kinds.h"
+#include "routes.h"
+
+static void rope_geometry(const tg_gen_rope *p, int64_t *rows, int64_t *L, int64_t *d, int64_t *per_b) {
+    int64_t numel = 0;
+    tg_view_numel(&p->x, &numel);
+    *L = p->x.shape[p->x.ndim - 2], *d = p->x.shape[p->x.ndim - 1];
+    *rows = (*L > 0 && *d > 0) ? numel / (*L * *d) : 0;
+    *per_b = *rows / (p->x.shape[0] ? p->x.shape[0] : 1);
+}
+
+tgrad_status tg_gen_check_rope(const tg_lang *l, const tg_gen_rope *p) {
+    const tg_route *r = tg_route_find(TGRAD_ROUTE_ROPE);
+    if (!l->f64)
+        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                       "route rope (%s): the rope kind's kernels compute in double, which %s lacks (docs/metal.md); "
+                       "run it on the CPU or on OpenCL or CUDA",
+                       l->name, l->name);
+    if (p->x.ndim < 2 || p->rd < 2 || p->rd % 2 || p->rd > p->x.shape[p->x.ndim - 1] || p->rd > 65536)
+        return tg_not_eligible(r->name, l->name, "rotary_dim %lld of x's %lld dimensions", p->rd, p->x.ndim, 0);
+    int64_t rows, L, d, per_b, lo, hi, numel;
+    if (tg_view_numel(&p->x, &numel)) return tg_not_eligible(r->name, l->name, "element count overflows", 0, 0, 0);
+    rope_geometry(p, &rows, &L, &d, &per_b);
+    if (tg_ceil_div(rows * L, r->threads_x) > INT32_MAX)
+        return tg_not_eligible(r->name, l->name, "%lld positions need more than 2^31-1 threadgroups", rows * L, 0, 0);
+    const tg_view *v[3] = { &p->x, &p->pos, p->has_f ? &p->f : NULL };
+    for (int32_t i = 0; i < 3; i++)
+        if (v[i] && numel > 0 && (!tg_span_view(v[i], &lo, &hi) || lo < 0))
+            return tg_not_eligible(r->name, l->name, "an operand's view reaches outside its buffer", 0, 0, 0);
+    return TGRAD_OK;
+}
+
+tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text *t, struct tgrad_launch *launch) {
+    const tg_route *r = tg_route_find(TGRAD_ROUTE_ROPE);
+    const int32_t T = r->threads_x, half = p->rd / 2;
+    int64_t rows, L, d, per_b;
+    rope_geometry(p, &rows, &L, &d, &per_b);
+    const int64_t npos = rows * L;
+    memset(launch, 0, sizeof *launch);
+    const tg_view *v[3] = { &p->x, &p->pos, p->has_f ? &p->f : NULL };
+    const char *names[3] = { "x", "pos", "inv" };
+    uint32_t nb = 0;
+    int64_t reach = 0;
+    for (int32_t i = 0; i < 3; i++) {
+        if (!v[i]) continue;
+        int64_t lo = 0, hi = -1, cnt = 0;
+        tg_view_numel(v[i], &cnt);
+        if (cnt > 0) tg_span_view(v[i], &lo, &hi);
+        reach = hi > reach ? hi : reach;
+        launch->buffer_elements[nb] = (uint64_t)(hi + 1);
+        snprintf(launch->buffer_names[nb++], 8, "%s", names[i]);
+    }
+    launch->buffer_elements[nb] = (uint64_t)(npos * d);
+    snprintf(launch->buffer_names[nb++], 8, "c");
+    launch->buffer_elements[nb] = (uint64_t)npos;
+    snprintf(launch->buffer_names[nb++], 8, "f");
+    launch->buffer_count = nb;
+    launch->grid[0] = (uint32_t)tg_ceil_div(npos, T);
+    launch->grid[1] = launch->grid[2] = 1;
+    launch->threadgroup[0] = (uint32_t)T;
+    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    char key[4096];
+    size_t kn = (size_t)snprintf(key, sizeof key, "rope;%d;%d;%d;%d;%d;%a", (int)p->rd, (int)p->interleaved,
+                                 (int)p->batched, (int)p->backward, (int)p->has_f, p->base);
+    for (int32_t i = 0; i < 3; i++) {
+        if (!v[i]) continue;
+        kn += (size_t)snprintf(key + kn, sizeof key - kn, ";off=%" PRId64, v[i]->offset);
+        for (int32_t k = 0; k < v[i]->ndim && kn < sizeof key; k++)
+            kn += (size_t)snprintf(key + kn, sizeof key - kn, ";%" PRId64 ":%" PRId64, v[i]->shape[k], v[i]->strides[k]);
+    }
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_rope_%s%" PRId64 "_%08" PRIx32, p->backward ? "back_" : "",
+             d, (uint32_t)tg_fnv1a64(key, strlen(key)));
+
+    bool small = tg_fits_int(reach + 1) && tg_fits_int(npos * d + d) && tg_fits_int(npos + T);
+    emitter em = { t, l, small ? "int" : "long", NULL }, *e = &em;
+    E("// Generated by libtgrad from kernels/routes.h (route rope, language %s). Do not edit.\n", l->name);
+    E("// c = %s of x [", p->backward ? "rope_backward (theta negated)" : "rope");
+    for (int32_t k = 0; k < p->x.ndim; k++) E("%s%" PRId64, k ? ", " : "", p->x.shape[k]);
+    E("] (bf16, offset %" PRId64 ") at int32 positions (%s), rotary_dim %d, %s pairs, f_i %s;\n", p->x.offset,
+      p->batched ? "[B, L]" : "[L]", (int)p->rd, p->interleaved ? "interleaved" : "half-split",
+      p->has_f ? "from inv (float32)" : "pow(base, -2i / rd) as the CPU computes it");
+    E("// %" PRId64 " positions, one thread each. Each value written where its bound decides its bf16 rounding\n"
+      "// (kernels/gpu/norm.h); f[position] = 1 where one is not (the host reruns it with the CPU's code), else 0.\n",
+      npos);
+    E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers", launch->grid[0], (int)T);
+    for (uint32_t i = 0; i < nb; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
+    E(".\n");
+    if (*l->preamble) E("%s", l->preamble);
+    E("%s", l->f64);
+    E("typedef %s tg_u64;\n", l->u64);
+    tg_gen_emit_text(e, tg_gen_norm_prelude);
+    if (!p->has_f) {
+        E("%s double tg_rope_f[%d] = {", l->constant_decl, half);
+        for (int32_t i = 0; i < half; i++) {
+            double f = tg_rope_freq(p->base, i, p->rd);
+            E("%s%.17g", i % 4 ? ", " : i ? ",\n    " : "\n    ", p->backward ? -f : f);
+        }
+        E("\n};\n\n");
+    }
+    tg_emit_index_fn(e, "tg_x_at", &p->x);
+    tg_emit_index_fn(e, "tg_pos_at", &p->pos);
+    if (p->has_f) tg_emit_index_fn(e, "tg_inv_at", &p->f);
+
+    char decl[5][64];
+    const char *bp[5];
+    const char *types[3] = { "ushort", "uint", "uint" };
+    int nbp = 0;
+    for (int32_t i = 0; i < 3; i++)
+        if (v[i])
+            snprintf(decl[nbp], 64, "%s%s%s *%s", l->global_in, *l->global_in ? " " : "", types[i], names[i]),
+                bp[nbp] = decl[nbp], nbp++;
+    snprintf(decl[nbp], 64, "%s%sushort *c", l->global_out, *l->global_out ? " " : ""), bp[nbp] = decl[nbp], nbp++;
+    snprintf(decl[nbp], 64, "%s%suint *f", l->global_out, *l->global_out ? " " : ""), bp[nbp] = decl[nbp], nbp++;
+    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
+    tg_emit_signature(e, launch->kernel_name, bp, nbp, used);
+    E("    const %s q = gx * %d + li;\n", e->it, (int)T);
+    E("    if (q >= %" PRId64 ")\n        return;\n", npos);
+    E("    const %s r = q / %" PRId64 ", l = q %% %" PRId64 ";\n", e->it, L, L);
+    if (p->batched) E("    const int p = (int)pos[tg_pos_at((r / %" PRId64 ") * %" PRId64 " + l)];\n", per_b, L);
+    else E("    const int p = (int)pos[tg_pos_at(l)];\n");
+    E("    (void)r;\n");
+    E("    const %s base = q * %" PRId64 ";\n", e->it, d);
+    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
+    E("    const double inf = tg_d_of((tg_u64)0x7ff00000u << 32);\n");
+    E("    uint undecided = 0u;\n");
+    E("    for (int i = 0; i < %d; i++) {\n", half);
+    if (p->interleaved) E("        const %s ia = 2 * i, ib = 2 * i + 1;\n", e->it);
+    else E("        const %s ia = i, ib = i + %d;\n", e->it, half);
+    E("        const uint a = (uint)x[tg_x_at(base + ia)], b = (uint)x[tg_x_at(base + ib)];\n");
+    if (p->has_f) E("        const double fi = %s(double)tg_f_of(inv[tg_inv_at(i)]);\n", p->backward ? "-" : "");
+    else E("        const double fi = tg_rope_f[i];\n");
+    E("        const double x1 = tg_nm_bf(a), x2 = tg_nm_bf(b);\n");
+    E("        if (!(fabs(x1) < inf) || !(fabs(x2) < inf)) { // IEEE's formula: the host's\n");
+    E("            undecided = 1u;\n            continue;\n        }\n");
+    E("        if (p == 0 || fi == 0.0) { // theta = 0: the values themselves\n");
+    E("            c[base + ia] = (ushort)a;\n            c[base + ib] = (ushort)b;\n            continue;\n        }\n");
+    E("        const double th = (double)p * fi, cs = cos(th), sn = sin(th);\n");
+    E("        const double y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;\n");
+    E("        const double E = 3.0 * U * fabs(th) + 1.7763568394002505e-15; // 2^-49: the device's sin and cos\n");
+    E("        const double err = (fabs(x1) + fabs(x2)) * (E + 4.0 * U) * 1.01;\n");
+    E("        const tg_u64 d1 = tg_nm_fast(y1, err), d2 = tg_nm_fast(y2, err);\n");
+    E("        c[base + ia] = (ushort)d1;\n        c[base + ib] = (ushort)d2;\n");
+    E("        undecided |= (uint)(d1 >> 32) | (uint)(d2 >> 32);\n    }\n");
+    if (p->rd < d) E("    for (%s k = %d; k < %" PRId64 "; k++)\n        c[base + k] = x[tg_x_at(base + k)];\n", e->it, (int)p->rd, d);
+    E("    f[q] = undecided;\n}\n");
+    tg_finish_launch(t, launch);
+    return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
+}

@@ -1,0 +1,217 @@
+/* The softmax route: softmax, log_softmax and logsumexp along one axis, one thread per row, in
+ * double (OpenCL C with cl_khr_fp64, CUDA; MSL has no double and is refused). Each row's thread
+ * does what the CPU's row loops do (kernels/cpu/softmax_rows.h, through kernels/gpu/softmax.h):
+ * the scan and the sum in eight lanes (j mod 8), the exp polynomial, the bounds of ops/softmax.c;
+ * it writes each element whose bound decides its rounding, and flags the row (f[r] = 1) when an
+ * element is left undecided or the row is special (empty, a NaN, an infinite maximum, one finite
+ * element). The host reruns the flagged rows with the CPU's own row code (device.c calls the
+ * kind's gpu_finish, tg_softmax_rows_on_host), so the bytes are the CPU's. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emit.h"
+#include "routes.h"
+
+static const char *op_name(int32_t op) {
+    return op == TGRAD_SOFTMAX_SOFTMAX ? "softmax" : op == TGRAD_SOFTMAX_LOG_SOFTMAX ? "log_softmax" : "logsumexp";
+}
+
+static bool float_dtype(int32_t dt) { return dt == TGRAD_DTYPE_BF16 || dt == TGRAD_DTYPE_F32; }
+
+/* The row geometry: row length n, the rows, the elements after the axis (the output's step). */
+static void geometry(const tg_gen_softmax *p, int64_t *n, int64_t *rows, int64_t *inner) {
+    const tg_view *v = &p->in;
+    *n = v->ndim ? v->shape[p->axis] : 1, *rows = 1, *inner = 1;
+    for (int32_t d = 0; d < v->ndim; d++) {
+        if (d == p->axis) continue;
+        *rows *= v->shape[d];
+        if (d > p->axis) *inner *= v->shape[d];
+    }
+}
+
+tgrad_status tg_gen_check_softmax(const tg_lang *l, const tg_gen_softmax *p) {
+    const tg_route *r = tg_route_find(TGRAD_ROUTE_SOFTMAX);
+    if (!l->f64)
+        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                       "route softmax (%s): the softmax kind's kernels compute in double, which %s lacks (docs/metal.md); "
+                       "run it on the CPU or on OpenCL or CUDA",
+                       l->name, l->name);
+    if (p->op != TGRAD_SOFTMAX_SOFTMAX && p->op != TGRAD_SOFTMAX_LOG_SOFTMAX && p->op != TGRAD_SOFTMAX_LOGSUMEXP)
+        return tg_not_eligible(r->name, l->name, "softmax op %lld (the backward ops run on the CPU)", p->op, 0, 0);
+    if (!float_dtype(p->in_dtype) || !float_dtype(p->out_dtype))
+        return tg_not_eligible(r->name, l->name, "dtypes %lld -> %lld", p->in_dtype, p->out_dtype, 0);
+    if (p->in.ndim > 0 && (p->axis < 0 || p->axis >= p->in.ndim))
+        return tg_not_eligible(r->name, l->name, "axis %lld of %lld", p->axis, p->in.ndim, 0);
+    int64_t numel, n, rows, inner, lo, hi;
+    if (tg_view_numel(&p->in, &numel)) return tg_not_eligible(r->name, l->name, "element count overflows", 0, 0, 0);
+    geometry(p, &n, &rows, &inner);
+    if (tg_ceil_div(rows, r->threads_x) > INT32_MAX)
+        return tg_not_eligible(r->name, l->name, "%lld rows need more than 2^31-1 threadgroups", rows, 0, 0);
+    if (numel > 0 && (!tg_span_view(&p->in, &lo, &hi) || lo < 0))
+        return tg_not_eligible(r->name, l->name, "the input's view reaches outside its buffer", 0, 0, 0);
+    return TGRAD_OK;
+}
+
+static void key_of(const tg_gen_softmax *p, char *key, size_t cap) {
+    size_t n = (size_t)snprintf(key, cap, "softmax;%d;%d;%d;%d;off=%" PRId64, (int)p->op, (int)p->axis, (int)p->in_dtype,
+                                (int)p->out_dtype, p->in.offset);
+    for (int32_t d = 0; d < p->in.ndim && n < cap; d++)
+        n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, p->in.shape[d], p->in.strides[d]);
+}
+
+/* `off`, the row's first input element, from the row index r: the other axes, innermost first. */
+static void emit_row_offset(const emitter *e, const tg_gen_softmax *p) {
+    E("    %s off = %" PRId64 ";\n", e->it, p->in.offset);
+    E("    %s rest = r;\n", e->it);
+    for (int32_t d = p->in.ndim - 1; d >= 0; d--) {
+        if (d == p->axis || p->in.shape[d] <= 1) continue;
+        if (p->in.strides[d]) E("    off += (rest %% %" PRId64 ") * %" PRId64 ";\n", p->in.shape[d], p->in.strides[d]);
+        E("    rest /= %" PRId64 ";\n", p->in.shape[d]);
+    }
+}
+
+tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg_text *t, struct tgrad_launch *launch) {
+    const tg_route *r = tg_route_find(TGRAD_ROUTE_SOFTMAX);
+    const bool in_bf16 = p->in_dtype == TGRAD_DTYPE_BF16, out_bf16 = p->out_dtype == TGRAD_DTYPE_BF16;
+    const bool lse = p->op == TGRAD_SOFTMAX_LOGSUMEXP;
+    const int32_t T = r->threads_x;
+    int64_t n, rows, inner, numel = 0, lo = 0, hi = -1;
+    geometry(p, &n, &rows, &inner);
+    tg_view_numel(&p->in, &numel);
+    if (numel > 0) tg_span_view(&p->in, &lo, &hi);
+    const int64_t nout = lse ? rows : rows * n;
+    memset(launch, 0, sizeof *launch);
+    launch->buffer_count = 3;
+    launch->buffer_elements[0] = (uint64_t)(hi + 1);
+    launch->buffer_elements[1] = (uint64_t)nout;
+    launch->buffer_elements[2] = (uint64_t)rows;
+    snprintf(launch->buffer_names[0], 8, "x");
+    snprintf(launch->buffer_names[1], 8, "c");
+    snprintf(launch->buffer_names[2], 8, "f");
+    launch->grid[0] = (uint32_t)tg_ceil_div(rows, T);
+    launch->grid[1] = launch->grid[2] = 1;
+    launch->threadgroup[0] = (uint32_t)T;
+    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    char key[2048];
+    key_of(p, key, sizeof key);
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_softmax_%s_%" PRId64 "_%08" PRIx32, op_name(p->op), n,
+             (uint32_t)tg_fnv1a64(key, strlen(key)));
+
+    const int64_t stride = p->in.ndim ? p->in.strides[p->axis] : 0;
+    bool small = tg_fits_int(hi + 1) && tg_fits_int(nout + n * inner) && tg_fits_int(rows + T) && tg_fits_int(n + 8);
+    emitter em = { t, l, small ? "int" : "long", NULL }, *e = &em;
+    E("// Generated by libtgrad from kernels/routes.h (route softmax, language %s). Do not edit.\n", l->name);
+    E("// c = %s of x [", op_name(p->op));
+    for (int32_t d = 0; d < p->in.ndim; d++) E("%s%" PRId64, d ? ", " : "", p->in.shape[d]);
+    E("] (%s, offset %" PRId64 ", strides", tg_dtype_name(p->in_dtype), p->in.offset);
+    for (int32_t d = 0; d < p->in.ndim; d++) E("%s%" PRId64, d ? ", " : " ", p->in.strides[d]);
+    E(") along axis %d, %s, compact row-major; %" PRId64 " rows of %" PRId64 ", one thread each.\n", (int)p->axis,
+      tg_dtype_name(p->out_dtype), rows, n);
+    E("// The CPU's doubles and bounds (kernels/gpu/softmax.h): an element is written where its bound decides its\n"
+      "// rounding; f[row] = 1 where one is not (the host reruns the row with the CPU's exact code), else 0.\n");
+    E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers x, c, f.\n", launch->grid[0], (int)T);
+    if (*l->preamble) E("%s", l->preamble);
+    E("%s", l->f64);
+    E("typedef %s tg_u64;\n", l->u64);
+    tg_gen_emit_text(e, tg_gen_softmax_prelude);
+
+    char b0[64], b1[64], b2[64];
+    snprintf(b0, sizeof b0, "%s%s%s *x", l->global_in, *l->global_in ? " " : "", in_bf16 ? "ushort" : "uint");
+    snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", out_bf16 ? "ushort" : "uint");
+    snprintf(b2, sizeof b2, "%s%suint *f", l->global_out, *l->global_out ? " " : "");
+    const char *bp[3] = { b0, b1, b2 };
+    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
+    tg_emit_signature(e, launch->kernel_name, bp, 3, used);
+    E("    const %s r = gx * %d + li;\n", e->it, (int)T);
+    E("    if (r >= %" PRId64 ")\n        return;\n", rows);
+    if (n == 0) { /* empty rows (logsumexp: -inf each): the host's */
+        E("    f[r] = 1u;\n}\n");
+        tg_finish_launch(t, launch);
+        return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
+    }
+    emit_row_offset(e, p);
+    char load[160];
+    snprintf(load, sizeof load, in_bf16 ? "(double)tg_f_of((uint)x[off + (%%s) * %" PRId64 "] << 16)"
+                                        : "(double)tg_f_of(x[off + (%%s) * %" PRId64 "])",
+             stride);
+    const uint32_t bf = out_bf16 ? 1u : 0u;
+    const char *st = out_bf16 ? "(ushort)" : "(uint)";
+
+    /* the scan: max, smallest finite, finite count, NaN, in lanes j mod 8 (sm_scan) */
+    E("    const double inf = tg_sm_inf();\n");
+    E("    double mx[8], mn[8];\n    %s cnt[8];\n    uint nn[8];\n", "tg_i64");
+    E("    for (int l = 0; l < 8; l++) {\n        mx[l] = -inf;\n        mn[l] = inf;\n        cnt[l] = 0;\n"
+      "        nn[l] = 0u;\n    }\n");
+    const char *scan = "            mx[l] = v > mx[l] ? v : mx[l];\n"
+                       "            mn[l] = (fabs(v) < inf && v < mn[l]) ? v : mn[l];\n"
+                       "            cnt[l] += fabs(v) < inf ? 1 : 0;\n"
+                       "            nn[l] |= v != v ? 1u : 0u;\n";
+    char v8[160], vt[160];
+    snprintf(v8, sizeof v8, load, "j + l");
+    snprintf(vt, sizeof vt, load, "j + l");
+    /* blocks of 8, then the tail at n8: constant bounds, so the lanes stay in registers */
+    const int64_t n8 = n / 8 * 8;
+    E("    %s j;\n", e->it);
+    E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);
+    E("            const double v = %s;\n%s        }\n", v8, scan);
+    E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n        {\n", n8, (int)(n - n8));
+    E("            const double v = %s;\n%s        }\n    }\n", vt, scan);
+    E("    double m = -inf, xmin = inf;\n    tg_i64 nfin = 0;\n    uint hasnan = 0u;\n");
+    E("    for (int l = 0; l < 8; l++) {\n        m = mx[l] > m ? mx[l] : m;\n        xmin = mn[l] < xmin ? mn[l] : xmin;\n"
+      "        nfin += cnt[l];\n        hasnan |= nn[l];\n    }\n");
+    E("    if (hasnan != 0u || m == inf || m == -inf || nfin == 1) { // a special row: the host's\n");
+    E("        f[r] = 1u;\n        return;\n    }\n");
+
+    /* T = S - 1: the terms below the maximum, and the maxima's count less one (sm_sum_below) */
+    E("    double a[8];\n    tg_i64 ct[8];\n");
+    E("    for (int l = 0; l < 8; l++) {\n        a[l] = 0.0;\n        ct[l] = 0;\n    }\n");
+    const char *sum = "            a[l] += v < m ? tg_sm_exp_neg(v - m) : 0.0;\n"
+                      "            ct[l] += v == m ? 1 : 0;\n";
+    E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);
+    E("            const double v = %s;\n%s        }\n", v8, sum);
+    E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n        {\n", n8, (int)(n - n8));
+    E("            const double v = %s;\n%s        }\n    }\n", vt, sum);
+    E("    const tg_i64 ties = ((ct[0] + ct[1]) + (ct[2] + ct[3])) + ((ct[4] + ct[5]) + (ct[6] + ct[7]));\n");
+    E("    const double T = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) + (double)(ties - 1);\n");
+    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
+    E("    const double spread = fmin(m - xmin, 746.0);\n");
+    E("    const double eT = tg_sm_bound_T(%" PRId64 ".0, spread);\n", (n + 7) / 8 + 3);
+    if (p->op != TGRAD_SOFTMAX_SOFTMAX)
+        E("    const bool tinyT = T < 6.223015277861142e-61; // 2^-200: L = log1p(T) ~ T\n");
+    E("    uint undecided = 0u;\n");
+    char oj[96];
+    snprintf(oj, sizeof oj, "(r / %" PRId64 ") * %" PRId64 " + r %% %" PRId64 " + j * %" PRId64, inner, n * inner, inner,
+             inner);
+    char vj[160];
+    snprintf(vj, sizeof vj, load, "j");
+    if (p->op == TGRAD_SOFTMAX_SOFTMAX) {
+        E("    const double inv = 1.0 / (1.0 + T);\n");
+        E("    const double w = (eT + spread * U * 1.02 + 3.552713678800501e-15 + 3.0 * U) * 1.05 + %" PRId64
+          ".0 * 9.332636185032189e-302;\n", n);
+        E("    const tg_i64 thr = tg_sm_thr(w);\n");
+        E("    for (j = 0; j < %" PRId64 "; j++) {\n", n);
+        E("        const tg_u64 d = tg_sm_decide(tg_sm_exp_neg(%s - m) * inv, w, thr, %uu);\n", vj, bf);
+        E("        c[%s] = %sd;\n        undecided |= (uint)(d >> 32);\n    }\n", oj, st);
+    } else if (p->op == TGRAD_SOFTMAX_LOG_SOFTMAX) {
+        E("    const double L = log1p(T);\n");
+        E("    const double w = tinyT ? 1.7763568394002505e-15 : ((eT + 8.881784197001252e-16) * 1.02 + 2.0 * U) * 1.05;\n");
+        E("    const tg_i64 thr = tg_sm_thr(w);\n");
+        E("    for (j = 0; j < %" PRId64 "; j++) {\n", n);
+        E("        const double v = %s;\n", vj);
+        E("        // the one maximum under a tiny T: -L in (-2^-199, 0) rounds to -0\n");
+        E("        const tg_u64 d = (tinyT && v == m) ? (tg_u64)%s : tg_sm_decide((v - m) - L, w, thr, %uu);\n",
+          out_bf16 ? "0x8000u" : "0x80000000u", bf);
+        E("        c[%s] = %sd;\n        undecided |= (uint)(d >> 32);\n    }\n", oj, st);
+    } else {
+        E("    const double L = log1p(T), y = m + L;\n");
+        E("    const double e = (L * (eT + 8.881784197001252e-16) * 1.05 + fabs(y) * U) * 1.05 + "
+          "(tinyT ? 6.372367644529809e-58 : 1.499696813895631e-241);\n");
+        E("    const uint lo = tg_sm_round(y - e, %uu), hi = tg_sm_round(y + e, %uu);\n", bf, bf);
+        E("    c[r] = %slo;\n    undecided = lo != hi ? 1u : 0u;\n", st);
+    }
+    E("    f[r] = undecided;\n}\n");
+    (void)lse;
+    tg_finish_launch(t, launch);
+    return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
+}

@@ -73,7 +73,8 @@ NOT_CPU_KERNEL_TESTS = (
     "bench_format", "bench_timing", "bench_conditions", "cli_help", "docs", "architecture_doc",
     "doc_blocks", "bench_order",
     # the GPU routes on PoCL (the CPU only gives their references, which the CPU tests cover)
-    "gpu_batched", "gpu_compare", "gpu_select", "gpu_reduce", "gpu_random", "block32_gpu",
+    "gpu_batched", "gpu_compare", "gpu_select", "gpu_reduce", "gpu_random", "block32_gpu", "gpu_softmax", "gpu_norm",
+    "gpu_rope", "gpu_matmul_f32",
 )
 #: ... and the files whose tests run every CPU variant themselves (the conformance rosters, the
 #: property sweep, the block32 order's kernels): forcing one would repeat them unchanged.

@@ -145,24 +145,15 @@ def _emulated(emu: Any, lang: str, shape: tuple[int, int, int], route: str, orde
     return got, _f32_bits(c)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("route", ["naive", "tiled"])
-def test_generated_msl_stores_the_cpu_float32_accumulators(route: str, order: str) -> None:
-    emu = _emulator("msl")
+@pytest.mark.parametrize("lang", [pytest.param("msl", marks=pytest.mark.slow),  # the MSL emulator: slow tier
+                                  pytest.param("cuda", marks=pytest.mark.cuda)])  # the CUDA emulator: cuda tier
+def test_the_generated_kernels_store_the_cpu_float32_accumulators(lang: str, route: str, order: str) -> None:
+    emu = _emulator(lang)
     for shape in SHAPES:
-        got, want = _emulated(emu, "msl", shape, route, order)
-        assert np.array_equal(got, want), f"msl {shape} {route} {order}"
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("route", ["naive", "tiled"])
-def test_generated_cuda_stores_the_cpu_float32_accumulators(route: str, order: str) -> None:
-    emu = _emulator("cuda")
-    for shape in SHAPES:
-        got, want = _emulated(emu, "cuda", shape, route, order)
-        assert np.array_equal(got, want), f"cuda {shape} {route} {order}"
+        got, want = _emulated(emu, lang, shape, route, order)
+        assert np.array_equal(got, want), f"{lang} {shape} {route} {order}"
 
 
 @pytest.mark.slow

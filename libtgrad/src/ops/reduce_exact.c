@@ -145,12 +145,14 @@ static void add_f32_portable(tg_exact_acc *a, const uint32_t *x, int64_t n, cons
     tg_exact_add_portable(a, x, TG_RDT_F32, n, 1);
 }
 
+#if defined(TGRAD_HAVE_X86_VARIANTS)
 /* 0: no forced choice; 1: a forced name; the name in *name */
 static int forced(const char **name) {
     if (!tgrad_cpu_isa_forced()) return 0;
     *name = tgrad_cpu_isa();
     return 1;
 }
+#endif
 
 tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void) {
 #if defined(TGRAD_HAVE_X86_VARIANTS)

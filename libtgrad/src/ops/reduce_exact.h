@@ -88,6 +88,9 @@ TG_HIDDEN tg_exact_bf16_kernel tg_exact_bf16_kernel_for_selection(void);
 TG_HIDDEN tg_exact_f32_kernel tg_exact_f32_kernel_for_selection(void);
 /* The portable loops, always available: exact for any data. */
 TG_HIDDEN void tg_exact_add_portable(tg_exact_acc *a, const void *base, int dtype, int64_t n, int64_t stride);
+/* tg_exact_cols's panel: the columns one pass takes (every architecture; the AVX-512F kernel's
+ * width too). */
+#define TG_EXACT_COLS_PANEL 512
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 /* kernels/cpu/reduce_avx512bf16.c: contiguous bf16 with vdpbf16ps; blocks it cannot take
  * exactly (inf/NaN, values below 2^-92, spreads over 2^27) go to tg_exact_add_portable. */
@@ -103,7 +106,6 @@ TG_HIDDEN void tg_exact_add_bf16_avx512f(tg_exact_acc *a, const uint16_t *x, int
 TG_HIDDEN int tg_exact_avx512f_available(void);
 /* w <= TG_EXACT_COLS_PANEL contiguous columns over h <= 2048 rows (row stride rs elements) into
  * acc[0 .. w-1]: tg_exact_cols's kernel, reading whole rows. */
-#define TG_EXACT_COLS_PANEL 512
 TG_HIDDEN void tg_exact_cols_avx512f(tg_exact_acc *acc, const void *base, int dtype, int64_t h, int64_t rs, int w);
 /* kernels/cpu/reduce_avx2.c: the same method on 256-bit vectors (AVX2 and FMA). */
 TG_HIDDEN void tg_exact_add_f32_avx2(tg_exact_acc *a, const uint32_t *x, int64_t n, const uint32_t *after,

@@ -164,6 +164,27 @@ tgrad_status tg_device_download(int32_t device, const void *mem, void *dst, size
     return s;
 }
 
+tgrad_status tg_device_stage_step(const tg_step *st, void *host[4], size_t bytes[4], const char *what) {
+    const tg_buffer *bufs[4] = { NULL, NULL, NULL, st->buf };
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) bufs[i] = st->inputs[i].buf;
+    tgrad_status s = TGRAD_OK;
+    for (int32_t i = 0; i < 4; i++) host[i] = NULL, bytes[i] = 0;
+    for (int32_t i = 0; i < 4 && !s; i++) {
+        if (!bufs[i]) continue;
+        bytes[i] = (size_t)bufs[i]->numel * tg_dtype_size(bufs[i]->dtype);
+        if (!(host[i] = tg_malloc(bytes[i] ? bytes[i] : 1)))
+            s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s", what);
+        else if (bytes[i]) s = tg_device_download(st->device, bufs[i]->dev_mem, host[i], bytes[i]);
+    }
+    if (s) tg_device_staged_free(host);
+    return s;
+}
+
+void tg_device_staged_free(void *host[4]) {
+    for (int32_t i = 0; i < 4; i++) free(host[i]), host[i] = NULL;
+}
+
+
 /* ---- routes ---- */
 static bool has_matrices(const tg_backend *be) { return be && be->has_matrix_route && be->has_matrix_route(); }
 

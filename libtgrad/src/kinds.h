@@ -109,5 +109,10 @@ TG_HIDDEN const char *tg_softmax_kind_name(int32_t op);
 TG_HIDDEN bool tg_softmax_is_backward(int32_t op);
 TG_HIDDEN tgrad_status tg_slice_scatter_execute(const tg_step *st); /* ops/slice_scatter.c */
 TG_HIDDEN tgrad_status tg_optim_step_execute(const tg_step *st); /* ops/optim_step.c */
+/* For a gpu_finish: st's buffers read back to host memory (device.c), host[i] and bytes[i] its
+ * inputs 0-2 (NULL and 0 where it has none), host[3] its output; `what` names the step in the
+ * out-of-memory message. On failure nothing stays allocated. Free with tg_device_staged_free. */
+TG_HIDDEN tgrad_status tg_device_stage_step(const tg_step *st, void *host[4], size_t bytes[4], const char *what);
+TG_HIDDEN void tg_device_staged_free(void *host[4]);
 
 #endif

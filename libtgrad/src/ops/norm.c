@@ -5,6 +5,7 @@
  * value with bf16 rounding midpoints in big-integer arithmetic. docs/numerics.md, "Norms". */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -469,18 +470,11 @@ tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int6
     int64_t flagged = 0;
     for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
     if (!flagged) return TGRAD_OK;
-    void *host[4] = { NULL, NULL, NULL, NULL };
-    size_t bytes[4] = { 0, 0, 0, 0 };
-    const tg_buffer *bufs[4] = { NULL, NULL, NULL, st->buf };
-    for (int32_t i = 0; i < st->ninputs && i < 3; i++) bufs[i] = st->inputs[i].buf;
-    tgrad_status s = TGRAD_OK;
-    for (int32_t i = 0; i < 4 && !s; i++) {
-        if (!bufs[i]) continue;
-        bytes[i] = (size_t)bufs[i]->numel * 2u;
-        if (!(host[i] = tg_malloc(bytes[i] ? bytes[i] : 1)))
-            s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "norm: cannot stage %lld flagged rows on the host", (long long)flagged);
-        else if (bytes[i]) s = tg_device_download(st->device, bufs[i]->dev_mem, host[i], bytes[i]);
-    }
+    void *host[4];
+    size_t bytes[4];
+    char what[96];
+    snprintf(what, sizeof what, "norm: cannot stage %lld flagged rows on the host", (long long)flagged);
+    tgrad_status s = tg_device_stage_step(st, host, bytes, what);
     norm_job J;
     uint16_t *own[3] = { NULL, NULL, NULL }, *fill = NULL;
     const uint16_t *data[3] = { host[0], host[1], host[2] };
@@ -494,10 +488,10 @@ tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int6
         }
         count(TGRAD_DEBUG_NORM_SLOW, slow);
         atomic_fetch_add_explicit(&device_rows, flagged, memory_order_relaxed);
-        s = tg_device_upload(st->device, bufs[3]->dev_mem, host[3], bytes[3]);
+        s = tg_device_upload(st->device, st->buf->dev_mem, host[3], bytes[3]);
     }
     for (int32_t i = 0; i < 3; i++) free(own[i]);
     free(fill);
-    for (int32_t i = 0; i < 4; i++) free(host[i]);
+    tg_device_staged_free(host);
     return s;
 }

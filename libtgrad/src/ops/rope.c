@@ -5,6 +5,7 @@
  * construction. docs/numerics.md, "Rotary position embedding". */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -315,18 +316,11 @@ tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int6
     int64_t flagged = 0;
     for (int64_t q = 0; q < nflags; q++) flagged += flags[q] != 0;
     if (!flagged) return TGRAD_OK;
-    void *host[4] = { NULL, NULL, NULL, NULL };
-    size_t bytes[4] = { 0, 0, 0, 0 };
-    const tg_buffer *bufs[4] = { NULL, NULL, NULL, st->buf };
-    for (int32_t i = 0; i < st->ninputs && i < 3; i++) bufs[i] = st->inputs[i].buf;
-    tgrad_status s = TGRAD_OK;
-    for (int32_t i = 0; i < 4 && !s; i++) {
-        if (!bufs[i]) continue;
-        bytes[i] = (size_t)bufs[i]->numel * tg_dtype_size(bufs[i]->dtype);
-        if (!(host[i] = tg_malloc(bytes[i] ? bytes[i] : 1)))
-            s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "rope: cannot stage %lld flagged positions on the host", (long long)flagged);
-        else if (bytes[i]) s = tg_device_download(st->device, bufs[i]->dev_mem, host[i], bytes[i]);
-    }
+    void *host[4];
+    size_t bytes[4];
+    char what[96];
+    snprintf(what, sizeof what, "rope: cannot stage %lld flagged positions on the host", (long long)flagged);
+    tgrad_status s = tg_device_stage_step(st, host, bytes, what);
     rope_job J;
     void *own[3] = { NULL, NULL, NULL };
     double *fd = NULL;
@@ -354,10 +348,10 @@ tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int6
         atomic_fetch_add_explicit(&rope_counts[1], slow, memory_order_relaxed);
         atomic_fetch_add_explicit(&rope_counts[2], undecided, memory_order_relaxed);
         atomic_fetch_add_explicit(&rope_device_rows, flagged, memory_order_relaxed);
-        s = tg_device_upload(st->device, bufs[3]->dev_mem, host[3], bytes[3]);
+        s = tg_device_upload(st->device, st->buf->dev_mem, host[3], bytes[3]);
     }
     for (int i = 0; i < 3; i++) free(own[i]);
     free(fd), free(fq);
-    for (int32_t i = 0; i < 4; i++) free(host[i]);
+    tg_device_staged_free(host);
     return s;
 }

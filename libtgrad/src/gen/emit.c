@@ -73,6 +73,33 @@ void tg_buffer_param(char *dst, size_t cap, const char *space, const char *name)
     snprintf(dst, cap, "%s%sushort *%s", space, *space ? " " : "", name);
 }
 
+int64_t tg_launch_operands(struct tgrad_launch *launch, const tg_view *const *v, const char *const *names, int32_t n) {
+    int64_t reach = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!v[i]) continue;
+        int64_t lo = 0, hi = -1, cnt = 0;
+        tg_view_numel(v[i], &cnt);
+        if (cnt > 0) tg_span_view(v[i], &lo, &hi);
+        reach = hi > reach ? hi : reach;
+        launch->buffer_elements[launch->buffer_count] = (uint64_t)(hi + 1);
+        snprintf(launch->buffer_names[launch->buffer_count++], 8, "%s", names[i]);
+    }
+    return reach;
+}
+
+void tg_launch_flagged_rows(struct tgrad_launch *launch, int64_t out_elements, int64_t rows, int32_t threads) {
+    uint32_t nb = launch->buffer_count;
+    launch->buffer_elements[nb] = (uint64_t)out_elements;
+    snprintf(launch->buffer_names[nb++], 8, "c");
+    launch->buffer_elements[nb] = (uint64_t)rows;
+    snprintf(launch->buffer_names[nb++], 8, "f");
+    launch->buffer_count = nb;
+    launch->grid[0] = (uint32_t)tg_ceil_div(rows, threads);
+    launch->grid[1] = launch->grid[2] = 1;
+    launch->threadgroup[0] = (uint32_t)threads;
+    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+}
+
 void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
                            const bool used[TG_B_COUNT_]) {
     static const char *const vars[TG_B_COUNT_] = { "gx", "gy", "lx", "ly", "li", "sg", "gz" };

@@ -22,6 +22,14 @@ TG_HIDDEN int64_t tg_ceil_div(int64_t a, int64_t b);
 TG_HIDDEN bool tg_fits_int(int64_t v);
 /* Lowest and highest element index a view touches (extents > 0). False on overflow. */
 TG_HIDDEN bool tg_span_view(const tg_view *v, int64_t *lo, int64_t *hi);
+/* The launch's bindings for operands v[0 .. n) (NULL: a binding left out), each named and sized
+ * to the highest element its view reaches, in order from launch->buffer_count; returns that
+ * highest element over them all (0 for none). */
+TG_HIDDEN int64_t tg_launch_operands(struct tgrad_launch *launch, const tg_view *const *v, const char *const *names,
+                                     int32_t n);
+/* A row kernel's last two bindings, after its operands: "c" (out_elements) and "f" (a flag per
+ * row, which the host reads back), and its grid: one thread per row, `threads` to a group. */
+TG_HIDDEN void tg_launch_flagged_rows(struct tgrad_launch *launch, int64_t out_elements, int64_t rows, int32_t threads);
 /* |s| for any int64, INT64_MIN included (an empty operand's strides may be anything). */
 TG_HIDDEN uint64_t tg_magnitude(int64_t s);
 /* Append " + var * |s|" (or "- ...", or the bare term first) to an expression being built. */

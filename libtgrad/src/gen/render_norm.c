@@ -53,26 +53,8 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
     memset(launch, 0, sizeof *launch);
     const tg_view *v[3] = { &p->x, p->has_w ? &p->w : NULL, p->has_b ? &p->b : NULL };
     const char *names[3] = { "x", "w", "b" };
-    uint32_t nb = 0;
-    int64_t reach = 0;
-    for (int32_t i = 0; i < 3; i++) {
-        if (!v[i]) continue;
-        int64_t lo = 0, hi = -1, cnt = 0;
-        tg_view_numel(v[i], &cnt);
-        if (cnt > 0) tg_span_view(v[i], &lo, &hi);
-        reach = hi > reach ? hi : reach;
-        launch->buffer_elements[nb] = (uint64_t)(hi + 1);
-        snprintf(launch->buffer_names[nb++], 8, "%s", names[i]);
-    }
-    launch->buffer_elements[nb] = (uint64_t)numel;
-    snprintf(launch->buffer_names[nb++], 8, "c");
-    launch->buffer_elements[nb] = (uint64_t)rows;
-    snprintf(launch->buffer_names[nb++], 8, "f");
-    launch->buffer_count = nb;
-    launch->grid[0] = (uint32_t)tg_ceil_div(rows, T);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)T;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    const int64_t reach = tg_launch_operands(launch, v, names, 3);
+    tg_launch_flagged_rows(launch, numel, rows, T);
     char key[4096];
     size_t kn = (size_t)snprintf(key, sizeof key, "norm;%d;%d;%a;%d%d", (int)p->op, (int)p->naxes, p->eps, (int)p->has_w,
                                  (int)p->has_b);
@@ -98,7 +80,7 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
       "// element is written where its bound decides its rounding; f[row] = 1 where one is not (the host reruns\n"
       "// the row with the CPU's exact code), else 0.\n", rows, n);
     E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers", launch->grid[0], (int)T);
-    for (uint32_t i = 0; i < nb; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
+    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
     E(".\n");
     if (*l->preamble) E("%s", l->preamble);
     E("%s", l->f64);

@@ -53,26 +53,8 @@ tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text 
     memset(launch, 0, sizeof *launch);
     const tg_view *v[3] = { &p->x, &p->pos, p->has_f ? &p->f : NULL };
     const char *names[3] = { "x", "pos", "inv" };
-    uint32_t nb = 0;
-    int64_t reach = 0;
-    for (int32_t i = 0; i < 3; i++) {
-        if (!v[i]) continue;
-        int64_t lo = 0, hi = -1, cnt = 0;
-        tg_view_numel(v[i], &cnt);
-        if (cnt > 0) tg_span_view(v[i], &lo, &hi);
-        reach = hi > reach ? hi : reach;
-        launch->buffer_elements[nb] = (uint64_t)(hi + 1);
-        snprintf(launch->buffer_names[nb++], 8, "%s", names[i]);
-    }
-    launch->buffer_elements[nb] = (uint64_t)(npos * d);
-    snprintf(launch->buffer_names[nb++], 8, "c");
-    launch->buffer_elements[nb] = (uint64_t)npos;
-    snprintf(launch->buffer_names[nb++], 8, "f");
-    launch->buffer_count = nb;
-    launch->grid[0] = (uint32_t)tg_ceil_div(npos, T);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)T;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    const int64_t reach = tg_launch_operands(launch, v, names, 3);
+    tg_launch_flagged_rows(launch, (npos * d), npos, T);
     char key[4096];
     size_t kn = (size_t)snprintf(key, sizeof key, "rope;%d;%d;%d;%d;%d;%a", (int)p->rd, (int)p->interleaved,
                                  (int)p->batched, (int)p->backward, (int)p->has_f, p->base);
@@ -97,7 +79,7 @@ tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text 
       "// (kernels/gpu/norm.h); f[position] = 1 where one is not (the host reruns it with the CPU's code), else 0.\n",
       npos);
     E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers", launch->grid[0], (int)T);
-    for (uint32_t i = 0; i < nb; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
+    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
     E(".\n");
     if (*l->preamble) E("%s", l->preamble);
     E("%s", l->f64);

@@ -76,23 +76,14 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     const bool in_bf16 = p->in_dtype == TGRAD_DTYPE_BF16, out_bf16 = p->out_dtype == TGRAD_DTYPE_BF16;
     const bool lse = p->op == TGRAD_SOFTMAX_LOGSUMEXP;
     const int32_t T = r->threads_x;
-    int64_t n, rows, inner, numel = 0, lo = 0, hi = -1;
+    int64_t n, rows, inner;
     geometry(p, &n, &rows, &inner);
-    tg_view_numel(&p->in, &numel);
-    if (numel > 0) tg_span_view(&p->in, &lo, &hi);
     const int64_t nout = lse ? rows : rows * n;
     memset(launch, 0, sizeof *launch);
-    launch->buffer_count = 3;
-    launch->buffer_elements[0] = (uint64_t)(hi + 1);
-    launch->buffer_elements[1] = (uint64_t)nout;
-    launch->buffer_elements[2] = (uint64_t)rows;
-    snprintf(launch->buffer_names[0], 8, "x");
-    snprintf(launch->buffer_names[1], 8, "c");
-    snprintf(launch->buffer_names[2], 8, "f");
-    launch->grid[0] = (uint32_t)tg_ceil_div(rows, T);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)T;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    const tg_view *in[1] = { &p->in };
+    const char *names[1] = { "x" };
+    const int64_t hi = tg_launch_operands(launch, in, names, 1);
+    tg_launch_flagged_rows(launch, nout, rows, T);
     char key[2048];
     key_of(p, key, sizeof key);
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_softmax_%s_%" PRId64 "_%08" PRIx32, op_name(p->op), n,

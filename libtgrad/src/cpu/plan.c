@@ -101,8 +101,8 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * packs everything else (its few-row products on AMX's packed tiles) */
     const tg_ukernel *S = block32 ? tg_cpu_block32_stream_variant(sel) : tg_cpu_stream_variant(sel);
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
-    /* A float32 result takes the packed path: its micro-kernels all store their fp32
-     * accumulators (ukernel.h), the streaming kernels write bf16 only. */
+    /* A float32 result takes the packed path, or its transpose (gemm_t): its micro-kernels all
+     * store their fp32 accumulators (ukernel.h), the streaming kernels write bf16 only. */
     if (out_dtype == TGRAD_DTYPE_F32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     else if (S && P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */

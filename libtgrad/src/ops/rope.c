@@ -119,7 +119,9 @@ typedef struct rope_job {
     const uint16_t *x;
     const int32_t *pos;
     const double *fd; /* f_i in double (rd / 2) */
-    const xf *fq;     /* f_i in binary128 */
+    const xf *fq;     /* f_i in binary128 when inv_freq is given; NULL: freq_q computes it */
+    double base;      /* the base of the default frequencies */
+    int32_t negate;   /* rope_backward: theta = p (-f_i) */
     int64_t rows, L, d, per_b; /* rows of [L, d]; rows per batch entry of positions */
     int32_t rd, interleaved, batched;
     uint16_t *out;
@@ -168,6 +170,15 @@ typedef struct angle {
     double th, c, s;
 } angle;
 
+/* f_i in binary128 for the slow path: the given inv_freq's, or base^(-2i/rd) computed here (a
+ * binary128 pow costs about a microsecond, and most calls never take the slow path: decoding a
+ * token used to spend a twentieth of its time on these tables). */
+static xf freq_q(const rope_job *J, int32_t i) {
+    if (J->fq) return J->fq[i];
+    xf f = XPOW((xf)J->base, -(xf)(2 * i) / (xf)J->rd);
+    return J->negate ? -f : f;
+}
+
 /* One pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) with theta = p f_i. */
 static void pair(const rope_job *J, int32_t p, int32_t i, const angle *A, uint16_t a, uint16_t b, uint16_t *oa,
                  uint16_t *ob, int64_t *slow, int64_t *undecided) {
@@ -187,7 +198,7 @@ static void pair(const rope_job *J, int32_t p, int32_t i, const angle *A, uint16
         return;
     }
     (*slow)++;
-    xf tq = (xf)p * J->fq[i], cq = XCOS(tq), sq = XSIN(tq);
+    xf tq = (xf)p * freq_q(J, i), cq = XCOS(tq), sq = XSIN(tq);
     xf q1 = (xf)x1 * cq - (xf)x2 * sq, q2 = (xf)x2 * cq + (xf)x1 * sq;
     xf eq = ((xf)fabs(x1) + (xf)fabs(x2)) * (XEPS * XFABS(tq) + XEPS);
     if (r1 == 0xFFFF) r1 = round_q(q1, eq);
@@ -271,19 +282,19 @@ static tgrad_status job_init(rope_job *J, const tg_step *st, const void *const *
     J->pos = compact_any(&st->inputs[1], data[1], 4, &own[1]);
     const float *given = P->has_weight ? compact_any(&st->inputs[2], data[2], 4, &own[2]) : NULL;
     double *fd = *fdp = tg_malloc(sizeof *fd * (size_t)half);
-    xf *fq = *fqp = tg_malloc(sizeof *fq * (size_t)half);
-    if (!J->x || !J->pos || (P->has_weight && !given) || !fd || !fq)
+    xf *fq = *fqp = given ? tg_malloc(sizeof *fq * (size_t)half) : NULL;
+    if (!J->x || !J->pos || (P->has_weight && !given) || !fd || (given && !fq))
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate its tables or a compact copy of an input",
                        P->rope_backward ? "rope_backward" : "rope");
     for (int32_t i = 0; i < half; i++) {
         if (given) fd[i] = given[i], fq[i] = (xf)given[i];
-        else {
-            fd[i] = tg_rope_freq(P->eps, i, J->rd);
-            fq[i] = XPOW((xf)P->eps, -(xf)(2 * i) / (xf)J->rd);
+        else fd[i] = tg_rope_freq(P->eps, i, J->rd);
+        if (P->rope_backward) { /* theta = p (-f_i): exact negation */
+            fd[i] = -fd[i];
+            if (fq) fq[i] = -fq[i];
         }
-        if (P->rope_backward) fd[i] = -fd[i], fq[i] = -fq[i]; /* theta = p (-f_i): exact negation */
     }
-    J->fd = fd, J->fq = fq;
+    J->fd = fd, J->fq = fq, J->base = P->eps, J->negate = P->rope_backward;
     return TGRAD_OK;
 }
 

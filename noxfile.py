@@ -124,8 +124,8 @@ def interop(session: nox.Session) -> None:
     tgrad.dask on a local distributed cluster, tgrad as a torchlens backend, tgrad.models against transformers' own
     Llama, Mistral and Qwen2. Every peer must be there: the session checks the
     imports first, and TGRAD_REQUIRE_INTEROP=1 makes an interop test that skips fail."""
-    session.install(".[test,dask,torchlens,models]", TORCH, TRANSFORMERS)
-    session.run("python", "-c", "import torch, dask.array, distributed, torchlens, transformers, tokenizers")
+    session.install(".[test,dask,torchlens,models]", TORCH, TRANSFORMERS, GGUF)
+    session.run("python", "-c", "import torch, dask.array, distributed, torchlens, transformers, tokenizers, gguf")
     _pytest(session, "interop", env={"TGRAD_REQUIRE_INTEROP": "1"})
 
 
@@ -289,6 +289,10 @@ TORCH = "torch==2.13.0"
 TRANSFORMERS = "transformers==5.25.0"
 #: The tinygrad of DESIGN §7's anchors; pure Python (its CPU device compiles its own kernels).
 TINYGRAD = "tinygrad==0.14.0"
+#: The model bench's llama.cpp peer (`bench --model`): llama.cpp's own GGUF writer, and its Python
+#: binding, which builds llama.cpp from source (about 10 minutes on 2 cores, then pip's cache).
+GGUF = "gguf==0.19.0"
+LLAMA_CPP = "llama-cpp-python==0.3.36"
 #: Variables that make numpy's OpenBLAS use other kernels or cache sizes than it would pick on
 #: this CPU (they slow numpy down): unset for the bench, and recorded in its JSON as unset.
 OPENBLAS_TUNING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -300,7 +304,7 @@ def bench(session: nox.Session) -> None:
     `--` go to `python -m tgrad bench`; e.g. `--full`, `--shape 1024x1024x1024`, `--out DIR`).
     Writes bench-out/bench.md, bench.json and bench.png."""
     session.install(".[bench]")
-    for peer in (TORCH, TINYGRAD):
+    for peer in (TORCH, TINYGRAD, GGUF, LLAMA_CPP):  # llama-cpp-python builds llama.cpp (minutes, once: pip caches it)
         try:
             session.install(peer)
         except nox.command.CommandFailed:

@@ -3,6 +3,7 @@ it starts child processes)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,19 @@ from model_dirs import model_dir
 
 
 @pytest.mark.slow
-def test_the_generate_bench_reports_prefill_decode_and_memory(tmp_path: Path) -> None:
+def test_the_generate_bench_reports_prefill_decode_bandwidth_and_memory(tmp_path: Path) -> None:
     path = model_dir(tmp_path / "llama")
-    out = subprocess.run([sys.executable, "-m", "tgrad", "bench", "--generate", "--gen-model", str(path), "--no-peers",
-                          "--gen-rounds", "2", "--gen-prompt", "5", "--gen-tokens", "3", "--threads", "1"],
+    out = subprocess.run([sys.executable, "-m", "tgrad", "bench", "--model", str(path), "--no-peers",
+                          "--gen-rounds", "2", "--gen-prompt", "5", "--gen-tokens", "3", "--threads", "1",
+                          "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, check=True).stdout
     assert "prompt 5, 3 new tokens, 2 rounds" in out
+    assert "weights read per decoded token" in out
     row = next(line for line in out.splitlines() if line.startswith("tgrad "))
-    numbers = [float(x) for x in row.replace("[", " ").replace("]", " ").replace(",", " ").split()[1:]]
-    assert len(numbers) == 8 and all(n > 0 for n in numbers)  # tok/s [min, max], ms, tok/s [min, max], MB
+    numbers = [float(x) for x in row.replace("[", " ").replace("]", " ").replace(",", " ").replace("%", " ").split()[1:]]
+    # tok/s [min, max], ms, tok/s [min, max], weights GB/s, % of the read rate, MB
+    assert len(numbers) == 10 and all(n > 0 for i, n in enumerate(numbers) if i != 8)
+    assert numbers[8] >= 0  # a tiny model's share of the read rate may print as 0%
+    saved = json.loads((tmp_path / "out" / "generate.json").read_text())
+    assert len(saved["runs"]["tgrad"]) == 2 and saved["weight_gb"] > 0 and saved["read_gbps"] > 0
+    assert all(len(r["tokens"]) == 3 for r in saved["runs"]["tgrad"])

@@ -265,7 +265,7 @@ def _run(args: argparse.Namespace) -> int:
         from . import transformer as _transformer
 
         return _transformer.run(args)
-    if getattr(args, "generate", False):
+    if getattr(args, "generate", False) or getattr(args, "gen_model", None) is not None:
         from . import generate as _generate
 
         return _generate.run(args)

@@ -1,15 +1,19 @@
 """``python -m tgrad bench --generate``: a random Llama (issue 35's ~100 M shape by default:
 hidden 1024, 8 layers, 16 heads, 4 KV heads, intermediate 2816, vocab 8192, bf16) decoded by
-tgrad.models and by transformers' eager bf16 forward (torch) on the same threads, when
-transformers is installed.
+tgrad.models and by its peers on the same threads, where they are installed: transformers' eager
+bf16 forward (torch), and llama.cpp through llama-cpp-python on a bf16 GGUF of the same weights
+(written by gguf_export with the `gguf` package).
 
 Each peer runs in its own child process (so that its peak resident memory, ru_maxrss, is its
-own: VmHWM), `--gen-rounds` times, the peers alternating: load the directory, prefill a prompt of
+own: VmHWM), `--gen-rounds` times, the peers alternating: load the model, prefill a prompt of
 `--gen-prompt` tokens (the best of 3 forwards), then greedy-decode `--gen-tokens` tokens with
-the peer's KV cache (tgrad: generate; transformers: generate with min_new_tokens) and time the
-decode as its total minus a prefill. Reported: prefill tokens/s and ms, decode tokens/s (the
-median over rounds, with the range), and peak RSS. The random checkpoint is written once into a
-temporary directory (or --gen-model DIR is used)."""
+the peer's KV cache (tgrad: generate; transformers: generate with min_new_tokens; llama.cpp: eval
+of the prompt, then of each chosen token) and time the decode as its total minus a prefill.
+Reported: prefill tokens/s and ms, decode tokens/s (the median over rounds, with the range), the
+weights' GB/s that decode rate means (all weights but the embedding table are read once a token)
+against the machine's read rate over the same bytes (libtgrad's read probe), peak RSS, and where
+each peer's greedy tokens and last-position logits differ from tgrad's. The random checkpoint is
+written once into a temporary directory (or --gen-model DIR is used)."""
 
 from __future__ import annotations
 
@@ -33,44 +37,89 @@ _CHILD = r'''
 import json, resource, sys, time
 import numpy as np
 peer, path, threads, prompt_len, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-order = sys.argv[6]
+order, gguf_path = sys.argv[6], sys.argv[7]
 vocab = json.load(open(path + "/config.json"))["vocab_size"]
 ids = (np.arange(prompt_len, dtype=np.int64)[None] * 7 + 3) % vocab
+done = {}
 if peer == "tgrad":
     import tgrad, tgrad.models
     tgrad.set_num_threads(threads)
     tgrad.set_matmul_order(order)  # this thread makes every product of the prefill and the decode
     model = tgrad.models.from_pretrained(path)
+    def last_logits():
+        return model(ids, logits_dtype=tgrad.float32).numpy()[0, -1]
     def prefill():
         model(ids, logits_dtype=tgrad.float32).realize()
     def decode():
-        return model.generate(ids, new)
+        return [int(t) for t in np.asarray(model.generate(ids, new)).reshape(-1)[-new:]]
+elif peer == "llama.cpp":
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=gguf_path, n_threads=threads, n_threads_batch=threads,
+                          n_ctx=prompt_len + new + 16, n_batch=max(prompt_len, 32), verbose=False)
+    lids = [int(i) for i in ids[0]]
+    width = llm.n_vocab()
+    def logits():  # the last evaluated position's (llama-cpp-python keeps no scores without logits_all)
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(width,)).copy()
+    def last_logits():
+        prefill()
+        return logits()
+    def prefill():
+        llm.reset(); llm.eval(lids)
+    def decode():  # greedy, as tgrad's and transformers' generate: new - 1 forwards after the prompt's
+        prefill()
+        out = [int(np.argmax(logits()))]
+        while len(out) < new:
+            llm.eval([out[-1]])
+            out.append(int(np.argmax(logits())))
+        return out
 else:
     import torch, transformers
     torch.set_num_threads(threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager")
     model.eval()
     tids = torch.from_numpy(ids)
+    def last_logits():
+        with torch.no_grad():
+            return model(tids).logits[0, -1].float().numpy()
     def prefill():
         with torch.no_grad():
             model(tids)
     def decode():
         with torch.no_grad():
-            return model.generate(tids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+            out = model.generate(tids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+        return [int(t) for t in out[0, -new:]]
 decode()  # warm: the first call pays for allocation and dispatch set-up
 times = []
 for _ in range(3):
     t = time.perf_counter(); prefill(); times.append(time.perf_counter() - t)
 pre = min(times)
-t = time.perf_counter(); decode(); total = time.perf_counter() - t
+t = time.perf_counter(); tokens = decode(); total = time.perf_counter() - t
 # VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across exec on Linux)
 hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
 rss = int(hwm[0]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-done = {"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "rss_mb": rss}
-if peer == "tgrad":  # the order, and the routes of the prefill's products (explain)
+done.update({"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "rss_mb": rss, "tokens": tokens,
+             "last_logits": [float(v) for v in last_logits()]})
+if peer == "tgrad":  # the order, the routes of the prefill's products (explain), the weights' read rate
     done["matmul_order"] = tgrad.get_matmul_order()
     steps = model(ids, logits_dtype=tgrad.float32).explain(json=True)["steps"]
     done["routes"] = sorted({s["route"] for s in steps if s.get("op") == "matmul" and s.get("route")})
+    from tgrad._ffi import ffi, lib
+    from tgrad.errors import _check
+    parts = []  # every weight a decode step reads whole: all but the embedding table (one row a token)
+    for name, w in model.named_parameters():
+        if "embed_tokens" in name and not model.config.tie_word_embeddings:
+            continue
+        ptr = ffi.new("const uint16_t **")
+        _check(lib.tgrad_tensor_data(w._h, ptr))
+        parts.append((ptr[0], 2 * int(np.prod(w.shape))))
+    best = float("inf")
+    for _ in range(5):  # the machine's read rate over the same bytes: libtgrad's plain read probe
+        t = time.perf_counter()
+        for data, nbytes in parts:
+            _check(lib.tgrad_cpu_read_run(data, nbytes, threads))
+        best = min(best, time.perf_counter() - t)
+    done["weight_bytes"] = sum(n for _, n in parts)
+    done["read_gbps"] = done["weight_bytes"] / best / 1e9
 print(json.dumps(done))
 '''
 
@@ -79,8 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generate", action="store_true",
                         help="issue 35's model bench: prefill and decode tokens/s and peak RSS of a random Llama, "
                         "tgrad.models against transformers eager bf16 (tgrad.bench.generate)")
-    parser.add_argument("--gen-model", type=Path, default=None, metavar="DIR",
-                        help="--generate: a model directory to run instead of the random ~100 M Llama")
+    parser.add_argument("--model", "--gen-model", dest="gen_model", type=Path, default=None, metavar="DIR",
+                        help="the model bench (--generate) on this Hugging Face model directory instead of the "
+                        "random ~100 M Llama")
     parser.add_argument("--gen-prompt", type=int, default=64, metavar="L", help="--generate: prompt tokens (64)")
     parser.add_argument("--gen-tokens", type=int, default=32, metavar="N", help="--generate: decoded tokens (32)")
     parser.add_argument("--gen-rounds", type=int, default=3, metavar="R", help="--generate: rounds per peer (3)")
@@ -105,11 +155,11 @@ def write_model(path: Path, seed: int = 0, shape: dict[str, int] | None = None) 
     return path
 
 
-def _child(peer: str, path: Path, threads: int, args: argparse.Namespace) -> dict[str, Any]:
+def _child(peer: str, path: Path, threads: int, args: argparse.Namespace, gguf_path: str = "") -> dict[str, Any]:
     """One round of `peer` in a child process; tgrad's products take bench --order there."""
     order = getattr(args, "order", None) or get_matmul_order()
     out = subprocess.run([sys.executable, "-c", _CHILD, peer, str(path), str(threads), str(args.gen_prompt),
-                          str(args.gen_tokens), order], capture_output=True, text=True, check=False)
+                          str(args.gen_tokens), order, gguf_path], capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"the {peer} child failed:\n{out.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -118,32 +168,121 @@ def _child(peer: str, path: Path, threads: int, args: argparse.Namespace) -> dic
     return result
 
 
-def run(args: argparse.Namespace) -> int:
+def _peers(args: argparse.Namespace) -> list[str]:
     import importlib.util
 
+    peers = ["tgrad"]
+    if args.no_peers:
+        return peers
+    if importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
+        peers.append("transformers")
+    if importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("gguf"):
+        peers.append("llama.cpp")
+    return peers
+
+
+def _llama_cpp_file(path: Path, tmp: str, peers: list[str]) -> str:
+    """The bf16 GGUF of `path` for the llama.cpp peer ("" and the peer dropped, with the reason,
+    when the writer cannot express the model)."""
+    if "llama.cpp" not in peers:
+        return ""
+    from .gguf_export import write_gguf
+
+    try:
+        return str(write_gguf(path, Path(tmp) / "model-bf16.gguf"))
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+        print(f"llama.cpp peer skipped: {type(exc).__name__}: {exc}")
+        peers.remove("llama.cpp")
+        return ""
+
+
+def _agreement(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Each peer's greedy tokens and last-position float32 logits against tgrad's (first round)."""
+    ours = runs["tgrad"][0]
+    lines = []
+    for peer, rs in runs.items():
+        if peer == "tgrad":
+            continue
+        theirs = rs[0]
+        a, b = ours["tokens"], theirs["tokens"]
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        la, lb = np.array(ours["last_logits"]), np.array(theirs["last_logits"])
+        scale = max(float(np.abs(la).max()), 1e-30)
+        diverge = "all equal" if first is None else f"first differs at token {first}"
+        lines.append(f"{peer} against tgrad: greedy tokens {diverge} (of {len(a)}); prompt's last logits "
+                     f"max |diff| {float(np.abs(la - lb).max()):.3g} (largest |logit| {scale:.3g})")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
     import tgrad
 
     threads = args.threads or tgrad.num_threads()
-    peers = ["tgrad"]
-    if not args.no_peers and importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
-        peers.append("transformers")
+    peers = _peers(args)
     with tempfile.TemporaryDirectory() as tmp:
         path = args.gen_model or write_model(Path(tmp) / "llama")
+        gguf_path = _llama_cpp_file(path, tmp, peers)
         runs: dict[str, list[dict[str, Any]]] = {p: [] for p in peers}
         for _ in range(max(1, args.gen_rounds)):
             for peer in peers:
-                runs[peer].append(_child(peer, path, threads, args))
+                runs[peer].append(_child(peer, path, threads, args, gguf_path))
     print(f"model {path.name if args.gen_model else 'random Llama ' + json.dumps(SHAPE)}, {threads} threads, "
           f"prompt {args.gen_prompt}, {args.gen_tokens} new tokens, {args.gen_rounds} rounds (median [min, max]), "
           f"tgrad's matmul order {getattr(args, 'order', 'pairwise')}")
-    print(f"{'peer':<14} {'prefill tok/s':>22} {'prefill ms':>10} {'decode tok/s':>22} {'peak RSS MB':>12}")
-    routes = sorted({r for run in runs["tgrad"] for r in run.get("routes", [])})
+    ours = runs["tgrad"]
+    weight_gb = ours[0]["weight_bytes"] / 1e9
+    read = max(r["read_gbps"] for r in ours)
+    print(f"weights read per decoded token: {weight_gb * 1e3:.0f} MB; the machine reads them at {read:.1f} GB/s "
+          f"(libtgrad's read probe over the same weights, {threads} threads, best of the rounds)")
+    routes = sorted({r for run in ours for r in run.get("routes", [])})
     print(f"tgrad's prefill products: {', '.join(routes) or 'none'}")
+    print(f"{'peer':<14} {'prefill tok/s':>22} {'prefill ms':>10} {'decode tok/s':>22} {'weights GB/s':>12} "
+          f"{'of read':>8} {'peak RSS MB':>12}")
     for peer, rs in runs.items():
         pre = np.array([args.gen_prompt / r["prefill_s"] for r in rs])
         dec = np.array([args.gen_tokens / r["decode_s"] for r in rs])
         ms = np.median([r["prefill_s"] * 1e3 for r in rs])
         rss = max(r["rss_mb"] for r in rs)
+        gbps = np.median(dec) * weight_gb
         print(f"{peer:<14} {np.median(pre):8.0f} [{pre.min():5.0f}, {pre.max():5.0f}] {ms:10.1f} "
-              f"{np.median(dec):8.1f} [{dec.min():5.1f}, {dec.max():5.1f}] {rss:12.0f}")
+              f"{np.median(dec):8.1f} [{dec.min():5.1f}, {dec.max():5.1f}] {gbps:12.3g} {gbps / read:8.0%} {rss:12.0f}")
+    for line in _agreement(runs):
+        print(line)
+    out_dir = Path(getattr(args, "out", "bench-out"))
+    print(_save(out_dir, runs, args, threads, weight_gb, read))
     return 0
+
+
+def _save(out_dir: Path, runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, threads: int,
+          weight_gb: float, read: float) -> str:
+    """generate.json (every round of every peer, logits left out) and generate.png (decode and
+    prefill tokens/s per peer, each round a dot; needs matplotlib)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slim = {p: [{k: v for k, v in r.items() if k != "last_logits"} for r in rs] for p, rs in runs.items()}
+    (out_dir / "generate.json").write_text(json.dumps({
+        "threads": threads, "prompt": args.gen_prompt, "new_tokens": args.gen_tokens, "weight_gb": weight_gb,
+        "read_gbps": read, "runs": slim}, indent=1))
+    try:
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]  # typed where installed
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+    except Exception as exc:  # noqa: BLE001 - the plot is optional
+        return f"wrote {out_dir / 'generate.json'}; no plot ({type(exc).__name__}: {exc})"
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, (what, count, key) in zip(axes, (("decode", args.gen_tokens, "decode_s"),
+                                              (f"prefill of {args.gen_prompt}", args.gen_prompt, "prefill_s"))):
+        for i, (peer, rs) in enumerate(runs.items()):
+            rates = [count / r[key] for r in rs]
+            ax.bar(i, float(np.median(rates)), color=f"C{i}", alpha=0.7)
+            ax.plot([i] * len(rates), rates, "k.", markersize=4)
+        ax.set_xticks(range(len(runs)), list(runs))
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"{what}, {threads} threads")
+    if read:
+        axes[0].axhline(read / weight_gb, color="gray", linestyle=":", label=f"read roof ({read:.0f} GB/s)")
+        axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "generate.png", dpi=110)
+    plt.close(fig)
+    return f"wrote {out_dir / 'generate.json'} and {out_dir / 'generate.png'}"

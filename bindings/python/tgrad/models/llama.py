@@ -78,7 +78,7 @@ class KVCache:
         keys = slice_scatter(keys, k, 2, self.length)
         values = slice_scatter(values, v, 2, self.length)
         self.keys[layer], self.values[layer] = keys, values
-        return keys[:, :, :end, :], values[:, :, :end, :]
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
     def _rows_buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         """A [B * capacity, H_kv, E] buffer holding old's slots 0 .. length-1 of each row (old:
@@ -156,25 +156,39 @@ def linear(layer: nn.Linear, x: Tensor) -> Tensor:
     the rows of x times weight.T). With a bias, as torch's F.linear rounds it: the product's fp32
     accumulators plus the bias, rounded to float32, then to bf16 (nn.Linear rounds the product
     first, then the sum: two bf16 roundings)."""
+    if layer.bias is None:  # x's leading axes broadcast over W.T: its rows, one product (x @ W.T)
+        return x @ _transposed(layer)
     *lead, d = x.shape
     rows = x.reshape(-1, d) if len(lead) != 1 else x
-    if layer.bias is None:
-        return rows.matmul(_transposed(layer)).reshape(*lead, layer.out_features)
     summed = rows.matmul(_transposed(layer), out_dtype=float32) + layer.bias
     return summed.bfloat16().reshape(*lead, layer.out_features)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+def _scale(owner: nn.Module, e: int, like: Tensor) -> Tensor:
+    """1/sqrt(E) as the float32 0-d tensor `scores * (1.0 / sqrt(E))` would make of the number
+    (ops._constant: rounded once), made once per module and device (with the module, for its
+    weights' device) and kept outside its parameters and buffers: a decode step multiplies by it in every layer, and making it took a
+    tenth of the step's Python time."""
+    kept = owner.__dict__.setdefault("_scales", {})
+    hit: Tensor | None = kept.get(like.device)
+    if hit is None:
+        hit = kept[like.device] = Tensor.from_numpy(np.asarray(1.0 / float(np.sqrt(e))), device=like.device,
+                                                    dtype=float32)
+    return hit
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: Tensor | None = None) -> Tensor:
     """softmax(q @ k.mT / sqrt(E) + mask) @ v for q [B, H, L, E] and k, v [B, H_kv, S, E],
     query head h reading key/value head h // (H / H_kv) without copying k or v: the scores are
     the product's fp32 accumulators (unrounded), times 1/sqrt(E) in float32, plus the float32
     mask; the softmax of those float32 values correctly rounded to bf16; its product with v
-    rounded once to bf16 (docs/models.md)."""
+    rounded once to bf16 (docs/models.md). scale: 1/sqrt(E) made once as a float32 0-d tensor
+    (the number the default rounds the same way)."""
     b, heads, length, e = q.shape
     kv_heads, sources = k.shape[1], k.shape[2]
     group = heads // kv_heads
     grouped = q.reshape(b, kv_heads, group * length, e)
-    scores = grouped.matmul(k.mT, out_dtype=float32) * (1.0 / float(np.sqrt(e)))
+    scores = grouped.matmul(k.mT, out_dtype=float32) * (1.0 / float(np.sqrt(e)) if scale is None else scale)
     if mask is not None:
         scores = (scores.reshape(b, kv_heads, group, length, sources) + mask).reshape(
             b, kv_heads, group * length, sources)
@@ -193,6 +207,7 @@ class Attention(nn.Module):
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
             _transposed(getattr(self, name))
+        _scale(self, self.head_dim, self.q_proj.weight)  # made with the model, on its weights' device
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor | None, inv_freq: Tensor | None,
                 cache: KVCache | None = None, layer: int = 0, start: np.ndarray | None = None) -> Tensor:
@@ -205,7 +220,7 @@ class Attention(nn.Module):
         k = rope(k, positions, self.rope_theta, inv_freq=inv_freq)
         if cache is not None:
             k, v = cache.append(layer, k, v) if start is None else cache.append_rows(layer, k, v, start)
-        y = attend(q, k, v, mask)
+        y = attend(q, k, v, mask, _scale(self, self.head_dim, q))
         return linear(self.o_proj, y.transpose(1, 2).reshape(b, length, self.heads * self.head_dim))
 
 
@@ -345,7 +360,7 @@ class CausalLM(nn.Module):
             hidden = self.model(arranged, cache, rows)
             hidden = rows.last_real(hidden) if last_real else hidden if rows.identity else rows.restore(hidden)
         if keep:
-            hidden = hidden[:, -keep:, :]
+            hidden = hidden.narrow(1, -min(keep, hidden.shape[1]), min(keep, hidden.shape[1]))
         return self._head(hidden, dtype)
 
     @staticmethod

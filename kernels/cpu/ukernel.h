@@ -59,6 +59,9 @@ typedef struct tg_ukernel {
      * arrives packed as k-pair words (one panel of height 1); false when B's layout is not one
      * the variant streams (the frame then packs as usual). */
     bool (*rowvec)(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out);
+    /* optional: rowvec's fp32 accumulators instead of their bf16 rounding (NaN stored as
+     * 0x7FC00000, as the frame's store_f32_tile does): a float32 result of one row */
+    bool (*rowvec_f32)(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, float *out);
     /* optional: out rows [0, rows) (rows <= 16), columns [0, cols) of a short-M
      * problem over all of K, reading row-major B in place at b (row stride ldb) and A from one
      * pack_a panel of 16 rows (a, zero-padded). B is streamed once for all the rows. Same results

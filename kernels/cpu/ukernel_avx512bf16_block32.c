@@ -361,7 +361,19 @@ static inline __attribute__((always_inline)) __m512 cols_block(const uint32_t *a
     return _mm512_add_ps(acc, _mm512_add_ps(ev, od));
 }
 
-static void rowvec_cols(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+/* 16 sums of one row to out (bf16, RNE) or out32 (the fp32 accumulators, NaN canonical as the
+ * frame's store_f32_tile stores them). */
+static inline void store_sums(uint16_t *out, float *out32, int64_t j, __m512 acc, __mmask16 cols) {
+    if (!out32) {
+        store_bf16x16(out + j, acc, cols);
+        return;
+    }
+    __mmask16 nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q);
+    _mm512_mask_storeu_ps(out32 + j, cols, _mm512_mask_mov_ps(acc, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))));
+}
+
+static void rowvec_cols(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
+                        float *out32) {
     int64_t blocks = (K + 31) / 32;
     const uint16_t *first = B->base + n0 * B->s1;
     for (int64_t c = 0; c < (nb < 32 * PF_GROUPS ? nb : 32 * PF_GROUPS); c++)
@@ -375,14 +387,15 @@ static void rowvec_cols(const uint32_t *aw, const tg_operand *B, int64_t K, int6
             acc0 = cols_block(aw + WORDS * blk, col + 32 * blk, B->s1, K - 32 * blk, c0, acc0);
             acc1 = cols_block(aw + WORDS * blk, col + 16 * B->s1 + 32 * blk, B->s1, K - 32 * blk, c1, acc1);
         }
-        store_bf16x16(out + j0, acc0, col_mask((int32_t)c0));
-        if (c1) store_bf16x16(out + j0 + 16, acc1, col_mask((int32_t)c1));
+        store_sums(out, out32, j0, acc0, col_mask((int32_t)c0));
+        if (c1) store_sums(out, out32, j0 + 16, acc1, col_mask((int32_t)c1));
     }
 }
 
 /* Row-major B: 64 columns (two 32-column halves) through all of K. Row k of the block is read
  * only when k < K (the padding is +0 in A and B alike). */
-static void rowvec_rows(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+static void rowvec_rows(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
+                        float *out32) {
     enum { AHEAD = 8 }; /* rows fetched ahead */
     const uint16_t *b = B->base + n0;
     int64_t ldb = B->s0, blocks = (K + 31) / 32;
@@ -417,19 +430,28 @@ static void rowvec_rows(const uint32_t *aw, const tg_operand *B, int64_t K, int6
         }
         for (int i = 0; i < 4; i++) {
             int64_t c = nb - j0 - 16 * i;
-            if (c > 0) store_bf16x16(out + j0 + 16 * i, acc[i], col_mask((int32_t)(c < 16 ? c : 16)));
+            if (c > 0) store_sums(out, out32, j0 + 16 * i, acc[i], col_mask((int32_t)(c < 16 ? c : 16)));
         }
     }
 }
 
-static bool rowvec(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+static bool rowvec_to(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
+                      float *out32) {
     if (B->s1 != 1 && B->s0 != 1) return false;
     unsigned csr = _mm_getcsr(); /* the fold's vaddps under the kernels' MXCSR */
     _mm_setcsr(B32_MXCSR);
-    if (B->s0 == 1 && B->s1 != 1) rowvec_cols(aw, B, K, n0, nb, out);
-    else rowvec_rows(aw, B, K, n0, nb, out);
+    if (B->s0 == 1 && B->s1 != 1) rowvec_cols(aw, B, K, n0, nb, out, out32);
+    else rowvec_rows(aw, B, K, n0, nb, out, out32);
     _mm_setcsr(csr);
     return true;
+}
+
+static bool rowvec(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    return rowvec_to(aw, B, K, n0, nb, out, NULL);
+}
+
+static bool rowvec_f32(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, float *out) {
+    return rowvec_to(aw, B, K, n0, nb, NULL, out);
 }
 
 static int available(void) {
@@ -454,6 +476,6 @@ static double peak(int64_t iters) {
 const tg_ukernel tg_ukernel_avx512bf16_block32 = {
     .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
     .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
-    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny, .rowvec = rowvec,
+    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny, .rowvec = rowvec, .rowvec_f32 = rowvec_f32,
     .available = available, .peak = peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

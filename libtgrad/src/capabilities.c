@@ -13,7 +13,7 @@
     X("cpu", "route gemm", "bit-exact", "packed panels, per-ISA micro-kernels (avx512bf16, avx512f, avx2, neon, portable); the fastest by a rule from CPUID") \
     X("cpu", "route rowvec", "bit-exact", "one-row and one-column products stream the long operand once (avx512bf16, avx512f, avx2)") \
     X("cpu", "route skinny", "bit-exact", "2 to 16 rows with row-major B (up to 48 in passes when B is large, except on avx2): B read in place and streamed, only A packed (avx512bf16, avx512f, avx2)") \
-    X("cpu", "route gemm_t", "bit-exact", "2 to 128 rows (1 to 128 for a float32 result) times a column-major B (x @ W.T) on AMX, B with 2^16 elements or more: (W @ x.T).T, W's rows read in place and only x packed, the result written back transposed; each output the same sum as on route gemm") \
+    X("cpu", "route gemm_t", "bit-exact", "2 to 128 rows (a float32 result: 1 too where one row does not stream) times a column-major B (x @ W.T) on AMX, B with 2^16 elements or more: (W @ x.T).T, W's rows read in place and only x packed, the result written back transposed; each output the same sum as on route gemm") \
     X("cpu", "route copy", "bit-exact", "bit-preserving gather that materializes a view")                   \
     X("cpu", "route concat (tgrad_concat: cat, stack)", "bit-exact", "any dtype; each operand read through its view into one compact result, threaded when large; on GPU devices the concat route (up to 15 operands a kernel; cat groups more)") \
     X("cpu", "route gather (tgrad_take: take, x[ids])", "bit-exact", "any dtype, int32 indices (negative count from the end) checked before anything is written; on GPU devices the gather route, its indices read back and checked on the host before the launch") \

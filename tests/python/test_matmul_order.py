@@ -368,12 +368,12 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
 @pytest.mark.parametrize("m,k,n", [(1, 300, 260), (2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260),
                                    (128, 1057, 260), (129, 300, 260), (3, 64, 4100)])
 def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
-    """x @ W.T with a few rows (2 to 128; 1 for a float32 result) on AMX is computed as
+    """x @ W.T with a few rows (2 to 128) on AMX is computed as
     (W @ x.T).T (route gemm_t: W's rows read in place, only x packed; cpu/plan.c): the oracle's
     bytes, bf16 and float32, through sliced views, fused with a bias and GELU, merged batches and
     1 or 2 threads, and the packed route's bytes. Below 2^16 elements of W (64 x 33) and past 128
     rows the packed route stays; past 4096 columns (3 x 64 x 4100) the route works in chunks of
-    4096 of them; one bf16 row streams (rowvec)."""
+    4096 of them; one row streams (rowvec), its float32 result the fp32 sums (rowvec_f32)."""
     rng = np.random.default_rng(m * 7919 + k + len(fill))
     x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
     bias = _random_bits(rng, (n,), "normal")
@@ -394,8 +394,10 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
             got = c.numpy().view(np.uint16)
             if isa == "auto" and amx:
                 t_route = m <= 128 and k * n >= 65536
-                assert c32.route == ("cpu.amx.gemm_t" if t_route else "cpu.amx.gemm"), (m, k, c32.route)
-                if m > 1:
+                if m == 1:  # one row streams W in place, bf16 or float32 (the fp32 sums stored)
+                    assert c32.route == c.route == "cpu.avx512bf16_block32.rowvec", (m, k, c32.route)
+                else:
+                    assert c32.route == ("cpu.amx.gemm_t" if t_route else "cpu.amx.gemm"), (m, k, c32.route)
                     assert c.route == c32.route, (m, k, c.route)
             got32 = c32.numpy().view(np.uint32)
             assert np.array_equal(got32, want32), f"[isa={isa}, threads={threads}, route={c32.route}] " + _describe(

@@ -47,7 +47,7 @@ _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's o
  * the same exact products in the same order (a product's operands commute exactly): the same
  * bytes. Up to T_ROWS rows, where B is big enough for its packing to matter (measured:
  * docs/performance.md, "Session 21: a few rows times W.T"); one row too for a float32 result
- * (a model's float32 logits: the streaming one-row kernels write bf16 only). */
+ * where no one-row kernel stores the fp32 sums (rowvec_f32, ukernel.h). */
 enum { T_ROWS = 128 };
 static bool transposed_pays(const tg_cpu_matmul_plan *P) {
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
@@ -102,8 +102,12 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
     const tg_ukernel *S = block32 ? tg_cpu_block32_stream_variant(sel) : tg_cpu_stream_variant(sel);
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
     /* A float32 result takes the packed path, or its transpose (gemm_t): its micro-kernels all
-     * store their fp32 accumulators (ukernel.h), the streaming kernels write bf16 only. */
-    if (out_dtype == TGRAD_DTYPE_F32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
+     * store their fp32 accumulators (ukernel.h); of the streaming kernels only a one-row kernel
+     * with rowvec_f32 stores them too. */
+    if (out_dtype == TGRAD_DTYPE_F32) /* one row streams where the variant stores fp32 sums too */
+        P->path = S && P->M == 1 && S->rowvec_f32 && (bs1 == 1 || bs0 == 1) ? (P->uk = S, PATH_ROWVEC)
+                  : transposed_pays(P)                                      ? PATH_GEMM_T
+                                                                            : PATH_GEMM;
     else if (S && P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */
         int64_t most = 0;
@@ -174,9 +178,10 @@ static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, 
     tg_operand A = { P->swapped ? bbase : abase, P->a_strides[0], P->a_strides[1] };
     tg_operand B = { P->swapped ? abase : bbase, P->b_strides[0], P->b_strides[1] };
     const tg_ukernel *uk = P->uk;
+    bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     if (P->path == PATH_GEMM_T) return run_transposed(P, &A, &B, out, ep, threads);
-    if (P->out_dtype == TGRAD_DTYPE_F32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
-    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, threads, out, ep);
+    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, threads, f32 ? NULL : out, f32 ? out : NULL, ep);
+    if (f32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
     if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, out, ep);
     return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, out, NULL, ep);
 }

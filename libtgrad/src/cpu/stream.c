@@ -12,6 +12,7 @@ typedef struct {
     tg_operand B;
     int64_t K, N, strip;
     uint16_t *out;
+    float *out32; /* instead of out: the fp32 accumulators (uk->rowvec_f32) */
     const tg_chain *ep;
 } rowvec_job;
 
@@ -19,19 +20,23 @@ static void run_strip(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     rowvec_job *R = arg;
     int64_t n0 = task * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
+    if (R->out32) {
+        R->uk->rowvec_f32(R->apairs, &R->B, R->K, n0, nb, R->out32 + n0);
+        return;
+    }
     R->uk->rowvec(R->apairs, &R->B, R->K, n0, nb, R->out + n0);
     tg_chain_apply_block(R->ep, R->out, R->N, 0, n0, 1, nb);
 }
 
 tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
-                                  int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep) {
+                                  int64_t N, int32_t threads, uint16_t *out, float *out32, const tg_chain *ep) {
     /* K / 2 + 1 pairs, padded to whole blocks for a block32 variant (ukernel.h, kpair_align) */
     workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * (size_t)tg_panel_pairs(uk, K + 1), 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     uk->pack_a(A, 0, 1, 0, K, 1, w->apack);
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
     if (strip < 256) strip = 256;
-    rowvec_job R = { uk, w->apack, *B, K, N, strip, out, ep };
+    rowvec_job R = { uk, w->apack, *B, K, N, strip, out, out32, ep };
     run_tasks((N + strip - 1) / strip, threads, run_strip, &R);
     return TGRAD_OK;
 }

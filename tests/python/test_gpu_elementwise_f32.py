@@ -25,6 +25,7 @@ import pytest
 import tgrad
 from tgrad import errors
 from tgrad import render as R
+from emulators import emulator
 
 UNARY: dict[str, Callable[[tgrad.Tensor], tgrad.Tensor]] = {
     "relu": tgrad.relu, "neg": tgrad.neg, "abs": tgrad.abs, "square": tgrad.square,
@@ -149,16 +150,6 @@ def test_float32_kernels_render_in_every_language_and_transcendentals_do_not(lan
 
 
 # ---- the emulators -----------------------------------------------------------------------------------
-def _emulator(lang: str) -> Any:
-    if lang == "msl":
-        from msl_emu.driver import Emulator, find_cxx
-    else:
-        from cuda_emu.driver import Emulator, find_cxx
-    if find_cxx() is None:
-        pytest.skip("no C++ compiler for the emulators")
-    return Emulator()
-
-
 def _emulated(emu: Any, lang: str, y: tgrad.Tensor, memory: dict[int, np.ndarray], mutate: Any = None,
               ftz: bool = False) -> np.ndarray:
     kern = R.render_tensor(y, None, lang)
@@ -189,7 +180,7 @@ def _all_ops(emu: Any, lang: str, mutate: Any = None, ftz: bool = False) -> list
 @pytest.mark.parametrize("lang", [pytest.param("msl", marks=pytest.mark.slow),  # the MSL emulator: slow tier
                                   pytest.param("cuda", marks=pytest.mark.cuda)])  # the CUDA emulator: cuda tier
 def test_the_generated_float32_kernels_give_the_cpu_bytes(lang: str) -> None:
-    emu = _emulator(lang)
+    emu = emulator(lang)
     assert _all_ops(emu, lang) == []
     assert _all_ops(emu, lang, ftz=True) == []  # integers only: a flushing device computes the same bytes
 
@@ -197,7 +188,7 @@ def test_the_generated_float32_kernels_give_the_cpu_bytes(lang: str) -> None:
 @pytest.mark.parametrize("lang", [pytest.param("msl", marks=pytest.mark.slow),
                                   pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_the_emulator_catches_a_float32_kernel_that_breaks_ties_upward(lang: str) -> None:
-    emu = _emulator(lang)
+    emu = emulator(lang)
     upward = lambda src: src.replace("if (rest > tie || (rest == tie", "if (rest >= tie || (rest == tie")
     broken = {name for name, _ in _all_ops(emu, lang, upward)}
     assert {"add", "sub", "mul"} <= broken  # (an exact tie of a quotient is a subnormal rarity)

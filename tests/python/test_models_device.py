@@ -6,7 +6,8 @@ logits come back as CPU Tensors with the CPU's bytes.
   checkpoint is read (core tier, no device needed).
 - PoCL (device="opencl"; slow tier: PoCL compiles each of the model's kernels once, seconds on
   a cold cache): bf16 and float32 logits bit-identical to the CPU's, greedy tokens and their
-  logits through the KV cache, a padded batch, and Module.to("opencl") on a CPU-loaded model.
+  logits through the KV cache, a padded batch, Module.to("opencl") on a CPU-loaded model, and
+  `python -m tgrad generate --device opencl`.
 - The cuda backend by the same code path, against the fake driver and NVRTC (tests/c/fake_cuda.c;
   its launches do nothing, so only the placement and the absence of refusals are checked).
 """
@@ -135,3 +136,13 @@ def test_the_cuda_device_takes_the_same_path(llama: Path, fake_cuda: str) -> Non
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"device": "cuda", "weights": ["cuda"], "logits": ["cpu", [1, 3, 96]], "tokens": [1, 2]}
+
+
+@pytest.mark.slow
+def test_the_cli_decodes_on_opencl(llama: Path, pair: tuple[tgrad.models.CausalLM, tgrad.models.CausalLM],
+                                   opencl_device: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tgrad.__main__ import main
+
+    assert main(["generate", str(llama), "--ids", "1,2,3", "--max-new-tokens", "3", "--device", "opencl"]) == 0
+    want = pair[0].generate(np.array([[1, 2, 3]]), 3)[0]
+    assert capsys.readouterr().out == ",".join(map(str, want)) + "\n"

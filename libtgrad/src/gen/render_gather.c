@@ -162,8 +162,8 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     E("\n// x is read through its view (offset %" PRId64 ", strides", x->offset);
     for (int32_t d = 0; d < x->ndim; d++) E("%s%" PRId64, d ? ", " : " ", x->strides[d]);
     if (f32)
-        E("); float32 bits; every op rounds to float32 as alone (kernels/gpu/elementwise_f32.h,\n"
-          "// integer arithmetic), the CPU's bytes.\n");
+        E(");\n// float32 bits; every op rounds to float32 as alone (kernels/gpu/elementwise_f32.h, integer\n"
+          "// arithmetic), the CPU's bytes.\n");
     else
         E("); every op rounds to bf16 as alone (kernels/gpu/elementwise.h, integer arithmetic;\n"
           "// t<i>: 65,536-entry tables), the CPU's bytes.\n");

@@ -26,6 +26,7 @@ import pytest
 import tgrad
 import tgrad.models
 from tgrad import errors
+from tgrad import render as R
 
 from model_dirs import model_dir
 
@@ -69,6 +70,23 @@ def test_an_unusable_device_is_refused_before_the_checkpoint_is_read(tmp_path: P
 def test_a_cpu_model_says_where_it_runs(llama: Path) -> None:
     model = tgrad.models.from_pretrained(llama)
     assert model.device == "cpu" and model(IDS[:, :2]).device == "cpu"
+
+
+def test_every_step_of_the_forward_renders_in_opencl_and_cuda_and_msl_refuses_the_double_kinds() -> None:
+    """The forward's steps as a device renders them (the cuda tier compiles the CUDA ones with nvcc,
+    test_cuda_compile.py): every one renders in OpenCL C and CUDA; MSL has no double, so the
+    softmax, norm and rope kinds are refused there (the model does not run on Metal yet)."""
+    from model_dirs import config, forward_steps, in_memory
+
+    refused: set[str] = set()
+    for y, step in forward_steps(in_memory(config())):
+        for lang in ("opencl", "cuda"):
+            assert R.render_tensor(y, None, lang, step=step).source
+        try:
+            R.render_tensor(y, None, "msl", step=step)
+        except errors.BackendUnavailableError as exc:
+            refused.add(str(exc).split(":")[0])
+    assert refused == {"route softmax (msl)", "route norm (msl)", "route rope (msl)"}
 
 
 # ---- PoCL --------------------------------------------------------------------------------------------

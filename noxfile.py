@@ -74,7 +74,9 @@ NOT_CPU_KERNEL_TESTS = (
     "doc_blocks", "bench_order",
     # the GPU routes on PoCL (the CPU only gives their references, which the CPU tests cover)
     "gpu_batched", "gpu_compare", "gpu_select", "gpu_reduce", "gpu_random", "block32_gpu", "gpu_softmax", "gpu_norm",
-    "gpu_rope", "gpu_matmul_f32",
+    "gpu_rope", "gpu_matmul_f32", "gpu_elementwise_f32", "models_device",
+    # the GGUF writer of the bench's llama.cpp peer (numpy and the format, no kernel choice)
+    "gguf_export",
 )
 #: ... and the files whose tests run every CPU variant themselves (the conformance rosters, the
 #: property sweep, the block32 order's kernels): forcing one would repeat them unchanged.

@@ -573,7 +573,8 @@ TGRAD_API tgrad_status tgrad_matmul_ordered(tgrad_tensor_t a, tgrad_tensor_t b, 
  * TGRAD_DTYPE_BF16 or TGRAD_DTYPE_F32; out is float32 when any operand is (a bf16 operand is first
  * widened exactly: torch's promotion), else bf16. Checks happen here, before any allocation: an
  * op code outside the registry or of the other arity is TGRAD_ERR_INVALID_ARGUMENT, another dtype
- * (int32), or float32 on a GPU device (CPU only for now), TGRAD_ERR_DTYPE_UNSUPPORTED, shapes that
+ * (int32), or a float32 op a GPU device does not render (the transcendental ones, pow, the
+ * derivative ops: CPU only), TGRAD_ERR_DTYPE_UNSUPPORTED, shapes that
  * do not broadcast TGRAD_ERR_SHAPE_MISMATCH (the message names both), operands on two devices
  * TGRAD_ERR_DEVICE_MISMATCH. */
 TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);

@@ -59,6 +59,7 @@ tgrad_status tg_step_render_elementwise(const tg_step *st, const tg_route *route
     chain_build c;
     chain_of(st, &c);
     const tg_node_input *in = st->inputs;
+    c.chain.f32 = st->buf->dtype == TGRAD_DTYPE_F32; /* never fused (the scheduler fuses no float32 op) */
     tg_gen_elementwise p = { .first = in[0].view, .chain = c.chain };
     tgrad_status s = tg_gen_check_elementwise(l, &p);
     if (!s) s = tg_gen_render_elementwise(l, &p, &k->text, &k->launch);

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 import tgrad
+import tgrad.models
 import tgrad.safetensors
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -117,3 +118,20 @@ def reference_logits(doc: dict[str, Any], w: dict[str, np.ndarray], ids: np.ndar
     x = rms(x, f["model.norm.weight"])
     head = f["model.embed_tokens.weight"] if cfg.tie_word_embeddings else f["lm_head.weight"]
     return x @ head.T
+
+
+def in_memory(doc: dict[str, Any], seed: int = 0) -> tgrad.models.CausalLM:
+    """The model of `doc` built from its seeded weights without a directory (for rendering its steps)."""
+    cfg = tgrad.models.config_from_dict(doc)
+    w = {n: tgrad.Tensor.from_numpy(v, dtype=tgrad.bfloat16) for n, v in weights(doc, seed).items()}
+    return tgrad.models.CausalLM(cfg, w, tgrad.models.rope_inv_freq(cfg))
+
+
+def forward_steps(model: tgrad.models.CausalLM) -> list[tuple[tgrad.Tensor, int]]:
+    """(pending tensor, step) for every step of a forward with float32 logits and of a prompt's
+    forward into a KV cache (slice_scatter's writes included), on the CPU (nothing realized)."""
+    ids = np.array([[1, 5, 7, 9, 2]])
+    out = []
+    for y in (model(ids, logits_dtype=tgrad.float32), model(ids[:, :4], cache=model.new_cache(8))):
+        out += [(y, i) for i in range(len(tgrad.explain(y, json=True)["steps"]))]
+    return out

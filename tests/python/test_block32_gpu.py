@@ -27,6 +27,8 @@ from tgrad.conformance.oracle import matmul_bits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emulators import emulator  # noqa: E402
+
 
 def cancel_bits(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Operands whose exact products cancel pair by pair, in a different order in the odd
@@ -140,22 +142,12 @@ def _run(emu, source: str, k: R.Kernel, a: np.ndarray, b: np.ndarray, m: int, n:
     return emu.run(emu.compile(source), k.grid, k.threadgroup, args, [True, True, False], **options)[2].reshape(m, n)
 
 
-def _emulator(lang: str):
-    if lang == "msl":
-        from msl_emu.driver import Emulator, find_cxx
-    else:
-        from cuda_emu.driver import Emulator, find_cxx
-    if find_cxx() is None:
-        pytest.skip("no C++ compiler for the emulators")
-    return Emulator()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("lang", ["msl", "cuda"])
 @pytest.mark.parametrize("route", ["naive", "tiled"])
 @pytest.mark.parametrize("case", CASES[:6], ids=IDS[:6])
 def test_block32_through_the_emulators_is_the_oracle(case, route: str, lang: str) -> None:
-    emu = _emulator(lang)
+    emu = emulator(lang)
     m, k, n, fill = case
     a, b, want = operands(*case)
     kern = _render(a, b, route, lang)
@@ -167,7 +159,7 @@ def test_block32_through_the_emulators_is_the_oracle(case, route: str, lang: str
 @pytest.mark.slow
 @pytest.mark.parametrize("route", ["naive", "tiled"])
 def test_a_kernel_folding_the_chains_wrongly_is_caught(route: str) -> None:
-    emu = _emulator("msl")
+    emu = emulator("msl")
     m, k, n = 32, 100, 32
     a, b, want = operands(m, k, n, "cancel")
     kern = _render(a, b, route, "msl")

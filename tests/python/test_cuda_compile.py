@@ -2,14 +2,16 @@
 C++, through the toolkit's compilers (no GPU needed).
 
 The kernels: each matmul case of the "ci" and "full" rosters under naive, tiled and tc (where
-eligible) and under naive and tiled in the block32 order, a copy of each of its operand views, and each step of each graph case's schedule
-(fused and unfused, every route) exactly as tgrad.render.render_tensor renders it for a device,
-epilogues included, and so is each step of each reduction case (conformance.reductions: the
-reduce route, its prologues and epilogues) and a few bfloat16 <-> float32 casts (the cast
-route), the batched products of tests/python/batched_cases.py (every route, both orders,
-epilogues), the random route's draws (tests/python/test_gpu_random.py) and the softmax, norm
-and rope routes' kernels (tests/python/test_gpu_softmax.py, test_gpu_norm.py, test_gpu_rope.py). Identical texts are
-compiled once.
+eligible) and under naive and tiled in the block32 order, a copy of each of its operand views,
+and each step of each graph case's schedule (fused and unfused, every route) exactly as
+tgrad.render.render_tensor renders it for a device, epilogues included, and so is each step of
+each reduction case (conformance.reductions: the reduce route, its prologues and epilogues) and a
+few bfloat16 <-> float32 casts (the cast route), the float32 elementwise ops
+(tests/python/test_gpu_elementwise_f32.py), the batched products of tests/python/batched_cases.py
+(every route, both orders, epilogues), the random route's draws (tests/python/test_gpu_random.py)
+the softmax, norm and rope routes' kernels (tests/python/test_gpu_softmax.py,
+test_gpu_norm.py, test_gpu_rope.py), and every step of the tiny Llama's forward with and without
+its KV cache (tests/python/model_dirs.py). Identical texts are compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
@@ -228,6 +230,28 @@ def _float32_kernels(add) -> None:
                 t.release()
 
 
+def _float32_elementwise_kernels(add) -> None:
+    """Every float32 elementwise op the GPU routes render (kernels/gpu/elementwise_f32.h;
+    tests/python/test_gpu_elementwise_f32.py), binary ones through a broadcast operand."""
+    from test_gpu_elementwise_f32 import BINARY, UNARY
+
+    x = tgrad.Tensor.from_numpy(np.zeros((3, 5), np.float32), dtype=tgrad.float32)
+    row = tgrad.Tensor.from_numpy(np.zeros(5, np.float32), dtype=tgrad.float32)
+    for f in BINARY.values():
+        add(R.render_tensor(f(x, row), None, "cuda"))
+    for g in UNARY.values():
+        add(R.render_tensor(g(x.T), None, "cuda"))
+
+
+def _model_kernels(add) -> None:
+    """Every step of the tiny Llama's forward, and of a prompt's forward into its KV cache
+    (tests/python/model_dirs.py; tgrad.models on device="cuda", tests/python/test_models_device.py)."""
+    from model_dirs import config, forward_steps, in_memory
+
+    for y, step in forward_steps(in_memory(config())):
+        add(R.render_tensor(y, None, "cuda", step=step))
+
+
 def _softmax_kernels(add) -> None:
     """softmax, log_softmax and logsumexp (the softmax route), bf16 and float32 in and out, rows
     along the last axis and strided ones, a long row and an empty one (tests/python/test_gpu_softmax.py)."""
@@ -289,6 +313,8 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _batched_kernels(add)
     _random_kernels(add)
     _float32_kernels(add)
+    _float32_elementwise_kernels(add)
+    _model_kernels(add)
     _softmax_kernels(add)
     _norm_kernels(add)
     _rope_kernels(add)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batched_cases import CASES, BatchedCase, operand_bits, operands  # noqa: E402
+from emulators import emulator  # noqa: E402
 
 ORDERS = ["pairwise", "block32"]
 ROUTES = {"auto": 0, "naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_ROUTE_TILED}
@@ -191,16 +192,6 @@ def test_a_broadcast_operand_is_not_moved() -> None:
 
 
 # ---- the emulators -----------------------------------------------------------------------------------
-def _emulator(lang: str) -> Any:
-    if lang == "msl":
-        from msl_emu.driver import Emulator, find_cxx
-    else:
-        from cuda_emu.driver import Emulator, find_cxx
-    if find_cxx() is None:
-        pytest.skip("no C++ compiler for the emulators")
-    return Emulator()
-
-
 def _run(emu: Any, k: R.Kernel, memory: dict[int, np.ndarray], shape: tuple[int, ...], source: str | None = None,
          **options: Any) -> np.ndarray:
     out_at = k.buffer_names.index("c")
@@ -219,7 +210,7 @@ EMU_CASES = [c for c in CASES if c.name in ("plain", "two_batch_axes", "broadcas
 
 
 def _emulated(lang: str, case: BatchedCase, route: str, order: str) -> None:
-    emu = _emulator(lang)
+    emu = emulator(lang)
     # a 1-D operand's product is read through a view without the promoted axis: not fused
     for epilogue in (False,) if case.name.startswith("vector") else (False, True):
         k, memory, shape = _render(case, route, lang, order, epilogue)
@@ -251,7 +242,7 @@ def test_generated_cuda_gives_each_batch_the_cpu_bytes(case: BatchedCase, route:
 def test_batched_tc_gives_each_product_its_2d_kernels_bytes(lang: str) -> None:
     """tc is the hardware's order (bounded): a batched tc kernel must give product i exactly what
     the 2-D tc kernel of product i's matrices gives on the same emulated hardware."""
-    emu = _emulator(lang)
+    emu = emulator(lang)
     case = BatchedCase("tc", (3, 24, 40), (40, 32), lambda t: t, lambda t: t)
     k, memory, shape = _render(case, "tc", lang)
     mma = "fma" if lang == "msl" else "truncate"
@@ -269,7 +260,7 @@ def test_batched_tc_gives_each_product_its_2d_kernels_bytes(lang: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("route", ["naive", "tiled"])
 def test_a_kernel_with_a_wrong_batch_stride_is_caught(route: str) -> None:
-    emu = _emulator("msl")
+    emu = emulator("msl")
     case = next(c for c in CASES if c.name == "plain")
     k, memory, shape = _render(case, route, "msl")
     want = cpu_bytes(case, "pairwise")

@@ -30,6 +30,7 @@ from tgrad._ffi import lib
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batched_cases import CASES, BatchedCase, operands  # noqa: E402
+from emulators import emulator  # noqa: E402
 
 ORDERS = ["pairwise", "block32"]
 ROUTES = {"naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_ROUTE_TILED}
@@ -118,16 +119,6 @@ def test_tc_stores_bf16_only_so_a_float32_product_renders_on_tiled() -> None:
 
 
 # ---- the emulators -----------------------------------------------------------------------------------
-def _emulator(lang: str) -> Any:
-    if lang == "msl":
-        from msl_emu.driver import Emulator, find_cxx
-    else:
-        from cuda_emu.driver import Emulator, find_cxx
-    if find_cxx() is None:
-        pytest.skip("no C++ compiler for the emulators")
-    return Emulator()
-
-
 def _emulated(emu: Any, lang: str, shape: tuple[int, int, int], route: str, order: str,
               mutate: Any = None) -> tuple[np.ndarray, np.ndarray]:
     m, k, n = shape
@@ -150,7 +141,7 @@ def _emulated(emu: Any, lang: str, shape: tuple[int, int, int], route: str, orde
 @pytest.mark.parametrize("lang", [pytest.param("msl", marks=pytest.mark.slow),  # the MSL emulator: slow tier
                                   pytest.param("cuda", marks=pytest.mark.cuda)])  # the CUDA emulator: cuda tier
 def test_the_generated_kernels_store_the_cpu_float32_accumulators(lang: str, route: str, order: str) -> None:
-    emu = _emulator(lang)
+    emu = emulator(lang)
     for shape in SHAPES:
         got, want = _emulated(emu, lang, shape, route, order)
         assert np.array_equal(got, want), f"{lang} {shape} {route} {order}"
@@ -158,7 +149,7 @@ def test_the_generated_kernels_store_the_cpu_float32_accumulators(lang: str, rou
 
 @pytest.mark.slow
 def test_the_emulator_catches_a_float32_store_that_drops_precision_or_keeps_a_payload() -> None:
-    emu = _emulator("msl")
+    emu = emulator("msl")
     drop = lambda src: src.replace("0x7fc00000u : as_type<uint>(acc)", "0x7fc00000u : (as_type<uint>(acc) & 0xffff0000u)")
     payload = lambda src: src.replace("acc != acc ? 0x7fc00000u : ", "")
     for mutate in (drop, payload):

@@ -28,6 +28,8 @@ from tgrad import render as R
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from emulators import emulator  # noqa: E402
+
 
 @dataclass(frozen=True)
 class Draw:
@@ -141,16 +143,6 @@ def test_draws_of_one_shape_share_their_kernel_text() -> None:
 
 
 # ---- the emulators -----------------------------------------------------------------------------------
-def _emulator(lang: str) -> Any:
-    if lang == "msl":
-        from msl_emu.driver import Emulator, find_cxx
-    else:
-        from cuda_emu.driver import Emulator, find_cxx
-    if find_cxx() is None:
-        pytest.skip("no C++ compiler for the emulators")
-    return Emulator()
-
-
 def _kernel(d: Draw, lang: str) -> R.Kernel:
     with d.make("cpu") as t:
         return R.render_tensor(t, None, lang)
@@ -170,7 +162,7 @@ def _run(emu: Any, k: R.Kernel, d: Draw, source: str | None = None, **options: A
 
 
 def _emulated(lang: str, d: Draw) -> None:
-    emu = _emulator(lang)
+    emu = emulator(lang)
     k, want = _kernel(d, lang), cpu_bytes(d)
     for i, fibers in enumerate(("forward", "reverse", "shuffle")):
         got = _run(emu, k, d, order=fibers, seed=i)
@@ -196,7 +188,7 @@ def test_generated_cuda_draws_the_cpu_bytes(draw: Draw) -> None:
     (DRAWS[5], "tg_uniform_table[word >> 24]", "tg_uniform_table[(word >> 24) ^ 1u]"),  # the wrong value
 ], ids=["word", "counter", "table"])
 def test_a_kernel_drawing_wrongly_is_caught(draw: Draw, old: str, new: str) -> None:
-    emu = _emulator("msl")
+    emu = emulator("msl")
     k, want = _kernel(draw, "msl"), cpu_bytes(draw)
     assert old in k.source
     assert np.array_equal(_run(emu, k, draw), want)

@@ -56,7 +56,8 @@ def test_decoding_stops_at_the_configs_eos(tmp_path: Path, capsys: pytest.Captur
     (["--prompt", "hello"], 2, "tokenizer.json"),
     (["--ids", "1,999"], 2, "index_out_of_range"),
     (["--ids", "1,2", "--do-sample", "--temperature", "0"], 2, "temperature"),
-], ids=["no-tokenizer", "id-past-vocab", "temperature"])
+    (["--ids", "1,2", "--device", "gpu"], 2, "unknown device 'gpu'"),
+], ids=["no-tokenizer", "id-past-vocab", "temperature", "unknown-device"])
 def test_bad_input_exits_2_saying_why(llama: Path, capsys: pytest.CaptureFixture[str], argv: list[str], status: int,
                                       message: str) -> None:
     assert main(["generate", str(llama), *argv]) == status

@@ -378,6 +378,15 @@ def _golden_cases():
             y.release()
             return kernel
 
+    def elementwise_f32(lang):
+        # float32 x.T / row (a transposed operand, a broadcast row): kernels/gpu/elementwise_f32.h
+        f32 = lambda *shape: tgrad.Tensor.from_numpy(np.zeros(shape, np.float32), dtype=tgrad.float32)
+        with f32(7, 5) as base, f32(7) as row:
+            y = base.T / row
+            kernel = R.render_tensor(y, lang=lang)
+            y.release()
+            return kernel
+
     def pairwise(make):
         # the pairwise order's kernels (0.1's default); the others render in block32, the default
         with tgrad.matmul_order("pairwise"):
@@ -401,6 +410,8 @@ def _golden_cases():
         "tc_48x40x24_mul_silu_sub.cu": lambda: fused("tc", "cuda", ["mul", "silu", "sub"]),
         "copy_6x4_negstep_transpose.cu": lambda: copy_negstep_transpose("cuda"),
         "elementwise_5x7_chain.cu": lambda: elementwise_chain("cuda"),
+        "elementwise_f32_5x7_div.metal": lambda: elementwise_f32("msl"),
+        "elementwise_f32_5x7_div.cu": lambda: elementwise_f32("cuda"),
         "pairwise_tiled_64x64x64.metal": lambda: pairwise(lambda: plain("tiled", 64, 64, 64)),
         "pairwise_naive_48x40x24_add_relu_div.cl": lambda: pairwise(lambda: fused("naive", "opencl", ["add", "relu", "div"])),
         "pairwise_tiled_48x40x24_add_gelu.cu": lambda: pairwise(lambda: fused("tiled", "cuda", ["add", "gelu"])),

@@ -70,7 +70,11 @@ void tg_view_index(char *dst, size_t cap, const tg_view *v, const char *const *c
 }
 
 void tg_buffer_param(char *dst, size_t cap, const char *space, const char *name) {
-    snprintf(dst, cap, "%s%sushort *%s", space, *space ? " " : "", name);
+    tg_buffer_param_typed(dst, cap, space, "ushort", name);
+}
+
+void tg_buffer_param_typed(char *dst, size_t cap, const char *space, const char *type, const char *name) {
+    snprintf(dst, cap, "%s%s%s *%s", space, *space ? " " : "", type, name);
 }
 
 int64_t tg_launch_operands(struct tgrad_launch *launch, const tg_view *const *v, const char *const *names, int32_t n) {

@@ -41,6 +41,8 @@ TG_HIDDEN void tg_index_expr(char *dst, size_t cap, int64_t offset, const char *
 TG_HIDDEN void tg_view_index(char *dst, size_t cap, const tg_view *v, const char *const *coord);
 /* A buffer parameter: `<space> ushort *<name>` (no space before ushort when `space` is empty). */
 TG_HIDDEN void tg_buffer_param(char *dst, size_t cap, const char *space, const char *name);
+/* ... of element type `type` (tg_buffer_param: ushort, bf16 bits). */
+TG_HIDDEN void tg_buffer_param_typed(char *dst, size_t cap, const char *space, const char *type, const char *name);
 /* Kernel signature: buffers, then the builtin parameters the body reads; opens the body and
  * declares one `const <it> var = ...;` per builtin used (gx, gy, lx, ly, li, sg). */
 TG_HIDDEN void tg_emit_signature(const emitter *e, const char *name, const char *const *bufs, int nbufs,
@@ -87,6 +89,8 @@ TG_HIDDEN uint32_t tg_tc_cuda_shared_bytes(const tg_route *r);
 /* ---- elementwise chains (ew.c) ---- */
 /* kernels/gpu/elementwise.h's text (generated into the build by embed_text.py) */
 extern const char tg_gen_elementwise_prelude[];
+/* kernels/gpu/elementwise_f32.h's text (the same), for float32 chains */
+extern const char tg_gen_elementwise_f32_prelude[];
 /* Each op has a kernel spelling and each operand view stays inside its buffer. */
 TG_HIDDEN tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_gen_chain *c);
 /* The highest element index the chain reads any of its buffers at (-1: no buffers). */
@@ -108,7 +112,7 @@ extern const char tg_gen_philox_prelude[];
 extern const char tg_gen_softmax_prelude[];
 /* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */
 extern const char tg_gen_norm_prelude[];
-/* The elementwise prelude, when the chain has ops. */
+/* The elementwise prelude of the chain's dtype (float32: after the tg_u64 typedef), when it has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */
 TG_HIDDEN void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord);

@@ -6,7 +6,10 @@
  * 65,536-entry table, a buffer the launcher binds (the CPU's own table, tg_ew_table). So the
  * bytes are the CPU's by construction for any device, whatever its fp32 subnormal handling,
  * division accuracy or fast-math setting (tests/c/test_gpu_elementwise.c compiles the prelude as C
- * against the CPU loops). */
+ * against the CPU loops). A float32 chain (a standalone float32 elementwise kernel) uses the
+ * prelude kernels/gpu/elementwise_f32.h the same way (integers only, no double: every language,
+ * MSL included; tests/c/test_gpu_elementwise_f32.c); its transcendental ops have no spelling and
+ * are refused (tg_gen_f32_renders). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,18 +20,23 @@
 /* ---- the ops, as data ---------------------------------------------------------------------- */
 typedef struct ew_spelling {
     tgrad_op op;
-    const char *fn; /* the prelude's device function; NULL: a table op */
+    const char *fn;  /* bf16: the prelude's device function; NULL: a table op */
+    const char *f32; /* float32: elementwise_f32.h's device function; NULL: not rendered in float32 */
 } ew_spelling;
 
 static const ew_spelling spellings[] = {
-    { TGRAD_OP_RELU, "tg_bf_relu" },    { TGRAD_OP_NEG, "tg_bf_neg" },         { TGRAD_OP_ABS, "tg_bf_abs" },
-    { TGRAD_OP_SQUARE, "tg_bf_square" }, { TGRAD_OP_ADD, "tg_bf_add" },         { TGRAD_OP_SUB, "tg_bf_sub" },
-    { TGRAD_OP_MUL, "tg_bf_mul" },      { TGRAD_OP_DIV, "tg_bf_div" },         { TGRAD_OP_MAXIMUM, "tg_bf_maximum" },
-    { TGRAD_OP_MINIMUM, "tg_bf_minimum" },
-    { TGRAD_OP_GELU, NULL },            { TGRAD_OP_GELU_TANH, NULL },          { TGRAD_OP_SILU, NULL },
-    { TGRAD_OP_SIGMOID, NULL },         { TGRAD_OP_TANH, NULL },               { TGRAD_OP_EXP, NULL },
-    { TGRAD_OP_RSQRT, NULL },           { TGRAD_OP_SQRT, NULL },               { TGRAD_OP_LOG, NULL },
-    { TGRAD_OP_LOG1P, NULL },           { TGRAD_OP_SIN, NULL },                { TGRAD_OP_COS, NULL },
+    { TGRAD_OP_RELU, "tg_bf_relu", "tg_f32_relu" },          { TGRAD_OP_NEG, "tg_bf_neg", "tg_f32_neg" },
+    { TGRAD_OP_ABS, "tg_bf_abs", "tg_f32_abs" },             { TGRAD_OP_SQUARE, "tg_bf_square", "tg_f32_square" },
+    { TGRAD_OP_ADD, "tg_bf_add", "tg_f32_add" },             { TGRAD_OP_SUB, "tg_bf_sub", "tg_f32_sub" },
+    { TGRAD_OP_MUL, "tg_bf_mul", "tg_f32_mul" },             { TGRAD_OP_DIV, "tg_bf_div", "tg_f32_div" },
+    { TGRAD_OP_MAXIMUM, "tg_bf_maximum", "tg_f32_maximum" }, { TGRAD_OP_MINIMUM, "tg_bf_minimum", "tg_f32_minimum" },
+    { TGRAD_OP_SQRT, NULL, "tg_f32_sqrt" },
+    /* the transcendentals read 65,536-entry tables in bf16; in float32 they would need the CPU's
+     * Ziv evaluation (double and binary128), so the GPU routes refuse them (tg_gen_f32_renders) */
+    { TGRAD_OP_GELU, NULL, NULL },    { TGRAD_OP_GELU_TANH, NULL, NULL }, { TGRAD_OP_SILU, NULL, NULL },
+    { TGRAD_OP_SIGMOID, NULL, NULL }, { TGRAD_OP_TANH, NULL, NULL },      { TGRAD_OP_EXP, NULL, NULL },
+    { TGRAD_OP_RSQRT, NULL, NULL },   { TGRAD_OP_LOG, NULL, NULL },       { TGRAD_OP_LOG1P, NULL, NULL },
+    { TGRAD_OP_SIN, NULL, NULL },     { TGRAD_OP_COS, NULL, NULL },
     /* pow has no spelling: no integer-only device function yet (its CPU evaluation needs libm's
      * pow and binary128), so a GPU chain with pow is refused as not eligible (a typed error) */
 };
@@ -41,6 +49,14 @@ static const ew_spelling *spelling_of(tgrad_op op) {
 
 static bool is_binary(tgrad_op op) { return tgrad_op_arity(op) == 2; }
 
+/* The device function of op in the chain's dtype; NULL: a table op (bf16) or none (float32). */
+static const char *fn_of(const tg_gen_chain *c, const ew_spelling *sp) { return c->f32 ? sp->f32 : sp->fn; }
+
+bool tg_gen_f32_renders(tgrad_op op) {
+    const ew_spelling *sp = spelling_of(op);
+    return sp && sp->f32;
+}
+
 /* ---- buffers -------------------------------------------------------------------------------- */
 int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]) {
     int32_t n = 0;
@@ -48,7 +64,7 @@ int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_M
         tgrad_op op = c->ops[i].op;
         if (is_binary(op)) {
             out[n++] = (tg_gen_binding){ i, false };
-        } else if (tg_ew_from_table(op)) {
+        } else if (!c->f32 && tg_ew_from_table(op)) {
             bool seen = false;
             for (int32_t j = 0; j < n; j++) seen |= out[j].table && c->ops[out[j].op].op == op;
             if (!seen) out[n++] = (tg_gen_binding){ i, true };
@@ -74,7 +90,11 @@ tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_ge
     if (c->n > TG_GEN_MAX_CHAIN) return tg_not_eligible(route, l->name, "a chain of %lld ops (at most %lld)", c->n, TG_GEN_MAX_CHAIN, 0);
     for (int32_t i = 0; i < c->n; i++) {
         const tg_gen_ew_op *o = &c->ops[i];
-        if (!spelling_of(o->op)) return tg_not_eligible(route, l->name, "op %lld has no kernel spelling", o->op, 0, 0);
+        const ew_spelling *sp = spelling_of(o->op);
+        if (!sp) return tg_not_eligible(route, l->name, "op %lld has no kernel spelling", o->op, 0, 0);
+        if (c->f32 && !sp->f32)
+            return tg_not_eligible(route, l->name, "op %lld has no float32 kernel spelling (the transcendental ops "
+                                   "run in float32 on the CPU only)", o->op, 0, 0);
         int64_t numel, lo, hi;
         if (!is_binary(o->op) || tg_view_numel(&o->operand, &numel) || numel == 0) continue;
         if (!tg_span_view(&o->operand, &lo, &hi) || lo < 0)
@@ -112,7 +132,7 @@ void tg_gen_chain_key(const tg_gen_chain *c, char *dst, size_t cap) {
     size_t n = strlen(dst);
     for (int32_t i = 0; i < c->n && n < cap; i++) {
         const tg_gen_ew_op *o = &c->ops[i];
-        n += (size_t)snprintf(dst + n, cap - n, ";op%d%s@%" PRId64, (int)o->op, o->value_right ? "r" : "",
+        n += (size_t)snprintf(dst + n, cap - n, ";op%d%s%s@%" PRId64, (int)o->op, c->f32 ? "f" : "", o->value_right ? "r" : "",
                               o->operand.offset);
         for (int32_t d = 0; d < o->operand.ndim && n < cap; d++)
             n += (size_t)snprintf(dst + n, cap - n, ",%" PRId64 ":%" PRId64, o->operand.shape[d], o->operand.strides[d]);
@@ -126,7 +146,7 @@ void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decl
     for (int32_t j = 0; j < nb; j++) {
         char name[8];
         binding_name(c, &b[j], name, sizeof name);
-        tg_buffer_param(decls[j], 64, e->l->global_in, name);
+        tg_buffer_param_typed(decls[j], 64, e->l->global_in, c->f32 ? "uint" : "ushort", name);
         ptrs[(*n)++] = decls[j];
     }
 }
@@ -149,7 +169,9 @@ void tg_gen_emit_text(const emitter *e, const char *s) {
 }
 
 void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
-    if (c && c->n) tg_gen_emit_text(e, tg_gen_elementwise_prelude);
+    if (!c || !c->n) return;
+    if (c->f32) E("typedef %s tg_u64;\n", e->l->u64);
+    tg_gen_emit_text(e, c->f32 ? tg_gen_elementwise_f32_prelude : tg_gen_elementwise_prelude);
 }
 
 void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord) {
@@ -158,18 +180,19 @@ void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *inde
     for (int32_t i = 0; i < c->n; i++) {
         const tg_gen_ew_op *o = &c->ops[i];
         const ew_spelling *sp = spelling_of(o->op);
-        if (!sp->fn) {
+        const char *fn = fn_of(c, sp);
+        if (!fn) {
             char name[8];
             binding_name(c, &b[table_binding(c, b, nb, o->op)], name, sizeof name);
             E("%sv = %s[v]; // %s\n", indent, name, tgrad_op_name(o->op));
         } else if (!is_binary(o->op)) {
-            E("%sv = %s(v);\n", indent, sp->fn);
+            E("%sv = %s(v);\n", indent, fn);
         } else {
             char idx[TGRAD_MAX_DIMS * 48 + 32];
             tg_view_index(idx, sizeof idx, &o->operand, coord);
             const char *tag = c->tag ? c->tag : "";
-            if (o->value_right) E("%sv = %s(%se%d[%s], v);\n", indent, sp->fn, tag, (int)i, idx);
-            else E("%sv = %s(v, %se%d[%s]);\n", indent, sp->fn, tag, (int)i, idx);
+            if (o->value_right) E("%sv = %s(%se%d[%s], v);\n", indent, fn, tag, (int)i, idx);
+            else E("%sv = %s(v, %se%d[%s]);\n", indent, fn, tag, (int)i, idx);
         }
     }
 }

@@ -105,6 +105,8 @@ typedef struct tg_gen_chain {
     int32_t n;
     tg_gen_ew_op ops[TG_GEN_MAX_CHAIN];
     const char *tag; /* NULL, or a prefix of its buffers' names (a kernel with two chains: "p") */
+    bool f32;        /* the running value and the operands are float32 bits (kernels/gpu/elementwise_f32.h;
+                        a standalone elementwise kernel only), not bf16 */
 } tg_gen_chain;
 
 /* The buffers a chain adds to a kernel, after the base op's: for op `op` of the chain its
@@ -115,6 +117,9 @@ typedef struct tg_gen_binding {
 } tg_gen_binding;
 
 TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]);
+/* Whether the GPU routes render op in float32 (the arithmetic and bit ops; not the transcendental
+ * ones, nor pow): asked by tgrad_unary and tgrad_binary before a float32 node on a device is made. */
+TG_HIDDEN bool tg_gen_f32_renders(tgrad_op op);
 
 /* A batched product's batch axes: at most the dimensions before the two matrix axes. */
 enum { TG_GEN_MAX_BATCH = TGRAD_MAX_DIMS - 2 };

@@ -143,12 +143,15 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     gather_launch(r, x, "x", launch, &numel, &hi);
     tg_gen_chain_launch(&p->chain, launch);
 
+    const bool f32 = p->chain.f32;
+    const char *et = f32 ? "uint" : "ushort";
     char key[4096], dims[TGRAD_MAX_DIMS * 24 + 8] = "", x_idx[TGRAD_MAX_DIMS * 48 + 32];
-    snprintf(key, sizeof key, "elementwise;off=%" PRId64, x->offset);
+    snprintf(key, sizeof key, "elementwise%s;off=%" PRId64, f32 ? "_f32" : "", x->offset);
     view_key(x, key, sizeof key, dims, sizeof dims);
     tg_gen_chain_key(&p->chain, key, sizeof key);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_elementwise_%" PRId64 "_%08" PRIx32, numel, h);
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_elementwise%s_%" PRId64 "_%08" PRIx32,
+             f32 ? "_f32" : "", numel, h);
     tg_view_index(x_idx, sizeof x_idx, x, coord);
 
     bool small = tg_fits_int(hi) && tg_fits_int(numel + r->tile_m) && tg_fits_int(tg_gen_chain_reach(&p->chain));
@@ -158,8 +161,12 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     for (int32_t i = 0; i < p->chain.n; i++) E("%s %s", i ? "," : "", tgrad_op_name(p->chain.ops[i].op));
     E("\n// x is read through its view (offset %" PRId64 ", strides", x->offset);
     for (int32_t d = 0; d < x->ndim; d++) E("%s%" PRId64, d ? ", " : " ", x->strides[d]);
-    E("); every op rounds to bf16 as alone (kernels/gpu/elementwise.h, integer arithmetic;\n");
-    E("// t<i>: 65,536-entry tables), the CPU's bytes.\n");
+    if (f32)
+        E(");\n// float32 bits; every op rounds to float32 as alone (kernels/gpu/elementwise_f32.h, integer\n"
+          "// arithmetic), the CPU's bytes.\n");
+    else
+        E("); every op rounds to bf16 as alone (kernels/gpu/elementwise.h, integer arithmetic;\n"
+          "// t<i>: 65,536-entry tables), the CPU's bytes.\n");
     E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
       launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
     for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
@@ -168,8 +175,8 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     E("\n");
     tg_gen_emit_prelude(e, &p->chain);
     char b0[64], b1[64], extra[TG_GEN_MAX_CHAIN][64];
-    tg_buffer_param(b0, sizeof b0, l->global_in, "x");
-    tg_buffer_param(b1, sizeof b1, l->global_out, "c");
+    tg_buffer_param_typed(b0, sizeof b0, l->global_in, et, "x");
+    tg_buffer_param_typed(b1, sizeof b1, l->global_out, et, "c");
     const char *bp[2 + TG_GEN_MAX_CHAIN] = { b0, b1 };
     int nb = 2;
     tg_gen_emit_chain_params(e, &p->chain, extra, bp, &nb);
@@ -182,7 +189,7 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     for (int32_t k = 0; k < p->chain.n; k++)
         if (tgrad_op_arity(p->chain.ops[k].op) == 2) mark_needed(&p->chain.ops[k].operand, needed);
     emit_coords(e, x->ndim, x->shape, needed);
-    E("    ushort v = x[%s];\n", x_idx);
+    E("    %s v = x[%s];\n", et, x_idx);
     tg_gen_emit_chain(e, &p->chain, "    ", coord);
     E("    c[i] = v;\n");
     E("}\n");

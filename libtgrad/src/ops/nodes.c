@@ -3,10 +3,12 @@
  * whose inputs are read through views already broadcast to the result's shape (stride 0 along a
  * broadcast axis), so the executors only ever see same-shape operands. The node computes in
  * bfloat16 or float32; a bf16 operand meeting a float32 one is first cast to float32 (exact:
- * torch's promotion), and float32 nodes are refused on GPU devices. */
+ * torch's promotion); on GPU devices float32 nodes are made for the ops the GPU routes render in
+ * float32 (tg_gen_f32_renders: the arithmetic and bit ops), the others refused. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../gen/gen.h"
 #include "../internal.h"
 
 static tgrad_status check_op(tgrad_op op, int32_t arity, const char *fn) {
@@ -51,8 +53,8 @@ static tgrad_status broadcast_shape(const tg_view *a, const tg_view *b, const ch
 }
 
 /* The dtype the op computes in: bf16 or float32 operands, mixed ones promoted to float32 (torch's
- * rule); float32 runs on the CPU only for now (the GPU emitters render bf16 chains). */
-static tgrad_status check_dtypes(const tg_tensor *t, int32_t arity, const char *fn, int32_t *dtype) {
+ * rule); on a GPU device float32 only for the ops its routes render in float32. */
+static tgrad_status check_dtypes(tgrad_op op, const tg_tensor *t, int32_t arity, const char *fn, int32_t *dtype) {
     *dtype = TGRAD_DTYPE_BF16;
     for (int32_t i = 0; i < arity; i++) {
         int32_t d = t[i].buf->dtype;
@@ -61,9 +63,10 @@ static tgrad_status check_dtypes(const tg_tensor *t, int32_t arity, const char *
                            fn, (int)i, tg_dtype_name(d));
         if (d == TGRAD_DTYPE_F32) *dtype = d;
     }
-    if (*dtype == TGRAD_DTYPE_F32 && t[0].buf->device != TGRAD_DEVICE_CPU)
-        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: float32 elementwise ops run on the CPU only for now (the tensor lives on %s; cast to bfloat16 first)",
-                       fn, tg_device_name(t[0].buf->device));
+    if (*dtype == TGRAD_DTYPE_F32 && t[0].buf->device != TGRAD_DEVICE_CPU && !tg_gen_f32_renders(op))
+        return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
+                       "%s: float32 %s runs on the CPU only (the tensor lives on %s; the GPU routes render the "
+                       "float32 arithmetic and bit ops, not the transcendental ones: cast to bfloat16 first)", fn, tgrad_op_name(op), tg_device_name(t[0].buf->device));
     return TGRAD_OK;
 }
 
@@ -125,7 +128,7 @@ TGRAD_API tgrad_status tgrad_unary(tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t
     if (s) return s;
     tg_view ov;
     int32_t dtype;
-    if ((s = check_op(op, 1, "unary")) || (s = check_dtypes(&t, 1, tgrad_op_name(op), &dtype)) ||
+    if ((s = check_op(op, 1, "unary")) || (s = check_dtypes(op, &t, 1, tgrad_op_name(op), &dtype)) ||
         (s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov))) {
         tg_tensor_unref(&t);
         return s;
@@ -144,7 +147,7 @@ TGRAD_API tgrad_status tgrad_binary(tgrad_op op, tgrad_tensor_t a, tgrad_tensor_
     tg_view ov;
     int32_t dtype = TGRAD_DTYPE_BF16;
     s = check_op(op, 2, "binary");
-    if (!s) s = check_dtypes(t, 2, fn, &dtype);
+    if (!s) s = check_dtypes(op, t, 2, fn, &dtype);
     if (!s) s = broadcast_shape(&t[0].view, &t[1].view, fn, &ndim, shape);
     if (!s && t[0].buf->device != t[1].buf->device)
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: operands live on different devices (%s and %s)", fn,

@@ -3,6 +3,7 @@
     model = tgrad.models.from_pretrained("my-llama/")        # config.json + safetensors
     logits = model(np.array([[1, 2, 3]]))                    # [1, 3, vocab] bf16
     new = model.generate(np.array([[1, 2, 3]]), 32)          # [1, 32] token ids, greedy
+    gpu = tgrad.models.from_pretrained("my-llama/", device="opencl")  # the same bytes on a GPU device
 
 LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM; docs/models.md says what is supported,
 where each value is rounded, and why decoding with the KV cache gives the bytes of a forward pass

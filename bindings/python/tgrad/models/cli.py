@@ -9,7 +9,7 @@ optional extra: pip install 'tgrad[models]'), and the text is printed. Sampling 
 generate's (docs/models.md). Decoding stops at the config's eos_token_id unless --ignore-eos.
 Exit status: 0 done, 1 the model could not be loaded (the typed error is printed),
 2 bad command-line input (no tokenizer.json for --prompt, a token id past the vocabulary, a
-sampling option out of range).
+sampling option out of range, a --device tgrad does not know).
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed of tgrad's counter-based generator")
     parser.add_argument("--convert", action="store_true", help="round float32/float16 weights to bf16 as they load")
     parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the config's eos_token_id")
+    parser.add_argument("--device", default="cpu",
+                        help="where the model runs: cpu (default), opencl, cuda or metal (docs/models.md); the "
+                             "tokens are the CPU's")
     parser.add_argument("--order", choices=["pairwise", "block32"], default=None,
                         help="the products' accumulation order (docs/numerics.md; block32 runs on AMX where the "
                              "CPU has it; default: this thread's, pairwise)")
@@ -92,10 +95,10 @@ def main(args: argparse.Namespace) -> int:
     for row, p in enumerate(prompts):
         ids[row, width - len(p):], mask[row, width - len(p):] = p, 1
     try:
-        model = from_pretrained(args.model, convert=args.convert)
+        model = from_pretrained(args.model, convert=args.convert, device=args.device)
     except errors.TgradError as exc:
         print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, errors.InvalidArgumentError) else 1  # an unknown --device
     eos = None if args.ignore_eos else list(model.config.eos_token_id) or None
     from ..orders import get_matmul_order, matmul_order
 

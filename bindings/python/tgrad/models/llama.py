@@ -57,7 +57,7 @@ class KVCache:
 
     def _buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         b, heads, _, e = like.shape
-        fresh = zeros(b, heads, capacity, e, dtype=like.dtype)
+        fresh = zeros(b, heads, capacity, e, dtype=like.dtype, device=like.device)
         if old is None or not self.length:
             return fresh
         return slice_scatter(fresh, old[:, :, :self.length, :], 2, 0)
@@ -84,7 +84,7 @@ class KVCache:
         """A [B * capacity, H_kv, E] buffer holding old's slots 0 .. length-1 of each row (old:
         this layout, or the one-length layout [B, H_kv, capacity, E])."""
         b, heads, _, e = like.shape
-        fresh = zeros(b * capacity, heads, e, dtype=like.dtype)
+        fresh = zeros(b * capacity, heads, e, dtype=like.dtype, device=like.device)
         if old is None or not self.length:
             return fresh
         held = old.shape[0] // b
@@ -122,10 +122,10 @@ class KVCache:
                 values.reshape(b, capacity, heads, e)[:, :end].transpose(1, 2))
 
 
-def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
-    """The additive mask [length, offset + length] of queries at positions offset .. offset+length-1:
-    0 where key j is visible (j <= i, and i - j < window with a window), -inf elsewhere; None when
-    every key is visible (one query with no window cutting the past)."""
+def _mask(length: int, offset: int, window: int | None, device: str) -> Tensor | None:
+    """The additive mask [length, offset + length] of queries at positions offset .. offset+length-1
+    on `device`: 0 where key j is visible (j <= i, and i - j < window with a window), -inf
+    elsewhere; None when every key is visible (one query with no window cutting the past)."""
     sources = offset + length
     i = np.arange(offset, sources)[:, None]
     j = np.arange(sources)[None, :]
@@ -134,7 +134,7 @@ def _mask(length: int, offset: int, window: int | None) -> Tensor | None:
         visible &= i - j < window
     if visible.all():
         return None
-    return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32)
+    return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32, device=device)
 
 
 def _transposed(layer: nn.Linear) -> Tensor:
@@ -167,8 +167,8 @@ def linear(layer: nn.Linear, x: Tensor) -> Tensor:
 def _scale(owner: nn.Module, e: int, like: Tensor) -> Tensor:
     """1/sqrt(E) as the float32 0-d tensor `scores * (1.0 / sqrt(E))` would make of the number
     (ops._constant: rounded once), made once per module and device (with the module, for its
-    weights' device) and kept outside its parameters and buffers: a decode step multiplies by it in every layer, and making it took a
-    tenth of the step's Python time."""
+    weights' device) and kept outside its parameters and buffers: a decode step multiplies by it
+    in every layer, and making it took a tenth of the step's Python time."""
     kept = owner.__dict__.setdefault("_scales", {})
     hit: Tensor | None = kept.get(like.device)
     if hit is None:
@@ -271,20 +271,29 @@ class Model(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, _under(weights, f"layers.{i}"), config.windows[i])
                                     for i in range(config.num_hidden_layers))
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps, weight=weights["norm.weight"])
-        self.register_buffer("inv_freq", None if inv_freq is None else Tensor.from_numpy(inv_freq, dtype=float32))
+        device = self.embed_tokens.weight.device  # the weights' (from_pretrained's device=)
+        self.register_buffer("inv_freq", None if inv_freq is None else Tensor.from_numpy(inv_freq, dtype=float32,
+                                                                                         device=device))
+
+    @property
+    def device(self) -> str:
+        """Where the weights live ("cpu", "opencl", ...): the forward's ids, positions, masks and
+        KV cache are made there (Module.to moves the weights and the rope table together)."""
+        return self.embed_tokens.weight.device
 
     def forward(self, ids: Tensor, cache: KVCache | None = None, rows: Plan | None = None) -> Tensor:
         """rows: a padded batch's arrangement (tgrad.models.padding); ids are then arranged."""
         if rows is not None:
             return self._rows(ids, cache, rows)
-        length = ids.shape[1]
+        length, device = ids.shape[1], self.device
         offset = 0 if cache is None else cache.length
-        positions = Tensor.from_numpy(np.arange(offset, offset + length, dtype=np.int32), dtype=int32)  # once for every rope
+        positions = Tensor.from_numpy(np.arange(offset, offset + length, dtype=np.int32), dtype=int32,
+                                      device=device)  # once for every rope
         masks: dict[int | None, Tensor | None] = {}
         x = self.embed_tokens(ids)
         for i, layer in enumerate(self.layers):
             if layer.window not in masks:
-                masks[layer.window] = _mask(length, offset, layer.window)
+                masks[layer.window] = _mask(length, offset, layer.window, device)
             x = layer(x, positions, masks[layer.window], self.inv_freq, cache, i)
         if cache is not None:
             cache.length += length
@@ -294,13 +303,13 @@ class Model(nn.Module):
     def _rows(self, ids: Tensor, cache: KVCache | None, rows: Plan) -> Tensor:
         length = ids.shape[1]
         sources = length + (int(rows.start.max()) if cache is not None else 0)
-        positions = rows.positions()
+        positions = rows.positions(self.device)
         start = rows.start if cache is not None else None
         masks: dict[int | None, Tensor | None] = {}
         x = self.embed_tokens(ids)
         for i, layer in enumerate(self.layers):
             if layer.window not in masks:
-                masks[layer.window] = additive_mask(rows, layer.window, sources)
+                masks[layer.window] = additive_mask(rows, layer.window, sources, self.device)
             x = layer(x, positions, masks[layer.window], self.inv_freq, cache, i, start)
         if cache is not None:
             cache.lengths = rows.start + rows.real
@@ -323,6 +332,11 @@ class CausalLM(nn.Module):
         self.lm_head = nn.Linear.from_tensors(head)
         _transposed(self.lm_head)
         self.logits_dtype = _logits_dtype(logits_dtype)
+
+    @property
+    def device(self) -> str:
+        """Where the model runs: its weights' device (from_pretrained's device=, or Module.to)."""
+        return self.model.device
 
     def new_cache(self, capacity: int = 0) -> KVCache:
         """An empty KV cache for `forward(ids, cache=...)`, its buffers preallocated for
@@ -361,7 +375,8 @@ class CausalLM(nn.Module):
             hidden = rows.last_real(hidden) if last_real else hidden if rows.identity else rows.restore(hidden)
         if keep:
             hidden = hidden.narrow(1, -min(keep, hidden.shape[1]), min(keep, hidden.shape[1]))
-        return self._head(hidden, dtype)
+        logits = self._head(hidden, dtype)
+        return logits if tokens.device == "cpu" else logits.to("cpu")  # the CPU's Tensor, whatever the device
 
     @staticmethod
     def _starts(cache: KVCache | None, batch: int) -> np.ndarray:
@@ -383,7 +398,7 @@ class CausalLM(nn.Module):
             if ids.dtype is not int32:
                 raise errors.DtypeUnsupportedError(f"{type(self).__name__}: ids is a {ids.dtype} Tensor, expected int32")
             shape = ids.shape
-            tokens = ids
+            tokens = ids.to(self.device)
         else:
             array = np.asarray(ids)
             if array.dtype.kind not in "iu":
@@ -394,7 +409,7 @@ class CausalLM(nn.Module):
                     f"{type(self).__name__}: token id {int(array.min() if array.min() < 0 else array.max())} is "
                     f"outside the vocabulary [0, {vocab})")
             shape = array.shape
-            tokens = Tensor.from_numpy(np.ascontiguousarray(array, np.int32), dtype=int32)
+            tokens = Tensor.from_numpy(np.ascontiguousarray(array, np.int32), dtype=int32, device=self.device)
         if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
             raise errors.ShapeMismatchError(f"{type(self).__name__}: ids is {list(shape)}, expected [batch >= 1, length >= 1]")
         return tokens, tuple(int(n) for n in shape)

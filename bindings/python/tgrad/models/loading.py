@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from .. import errors, safetensors
+from ..tensor import Tensor, _device_number, _ready
 from .config import ModelConfig, read_config, rope_inv_freq
 from .llama import CausalLM
 
@@ -63,21 +64,34 @@ def _check_schema(ckpt: safetensors.Checkpoint, config: ModelConfig, wanted: dic
             "(an architecture variant tgrad does not run)")
 
 
-def from_pretrained(path: str | os.PathLike[str], *, convert: bool = False, logits_dtype: Any = None) -> CausalLM:
+def _placed(weights: dict[str, Tensor], device: str) -> dict[str, Tensor]:
+    """The weights on `device`, each host copy dropped as soon as its device copy is made."""
+    if device == "cpu":
+        return weights
+    return {name: weights.pop(name).to(device) for name in list(weights)}
+
+
+def from_pretrained(path: str | os.PathLike[str], *, convert: bool = False, logits_dtype: Any = None,
+                    device: str = "cpu") -> CausalLM:
     """The causal LM of a Hugging Face model directory: config.json, and model.safetensors or
     shards with their model.safetensors.index.json. Architectures: LlamaForCausalLM,
     MistralForCausalLM, Qwen2ForCausalLM (docs/models.md). logits_dtype: tgrad.bfloat16
-    (default) or tgrad.float32 for `model(ids)`.
+    (default) or tgrad.float32 for `model(ids)`. device: where the model runs ("cpu", "opencl",
+    "cuda", "metal"): each weight is moved there once as it is read, and every forward runs
+    there (its KV cache too), its logits handed back as CPU Tensors with the CPU's bytes.
 
     Raises FileMissingError (no config.json or no weights), FileMalformedError (a config or
     checkpoint that is not well formed), ModelUnsupportedError (an architecture or config field
     tgrad cannot honour, or weights of another variant), TensorNotFoundError (a weight missing),
     ShapeMismatchError (a weight whose shape is not the config's), DtypeConversionRefusedError
-    (float32 weights without convert=True)."""
+    (float32 weights without convert=True), InvalidArgumentError (a device name tgrad does not
+    know) or BackendUnavailableError (a device this machine cannot use), these two before
+    anything is read."""
+    _ready(_device_number(device))
     config = read_config(path)
     inv_freq = rope_inv_freq(config)
     with safetensors.open(path, convert=convert) as ckpt:
         wanted = expected_weights(config)
         _check_schema(ckpt, config, wanted)
-        weights = ckpt.load(list(wanted))
+        weights = _placed(ckpt.load(list(wanted)), device)
     return CausalLM(config, weights, inv_freq, logits_dtype)

@@ -78,10 +78,10 @@ class Plan:
         """Nothing to rearrange: every row's real tokens already come first."""
         return bool((self.order == np.arange(self.shape[1])).all())
 
-    def positions(self) -> Tensor:
-        """rope's positions [B, L] of the arranged rows (int32)."""
+    def positions(self, device: str = "cpu") -> Tensor:
+        """rope's positions [B, L] of the arranged rows (int32, on `device`)."""
         pos = self.start[:, None] + np.arange(self.shape[1])[None, :]
-        return Tensor.from_numpy(np.ascontiguousarray(pos, np.int32), dtype=int32)
+        return Tensor.from_numpy(np.ascontiguousarray(pos, np.int32), dtype=int32, device=device)
 
     def flat(self, index: np.ndarray) -> np.ndarray:
         """Rows' indices [B, n] into the [B * L, ...] flattening (int32)."""
@@ -114,9 +114,9 @@ def plan(real: np.ndarray, start: np.ndarray) -> Plan:
     return Plan(order=order, real=real.sum(axis=1).astype(np.int64), start=start.astype(np.int64))
 
 
-def additive_mask(p: Plan, window: int | None, sources: int) -> Tensor | None:
+def additive_mask(p: Plan, window: int | None, sources: int, device: str = "cpu") -> Tensor | None:
     """The float32 mask [B, 1, 1, L, sources] (0 visible, -inf not) of the arranged rows' queries
-    over key slots 0 .. sources-1; None when every key is visible."""
+    over key slots 0 .. sources-1, on `device`; None when every key is visible."""
     b, length = p.shape
     q = p.start[:, None] + np.arange(length)[None, :]            # [B, L] each query's slot
     j = np.arange(sources)[None, None, :]
@@ -129,4 +129,4 @@ def additive_mask(p: Plan, window: int | None, sources: int) -> Tensor | None:
     if visible.all():
         return None
     values = np.where(visible, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
-    return Tensor.from_numpy(np.ascontiguousarray(values[:, None, None]), dtype=float32)
+    return Tensor.from_numpy(np.ascontiguousarray(values[:, None, None]), dtype=float32, device=device)

@@ -43,7 +43,7 @@ static void decide_cast(tg_step *st) {
 }
 static void decide_norm(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_NORM);
-    route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
+    route_named(st, tg_norm_op_name(st->base->params.norm_op));
 }
 static void decide_rope(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_ROPE);
@@ -157,7 +157,7 @@ static const char *name_compare(const tg_step *st) {
     int32_t c = st->base->params.compare_op;
     return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
 }
-static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
+static const char *name_norm(const tg_step *st) { return tg_norm_op_name(st->base->params.norm_op); }
 static const char *name_rope(const tg_step *st) { return st->base->params.rope_backward ? "rope_backward" : "rope"; }
 static const char *name_softmax(const tg_step *st) { return tg_softmax_kind_name(st->base->params.softmax_op); }
 

@@ -88,6 +88,9 @@ TG_HIDDEN uint32_t tg_random_uniform_bits(double low, double high, uint32_t k, i
 TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
+/* The norm kind's backward ops (ops/norm_backward.c): their executor, and each norm_op's name. */
+TG_HIDDEN tgrad_status tg_norm_backward_execute(const tg_step *st);
+TG_HIDDEN const char *tg_norm_op_name(int32_t op);
 /* The GPU route's slow path (ops/norm.c), as tg_softmax_rows_on_host; and whether a norm node may be
  * made on device (GPU: a language with double). */
 TG_HIDDEN tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);

@@ -11,6 +11,7 @@
 
 #include "../gen/gen.h"
 #include "../kinds.h"
+#include "norm_backward.h"
 #include "norm_exact.h"
 
 #define NORM_FN(name) tg_##name##_portable
@@ -22,6 +23,7 @@ static _Atomic int64_t device_rows; /* rows a GPU kernel flagged and the host re
 static void count(int what, int64_t n) {
     if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
 }
+void tg_norm_count(int what, int64_t n) { count(what, n); }
 
 TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count_) {
     if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
@@ -445,6 +447,7 @@ static tgrad_status job_init(norm_job *J, const tg_step *st, const uint16_t *con
 }
 
 tgrad_status tg_norm_execute(const tg_step *st) {
+    if (st->base->params.norm_op > TG_NORM_LAYER) return tg_norm_backward_execute(st);
     if (st->buf->numel == 0) return TGRAD_OK;
     const uint16_t *data[3] = { NULL, NULL, NULL };
     for (int32_t i = 0; i < st->ninputs && i < 3; i++) data[i] = st->inputs[i].buf->data;

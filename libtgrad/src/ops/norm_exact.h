@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-#define TG_BIG_LIMBS 26 /* 1,664 bits */
+#define TG_BIG_LIMBS 48 /* 3,072 bits: the norms' backward needs ~2,800 (norm_backward_exact.c) */
 typedef struct tg_big {
     uint64_t w[TG_BIG_LIMBS]; /* magnitude, little-endian */
     int32_t n;                /* limbs in use (w[n..] are zero) */
@@ -18,7 +18,7 @@ typedef struct tg_big {
 } tg_big;
 
 TG_HIDDEN void tg_big_zero(tg_big *a);
-/* a += s * (v << shift) (s = +1 or -1, v < 2^64, 0 <= shift < 1,600). */
+/* a += s * (v << shift) (s = +1 or -1, v < 2^64, 0 <= shift < 3,000). */
 TG_HIDDEN void tg_big_add_small(tg_big *a, uint64_t v, int32_t shift, int32_t s);
 /* r = a + b, r = a * b, r = a << k (r may alias a or b). */
 TG_HIDDEN void tg_big_add(tg_big *r, const tg_big *a, const tg_big *b);

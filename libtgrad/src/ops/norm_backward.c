@@ -101,6 +101,32 @@ TGRAD_API tgrad_status tgrad_layer_norm_backward(tgrad_tensor_t x, tgrad_tensor_
 }
 
 /* ---- the rows ---- */
+#define NB_FN(name) tg_##name##_portable
+#include "../../../kernels/cpu/norm_backward_loops.h"
+
+/* The loops of the selected CPU variant (as the forward norms choose theirs). */
+typedef struct nb_loops {
+    void (*load_bf16)(const uint16_t *, int64_t, double *);
+    void (*load_f32)(const float *, int64_t, double *);
+    void (*mul)(const double *, const double *, int64_t, double *);
+    void (*rms_sums)(const double *, const double *, int64_t, double *);
+    void (*layer_sums)(const double *, const double *, int64_t, double *);
+    void (*layer_devs)(const double *, const double *, int64_t, double, double *);
+    void (*values)(const tg_nb_consts *, const double *, const double *, int64_t, int32_t, double *, double *,
+                   uint32_t *);
+} nb_loops;
+
+static nb_loops loops_for_selection(void) {
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    const char *name = tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : "";
+    if (tg_norm_avx512f_available() && (!*name || !strcmp(name, "avx512f") || !strcmp(name, "avx512bf16")))
+        return (nb_loops){ tg_nb_load_bf16_avx512f, tg_nb_load_f32_avx512f, tg_nb_mul_avx512f, tg_nb_rms_sums_avx512f,
+                           tg_nb_layer_sums_avx512f, tg_nb_layer_devs_avx512f, tg_nb_values_avx512f };
+#endif
+    return (nb_loops){ tg_nb_load_bf16_portable, tg_nb_load_f32_portable, tg_nb_mul_portable, tg_nb_rms_sums_portable,
+                       tg_nb_layer_sums_portable, tg_nb_layer_devs_portable, tg_nb_values_portable };
+}
+
 /* The IEEE double value of the formula (a row holding an infinity or NaN, or a zero denominator). */
 static void special_row(const tg_nb_row *R, uint32_t *bits) {
     int64_t n = R->n;
@@ -112,79 +138,62 @@ static void special_row(const tg_nb_row *R, uint32_t *bits) {
     for (int64_t i = 0; i < n; i++) bits[i] = tg_nb_round(rinv * (R->gw[i] - a - (R->x[i] - mu) * c), R->dt);
 }
 
-/* Element i from its double value v and bound e: the rounding when both ends agree (and are not
- * zero), else the exact decision. */
-static uint32_t settle(tg_nb_exact *E, int64_t i, double v, double e, int64_t *slow) {
-    uint32_t lo = tg_nb_round(v - e, E->row->dt), hi = tg_nb_round(v + e, E->row->dt);
-    uint32_t mag = E->row->dt == TGRAD_DTYPE_BF16 ? 0x7FFFu : 0x7FFFFFFFu;
-    if (lo == hi && (lo & mag) != 0) return lo;
-    (*slow)++;
-    return tg_nb_exact_element(E, i, v - e, v + e);
+/* The row's bits from its constants (bounded), else every element exactly; the elements the
+ * loop's bound leaves open are retried with tg_nb_round's ends (the bf16 bit test covers normal
+ * magnitudes only), then decided exactly. */
+static void finish_row(const nb_loops *L, const tg_nb_row *R, const tg_nb_consts *K, bool bounded, uint32_t *bits,
+                       int64_t *slow) {
+    int64_t n = R->n;
+    int32_t dt = R->dt;
+    if (bounded) L->values(K, R->x, R->gw, n, dt == TGRAD_DTYPE_BF16, R->v, R->e, bits);
+    else for (int64_t i = 0; i < n; i++) bits[i] = TG_NB_UNDECIDED, R->v[i] = 0, R->e[i] = INFINITY;
+    tg_nb_exact E = { .row = R };
+    uint32_t mag = dt == TGRAD_DTYPE_BF16 ? 0x7FFFu : 0x7FFFFFFFu;
+    for (int64_t i = 0; i < n; i++) {
+        if (bits[i] != TG_NB_UNDECIDED) continue;
+        double lo = R->v[i] - R->e[i], hi = R->v[i] + R->e[i];
+        uint32_t bl = tg_nb_round(lo, dt), bh = tg_nb_round(hi, dt);
+        if (bounded && bl == bh && (bl & mag)) {
+            bits[i] = bl;
+            continue;
+        }
+        (*slow)++;
+        bits[i] = tg_nb_exact_element(&E, i, lo, hi);
+    }
 }
 
 /* rms_norm_backward's row (docs/numerics.md has each term of the bound): q = sum x^2 and d = q +
- * N eps within delta_d (relative), c = S / d with S = sum gw x, rinv within rho, t_i = gw_i - x_i
- * c within et, dx_i = rinv t_i. */
-static void rms_row(const tg_nb_row *R, uint32_t *bits, int64_t *slow) {
-    int64_t n = R->n;
-    double dn = (double)n, q = 0, S = 0, A = 0;
-    for (int64_t j = 0; j < n; j++) {
-        double p = R->gw[j] * R->x[j];
-        q += R->x[j] * R->x[j], S += p, A += fabs(p);
-    }
-    double d = q + dn * R->eps;
-    double dd = (dn + 1) * U * 1.01, rho = (dn + 6) * U * 0.5 * 1.02;
+ * N eps within delta_d (relative), c = S / d with S = sum gw x within eS, rinv within rho. */
+static void rms_row(const nb_loops *L, const tg_nb_row *R, uint32_t *bits, int64_t *slow) {
+    double dn = (double)R->n, s[3];
+    L->rms_sums(R->x, R->gw, R->n, s);
+    double q = s[0], S = s[1], A = s[2], d = q + dn * R->eps;
     if (!isfinite(q) || !isfinite(A) || !(d > 0)) return special_row(R, bits);
-    tg_nb_exact E = { .row = R };
-    bool bounded = rho <= 0x1p-10;
-    double rinv = 1.0 / sqrt(d / dn), c = S / d, eS = dn * U * A * 1.01;
-    double ec = (eS / d + fabs(c) * (dd + U)) * 1.01;
-    for (int64_t i = 0; i < n; i++) {
-        if (!bounded) {
-            (*slow)++;
-            bits[i] = tg_nb_exact_element(&E, i, -INFINITY, INFINITY);
-            continue;
-        }
-        double xc = R->x[i] * c, t = R->gw[i] - xc, v = rinv * t;
-        double et = fabs(R->x[i]) * ec + U * (fabs(xc) + fabs(t)) * 1.01;
-        double e = (rinv * (et + rho * (fabs(t) + et)) + 4 * U * fabs(v)) * 1.1 + 0x1p-1000;
-        bits[i] = settle(&E, i, v, e, slow);
-    }
+    double dd = (dn + 1) * U * 1.01, eS = dn * U * A * 1.01;
+    tg_nb_consts K = { .c = S / d, .rinv = 1.0 / sqrt(d / dn), .rho = (dn + 6) * U * 0.5 * 1.02 };
+    K.ec = (eS / d + fabs(K.c) * (dd + U)) * 1.01;
+    finish_row(L, R, &K, K.rho <= 0x1p-10, bits, slow);
 }
 
 /* layer_norm_backward's row: mu within delta (as the forward's), the variance's bounds [rlo, rhi]
- * (the forward's) give rho; a = mean(gw) within ea, M = sum gw (x - mu) within eM, c = M / d within
- * ec, t_i = gw_i - a - (x_i - mu) c within et, dx_i = rinv t_i. */
-static void layer_row(const tg_nb_row *R, uint32_t *bits, int64_t *slow) {
-    int64_t n = R->n;
-    double dn = (double)n, sx = 0, sa = 0, sg = 0, ag = 0, q = 0, M = 0, B = 0;
-    for (int64_t j = 0; j < n; j++) sx += R->x[j], sa += fabs(R->x[j]), sg += R->gw[j], ag += fabs(R->gw[j]);
-    double mu = sx / dn, a = sg / dn;
-    for (int64_t j = 0; j < n; j++) {
-        double dv = R->x[j] - mu, p = R->gw[j] * dv;
-        q += dv * dv, M += p, B += fabs(p);
-    }
+ * (the forward's) give rho; a = mean(gw) within ea, M = sum gw (x - mu) within eM, c = M / d
+ * within ec. */
+static void layer_row(const nb_loops *L, const tg_nb_row *R, uint32_t *bits, int64_t *slow) {
+    double dn = (double)R->n, s[4], t[3];
+    L->layer_sums(R->x, R->gw, R->n, s);
+    double mu = s[0] / dn, sa = s[1], ag = s[3];
+    L->layer_devs(R->x, R->gw, R->n, mu, t);
+    double q = t[0], M = t[1], B = t[2];
     if (!isfinite(sa) || !isfinite(ag) || !isfinite(q) || !isfinite(B)) return special_row(R, bits);
     double delta = (dn + 4) * U * (sa / dn) * 1.01, gq = (dn + 4) * U * 1.01;
     double rlo = ((q / (1 + gq) - dn * delta * delta) / dn + R->eps) * (1 - 4 * U);
     double rhi = ((q / (1 - gq)) / dn + R->eps) * (1 + 4 * U);
     double rho = rlo > 0 && rhi < INFINITY ? 0.5 * ((rhi - rlo) / rlo) * 1.01 + 4 * U : INFINITY;
-    double d = q + dn * R->eps, rinv = 1.0 / sqrt(d / dn), c = M / d;
-    tg_nb_exact E = { .row = R };
-    bool bounded = rho <= 0x1p-10 && d > 0;
-    double ea = (dn + 1) * U * (ag / dn) * 1.01, eM = (delta * ag + (dn + 1) * U * B) * 1.02;
-    double ec = (eM / d + fabs(c) * (2 * rho + U)) * 1.01;
-    for (int64_t i = 0; i < n; i++) {
-        if (!bounded) {
-            (*slow)++;
-            bits[i] = tg_nb_exact_element(&E, i, -INFINITY, INFINITY);
-            continue;
-        }
-        double dv = R->x[i] - mu, ga = R->gw[i] - a, xc = dv * c, t = ga - xc, v = rinv * t;
-        double et = (ea + delta * (fabs(c) + ec) + fabs(dv) * ec + U * (fabs(ga) + 2 * fabs(xc) + fabs(t))) * 1.02;
-        double e = (rinv * (et + rho * (fabs(t) + et)) + 4 * U * fabs(v)) * 1.1 + 0x1p-1000;
-        bits[i] = settle(&E, i, v, e, slow);
-    }
+    double d = q + dn * R->eps, eM = (delta * ag + (dn + 1) * U * B) * 1.02;
+    tg_nb_consts K = { .mu = mu, .a = s[2] / dn, .c = M / d, .rinv = 1.0 / sqrt(d / dn), .rho = rho,
+                       .ea = (dn + 1) * U * (ag / dn) * 1.01, .delta = delta };
+    K.ec = (eM / d + fabs(K.c) * (2 * rho + U)) * 1.01;
+    finish_row(L, R, &K, rho <= 0x1p-10 && d > 0, bits, slow);
 }
 
 /* ---- the executor ---- */
@@ -197,21 +206,20 @@ typedef struct nb_job {
     double eps;
     int32_t out_dtype;
     void *out;
+    nb_loops loops;
     atomic_bool oom;
 } nb_job;
 
-static void load(const void *src, int32_t dt, int64_t at, int64_t n, double *to) {
-    if (dt == TGRAD_DTYPE_BF16)
-        for (int64_t j = 0; j < n; j++) to[j] = tg_bf16_to_f32(((const uint16_t *)src)[at + j]);
-    else
-        for (int64_t j = 0; j < n; j++) to[j] = ((const float *)src)[at + j];
+static void load(const nb_loops *L, const void *src, int32_t dt, int64_t at, int64_t n, double *to) {
+    if (dt == TGRAD_DTYPE_BF16) L->load_bf16((const uint16_t *)src + at, n, to);
+    else L->load_f32((const float *)src + at, n, to);
 }
 
 static void task_rows(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     nb_job *J = arg;
     int64_t n = J->n;
-    double *ws = malloc(sizeof(double) * (size_t)n * 4);
+    double *ws = malloc(sizeof(double) * (size_t)n * 6);
     uint32_t *bits = malloc(sizeof(uint32_t) * (size_t)n);
     if (!ws || !bits) {
         free(ws), free(bits);
@@ -220,17 +228,18 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     }
     tg_fp_env env = tg_fp_env_ieee();
     double *x = ws, *g = ws + n, *w = ws + 2 * n, *gw = ws + 3 * n;
-    if (J->in[2]) load(J->in[2], J->dt[2], 0, n, w);
+    const nb_loops *L = &J->loops;
+    if (J->in[2]) load(L, J->in[2], J->dt[2], 0, n, w);
     else for (int64_t j = 0; j < n; j++) w[j] = 1.0;
-    tg_nb_row R = { .x = x, .g = g, .w = w, .gw = gw, .n = n, .layer = J->layer, .eps = J->eps, .dt = J->out_dtype };
+    tg_nb_row R = { .x = x, .g = g, .w = w, .gw = gw, .v = ws + 4 * n, .e = ws + 5 * n, .n = n, .layer = J->layer, .eps = J->eps, .dt = J->out_dtype };
     int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
     int64_t slow = 0;
     for (int64_t r = lo; r < hi; r++) {
-        load(J->in[0], J->dt[0], r * n, n, x);
-        load(J->in[1], J->dt[1], r * n, n, g);
-        for (int64_t j = 0; j < n; j++) gw[j] = g[j] * w[j];
-        if (J->layer) layer_row(&R, bits, &slow);
-        else rms_row(&R, bits, &slow);
+        load(L, J->in[0], J->dt[0], r * n, n, x);
+        load(L, J->in[1], J->dt[1], r * n, n, g);
+        L->mul(g, w, n, gw);
+        if (J->layer) layer_row(L, &R, bits, &slow);
+        else rms_row(L, &R, bits, &slow);
         if (J->out_dtype == TGRAD_DTYPE_BF16)
             for (int64_t j = 0; j < n; j++) ((uint16_t *)J->out)[r * n + j] = (uint16_t)bits[j];
         else memcpy((uint32_t *)J->out + r * n, bits, sizeof(uint32_t) * (size_t)n);
@@ -260,7 +269,7 @@ static const void *compact_of(const tg_node_input *in, void **owned) {
 tgrad_status tg_norm_backward_execute(const tg_step *st) {
     const tg_node_params *P = &st->base->params;
     nb_job J = { .st = st, .n = 1, .layer = P->norm_op == TG_NORM_LAYER_BACKWARD, .eps = P->eps,
-                 .out_dtype = st->base->dtype, .out = st->buf->data };
+                 .out_dtype = st->base->dtype, .out = st->buf->data, .loops = loops_for_selection() };
     const tg_view *xv = &st->inputs[0].view;
     for (int32_t d = 0; d < P->norm_axes; d++) J.n *= xv->shape[xv->ndim - 1 - d];
     if (st->buf->numel == 0 || J.n == 0) return TGRAD_OK;

@@ -14,6 +14,7 @@
  * significands), n elements; layer: the layer_norm formula, else rms_norm's; eps as given. */
 typedef struct tg_nb_row {
     const double *x, *g, *w, *gw;
+    double *v, *e; /* n each: the row's double values and their bounds (workspace) */
     int64_t n;
     bool layer;
     double eps;
@@ -39,6 +40,33 @@ TG_HIDDEN uint32_t tg_nb_exact_element(tg_nb_exact *E, int64_t i, double lo, dou
 
 /* The double's rounding to dt's bits (RNE, gradual underflow, overflow to inf, NaN canonical). */
 TG_HIDDEN uint32_t tg_nb_round(double v, int32_t dt);
+
+/* The row's constants of the double evaluation (docs/numerics.md): dx_i ~ rinv ((gw_i - a) - (x_i
+ * - mu) c), with a within ea, mu within delta, c within ec, rinv within rho (relative); rms_norm:
+ * mu = a = ea = delta = 0. */
+typedef struct tg_nb_consts {
+    double mu, a, c, rinv, rho, ea, delta, ec;
+} tg_nb_consts;
+
+/* An element the double bound left open (never a result: the bound's values are finite). */
+#define TG_NB_UNDECIDED 0xFFFFFFFFu
+
+/* The hot loops (kernels/cpu/norm_backward_loops.h), portable and AVX-512 builds of one source:
+ * loads into doubles, g w, the rows' sums (rms: x^2, gw x, |gw x|; layer: x, |x|, gw, |gw|, then
+ * (x - mu)^2, gw (x - mu), |gw (x - mu)|), and each element's value, bound and decided bits. */
+#define TG_NB_DECLARE_(sfx)                                                                                     \
+    TG_HIDDEN void tg_nb_load_bf16_##sfx(const uint16_t *src, int64_t n, double *to);                           \
+    TG_HIDDEN void tg_nb_load_f32_##sfx(const float *src, int64_t n, double *to);                               \
+    TG_HIDDEN void tg_nb_mul_##sfx(const double *a, const double *b, int64_t n, double *to);                    \
+    TG_HIDDEN void tg_nb_rms_sums_##sfx(const double *x, const double *gw, int64_t n, double s[3]);             \
+    TG_HIDDEN void tg_nb_layer_sums_##sfx(const double *x, const double *gw, int64_t n, double s[4]);           \
+    TG_HIDDEN void tg_nb_layer_devs_##sfx(const double *x, const double *gw, int64_t n, double mu, double s[3]); \
+    TG_HIDDEN void tg_nb_values_##sfx(const tg_nb_consts *K, const double *x, const double *gw, int64_t n,      \
+                                      int32_t bf16, double *v, double *e, uint32_t *bits);
+TG_NB_DECLARE_(portable)
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+TG_NB_DECLARE_(avx512f)
+#endif
 
 /* Counts into the norm kind's debug counters (tgrad_debug_norm_slow_path): elements evaluated
  * (what 0) and decided exactly (what 1). */

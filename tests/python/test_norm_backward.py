@@ -157,6 +157,37 @@ def test_refusals_are_typed_and_allocate_nothing() -> None:
         tgrad.grad(lambda a: tgrad.rms_norm_backward(a, x, 3).float().sum())(x)
 
 
+def _cancelling_row(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """x and g built for cancellation: x offset by 1000, +-3, or spread over 2^+-40; g = x / 2 plus
+    tiny noise (rms: gw_i - x_i c cancels), nearly constant (layer: gw_i - mean(gw) cancels), or
+    2 (x - mu) + 1 (layer: both terms cancel)."""
+    x = [rng.standard_normal(n), 1000 + rng.standard_normal(n) * 0.01, np.where(rng.random(n) < 0.5, 3.0, -3.0),
+         rng.standard_normal(n) * np.exp2(rng.integers(-40, 40, n))][int(rng.integers(0, 4))]
+    g = [rng.standard_normal(n), x * 0.5 + rng.standard_normal(n) * 1e-6, 0.75 + rng.standard_normal(n) * 1e-7,
+         (x - x.mean()) * 2 + 1.0][int(rng.integers(0, 4))]
+    return x, g
+
+
+def _cancelling_rows(seed: int, count: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        n = int(rng.choice([2, 3, 5, 8, 17, 64]))
+        x, g = _cancelling_row(rng, n)
+        xdt, gdt, odt = (str(rng.choice(DTYPES)) for _ in range(3))
+        w = T(rng.uniform(0.5, 1.5, n), "bfloat16") if rng.integers(0, 2) else None
+        _check(str(rng.choice(list(OPS))), T(x[None], xdt), T(g[None], gdt), w,
+               float(rng.choice([0.0, 1e-6, 1e-5, 2.0**-7])), dtype=odt)
+
+
+def test_cancelling_rows() -> None:
+    _cancelling_rows(17, 60)
+
+
+@pytest.mark.slow
+def test_sweep_cancelling_rows() -> None:
+    _cancelling_rows(18, 3000)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_sweep_long_rows(op: str) -> None:

@@ -249,6 +249,17 @@ tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
                    fn, tg_kind_of(op)->name, tg_device_name(device));
 }
 
+tgrad_status tg_kind_get_inputs(const tgrad_tensor_t *h, int32_t n, int32_t need, tg_tensor *t, int32_t *have) {
+    *have = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (i >= need && !h[i]) continue;
+        tgrad_status s = tg_handle_get_tensor(h[i], &t[*have]);
+        if (s) return s;
+        (*have)++;
+    }
+    return TGRAD_OK;
+}
+
 tgrad_status tg_kind_make(tgrad_status s, tg_op op, tg_tensor *t, int32_t n, const tg_view *ov, int32_t dtype,
                           const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
     int64_t numel = 0;

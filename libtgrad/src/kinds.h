@@ -63,6 +63,12 @@ static inline const tg_kind *tg_kind_of(tg_op op) {
  * so; else TGRAD_ERR_BACKEND_UNAVAILABLE naming fn and the device. */
 TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn);
 
+/* A constructor's inputs: each handle of h[0 .. n) into t[*have], in order, the first `need`
+ * always (a 0 handle fails), the others only when nonzero; stops at the first failure. t and
+ * *have then go to tg_kind_make, which releases what was taken when a check failed. */
+TG_HIDDEN tgrad_status tg_kind_get_inputs(const tgrad_tensor_t *h, int32_t n, int32_t need, tg_tensor *t,
+                                          int32_t *have);
+
 /* The last part of a one-input kind's constructor, after every check passed (s == TGRAD_OK) or
  * failed (s != 0): check the result's byte count and admit it by the memory limit, make the node (t read through its view,
  * output view ov, dtype, params) and its buffer where t lives, and the handle. Takes t's reference

@@ -77,11 +77,8 @@ static tgrad_status make_backward(int32_t op, tgrad_tensor_t x, tgrad_tensor_t g
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     tg_tensor t[3] = { 0 };
     int32_t have = 0;
-    tgrad_status s = tg_handle_get_tensor(x, &t[0]);
-    if (s) return s;
-    have = 1;
-    if (!(s = tg_handle_get_tensor(g, &t[1]))) have = 2;
-    if (!s && weight && !(s = tg_handle_get_tensor(weight, &t[2]))) have = 3;
+    tgrad_status s = tg_kind_get_inputs((const tgrad_tensor_t[]){ x, g, weight }, 3, 2, t, &have);
+    if (s && !have) return s;
     if (!s && out_dtype == 0) out_dtype = t[1].buf->dtype;
     if (!s) s = check_all(t, have, weight != 0, naxes, eps, out_dtype, fn);
     tg_node_params P = { .norm_op = op, .norm_axes = naxes, .eps = eps, .has_weight = weight != 0 };

@@ -12,24 +12,7 @@
 
 uint32_t tg_nb_round(double v, int32_t dt) { return tg_sm_round(v, dt); }
 
-/* v (a bf16 or float32 value, exact in double) as V = v 2^149 = sig << shift. */
-static void int_of(double v, uint64_t *sig, int32_t *shift, int32_t *neg) {
-    float f = (float)v; /* exact */
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    uint32_t e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
-    *sig = e ? (uint64_t)(m | 0x800000u) : m;
-    *shift = e ? (int32_t)e - 1 : 0;
-    *neg = (int32_t)(b >> 31);
-}
-
-static void big_of(tg_big *a, double v) {
-    uint64_t sig;
-    int32_t sh, neg;
-    int_of(v, &sig, &sh, &neg);
-    tg_big_zero(a);
-    tg_big_add_small(a, sig, sh, neg ? -1 : 1);
-}
+#define int_of tg_exact_int_of
 
 static void big_small(tg_big *a, uint64_t v) {
     tg_big_zero(a);
@@ -70,8 +53,7 @@ static void prepare(tg_nb_exact *E) {
         uint64_t sig;
         int32_t sh, neg;
         int_of(R->x[j], &sig, &sh, &neg);
-        tg_big_add_small(&E->sx, sig, sh, neg ? -1 : 1);
-        tg_big_add_small(&sxx, sig * sig, 2 * sh, 1);
+        tg_big_add_moments(&E->sx, &sxx, sig, sh, neg);
         add_gwx(&sg, R, j);
         big_gw(&t, R, j);
         tg_big_add(&E->sgw, &E->sgw, &t);
@@ -104,7 +86,7 @@ static void numerator(tg_nb_exact *E, int64_t i, tg_big *T) {
     const tg_nb_row *R = E->row;
     tg_big a, b, nb;
     big_gw(&a, R, i);
-    big_of(&b, R->x[i]);
+    tg_big_from_double(&b, R->x[i], 149); /* X_i */
     if (R->layer) {
         tg_big sx = E->sx, sgw = E->sgw;
         big_small(&nb, (uint64_t)R->n);

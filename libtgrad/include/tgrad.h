@@ -911,7 +911,8 @@ TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
                                                 int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
                                                 int32_t out_dtype, uint32_t *out_bits);
-/* How the norms (tgrad_rms_norm, tgrad_layer_norm) and rope have been computed in this process,
+/* How the norms (tgrad_rms_norm, tgrad_layer_norm, and their backward ops, counted with them) and
+ * rope have been computed in this process,
  * in counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the norm elements evaluated, those
  * whose double evaluation could not decide the rounding and were decided exactly; the rope
  * values evaluated, those decided in binary128, and those binary128 could not decide either

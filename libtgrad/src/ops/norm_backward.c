@@ -144,7 +144,8 @@ static void finish_row(const nb_loops *L, const tg_nb_row *R, const tg_nb_consts
     int32_t dt = R->dt;
     if (bounded) L->values(K, R->x, R->gw, n, dt == TGRAD_DTYPE_BF16, R->v, R->e, bits);
     else for (int64_t i = 0; i < n; i++) bits[i] = TG_NB_UNDECIDED, R->v[i] = 0, R->e[i] = INFINITY;
-    tg_nb_exact E = { .row = R };
+    tg_nb_exact E; /* its big integers are written by its first exact element (not zeroed per row) */
+    E.row = R, E.ready = false;
     uint32_t mag = dt == TGRAD_DTYPE_BF16 ? 0x7FFFu : 0x7FFFFFFFu;
     for (int64_t i = 0; i < n; i++) {
         if (bits[i] != TG_NB_UNDECIDED) continue;

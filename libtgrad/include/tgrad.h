@@ -420,6 +420,23 @@ TGRAD_API tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, i
                                       tgrad_tensor_t *out);
 TGRAD_API tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
                                         double eps, tgrad_tensor_t *out);
+/* --- the norms' input gradients (issue 36) --- */
+/* dx of rms_norm or layer_norm for the gradient g of its result, lazily, over the last naxes axes:
+ *   rms_norm:   dx = rinv g w - x rinv^3 sum(g w x) / N,  rinv = 1 / sqrt(mean(x^2) + eps)
+ *   layer_norm: dx = rinv (g w - mean(g w) - xh mean(g w xh)),  xh = (x - mean(x)) rinv,
+ *               rinv = 1 / sqrt(var(x) + eps) (biased)
+ * (sums and means over the row of N elements; w = 1 when weight is 0). Each element is the exact
+ * value rounded once to out_dtype (docs/numerics.md, "rms_norm_backward, layer_norm_backward"); an
+ * exact zero is +0; a row holding an infinity or NaN gives IEEE's double value of the formula.
+ * x and g: one shape, bf16 or f32 each; weight: bf16 or f32 of x's last naxes axes; out_dtype 0
+ * for g's dtype, else bf16 or f32; eps as tgrad_rms_norm's. CPU only. Checks happen here, before
+ * any allocation: dtypes (TGRAD_ERR_DTYPE_UNSUPPORTED), shapes (TGRAD_ERR_SHAPE_MISMATCH), naxes
+ * and eps (TGRAD_ERR_INVALID_ARGUMENT), devices (TGRAD_ERR_DEVICE_MISMATCH, a GPU operand:
+ * TGRAD_ERR_BACKEND_UNAVAILABLE). */
+TGRAD_API tgrad_status tgrad_rms_norm_backward(tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t weight,
+                                               int32_t naxes, double eps, int32_t out_dtype, tgrad_tensor_t *out);
+TGRAD_API tgrad_status tgrad_layer_norm_backward(tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t weight,
+                                                 int32_t naxes, double eps, int32_t out_dtype, tgrad_tensor_t *out);
 
 /* Rotary position embedding of a bf16 x [..., L, d], lazily; bf16 out, x's shape. positions:
  * int32 [L], or [B, L] with B = x's first axis. Pairs (i, i + rotary_dim/2) ("rotate half",
@@ -895,7 +912,8 @@ TGRAD_API tgrad_status tgrad_debug_schedule_work(int64_t *work, int32_t count);
 TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t rows, int64_t row_stride,
                                                 int64_t cols, int64_t col_stride, int32_t axis, int32_t mean,
                                                 int32_t out_dtype, uint32_t *out_bits);
-/* How the norms (tgrad_rms_norm, tgrad_layer_norm) and rope have been computed in this process,
+/* How the norms (tgrad_rms_norm, tgrad_layer_norm, and their backward ops, counted with them) and
+ * rope have been computed in this process,
  * in counts[0 .. count) (count 1 .. TGRAD_DEBUG_NORM_COUNT): the norm elements evaluated, those
  * whose double evaluation could not decide the rounding and were decided exactly; the rope
  * values evaluated, those decided in binary128, and those binary128 could not decide either

@@ -155,7 +155,7 @@ typedef struct tg_node_params {
     int32_t compare_op;              /* COMPARE: TGRAD_COMPARE_* */
     int32_t matmul_order;            /* MATMUL: TGRAD_MATMUL_ORDER_* */
     /* --- hnorm: norm (rms/layer) and rope (ops/norm.c, ops/rope.c) --- */
-    int32_t norm_op;                 /* TG_NORM_RMS or TG_NORM_LAYER */
+    int32_t norm_op;                 /* TG_NORM_RMS, TG_NORM_LAYER or their _BACKWARD (inputs x, g, w) */
     int32_t has_weight, has_bias;    /* norm: inputs 1 (weight) and 2 (bias) when set; rope: inv_freq */
     int32_t norm_axes;               /* norm: the trailing axes normalized */
     int32_t rotary_dim, interleaved; /* rope */
@@ -176,7 +176,8 @@ typedef struct tg_node_params {
         float s[TGRAD_OPTIM_NSCALARS];
     } optim;
 } tg_node_params;
-enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2 };
+/* the norm kind's ops: the forward norms, and their input gradients (ops/norm_backward.c) */
+enum { TG_NORM_RMS = 1, TG_NORM_LAYER = 2, TG_NORM_RMS_BACKWARD = 3, TG_NORM_LAYER_BACKWARD = 4 };
 
 struct tg_buffer;
 /* One operand of a node: the buffer (retained by the node) and how the op reads it. */

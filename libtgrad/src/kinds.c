@@ -43,7 +43,7 @@ static void decide_cast(tg_step *st) {
 }
 static void decide_norm(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_NORM);
-    route_named(st, st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm");
+    route_named(st, tg_norm_op_name(st->base->params.norm_op));
 }
 static void decide_rope(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_ROPE);
@@ -157,7 +157,7 @@ static const char *name_compare(const tg_step *st) {
     int32_t c = st->base->params.compare_op;
     return names[c >= TGRAD_COMPARE_EQ && c <= TGRAD_COMPARE_GE ? c : 0];
 }
-static const char *name_norm(const tg_step *st) { return st->base->params.norm_op == TG_NORM_RMS ? "rms_norm" : "layer_norm"; }
+static const char *name_norm(const tg_step *st) { return tg_norm_op_name(st->base->params.norm_op); }
 static const char *name_rope(const tg_step *st) { return st->base->params.rope_backward ? "rope_backward" : "rope"; }
 static const char *name_softmax(const tg_step *st) { return tg_softmax_kind_name(st->base->params.softmax_op); }
 
@@ -247,6 +247,17 @@ tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn) {
     if (device == TGRAD_DEVICE_CPU || tg_kind_of(op)->gpu_render) return TGRAD_OK;
     return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "%s: the %s kind runs on the CPU only for now; the tensor lives on %s",
                    fn, tg_kind_of(op)->name, tg_device_name(device));
+}
+
+tgrad_status tg_kind_get_inputs(const tgrad_tensor_t *h, int32_t n, int32_t need, tg_tensor *t, int32_t *have) {
+    *have = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (i >= need && !h[i]) continue;
+        tgrad_status s = tg_handle_get_tensor(h[i], &t[*have]);
+        if (s) return s;
+        (*have)++;
+    }
+    return TGRAD_OK;
 }
 
 tgrad_status tg_kind_make(tgrad_status s, tg_op op, tg_tensor *t, int32_t n, const tg_view *ov, int32_t dtype,

@@ -63,6 +63,12 @@ static inline const tg_kind *tg_kind_of(tg_op op) {
  * so; else TGRAD_ERR_BACKEND_UNAVAILABLE naming fn and the device. */
 TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char *fn);
 
+/* A constructor's inputs: each handle of h[0 .. n) into t[*have], in order, the first `need`
+ * always (a 0 handle fails), the others only when nonzero; stops at the first failure. t and
+ * *have then go to tg_kind_make, which releases what was taken when a check failed. */
+TG_HIDDEN tgrad_status tg_kind_get_inputs(const tgrad_tensor_t *h, int32_t n, int32_t need, tg_tensor *t,
+                                          int32_t *have);
+
 /* The last part of a one-input kind's constructor, after every check passed (s == TGRAD_OK) or
  * failed (s != 0): check the result's byte count and admit it by the memory limit, make the node (t read through its view,
  * output view ov, dtype, params) and its buffer where t lives, and the handle. Takes t's reference
@@ -88,6 +94,9 @@ TG_HIDDEN uint32_t tg_random_uniform_bits(double low, double high, uint32_t k, i
 TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */
+/* The norm kind's backward ops (ops/norm_backward.c): their executor, and each norm_op's name. */
+TG_HIDDEN tgrad_status tg_norm_backward_execute(const tg_step *st);
+TG_HIDDEN const char *tg_norm_op_name(int32_t op);
 /* The GPU route's slow path (ops/norm.c), as tg_softmax_rows_on_host; and whether a norm node may be
  * made on device (GPU: a language with double). */
 TG_HIDDEN tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);

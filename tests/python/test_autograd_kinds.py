@@ -1,7 +1,9 @@
 """Gradient rules of the row kinds and the derivative-op wiring (docs/autograd.md, hwire): the
 elementwise rules are exactly the one-rounding derivative ops' bytes; softmax and log_softmax
-exactly tgrad.softmax_backward's; rope exactly tgrad.rope_backward's; logsumexp, rms_norm and
-layer_norm (float32 compositions) within their bounds of float64 references; slice_scatter
+exactly tgrad.softmax_backward's; rope exactly tgrad.rope_backward's; logsumexp and the norms
+(dx: the one-rounding rms_norm_backward / layer_norm_backward, checked bit for bit in
+test_norm_backward.py; dweight, dbias: float32 compositions) within their bounds of float64
+references; slice_scatter
 exact; the backward nodes themselves refused (second order); same bytes on every setting."""
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ def test_rope_rule_is_rope_backward(interleaved: bool) -> None:
     assert B(got) == B(want)
 
 
-# ---- norms: float32 compositions against float64 finite differences --------------------------------
+# ---- norms: dx (one rounding) and dweight, dbias (float32 compositions) against float64 finite differences
 def _rms(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 

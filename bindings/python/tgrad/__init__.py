@@ -108,6 +108,8 @@ __all__ = [
     "softmax_backward",  # hgsoft: the row kinds' derivative ops
     "log_softmax_backward",
     "rope_backward",
+    "rms_norm_backward",  # hnorm: the norms' input gradients (issue 36)
+    "layer_norm_backward",
     "elementwise_more",
     "clamp",
     "clip",
@@ -388,6 +390,7 @@ from .reductions import argmax, argmin, max, mean, min, sum  # noqa: E402
 from .compare import all, any  # noqa: E402  (last: they shadow the builtins, as max and sum do)
 from .softmax import log_softmax, logsumexp, softmax  # noqa: E402  (tgrad.softmax, the module, is shadowed)
 from .softmax_backward import log_softmax_backward, softmax_backward  # noqa: E402  (hgsoft; module shadowed)
+from .norm_backward import layer_norm_backward, rms_norm_backward  # noqa: E402  (hnorm)
 from . import elementwise_more  # noqa: E402
 from .elementwise_more import clamp, clip, cos, log, log1p, pow, sin, sqrt  # noqa: E402  (pow shadows the builtin)
 from . import derivatives  # noqa: E402  (hgew)

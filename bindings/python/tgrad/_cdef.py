@@ -184,6 +184,10 @@ tgrad_status tgrad_rms_norm(tgrad_tensor_t x, tgrad_tensor_t weight, int32_t nax
                             tgrad_tensor_t *out);
 tgrad_status tgrad_layer_norm(tgrad_tensor_t x, tgrad_tensor_t weight, tgrad_tensor_t bias, int32_t naxes,
                               double eps, tgrad_tensor_t *out);
+tgrad_status tgrad_rms_norm_backward(tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t weight, int32_t naxes,
+                                     double eps, int32_t out_dtype, tgrad_tensor_t *out);
+tgrad_status tgrad_layer_norm_backward(tgrad_tensor_t x, tgrad_tensor_t g, tgrad_tensor_t weight, int32_t naxes,
+                                       double eps, int32_t out_dtype, tgrad_tensor_t *out);
 tgrad_status tgrad_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,
                         int32_t rotary_dim, int32_t interleaved, tgrad_tensor_t *out);
 tgrad_status tgrad_rope_backward(tgrad_tensor_t g, tgrad_tensor_t positions, tgrad_tensor_t inv_freq, double base,

@@ -155,8 +155,9 @@ def _rope(name: str, backward: int, x: Any, positions: Any, base: Any, rotary_di
 
 
 def slow_path_counts() -> tuple[int, int]:
-    """(elements evaluated, elements decided exactly) by the norms in this process (a debug
-    counter: docs/numerics.md reports the rate)."""
+    """(elements evaluated, elements decided exactly) by the norms and their backward ops
+    (rms_norm_backward, layer_norm_backward) in this process (a debug counter: docs/numerics.md
+    reports the rate)."""
     counts = ffi.new("int64_t[2]")
     _check(lib.tgrad_debug_norm_slow_path(counts, 2))
     return int(counts[0]), int(counts[1])

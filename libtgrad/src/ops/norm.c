@@ -11,6 +11,7 @@
 
 #include "../gen/gen.h"
 #include "../kinds.h"
+#include "norm_backward.h"
 #include "norm_exact.h"
 
 #define NORM_FN(name) tg_##name##_portable
@@ -22,6 +23,7 @@ static _Atomic int64_t device_rows; /* rows a GPU kernel flagged and the host re
 static void count(int what, int64_t n) {
     if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
 }
+void tg_norm_count(int what, int64_t n) { count(what, n); }
 
 TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count_) {
     if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
@@ -70,16 +72,10 @@ static tgrad_status make_norm(int32_t op, tgrad_tensor_t x, tgrad_tensor_t weigh
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     tg_tensor t[3] = { 0 };
     int32_t have = 0;
-    tgrad_status s = tg_handle_get_tensor(x, &t[0]);
-    if (s) return s;
-    have = 1;
-    tg_node_params P = { .norm_op = op, .norm_axes = naxes, .eps = eps };
-    if (weight) {
-        if (!(s = tg_handle_get_tensor(weight, &t[have]))) P.has_weight = 1, have++;
-    }
-    if (!s && bias) {
-        if (!(s = tg_handle_get_tensor(bias, &t[have]))) P.has_bias = 1, have++;
-    }
+    tgrad_status s = tg_kind_get_inputs((const tgrad_tensor_t[]){ x, weight, bias }, 3, 1, t, &have);
+    if (s && !have) return s;
+    tg_node_params P = { .norm_op = op, .norm_axes = naxes, .eps = eps, .has_weight = weight != 0,
+                         .has_bias = bias != 0 };
     if (!s) s = tg_kind_check_device(TG_OP_NORM, t[0].buf->device, fn);
     const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
     if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
@@ -195,8 +191,7 @@ static void exact_prepare(exact_row *E) {
         uint64_t sig;
         int32_t sh, neg;
         bf_int(E->x[i], &sig, &sh, &neg);
-        tg_big_add_small(&E->sx, sig, sh, neg ? -1 : 1);
-        tg_big_add_small(&sxx, sig * sig, 2 * sh, 1);
+        tg_big_add_moments(&E->sx, &sxx, sig, sh, neg);
     }
     tg_big_from_double(&e, J->eps, 400);
     tg_big_zero(&nb);
@@ -445,6 +440,7 @@ static tgrad_status job_init(norm_job *J, const tg_step *st, const uint16_t *con
 }
 
 tgrad_status tg_norm_execute(const tg_step *st) {
+    if (st->base->params.norm_op > TG_NORM_LAYER) return tg_norm_backward_execute(st);
     if (st->buf->numel == 0) return TGRAD_OK;
     const uint16_t *data[3] = { NULL, NULL, NULL };
     for (int32_t i = 0; i < st->ninputs && i < 3; i++) data[i] = st->inputs[i].buf->data;

@@ -76,6 +76,11 @@ void tg_big_add_small(tg_big *a, uint64_t v, int32_t shift, int32_t s) {
     tg_big_add(a, a, &t);
 }
 
+void tg_big_add_moments(tg_big *s1, tg_big *s2, uint64_t sig, int32_t shift, int32_t neg) {
+    tg_big_add_small(s1, sig, shift, neg ? -1 : 1);
+    tg_big_add_small(s2, sig * sig, 2 * shift, 1);
+}
+
 void tg_big_mul(tg_big *r, const tg_big *a, const tg_big *b) {
     tg_big t;
     tg_big_zero(&t);
@@ -123,6 +128,16 @@ void tg_big_from_double(tg_big *a, double d, int32_t scale) {
     int32_t sh = e - 53 + scale;
     while (sh < 0 && !(m & 1)) m >>= 1, sh++; /* the caller's scale makes it an integer */
     tg_big_add_small(a, m, sh < 0 ? 0 : sh, d < 0 ? -1 : 1);
+}
+
+void tg_exact_int_of(double x, uint64_t *sig, int32_t *shift, int32_t *neg) {
+    float f = (float)x; /* exact */
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    uint32_t e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
+    *sig = e ? (uint64_t)(m | 0x800000u) : m;
+    *shift = e ? (int32_t)e - 1 : 0;
+    *neg = (int32_t)(b >> 31);
 }
 
 uint16_t tg_bf16_from_double(double y) {

@@ -10,7 +10,7 @@
 
 #include "internal.h"
 
-#define TG_BIG_LIMBS 26 /* 1,664 bits */
+#define TG_BIG_LIMBS 48 /* 3,072 bits: the norms' backward needs ~2,800 (norm_backward_exact.c) */
 typedef struct tg_big {
     uint64_t w[TG_BIG_LIMBS]; /* magnitude, little-endian */
     int32_t n;                /* limbs in use (w[n..] are zero) */
@@ -18,8 +18,10 @@ typedef struct tg_big {
 } tg_big;
 
 TG_HIDDEN void tg_big_zero(tg_big *a);
-/* a += s * (v << shift) (s = +1 or -1, v < 2^64, 0 <= shift < 1,600). */
+/* a += s * (v << shift) (s = +1 or -1, v < 2^64, 0 <= shift < 3,000). */
 TG_HIDDEN void tg_big_add_small(tg_big *a, uint64_t v, int32_t shift, int32_t s);
+/* The norms' row sums: s1 += +-(sig << shift), s2 += sig^2 << 2 shift (sig < 2^32). */
+TG_HIDDEN void tg_big_add_moments(tg_big *s1, tg_big *s2, uint64_t sig, int32_t shift, int32_t neg);
 /* r = a + b, r = a * b, r = a << k (r may alias a or b). */
 TG_HIDDEN void tg_big_add(tg_big *r, const tg_big *a, const tg_big *b);
 TG_HIDDEN void tg_big_mul(tg_big *r, const tg_big *a, const tg_big *b);
@@ -28,6 +30,10 @@ TG_HIDDEN void tg_big_shl(tg_big *r, const tg_big *a, int32_t k);
 TG_HIDDEN int tg_big_cmp(const tg_big *a, const tg_big *b);
 /* The integer d * 2^scale for a double d that it makes an integer (finite; exact). */
 TG_HIDDEN void tg_big_from_double(tg_big *a, double d, int32_t scale);
+
+/* A bf16 or float32 value x (exact in double) as the integer X = x 2^149 = sig << shift (the
+ * derivative ops' exact paths: softmax_backward.c, norm_backward_exact.c). */
+TG_HIDDEN void tg_exact_int_of(double x, uint64_t *sig, int32_t *shift, int32_t *neg);
 
 /* bf16 helpers shared by the norms and rope. Keys order the bf16 values with inf: key(bits) =
  * bits for +0 .. +inf (0 .. 0x7F80), -(bits & 0x7FFF) for negative ones. */

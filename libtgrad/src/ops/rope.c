@@ -40,14 +40,10 @@ static tgrad_status make_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_
     if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     tg_tensor t[3] = { 0 };
     int32_t have = 0;
-    tgrad_status s = tg_handle_get_tensor(x, &t[0]);
-    if (s) return s;
-    have = 1;
-    if (!(s = tg_handle_get_tensor(positions, &t[1]))) have = 2;
-    tg_node_params P = { .interleaved = interleaved, .eps = base, .rope_backward = backward };
-    if (!s && inv_freq) {
-        if (!(s = tg_handle_get_tensor(inv_freq, &t[2]))) P.has_weight = 1, have = 3;
-    }
+    tgrad_status s = tg_kind_get_inputs((const tgrad_tensor_t[]){ x, positions, inv_freq }, 3, 2, t, &have);
+    if (s && !have) return s;
+    tg_node_params P = { .interleaved = interleaved, .eps = base, .rope_backward = backward,
+                         .has_weight = inv_freq != 0 };
     const tg_view *xv = &t[0].view;
     if (!s) s = tg_kind_check_device(TG_OP_ROPE, t[0].buf->device, fn);
     const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));

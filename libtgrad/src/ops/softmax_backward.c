@@ -43,10 +43,8 @@ TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgra
                        (int)op);
     tg_tensor t[2] = { 0 };
     int32_t have = 0;
-    tgrad_status s = tg_handle_get_tensor(y, &t[0]);
-    if (s) return s;
-    have = 1;
-    if (!(s = tg_handle_get_tensor(g, &t[1]))) have = 2;
+    tgrad_status s = tg_kind_get_inputs((const tgrad_tensor_t[]){ y, g }, 2, 2, t, &have);
+    if (s && !have) return s;
     for (int32_t i = 0; !s && i < 2; i++)
         if (t[i].buf->dtype != TGRAD_DTYPE_BF16 && t[i].buf->dtype != TGRAD_DTYPE_F32)
             s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: %s is %s; it takes bfloat16 or float32", fn,
@@ -79,16 +77,7 @@ TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgra
 }
 
 /* ---- exact arithmetic ---- */
-/* A bf16 or float32 value (exact in double) as the integer X = x 2^149 = sig << shift. */
-static void int_of(double x, uint64_t *sig, int32_t *shift, int32_t *neg) {
-    float f = (float)x; /* exact */
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    uint32_t e = (b >> 23) & 0xFFu, m = b & 0x7FFFFFu;
-    *sig = e ? (uint64_t)(m | 0x800000u) : m;
-    *shift = e ? (int32_t)e - 1 : 0;
-    *neg = (int32_t)(b >> 31);
-}
+#define int_of tg_exact_int_of
 
 static int32_t bitlen(const tg_big *v) {
     if (!v->n) return 0;

@@ -164,7 +164,8 @@ def test_the_reexec_carries_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_generate_gives_its_tgrad_child_the_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The child's argv ends with the order, and a child that ran another order is an error."""
+    """The child's argv carries the order (before the llama.cpp peer's GGUF path), and a child
+    that ran another order is an error."""
     calls: list[list[str]] = []
     answer = {"prefill_s": 1.0, "decode_s": 1.0, "rss_mb": 1.0, "matmul_order": "block32"}
 
@@ -175,7 +176,7 @@ def test_generate_gives_its_tgrad_child_the_order(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(generate.subprocess, "run", fake_run)
     args = argparse.Namespace(gen_prompt=4, gen_tokens=2, order="block32")
     assert generate._child("tgrad", Path("m"), 1, args)["matmul_order"] == "block32"
-    assert calls[0][-1] == "block32"
+    assert calls[0][-2:] == ["block32", ""]
     args.order = "pairwise"
     with pytest.raises(RuntimeError, match="ran the block32 order, not pairwise"):
         generate._child("tgrad", Path("m"), 1, args)

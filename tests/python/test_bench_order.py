@@ -189,7 +189,7 @@ def test_the_generate_bench_runs_its_products_in_the_order(tmp_path: Path) -> No
     path = model_dir(tmp_path / "llama")
     out = subprocess.run([sys.executable, "-m", "tgrad", "bench", "--generate", "--gen-model", str(path),
                           "--no-peers", "--gen-rounds", "1", "--gen-prompt", "5", "--gen-tokens", "2",
-                          "--threads", "1", "--order", "block32"],
+                          "--threads", "1", "--order", "block32", "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, check=True).stdout
     assert "tgrad's matmul order block32" in out
     routes = next(line for line in out.splitlines() if line.startswith("tgrad's prefill products: "))

@@ -233,6 +233,13 @@ static bool batch_axis_read(const tg_gen_matmul *w, int32_t d) {
     return false;
 }
 
+/* Whether any batch axis moves an operand (the kernel then reads its product's index gz). */
+static bool batch_read(const tg_gen_matmul *w) {
+    for (int32_t d = 0; d < w->nbatch; d++)
+        if (batch_axis_read(w, d)) return true;
+    return false;
+}
+
 /* A batched kernel's first lines: product gz's coordinates along the batch axes (row-major over
  * them, as the output), then a, b and c moved to that product's first elements (batch strides of
  * 0 broadcast an operand; each partial sum is an element's index, inside its buffer). */
@@ -274,7 +281,7 @@ void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *n
     if (p->epilogue) tg_gen_emit_chain_params(e, p->epilogue, extra, bp, &n);
     bool with_z[TG_B_COUNT_];
     memcpy(with_z, used, sizeof with_z);
-    with_z[TG_B_GROUP_Z] = e->batched != NULL;
+    with_z[TG_B_GROUP_Z] = e->batched != NULL && batch_read(e->batched); /* a batch of 1 reads no gz */
     tg_emit_signature(e, name, bp, n, with_z);
     if (e->batched) emit_batch(e, e->batched);
 }

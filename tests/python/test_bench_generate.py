@@ -32,3 +32,11 @@ def test_the_generate_bench_reports_prefill_decode_bandwidth_and_memory(tmp_path
     saved = json.loads((tmp_path / "out" / "generate.json").read_text())
     assert len(saved["runs"]["tgrad"]) == 2 and saved["weight_gb"] > 0 and saved["read_gbps"] > 0
     assert all(len(r["tokens"]) == 3 for r in saved["runs"]["tgrad"])
+
+
+@pytest.mark.slow
+def test_a_wrong_model_directory_is_a_typed_error_before_any_child(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "tgrad", "bench", "--model", str(tmp_path / "none"), "--no-peers"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--model: FileMissingError" in out.stderr and "config.json" in out.stderr

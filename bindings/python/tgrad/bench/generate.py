@@ -216,7 +216,14 @@ def _agreement(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     import tgrad
+    import tgrad.models
 
+    if args.gen_model is not None:  # a wrong directory is the typed error, before any child starts
+        try:
+            tgrad.models.read_config(args.gen_model)
+        except tgrad.errors.TgradError as exc:
+            print(f"python -m tgrad bench: error: --model: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
     threads = args.threads or tgrad.num_threads()
     peers = _peers(args)
     with tempfile.TemporaryDirectory() as tmp:

@@ -260,6 +260,16 @@ tgrad_status tg_kind_get_inputs(const tgrad_tensor_t *h, int32_t n, int32_t need
     return TGRAD_OK;
 }
 
+const void *tg_kind_input_compact(const tg_node_input *in, const void *data, int32_t size, void **owned) {
+    *owned = NULL;
+    if (tg_view_is_compact_rowmajor(&in->view)) return (const char *)data + in->view.offset * size;
+    int64_t numel = 0;
+    tg_view_numel(&in->view, &numel);
+    *owned = tg_malloc((size_t)(numel ? numel : 1) * (size_t)size);
+    if (*owned) tg_cpu_copy_view_sized(data, &in->view, *owned, size);
+    return *owned;
+}
+
 tgrad_status tg_kind_make(tgrad_status s, tg_op op, tg_tensor *t, int32_t n, const tg_view *ov, int32_t dtype,
                           const tg_node_params *params, const char *fn, tgrad_tensor_t *out) {
     int64_t numel = 0;

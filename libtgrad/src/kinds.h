@@ -69,6 +69,11 @@ TG_HIDDEN tgrad_status tg_kind_check_device(tg_op op, int32_t device, const char
 TG_HIDDEN tgrad_status tg_kind_get_inputs(const tgrad_tensor_t *h, int32_t n, int32_t need, tg_tensor *t,
                                           int32_t *have);
 
+/* An executor's input as `size`-byte elements in row-major order: its storage (`data`, the
+ * input buffer's data) at the view's offset when the view is compact, else a copy into *owned
+ * (the caller frees it; NULL returned: out of memory). */
+TG_HIDDEN const void *tg_kind_input_compact(const tg_node_input *in, const void *data, int32_t size, void **owned);
+
 /* The last part of a one-input kind's constructor, after every check passed (s == TGRAD_OK) or
  * failed (s != 0): check the result's byte count and admit it by the memory limit, make the node (t read through its view,
  * output view ov, dtype, params) and its buffer where t lives, and the handle. Takes t's reference

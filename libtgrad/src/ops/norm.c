@@ -40,13 +40,6 @@ TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count
 }
 
 /* ---- the node ---- */
-/* eps: 0, or finite in [2^-256, 2^64] (so that eps * 2^400 is an integer of bounded size in the
- * exact decisions: docs/numerics.md). */
-static tgrad_status check_eps(double eps, const char *fn) {
-    if (eps == 0 || (eps >= 0x1p-256 && eps <= 0x1p64)) return TGRAD_OK;
-    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: eps %g is not 0 or a number in [2^-256, 2^64]", fn, eps);
-}
-
 /* A weight or bias: bf16, on x's device, of the shape of x's last naxes axes. */
 static tgrad_status check_param(const tg_tensor *x, const tg_tensor *p, int32_t naxes, const char *what, const char *fn) {
     if (p->buf->dtype != TGRAD_DTYPE_BF16)
@@ -89,7 +82,7 @@ static tgrad_status make_norm(int32_t op, tgrad_tensor_t x, tgrad_tensor_t weigh
     if (!s && (naxes < 1 || naxes > t[0].view.ndim))
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d normalized axes for a tensor of %d dimensions", fn, (int)naxes,
                     (int)t[0].view.ndim);
-    if (!s) s = check_eps(eps, fn);
+    if (!s) s = tg_norm_check_eps(eps, fn);
     if (!s && P.has_weight) s = check_param(&t[0], &t[1], naxes, "weight", fn);
     if (!s && P.has_bias) s = check_param(&t[0], &t[have - 1], naxes, "bias", fn);
     int64_t n = 1;
@@ -404,13 +397,10 @@ static const uint16_t *zeros_or(const uint16_t *fill, int64_t n, uint16_t **owne
 /* A compact copy of an input (its storage at `data`) when its view is not compact (NULL data: out
  * of memory). */
 static const uint16_t *compact(const tg_node_input *in, const uint16_t *data, uint16_t **owned) {
-    *owned = NULL;
-    if (tg_view_is_compact_rowmajor(&in->view)) return data + in->view.offset;
-    int64_t numel = 0;
-    tg_view_numel(&in->view, &numel);
-    *owned = tg_malloc((size_t)(numel ? numel : 1) * 2);
-    if (*owned) tg_cpu_copy_view(data, &in->view, *owned);
-    return *owned;
+    void *copy = NULL;
+    const uint16_t *elements = tg_kind_input_compact(in, data, 2, &copy);
+    *owned = copy;
+    return elements;
 }
 
 /* The job of step st over its inputs' storage data[0 .. ninputs) into out; own[] and *fill hold

@@ -60,8 +60,7 @@ static tgrad_status check_all(const tg_tensor *t, int32_t have, bool weight, int
     if (!s && (naxes < 1 || naxes > t[0].view.ndim))
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d normalized axes for a tensor of %d dimensions", fn, (int)naxes,
                     (int)t[0].view.ndim);
-    if (!s && !(eps == 0 || (eps >= 0x1p-256 && eps <= 0x1p64)))
-        s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: eps %g is not 0 or a number in [2^-256, 2^64]", fn, eps);
+    if (!s) s = tg_norm_check_eps(eps, fn);
     if (!s && !same_shape(&t[0].view, &t[1].view, 0)) s = shape_error(&t[0].view, &t[1].view, "the gradient", fn);
     if (!s && weight && !same_shape(&t[0].view, &t[2].view, t[0].view.ndim - naxes))
         s = shape_error(&t[0].view, &t[2].view, "the weight (the last normalized axes of x)", fn);
@@ -248,22 +247,6 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     free(ws), free(bits);
 }
 
-/* An input's elements in row-major order: its storage when compact, else a copy into *owned. */
-static const void *compact_of(const tg_node_input *in, void **owned) {
-    *owned = NULL;
-    bool half = in->buf->dtype == TGRAD_DTYPE_BF16;
-    if (tg_view_is_compact_rowmajor(&in->view))
-        return half ? (const void *)(in->buf->data + in->view.offset)
-                    : (const void *)((const uint32_t *)(const void *)in->buf->data + in->view.offset);
-    int64_t numel = 0;
-    tg_view_numel(&in->view, &numel);
-    *owned = tg_malloc((size_t)(numel ? numel : 1) * (half ? 2 : 4));
-    if (!*owned) return NULL;
-    if (half) tg_cpu_copy_view(in->buf->data, &in->view, *owned);
-    else tg_cpu_copy_view32((const uint32_t *)(const void *)in->buf->data, &in->view, *owned);
-    return *owned;
-}
-
 tgrad_status tg_norm_backward_execute(const tg_step *st) {
     const tg_node_params *P = &st->base->params;
     nb_job J = { .st = st, .n = 1, .layer = P->norm_op == TG_NORM_LAYER_BACKWARD, .eps = P->eps,
@@ -275,8 +258,8 @@ tgrad_status tg_norm_backward_execute(const tg_step *st) {
     void *owned[3] = { NULL, NULL, NULL };
     bool oom = false;
     for (int32_t i = 0; i < st->ninputs && i < 3; i++) {
-        J.in[i] = compact_of(&st->inputs[i], &owned[i]);
         J.dt[i] = st->inputs[i].buf->dtype;
+        J.in[i] = tg_kind_input_compact(&st->inputs[i], st->inputs[i].buf->data, tg_dtype_size(J.dt[i]), &owned[i]);
         oom = oom || !J.in[i];
     }
     atomic_init(&J.oom, oom);

@@ -177,3 +177,8 @@ int32_t tg_bf16_round_exact(int32_t klo, int32_t khi, tg_midpoint_cmp cmp, void 
     }
     return klo;
 }
+
+tgrad_status tg_norm_check_eps(double eps, const char *fn) {
+    if (eps == 0 || (eps >= 0x1p-256 && eps <= 0x1p64)) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: eps %g is not 0 or a number in [2^-256, 2^64]", fn, eps);
+}

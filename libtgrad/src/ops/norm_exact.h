@@ -51,6 +51,11 @@ TG_HIDDEN double tg_bf16_key_midpoint(int32_t k);
 typedef int (*tg_midpoint_cmp)(double mid, void *ctx);
 TG_HIDDEN int32_t tg_bf16_round_exact(int32_t klo, int32_t khi, tg_midpoint_cmp cmp, void *ctx);
 
+/* eps of a norm or its backward: 0, or finite in [2^-256, 2^64] (so that eps * 2^400 is an
+ * integer of bounded size in the exact decisions: docs/numerics.md); else
+ * TGRAD_ERR_INVALID_ARGUMENT naming fn. */
+TG_HIDDEN tgrad_status tg_norm_check_eps(double eps, const char *fn);
+
 /* The rope kind's counters: values evaluated, decided in binary128, undecided (ops/rope.c). */
 TG_HIDDEN void tg_rope_counts(int64_t c[4]);
 

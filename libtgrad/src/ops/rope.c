@@ -252,17 +252,6 @@ void tg_rope_counts(int64_t c[4]) {
 
 double tg_rope_freq(double base, int32_t i, int32_t rd) { return pow(base, -2.0 * i / rd); /* within 1 ulp (glibc) */ }
 
-/* A compact copy of an input (its storage at `data`) when its view is not compact. */
-static const void *compact_any(const tg_node_input *in, const void *data, int32_t size, void **owned) {
-    *owned = NULL;
-    if (tg_view_is_compact_rowmajor(&in->view)) return (const char *)data + in->view.offset * size;
-    int64_t numel = 0;
-    tg_view_numel(&in->view, &numel);
-    *owned = tg_malloc((size_t)(numel ? numel : 1) * (size_t)size);
-    if (*owned) tg_cpu_copy_view_sized(data, &in->view, *owned, size);
-    return *owned;
-}
-
 /* The job of step st over its inputs' storage data[] into out; own[], *fd and *fq hold what it
  * allocated (freed by the caller). */
 static tgrad_status job_init(rope_job *J, const tg_step *st, const void *const *data, uint16_t *out, void *own[3],
@@ -274,9 +263,9 @@ static tgrad_status job_init(rope_job *J, const tg_step *st, const void *const *
     J->rows = (J->L > 0 && J->d > 0) ? st->buf->numel / (J->L * J->d) : 0;
     J->per_b = J->rows / (xv->shape[0] ? xv->shape[0] : 1);
     int32_t half = J->rd / 2;
-    J->x = compact_any(&st->inputs[0], data[0], 2, &own[0]);
-    J->pos = compact_any(&st->inputs[1], data[1], 4, &own[1]);
-    const float *given = P->has_weight ? compact_any(&st->inputs[2], data[2], 4, &own[2]) : NULL;
+    J->x = tg_kind_input_compact(&st->inputs[0], data[0], 2, &own[0]);
+    J->pos = tg_kind_input_compact(&st->inputs[1], data[1], 4, &own[1]);
+    const float *given = P->has_weight ? tg_kind_input_compact(&st->inputs[2], data[2], 4, &own[2]) : NULL;
     double *fd = *fdp = tg_malloc(sizeof *fd * (size_t)half);
     xf *fq = *fqp = given ? tg_malloc(sizeof *fq * (size_t)half) : NULL;
     if (!J->x || !J->pos || (P->has_weight && !given) || !fd || (given && !fq))

@@ -101,14 +101,13 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * packs everything else (its few-row products on AMX's packed tiles) */
     const tg_ukernel *S = block32 ? tg_cpu_block32_stream_variant(sel) : tg_cpu_stream_variant(sel);
     int64_t bs0 = P->b_strides[0], bs1 = P->b_strides[1];
-    /* A float32 result takes the packed path, or its transpose (gemm_t): its micro-kernels all
-     * store their fp32 accumulators (ukernel.h); of the streaming kernels only a one-row kernel
-     * with rowvec_f32 stores them too. */
-    if (out_dtype == TGRAD_DTYPE_F32) /* one row streams where the variant stores fp32 sums too */
-        P->path = S && P->M == 1 && S->rowvec_f32 && (bs1 == 1 || bs0 == 1) ? (P->uk = S, PATH_ROWVEC)
-                  : transposed_pays(P)                                      ? PATH_GEMM_T
-                                                                            : PATH_GEMM;
-    else if (S && P->M == 1 && S->rowvec && (bs1 == 1 || bs0 == 1)) P->path = PATH_ROWVEC, P->uk = S;
+    /* One row streams B where the variant has the one-row kernel of the result's dtype (a float32
+     * result: rowvec_f32, which stores the fp32 sums). Else a float32 result takes the packed
+     * path, or its transpose (gemm_t): their micro-kernels all store the fp32 accumulators
+     * (ukernel.h). */
+    bool f32 = out_dtype == TGRAD_DTYPE_F32, one_row = S && P->M == 1 && (bs1 == 1 || bs0 == 1);
+    if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) P->path = PATH_ROWVEC, P->uk = S;
+    else if (f32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */
         int64_t most = 0;
         const tg_ukernel *F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most) : NULL;

@@ -333,14 +333,13 @@ static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b
  * and the fold, as the packed kernels do. (The FMA stream kernel, stream_block32_avx512.c, ran
  * 1.2-1.33x the pairwise order's vdpbf16ps time on column-major B: two FMAs and two widenings per
  * pair against one vdpbf16ps, and twice the chain length.) */
-#ifndef PF_GROUPS
-#define PF_GROUPS 1
-#endif
-#ifndef PF_HEAD
-#define PF_HEAD 8
-#endif
-static inline __m512i col_words(const uint16_t *src, int64_t ahead, int64_t left, bool in) {
-    _mm_prefetch((const char *)(src + ahead), TG_PREFETCH_HINT);
+/* Column-major B is read 32 columns (a group: 32 rows of W, contiguous) at a time; each load
+ * prefetches the same place in the next group, one stream 64 KiB ahead for K = 1024 (measured
+ * against 512 bytes ahead in each column: docs/performance.md, "Session 22"), and a row starts
+ * with the first group's first COL_HEAD blocks fetched. */
+enum { COL_HEAD = 8 };
+static inline __m512i col_words(const uint16_t *src, int64_t next_group, int64_t left, bool in) {
+    _mm_prefetch((const char *)(src + next_group), TG_PREFETCH_HINT);
     if (!in) return _mm512_setzero_si512();
     return permute_groups(left >= 32 ? _mm512_loadu_si512((const void *)src) : _mm512_maskz_loadu_epi16(elems_mask(left), src));
 }
@@ -350,7 +349,7 @@ static inline __attribute__((always_inline)) __m512 cols_block(const uint32_t *a
                                                                 int64_t left, int64_t cols, __m512 acc) {
     __m512i r[16];
 #pragma GCC unroll 16
-    for (int c = 0; c < 16; c++) r[c] = col_words(col + c * s1, PF_GROUPS * 32 * s1, left, c < cols);
+    for (int c = 0; c < 16; c++) r[c] = col_words(col + c * s1, 32 * s1, left, c < cols);
     transpose16(r);
     __m512 ev = _mm512_setzero_ps(), od = _mm512_setzero_ps();
 #pragma GCC unroll 8
@@ -376,8 +375,8 @@ static void rowvec_cols(const uint32_t *aw, const tg_operand *B, int64_t K, int6
                         float *out32) {
     int64_t blocks = (K + 31) / 32;
     const uint16_t *first = B->base + n0 * B->s1;
-    for (int64_t c = 0; c < (nb < 32 * PF_GROUPS ? nb : 32 * PF_GROUPS); c++)
-        for (int64_t blk = 0; blk < (blocks < PF_HEAD ? blocks : PF_HEAD); blk++)
+    for (int64_t c = 0; c < (nb < 32 ? nb : 32); c++)
+        for (int64_t blk = 0; blk < (blocks < COL_HEAD ? blocks : COL_HEAD); blk++)
             _mm_prefetch((const char *)(first + c * B->s1 + 32 * blk), TG_PREFETCH_HINT);
     for (int64_t j0 = 0; j0 < nb; j0 += 32) {
         int64_t c0 = nb - j0 < 16 ? nb - j0 : 16, c1 = nb - j0 - 16 < 0 ? 0 : nb - j0 - 16 < 16 ? nb - j0 - 16 : 16;

@@ -34,7 +34,7 @@ from . import reductions as _reductions
 from . import shape_ops as _shape_ops
 from . import orders as _order
 from ._ffi import ffi, lib
-from ._tensor_base import TensorBase
+from ._tensor_base import _OUT, TensorBase, _out_slot
 from ._tensor_base import bind as _bind_base
 from .errors import _check
 
@@ -155,12 +155,11 @@ def _host_dtype(dtype: Any, what: str) -> np.dtype[Any]:
 
 
 class _Scratch(threading.local):
-    """This thread's out-parameters for the calls that make a handle or read a shape (cffi
-    releases the GIL during a C call, so threads cannot share them; allocating them for every
-    call was a tenth of a decode step's Python time)."""
+    """This thread's out-parameters for reading a shape (cffi releases the GIL during a C call,
+    so threads cannot share them; allocating them for every call was a tenth of a decode step's
+    Python time, as the handle out-parameter was: _tensor_base's per-thread slot)."""
 
     def __init__(self) -> None:
-        self.handle = ffi.new("tgrad_tensor_t *")
         self.ndim = ffi.new("int32_t *")
         self.shape = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
 
@@ -169,7 +168,7 @@ _SCRATCH = _Scratch()
 
 
 def _new_handle(call: Callable[..., int], *args: Any) -> int:
-    out = _SCRATCH.handle
+    out = getattr(_OUT, "slot", None) or _out_slot()  # the product's per-thread slot (_tensor_base)
     _check(call(*args, out))
     return int(out[0])
 

@@ -75,14 +75,15 @@ def _product(a: tgrad.Tensor, b: tgrad.Tensor, order: str, epilogue: bool, devic
     return tgrad.relu(c + other) * bias
 
 
-def device_bytes(case: BatchedCase, order: str, route: str, epilogue: bool = False) -> np.ndarray:
-    a, b, bases = operands(case, "opencl")
+def device_bytes(case: BatchedCase, order: str, route: str, epilogue: bool = False,
+                 device: str = "opencl") -> np.ndarray:
+    a, b, bases = operands(case, device)
     assert lib.tgrad_set_device_route(ROUTES[route]) == 0
     try:
-        c = _product(a, b, order, epilogue, "opencl")
-        assert c.device == "opencl"
+        c = _product(a, b, order, epilogue, device)
+        assert c.device == device
         if route != "auto":
-            assert f"opencl.{route}" in c.explain()
+            assert f"{device}.{route}" in c.explain()
         return _bits(c)
     finally:
         lib.tgrad_set_device_route(0)

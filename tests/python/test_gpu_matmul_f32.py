@@ -53,12 +53,12 @@ def _product(a: tgrad.Tensor, b: tgrad.Tensor, order: str) -> tgrad.Tensor:
     return tgrad.matmul(a, b, out_dtype=tgrad.float32, order=order)
 
 
-def _on_device(make: Any, route: str) -> np.ndarray:
+def _on_device(make: Any, route: str, device: str = "opencl") -> np.ndarray:
     assert lib.tgrad_set_device_route(ROUTES[route]) == 0
     try:
         c = make()
-        assert c.device == "opencl" and c.dtype == tgrad.float32
-        assert f"opencl.{route}" in c.explain()
+        assert c.device == device and c.dtype == tgrad.float32
+        assert f"{device}.{route}" in c.explain()
         return _f32_bits(c)
     finally:
         lib.tgrad_set_device_route(0)

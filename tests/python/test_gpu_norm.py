@@ -77,9 +77,10 @@ def _run(device: str, op: str, x: np.ndarray, shape: Any, w: np.ndarray | None, 
     return np.ascontiguousarray(y.numpy()).view(np.uint16).copy()
 
 
-def _same(op: str, x: np.ndarray, shape: Any, w: Any, b: Any, eps: float, view: Any = lambda t: t) -> None:
+def _same(op: str, x: np.ndarray, shape: Any, w: Any, b: Any, eps: float, view: Any = lambda t: t,
+          device: str = "opencl") -> None:
     want = _run("cpu", op, x, shape, w, b, eps, view)
-    got = _run("opencl", op, x, shape, w, b, eps, view)
+    got = _run(device, op, x, shape, w, b, eps, view)
     assert np.array_equal(got, want), (op, x.shape, eps, [hex(v) for v in got.ravel()[:8]],
                                        [hex(v) for v in want.ravel()[:8]])
 

@@ -69,11 +69,11 @@ def _bits(t: tgrad.Tensor) -> np.ndarray:
 
 
 def _same(x: np.ndarray, pos: np.ndarray, inv: np.ndarray | None = None, kw: dict | None = None,
-          backward: bool = False, view: Any = lambda t: t) -> None:
+          backward: bool = False, view: Any = lambda t: t, device: str = "opencl") -> None:
     kw = kw or {}
     want = _bits(_make("cpu", x, pos, inv, kw, backward, view))
-    y = _make("opencl", x, pos, inv, kw, backward, view)
-    assert y.device == "opencl"
+    y = _make(device, x, pos, inv, kw, backward, view)
+    assert y.device == device
     got = _bits(y)
     assert np.array_equal(got, want), (kw, backward, x.shape)
 

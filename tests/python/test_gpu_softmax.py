@@ -100,9 +100,9 @@ def _on(device: str, data: np.ndarray, dtype: str, view: Any, op: str, dim: int,
 
 
 def _same(data: np.ndarray, dtype: str, op: str, dim: int = -1, out_dtype: str | None = None,
-          view: Any = lambda t: t) -> None:
+          view: Any = lambda t: t, device: str = "opencl") -> None:
     want = _on("cpu", data, dtype, view, op, dim, out_dtype)
-    got = _on("opencl", data, dtype, view, op, dim, out_dtype)
+    got = _on(device, data, dtype, view, op, dim, out_dtype)
     assert got.shape == want.shape and np.array_equal(got, want), (op, dtype, out_dtype, dim, data.shape)
 
 

@@ -1,0 +1,139 @@
+"""Issue 37's measurements on a lent NVIDIA GPU: attention and the Llama's prefill and decode on
+tgrad's CUDA backend against torch on the same GPU, each result's bytes checked against tgrad on
+the CPU (docs/cuda.md, "On a GPU"). Needs torch with CUDA and transformers; from the repository:
+
+    python tools/bench_cuda_device.py OUT.json [--tokens N] [--device cuda]
+
+(--device opencl runs the same script against PoCL and torch on the CPU: how the script itself is
+checked on a machine without a GPU.)
+
+Times: the median of `reps` calls after warm-up calls that compile every kernel (tgrad's realize
+synchronizes; torch's side ends with torch.cuda.synchronize()). The first (compiling) call's time is
+recorded too: NVRTC builds each kernel text once per process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+import tgrad
+import tgrad.models
+import tgrad.nn.functional as F
+from tgrad.bench.generate import SHAPE, write_model
+
+DEV = "cuda"
+TORCH_DEV = "cuda"
+
+
+def _sync() -> None:
+    if TORCH_DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def _ms(fn: Callable[[], Any], reps: int, sync: Callable[[], None] = lambda: None) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def attention(batch: int, heads: int, length: int, sources: int, features: int, reps: int) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((batch, heads, n, features)).astype(np.float32) for n in (length, sources, sources))
+    causal = length == sources
+    on = {d: [tgrad.Tensor.from_numpy(x, device=d) for x in (q, k, v)] for d in ("cpu", DEV)}
+
+    def run(device: str) -> tgrad.Tensor:
+        return F.scaled_dot_product_attention(*on[device], is_causal=causal).realize()
+
+    start = time.perf_counter()
+    got = run(DEV).to_bytes()
+    first = time.perf_counter() - start
+    same = got == run("cpu").to_bytes()
+    tq, tk, tv = (torch.from_numpy(x).to(TORCH_DEV, torch.bfloat16) for x in (q, k, v))
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)  # noqa: E731
+    sdpa()
+    _sync()
+    return {"shape": [batch, heads, length, sources, features], "causal": causal, "cpu_bytes": same,
+            "tgrad_first_ms": 1e3 * first, "tgrad_ms": _ms(lambda: run(DEV), reps),
+            "torch_ms": _ms(sdpa, reps, _sync)}
+
+
+def model(tokens: int, prompt: int) -> dict[str, Any]:
+    path = write_model(Path(tempfile.mkdtemp()) / "llama")
+    ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
+    out: dict[str, Any] = {"shape": SHAPE, "prompt": prompt, "new_tokens": tokens}
+    cpu = tgrad.models.from_pretrained(path)
+    gpu = tgrad.models.from_pretrained(path, device=DEV)
+    start = time.perf_counter()
+    got = gpu.generate(ids, tokens)
+    out["tgrad_first_generate_s"] = time.perf_counter() - start
+    want = cpu.generate(ids, tokens)
+    out["tokens_equal_cpu"] = bool(np.array_equal(np.asarray(got), np.asarray(want)))
+    out["logits_equal_cpu"] = gpu(ids[:, :16]).to_bytes() == cpu(ids[:, :16]).to_bytes()
+    out["tgrad_prefill_ms"] = _ms(lambda: gpu(ids).realize(), 3)
+    start = time.perf_counter()
+    gpu.generate(ids, tokens)
+    total = time.perf_counter() - start
+    out["tgrad_decode_tok_s"] = (tokens - 1) / max(total - out["tgrad_prefill_ms"] / 1e3, 1e-9)
+
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(TORCH_DEV).eval()
+    tid = torch.from_numpy(ids).to(TORCH_DEV)
+    with torch.no_grad():
+        def generate() -> Any:
+            return hf.generate(tid, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+
+        generate()
+        _sync()
+        out["torch_prefill_ms"] = _ms(lambda: hf(tid), 5, _sync)
+        start = time.perf_counter()
+        hf_tokens = generate()
+        _sync()
+        total = time.perf_counter() - start
+    out["torch_decode_tok_s"] = (tokens - 1) / max(total - out["torch_prefill_ms"] / 1e3, 1e-9)
+    new = hf_tokens[0, prompt:].cpu().numpy()
+    mine = np.asarray(got).reshape(-1)
+    differ = np.flatnonzero(new != mine)
+    out["torch_first_divergence"] = int(differ[0]) if differ.size else None
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "opencl"])
+    args = parser.parse_args()
+    global DEV, TORCH_DEV
+    DEV, TORCH_DEV = args.device, "cuda" if args.device == "cuda" else "cpu"
+    report: dict[str, Any] = {"device": next(b.device for b in tgrad.backends() if b.name == DEV),
+                              "torch": torch.__version__}
+    for name, fn in (("attention_prefill", lambda: attention(1, 16, 512, 512, 64, 5)),
+                     ("attention_decode", lambda: attention(1, 16, 1, 512, 64, 10)),
+                     ("model", lambda: model(args.tokens, args.prompt))):
+        try:
+            report[name] = fn()
+        except Exception as exc:  # one part failing must not lose the others' numbers
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(name, json.dumps(report[name]), flush=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

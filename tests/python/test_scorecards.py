@@ -2,7 +2,8 @@
 the "ci" roster and every case outcome and the funnel must equal
 conformance/scorecards/<backend>.json (environment fields differ between machines and are not
 compared). When a change is meant to alter them, regenerate: python -m conformance --backend cpu
---write (and msl-emu, cuda-emu, opencl). The cuda-emu check is marked cuda (it runs in that tier, with
+--write (and msl-emu, cuda-emu, opencl). The cuda scorecard was written on a lent GPU; without one
+its attestation and its agreement with cuda-emu's outcomes are checked. The cuda-emu check is marked cuda (it runs in that tier, with
 the other CUDA-generator tests; it needs only a C++ compiler). The opencl check needs a usable OpenCL device (PoCL in CI); it is
 skipped without one, unless TGRAD_REQUIRE_OPENCL=1."""
 
@@ -58,6 +59,23 @@ def test_committed_cuda_emu_scorecard_holds() -> None:
 
 def test_committed_opencl_scorecard_holds(opencl_device: str) -> None:
     _check("opencl")
+
+
+@pytest.mark.cuda
+def test_the_committed_cuda_scorecard_is_attested_and_agrees_with_the_emulator() -> None:
+    """conformance/scorecards/cuda.json was written on a GPU (an NVIDIA H200, tools/cuda_device_run.sh);
+    CI has none, so it checks the file's attestation and that every case's outcome is the CUDA
+    emulator's (the same kernel texts), and a run on a GPU checks it in full (below)."""
+    real = runner.load(runner.scorecard_path("cuda", SCORECARDS))
+    assert runner.verify(real), "cuda.json: the attestation does not match its content"
+    emu = runner.load(runner.scorecard_path("cuda-emu", SCORECARDS))
+    assert real["suite"]["roster"] == emu["suite"]["roster"] and real["funnel"] == emu["funnel"]
+    assert [(c["id"], c["outcome"]) for c in real["cases"]] == [(c["id"], c["outcome"]) for c in emu["cases"]]
+    assert real["claim_made"] and "H200" in real["environment"]["device"]
+
+
+def test_committed_cuda_scorecard_holds(cuda_device: str) -> None:
+    _check("cuda")
 
 
 def test_committed_scorecards_make_their_claims() -> None:

@@ -49,8 +49,8 @@ static tgrad_status check_all(const tg_tensor *t, int32_t have, bool weight, int
                               int32_t out_dtype, const char *fn) {
     static const char *const what[3] = { "x", "the gradient g", "the weight" };
     tgrad_status s = TGRAD_OK;
-    for (int32_t i = 0; !s && i < have; i++) s = check_float(&t[i], what[i], fn);
-    for (int32_t i = 1; !s && i < have; i++)
+    for (int32_t i = 0; !s && i < have && i < 3; i++) s = check_float(&t[i], what[i], fn);
+    for (int32_t i = 1; !s && i < have && i < 3; i++)  /* have <= 3: the bound tells gcc what[i] exists */
         if (t[i].buf->device != t[0].buf->device)
             s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: %s lives on %s, x on %s", fn, what[i],
                         tg_device_name(t[i].buf->device), tg_device_name(t[0].buf->device));

@@ -71,6 +71,41 @@ def attention(batch: int, heads: int, length: int, sources: int, features: int, 
             "torch_ms": _ms(sdpa, reps, _sync)}
 
 
+def matmul_tc(n: int, reps: int) -> dict[str, Any]:
+    """An n^3 product on route tiled (exact, the default) and on tc (tgrad.matmul_precision("bounded")),
+    against torch; tc's bytes are not the CPU's (its bound: docs/kernels.md), so only tiled's are checked."""
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+    a, b = tgrad.Tensor.from_numpy(x, device=DEV), tgrad.Tensor.from_numpy(y, device=DEV)
+    out: dict[str, Any] = {"n": n}
+    for policy in ("exact", "bounded"):
+        with tgrad.matmul_precision(policy):
+            c = (a @ b).realize()
+            out[f"{policy}_route"] = c.route
+            out[f"{policy}_ms"] = _ms(lambda: (a @ b).realize(), reps)
+    ta, tb = torch.from_numpy(x).to(TORCH_DEV, torch.bfloat16), torch.from_numpy(y).to(TORCH_DEV, torch.bfloat16)
+    torch.matmul(ta, tb)
+    _sync()
+    out["torch_ms"] = _ms(lambda: torch.matmul(ta, tb), reps, _sync)
+    return out
+
+
+def model_fresh(tokens: int, prompt: int) -> dict[str, Any]:
+    """generate(tokens) on a freshly loaded model, twice: the first compiles every kernel text it
+    meets (prefill's, and each decode step's attention and cache-write kernels, whose shapes
+    change with the key length), the second finds them compiled (while they fit the device's
+    program cache)."""
+    path = write_model(Path(tempfile.mkdtemp()) / "llama")
+    ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
+    gpu = tgrad.models.from_pretrained(path, device=DEV)
+    out: dict[str, Any] = {"prompt": prompt, "new_tokens": tokens}
+    for run in ("first", "second"):
+        start = time.perf_counter()
+        gpu.generate(ids, tokens)
+        out[f"{run}_s"] = time.perf_counter() - start
+    return out
+
+
 def model(tokens: int, prompt: int) -> dict[str, Any]:
     path = write_model(Path(tempfile.mkdtemp()) / "llama")
     ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
@@ -118,14 +153,19 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--device", default="cuda", choices=["cuda", "opencl"])
+    parser.add_argument("--parts", default="attention,model", help="comma-separated: attention, model, tc, fresh")
     args = parser.parse_args()
     global DEV, TORCH_DEV
     DEV, TORCH_DEV = args.device, "cuda" if args.device == "cuda" else "cpu"
     report: dict[str, Any] = {"device": next(b.device for b in tgrad.backends() if b.name == DEV),
                               "torch": torch.__version__}
-    for name, fn in (("attention_prefill", lambda: attention(1, 16, 512, 512, 64, 5)),
-                     ("attention_decode", lambda: attention(1, 16, 1, 512, 64, 10)),
-                     ("model", lambda: model(args.tokens, args.prompt))):
+    parts = {"attention": [("attention_prefill", lambda: attention(1, 16, 512, 512, 64, 5)),
+                           ("attention_decode", lambda: attention(1, 16, 1, 512, 64, 10))],
+             "model": [("model", lambda: model(args.tokens, args.prompt))],
+             "tc": [("matmul_tc_4096", lambda: matmul_tc(4096, 5)), ("matmul_tc_8192", lambda: matmul_tc(8192, 3))],
+             "fresh": [("model_fresh", lambda: model_fresh(args.tokens, args.prompt))]}
+    chosen = [part for name in args.parts.split(",") for part in parts[name]]
+    for name, fn in chosen:
         try:
             report[name] = fn()
         except Exception as exc:  # one part failing must not lose the others' numbers

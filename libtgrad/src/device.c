@@ -30,12 +30,16 @@ TGRAD_API tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, 
 }
 #endif
 
-enum { NDEVICES = 4, CACHE = 128 };
+/* CACHE: compiled programs kept per device. A decoding step makes new kernel texts at every key
+ * length (used once) beside the model's fixed ones (used every step): least-recently-used eviction
+ * keeps the fixed ones compiled while the one-off texts stream through. */
+enum { NDEVICES = 4, CACHE = 512 };
 static const char *const device_names[NDEVICES] = { "cpu", "metal", "opencl", "cuda" };
 
 typedef struct {
     uint64_t hash;
     void *program;
+    uint64_t last_use; /* the device's use counter at its last launch: the least is evicted */
 } cached_program;
 
 typedef struct {
@@ -44,7 +48,7 @@ typedef struct {
     tgrad_status init_status;
     char reason[512];
     cached_program cache[CACHE];
-    int32_t next_slot; /* round-robin eviction */
+    uint64_t uses; /* counts program lookups, for last_use */
     void *tables[TGRAD_OP_END_]; /* device_table */
     tg_device_pool pool;         /* freed buffers kept for reuse (device_pool.h) */
 } device_state;
@@ -263,19 +267,23 @@ void tg_device_matmul_detail(const tg_step *st, char *dst, size_t cap) {
 static tgrad_status run_text(int32_t device, const tg_text *t, const struct tgrad_launch *launch, void *const *buffers) {
     const tg_backend *be = backend_of(device);
     device_state *st = &states[device];
-    void *program = NULL;
-    for (int32_t i = 0; i < CACHE; i++)
-        if (st->cache[i].program && st->cache[i].hash == launch->source_hash) program = st->cache[i].program;
-    if (!program) {
+    cached_program *hit = NULL, *victim = &st->cache[0];
+    for (int32_t i = 0; i < CACHE && !hit; i++) {
+        cached_program *c = &st->cache[i];
+        if (c->program && c->hash == launch->source_hash) hit = c;
+        else if (victim->program && (!c->program || c->last_use < victim->last_use)) victim = c; /* empty, or older */
+    }
+    if (!hit) {
+        void *program = NULL;
         tgrad_status s = be->compile(t->data, t->len, launch->kernel_name, &program);
         if (s) return s;
-        cached_program *slot = &st->cache[st->next_slot];
-        if (slot->program) be->release_program(slot->program);
-        *slot = (cached_program){ launch->source_hash, program };
-        st->next_slot = (st->next_slot + 1) % CACHE;
+        if (victim->program) be->release_program(victim->program);
+        *victim = (cached_program){ launch->source_hash, program, 0 };
+        hit = victim;
     }
+    hit->last_use = ++st->uses;
     if (!launch->grid[0] || !launch->grid[1] || !launch->grid[2]) return TGRAD_OK; /* nothing to run */
-    return be->launch(program, launch, buffers, launch->buffer_count);
+    return be->launch(hit->program, launch, buffers, launch->buffer_count);
 }
 
 /* A table op's 65,536 results in device memory: uploaded on first use, kept for the process

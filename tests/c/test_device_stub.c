@@ -225,6 +225,31 @@ static void test_a_nonempty_product_launches(void) {
     tgrad_tensor_release(a), tgrad_tensor_release(b), tgrad_tensor_release(c);
 }
 
+/* The program cache evicts the least recently used program: a kernel launched between every one
+ * of 1,500 one-off kernels (each product's K is new, so its text is; more texts than the cache
+ * holds) is compiled once, as a decoding step's fixed kernels must be beside its per-length ones;
+ * and a one-off kernel evicted since is compiled again when it comes back. */
+static void test_a_kernel_in_use_outlives_one_off_kernels(void) {
+    tgrad_tensor_t a = on_metal(3, 5, 0x3f80), b = on_metal(5, 3, 0x3f80), c = 0;
+    int first = compiles;
+    for (int32_t k = 1; k <= 1500; k++) {
+        tgrad_tensor_t x = on_metal(2, k + 7, 0x3f80), y = on_metal(k + 7, 2, 0x3f80), z = 0;
+        EXPECT(tgrad_matmul(x, y, &z), TGRAD_OK);
+        EXPECT(tgrad_tensor_realize(z), TGRAD_OK);
+        EXPECT(tgrad_matmul(a, b, &c), TGRAD_OK);
+        EXPECT(tgrad_tensor_realize(c), TGRAD_OK);
+        tgrad_tensor_release(x), tgrad_tensor_release(y), tgrad_tensor_release(z), tgrad_tensor_release(c);
+    }
+    CHECK(compiles - first == 1500 + 1);
+    tgrad_tensor_t x = on_metal(2, 8, 0x3f80), y = on_metal(8, 2, 0x3f80), z = 0; /* k = 1: long evicted */
+    int before = compiles;
+    EXPECT(tgrad_matmul(x, y, &z), TGRAD_OK);
+    EXPECT(tgrad_tensor_realize(z), TGRAD_OK);
+    CHECK(compiles == before + 1);
+    tgrad_tensor_release(x), tgrad_tensor_release(y), tgrad_tensor_release(z);
+    tgrad_tensor_release(a), tgrad_tensor_release(b);
+}
+
 /* The softmax and norm kinds on Metal: refused when the node is made (MSL has no double), naming
  * why. */
 static void test_softmax_is_refused_on_metal_for_want_of_double(void) {
@@ -251,6 +276,7 @@ int main(void) {
     test_automatic_route_follows_the_policy();
     test_forced_tc_under_exact_is_refused_and_changes_nothing();
     test_softmax_is_refused_on_metal_for_want_of_double();
+    test_a_kernel_in_use_outlives_one_off_kernels();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -306,7 +306,7 @@ def bench(session: nox.Session) -> None:
     `--` go to `python -m tgrad bench`; e.g. `--full`, `--shape 1024x1024x1024`, `--out DIR`).
     Writes bench-out/bench.md, bench.json and bench.png."""
     session.install(".[bench]")
-    for peer in (TORCH, TINYGRAD, GGUF, LLAMA_CPP):  # llama-cpp-python builds llama.cpp (minutes, once: pip caches it)
+    for peer in (TORCH, TRANSFORMERS, TINYGRAD, GGUF, LLAMA_CPP):  # transformers: the model bench's peer; llama-cpp-python builds llama.cpp (minutes, once: pip caches it)
         try:
             session.install(peer)
         except nox.command.CommandFailed:

@@ -1,5 +1,5 @@
 """`python -m tgrad bench --generate` end to end on a tiny model directory, tgrad alone (slow tier:
-it starts child processes)."""
+it starts child processes), and which peers it runs (core tier)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,26 @@ def test_a_wrong_model_directory_is_a_typed_error_before_any_child(tmp_path: Pat
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--model: FileMissingError" in out.stderr and "config.json" in out.stderr
+
+
+def test_the_peers_are_those_installed_and_torch_compile_needs_a_compiler(monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import importlib.util
+
+    from tgrad.bench import generate
+
+    def args() -> argparse.Namespace:
+        return argparse.Namespace(no_peers=False, gen_no_compile=False)
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: name in ("torch", "transformers"))
+    monkeypatch.setattr(generate.shutil, "which", lambda name: "/usr/bin/g++" if name == "g++" else None)
+    assert generate._peers(args()) == ["tgrad", "transformers", "torch.compile"]
+    assert generate._peers(argparse.Namespace(no_peers=False, gen_no_compile=True)) == ["tgrad", "transformers"]
+    assert generate._peers(argparse.Namespace(no_peers=True, gen_no_compile=False)) == ["tgrad"]
+    monkeypatch.setattr(generate.shutil, "which", lambda name: None)
+    assert generate._peers(args()) == ["tgrad", "transformers"]
+    assert "torch.compile peer skipped: no C++ compiler" in capsys.readouterr().out
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: name in ("torch", "transformers", "llama_cpp", "gguf"))
+    monkeypatch.setattr(generate.shutil, "which", lambda name: "/usr/bin/c++" if name == "c++" else None)
+    assert generate._peers(args()) == ["tgrad", "transformers", "torch.compile", "llama.cpp"]

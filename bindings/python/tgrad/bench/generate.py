@@ -1,7 +1,9 @@
 """``python -m tgrad bench --generate``: a random Llama (issue 35's ~100 M shape by default:
 hidden 1024, 8 layers, 16 heads, 4 KV heads, intermediate 2816, vocab 8192, bf16) decoded by
 tgrad.models and by its peers on the same threads, where they are installed: transformers' eager
-bf16 forward (torch), and llama.cpp through llama-cpp-python on a bf16 GGUF of the same weights
+bf16 forward (torch), the same with torch.compile (transformers' recipe: a static KV cache and
+the forward compiled per shape; the warm-up call pays for compiling; `--gen-no-compile` leaves it
+out), and llama.cpp through llama-cpp-python on a bf16 GGUF of the same weights
 (written by gguf_export with the `gguf` package).
 
 Each peer runs in its own child process (so that its peak resident memory, ru_maxrss, is its
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +80,9 @@ else:
     torch.set_num_threads(threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager")
     model.eval()
+    if peer == "torch.compile":  # transformers' recipe: a static KV cache, the forward compiled once a shape
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, dynamic=False)
     tids = torch.from_numpy(ids)
     def last_logits():
         with torch.no_grad():
@@ -88,7 +94,8 @@ else:
         with torch.no_grad():
             out = model.generate(tids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
         return [int(t) for t in out[0, -new:]]
-decode()  # warm: the first call pays for allocation and dispatch set-up
+decode()  # warm: the first call pays for allocation and dispatch set-up (torch.compile: for compiling)
+prefill()
 times = []
 for _ in range(3):
     t = time.perf_counter(); prefill(); times.append(time.perf_counter() - t)
@@ -134,6 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gen-prompt", type=int, default=64, metavar="L", help="--generate: prompt tokens (64)")
     parser.add_argument("--gen-tokens", type=int, default=32, metavar="N", help="--generate: decoded tokens (32)")
     parser.add_argument("--gen-rounds", type=int, default=3, metavar="R", help="--generate: rounds per peer (3)")
+    parser.add_argument("--gen-no-compile", action="store_true",
+                        help="--generate: leave out the torch.compile peer (it compiles for about a minute a round)")
 
 
 def write_model(path: Path, seed: int = 0, shape: dict[str, int] | None = None) -> Path:
@@ -176,6 +185,11 @@ def _peers(args: argparse.Namespace) -> list[str]:
         return peers
     if importlib.util.find_spec("transformers") and importlib.util.find_spec("torch"):
         peers.append("transformers")
+        if not getattr(args, "gen_no_compile", False):
+            if shutil.which("g++") or shutil.which("c++"):  # inductor's CPU code needs a C++ compiler
+                peers.append("torch.compile")
+            else:
+                print("torch.compile peer skipped: no C++ compiler for inductor")
     if importlib.util.find_spec("llama_cpp") and importlib.util.find_spec("gguf"):
         peers.append("llama.cpp")
     return peers

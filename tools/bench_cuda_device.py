@@ -106,6 +106,49 @@ def model_fresh(tokens: int, prompt: int) -> dict[str, Any]:
     return out
 
 
+def one_row(reps: int) -> dict[str, Any]:
+    """x @ W.T for one row x [1, K] (a decoding step's products) on the naive and the tiled route:
+    the same bytes (both the documented order), different speed."""
+    rng = np.random.default_rng(3)
+    out: dict[str, Any] = {}
+    for k, n in ((1024, 1024), (1024, 2816), (2816, 1024), (1024, 8192), (4096, 4096)):
+        x = tgrad.Tensor.from_numpy(rng.standard_normal((1, k)).astype(np.float32), device=DEV)
+        w = tgrad.Tensor.from_numpy(rng.standard_normal((n, k)).astype(np.float32), device=DEV)
+        row: dict[str, Any] = {}
+        for route in ("naive", "tiled"):
+            tgrad.set_device_route(route)
+            try:
+                row[f"{route}_bytes"] = (x @ w.T).realize().to_bytes()
+                row[f"{route}_ms"] = _ms(lambda: (x @ w.T).realize(), reps)
+            finally:
+                tgrad.set_device_route("auto")
+        row["same_bytes"] = row.pop("naive_bytes") == row.pop("tiled_bytes")
+        out[f"1x{k}x{n}"] = row
+    return out
+
+
+def model_routes(tokens: int, prompt: int) -> dict[str, Any]:
+    """generate(ids, tokens) with every product on one route (naive, then tiled), after a warm-up
+    call that compiles: the decode's speed per route, and whether the tokens agree."""
+    path = write_model(Path(tempfile.mkdtemp()) / "llama")
+    ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
+    gpu = tgrad.models.from_pretrained(path, device=DEV)
+    out: dict[str, Any] = {}
+    tokens_of: dict[str, Any] = {}
+    for route in ("naive", "tiled"):
+        tgrad.set_device_route(route)
+        try:
+            gpu.generate(ids, tokens)
+            start = time.perf_counter()
+            tokens_of[route] = np.asarray(gpu.generate(ids, tokens))
+            out[f"{route}_generate_s"] = time.perf_counter() - start
+            out[f"{route}_prefill_ms"] = _ms(lambda: gpu(ids).realize(), 3)
+        finally:
+            tgrad.set_device_route("auto")
+    out["same_tokens"] = bool(np.array_equal(tokens_of["naive"], tokens_of["tiled"]))
+    return out
+
+
 def model(tokens: int, prompt: int) -> dict[str, Any]:
     path = write_model(Path(tempfile.mkdtemp()) / "llama")
     ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
@@ -153,7 +196,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--device", default="cuda", choices=["cuda", "opencl"])
-    parser.add_argument("--parts", default="attention,model", help="comma-separated: attention, model, tc, fresh")
+    parser.add_argument("--parts", default="attention,model", help="comma-separated: attention, model, tc, fresh, rows")
     args = parser.parse_args()
     global DEV, TORCH_DEV
     DEV, TORCH_DEV = args.device, "cuda" if args.device == "cuda" else "cpu"
@@ -163,7 +206,8 @@ def main() -> int:
                            ("attention_decode", lambda: attention(1, 16, 1, 512, 64, 10))],
              "model": [("model", lambda: model(args.tokens, args.prompt))],
              "tc": [("matmul_tc_4096", lambda: matmul_tc(4096, 5)), ("matmul_tc_8192", lambda: matmul_tc(8192, 3))],
-             "fresh": [("model_fresh", lambda: model_fresh(args.tokens, args.prompt))]}
+             "fresh": [("model_fresh", lambda: model_fresh(args.tokens, args.prompt))],
+             "rows": [("one_row", lambda: one_row(20)), ("model_routes", lambda: model_routes(args.tokens, args.prompt))]}
     chosen = [part for name in args.parts.split(",") for part in parts[name]]
     for name, fn in chosen:
         try:

@@ -688,7 +688,8 @@ TGRAD_API tgrad_status tgrad_tensor_device(tgrad_tensor_t tensor, int32_t *devic
  * lives there too, and reading it copies it back. */
 TGRAD_API tgrad_status tgrad_tensor_to(tgrad_tensor_t tensor, int32_t device, tgrad_tensor_t *out);
 /* The route GPU matmuls take: 0 chooses (under TGRAD_MATMUL_PRECISION_BOUNDED tc where the device
- * and shape allow, else tiled; under EXACT, the default, always tiled); TGRAD_ROUTE_NAIVE / TILED
+ * and shape allow; then naive for products of at most 4 rows, else tiled; under EXACT, the
+ * default, never tc); TGRAD_ROUTE_NAIVE / TILED
  * / TC force one (a forced route a problem cannot take is refused when the result is realized,
  * with TGRAD_ERR_ROUTE_NOT_ELIGIBLE; so is a forced tc under EXACT). Process-wide. */
 TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
@@ -696,8 +697,8 @@ TGRAD_API tgrad_status tgrad_set_device_route(int32_t route);
  * order is not documented, so that it cannot give the documented order's bytes and is held to an
  * error bound instead (docs/kernels.md, "Numerics of tc"; docs/numerics.md, "Precision policy").
  *  - TGRAD_MATMUL_PRECISION_EXACT (0, the default): every product gives the bytes of its
- *    documented order (tgrad_set_matmul_order) on every device. GPU matmuls take tiled (or a
- *    forced naive); a forced TGRAD_ROUTE_TC is refused, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE naming
+ *    documented order (tgrad_set_matmul_order) on every device. GPU matmuls take tiled (naive
+ *    for at most 4 rows, or a forced naive); a forced TGRAD_ROUTE_TC is refused, with TGRAD_ERR_ROUTE_NOT_ELIGIBLE naming
  *    this policy, when the result is realized.
  *  - TGRAD_MATMUL_PRECISION_BOUNDED (1): the bounded routes are allowed too: GPU matmuls take tc
  *    where the device and shape allow (MSL simdgroup 8x8 matrices, CUDA mma.sync on sm_80+), each

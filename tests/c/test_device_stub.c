@@ -176,15 +176,23 @@ static void test_automatic_route_follows_the_policy(void) {
     route_of(c, route, sizeof route);
     CHECK(strcmp(route, "metal.tc") == 0); /* realized before: the policy does not change it */
     tgrad_tensor_release(c);
-    /* a shape tc cannot take goes to tiled under bounded too */
-    tgrad_tensor_t s = on_metal(4, 64, 0x3f80), t = on_metal(64, 64, 0x3f80), d = 0;
+    /* a shape tc cannot take (M < 8) goes to tiled under bounded too, or naive for at most 4 rows */
+    tgrad_tensor_t s = on_metal(6, 64, 0x3f80), t = on_metal(64, 64, 0x3f80), d = 0;
     EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_BOUNDED), TGRAD_OK);
     EXPECT(tgrad_matmul(s, t, &d), TGRAD_OK);
     route_of(d, route, sizeof route);
     CHECK(strcmp(route, "metal.tiled") == 0);
     CHECK(explain_has(d, "precision bounded: tiled, the documented order's bytes"));
+    tgrad_tensor_t few = on_metal(4, 64, 0x3f80), e = 0;
+    EXPECT(tgrad_matmul(few, t, &e), TGRAD_OK);
+    route_of(e, route, sizeof route);
+    CHECK(strcmp(route, "metal.naive") == 0);
+    CHECK(explain_has(e, "precision bounded: naive, the documented order's bytes"));
     EXPECT(tgrad_set_matmul_precision(TGRAD_MATMUL_PRECISION_EXACT), TGRAD_OK);
+    route_of(e, route, sizeof route);
+    CHECK(strcmp(route, "metal.naive") == 0);
     tgrad_tensor_release(a), tgrad_tensor_release(s), tgrad_tensor_release(t), tgrad_tensor_release(d);
+    tgrad_tensor_release(few), tgrad_tensor_release(e);
 }
 
 /* A forced tc under exact is refused when the product is realized, naming the policy: nothing is

@@ -94,7 +94,8 @@ def test_block32_on_opencl_is_the_oracle(case, route, opencl_device: str) -> Non
         with _on_opencl(a) as ta, \
                 _on_opencl(b) as tb:
             with tgrad.matmul(ta, tb, order="block32") as c:
-                assert c.route == ("opencl.naive" if route == lib.TGRAD_ROUTE_NAIVE else "opencl.tiled")
+                naive = route == lib.TGRAD_ROUTE_NAIVE or (route == 0 and ta.shape[0] <= 4)  # a few rows: naive
+                assert c.route == ("opencl.naive" if naive else "opencl.tiled")
                 got = c.numpy().view(np.uint16)
     finally:
         lib.tgrad_set_device_route(0)

@@ -53,11 +53,12 @@ def test_roster_case_is_bit_exact_on_cuda(case: Case, route: str, cuda_device: s
                            f"got 0x{int(got[tuple(bad[0])]):04x}, want 0x{int(want[tuple(bad[0])]):04x}")
 
 
-def test_the_default_route_on_cuda_is_tiled(cuda_device: str) -> None:
-    x = np.arange(12, dtype=np.float32).reshape(3, 4)
-    with tgrad.Tensor.from_numpy(x, device="cuda") as a, a @ a.T as c:
-        assert c.route == "cuda.tiled"
-        assert np.array_equal(c.numpy().astype(np.float32), x @ x.T)  # small integers: exact
+def test_the_default_route_on_cuda_is_tiled_and_naive_for_a_few_rows(cuda_device: str) -> None:
+    for rows, route in ((5, "cuda.tiled"), (4, "cuda.naive"), (1, "cuda.naive")):
+        x = (np.arange(rows * 4) % 3).astype(np.float32).reshape(rows, 4)
+        with tgrad.Tensor.from_numpy(x, device="cuda") as a, a @ a.T as c:
+            assert c.route == route
+            assert np.array_equal(c.numpy().astype(np.float32), x @ x.T)  # small integers: exact
 
 
 def test_a_fused_graph_on_cuda_gives_the_cpus_bytes(cuda_device: str) -> None:

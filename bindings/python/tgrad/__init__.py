@@ -316,8 +316,9 @@ _DEVICE_ROUTES = {"auto": 0, "naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_
 
 
 def set_device_route(route: str) -> None:
-    """The kernel route GPU matmuls take, process-wide: "auto" (tiled; under
-    set_matmul_precision("bounded"), tc where the device and shape allow), or force "naive",
+    """The kernel route GPU matmuls take, process-wide: "auto" (naive for products of at most 4
+    rows, else tiled; under set_matmul_precision("bounded"), tc where the device and shape allow),
+    or force "naive",
     "tiled" or "tc". A forced route a problem cannot take raises RouteNotEligibleError when the
     result is read, and so does a forced tc under the default precision, "exact". naive and
     tiled give the same bytes (the documented order's); tc stays within its error bound

@@ -26,6 +26,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# No kernel images on disk between tests (kernel_cache.h): a fake compiler's failure mode must not
+# be answered from an image an earlier test stored. The cache's own test names its directory.
+os.environ.setdefault("TGRAD_KERNEL_CACHE", "0")
 if importlib.util.find_spec("tgrad") is None:
     # Not installed (nox installs it): run against the source tree and the meson build's library
     # unless TGRAD_LIB says otherwise.

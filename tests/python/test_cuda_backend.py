@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import subprocess
 import sys
 
@@ -219,6 +220,30 @@ def test_nvrtc_rejecting_a_kernel_is_kernel_compile_failed_with_its_log(fake_cud
     assert "NVRTC failed to compile" in message and "NVRTC_ERROR_COMPILATION" in message, message
     assert "fake.cu(1): error: #error directive" in message, message
     assert out["leaked"] == [0, 0, 0] and out["fake_live"][1:] == [0, 0], out  # type: ignore[index]
+
+
+def test_compiled_kernels_are_kept_on_disk_for_the_next_process(fake_cuda: str, tmp_path: Path) -> None:
+    """libtgrad/src/kernel_cache.c through the backend: a first process compiles each kernel and
+    stores its image; a second, whose NVRTC rejects every kernel, runs from the stored images; a
+    damaged file, or the cache turned off, is a miss (the compile runs, and fails again)."""
+    cache = tmp_path / "kernels" / "nested"  # made on the first store
+    base = {"TGRAD_CUDA_DRIVER": fake_cuda, "TGRAD_NVRTC": fake_cuda, "TGRAD_KERNEL_CACHE": str(cache)}
+    assert _probe(**base)["realized"] is True
+    files = sorted(cache.glob("cuda-*.bin"))
+    assert files and not list(cache.glob("*.tmp"))
+    out = _probe(**base, TGRAD_FAKE_CUDA="compile-fails")
+    assert out["realized"] is True and "error" not in out and out["leaked"] == [0, 0, 0], out
+    assert _probe(**{**base, "TGRAD_KERNEL_CACHE": "0"}, TGRAD_FAKE_CUDA="compile-fails")["error"] == \
+        "KernelCompileFailedError"
+    for damage in (lambda b: b[:-1], lambda b: b + b"x", lambda b: b[:40] + bytes([b[40] ^ 1]) + b[41:]):
+        kept = [f.read_bytes() for f in files]
+        for f, data in zip(files, kept):
+            f.write_bytes(damage(data))  # a cut image, bytes after it, a changed source byte
+        out = _probe(**base, TGRAD_FAKE_CUDA="compile-fails")
+        assert out["error"] == "KernelCompileFailedError" and out["leaked"] == [0, 0, 0], out
+        for f, data in zip(files, kept):
+            f.write_bytes(data)
+    assert _probe(**base, TGRAD_FAKE_CUDA="compile-fails")["realized"] is True  # restored: hits again
 
 
 @pytest.mark.parametrize(("mode", "error", "name"), [

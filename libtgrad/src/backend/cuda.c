@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "cuda_api.h"
+#include "kernel_cache.h"
 
 static struct {
 #define TG_CU_FIELD(name) tg_##name name;
@@ -315,12 +316,26 @@ done:
     return s;
 }
 
+/* The image of `source`: from the kernel cache (kernel_cache.h) unless `fresh`, else compiled by
+ * NVRTC and stored there. */
+static tgrad_status image_of(const char *source, size_t length, const char *kernel_name, bool fresh, char **image,
+                             size_t *size, bool *cached) {
+    char tag[400]; /* everything the image depends on besides the source: device, NVRTC, options */
+    snprintf(tag, sizeof tag, "%s|%s|--fmad=false|%s", device_label, arch_option, use_ptx ? "ptx" : "cubin");
+    *cached = !fresh && tg_kernel_cache_load("cuda", tag, source, length, image, size);
+    if (*cached) return TGRAD_OK;
+    tgrad_status s = nvrtc_compile(source, length, kernel_name, arch_option, use_ptx, image, size);
+    if (!s) tg_kernel_cache_store("cuda", tag, source, length, *image, *size);
+    return s;
+}
+
 static tgrad_status cuda_compile(const char *source, size_t length, const char *kernel_name, void **program) {
     REQUIRE_DEVICE("compile");
     if (!source || !kernel_name || !program) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cuda: compile with NULL");
     char *image = NULL;
     size_t size = 0;
-    tgrad_status s = nvrtc_compile(source, length, kernel_name, arch_option, use_ptx, &image, &size);
+    bool cached = false;
+    tgrad_status s = image_of(source, length, kernel_name, false, &image, &size, &cached);
     if (s) return s;
     cuda_program *p = tg_calloc(1, sizeof *p);
     if (!p) {
@@ -329,6 +344,16 @@ static tgrad_status cuda_compile(const char *source, size_t length, const char *
     }
     CUresult err = cu.cuModuleLoadData(&p->module, image);
     free(image);
+    image = NULL;
+    if (err != CUDA_SUCCESS && cached) { /* a stored image the driver refuses: compile it afresh */
+        s = image_of(source, length, kernel_name, true, &image, &size, &cached);
+        err = s ? CUDA_SUCCESS : cu.cuModuleLoadData(&p->module, image);
+        free(image);
+        if (s) {
+            free(p);
+            return s;
+        }
+    }
     if (err != CUDA_SUCCESS) {
         free(p);
         return cu_fail(err, "cuModuleLoadData");

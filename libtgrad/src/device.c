@@ -197,8 +197,8 @@ static bool has_matrices(const tg_backend *be) { return be && be->has_matrix_rou
 /* The route a matmul takes on `device` under `precision` (the policy read once, when the step is
  * planned): the forced one (a forced tc under EXACT is refused when the step runs, by
  * tg_device_execute), or, under BOUNDED, tc where the device has matrices and the shape is
- * eligible, else naive for at most FEW_ROWS rows, else tiled (which takes every shape). Checks record no error here. The scheduler asks
- * once per step; the step runs what it was told. */
+ * eligible, else naive for at most FEW_ROWS rows, else tiled (which takes every shape). Checks
+ * record no error here. The scheduler asks once per step; the step runs what it was told. */
 const tg_route *tg_device_matmul_route(const tg_view *a, const tg_view *b, int32_t device, int32_t precision) {
     int32_t forced = atomic_load(&forced_route);
     if (forced) return tg_route_find(forced);

@@ -83,11 +83,10 @@ NOT_CPU_KERNEL_TESTS = (
 EVERY_VARIANT_TESTS = ("conformance_cpu", "conformance_graphs", "properties", "matmul_order")
 
 
-def _pytest_each_cpu_variant(session: nox.Session) -> None:
-    """The core tier's CPU tests once more per CPU variant this machine runs, each forced with
-    TGRAD_CPU_ISA (matmul micro-kernels and elementwise loops alike), so that no test depends on
-    which variant the automatic choice picks here (issue 38). Left out: the files above, the tests
-    parametrized by a variant's name and those marked every_variant (they set each variant themselves)."""
+def _cpu_test_selection(session: nox.Session) -> tuple[list[str], dict[str, str]]:
+    """The core tier's CPU tests, as pytest arguments (the files above ignored, the tests
+    parametrized by a variant's name and those marked every_variant deselected), and the CPU
+    variants tgrad lists here (name: "1" where this machine runs it)."""
     files = ROOT / "tests" / "python"
     args = []
     for name in NOT_CPU_KERNEL_TESTS + EVERY_VARIANT_TESTS:
@@ -99,6 +98,15 @@ def _pytest_each_cpu_variant(session: nox.Session) -> None:
                          silent=True, env={"TGRAD_LIB": "", "TGRAD_CPU_ISA": ""})
     variants = dict(item.split(":") for item in str(listed).split())
     args += ["-k", " and ".join(f"not {name}" for name in [*variants, "every_variant"])]
+    return args, variants
+
+
+def _pytest_each_cpu_variant(session: nox.Session) -> None:
+    """The core tier's CPU tests once more per CPU variant this machine runs, each forced with
+    TGRAD_CPU_ISA (matmul micro-kernels and elementwise loops alike), so that no test depends on
+    which variant the automatic choice picks here (issue 38). Left out: the files above, the tests
+    parametrized by a variant's name and those marked every_variant (they set each variant themselves)."""
+    args, variants = _cpu_test_selection(session)
     for variant in (name for name, ok in variants.items() if ok == "1"):
         session.log(f"the CPU tests with TGRAD_CPU_ISA={variant}")
         _pytest(session, "tests", env={"TGRAD_CPU_ISA": variant}, extra=args)
@@ -137,13 +145,22 @@ def slow(session: nox.Session) -> None:
     command through pipes and in child processes, the generated-MSL tier on the C++ emulator (its
     compiled kernels are cached in MSL_EMU_CACHE, by default under the temp directory), the
     committed scorecards regenerated, the property and mpmath sweeps, the C and Rust examples
-    built against the installed package through pkg-config. Then the core tier again with
-    TGRAD_NATIVE=0: Tensor's hot path through its Python twin (tgrad/_tensor_base.py), the one a
-    source tree without the C module uses."""
+    built against the installed package through pkg-config. Then the core tier's CPU tests again
+    with TGRAD_NATIVE=0: Tensor's hot path through its Python twin (tgrad/_tensor_base.py), the
+    one a source tree without the C module uses."""
     session.install(".[test,bench,examples]", "pkgconf")
     _pytest(session, "slow", env={"TGRAD_REQUIRE_EXAMPLES": "1"})  # the digits example's test may not skip
     session.chdir(ROOT)
-    _pytest(session, "tests", env={"TGRAD_NATIVE": "0"})
+    # The Python twin is four methods (a @ b, realize(), numpy(), the release): the core tier's CPU
+    # tests (the selection of the forced-variant reruns above, about 2,000 tests) run every one of
+    # them through it, on the automatic variant, with their errors and edge cases. The files
+    # that selection leaves out test no Tensor product path a binding could change (the ABI's
+    # surface, docs, the oracle, formats, GPU routes whose work is in the library) or repeat
+    # every CPU variant's kernels (bytes the binding only passes along); test_native compares
+    # the two bindings call by call in child interpreters, whichever is in force. Until
+    # 2026-12-04 this reran the whole core tier (about 3,700 tests, twice the time).
+    args, _ = _cpu_test_selection(session)
+    _pytest(session, "tests", env={"TGRAD_NATIVE": "0"}, extra=args)
 
 
 @nox.session

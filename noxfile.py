@@ -173,6 +173,27 @@ def cuda(session: nox.Session) -> None:
     _pytest(session, "cuda", env={"TGRAD_REQUIRE_CUDA_TOOLS": "1"})
 
 
+#: Slow-tier tests that `nox -s sanitize` leaves to `nox -s slow` (which runs them unsanitized):
+#: each repeats, over more input values, kernel calls whose shapes, routes and slow paths the
+#: core tier's samples of the same ops already run under ASan, or loads no libtgrad of this
+#: build at all. About 30% of the sanitized pytest run's CPU time, and no memory path of its own.
+UNSANITIZED_ONLY = (
+    # all 2^32 bf16 pairs of pow: 65,536 calls of one 65,536-element kernel (3 min under ASan);
+    # the core tier's pow tests take the same kernel and its exact slow path on samples
+    "test_pow.py::test_bf16_pow_every_pair_is_decided",
+    "test_pow.py::test_float32_pow_large_random_sweep",
+    # 10^6 random pairs and 10^5 random inputs per float32 op against exact references (most of
+    # the time is the Python reference); the core tier's specials, edges, samples and hard inputs
+    # of every op run the same kernels and slow path
+    "test_elementwise_f32_reference.py::test_binary_sweep",
+    "test_elementwise_f32_reference.py::test_transcendental_sweep",
+    # a fresh wheel built by pip and used from another directory: those child processes drop
+    # TGRAD_LIB and LD_PRELOAD, so they load the wheel's own (unsanitized) library
+    "test_packaging.py::test_built_wheel_is_abi3_platform_with_its_license_and_one_top_level_package",
+    "test_packaging.py::test_documented_commands_run_from_any_directory_against_the_installed_wheel",
+)
+
+
 @nox.session
 def sanitize(session: nox.Session) -> None:
     """libtgrad and its C tests under AddressSanitizer + UndefinedBehaviorSanitizer (with fault
@@ -198,10 +219,25 @@ def sanitize(session: nox.Session) -> None:
     # aborting the interpreter.
     session.install(".[test,cuda]")  # cuda: NVRTC, so the CUDA backend's compile path runs here too
     libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
+    # pytest's node ids are relative to its rootdir, the repository's root (pyproject.toml holds
+    # its settings), whatever the working directory: tests/python/test_x.py::test_y.
+    deselect = [f"--deselect=tests/python/{test}" for test in UNSANITIZED_ONLY]
     session.chdir(ROOT / "tests")
+    # A stale name or a wrong prefix would deselect nothing, silently: each listed test must
+    # exist, and none may be left in a collection of their files with the options below.
+    for test in UNSANITIZED_ONLY:
+        file, name = test.split("::")
+        if f"def {name}(" not in (ROOT / "tests" / "python" / file).read_text():
+            session.error(f"noxfile.py's UNSANITIZED_ONLY names {test}, which does not exist")
+    files = sorted({f"python/{test.split('::')[0]}" for test in UNSANITIZED_ONLY})
+    collected = str(session.run("pytest", "--collect-only", "-q", *files, *deselect, silent=True, env={"TGRAD_LIB": ""}))
+    left = [line for line in collected.splitlines() for test in UNSANITIZED_ONLY if line.startswith(f"tests/python/{test}")]
+    if left:
+        session.error(f"UNSANITIZED_ONLY deselected nothing of {left[0]} (node ids changed?)")
     session.run("pytest", "-q", "-x", "-n", "auto", "python",
                 "-k", "not msl_emu and not cuda_emu and not cuda_compile and not bench and not render",
                 "-m", "not typecheck",  # mypy loads no libtgrad; the emulators and compilers neither
+                *deselect,
                 *session.posargs,
                 env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan, "TGRAD_NATIVE": "1",
                      "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],

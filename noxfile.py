@@ -286,12 +286,13 @@ def cross(session: nox.Session) -> None:
 @nox.session
 def exhaustive(session: nox.Session) -> None:
     """The long sweeps: every binary elementwise op but pow over all 2^32 bf16 input pairs on every
-    CPU variant against a double reference (tests/c/test_elementwise.c; about 5 minutes on 2
-    cores), and pow over every a with every 7th b, in the `exhaustive` meson suite; the GPU
-    elementwise text against the CPU loops and all 2^32 float32 patterns through the conversion
-    (tests/c/test_convert.c), in the `long` suite: both left out of `nox -s tests`.
+    CPU variant against a double reference (tests/c/test_elementwise.c; about 6 minutes on 2
+    cores), and pow over every a with every 7th b (12 minutes beside them: the session's 13), in
+    the `exhaustive` meson suite; the GPU elementwise text against the CPU loops and all 2^32
+    float32 patterns through the conversion (tests/c/test_convert.c), in the `long` suite: both
+    left out of `nox -s tests`.
     `nox -s exhaustive -- full` adds pow over all 2^32 pairs (the `exhaustive-pow` suite: about
-    20 minutes more on 2 cores, which CI's hour cannot spare)."""
+    19 minutes more on 2 cores, which CI's hour cannot spare)."""
     if session.posargs not in ([], ["full"]):
         session.error("nox -s exhaustive takes no argument but `full`")
     session.install("meson>=1.3", "ninja")

@@ -11,7 +11,7 @@
 - `nox -s cuda`: the tests marked `cuda`: the rendered CUDA kernels through nvcc, ptxas and NVRTC
   (no GPU needed), the CUDA emulation tier.
 - `nox -s sanitize`, `nox -s fuzz`, `nox -s cross` (aarch64 under qemu-user), `nox -s exhaustive`
-  (the 2^32-pair elementwise sweeps and the all-float32 conversion).
+  (the 2^32-pair elementwise sweeps, pow's sampled unless `-- full`, and the all-float32 conversion).
 - `nox -s bench`: the benchmark suite with live peers.
 
 The pytest tiers are markers (registered in pyproject.toml); TIERS below gives each session's
@@ -83,11 +83,10 @@ NOT_CPU_KERNEL_TESTS = (
 EVERY_VARIANT_TESTS = ("conformance_cpu", "conformance_graphs", "properties", "matmul_order")
 
 
-def _pytest_each_cpu_variant(session: nox.Session) -> None:
-    """The core tier's CPU tests once more per CPU variant this machine runs, each forced with
-    TGRAD_CPU_ISA (matmul micro-kernels and elementwise loops alike), so that no test depends on
-    which variant the automatic choice picks here (issue 38). Left out: the files above, the tests
-    parametrized by a variant's name and those marked every_variant (they set each variant themselves)."""
+def _cpu_test_selection(session: nox.Session) -> tuple[list[str], dict[str, str]]:
+    """The core tier's CPU tests, as pytest arguments (the files above ignored, the tests
+    parametrized by a variant's name and those marked every_variant deselected), and the CPU
+    variants tgrad lists here (name: "1" where this machine runs it)."""
     files = ROOT / "tests" / "python"
     args = []
     for name in NOT_CPU_KERNEL_TESTS + EVERY_VARIANT_TESTS:
@@ -99,6 +98,15 @@ def _pytest_each_cpu_variant(session: nox.Session) -> None:
                          silent=True, env={"TGRAD_LIB": "", "TGRAD_CPU_ISA": ""})
     variants = dict(item.split(":") for item in str(listed).split())
     args += ["-k", " and ".join(f"not {name}" for name in [*variants, "every_variant"])]
+    return args, variants
+
+
+def _pytest_each_cpu_variant(session: nox.Session) -> None:
+    """The core tier's CPU tests once more per CPU variant this machine runs, each forced with
+    TGRAD_CPU_ISA (matmul micro-kernels and elementwise loops alike), so that no test depends on
+    which variant the automatic choice picks here (issue 38). Left out: the files above, the tests
+    parametrized by a variant's name and those marked every_variant (they set each variant themselves)."""
+    args, variants = _cpu_test_selection(session)
     for variant in (name for name, ok in variants.items() if ok == "1"):
         session.log(f"the CPU tests with TGRAD_CPU_ISA={variant}")
         _pytest(session, "tests", env={"TGRAD_CPU_ISA": variant}, extra=args)
@@ -137,13 +145,22 @@ def slow(session: nox.Session) -> None:
     command through pipes and in child processes, the generated-MSL tier on the C++ emulator (its
     compiled kernels are cached in MSL_EMU_CACHE, by default under the temp directory), the
     committed scorecards regenerated, the property and mpmath sweeps, the C and Rust examples
-    built against the installed package through pkg-config. Then the core tier again with
-    TGRAD_NATIVE=0: Tensor's hot path through its Python twin (tgrad/_tensor_base.py), the one a
-    source tree without the C module uses."""
+    built against the installed package through pkg-config. Then the core tier's CPU tests again
+    with TGRAD_NATIVE=0: Tensor's hot path through its Python twin (tgrad/_tensor_base.py), the
+    one a source tree without the C module uses."""
     session.install(".[test,bench,examples]", "pkgconf")
     _pytest(session, "slow", env={"TGRAD_REQUIRE_EXAMPLES": "1"})  # the digits example's test may not skip
     session.chdir(ROOT)
-    _pytest(session, "tests", env={"TGRAD_NATIVE": "0"})
+    # The Python twin is four methods (a @ b, realize(), numpy(), the release): the core tier's CPU
+    # tests (the selection of the forced-variant reruns above, about 2,000 tests) run every one of
+    # them through it, on the automatic variant, with their errors and edge cases. The files
+    # that selection leaves out test no Tensor product path a binding could change (the ABI's
+    # surface, docs, the oracle, formats, GPU routes whose work is in the library) or repeat
+    # every CPU variant's kernels (bytes the binding only passes along); test_native compares
+    # the two bindings call by call in child interpreters, whichever is in force. Until
+    # 2026-12-04 this reran the whole core tier (about 3,700 tests, twice the time).
+    args, _ = _cpu_test_selection(session)
+    _pytest(session, "tests", env={"TGRAD_NATIVE": "0"}, extra=args)
 
 
 @nox.session
@@ -154,6 +171,27 @@ def cuda(session: nox.Session) -> None:
     TGRAD_REQUIRE_CUDA_TOOLS=1 a missing nvcc, ptxas or NVRTC fails a test instead of skipping it."""
     session.install(".[test,cuda]")
     _pytest(session, "cuda", env={"TGRAD_REQUIRE_CUDA_TOOLS": "1"})
+
+
+#: Slow-tier tests that `nox -s sanitize` leaves to `nox -s slow` (which runs them unsanitized):
+#: each repeats, over more input values, kernel calls whose shapes, routes and slow paths the
+#: core tier's samples of the same ops already run under ASan, or loads no libtgrad of this
+#: build at all. About 30% of the sanitized pytest run's CPU time, and no memory path of its own.
+UNSANITIZED_ONLY = (
+    # all 2^32 bf16 pairs of pow: 65,536 calls of one 65,536-element kernel (3 min under ASan);
+    # the core tier's pow tests take the same kernel and its exact slow path on samples
+    "test_pow.py::test_bf16_pow_every_pair_is_decided",
+    "test_pow.py::test_float32_pow_large_random_sweep",
+    # 10^6 random pairs and 10^5 random inputs per float32 op against exact references (most of
+    # the time is the Python reference); the core tier's specials, edges, samples and hard inputs
+    # of every op run the same kernels and slow path
+    "test_elementwise_f32_reference.py::test_binary_sweep",
+    "test_elementwise_f32_reference.py::test_transcendental_sweep",
+    # a fresh wheel built by pip and used from another directory: those child processes drop
+    # TGRAD_LIB and LD_PRELOAD, so they load the wheel's own (unsanitized) library
+    "test_packaging.py::test_built_wheel_is_abi3_platform_with_its_license_and_one_top_level_package",
+    "test_packaging.py::test_documented_commands_run_from_any_directory_against_the_installed_wheel",
+)
 
 
 @nox.session
@@ -181,10 +219,25 @@ def sanitize(session: nox.Session) -> None:
     # aborting the interpreter.
     session.install(".[test,cuda]")  # cuda: NVRTC, so the CUDA backend's compile path runs here too
     libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
+    # pytest's node ids are relative to its rootdir, the repository's root (pyproject.toml holds
+    # its settings), whatever the working directory: tests/python/test_x.py::test_y.
+    deselect = [f"--deselect=tests/python/{test}" for test in UNSANITIZED_ONLY]
     session.chdir(ROOT / "tests")
+    # A stale name or a wrong prefix would deselect nothing, silently: each listed test must
+    # exist, and none may be left in a collection of their files with the options below.
+    for test in UNSANITIZED_ONLY:
+        file, name = test.split("::")
+        if f"def {name}(" not in (ROOT / "tests" / "python" / file).read_text():
+            session.error(f"noxfile.py's UNSANITIZED_ONLY names {test}, which does not exist")
+    files = sorted({f"python/{test.split('::')[0]}" for test in UNSANITIZED_ONLY})
+    collected = str(session.run("pytest", "--collect-only", "-q", *files, *deselect, silent=True, env={"TGRAD_LIB": ""}))
+    left = [line for line in collected.splitlines() for test in UNSANITIZED_ONLY if line.startswith(f"tests/python/{test}")]
+    if left:
+        session.error(f"UNSANITIZED_ONLY deselected nothing of {left[0]} (node ids changed?)")
     session.run("pytest", "-q", "-x", "-n", "auto", "python",
                 "-k", "not msl_emu and not cuda_emu and not cuda_compile and not bench and not render",
                 "-m", "not typecheck",  # mypy loads no libtgrad; the emulators and compilers neither
+                *deselect,
                 *session.posargs,
                 env={"TGRAD_LIB": str(asan / "libtgrad" / "libtgrad.so"), "LD_PRELOAD": libasan, "TGRAD_NATIVE": "1",
                      "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1", "UBSAN_OPTIONS": strict["UBSAN_OPTIONS"],
@@ -232,15 +285,22 @@ def cross(session: nox.Session) -> None:
 
 @nox.session
 def exhaustive(session: nox.Session) -> None:
-    """The long sweeps: every binary elementwise op over all 2^32 bf16 input pairs on every CPU
-    variant against a double reference (tests/c/test_elementwise.c; about 1.5 minutes on 2 cores),
-    in the `exhaustive` meson suite, and all 2^32 float32 patterns through the conversion
-    (tests/c/test_convert.c), in the `long` suite: both left out of `nox -s tests`."""
+    """The long sweeps: every binary elementwise op but pow over all 2^32 bf16 input pairs on every
+    CPU variant against a double reference (tests/c/test_elementwise.c; about 6 minutes on 2
+    cores), and pow over every a with every 7th b (12 minutes beside them: the session's 13), in
+    the `exhaustive` meson suite; the GPU elementwise text against the CPU loops and all 2^32
+    float32 patterns through the conversion (tests/c/test_convert.c), in the `long` suite: both
+    left out of `nox -s tests`.
+    `nox -s exhaustive -- full` adds pow over all 2^32 pairs (the `exhaustive-pow` suite: about
+    19 minutes more on 2 cores, which CI's hour cannot spare)."""
+    if session.posargs not in ([], ["full"]):
+        session.error("nox -s exhaustive takes no argument but `full`")
     session.install("meson>=1.3", "ninja")
     build = (pathlib.Path(session.create_tmp()) / "build-exhaustive").resolve()
     shutil.rmtree(build, ignore_errors=True)
     session.run("meson", "setup", str(build), "--buildtype=release")
-    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--suite", "exhaustive", "--suite", "long")
+    full = ["--suite", "exhaustive-pow"] if session.posargs == ["full"] else []
+    session.run("meson", "test", "-C", str(build), "--print-errorlogs", "--suite", "exhaustive", "--suite", "long", *full)
 
 
 @nox.session

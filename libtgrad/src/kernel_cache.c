@@ -1,5 +1,5 @@
 /* Compiled kernel images kept on disk between processes (kernel_cache.h): one file per (tag,
- * source), named by a hash of both and holding both in full, so a load compares them byte for byte
+ * source), named by hashes of both and holding both in full, so a load compares them byte for byte
  * and a hash collision, a truncated file or another compiler's image is a miss, never a wrong
  * kernel. Writes go to a temporary file in the same directory, renamed into place, so a reader
  * never sees half a file. Every failure is a miss or a skipped store: the cache only saves time. */
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gen/gen.h"
 #include "internal.h"
 
 static const char MAGIC[8] = { 't', 'g', 'k', 'c', 'a', 'c', 'h', '1' };
@@ -39,18 +40,13 @@ static bool make_dirs(char *path) { /* mkdir -p; path is restored */
     return mkdir(path, 0700) == 0 || errno == EEXIST;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
-static bool file_of(const char *backend, const char *tag, const char *source, size_t length, char *path,
-                    size_t n) {
-    char dir[900];
-    if (!cache_dir(dir, sizeof dir)) return false;
-    uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ULL, tag, strlen(tag) + 1), source, length);
-    return (size_t)snprintf(path, n, "%s/%s-%016llx.bin", dir, backend, (unsigned long long)h) < n;
+/* The cache's directory and the file of (backend, tag, source) in it, named by the tag's and the
+ * source's FNV-1a hashes (the source's is the in-memory program cache's key, launch->source_hash). */
+static bool file_of(const char *backend, const char *tag, const char *source, size_t length, char *dir, size_t dn,
+                    char *path, size_t pn) {
+    if (!cache_dir(dir, dn)) return false;
+    unsigned long long th = tg_fnv1a64(tag, strlen(tag)), sh = tg_fnv1a64(source, length);
+    return (size_t)snprintf(path, pn, "%s/%s-%016llx-%016llx.bin", dir, backend, th, sh) < pn;
 }
 
 static bool read_exact(FILE *f, void *buf, size_t n) { return fread(buf, 1, n, f) == n; }
@@ -77,9 +73,9 @@ static bool same_key(FILE *f, const char *tag, const char *source, size_t length
 
 bool tg_kernel_cache_load(const char *backend, const char *tag, const char *source, size_t length, char **image,
                           size_t *size) {
-    char path[1024];
+    char dir[900], path[1024];
     *image = NULL, *size = 0;
-    if (!file_of(backend, tag, source, length, path, sizeof path)) return false;
+    if (!file_of(backend, tag, source, length, dir, sizeof dir, path, sizeof path)) return false;
     FILE *f = fopen(path, "rb");
     if (!f) return false;
     uint64_t n = 0;
@@ -99,9 +95,7 @@ bool tg_kernel_cache_load(const char *backend, const char *tag, const char *sour
 void tg_kernel_cache_store(const char *backend, const char *tag, const char *source, size_t length,
                            const char *image, size_t size) {
     char path[1024], tmp[1100], dir[900];
-    if (!size || !file_of(backend, tag, source, length, path, sizeof path) || !cache_dir(dir, sizeof dir) ||
-        !make_dirs(dir))
-        return;
+    if (!size || !file_of(backend, tag, source, length, dir, sizeof dir, path, sizeof path) || !make_dirs(dir)) return;
     static int serial;
     snprintf(tmp, sizeof tmp, "%s.%ld.%d.tmp", path, (long)getpid(), __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
     FILE *f = fopen(tmp, "wb");

@@ -14,6 +14,7 @@ recorded too: NVRTC builds each kernel text once per process.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -39,6 +40,12 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+@functools.cache
+def _llama() -> Path:
+    """The ~100 M Llama checkpoint (bench --generate's shape), written once for every part."""
+    return write_model(Path(tempfile.mkdtemp()) / "llama")
+
+
 def _ms(fn: Callable[[], Any], reps: int, sync: Callable[[], None] = lambda: None) -> float:
     times = []
     for _ in range(reps):
@@ -56,7 +63,8 @@ def attention(batch: int, heads: int, length: int, sources: int, features: int, 
     on = {d: [tgrad.Tensor.from_numpy(x, device=d) for x in (q, k, v)] for d in ("cpu", DEV)}
 
     def run(device: str) -> tgrad.Tensor:
-        return F.scaled_dot_product_attention(*on[device], is_causal=causal).realize()
+        query, key, value = on[device]
+        return F.scaled_dot_product_attention(query, key, value, is_causal=causal).realize()
 
     start = time.perf_counter()
     got = run(DEV).to_bytes()
@@ -95,7 +103,7 @@ def model_fresh(tokens: int, prompt: int) -> dict[str, Any]:
     meets (prefill's, and each decode step's attention and cache-write kernels, whose shapes
     change with the key length), the second finds them compiled (while they fit the device's
     program cache)."""
-    path = write_model(Path(tempfile.mkdtemp()) / "llama")
+    path = _llama()
     ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
     gpu = tgrad.models.from_pretrained(path, device=DEV)
     out: dict[str, Any] = {"prompt": prompt, "new_tokens": tokens}
@@ -130,7 +138,7 @@ def one_row(reps: int) -> dict[str, Any]:
 def model_routes(tokens: int, prompt: int) -> dict[str, Any]:
     """generate(ids, tokens) with every product on one route (naive, then tiled), after a warm-up
     call that compiles: the decode's speed per route, and whether the tokens agree."""
-    path = write_model(Path(tempfile.mkdtemp()) / "llama")
+    path = _llama()
     ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
     gpu = tgrad.models.from_pretrained(path, device=DEV)
     out: dict[str, Any] = {}
@@ -150,7 +158,7 @@ def model_routes(tokens: int, prompt: int) -> dict[str, Any]:
 
 
 def model(tokens: int, prompt: int) -> dict[str, Any]:
-    path = write_model(Path(tempfile.mkdtemp()) / "llama")
+    path = _llama()
     ids = np.random.default_rng(1).integers(3, SHAPE["vocab_size"], (1, prompt))
     out: dict[str, Any] = {"shape": SHAPE, "prompt": prompt, "new_tokens": tokens}
     cpu = tgrad.models.from_pretrained(path)

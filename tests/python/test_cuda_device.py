@@ -17,6 +17,7 @@ import tgrad
 from tgrad._ffi import lib
 from tgrad.conformance.oracle import bf16_bits_to_f32, f32_to_bf16_bits, matmul_bits, tc_bound
 from tgrad.conformance.rosters import Case, build_operands, roster
+from test_opencl import check_default_routes
 
 CI_ROSTER = roster("ci")
 ROUTES = {"naive": lib.TGRAD_ROUTE_NAIVE, "tiled": lib.TGRAD_ROUTE_TILED}
@@ -54,11 +55,7 @@ def test_roster_case_is_bit_exact_on_cuda(case: Case, route: str, cuda_device: s
 
 
 def test_the_default_route_on_cuda_is_tiled_and_naive_for_a_few_rows(cuda_device: str) -> None:
-    for rows, route in ((5, "cuda.tiled"), (4, "cuda.naive"), (1, "cuda.naive")):
-        x = (np.arange(rows * 4) % 3).astype(np.float32).reshape(rows, 4)
-        with tgrad.Tensor.from_numpy(x, device="cuda") as a, a @ a.T as c:
-            assert c.route == route
-            assert np.array_equal(c.numpy().astype(np.float32), x @ x.T)  # small integers: exact
+    check_default_routes("cuda")
 
 
 def test_a_fused_graph_on_cuda_gives_the_cpus_bytes(cuda_device: str) -> None:

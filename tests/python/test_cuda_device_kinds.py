@@ -36,6 +36,7 @@ import test_gpu_rope as rope  # noqa: E402
 import test_gpu_select as select  # noqa: E402
 import test_gpu_softmax as softmax  # noqa: E402
 from model_dirs import model_dir  # noqa: E402
+from test_models_device import IDS, _same  # noqa: E402
 from test_norms import _rows  # noqa: E402
 
 DEVICE = os.environ.get("TGRAD_TEST_KINDS_DEVICE", "cuda")
@@ -175,10 +176,6 @@ def test_reductions_give_the_cpu_bytes_fused_or_not(dev: str) -> None:
         tgrad.set_fusion(saved)
 
 
-def _softmax_counts() -> int:
-    return softmax._device_rows()
-
-
 @pytest.mark.parametrize("op", softmax.OPS)
 def test_softmax_kinds_give_the_cpu_bytes(op: str, dev: str) -> None:
     rng = np.random.default_rng(3)
@@ -190,13 +187,13 @@ def test_softmax_kinds_give_the_cpu_bytes(op: str, dev: str) -> None:
         for row in softmax.ADVERSARIAL:
             softmax._same(np.array([row]), dtype, op, -1, out_dtype, device=dev)
         softmax._same(rng.standard_normal((4, 4099)) * 6, dtype, op, -1, out_dtype, device=dev)
-    rows = _softmax_counts()
+    rows = softmax._device_rows()
     if op == "log_softmax":  # the rows only binary128 decides: the kernel flags both, the host reruns them
         softmax._same(softmax.BOUNDARY, "float32", op, -1, "bfloat16", device=dev)
-        assert _softmax_counts() - rows == 2
+        assert softmax._device_rows() - rows == 2
     elif op == "softmax":  # NaN and +inf rows: special, the host's
         softmax._same(np.array(softmax.ADVERSARIAL[4:8]), "float32", op, device=dev)
-        assert _softmax_counts() - rows == 4
+        assert softmax._device_rows() - rows == 4
 
 
 @pytest.mark.parametrize("op,eps,weighted,biased", norm.CONFIGS)
@@ -255,18 +252,9 @@ def test_attention_gives_the_cpu_bytes(dev: str) -> None:
         assert np.array_equal(run(dev, **kw), run("cpu", **kw)), kw
 
 
-IDS = np.random.default_rng(9).integers(0, 96, (2, 6))
-
-
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return model_dir(tmp_path_factory.mktemp("llama"))
-
-
-def _same(a: Any, b: Any) -> bool:
-    x = a.numpy() if isinstance(a, tgrad.Tensor) else a
-    y = b.numpy() if isinstance(b, tgrad.Tensor) else b
-    return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
 
 
 def test_the_llama_gives_the_cpu_logits_and_tokens(llama: Path, dev: str) -> None:

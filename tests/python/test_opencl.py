@@ -64,14 +64,19 @@ def test_roster_case_is_bit_exact_on_opencl(case: Case, route: str, opencl_devic
                            f"got 0x{int(got[tuple(bad[0])]):04x}, want 0x{int(want[tuple(bad[0])]):04x}")
 
 
-def test_the_default_route_on_opencl_is_tiled_and_naive_for_a_few_rows(opencl_device: str) -> None:
-    # at most four rows (a decoding step's products): naive, whose one thread per output beats
-    # tiled's mostly empty 32-row tiles there; the same bytes (docs/cuda.md)
-    for rows, route in ((5, "opencl.tiled"), (4, "opencl.naive"), (1, "opencl.naive")):
+def check_default_routes(device: str) -> None:
+    """The automatic route on a GPU device: tiled, and naive for at most four rows (a decoding
+    step's products: one thread per output beats tiled's mostly empty 32-row tiles there; the
+    same bytes, docs/cuda.md). test_cuda_device.py runs it on CUDA."""
+    for rows, route in ((5, "tiled"), (4, "naive"), (1, "naive")):
         x = (np.arange(rows * 4) % 3).astype(np.float32).reshape(rows, 4)
-        with tgrad.Tensor.from_numpy(x, device="opencl") as a, a @ a.T as c:
-            assert c.route == route
+        with tgrad.Tensor.from_numpy(x, device=device) as a, a @ a.T as c:
+            assert c.route == f"{device}.{route}"
             assert np.array_equal(c.numpy().astype(np.float32), x @ x.T)  # small integers: exact
+
+
+def test_the_default_route_on_opencl_is_tiled_and_naive_for_a_few_rows(opencl_device: str) -> None:
+    check_default_routes("opencl")
 
 
 def test_tc_is_refused_on_opencl_with_the_reason(opencl_device: str) -> None:

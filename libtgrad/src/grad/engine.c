@@ -87,8 +87,15 @@ tgrad_status tg_g_handle(tg_grad_arena *A, tg_buffer *b, const tg_view *v, tgrad
     return tg_keep(A, TGRAD_OK, *out);
 }
 
-tgrad_status tg_g_scalar(tg_grad_arena *A, double v, int32_t dtype, tgrad_tensor_t *out) {
-    return KEEP(tgrad_tensor_from_host(&v, TGRAD_DTYPE_F64, 0, NULL, dtype, out), out);
+tgrad_status tg_g_scalar_on(tg_grad_arena *A, double v, int32_t dtype, int32_t device, tgrad_tensor_t *out) {
+    tgrad_status s = KEEP(tgrad_tensor_from_host(&v, TGRAD_DTYPE_F64, 0, NULL, dtype, out), out);
+    if (!s && device != TGRAD_DEVICE_CPU) s = KEEP(tgrad_tensor_to(*out, device, out), out);
+    return s;
+}
+tgrad_status tg_g_scalar(tg_grad_arena *A, double v, int32_t dtype, tgrad_tensor_t like, tgrad_tensor_t *out) {
+    int32_t device = TGRAD_DEVICE_CPU;
+    tgrad_status s = tgrad_tensor_device(like, &device);
+    return s ? s : tg_g_scalar_on(A, v, dtype, device, out);
 }
 tgrad_status tg_g_cast(tg_grad_arena *A, tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out) {
     return KEEP(tgrad_cast(x, dtype, out), out);
@@ -103,21 +110,21 @@ tgrad_status tg_g_binc(tg_grad_arena *A, tgrad_op op, tgrad_tensor_t a, double c
     int32_t dt = 0;
     tgrad_tensor_t k = 0;
     tgrad_status s = tgrad_tensor_dtype(a, &dt);
-    if (!s) s = tg_g_scalar(A, c, dt, &k);
+    if (!s) s = tg_g_scalar(A, c, dt, a, &k);
     return s ? s : tg_g_bin(A, op, a, k, out);
 }
 tgrad_status tg_g_cmpc(tg_grad_arena *A, int32_t cmp, tgrad_tensor_t a, double c, tgrad_tensor_t *out) {
     int32_t dt = 0;
     tgrad_tensor_t k = 0;
     tgrad_status s = tgrad_tensor_dtype(a, &dt);
-    if (!s) s = tg_g_scalar(A, c, dt, &k);
+    if (!s) s = tg_g_scalar(A, c, dt, a, &k);
     return s ? s : KEEP(tgrad_compare(cmp, a, k, out), out);
 }
 tgrad_status tg_g_mask(tg_grad_arena *A, tgrad_tensor_t cond, tgrad_tensor_t a, tgrad_tensor_t *out) {
     int32_t dt = 0;
     tgrad_tensor_t zero = 0;
     tgrad_status s = tgrad_tensor_dtype(a, &dt);
-    if (!s) s = tg_g_scalar(A, 0.0, dt, &zero);
+    if (!s) s = tg_g_scalar(A, 0.0, dt, a, &zero);
     return s ? s : KEEP(tgrad_where(cond, a, zero, out), out);
 }
 tgrad_status tg_g_reshape(tg_grad_arena *A, tgrad_tensor_t x, int32_t ndim, const int64_t *shape, tgrad_tensor_t *out) {
@@ -198,7 +205,7 @@ static tgrad_status walk_add(gwalk *W, tg_buffer *b, int32_t *index) {
         if (!bigger) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "grad: cannot grow the walk");
         W->v = bigger, W->cap = cap;
     }
-    int32_t at;
+    int32_t at = 0; /* set: the table has slots by now */
     walk_find(W, b, &at);
     W->slot[at] = W->n + 1;
     W->v[W->n] = (gvisit){ .buf = b, .node = b->requires_grad && float_dtype(b->dtype) ? tg_buffer_recipe(b) : NULL };
@@ -438,7 +445,7 @@ TGRAD_API tgrad_status tgrad_grad(int32_t n_outputs, const tgrad_tensor_t *outpu
         if (!v->relevant) continue;
         tgrad_tensor_t sd = 0, gb = 0;
         if (seeds) sd = seeds[k];
-        else s = tg_g_scalar(&A, 1.0, cot_dtype(v->buf, grad_dtype), &sd);
+        else s = tg_g_scalar_on(&A, 1.0, cot_dtype(v->buf, grad_dtype), v->buf->device, &sd);
         if (!s && !seeds) s = tg_g_reshape(&A, sd, outs[k].view.ndim, outs[k].view.shape, &sd);
         if (!s) s = tg_g_unview(&A, sd, &outs[k].view, v->buf->numel, &gb);
         if (!s) s = add_cot(&A, v, gb, grad_dtype);

@@ -47,7 +47,9 @@ TG_HIDDEN extern const tg_vjp tg_vjp_matmul, tg_vjp_elementwise, tg_vjp_cast, tg
 TG_HIDDEN extern const tg_vjp tg_vjp_softmax, tg_vjp_rope, tg_vjp_norm, tg_vjp_slice_scatter;
 
 /* Helpers the rules compose with (grad/engine.c): each makes one handle into the arena. */
-TG_HIDDEN tgrad_status tg_g_scalar(tg_grad_arena *A, double v, int32_t dtype, tgrad_tensor_t *out);
+/* A 0-d constant v of dtype on the device `like` lives on (tg_g_scalar_on: on `device`). */
+TG_HIDDEN tgrad_status tg_g_scalar(tg_grad_arena *A, double v, int32_t dtype, tgrad_tensor_t like, tgrad_tensor_t *out);
+TG_HIDDEN tgrad_status tg_g_scalar_on(tg_grad_arena *A, double v, int32_t dtype, int32_t device, tgrad_tensor_t *out);
 TG_HIDDEN tgrad_status tg_g_cast(tg_grad_arena *A, tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
 TG_HIDDEN tgrad_status tg_g_un(tg_grad_arena *A, tgrad_op op, tgrad_tensor_t x, tgrad_tensor_t *out);
 TG_HIDDEN tgrad_status tg_g_bin(tg_grad_arena *A, tgrad_op op, tgrad_tensor_t a, tgrad_tensor_t b, tgrad_tensor_t *out);

@@ -25,7 +25,7 @@ static tgrad_status where_input(const tg_vjp_args *a, int32_t i, tgrad_tensor_t 
     if (i == 0) return *gi = 0, TGRAD_OK; /* a condition has no gradient */
     if (i == 1) return tg_g_mask(a->A, a->x[0], a->g, gi);
     tgrad_tensor_t zero = 0;
-    tgrad_status s = tg_g_scalar(a->A, 0.0, a->cd, &zero);
+    tgrad_status s = tg_g_scalar(a->A, 0.0, a->cd, a->g, &zero);
     return s ? s : tg_keep_out(a->A, tgrad_where(a->x[0], zero, a->g, gi), gi);
 }
 

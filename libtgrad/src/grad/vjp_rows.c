@@ -70,7 +70,7 @@ static tgrad_status slice_scatter_input(const tg_vjp_args *a, int32_t i, tgrad_t
     const tg_view *sv = &n->inputs[1].view;
     if (i == 1) return tg_keep_out(A, tgrad_tensor_slice(a->g, axis, start, start + sv->shape[axis], 1, 0, gi), gi);
     tgrad_tensor_t z = 0;
-    tgrad_status s = tg_g_scalar(A, 0.0, a->cd, &z);
+    tgrad_status s = tg_g_scalar(A, 0.0, a->cd, a->g, &z);
     if (!s) s = tg_g_expand(A, z, sv->ndim, sv->shape, &z);
     return s ? s : tg_keep_out(A, tgrad_slice_scatter(a->g, z, axis, start, gi), gi);
 }

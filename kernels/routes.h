@@ -9,11 +9,13 @@
  *   simdgroup_matrix, summary)
  *   kind          TG_ROUTE_MATMUL, TG_ROUTE_COPY, TG_ROUTE_ELEMENTWISE, TG_ROUTE_REDUCE, TG_ROUTE_CAST,
  *                 TG_ROUTE_GATHER, TG_ROUTE_CONCAT, TG_ROUTE_WHERE, TG_ROUTE_COMPARE, TG_ROUTE_RANDOM or
- *                 TG_ROUTE_SOFTMAX, TG_ROUTE_NORM, TG_ROUTE_ROPE
+ *                 TG_ROUTE_SOFTMAX, TG_ROUTE_NORM, TG_ROUTE_ROPE, TG_ROUTE_PLACE, TG_ROUTE_SCATTER_ADD,
+ *                 TG_ROUTE_OPTIM
  *   tile_m/_n     outputs per threadgroup (rows, columns); copy, elementwise: elements per
  *                 threadgroup in tile_m; reduce: 1 (threads_x threads share each output); cast,
  *                 gather, concat, where, compare: elements per threadgroup in tile_m; softmax: rows
- *                 per threadgroup (one thread each) in tile_m
+ *                 per threadgroup (one thread each) in tile_m; place, scatter_add, optim_step: output elements
+ *                 per threadgroup in tile_m
  *   tile_k        k-depth staged in threadgroup memory per step (0: no staging); even, so a k-pair
  *                 never straddles two stages
  *   threads_x/_y  threadgroup shape; threads_x * threads_y is a multiple of 32 (a simdgroup)
@@ -30,7 +32,8 @@
 
 enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUTE_REDUCE = 4, TG_ROUTE_CAST = 5,
        TG_ROUTE_GATHER = 6, TG_ROUTE_CONCAT = 7, TG_ROUTE_WHERE = 8, TG_ROUTE_COMPARE = 9,
-       TG_ROUTE_RANDOM = 10, TG_ROUTE_SOFTMAX = 11, TG_ROUTE_NORM = 12, TG_ROUTE_ROPE = 13 };
+       TG_ROUTE_RANDOM = 10, TG_ROUTE_SOFTMAX = 11, TG_ROUTE_NORM = 12, TG_ROUTE_ROPE = 13,
+       TG_ROUTE_PLACE = 14, TG_ROUTE_SCATTER_ADD = 15, TG_ROUTE_OPTIM = 16 };
 
 #define TG_ROUTE_LIST(X)                                                                          \
     X(TGRAD_ROUTE_NAIVE, naive, TG_ROUTE_MATMUL, 16, 16, 0, 16, 16, 0, 0, 0, 0,                  \
@@ -73,7 +76,16 @@ enum { TG_ROUTE_MATMUL = 1, TG_ROUTE_COPY = 2, TG_ROUTE_ELEMENTWISE = 3, TG_ROUT
       "kernels/gpu/norm.h); rows with an undecided element are flagged and rerun on the host") \
     X(TGRAD_ROUTE_ROPE, rope, TG_ROUTE_ROPE, 64, 1, 0, 64, 1, 0, 0, 0, 0,                            \
       "rope and rope_backward, one thread per (row, position) in double (the CPU's operations, a "  \
-      "device bound for sin and cos); positions with an undecided value are rerun on the host")
+      "device bound for sin and cos); positions with an undecided value are rerun on the host")    \
+    X(TGRAD_ROUTE_PLACE, place, TG_ROUTE_PLACE, 256, 1, 0, 256, 1, 0, 0, 0, 0,                      \
+      "a view's transpose (its gradient): each element of a zeroed buffer finds by division the "   \
+      "view element that lands on it, if one does, and takes its bits, one element per thread")    \
+    X(TGRAD_ROUTE_SCATTER_ADD, scatter_add, TG_ROUTE_SCATTER_ADD, 256, 1, 0, 256, 1, 0, 0, 0, 0,    \
+      "a gather's transpose (take's gradient): each output element the exact sum of the values "    \
+      "whose index names it (kernels/gpu/reduce.h's 384-bit integer), rounded once, one per thread") \
+    X(TGRAD_ROUTE_OPTIM_STEP, optim_step, TG_ROUTE_OPTIM, 256, 1, 0, 256, 1, 0, 0, 0, 0,               \
+      "an SGD or AdamW step's output, one element per thread: the CPU's float32 operations (fma "     \
+      "one rounding) on float32 bits in integers (kernels/gpu/optim.h), the scalars the launch's")
 
 /* The tc route's simdgroup layout: 4 simdgroups as 2 x 2, each owning a 16 x 16 block of the
  * 32 x 32 tile as 2 x 2 fragments of 8 x 8. */

@@ -162,6 +162,13 @@ static inline ushort tg_bf_relu(ushort h) {
     return h > 0x8000u ? (ushort)0u : h;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either 0x7fc0.
+static inline ushort tg_bf_relu_backward(ushort x, ushort g) {
+    if (tg_bf_is_nan(x) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    return (x & 0x8000u) == 0u && x != 0u ? g : (ushort)0u;
+}
+
 static inline ushort tg_bf_neg(ushort h) {
     return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
 }

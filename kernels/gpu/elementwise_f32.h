@@ -205,6 +205,13 @@ static inline uint tg_f32_relu(uint u) {
     return u > 0x80000000u ? 0u : u;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either NaN.
+static inline uint tg_f32_relu_backward(uint x, uint g) {
+    if (tg_f32_is_nan(x) || tg_f32_is_nan(g))
+        return 0x7fc00000u;
+    return (x & 0x80000000u) == 0u && x != 0u ? g : 0u;
+}
+
 static inline uint tg_f32_neg(uint u) {
     return tg_f32_is_nan(u) ? 0x7fc00000u : u ^ 0x80000000u;
 }

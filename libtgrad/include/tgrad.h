@@ -988,7 +988,10 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes;
  * softmax runs tgrad_softmax's softmax, log_softmax and logsumexp in double (OpenCL and CUDA; not
  * MSL), its rows near a rounding boundary rerun on the host, with the CPU's bytes; norm runs
- * tgrad_rms_norm and tgrad_layer_norm the same way, and rope tgrad_rope and tgrad_rope_backward. */
+ * tgrad_rms_norm and tgrad_layer_norm the same way, and rope tgrad_rope and tgrad_rope_backward;
+ * place and scatter_add run the gradient's transposes of a view and of tgrad_take (bits moved; the
+ * exact sum rounded once), and optim_step tgrad_optim_step (float32 in integers), with the CPU's
+ * bytes. */
 #define TGRAD_ROUTE_NAIVE 1
 #define TGRAD_ROUTE_TILED 2
 #define TGRAD_ROUTE_TC 3
@@ -1004,7 +1007,10 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
 #define TGRAD_ROUTE_SOFTMAX 13
 #define TGRAD_ROUTE_NORM 14
 #define TGRAD_ROUTE_ROPE 15
-#define TGRAD_ROUTE_COUNT 15
+#define TGRAD_ROUTE_PLACE 16
+#define TGRAD_ROUTE_SCATTER_ADD 17
+#define TGRAD_ROUTE_OPTIM_STEP 18
+#define TGRAD_ROUTE_COUNT 18
 /* Kernel languages. Metal Shading Language 2.3+ (bf16 kept as ushort bits; tc needs Apple GPU
  * family 7+), OpenCL C 1.2 (no tc), CUDA C++ (NVRTC or nvcc; no headers; sm_52+, tc sm_80+). */
 #define TGRAD_LANG_MSL 1

@@ -31,7 +31,10 @@ static void decide_where(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_WHERE);
     route_named(st, "where");
 }
-static void decide_optim_step(tg_step *st) { snprintf(st->route, sizeof st->route, "cpu.optim_step"); }
+static void decide_optim_step(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_OPTIM_STEP);
+    route_named(st, "optim_step");
+}
 
 static void decide_compare(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_COMPARE);
@@ -58,8 +61,14 @@ static void decide_random(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_RANDOM);
     route_named(st, "random");
 }
-static void decide_place(tg_step *st) { route_named(st, "place"); }
-static void decide_scatter_add(tg_step *st) { route_named(st, "scatter_add"); }
+static void decide_place(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_PLACE);
+    route_named(st, "place");
+}
+static void decide_scatter_add(tg_step *st) {
+    if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_SCATTER_ADD);
+    route_named(st, "scatter_add");
+}
 static void decide_slice_scatter(tg_step *st) {
     if (st->device != TGRAD_DEVICE_CPU) st->dev_route = tg_route_find(TGRAD_ROUTE_CONCAT); /* step_kernel.c */
     route_named(st, "slice_scatter");
@@ -221,12 +230,15 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                         .gpu_unfused = "a softmax on a GPU device is not fused (its flagged rows rerun on the host)",
                         .base_name = name_softmax, .vjp = &tg_vjp_softmax },
     /* hgcore: the transposes of a gather (grad/scatter_add.c) and of a view (grad/place.c), made
-     * by the backward pass */
+     * by the backward pass; on a device their own routes (gen/render_scatter.c), the indices
+     * checked on the host first */
     [TG_OP_SCATTER_ADD] = { .name = "scatter_add", .role = TG_ROLE_NONE, .decide = decide_scatter_add,
-                            .cpu_execute = tg_scatter_add_execute,
+                            .cpu_execute = tg_scatter_add_execute, .gpu_render = tg_step_render_scatter_add,
+                            .gpu_route = TGRAD_ROUTE_SCATTER_ADD, .gpu_check = tg_scatter_add_device_check,
                             .unfused = "a scatter-add is not fused (it rounds once per summed element)",
                             .base_name = name_kind, .vjp = &tg_vjp_scatter_add },
     [TG_OP_PLACE] = { .name = "place", .role = TG_ROLE_MOVEMENT, .decide = decide_place, .cpu_execute = tg_place_execute,
+                      .gpu_render = tg_step_render_place, .gpu_route = TGRAD_ROUTE_PLACE,
                       .unfused = "a place is not fused (it writes a zeroed buffer)", .base_name = name_kind,
                       .vjp = &tg_vjp_place },
     /* hmodel: writes in place into dst's storage when it may take it (ops/slice_scatter.c); on a
@@ -236,9 +248,11 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                               .gpu_render = tg_step_render_slice_scatter, .gpu_route = TGRAD_ROUTE_CONCAT,
                               .unfused = "a slice_scatter is not fused", .base_name = name_kind,
                               .vjp = &tg_vjp_slice_scatter },
-    /* hgoptim: the optimizer step (ops/optim_step.c), CPU only */
+    /* hgoptim: the optimizer step (ops/optim_step.c); on a device route optim_step's kernel
+     * (gen/render_optim.c), float32 in integers */
     [TG_OP_OPTIM_STEP] = { .name = "optim_step", .role = TG_ROLE_NONE, .decide = decide_optim_step,
-                           .cpu_execute = tg_optim_step_execute,
+                           .cpu_execute = tg_optim_step_execute, .gpu_render = tg_step_render_optim_step,
+                           .gpu_route = TGRAD_ROUTE_OPTIM_STEP,
                            .unfused = "an optimizer step is not fused (its value is stored state)",
                            .base_name = name_kind },
 };

@@ -166,6 +166,51 @@ tgrad_status tg_step_render_slice_scatter(const tg_step *st, const tg_route *rou
     return s;
 }
 
+/* place (a view's transpose): the input lands through params.place's strides and offset in a
+ * zeroed compact buffer of the output's element count. */
+tgrad_status tg_step_render_place(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    tg_gen_place p = { .esize = tg_dtype_size(st->buf->dtype), .src = in[0].view,
+                       .offset = st->base->params.place.offset, .numel = st->buf->numel };
+    memcpy(p.strides, st->base->params.place.strides, sizeof p.strides);
+    tgrad_status s = tg_gen_check_place(l, &p);
+    if (!s) s = tg_gen_render_place(l, &p, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    return s;
+}
+
+/* scatter_add (a gather's transpose): the gradient and the indices, both compact (the node's
+ * constructor made them so); their range is checked on the host first (kinds.c, gpu_check). */
+tgrad_status tg_step_render_scatter_add(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_input *in = st->inputs;
+    tg_gen_scatter_add p = { .dtype = st->buf->dtype, .axis = st->base->params.axes[0], .g = in[0].view,
+                             .index = in[1].view, .out = *st->out };
+    tgrad_status s = tg_gen_check_scatter_add(l, &p);
+    if (!s) s = tg_gen_render_scatter_add(l, &p, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;
+    return s;
+}
+
+/* an optimizer step's output: its inputs through their views, its scalars the launch's words */
+tgrad_status tg_step_render_optim_step(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    (void)route;
+    const tg_node_params *q = &st->base->params;
+    if (st->ninputs > TG_GEN_OPTIM_INPUTS || st->nfused)
+        return tg_fail(TGRAD_ERR_INTERNAL, "render: an optim_step step of %d operands and %d fused ops", (int)st->ninputs,
+                       (int)st->nfused);
+    tg_gen_optim p = { .algo = q->optim.algo, .flags = q->optim.flags, .n = st->ninputs, .which = q->optim.which,
+                       .out = *st->out };
+    for (int32_t j = 0; j < st->ninputs; j++) p.in[j] = st->inputs[j].view, k->bufs[j] = st->inputs[j].buf;
+    k->bufs[st->ninputs] = st->buf;
+    k->words_at = st->ninputs + 1, k->nwords = 8;
+    tg_gen_optim_words(q->optim.s, k->words);
+    tgrad_status s = tg_gen_check_optim(l, &p);
+    if (!s) s = tg_gen_render_optim(l, &p, &k->text, &k->launch);
+    return s;
+}
+
 /* compare (its code in the params) and where: the operands' views broadcast to the output's
  * shape already (ops/compare.c). */
 tgrad_status tg_step_render_pointwise(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {

@@ -13,11 +13,11 @@ typedef struct tg_step_kernel {
      * 0) for the launch's words below */
     const tg_buffer *bufs[TGRAD_LAUNCH_MAX_BUFFERS];
     tgrad_op table_op[TGRAD_LAUNCH_MAX_BUFFERS];
-    /* Values that change from launch to launch of one text (a draw's seed and offset), so that
-     * the text, and its compiled program, is shared: uploaded to a small buffer bound at
-     * words_at (-1: none) for the launch, freed after it. */
+    /* Values that change from launch to launch of one text (a draw's seed and offset, an
+     * optimizer step's scalars), so that the text, and its compiled program, is shared: uploaded
+     * to a small buffer bound at words_at (-1: none) for the launch, freed after it. */
     int32_t words_at, nwords;
-    uint32_t words[4];
+    uint32_t words[8]; /* a draw's seed and offset (4); an optimizer step's scalars (8) */
     /* A flag per row (the softmax kind), bound at flags_at (-1: none): a device buffer of nflags
      * uints that the kernel writes, read back after the launch and handed to the kind's
      * gpu_finish (kinds.h), freed after it. */
@@ -49,6 +49,11 @@ TG_HIDDEN tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *ro
 TG_HIDDEN tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_place(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_scatter_add(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                                  tg_step_kernel *k);
+TG_HIDDEN tgrad_status tg_step_render_optim_step(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                                 tg_step_kernel *k);
 TG_HIDDEN tgrad_status tg_step_render_slice_scatter(const tg_step *st, const tg_route *route, const tg_lang *l,
                                                     tg_step_kernel *k);
 

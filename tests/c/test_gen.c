@@ -41,7 +41,7 @@ static char *render(int32_t route, int32_t lang, tgrad_tensor_t a, tgrad_tensor_
 }
 
 static void test_names(void) {
-    const char *routes[] = { NULL, "naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare", "random", "softmax", "norm", "rope" };
+    const char *routes[] = { NULL, "naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare", "random", "softmax", "norm", "rope", "place", "scatter_add", "optim_step" };
     for (int32_t r = 1; r <= TGRAD_ROUTE_COUNT; r++) CHECK(strcmp(tgrad_route_name(r), routes[r]) == 0);
     CHECK(tgrad_route_name(0) == NULL && tgrad_route_name(TGRAD_ROUTE_COUNT + 1) == NULL);
     CHECK(strcmp(tgrad_lang_name(TGRAD_LANG_MSL), "msl") == 0);

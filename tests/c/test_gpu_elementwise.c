@@ -3,7 +3,8 @@
  * every MSL and OpenCL kernel, compiled here as C, must give the CPU's bytes.
  *   test_gpu_elementwise            every unary input, and every first operand against 600 second
  *                                   operands (all specials, the subnormal and binade edges, a
- *                                   stride through the rest) for each binary op
+ *                                   stride through the rest) for each binary op (relu_backward:
+ *                                   against tgrad_debug_elementwise, both operand orders)
  *   test_gpu_elementwise all S      every first operand against every S-th second operand (suite
  *                                   long: S = 7; S = 1 is all 2^32 pairs, six minutes of one core)
  * Prints "N passed, N failed". */
@@ -83,6 +84,32 @@ static void check_binary(const binary_case *c, bool all, uint32_t stride) {
     verdict(c->name, bad, fa, fb, fw, fg);
 }
 
+/* relu_backward (the one derivative op the prelude spells) against the library's CPU loop
+ * (tgrad_debug_elementwise): every x against the 600 second operands, both ways round (x's and g's
+ * specials each meet every value), or every S-th second operand with `all`. */
+static void check_relu_backward(bool all, uint32_t stride) {
+    static uint16_t xs[0x10000], gs[0x10000], want[0x10000];
+    uint16_t bs[600];
+    int nb = 0;
+    second_operands(bs, &nb);
+    uint32_t count = all ? 0x10000u / stride : (uint32_t)nb;
+    uint64_t bad = 0;
+    uint32_t fa = 0, fb = 0;
+    uint16_t fw = 0, fg = 0;
+    for (uint32_t j = 0; j < count; j++) {
+        uint16_t b = all ? (uint16_t)(j * stride) : bs[j];
+        for (int way = 0; way < 2; way++) {
+            for (uint32_t a = 0; a < 0x10000u; a++) xs[a] = way ? b : (uint16_t)a, gs[a] = way ? (uint16_t)a : b;
+            CHECK(tgrad_debug_elementwise(TGRAD_OP_RELU_BACKWARD, xs, gs, want, 0x10000) == TGRAD_OK);
+            for (uint32_t a = 0; a < 0x10000u; a++) {
+                uint16_t got = tg_bf_relu_backward(xs[a], gs[a]);
+                if (want[a] != got && bad++ == 0) fa = xs[a], fb = gs[a], fw = want[a], fg = got;
+            }
+        }
+    }
+    verdict("relu_backward", bad, fa, fb, fw, fg);
+}
+
 static void check_unary(const unary_case *c) {
     uint64_t bad = 0;
     uint32_t fa = 0;
@@ -101,6 +128,7 @@ int main(int argc, char **argv) {
     tg_fp_env env = tg_fp_env_ieee(); /* the CPU side's fp32 arithmetic as its loops run it */
     for (size_t i = 0; i < sizeof unaries / sizeof unaries[0]; i++) check_unary(&unaries[i]);
     for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++) check_binary(&binaries[i], all, stride);
+    check_relu_backward(all, stride);
     tg_fp_env_restore(env);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -35,6 +35,7 @@ static const binary_case binaries[] = {
     { "add", TGRAD_OP_ADD, tg_f32_add },         { "sub", TGRAD_OP_SUB, tg_f32_sub },
     { "mul", TGRAD_OP_MUL, tg_f32_mul },         { "div", TGRAD_OP_DIV, tg_f32_div },
     { "maximum", TGRAD_OP_MAXIMUM, tg_f32_maximum }, { "minimum", TGRAD_OP_MINIMUM, tg_f32_minimum },
+    { "relu_backward", TGRAD_OP_RELU_BACKWARD, tg_f32_relu_backward },
 };
 
 typedef struct {

@@ -171,6 +171,13 @@ __device__ __forceinline__ ushort tg_bf_relu(ushort h) {
     return h > 0x8000u ? (ushort)0u : h;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either 0x7fc0.
+__device__ __forceinline__ ushort tg_bf_relu_backward(ushort x, ushort g) {
+    if (tg_bf_is_nan(x) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    return (x & 0x8000u) == 0u && x != 0u ? g : (ushort)0u;
+}
+
 __device__ __forceinline__ ushort tg_bf_neg(ushort h) {
     return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
 }
@@ -213,4 +220,4 @@ extern "C" __global__ void tgrad_elementwise_35_21f97068(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements, e1 >= 1 elements, t2 >= 65536 elements, e3 >= 7 elements
-// source hash: 0x23c4399a9aa46ec8
+// source hash: 0xb6d2969a070f9377

@@ -216,6 +216,13 @@ __device__ __forceinline__ uint tg_f32_relu(uint u) {
     return u > 0x80000000u ? 0u : u;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either NaN.
+__device__ __forceinline__ uint tg_f32_relu_backward(uint x, uint g) {
+    if (tg_f32_is_nan(x) || tg_f32_is_nan(g))
+        return 0x7fc00000u;
+    return (x & 0x80000000u) == 0u && x != 0u ? g : 0u;
+}
+
 __device__ __forceinline__ uint tg_f32_neg(uint u) {
     return tg_f32_is_nan(u) ? 0x7fc00000u : u ^ 0x80000000u;
 }
@@ -252,4 +259,4 @@ extern "C" __global__ void tgrad_elementwise_f32_35_23f19ad5(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements
-// source hash: 0x3493d118a196db40
+// source hash: 0xc89cdbc6d6c8898a

@@ -215,6 +215,13 @@ static inline uint tg_f32_relu(uint u) {
     return u > 0x80000000u ? 0u : u;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either NaN.
+static inline uint tg_f32_relu_backward(uint x, uint g) {
+    if (tg_f32_is_nan(x) || tg_f32_is_nan(g))
+        return 0x7fc00000u;
+    return (x & 0x80000000u) == 0u && x != 0u ? g : 0u;
+}
+
 static inline uint tg_f32_neg(uint u) {
     return tg_f32_is_nan(u) ? 0x7fc00000u : u ^ 0x80000000u;
 }
@@ -253,4 +260,4 @@ kernel void tgrad_elementwise_f32_35_23f19ad5(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements
-// source hash: 0xba4a09186a3412c3
+// source hash: 0x1cc7ff2d200869de

@@ -209,6 +209,13 @@ __device__ __forceinline__ ushort tg_bf_relu(ushort h) {
     return h > 0x8000u ? (ushort)0u : h;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either 0x7fc0.
+__device__ __forceinline__ ushort tg_bf_relu_backward(ushort x, ushort g) {
+    if (tg_bf_is_nan(x) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    return (x & 0x8000u) == 0u && x != 0u ? g : (ushort)0u;
+}
+
 __device__ __forceinline__ ushort tg_bf_neg(ushort h) {
     return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
 }
@@ -298,4 +305,4 @@ extern "C" __global__ void tgrad_tiled_48x40x24_35af3ae3(
 // threadgroup: 16 x 16 x 1 threads
 // threadgroup memory: 4096 bytes
 // buffers: a >= 1920 elements, b >= 960 elements, c >= 1152 elements, e0 >= 24 elements, t1 >= 65536 elements
-// source hash: 0x1e1c84f8cbad7ebd
+// source hash: 0xd98c76d4d4d8c372

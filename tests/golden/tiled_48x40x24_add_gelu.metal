@@ -208,6 +208,13 @@ static inline ushort tg_bf_relu(ushort h) {
     return h > 0x8000u ? (ushort)0u : h;
 }
 
+// relu's derivative: g where x > 0 (+inf and subnormals included), else +0; a NaN in either 0x7fc0.
+static inline ushort tg_bf_relu_backward(ushort x, ushort g) {
+    if (tg_bf_is_nan(x) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    return (x & 0x8000u) == 0u && x != 0u ? g : (ushort)0u;
+}
+
 static inline ushort tg_bf_neg(ushort h) {
     return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
 }
@@ -310,4 +317,4 @@ kernel void tgrad_tiled_block32_48x40x24_35af3ae3(
 // threadgroup: 16 x 16 x 1 threads
 // threadgroup memory: 4096 bytes
 // buffers: a >= 1920 elements, b >= 960 elements, c >= 1152 elements, e0 >= 24 elements, t1 >= 65536 elements
-// source hash: 0xb357b9356b17ade6
+// source hash: 0x3f3ee1cedcc8a790

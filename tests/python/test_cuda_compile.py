@@ -10,7 +10,8 @@ few bfloat16 <-> float32 casts (the cast route), the float32 elementwise ops
 (tests/python/test_gpu_elementwise_f32.py), the batched products of tests/python/batched_cases.py
 (every route, both orders, epilogues), the random route's draws (tests/python/test_gpu_random.py)
 the softmax, norm and rope routes' kernels (tests/python/test_gpu_softmax.py,
-test_gpu_norm.py, test_gpu_rope.py), and every step of the tiny Llama's forward with and without
+test_gpu_norm.py, test_gpu_rope.py), the gradient's place, scatter_add and optim_step kernels
+(tests/python/test_gpu_grad_kinds.py), and every step of the tiny Llama's forward with and without
 its KV cache (tests/python/model_dirs.py). Identical texts are compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
@@ -295,6 +296,17 @@ def _rope_kernels(add) -> None:
         add(R.render_tensor(_make("cpu", x, pos, inv, k, backward), None, "cuda"))
 
 
+def _grad_kind_kernels(add) -> None:
+    """place, scatter_add and optim_step (the gradient's routes): every case of
+    tests/python/test_gpu_grad_kinds.py."""
+    from test_gpu_grad_kinds import ALL
+
+    for _, build, args in ALL:
+        t, _ = build(*args, "cpu")
+        for i in range(len(t.explain(json=True)["steps"])):
+            add(R.render_tensor(t, None, "cuda", step=i))
+
+
 @functools.lru_cache(maxsize=1)
 def roster_kernels() -> tuple[R.Kernel, ...]:
     """The distinct kernels (by text) with something to dispatch; entry-point names are unique."""
@@ -318,6 +330,7 @@ def roster_kernels() -> tuple[R.Kernel, ...]:
     _softmax_kernels(add)
     _norm_kernels(add)
     _rope_kernels(add)
+    _grad_kind_kernels(add)
     kernels = tuple(by_text.values())
     names = [k.name for k in kernels]
     assert len(names) == len(set(names)), "two different kernel texts share an entry-point name"
@@ -556,7 +569,8 @@ def write_report(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: s
 def test_the_rosters_render_every_route_in_cuda() -> None:
     kinds = {k.route for k in roster_kernels()}
     assert kinds == {"naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare",
-                     "random", "softmax", "norm", "rope"}
+                     "random", "softmax", "norm", "rope", "place", "scatter_add", "optim_step"}
+    assert kinds == set(R.routes()), "a route no roster renders"
     assert any(k.route == "tc" and len(k.buffer_names) > 3 for k in roster_kernels()), "no tc kernel with an epilogue"
     assert len(roster_kernels()) > 300
 

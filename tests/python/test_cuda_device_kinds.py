@@ -1,6 +1,7 @@
 """Every GPU kind on a real CUDA device (issue 37): the rosters that PoCL and the CUDA emulator run
 in CI, run on `device="cuda"` against the CPU's bytes, by the same helpers as the PoCL tests
-(test_gpu_*.py), plus every elementwise op over every bf16 input, attention, and the Llama.
+(test_gpu_*.py), plus every elementwise op over every bf16 input, attention, the Llama, the
+gradient's kinds (place, scatter_add, optim_step) and an MLP trained on the device.
 
 Skipped where the backend is unavailable (every machine without an NVIDIA GPU and driver, CI
 included), failed instead under TGRAD_REQUIRE_CUDA=1 (a run on a GPU, docs/cuda.md).
@@ -28,6 +29,7 @@ import test_gpu_batched as batched  # noqa: E402
 import test_gpu_cast as cast  # noqa: E402
 import test_gpu_compare as compare  # noqa: E402
 import test_gpu_elementwise_f32 as ew32  # noqa: E402
+import test_gpu_grad_kinds as grad_kinds  # noqa: E402
 import test_gpu_matmul_f32 as mm32  # noqa: E402
 import test_gpu_norm as norm  # noqa: E402
 import test_gpu_random as rand  # noqa: E402
@@ -93,7 +95,7 @@ def test_float32_products_store_the_cpu_accumulators(route: str, order: str, dev
 ALL_BF16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 #: The ops the integer-only GPU prelude has no spelling for (docs/kernels.md): refused on a device.
 NO_DEVICE_SPELLING = {"pow", "gelu_backward", "gelu_tanh_backward", "silu_backward", "sigmoid_backward",
-                      "tanh_backward", "relu_backward", "rsqrt_backward", "sqrt_backward"}
+                      "tanh_backward", "rsqrt_backward", "sqrt_backward"}
 
 
 def _bf16(bits: np.ndarray, device: str) -> tgrad.Tensor:
@@ -275,3 +277,19 @@ def test_the_debug_counters_exist() -> None:
         count = int(getattr(lib, f"TGRAD_DEBUG_{name}_COUNT"))
         c = ffi.new("int64_t[]", count)
         assert getattr(lib, f"tgrad_debug_{name.lower()}_slow_path")(c, count) == 0
+
+
+# ---- the gradient's kinds: place, scatter_add, optim_step, and training -------------------------------
+@pytest.mark.parametrize(("build", "args"), [(c[1], c[2]) for c in grad_kinds.ALL], ids=grad_kinds.IDS)
+def test_the_gradient_kinds_give_the_cpu_bytes(build: Any, args: tuple[Any, ...], dev: str) -> None:
+    t, _ = build(*args, dev)
+    assert t.device == dev
+    got, want = grad_kinds._bytes(t), grad_kinds._result(build, *args, "cpu")
+    assert np.array_equal(got, want), _first(got, want)
+
+
+def test_an_mlp_trains_with_the_cpu_bytes(dev: str) -> None:
+    cpu, got = grad_kinds.train_mlp("cpu"), grad_kinds.train_mlp(dev)
+    assert len(cpu) == len(got) > 2
+    for a, b in zip(cpu, got):
+        assert np.array_equal(a, b), _first(b, a)

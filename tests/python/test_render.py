@@ -49,7 +49,8 @@ def index_line(source: str, operand: str) -> str:
 # ---- names and declarations ----------------------------------------------------------------------
 def test_route_names_and_codes_come_from_the_declarations() -> None:
     declared = re.findall(r"X\(TGRAD_ROUTE_(\w+), (\w+),", ROUTES_H.read_text())
-    assert [name for _, name in declared] == R.routes() == ["naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare", "random", "softmax", "norm", "rope"]
+    assert [name for _, name in declared] == R.routes() == ["naive", "tiled", "tc", "copy", "elementwise", "reduce", "cast", "gather", "concat", "where", "compare", "random", "softmax", "norm", "rope",
+                                                                     "place", "scatter_add", "optim_step"]
     for upper, name in declared:
         assert upper.lower() == name
         assert ffi.string(lib.tgrad_route_name(getattr(lib, f"TGRAD_ROUTE_{upper}"))).decode() == name

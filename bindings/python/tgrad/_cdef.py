@@ -367,7 +367,10 @@ tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *built, int
 #define TGRAD_ROUTE_SOFTMAX 13
 #define TGRAD_ROUTE_NORM 14
 #define TGRAD_ROUTE_ROPE 15
-#define TGRAD_ROUTE_COUNT 15
+#define TGRAD_ROUTE_PLACE 16
+#define TGRAD_ROUTE_SCATTER_ADD 17
+#define TGRAD_ROUTE_OPTIM_STEP 18
+#define TGRAD_ROUTE_COUNT 18
 #define TGRAD_LANG_MSL 1
 #define TGRAD_LANG_OPENCL 2
 #define TGRAD_LANG_CUDA 3

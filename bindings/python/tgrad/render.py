@@ -47,6 +47,13 @@ _ROUTES = _names(lib.tgrad_route_name, int(lib.TGRAD_ROUTE_COUNT))
 _LANGS = _names(lib.tgrad_lang_name, int(lib.TGRAD_LANG_COUNT))
 
 
+def _route_of(name: str) -> str:
+    """The route of a kernel named tgrad_<route>_... (the longest route name that fits: scatter_add,
+    optim_step)."""
+    fits = [r for r in _ROUTES if name.startswith(f"tgrad_{r}_")]
+    return max(fits, key=len) if fits else name.split("_")[1]
+
+
 def routes() -> list[str]:
     """Route names by code: naive, tiled, tc, copy."""
     return list(_ROUTES)
@@ -108,7 +115,7 @@ def _kernel(route: str | None, lang: str, call: Callable[..., int], *args: Any) 
     count = int(launch.buffer_count)
     return Kernel(
         source=ffi.string(dst, int(length[0])).decode("ascii"),
-        route=route if route is not None else name.split("_")[1],  # tgrad_<route>_...
+        route=route if route is not None else _route_of(name),
         lang=lang,
         name=ffi.string(launch.kernel_name).decode("ascii"),
         grid=tuple(int(v) for v in launch.grid),  # type: ignore[arg-type]

@@ -112,6 +112,8 @@ extern const char tg_gen_philox_prelude[];
 extern const char tg_gen_softmax_prelude[];
 /* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */
 extern const char tg_gen_norm_prelude[];
+/* kernels/gpu/optim.h's text (the same), pasted after the float32 one into each optimizer kernel */
+extern const char tg_gen_optim_prelude[];
 /* The elementwise prelude of the chain's dtype (float32: after the tg_u64 typedef), when it has ops. */
 TG_HIDDEN void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c);
 /* `v = op(v, ...);` per op, operands indexed by the output coordinates coord[d]. */

@@ -218,6 +218,45 @@ TG_HIDDEN tgrad_status tg_gen_check_concat(const tg_lang *l, const tg_gen_concat
 TG_HIDDEN tgrad_status tg_gen_render_concat(const tg_lang *l, const tg_gen_concat *p, tg_text *t,
                                             struct tgrad_launch *launch);
 
+/* ---- the gradient's transposes (render_scatter.c) ----
+ * place: out (numel elements, compact) = +0, except that element i of `src` (read through its view)
+ * lands, bit for bit, at offset + sum(i[d] * strides[d]) (grad/place.c); the landing strides must
+ * nest (each larger than the reach of the smaller ones), else the route is not eligible.
+ * scatter_add: out (compact, pre + [n] + post) at [a, j, b] = the exact sum of g[a, q, b] over the
+ * indices q (row-major over `index`) that name j, rounded once to dtype; g (pre + index.shape + post)
+ * and the int32 indices compact, their range checked by the caller (grad/scatter_add.c). */
+typedef struct tg_gen_place {
+    int32_t esize;
+    tg_view src;
+    int64_t strides[TGRAD_MAX_DIMS], offset, numel;
+} tg_gen_place;
+
+typedef struct tg_gen_scatter_add {
+    int32_t dtype, axis;
+    tg_view g, index, out;
+} tg_gen_scatter_add;
+
+TG_HIDDEN tgrad_status tg_gen_check_place(const tg_lang *l, const tg_gen_place *p);
+TG_HIDDEN tgrad_status tg_gen_render_place(const tg_lang *l, const tg_gen_place *p, tg_text *t, struct tgrad_launch *launch);
+TG_HIDDEN tgrad_status tg_gen_check_scatter_add(const tg_lang *l, const tg_gen_scatter_add *p);
+TG_HIDDEN tgrad_status tg_gen_render_scatter_add(const tg_lang *l, const tg_gen_scatter_add *p, tg_text *t,
+                                                 struct tgrad_launch *launch);
+
+/* ---- the optimizer step (render_optim.c) ----
+ * out (compact, the inputs' shape, float32) = output `which` (TGRAD_OPTIM_OUT_*) of one SGD or AdamW
+ * step (algo, flags: TGRAD_OPTIM_*) of the n float32 inputs read through their views, the CPU's
+ * bytes (ops/optim_arith.h); the scalars are the launch's words (tg_gen_optim_words). */
+enum { TG_GEN_OPTIM_INPUTS = 5 };
+typedef struct tg_gen_optim {
+    int32_t algo, flags, n, which;
+    tg_view in[TG_GEN_OPTIM_INPUTS], out;
+} tg_gen_optim;
+
+TG_HIDDEN tgrad_status tg_gen_check_optim(const tg_lang *l, const tg_gen_optim *p);
+TG_HIDDEN tgrad_status tg_gen_render_optim(const tg_lang *l, const tg_gen_optim *p, tg_text *t, struct tgrad_launch *launch);
+/* The launch's words (binding q): the eight scalars' float32 bits. */
+TG_HIDDEN void tg_gen_optim_words(const float *scalars, uint32_t words[8]);
+
 /* ---- compare and where (render_compare.c) ----
  * out (compact row-major) = in[0] <cmp> in[1] (bool bytes 0/1, exact comparisons of the values in
  * any pair of dtypes) for cmp = TGRAD_COMPARE_*, or (cmp 0) in[0] != 0 ? in[1] : in[2] (where: a

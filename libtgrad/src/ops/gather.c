@@ -51,6 +51,12 @@ tgrad_status tg_gather_device_check(const tg_step *st) {
     return check_buffer_indices(st->inputs[1].buf, &st->inputs[1].view, st->inputs[0].view.shape[st->base->params.axes[0]]);
 }
 
+/* A GPU scatter_add (take's gradient), before its launch: the same indices, against the extent of
+ * the result's axis (the forward take's source). */
+tgrad_status tg_scatter_add_device_check(const tg_step *st) {
+    return check_buffer_indices(st->inputs[1].buf, &st->inputs[1].view, st->out->shape[st->base->params.axes[0]]);
+}
+
 static tgrad_status check_and_shape(const tg_tensor *x, const tg_tensor *ix, int32_t axis, int32_t *a, tg_view *ov) {
     const tg_view *xv = &x->view, *iv = &ix->view;
     if (ix->buf->dtype != TGRAD_DTYPE_I32)

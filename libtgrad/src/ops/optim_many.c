@@ -91,7 +91,9 @@ static tgrad_status check_inputs(const tg_tensor *t, int32_t ninputs, int32_t i,
                            (int)k, b, a);
         }
     }
-    return tg_kind_check_device(TG_OP_OPTIM_STEP, t[0].buf->device, fn);
+    if (t[0].buf->device == TGRAD_DEVICE_CPU) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "%s: tensor %d lives on %s; this call runs on the CPU (a device's step "
+                   "runs as lazy tgrad_optim_step nodes)", fn, (int)i, tg_device_name(t[0].buf->device));
 }
 
 TGRAD_API tgrad_status tgrad_optim_step_many(int32_t algo, int32_t flags, int32_t n, int32_t ninputs,

@@ -45,7 +45,8 @@ USE_KERNEL = True
 # With USE_KERNEL: True runs every tensor's step in one C call (tgrad_optim_step_many: each
 # element's inputs read once, every output written, realized); False, one lazy node of the kind
 # per output and a cast per bfloat16 parameter, each realized alone (the same bytes: the tests
-# compare the two).
+# compare the two). Parameters on a GPU device always take the lazy nodes (the kind's GPU route;
+# the one call is the CPU's).
 ONE_CALL = True
 
 
@@ -92,6 +93,11 @@ def _check_lists(params: Sequence[Tensor], grads: Sequence[Tensor], state: Seque
             if isinstance(value, Tensor) and (value.shape != p.shape or value.dtype is not tg.float32):
                 raise errors.ShapeMismatchError(
                     f"{user}: state {i}[{key!r}] is {value.dtype}{list(value.shape)}; expected float32{list(p.shape)}")
+
+
+def _on_cpu(params: Sequence[Tensor]) -> bool:
+    """Every parameter lives on the CPU (the one-call step's device)."""
+    return all(p.device == "cpu" for p in params)
 
 
 def _master(p: Tensor, s: dict[str, Any]) -> Tensor:
@@ -162,7 +168,7 @@ def sgd_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequence[
         raise errors.InvalidArgumentError(f"{user}: nesterov needs momentum > 0 and dampening = 0")
     _check_lists(params, grads, state, user)
     pairs = []
-    if USE_KERNEL and ONE_CALL:
+    if USE_KERNEL and ONE_CALL and _on_cpu(params):
         flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
                  | (_kernel.MOMENTUM if momentum != 0 else 0) | (_kernel.NESTEROV if nesterov else 0))
         sc = [weight_decay, momentum, 1.0 - dampening, -lr]
@@ -216,7 +222,7 @@ def adamw_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequenc
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise errors.InvalidArgumentError(f"{user}: state {i}['step'] must be an int >= 0, got {step!r}")
     pairs = []
-    if USE_KERNEL and ONE_CALL:
+    if USE_KERNEL and ONE_CALL and _on_cpu(params):
         flags = ((_kernel.MAXIMIZE if maximize else 0) | (_kernel.DECAY if weight_decay != 0 else 0)
                  | (_kernel.AMSGRAD if amsgrad else 0))
         w = f32(1 - beta1)
@@ -225,7 +231,7 @@ def adamw_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequenc
             step = s.get("step", 0) + 1
             m, v = s.get("exp_avg"), s.get("exp_avg_sq")
             if m is None or v is None:
-                zeros = tg.zeros(*p.shape, dtype=tg.float32)
+                zeros = tg.zeros(*p.shape, dtype=tg.float32, device=p.device)
                 m, v = (zeros if m is None else m), (zeros if v is None else v)
             sc = [1 - lr * weight_decay, w, f32(w - 1.0), beta2, 1 - beta2, (1 - beta2 ** step) ** 0.5, eps,
                   -(lr / (1 - beta1 ** step))]
@@ -245,7 +251,7 @@ def adamw_step(params: Sequence[Tensor], grads: Sequence[Tensor], state: Sequenc
         m = s.get("exp_avg")
         v = s.get("exp_avg_sq")
         if m is None or v is None:
-            zeros = tg.zeros(*p.shape, dtype=tg.float32)
+            zeros = tg.zeros(*p.shape, dtype=tg.float32, device=p.device)
             m, v = (zeros if m is None else m), (zeros if v is None else v)
         if USE_KERNEL:
             bias_correction1 = 1 - beta1 ** step

@@ -854,7 +854,8 @@ TGRAD_API tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *count
  * TGRAD_DEBUG_SOFTMAX_COUNT): the rows it ran, the outputs it evaluated, the ones whose double
  * evaluation could not decide the rounding and took the binary128 path, and the ones that path
  * could not decide either (rounded from its value and counted: none is known), and the rows a GPU
- * kernel flagged and the host reran (route softmax; those rows are counted in the others too).
+ * kernel flagged and the host reran (route softmax, the backward ops' too; the forward's rows are
+ * counted in the others too).
  * TGRAD_ERR_INVALID_ARGUMENT for a NULL counts or another count. */
 #define TGRAD_DEBUG_SOFTMAX_ROWS 0
 #define TGRAD_DEBUG_SOFTMAX_ELEMENTS 1

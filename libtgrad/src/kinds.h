@@ -115,13 +115,19 @@ TG_HIDDEN double tg_rope_freq(double base, int32_t i, int32_t rd);
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
 /* The GPU route's slow path (ops/softmax.c): the rows flagged by the kernel, recomputed on the
  * host by the CPU's row code, read back from and written back to the device. */
-TG_HIDDEN tgrad_status tg_softmax_check_device(int32_t device, bool backward, const char *fn);
+TG_HIDDEN tgrad_status tg_softmax_check_device(int32_t device, const char *fn);
 TG_HIDDEN tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
 /* --- hgsoft: the softmax kind's backward nodes (ops/softmax_backward.c): their executor, their
  * name for explain, and whether a node's softmax_op is one (a two-input node: y, then g). --- */
 TG_HIDDEN tgrad_status tg_softmax_backward_execute(const tg_step *st);
 TG_HIDDEN const char *tg_softmax_kind_name(int32_t op);
 TG_HIDDEN bool tg_softmax_is_backward(int32_t op);
+/* A backward node's forward op (TGRAD_SOFTMAX_SOFTMAX or _LOG_SOFTMAX) from its softmax_op. */
+TG_HIDDEN int32_t tg_softmax_forward_op(int32_t op);
+/* The GPU route's slow path of the backward ops (tg_softmax_rows_on_host hands them over). */
+TG_HIDDEN tgrad_status tg_softmax_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+/* Add n to TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS (tgrad_debug_softmax_slow_path). */
+TG_HIDDEN void tg_softmax_count_device_rows(int64_t n);
 TG_HIDDEN tgrad_status tg_slice_scatter_execute(const tg_step *st); /* ops/slice_scatter.c */
 TG_HIDDEN tgrad_status tg_optim_step_execute(const tg_step *st); /* ops/optim_step.c */
 /* For a gpu_finish: st's buffers read back to host memory (device.c), host[i] and bytes[i] its

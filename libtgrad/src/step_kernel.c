@@ -244,12 +244,27 @@ tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, con
 
 /* softmax, log_softmax, logsumexp (never with fused chains on a device: the kind's gpu_unfused);
  * binding f: the rows' flags (the host reruns the flagged ones, tg_softmax_rows_on_host). */
+/* softmax_backward, log_softmax_backward: y (or z), g; binding f: the rows' flags */
+static tgrad_status render_softmax_backward(const tg_step *st, const tg_lang *l, tg_step_kernel *k) {
+    const tg_node_input *y = &st->inputs[0], *g = &st->inputs[1];
+    tg_gen_softmax_backward p = { .op = tg_softmax_forward_op(st->base->params.softmax_op),
+                                  .axis = y->view.ndim ? st->base->params.axes[0] : 0, .y_dtype = y->buf->dtype,
+                                  .g_dtype = g->buf->dtype, .out_dtype = st->base->dtype, .y = y->view, .g = g->view };
+    tgrad_status s = tg_gen_check_softmax_backward(l, &p);
+    if (!s) s = tg_gen_render_softmax_backward(l, &p, &k->text, &k->launch);
+    k->bufs[0] = y->buf, k->bufs[1] = g->buf, k->bufs[2] = st->buf;
+    k->flags_at = 3, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[3];
+    return s;
+}
+
 tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     (void)route;
     const tg_node_input *x = &st->inputs[0];
+    if (tg_softmax_is_backward(st->base->params.softmax_op) && !st->pro_base && !st->nfused && st->ninputs == 2)
+        return render_softmax_backward(st, l, k);
     if (st->pro_base || st->nfused || st->ninputs != 1)
-        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: route softmax takes one input and no fused chains "
-                                                     "(the backward ops and fused steps run on the CPU)");
+        return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "render: route softmax takes one input (two: a backward op) and "
+                                                     "no fused chains (fused steps run on the CPU)");
     tg_gen_softmax p = { .op = st->base->params.softmax_op, .axis = x->view.ndim ? st->base->params.axes[0] : 0,
                          .in_dtype = x->buf->dtype, .out_dtype = st->base->dtype, .in = x->view };
     tgrad_status s = tg_gen_check_softmax(l, &p);

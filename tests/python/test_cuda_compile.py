@@ -298,13 +298,20 @@ def _rope_kernels(add) -> None:
 
 def _grad_kind_kernels(add) -> None:
     """place, scatter_add and optim_step (the gradient's routes): every case of
-    tests/python/test_gpu_grad_kinds.py."""
+    tests/python/test_gpu_grad_kinds.py; softmax_backward and log_softmax_backward (the softmax
+    route) in every dtype mix of tests/python/test_gpu_softmax_backward.py."""
     from test_gpu_grad_kinds import ALL
+    from test_gpu_softmax_backward import MIXES, OPS, SHAPES, _inputs, backward
 
     for _, build, args in ALL:
         t, _ = build(*args, "cpu")
         for i in range(len(t.explain(json=True)["steps"])):
             add(R.render_tensor(t, None, "cuda", step=i))
+    for op in OPS:
+        for mix in MIXES:
+            for shape, axis in SHAPES:
+                x, g = _inputs(op, shape, 0)
+                add(R.render_tensor(backward(op, x, g, axis, mix, "cpu"), None, "cuda"))
 
 
 @functools.lru_cache(maxsize=1)

@@ -293,3 +293,22 @@ def test_an_mlp_trains_with_the_cpu_bytes(dev: str) -> None:
     assert len(cpu) == len(got) > 2
     for a, b in zip(cpu, got):
         assert np.array_equal(a, b), _first(b, a)
+
+
+def test_a_classifier_trains_with_the_cpu_bytes(dev: str) -> None:
+    for a, b in zip(grad_kinds.train_classifier("cpu"), grad_kinds.train_classifier(dev)):
+        assert np.array_equal(a, b), _first(b, a)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_the_softmax_backward_ops_give_the_cpu_bytes(op: str, dev: str) -> None:
+    import test_gpu_softmax_backward as smb
+
+    for i, (shape, axis) in enumerate(smb.SHAPES):
+        for mix in smb.MIXES:
+            for mask, special in ((False, None), (True, None), (False, float("nan"))):
+                x, g = smb._inputs(op, shape, 10 * i + int(mask), mask, special)
+                want = _u8(smb.backward(op, x, g, axis, mix, "cpu"))
+                got = smb.backward(op, x, g, axis, mix, dev)
+                assert got.device == dev
+                assert np.array_equal(_u8(got), want), (op, shape, mix, mask, special)

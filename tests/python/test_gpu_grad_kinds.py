@@ -10,8 +10,9 @@ on both emulators (MSL: slow tier; CUDA: cuda tier) with the CPU's bytes:
   zeros and subnormals (the exact sum rounded once: kernels/gpu/reduce.h);
 - optim_step's every output for SGD (decay, momentum, nesterov, maximize) and AdamW (decay,
   amsgrad, maximize, beta1 = 0), inputs with special values, through views;
-- a two-layer MLP trained for three AdamW steps on PoCL gives the CPU's bytes (parameters and
-  state), its backward graph all on the device;
+- a two-layer MLP trained for three AdamW steps, and an embedding classifier under cross-entropy
+  for two, on PoCL give the CPU's bytes (parameters and state), their backward graphs all on the
+  device;
 - planted defects (negative indices not normalized, a wrong landing stride, a fused step rounded
   twice) are caught by the emulators.
 """
@@ -194,6 +195,33 @@ def train_mlp(device: str) -> list[np.ndarray]:
     for s in opt.state.values():
         out += [_bytes(v) for _, v in sorted(s.items()) if isinstance(v, tgrad.Tensor)]
     return out
+
+
+def train_classifier(device: str) -> list[np.ndarray]:
+    """Two AdamW steps of an embedding and a linear layer under cross-entropy (take, scatter_add,
+    log_softmax and its backward, where, sums): the parameters' bytes after them."""
+    import tgrad.nn.functional as F
+
+    rng = np.random.default_rng(1)
+    w = tgrad.Tensor.from_numpy(rng.standard_normal((6, 5)).astype(np.float32) * 0.3, device=device)
+    emb = tgrad.Tensor.from_numpy(rng.standard_normal((10, 6)).astype(np.float32) * 0.3, device=device)
+    params = [w.requires_grad_(), emb.requires_grad_()]
+    opt = tgrad.optim.AdamW(params, lr=1e-2)
+    for _ in range(2):
+        tok = tgrad.tensor(rng.integers(0, 10, 8).astype(np.int32), dtype=tgrad.int32, device=device)
+        lab = tgrad.tensor(rng.integers(0, 5, 8).astype(np.int32), dtype=tgrad.int32, device=device)
+        loss = F.cross_entropy(F.embedding(tok, params[1]) @ params[0], lab)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return [_bytes(p) for p in params]
+
+
+@needs_opencl
+def test_pocl_trains_a_classifier_with_the_cpu_bytes() -> None:
+    """Embedding, linear, cross-entropy (log_softmax's backward on the device) and AdamW."""
+    for a, b in zip(train_classifier("cpu"), train_classifier("opencl")):
+        assert np.array_equal(a, b)
 
 
 @needs_opencl

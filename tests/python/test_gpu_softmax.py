@@ -11,8 +11,9 @@ Promises checked here:
   counts them), random rows are not (their bytes are the kernel's own);
 - the generated CUDA runs on the CUDA emulator with the same decisions: its unflagged rows are the
   CPU's bytes, the flagged ones exactly the rows PoCL flags;
-- MSL has no double: the kind is refused there with a typed error, as are the backward ops on
-  any GPU device; a softmax on a device is never fused (its rerun rows have no chains);
+- MSL has no double: the kind is refused there with a typed error (the backward ops run on the
+  GPU routes too: test_gpu_softmax_backward.py); a softmax on a device is never fused (its rerun
+  rows have no chains);
 - planted defects are caught: a flag never set (the host fallback never taken), a dropped last
   element of the sum, a dropped last output.
 """
@@ -184,13 +185,6 @@ def test_msl_is_refused_with_a_typed_error() -> None:
             k = R.render_tensor(y, None, lang)
             assert k.route == "softmax" and list(k.buffer_names) == ["x", "c", "f"] and "tg_sm_decide" in k.source
         y.release()
-
-
-@needs_opencl
-def test_the_backward_ops_are_refused_on_a_device() -> None:
-    with tgrad.Tensor.from_numpy(np.ones((2, 8), np.float32), device="opencl") as y:
-        with pytest.raises(errors.BackendUnavailableError, match="CPU only"):
-            tgrad.softmax_backward(y, y, -1)
 
 
 # ---- the CUDA emulator -------------------------------------------------------------------------------

@@ -304,6 +304,21 @@ typedef struct tg_gen_softmax {
     tg_view in;
 } tg_gen_softmax;
 
+/* ---- the softmax kind's derivatives (render_softmax_backward.c) ----
+ * softmax_backward (op TGRAD_SOFTMAX_SOFTMAX: y_i (g_i - sum_j g_j y_j)) or log_softmax_backward
+ * (TGRAD_SOFTMAX_LOG_SOFTMAX: g_i - exp(z_i) sum_j g_j, z in y) along `axis`, correctly rounded
+ * as on the CPU (ops/softmax_backward.c): one thread per row in double, out compact row-major in
+ * y's shape, and a flag per row as the forward's (tg_softmax_backward_rows_on_host reruns it). */
+typedef struct tg_gen_softmax_backward {
+    int32_t op, axis;
+    int32_t y_dtype, g_dtype, out_dtype; /* bf16 or float32 each */
+    tg_view y, g;
+} tg_gen_softmax_backward;
+
+TG_HIDDEN tgrad_status tg_gen_check_softmax_backward(const tg_lang *l, const tg_gen_softmax_backward *p);
+TG_HIDDEN tgrad_status tg_gen_render_softmax_backward(const tg_lang *l, const tg_gen_softmax_backward *p, tg_text *t,
+                                                      struct tgrad_launch *launch);
+
 /* ---- the norm kind (render_norm.c) ----
  * rms_norm or layer_norm (TG_NORM_*) of bf16 x over its last naxes axes, weight w and bias b (views
  * of those axes' shape, when has_w / has_b), correctly rounded to bf16 as on the CPU: one thread

@@ -33,6 +33,8 @@ static void count(int32_t what, int64_t n) {
     if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
 }
 
+void tg_softmax_count_device_rows(int64_t n) { count(TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS, n); }
+
 TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t n) {
     if (!counts || n < 1 || n > TGRAD_DEBUG_SOFTMAX_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_softmax_slow_path: counts NULL or count %d outside 1..%d",
@@ -42,16 +44,12 @@ TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t n)
 }
 
 /* ---- the node ---- */
-/* A node of the kind may be made on `device`: the CPU runs all of it; a GPU device the forward ops
- * in a language with double (route softmax: OpenCL, CUDA), not the backward ops (CPU only for now)
- * and not in MSL (no double: docs/metal.md). TGRAD_ERR_BACKEND_UNAVAILABLE naming why. */
-tgrad_status tg_softmax_check_device(int32_t device, bool backward, const char *fn) {
+/* A node of the kind may be made on `device`: the CPU runs all of it; a GPU device every op, the
+ * backward ones too, in a language with double (route softmax: OpenCL, CUDA), not in MSL (no
+ * double: docs/metal.md). TGRAD_ERR_BACKEND_UNAVAILABLE naming why. */
+tgrad_status tg_softmax_check_device(int32_t device, const char *fn) {
     tgrad_status s = tg_kind_check_device(TG_OP_SOFTMAX, device, fn);
     if (s || device == TGRAD_DEVICE_CPU) return s;
-    if (backward)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "%s: the softmax kind's backward runs on the CPU only for now; the tensor lives on %s", fn,
-                       tg_device_name(device));
     const tg_lang *l = tg_lang_find(tg_device_lang(device));
     if (!l || !l->f64)
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
@@ -76,7 +74,7 @@ TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis,
     int32_t in = t.buf->dtype, nd = t.view.ndim;
     tg_node_params P = { .softmax_op = op, .naxes = 1 };
     tg_view ov = { 0 };
-    if (!s) s = tg_softmax_check_device(t.buf->device, false, fn);
+    if (!s) s = tg_softmax_check_device(t.buf->device, fn);
     if (!s && in != TGRAD_DTYPE_BF16 && in != TGRAD_DTYPE_F32)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; %s takes bfloat16 or float32", fn,
                     tg_dtype_name(in), fn);
@@ -456,6 +454,7 @@ tgrad_status tg_softmax_execute(const tg_step *st) {
  * output's storage read back and written again. No flag set: nothing moves. Fused chains never
  * reach a GPU softmax step (the scheduler keeps them apart: its row's gpu_unfused). */
 tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    if (tg_softmax_is_backward(st->base->params.softmax_op)) return tg_softmax_backward_rows_on_host(st, flags, nflags);
     int64_t flagged = 0;
     for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
     if (!flagged) return TGRAD_OK;

@@ -31,6 +31,7 @@ const char *tg_softmax_kind_name(int32_t op) {
 }
 
 bool tg_softmax_is_backward(int32_t op) { return op > TG_SM_BACKWARD; }
+int32_t tg_softmax_forward_op(int32_t op) { return op > TG_SM_BACKWARD ? op - TG_SM_BACKWARD : op; }
 
 /* ---- the node ---- */
 TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgrad_tensor_t g, int32_t axis,
@@ -52,7 +53,7 @@ TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgra
     if (!s && t[1].buf->device != t[0].buf->device)
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: the gradient lives on %s, the forward output on %s", fn,
                     tg_device_name(t[1].buf->device), tg_device_name(t[0].buf->device));
-    if (!s) s = tg_softmax_check_device(t[0].buf->device, true, fn);
+    if (!s) s = tg_softmax_check_device(t[0].buf->device, fn);
     bool same = !s && t[0].view.ndim == t[1].view.ndim;
     for (int32_t d = 0; same && d < t[0].view.ndim; d++) same = t[0].view.shape[d] == t[1].view.shape[d];
     if (!s && !same) {
@@ -121,6 +122,7 @@ typedef struct sb_job {
     int32_t op, out_dtype; /* op: TGRAD_SOFTMAX_SOFTMAX or _LOG_SOFTMAX (the forward's) */
     const tg_sm_variant *v; /* the row loops (exp, loads) of the step's CPU variant: the same doubles */
     const tg_node_input *y, *g;
+    const uint16_t *ydata, *gdata; /* the inputs' storage: the buffers', or read back from a device */
     int64_t n, ystride, gstride;
     int32_t nother;
     int64_t oshape[TGRAD_MAX_DIMS], ystr[TGRAD_MAX_DIMS], gstr[TGRAD_MAX_DIMS];
@@ -130,9 +132,9 @@ typedef struct sb_job {
     atomic_bool oom;
 } sb_job;
 
-static double load(const tg_node_input *in, int64_t k) {
-    if (in->buf->dtype == TGRAD_DTYPE_BF16) return tg_bf16_to_f32(in->buf->data[k]);
-    return ((const float *)in->buf->data)[k];
+static double load(const tg_node_input *in, const uint16_t *data, int64_t k) {
+    if (in->buf->dtype == TGRAD_DTYPE_BF16) return tg_bf16_to_f32(data[k]);
+    return ((const float *)data)[k];
 }
 
 static void put(const sb_job *J, int64_t k, uint32_t bits) {
@@ -335,6 +337,37 @@ static void softmax_row(const sb_job *J, const double *y, const double *g, int64
     }
 }
 
+/* Row r (y, g, e: n doubles of workspace each; e for log_softmax only) into the output. */
+static void run_row(const sb_job *J, int64_t r, double *y, double *g, double *e) {
+    int64_t n = J->n;
+    int64_t yo = J->y->view.offset, go = J->g->view.offset, q = r;
+    for (int32_t d = J->nother - 1; d >= 0; d--) {
+        yo += (q % J->oshape[d]) * J->ystr[d];
+        go += (q % J->oshape[d]) * J->gstr[d];
+        q /= J->oshape[d];
+    }
+    int64_t pos = (r / J->inner) * n * J->inner + r % J->inner;
+    if (J->ystride == 1 && J->gstride == 1) { /* the variant's loads: the same exact doubles */
+        const tg_node_input *in[2] = { J->y, J->g };
+        const uint16_t *data[2] = { J->ydata, J->gdata };
+        double *to[2] = { y, g };
+        int64_t at[2] = { yo, go };
+        for (int k = 0; k < 2; k++) {
+            if (in[k]->buf->dtype == TGRAD_DTYPE_BF16) J->v->load_bf16(data[k] + at[k], n, to[k]);
+            else J->v->load_f32((const float *)data[k] + at[k], n, to[k]);
+        }
+    } else {
+        for (int64_t j = 0; j < n; j++)
+            y[j] = load(J->y, J->ydata, yo + j * J->ystride), g[j] = load(J->g, J->gdata, go + j * J->gstride);
+    }
+    if (J->op == TGRAD_SOFTMAX_LOG_SOFTMAX) log_row(J, y, g, e, pos);
+    else softmax_row(J, y, g, pos);
+    if (J->epi) {
+        if (J->inner == 1) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
+        else for (int64_t i = 0; i < n; i++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + i * J->inner, 1);
+    }
+}
+
 static void task_rows(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     sb_job *J = arg;
@@ -349,54 +382,35 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     }
     tg_fp_env env = tg_fp_env_ieee();
     int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
-    for (int64_t r = lo; r < hi; r++) {
-        int64_t yo = J->y->view.offset, go = J->g->view.offset, q = r;
-        for (int32_t d = J->nother - 1; d >= 0; d--) {
-            yo += (q % J->oshape[d]) * J->ystr[d];
-            go += (q % J->oshape[d]) * J->gstr[d];
-            q /= J->oshape[d];
-        }
-        int64_t pos = (r / J->inner) * n * J->inner + r % J->inner;
-        if (J->ystride == 1 && J->gstride == 1) { /* the variant's loads: the same exact doubles */
-            const tg_node_input *in[2] = { J->y, J->g };
-            double *to[2] = { y, g };
-            int64_t at[2] = { yo, go };
-            for (int k = 0; k < 2; k++) {
-                if (in[k]->buf->dtype == TGRAD_DTYPE_BF16) J->v->load_bf16(in[k]->buf->data + at[k], n, to[k]);
-                else J->v->load_f32((const float *)in[k]->buf->data + at[k], n, to[k]);
-            }
-        } else {
-            for (int64_t j = 0; j < n; j++) y[j] = load(J->y, yo + j * J->ystride), g[j] = load(J->g, go + j * J->gstride);
-        }
-        if (log) log_row(J, y, g, e, pos);
-        else softmax_row(J, y, g, pos);
-        if (J->epi) {
-            if (J->inner == 1) tg_chain_apply(J->epi, (uint16_t *)J->out, pos, n);
-            else for (int64_t i = 0; i < n; i++) tg_chain_apply(J->epi, (uint16_t *)J->out, pos + i * J->inner, 1);
-        }
-    }
+    for (int64_t r = lo; r < hi; r++) run_row(J, r, y, g, e);
     tg_fp_env_restore(env);
     free(y), free(g), free(e);
 }
 
-tgrad_status tg_softmax_backward_execute(const tg_step *st) {
+/* The job of step st over the inputs' storage ydata, gdata and the output's (out). */
+static void job_init(sb_job *J, const tg_step *st, const void *ydata, const void *gdata, void *out) {
     const tg_node_input *yi = &st->inputs[0], *gi = &st->inputs[1];
     int32_t axis = st->base->params.axes[0], nd = yi->view.ndim;
-    sb_job J = { .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi,
-                 .out = (char *)st->buf->data, .inner = 1, .rows = 1, .v = tg_sm_variant_for(st) };
-    tg_chain epi;
-    if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
-    J.n = nd ? yi->view.shape[axis] : 1;
-    J.ystride = nd ? yi->view.strides[axis] : 0;
-    J.gstride = nd ? gi->view.strides[axis] : 0;
+    *J = (sb_job){ .op = st->base->params.softmax_op - TG_SM_BACKWARD, .out_dtype = st->base->dtype, .y = yi, .g = gi,
+                   .ydata = ydata, .gdata = gdata, .out = out, .inner = 1, .rows = 1, .v = tg_sm_variant_for(st) };
+    J->n = nd ? yi->view.shape[axis] : 1;
+    J->ystride = nd ? yi->view.strides[axis] : 0;
+    J->gstride = nd ? gi->view.strides[axis] : 0;
     for (int32_t d = 0; d < nd; d++) {
         if (d == axis) continue;
-        J.oshape[J.nother] = yi->view.shape[d];
-        J.ystr[J.nother] = yi->view.strides[d], J.gstr[J.nother++] = gi->view.strides[d];
-        J.rows *= yi->view.shape[d];
-        if (d > axis) J.inner *= yi->view.shape[d];
+        J->oshape[J->nother] = yi->view.shape[d];
+        J->ystr[J->nother] = yi->view.strides[d], J->gstr[J->nother++] = gi->view.strides[d];
+        J->rows *= yi->view.shape[d];
+        if (d > axis) J->inner *= yi->view.shape[d];
     }
-    atomic_init(&J.oom, false);
+    atomic_init(&J->oom, false);
+}
+
+tgrad_status tg_softmax_backward_execute(const tg_step *st) {
+    sb_job J;
+    job_init(&J, st, st->inputs[0].buf->data, st->inputs[1].buf->data, st->buf->data);
+    tg_chain epi;
+    if (st->nfused) tg_chain_from_step(st, &epi), J.epi = &epi;
     if (J.rows == 0 || J.n == 0) return TGRAD_OK;
     J.rows_per_task = (1 << 14) / J.n > 0 ? (1 << 14) / J.n : 1;
     int64_t tasks = (J.rows + J.rows_per_task - 1) / J.rows_per_task;
@@ -406,4 +420,39 @@ tgrad_status tg_softmax_backward_execute(const tg_step *st) {
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row's workspace (%lld elements)",
                        tg_softmax_kind_name(J.op + TG_SM_BACKWARD), (long long)J.n);
     return TGRAD_OK;
+}
+
+/* ---- the GPU route's slow path ---- */
+/* After a GPU launch of a backward step (gen/render_softmax_backward.c): the flagged rows (an
+ * element the kernel's bound leaves undecided, a sum that is not finite, an input z_i not below 0)
+ * are recomputed here by the CPU's own row code (run_row: the same function, so the same bytes),
+ * from the inputs' storage read back, into the output's read back and written again. */
+tgrad_status tg_softmax_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    int64_t flagged = 0;
+    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
+    if (!flagged) return TGRAD_OK;
+    const char *fn = tg_softmax_kind_name(st->base->params.softmax_op);
+    if (st->pro_base || st->nfused)
+        return tg_fail(TGRAD_ERR_INTERNAL, "%s: a GPU step with fused chains (the scheduler keeps them apart)", fn);
+    void *host[4];
+    size_t bytes[4];
+    tgrad_status s = tg_device_stage_step(st, host, bytes, "softmax_backward: cannot stage the flagged rows on the host");
+    if (s) return s;
+    sb_job J;
+    job_init(&J, st, host[0], host[1], host[3]);
+    int64_t m = J.n ? J.n : 1;
+    double *y = malloc(sizeof(double) * (size_t)m), *g = malloc(sizeof(double) * (size_t)m);
+    double *e = malloc(sizeof(double) * (size_t)m);
+    if (!y || !g || !e) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row's workspace", fn);
+    if (!s) {
+        tg_softmax_count_device_rows(flagged);
+        tg_fp_env env = tg_fp_env_ieee();
+        for (int64_t r = 0; r < nflags && r < J.rows; r++)
+            if (flags[r]) run_row(&J, r, y, g, e);
+        tg_fp_env_restore(env);
+        s = tg_device_upload(st->device, st->buf->dev_mem, host[3], bytes[3]);
+    }
+    free(y), free(g), free(e);
+    tg_device_staged_free(host);
+    return s;
 }

@@ -122,7 +122,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
             f"{user}: target {int(bad.flat[0])} is out of bounds for {classes} classes (and is not ignore_index {ignore})")
 
     trailing = (1,) * (x.ndim - cls - 1)
-    class_ids = tg.arange(classes, dtype=tg.int32).reshape(classes, *trailing)
+    class_ids = tg.arange(classes, dtype=tg.int32, device=x.device).reshape(classes, *trailing)
     valid = t != ignore
     hit = tg.logical_and(tg.eq(t.unsqueeze(cls), class_ids), valid.unsqueeze(cls))
     neg_logp = -tg.log_softmax(xf, dim=cls, dtype=tg.float32)
@@ -133,7 +133,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
         nll = nll * w_t
         total = w_t.sum()
     else:
-        total = valid.to(tg.float32).sum()
+        total = tg.where(valid, tg.ones(1, dtype=tg.float32, device=x.device), 0.0).sum()  # 1.0 per valid target
     loss = _reduce(nll, total, red)
     if eps > 0:
         smooth_terms = neg_logp if w_b is None else neg_logp * w_b

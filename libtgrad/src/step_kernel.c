@@ -276,9 +276,28 @@ tgrad_status tg_step_render_softmax(const tg_step *st, const tg_route *route, co
 
 /* rms_norm, layer_norm: x, then the weight and the bias when present; binding f: the rows' flags
  * (the host reruns the flagged ones, tg_norm_rows_on_host). */
+/* rms_norm_backward, layer_norm_backward: x, g, then the weight when present; binding f: the
+ * rows' flags (tg_norm_backward_rows_on_host reruns the flagged ones). */
+static tgrad_status render_norm_backward(const tg_step *st, const tg_lang *l, tg_step_kernel *k) {
+    const tg_node_params *P = &st->base->params;
+    const tg_node_input *in = st->inputs;
+    tg_gen_norm_backward p = { .op = P->norm_op, .naxes = P->norm_axes, .eps = P->eps, .has_w = P->has_weight != 0,
+                               .x_dtype = in[0].buf->dtype, .g_dtype = in[1].buf->dtype, .out_dtype = st->base->dtype,
+                               .x = in[0].view, .g = in[1].view };
+    if (p.has_w) p.w = in[2].view, p.w_dtype = in[2].buf->dtype;
+    tgrad_status s = tg_gen_check_norm_backward(l, &p);
+    if (!s) s = tg_gen_render_norm_backward(l, &p, &k->text, &k->launch);
+    int32_t nin = p.has_w ? 3 : 2;
+    for (int32_t i = 0; i < nin; i++) k->bufs[i] = in[i].buf;
+    k->bufs[nin] = st->buf;
+    k->flags_at = nin + 1, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[nin + 1];
+    return s;
+}
+
 tgrad_status tg_step_render_norm(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
     (void)route;
     const tg_node_params *P = &st->base->params;
+    if (P->norm_op == TG_NORM_RMS_BACKWARD || P->norm_op == TG_NORM_LAYER_BACKWARD) return render_norm_backward(st, l, k);
     tg_gen_norm p = { .op = P->norm_op, .naxes = P->norm_axes, .eps = P->eps, .has_w = P->has_weight != 0,
                       .has_b = P->has_bias != 0, .x = st->inputs[0].view };
     int32_t k_in = 1;

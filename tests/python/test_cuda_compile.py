@@ -299,7 +299,8 @@ def _rope_kernels(add) -> None:
 def _grad_kind_kernels(add) -> None:
     """place, scatter_add and optim_step (the gradient's routes): every case of
     tests/python/test_gpu_grad_kinds.py; softmax_backward and log_softmax_backward (the softmax
-    route) in every dtype mix of tests/python/test_gpu_softmax_backward.py."""
+    route) in every dtype mix of tests/python/test_gpu_softmax_backward.py, and rms_norm_backward and
+    layer_norm_backward (the norm route) in those of tests/python/test_gpu_norm_backward.py."""
     from test_gpu_grad_kinds import ALL
     from test_gpu_softmax_backward import MIXES, OPS, SHAPES, _inputs, backward
 
@@ -312,6 +313,14 @@ def _grad_kind_kernels(add) -> None:
             for shape, axis in SHAPES:
                 x, g = _inputs(op, shape, 0)
                 add(R.render_tensor(backward(op, x, g, axis, mix, "cpu"), None, "cuda"))
+    import test_gpu_norm_backward as nb
+
+    for op in nb.OPS:
+        for mix4 in nb.MIXES:
+            for shape, naxes in nb.SHAPES:
+                for weight in (False, True):
+                    x, g, w = nb._inputs(shape, naxes, 0)
+                    add(R.render_tensor(nb.backward(op, x, g, w if weight else None, naxes, mix4, "cpu"), None, "cuda"))
 
 
 @functools.lru_cache(maxsize=1)

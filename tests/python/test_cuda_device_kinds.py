@@ -312,3 +312,18 @@ def test_the_softmax_backward_ops_give_the_cpu_bytes(op: str, dev: str) -> None:
                 got = smb.backward(op, x, g, axis, mix, dev)
                 assert got.device == dev
                 assert np.array_equal(_u8(got), want), (op, shape, mix, mask, special)
+
+
+@pytest.mark.parametrize("op", ["rms", "layer"])
+def test_the_norm_backward_ops_give_the_cpu_bytes(op: str, dev: str) -> None:
+    import test_gpu_norm_backward as nb
+
+    for i, (shape, naxes) in enumerate(nb.SHAPES):
+        for mix in nb.MIXES:
+            for weight in (False, True):
+                for special, constant in ((None, False), (float("inf"), False), (None, True)):
+                    x, g, w = nb._inputs(shape, naxes, i, special, constant)
+                    want = _u8(nb.backward(op, x, g, w if weight else None, naxes, mix, "cpu"))
+                    got = nb.backward(op, x, g, w if weight else None, naxes, mix, dev)
+                    assert got.device == dev
+                    assert np.array_equal(_u8(got), want), (op, shape, mix, weight, special, constant)

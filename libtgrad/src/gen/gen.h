@@ -331,6 +331,21 @@ typedef struct tg_gen_norm {
     tg_view x, w, b;
 } tg_gen_norm;
 
+/* The norms' input gradients (render_norm_backward.c): rms_norm_backward or layer_norm_backward
+ * (op TG_NORM_*_BACKWARD) of x with gradient g and the optional weight w over the last naxes
+ * axes, correctly rounded to out_dtype as on the CPU (ops/norm_backward.c): one thread per row in
+ * double, a flag per row as the forward's (tg_norm_backward_rows_on_host reruns it). */
+typedef struct tg_gen_norm_backward {
+    int32_t op, naxes;
+    double eps;
+    bool has_w;
+    int32_t x_dtype, g_dtype, w_dtype, out_dtype; /* bf16 or float32 each */
+    tg_view x, g, w;
+} tg_gen_norm_backward;
+
+TG_HIDDEN tgrad_status tg_gen_check_norm_backward(const tg_lang *l, const tg_gen_norm_backward *p);
+TG_HIDDEN tgrad_status tg_gen_render_norm_backward(const tg_lang *l, const tg_gen_norm_backward *p, tg_text *t,
+                                                   struct tgrad_launch *launch);
 TG_HIDDEN tgrad_status tg_gen_check_norm(const tg_lang *l, const tg_gen_norm *p);
 TG_HIDDEN tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text *t,
                                           struct tgrad_launch *launch);

@@ -24,6 +24,7 @@ static void count(int what, int64_t n) {
     if (n) atomic_fetch_add_explicit(&counters[what], n, memory_order_relaxed);
 }
 void tg_norm_count(int what, int64_t n) { count(what, n); }
+void tg_norm_count_device_rows(int64_t n) { atomic_fetch_add_explicit(&device_rows, n, memory_order_relaxed); }
 
 TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count_) {
     if (!counts || count_ < 1 || count_ > TGRAD_DEBUG_NORM_COUNT)
@@ -453,6 +454,7 @@ tgrad_status tg_norm_execute(const tg_step *st) {
  * the CPU's own row functions (rms_row, layer_row: the exact path included), from the inputs'
  * storage read back, into the output's storage read back and written again. */
 tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    if (st->base->params.norm_op > TG_NORM_LAYER) return tg_norm_backward_rows_on_host(st, flags, nflags);
     int64_t flagged = 0;
     for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
     if (!flagged) return TGRAD_OK;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../../../kernels/cpu/fp_env.h"
+#include "../gen/gen.h"
 #include "../kinds.h"
 #include "norm_backward.h"
 
@@ -54,9 +55,11 @@ static tgrad_status check_all(const tg_tensor *t, int32_t have, bool weight, int
         if (t[i].buf->device != t[0].buf->device)
             s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: %s lives on %s, x on %s", fn, what[i],
                         tg_device_name(t[i].buf->device), tg_device_name(t[0].buf->device));
-    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU)
-        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "%s: the norms' backward runs on the CPU only for now; x lives on %s",
-                    fn, tg_device_name(t[0].buf->device));
+    const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
+    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
+        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                    "%s: the norm kind's GPU kernels compute in double, which %s's language (%s) lacks (docs/metal.md): "
+                    "run it on the CPU, OpenCL or CUDA", fn, tg_device_name(t[0].buf->device), lang ? lang->name : "none");
     if (!s && (naxes < 1 || naxes > t[0].view.ndim))
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d normalized axes for a tensor of %d dimensions", fn, (int)naxes,
                     (int)t[0].view.ndim);
@@ -212,57 +215,92 @@ static void load(const nb_loops *L, const void *src, int32_t dt, int64_t at, int
     else L->load_f32((const float *)src + at, n, to);
 }
 
+/* A row's workspace: x, g, w, gw, v, e (n doubles each) and its bits; w loaded once. */
+typedef struct nb_ws {
+    double *d;
+    uint32_t *bits;
+    tg_nb_row R;
+} nb_ws;
+
+static bool ws_new(const nb_job *J, nb_ws *W) {
+    int64_t n = J->n;
+    W->d = malloc(sizeof(double) * (size_t)n * 6);
+    W->bits = malloc(sizeof(uint32_t) * (size_t)n);
+    if (!W->d || !W->bits) {
+        free(W->d), free(W->bits);
+        return false;
+    }
+    double *w = W->d + 2 * n;
+    if (J->in[2]) load(&J->loops, J->in[2], J->dt[2], 0, n, w);
+    else for (int64_t j = 0; j < n; j++) w[j] = 1.0;
+    W->R = (tg_nb_row){ .x = W->d, .g = W->d + n, .w = w, .gw = W->d + 3 * n, .v = W->d + 4 * n, .e = W->d + 5 * n,
+                        .n = n, .layer = J->layer, .eps = J->eps, .dt = J->out_dtype };
+    return true;
+}
+
+/* Row r into the output (the caller holds the IEEE environment). */
+static void run_row(const nb_job *J, nb_ws *W, int64_t r, int64_t *slow) {
+    int64_t n = J->n;
+    const nb_loops *L = &J->loops;
+    load(L, J->in[0], J->dt[0], r * n, n, (double *)W->R.x);
+    load(L, J->in[1], J->dt[1], r * n, n, (double *)W->R.g);
+    L->mul(W->R.g, W->R.w, n, (double *)W->R.gw);
+    if (J->layer) layer_row(L, &W->R, W->bits, slow);
+    else rms_row(L, &W->R, W->bits, slow);
+    if (J->out_dtype == TGRAD_DTYPE_BF16)
+        for (int64_t j = 0; j < n; j++) ((uint16_t *)J->out)[r * n + j] = (uint16_t)W->bits[j];
+    else memcpy((uint32_t *)J->out + r * n, W->bits, sizeof(uint32_t) * (size_t)n);
+}
+
 static void task_rows(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     nb_job *J = arg;
-    int64_t n = J->n;
-    double *ws = malloc(sizeof(double) * (size_t)n * 6);
-    uint32_t *bits = malloc(sizeof(uint32_t) * (size_t)n);
-    if (!ws || !bits) {
-        free(ws), free(bits);
+    nb_ws W;
+    if (!ws_new(J, &W)) {
         atomic_store(&J->oom, true);
         return;
     }
     tg_fp_env env = tg_fp_env_ieee();
-    double *x = ws, *g = ws + n, *w = ws + 2 * n, *gw = ws + 3 * n;
-    const nb_loops *L = &J->loops;
-    if (J->in[2]) load(L, J->in[2], J->dt[2], 0, n, w);
-    else for (int64_t j = 0; j < n; j++) w[j] = 1.0;
-    tg_nb_row R = { .x = x, .g = g, .w = w, .gw = gw, .v = ws + 4 * n, .e = ws + 5 * n, .n = n, .layer = J->layer, .eps = J->eps, .dt = J->out_dtype };
     int64_t lo = task * J->rows_per_task, hi = lo + J->rows_per_task < J->rows ? lo + J->rows_per_task : J->rows;
     int64_t slow = 0;
-    for (int64_t r = lo; r < hi; r++) {
-        load(L, J->in[0], J->dt[0], r * n, n, x);
-        load(L, J->in[1], J->dt[1], r * n, n, g);
-        L->mul(g, w, n, gw);
-        if (J->layer) layer_row(L, &R, bits, &slow);
-        else rms_row(L, &R, bits, &slow);
-        if (J->out_dtype == TGRAD_DTYPE_BF16)
-            for (int64_t j = 0; j < n; j++) ((uint16_t *)J->out)[r * n + j] = (uint16_t)bits[j];
-        else memcpy((uint32_t *)J->out + r * n, bits, sizeof(uint32_t) * (size_t)n);
-    }
+    for (int64_t r = lo; r < hi; r++) run_row(J, &W, r, &slow);
     tg_fp_env_restore(env);
-    tg_norm_count(TGRAD_DEBUG_NORM_EVALUATED, (hi - lo) * n);
+    tg_norm_count(TGRAD_DEBUG_NORM_EVALUATED, (hi - lo) * J->n);
     tg_norm_count(TGRAD_DEBUG_NORM_SLOW, slow);
-    free(ws), free(bits);
+    free(W.d), free(W.bits);
+}
+
+/* The job of step st over its inputs' storage data[i] (compacted into owned[i] where a view is not
+ * compact) and the output's `out`; false when a compact copy cannot be allocated. */
+static bool job_init(nb_job *J, const tg_step *st, void *const data[3], void *out, void *owned[3]) {
+    const tg_node_params *P = &st->base->params;
+    *J = (nb_job){ .st = st, .n = 1, .layer = P->norm_op == TG_NORM_LAYER_BACKWARD, .eps = P->eps,
+                   .out_dtype = st->base->dtype, .out = out, .loops = loops_for_selection() };
+    const tg_view *xv = &st->inputs[0].view;
+    for (int32_t d = 0; d < P->norm_axes; d++) J->n *= xv->shape[xv->ndim - 1 - d];
+    J->rows = J->n ? st->buf->numel / J->n : 0;
+    bool oom = false;
+    for (int32_t i = 0; i < 3; i++) owned[i] = NULL;
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) {
+        J->dt[i] = st->inputs[i].buf->dtype;
+        J->in[i] = tg_kind_input_compact(&st->inputs[i], data[i], tg_dtype_size(J->dt[i]), &owned[i]);
+        oom = oom || !J->in[i];
+    }
+    atomic_init(&J->oom, oom);
+    return !oom;
 }
 
 tgrad_status tg_norm_backward_execute(const tg_step *st) {
     const tg_node_params *P = &st->base->params;
-    nb_job J = { .st = st, .n = 1, .layer = P->norm_op == TG_NORM_LAYER_BACKWARD, .eps = P->eps,
-                 .out_dtype = st->base->dtype, .out = st->buf->data, .loops = loops_for_selection() };
-    const tg_view *xv = &st->inputs[0].view;
-    for (int32_t d = 0; d < P->norm_axes; d++) J.n *= xv->shape[xv->ndim - 1 - d];
-    if (st->buf->numel == 0 || J.n == 0) return TGRAD_OK;
-    J.rows = st->buf->numel / J.n;
-    void *owned[3] = { NULL, NULL, NULL };
-    bool oom = false;
-    for (int32_t i = 0; i < st->ninputs && i < 3; i++) {
-        J.dt[i] = st->inputs[i].buf->dtype;
-        J.in[i] = tg_kind_input_compact(&st->inputs[i], st->inputs[i].buf->data, tg_dtype_size(J.dt[i]), &owned[i]);
-        oom = oom || !J.in[i];
+    nb_job J;
+    void *owned[3], *data[3] = { NULL, NULL, NULL };
+    for (int32_t i = 0; i < st->ninputs && i < 3; i++) data[i] = st->inputs[i].buf->data;
+    if (st->buf->numel == 0) return TGRAD_OK;
+    bool oom = !job_init(&J, st, data, st->buf->data, owned);
+    if (J.n == 0) {
+        for (int32_t i = 0; i < 3; i++) free(owned[i]);
+        return TGRAD_OK;
     }
-    atomic_init(&J.oom, oom);
     J.rows_per_task = (1 << 14) / J.n > 0 ? (1 << 14) / J.n : 1;
     int64_t tasks = (J.rows + J.rows_per_task - 1) / J.rows_per_task;
     if (!oom && tasks == 1) task_rows(0, 0, &J);
@@ -272,4 +310,39 @@ tgrad_status tg_norm_backward_execute(const tg_step *st) {
         return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row's workspace (%lld elements)",
                        tg_norm_op_name(P->norm_op), (long long)J.n);
     return TGRAD_OK;
+}
+
+/* ---- the GPU route's slow path ---- */
+/* After a GPU launch of a backward step (gen/render_norm_backward.c): the flagged rows (an element
+ * the kernel's bound leaves open, a sum that is not finite, a bound that does not hold) are
+ * recomputed here by the CPU's own row code (run_row: the same function, so the same bytes), from
+ * the inputs' storage read back, into the output's read back and written again. */
+tgrad_status tg_norm_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
+    int64_t flagged = 0;
+    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
+    if (!flagged) return TGRAD_OK;
+    const char *fn = tg_norm_op_name(st->base->params.norm_op);
+    void *host[4];
+    size_t bytes[4];
+    tgrad_status s = tg_device_stage_step(st, host, bytes, "norm backward: cannot stage the flagged rows on the host");
+    if (s) return s;
+    nb_job J;
+    nb_ws W = { 0 };
+    void *owned[3];
+    if (!job_init(&J, st, host, host[3], owned) || !ws_new(&J, &W))
+        s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot allocate the host's rows (%lld elements)", fn, (long long)J.n);
+    if (!s) {
+        int64_t slow = 0;
+        tg_fp_env env = tg_fp_env_ieee();
+        for (int64_t r = 0; r < nflags && r < J.rows; r++)
+            if (flags[r]) run_row(&J, &W, r, &slow);
+        tg_fp_env_restore(env);
+        tg_norm_count(TGRAD_DEBUG_NORM_SLOW, slow);
+        tg_norm_count_device_rows(flagged);
+        s = tg_device_upload(st->device, st->buf->dev_mem, host[3], bytes[3]);
+    }
+    free(W.d), free(W.bits);
+    for (int32_t i = 0; i < 3; i++) free(owned[i]);
+    tg_device_staged_free(host);
+    return s;
 }

@@ -71,5 +71,12 @@ TG_NB_DECLARE_(avx512f)
 /* Counts into the norm kind's debug counters (tgrad_debug_norm_slow_path): elements evaluated
  * (what 0) and decided exactly (what 1). */
 TG_HIDDEN void tg_norm_count(int what, int64_t n);
+/* ... and into TGRAD_DEBUG_NORM_DEVICE_ROWS: rows a GPU kernel flagged and the host reran. */
+TG_HIDDEN void tg_norm_count_device_rows(int64_t n);
+
+/* The GPU route's slow path of the backward ops (ops/norm_backward.c; tg_norm_rows_on_host hands
+ * them over). */
+struct tg_step;
+TG_HIDDEN tgrad_status tg_norm_backward_rows_on_host(const struct tg_step *st, const uint32_t *flags, int64_t nflags);
 
 #endif

@@ -47,7 +47,7 @@ typedef struct {
 static const unary_case unaries[] = {
     { "relu", TGRAD_OP_RELU, tg_f32_relu }, { "neg", TGRAD_OP_NEG, tg_f32_neg },
     { "abs", TGRAD_OP_ABS, tg_f32_abs },    { "square", TGRAD_OP_SQUARE, tg_f32_square },
-    { "sqrt", TGRAD_OP_SQRT, tg_f32_sqrt },
+    { "sqrt", TGRAD_OP_SQRT, tg_f32_sqrt }, { "rsqrt", TGRAD_OP_RSQRT, tg_f32_rsqrt },
 };
 
 static const uint32_t specials[] = {

@@ -192,6 +192,49 @@ __device__ __forceinline__ uint tg_f32_sqrt(uint u) {
     return tg_f32_round(0u, (x - 28) / 2 + 150 - 1, m);
 }
 
+// rsqrt (1/sqrt(u)): -0 is -inf, +0 +inf, +inf +0, a negative or NaN NaN. For u = n 2^e (n
+// normalized, e made even by doubling n), 1/sqrt(u) = sqrt(2^78 / n) 2^(-39 - e/2): the integer
+// quotient Q = floor(2^78 / n) by two 64-bit divisions, then its integer square root (27 or 28
+// bits) with a sticky bit for either remainder (floor(sqrt(floor(y))) = floor(sqrt(y))). The
+// result is never a midpoint (that needs the square of an odd 25-bit significand to be a power of
+// two), so the sticky bit decides every rounding.
+__device__ __forceinline__ uint tg_f32_rsqrt(uint u) {
+    if (tg_f32_is_nan(u) || u > 0x80000000u)
+        return 0x7fc00000u;
+    if ((u & 0x7fffffffu) == 0u)
+        return (u & 0x80000000u) | 0x7f800000u;
+    if (u == 0x7f800000u)
+        return 0u;
+    uint n = tg_f32_sig(u);
+    int e = tg_f32_exp(u) - 150;             // u = n * 2^e
+    while (n < 0x800000u) {
+        n = n << 1;
+        e = e - 1;
+    }
+    tg_u64 nn = (tg_u64)n;
+    if ((e & 1) != 0) {
+        nn = nn << 1;
+        e = e - 1;
+    }
+    const tg_u64 top = (tg_u64)1u << 46;     // 2^78 = 2^46 * 2^32, divided in two steps
+    tg_u64 q1 = top / nn, r1 = top - q1 * nn;
+    tg_u64 t = r1 << 32, q2 = t / nn, r2 = t - q2 * nn;
+    tg_u64 rem = (q1 << 32) + q2, root = (tg_u64)0u, bit = (tg_u64)1u << 54;
+    while (bit > rem)
+        bit = bit >> 2;
+    while (bit != (tg_u64)0u) {              // digit by digit: root = floor(sqrt(Q))
+        if (rem >= root + bit) {
+            rem = rem - (root + bit);
+            root = (root >> 1) + bit;
+        } else {
+            root = root >> 1;
+        }
+        bit = bit >> 2;
+    }
+    tg_u64 m = (root << 1) | (rem != (tg_u64)0u || r2 != (tg_u64)0u ? (tg_u64)1u : (tg_u64)0u);
+    return tg_f32_round(0u, 110 - e / 2, m);
+}
+
 // The bits in an order where -0 < +0 and negatives sort by magnitude reversed (NaN aside).
 __device__ __forceinline__ int tg_f32_key(uint u) {
     return (u >> 31) != 0u ? -(int)(u & 0x7fffffffu) - 1 : (int)u;
@@ -259,4 +302,4 @@ extern "C" __global__ void tgrad_elementwise_f32_35_23f19ad5(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements
-// source hash: 0xc89cdbc6d6c8898a
+// source hash: 0x8947901990fa4aa3

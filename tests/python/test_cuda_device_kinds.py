@@ -295,8 +295,10 @@ def test_an_mlp_trains_with_the_cpu_bytes(dev: str) -> None:
         assert np.array_equal(a, b), _first(b, a)
 
 
-def test_a_classifier_trains_with_the_cpu_bytes(dev: str) -> None:
+def test_a_classifier_and_normed_layers_train_with_the_cpu_bytes(dev: str) -> None:
     for a, b in zip(grad_kinds.train_classifier("cpu"), grad_kinds.train_classifier(dev)):
+        assert np.array_equal(a, b), _first(b, a)
+    for a, b in zip(grad_kinds.train_normed("cpu"), grad_kinds.train_normed(dev)):
         assert np.array_equal(a, b), _first(b, a)
 
 

@@ -1,5 +1,5 @@
 """float32 elementwise ops on the GPU routes (issue 37): add, sub, mul, div, maximum, minimum,
-relu, neg, abs, square and sqrt on float32 tensors of a device render as a float32 elementwise
+relu, neg, abs, square, sqrt and rsqrt on float32 tensors of a device render as a float32 elementwise
 kernel (kernels/gpu/elementwise_f32.h, integers only) in MSL, OpenCL C and CUDA, and give the
 CPU's bytes (src/ops/elementwise_f32.c: correctly rounded, gradual underflow, NaN 0x7fc00000).
 
@@ -10,7 +10,7 @@ CPU's bytes (src/ops/elementwise_f32.c: correctly rounded, gradual underflow, Na
   orders and with fp32 subnormals flushed (the text has no floating-point instruction, so the
   device's subnormal handling cannot matter), against the CPU; a kernel whose rounding breaks
   ties upward is caught.
-- The transcendental ops are refused in float32 on a device (DtypeUnsupportedError before
+- The transcendental ops (but rsqrt, exact in integers) are refused in float32 on a device (DtypeUnsupportedError before
   anything is made), and their float32 kernels are not eligible (RouteNotEligibleError).
 """
 
@@ -29,7 +29,7 @@ from emulators import emulator
 
 UNARY: dict[str, Callable[[tgrad.Tensor], tgrad.Tensor]] = {
     "relu": tgrad.relu, "neg": tgrad.neg, "abs": tgrad.abs, "square": tgrad.square,
-    "sqrt": lambda x: tgrad.ops.apply("sqrt", x),
+    "sqrt": lambda x: tgrad.ops.apply("sqrt", x), "rsqrt": lambda x: tgrad.ops.apply("rsqrt", x),
 }
 BINARY: dict[str, Callable[[Any, Any], tgrad.Tensor]] = {
     "add": tgrad.add, "sub": tgrad.sub, "mul": tgrad.mul, "div": tgrad.div,
@@ -131,7 +131,7 @@ def test_pocl_float32_ops_through_views_broadcasts_and_promotion(opencl_device: 
 
 def test_float32_transcendentals_are_refused_on_a_device(opencl_device: str) -> None:
     x = _f32(np.array([0x3F800000, 0x40000000], np.uint32), "opencl")
-    for name in ("exp", "silu", "tanh", "rsqrt", "log"):
+    for name in ("exp", "silu", "tanh", "log"):
         with pytest.raises(errors.DtypeUnsupportedError, match=f"float32 {name} runs on the CPU only"):
             tgrad.ops.apply(name, x)
     with pytest.raises(errors.DtypeUnsupportedError, match="float32 pow runs on the CPU only"):

@@ -10,9 +10,9 @@ on both emulators (MSL: slow tier; CUDA: cuda tier) with the CPU's bytes:
   zeros and subnormals (the exact sum rounded once: kernels/gpu/reduce.h);
 - optim_step's every output for SGD (decay, momentum, nesterov, maximize) and AdamW (decay,
   amsgrad, maximize, beta1 = 0), inputs with special values, through views;
-- a two-layer MLP trained for three AdamW steps, and an embedding classifier under cross-entropy
-  for two, on PoCL give the CPU's bytes (parameters and state), their backward graphs all on the
-  device;
+- a two-layer MLP trained for three AdamW steps, an embedding classifier under cross-entropy for
+  two, and layers with rms_norm and layer_norm (weights and bias) for two SGD steps, on PoCL give
+  the CPU's bytes (parameters and state), their backward graphs all on the device;
 - planted defects (negative indices not normalized, a wrong landing stride, a fused step rounded
   twice) are caught by the emulators.
 """
@@ -215,6 +215,35 @@ def train_classifier(device: str) -> list[np.ndarray]:
         loss.backward()
         opt.step()
     return [_bytes(p) for p in params]
+
+
+def train_normed(device: str) -> list[np.ndarray]:
+    """Two SGD steps of linear -> rms_norm (weighted) -> relu -> linear -> layer_norm (weight and
+    bias) -> squared error: the norms' x and weight gradients (float32 rsqrt in the latter) on the
+    device. The parameters' bytes after them."""
+    import tgrad.nn.functional as F
+
+    rng = np.random.default_rng(2)
+    shapes = {"w1": (6, 16), "g1": (16,), "w2": (16, 8), "g2": (8,), "b2": (8,)}
+    params = {k: tgrad.Tensor.from_numpy(rng.standard_normal(s).astype(np.float32) * 0.5, device=device).requires_grad_()
+              for k, s in shapes.items()}
+    opt = tgrad.optim.SGD(list(params.values()), lr=0.05, momentum=0.9)
+    for _ in range(2):
+        x = tgrad.Tensor.from_numpy(rng.standard_normal((5, 6)).astype(np.float32), device=device)
+        y = tgrad.Tensor.from_numpy(rng.standard_normal((5, 8)).astype(np.float32), device=device)
+        h = F.rms_norm(x @ params["w1"], (16,), params["g1"].to(tgrad.bfloat16)).relu()
+        z = F.layer_norm(h @ params["w2"], (8,), params["g2"].to(tgrad.bfloat16), params["b2"].to(tgrad.bfloat16))
+        d = z.float() - y
+        opt.zero_grad()
+        (d * d).mean().backward()
+        opt.step()
+    return [_bytes(p) for p in params.values()]
+
+
+@needs_opencl
+def test_pocl_trains_normed_layers_with_the_cpu_bytes() -> None:
+    for a, b in zip(train_normed("cpu"), train_normed("opencl")):
+        assert np.array_equal(a, b)
 
 
 @needs_opencl

@@ -34,10 +34,12 @@ static const ew_spelling spellings[] = {
     /* the one derivative op spelled: a selection, exact (the others need the CPU's exact evaluation) */
     { TGRAD_OP_RELU_BACKWARD, "tg_bf_relu_backward", "tg_f32_relu_backward" },
     /* the transcendentals read 65,536-entry tables in bf16; in float32 they would need the CPU's
-     * Ziv evaluation (double and binary128), so the GPU routes refuse them (tg_gen_f32_renders) */
+     * Ziv evaluation (double and binary128), so the GPU routes refuse them (tg_gen_f32_renders),
+     * but rsqrt, whose exact value integers reach */
     { TGRAD_OP_GELU, NULL, NULL },    { TGRAD_OP_GELU_TANH, NULL, NULL }, { TGRAD_OP_SILU, NULL, NULL },
     { TGRAD_OP_SIGMOID, NULL, NULL }, { TGRAD_OP_TANH, NULL, NULL },      { TGRAD_OP_EXP, NULL, NULL },
-    { TGRAD_OP_RSQRT, NULL, NULL },   { TGRAD_OP_LOG, NULL, NULL },       { TGRAD_OP_LOG1P, NULL, NULL },
+    { TGRAD_OP_RSQRT, NULL, "tg_f32_rsqrt" }, /* float32: exact in integers (elementwise_f32.h) */
+    { TGRAD_OP_LOG, NULL, NULL },       { TGRAD_OP_LOG1P, NULL, NULL },
     { TGRAD_OP_SIN, NULL, NULL },     { TGRAD_OP_COS, NULL, NULL },
     /* pow has no spelling: no integer-only device function yet (its CPU evaluation needs libm's
      * pow and binary128), so a GPU chain with pow is refused as not eligible (a typed error) */

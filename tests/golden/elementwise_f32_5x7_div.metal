@@ -156,6 +156,31 @@ static inline uint tg_f32_div(uint a, uint b) {
     return tg_f32_round(s, xa - xb + 150 - 41, (q << 1) | sticky);
 }
 
+// floor(sqrt(v)) for v < 2^56, digit by digit, and whether it is exact (v a perfect square).
+typedef struct tg_f32_root {
+    tg_u64 root;
+    uint exact;
+} tg_f32_root;
+
+static inline tg_f32_root tg_f32_isqrt(tg_u64 v) {
+    tg_u64 rem = v, root = (tg_u64)0u, bit = (tg_u64)1u << 54;   // the highest power of four it may need
+    while (bit > rem)
+        bit = bit >> 2;
+    while (bit != (tg_u64)0u) {
+        if (rem >= root + bit) {
+            rem = rem - (root + bit);
+            root = (root >> 1) + bit;
+        } else {
+            root = root >> 1;
+        }
+        bit = bit >> 2;
+    }
+    tg_f32_root r;
+    r.root = root;
+    r.exact = rem == (tg_u64)0u ? 1u : 0u;
+    return r;
+}
+
 // sqrt: -0 is -0, any other negative NaN; the integer square root of the significand scaled to
 // 53 or 54 bits gives 26 or 27 bits and a sticky remainder (a square root is never a midpoint).
 static inline uint tg_f32_sqrt(uint u) {
@@ -174,20 +199,9 @@ static inline uint tg_f32_sqrt(uint u) {
         rem = rem << 1;
         x = x - 1;
     }
-    tg_u64 root = (tg_u64)0u, bit = (tg_u64)1u << 54;   // the highest power of four it may need
-    while (bit > rem)
-        bit = bit >> 2;
-    while (bit != (tg_u64)0u) {              // digit by digit: root = floor(sqrt(n * 2^28 [* 2]))
-        if (rem >= root + bit) {
-            rem = rem - (root + bit);
-            root = (root >> 1) + bit;
-        } else {
-            root = root >> 1;
-        }
-        bit = bit >> 2;
-    }
+    tg_f32_root q = tg_f32_isqrt(rem);       // floor(sqrt(n * 2^28 [* 2]))
     // sqrt(u) = sqrt(scaled) * 2^((x - 28) / 2), x - 28 even; root's lowest bits then a sticky bit
-    tg_u64 m = (root << 1) | (rem != (tg_u64)0u ? (tg_u64)1u : (tg_u64)0u);
+    tg_u64 m = (q.root << 1) | (q.exact != 0u ? (tg_u64)0u : (tg_u64)1u);
     return tg_f32_round(0u, (x - 28) / 2 + 150 - 1, m);
 }
 
@@ -218,19 +232,8 @@ static inline uint tg_f32_rsqrt(uint u) {
     const tg_u64 top = (tg_u64)1u << 46;     // 2^78 = 2^46 * 2^32, divided in two steps
     tg_u64 q1 = top / nn, r1 = top - q1 * nn;
     tg_u64 t = r1 << 32, q2 = t / nn, r2 = t - q2 * nn;
-    tg_u64 rem = (q1 << 32) + q2, root = (tg_u64)0u, bit = (tg_u64)1u << 54;
-    while (bit > rem)
-        bit = bit >> 2;
-    while (bit != (tg_u64)0u) {              // digit by digit: root = floor(sqrt(Q))
-        if (rem >= root + bit) {
-            rem = rem - (root + bit);
-            root = (root >> 1) + bit;
-        } else {
-            root = root >> 1;
-        }
-        bit = bit >> 2;
-    }
-    tg_u64 m = (root << 1) | (rem != (tg_u64)0u || r2 != (tg_u64)0u ? (tg_u64)1u : (tg_u64)0u);
+    tg_f32_root q = tg_f32_isqrt((q1 << 32) + q2);   // floor(sqrt(Q))
+    tg_u64 m = (q.root << 1) | (q.exact != 0u && r2 == (tg_u64)0u ? (tg_u64)0u : (tg_u64)1u);
     return tg_f32_round(0u, 110 - e / 2, m);
 }
 
@@ -303,4 +306,4 @@ kernel void tgrad_elementwise_f32_35_23f19ad5(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements
-// source hash: 0x627093c00a7dd422
+// source hash: 0x2b361160d16da29b

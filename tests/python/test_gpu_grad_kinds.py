@@ -19,15 +19,14 @@ on both emulators (MSL: slow tier; CUDA: cuda tier) with the CPU's bytes:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
-from test_gpu_reduce import _cuda, _cxx, _opencl_ready
-from test_gpu_select import _bits
+from test_gpu_reduce import _cxx, _opencl_ready
+from test_gpu_select import _bits, cuda, msl  # noqa: F401 (cuda, msl: the emulator fixtures)
 
 import tgrad
 from tgrad import autograd, errors
@@ -290,25 +289,6 @@ def emulated(harness: Any, build: Callable[..., Any], args: tuple[Any, ...],
                                    [i != out_at for i in range(len(bufs))])
         memory[k.buffer_ids[out_at]] = bufs[out_at]
     return memory[t.buffer_id].view(np.uint8).copy()
-
-
-class _Msl:
-    lang = "msl"
-
-    def __init__(self) -> None:
-        from msl_emu.driver import Emulator
-
-        self.emu = Emulator()
-
-
-@pytest.fixture(scope="module")
-def msl() -> Any:
-    return _Msl()
-
-
-@pytest.fixture(scope="module")
-def cuda() -> Any:
-    return _cuda()
 
 
 @needs_cxx

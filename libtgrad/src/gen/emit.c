@@ -123,6 +123,35 @@ void tg_emit_signature(const emitter *e, const char *name, const char *const *bu
         if (used[b]) E("    const %s %s = (%s)%s;\n", e->it, vars[b], e->it, l->builtin_expr[b]);
 }
 
+void tg_launch_1d(const tg_route *r, int64_t numel, struct tgrad_launch *launch) {
+    launch->grid[0] = (uint32_t)tg_ceil_div(numel, r->tile_m);
+    launch->grid[1] = launch->grid[2] = 1;
+    launch->threadgroup[0] = (uint32_t)r->threads_x;
+    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+}
+
+void tg_emit_launch_line(const emitter *e, const struct tgrad_launch *launch) {
+    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
+      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
+    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
+    E(".\n");
+}
+
+void tg_key_view(char *key, size_t cap, const tg_view *v) {
+    size_t n = strlen(key);
+    n += (size_t)snprintf(key + n, cap - n, ";off=%" PRId64, v->offset);
+    for (int32_t d = 0; d < v->ndim && n < cap; d++)
+        n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
+}
+
+tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind) {
+    if (l->f64) return TGRAD_OK;
+    return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
+                   "route %s (%s): the %s kind's kernels compute in double, which %s lacks (docs/metal.md); run it on "
+                   "the CPU or on OpenCL or CUDA",
+                   route, l->name, kind, l->name);
+}
+
 tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
                                  int64_t c) {
     char msg[256];

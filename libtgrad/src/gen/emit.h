@@ -53,6 +53,14 @@ TG_HIDDEN void tg_emit_index_fn(const emitter *e, const char *name, const tg_vie
 TG_HIDDEN tgrad_status tg_not_eligible(const char *route, const char *lang, const char *why, int64_t a, int64_t b,
                                        int64_t c);
 TG_HIDDEN void tg_finish_launch(tg_text *t, struct tgrad_launch *launch);
+/* One element per thread: grid (ceil(numel / tile_m), 1, 1) x threadgroup (threads_x, 1, 1). */
+TG_HIDDEN void tg_launch_1d(const tg_route *r, int64_t numel, struct tgrad_launch *launch);
+/* The kernel comment's "// Launch: grid ... ; buffers a, b, c." line, from the launch. */
+TG_HIDDEN void tg_emit_launch_line(const emitter *e, const struct tgrad_launch *launch);
+/* Append ";off=<offset>;<extent>:<stride>..." of view v to a kernel-name key. */
+TG_HIDDEN void tg_key_view(char *key, size_t cap, const tg_view *v);
+/* TGRAD_OK where language l has double, else the typed refusal of route's `kind` (MSL). */
+TG_HIDDEN tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind);
 
 /* ---- one element per thread over a compact output (render_select.c) ---- */
 /* The unsigned type of an element of `esize` bytes in language l (NULL: no such size). */

@@ -16,11 +16,8 @@ static const char *op_name(int32_t op) { return op == TG_NORM_RMS ? "rms_norm" :
 
 tgrad_status tg_gen_check_norm(const tg_lang *l, const tg_gen_norm *p) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_NORM);
-    if (!l->f64)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "route norm (%s): the norm kind's kernels compute in double, which %s lacks (docs/metal.md); "
-                       "run it on the CPU or on OpenCL or CUDA",
-                       l->name, l->name);
+    tgrad_status need = tg_gen_need_double(l, r->name, "norm");
+    if (need) return need;
     if (p->op != TG_NORM_RMS && p->op != TG_NORM_LAYER)
         return tg_not_eligible(r->name, l->name, "norm op %lld", p->op, 0, 0);
     if (p->naxes < 1 || p->naxes > p->x.ndim)

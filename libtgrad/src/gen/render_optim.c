@@ -51,10 +51,7 @@ tgrad_status tg_gen_render_optim(const tg_lang *l, const tg_gen_optim *p, tg_tex
     snprintf(launch->buffer_names[c_at], 8, "c");
     snprintf(launch->buffer_names[c_at + 1], 8, "q");
     launch->buffer_count = c_at + 2;
-    launch->grid[0] = (uint32_t)tg_ceil_div(numel, r->tile_m);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)r->threads_x;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    tg_launch_1d(r, numel, launch);
 
     char key[4096];
     size_t kn = (size_t)snprintf(key, sizeof key, "optim;%d;%d;%d;%d", (int)p->algo, (int)p->flags, (int)p->n,
@@ -75,10 +72,7 @@ tgrad_status tg_gen_render_optim(const tg_lang *l, const tg_gen_optim *p, tg_tex
     E("// c = %s after one %s step (flags 0x%x) of the %d inputs, each read through its view;\n",
       outs[p->which], p->algo == TGRAD_OPTIM_SGD ? "SGD" : "AdamW", (unsigned)p->flags, (int)p->n);
     E("// the scalars in q (float32 bits). float32 in integers (kernels/gpu/optim.h): the CPU's bytes.\n");
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
-      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
-    E(".\n");
+    tg_emit_launch_line(e, launch);
     if (*l->preamble) E("%s", l->preamble);
     E("\ntypedef %s tg_u64;\n", l->u64);
     tg_gen_emit_text(e, tg_gen_elementwise_f32_prelude);

@@ -25,11 +25,8 @@ static void rope_geometry(const tg_gen_rope *p, int64_t *rows, int64_t *L, int64
 
 tgrad_status tg_gen_check_rope(const tg_lang *l, const tg_gen_rope *p) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_ROPE);
-    if (!l->f64)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "route rope (%s): the rope kind's kernels compute in double, which %s lacks (docs/metal.md); "
-                       "run it on the CPU or on OpenCL or CUDA",
-                       l->name, l->name);
+    tgrad_status need = tg_gen_need_double(l, r->name, "rope");
+    if (need) return need;
     if (p->x.ndim < 2 || p->rd < 2 || p->rd % 2 || p->rd > p->x.shape[p->x.ndim - 1] || p->rd > 65536)
         return tg_not_eligible(r->name, l->name, "rotary_dim %lld of x's %lld dimensions", p->rd, p->x.ndim, 0);
     int64_t rows, L, d, per_b, lo, hi, numel;

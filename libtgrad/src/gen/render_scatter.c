@@ -14,27 +14,6 @@
 static const char *const q_name[] = { "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7" };
 _Static_assert(sizeof q_name / sizeof q_name[0] == TGRAD_MAX_DIMS, "one coordinate name per axis");
 
-static void launch_1d(const tg_route *r, int64_t numel, struct tgrad_launch *launch) {
-    launch->grid[0] = (uint32_t)tg_ceil_div(numel, r->tile_m);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)r->threads_x;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
-}
-
-static void emit_launch_line(const emitter *e, const struct tgrad_launch *launch) {
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
-      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
-    E(".\n");
-}
-
-static void key_view(char *key, size_t cap, const tg_view *v) {
-    size_t n = strlen(key);
-    n += (size_t)snprintf(key + n, cap - n, ";off=%" PRId64, v->offset);
-    for (int32_t d = 0; d < v->ndim && n < cap; d++)
-        n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
-}
-
 /* ---- place ---- */
 
 /* Where the view lands, made positive: the axes of extent > 1, each stride's magnitude, largest
@@ -124,11 +103,11 @@ tgrad_status tg_gen_render_place(const tg_lang *l, const tg_gen_place *p, tg_tex
     launch->buffer_elements[1] = (uint64_t)p->numel;
     snprintf(launch->buffer_names[0], 8, "src");
     snprintf(launch->buffer_names[1], 8, "c");
-    launch_1d(r, p->numel, launch);
+    tg_launch_1d(r, p->numel, launch);
     char key[2048];
     snprintf(key, sizeof key, "place;%d;%" PRId64, (int)p->esize, p->numel);
-    key_view(key, sizeof key, &p->src);
-    key_view(key, sizeof key, &at);
+    tg_key_view(key, sizeof key, &p->src);
+    tg_key_view(key, sizeof key, &at);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_place_%" PRId64 "_%08" PRIx32, p->numel, h);
 
@@ -143,7 +122,7 @@ tgrad_status tg_gen_render_place(const tg_lang *l, const tg_gen_place *p, tg_tex
     for (int32_t d = 0; d < p->src.ndim; d++) E("%s%" PRId64, d ? ", " : " ", p->src.strides[d]);
     E(") at the same index, its bits (%d-byte elements).\n", (int)p->esize);
     E("// Each thread divides its own offset by the strides, largest first (they nest), to find it.\n");
-    emit_launch_line(e, launch);
+    tg_emit_launch_line(e, launch);
     if (*l->preamble) E("%s", l->preamble);
     E("\n");
     char b0[64], b1[64];
@@ -221,12 +200,12 @@ tgrad_status tg_gen_render_scatter_add(const tg_lang *l, const tg_gen_scatter_ad
     snprintf(launch->buffer_names[0], 8, "g");
     snprintf(launch->buffer_names[1], 8, "ix");
     snprintf(launch->buffer_names[2], 8, "c");
-    launch_1d(r, numel, launch);
+    tg_launch_1d(r, numel, launch);
     char key[2048];
     snprintf(key, sizeof key, "scatter_add;%d;%d", (int)p->dtype, (int)p->axis);
-    key_view(key, sizeof key, &p->g);
-    key_view(key, sizeof key, &p->index);
-    key_view(key, sizeof key, &p->out);
+    tg_key_view(key, sizeof key, &p->g);
+    tg_key_view(key, sizeof key, &p->index);
+    tg_key_view(key, sizeof key, &p->out);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_scatter_add_%" PRId64 "_%08" PRIx32, numel, h);
 
@@ -240,7 +219,7 @@ tgrad_status tg_gen_render_scatter_add(const tg_lang *l, const tg_gen_scatter_ad
     E("// g (offset %" PRId64 ") and ix (offset %" PRId64 ") compact; the indices were checked on the host.\n",
       p->g.offset, p->index.offset);
     E("// The exact sum (kernels/gpu/reduce.h, integers only): the CPU's bytes.\n");
-    emit_launch_line(e, launch);
+    tg_emit_launch_line(e, launch);
     if (*l->preamble) E("%s", l->preamble);
     E("\ntypedef %s tg_u64;\n", l->u64);
     tg_gen_emit_text(e, tg_gen_reduce_prelude);

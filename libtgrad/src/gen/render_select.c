@@ -61,33 +61,12 @@ void tg_emit_out_coords(const emitter *e, const tg_view *out, const bool *needed
 /* Axis d of view v is read by coordinate (tg_view_index writes a term for it). */
 static bool reads(const tg_view *v, int32_t d) { return v->shape[d] > 1 && v->strides[d] != 0; }
 
-static void key_view(char *key, size_t cap, const tg_view *v) {
-    size_t n = strlen(key);
-    n += (size_t)snprintf(key + n, cap - n, ";off=%" PRId64, v->offset);
-    for (int32_t d = 0; d < v->ndim && n < cap; d++)
-        n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
-}
-
 static void describe_view(const emitter *e, const char *name, const tg_view *v) {
     E("// %s [", name);
     for (int32_t d = 0; d < v->ndim; d++) E("%s%" PRId64, d ? ", " : "", v->shape[d]);
     E("] (offset %" PRId64 ", strides", v->offset);
     for (int32_t d = 0; d < v->ndim; d++) E("%s%" PRId64, d ? ", " : " ", v->strides[d]);
     E(")\n");
-}
-
-static void launch_geometry(const tg_route *r, int64_t numel, struct tgrad_launch *launch) {
-    launch->grid[0] = (uint32_t)tg_ceil_div(numel, r->tile_m);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)r->threads_x;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
-}
-
-static void emit_launch_line(const emitter *e, const struct tgrad_launch *launch) {
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
-      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
-    E(".\n");
 }
 
 /* ---- gather ---- */
@@ -120,12 +99,12 @@ tgrad_status tg_gen_render_take(const tg_lang *l, const tg_gen_take *p, tg_text 
     snprintf(launch->buffer_names[0], 8, "x");
     snprintf(launch->buffer_names[1], 8, "ix");
     snprintf(launch->buffer_names[2], 8, "c");
-    launch_geometry(r, numel, launch);
+    tg_launch_1d(r, numel, launch);
 
     char key[2048];
     snprintf(key, sizeof key, "gather;%d;%d", (int)p->esize, (int)a);
-    key_view(key, sizeof key, &p->x);
-    key_view(key, sizeof key, &p->index);
+    tg_key_view(key, sizeof key, &p->x);
+    tg_key_view(key, sizeof key, &p->index);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_gather_%" PRId64 "_%08" PRIx32, numel, h);
 
@@ -151,7 +130,7 @@ tgrad_status tg_gen_render_take(const tg_lang *l, const tg_gen_take *p, tg_text 
     describe_view(e, "ix (int32)", &p->index);
     E("// Each index lies in -%" PRId64 " .. %" PRId64 " (checked on the host before the launch); negative ones count "
       "from the end.\n", n, n - 1);
-    emit_launch_line(e, launch);
+    tg_emit_launch_line(e, launch);
     if (*l->preamble) E("%s", l->preamble);
     E("\n");
     char b0[64], b1[64], b2[64];
@@ -210,11 +189,11 @@ tgrad_status tg_gen_render_concat(const tg_lang *l, const tg_gen_concat *p, tg_t
         if (hi > reach) reach = hi;
         launch->buffer_elements[j] = (uint64_t)(hi + 1);
         snprintf(launch->buffer_names[j], 8, "x%d", (int)j);
-        key_view(key, sizeof key, &p->in[j]);
+        tg_key_view(key, sizeof key, &p->in[j]);
     }
     launch->buffer_elements[p->n] = (uint64_t)numel;
     snprintf(launch->buffer_names[p->n], 8, "c");
-    launch_geometry(r, numel, launch);
+    tg_launch_1d(r, numel, launch);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_concat_%" PRId64 "_%08" PRIx32, numel, h);
 
@@ -232,7 +211,7 @@ tgrad_status tg_gen_render_concat(const tg_lang *l, const tg_gen_concat *p, tg_t
         snprintf(name, sizeof name, "x%d", (int)j);
         describe_view(e, name, &p->in[j]);
     }
-    emit_launch_line(e, launch);
+    tg_emit_launch_line(e, launch);
     if (*l->preamble) E("%s", l->preamble);
     E("\n");
     char decl[TG_GEN_MAX_CONCAT + 1][64];

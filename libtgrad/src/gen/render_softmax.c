@@ -32,11 +32,8 @@ static void geometry(const tg_gen_softmax *p, int64_t *n, int64_t *rows, int64_t
 
 tgrad_status tg_gen_check_softmax(const tg_lang *l, const tg_gen_softmax *p) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_SOFTMAX);
-    if (!l->f64)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "route softmax (%s): the softmax kind's kernels compute in double, which %s lacks (docs/metal.md); "
-                       "run it on the CPU or on OpenCL or CUDA",
-                       l->name, l->name);
+    tgrad_status need = tg_gen_need_double(l, r->name, "softmax");
+    if (need) return need;
     if (p->op != TGRAD_SOFTMAX_SOFTMAX && p->op != TGRAD_SOFTMAX_LOG_SOFTMAX && p->op != TGRAD_SOFTMAX_LOGSUMEXP)
         return tg_not_eligible(r->name, l->name, "softmax op %lld (the backward ops run on the CPU)", p->op, 0, 0);
     if (!float_dtype(p->in_dtype) || !float_dtype(p->out_dtype))

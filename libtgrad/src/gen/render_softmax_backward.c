@@ -18,11 +18,8 @@ static bool float_dtype(int32_t dt) { return dt == TGRAD_DTYPE_BF16 || dt == TGR
 
 tgrad_status tg_gen_check_softmax_backward(const tg_lang *l, const tg_gen_softmax_backward *p) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_SOFTMAX);
-    if (!l->f64)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "route softmax (%s): the softmax kind's kernels compute in double, which %s lacks (docs/metal.md); "
-                       "run it on the CPU or on OpenCL or CUDA",
-                       l->name, l->name);
+    tgrad_status s = tg_gen_need_double(l, r->name, "softmax");
+    if (s) return s;
     if (p->op != TGRAD_SOFTMAX_SOFTMAX && p->op != TGRAD_SOFTMAX_LOG_SOFTMAX)
         return tg_not_eligible(r->name, l->name, "the backward of softmax op %lld", p->op, 0, 0);
     if (!float_dtype(p->y_dtype) || !float_dtype(p->g_dtype) || !float_dtype(p->out_dtype))
@@ -55,13 +52,6 @@ static void emit_row_offset(const emitter *e, const tg_view *v, int32_t axis, co
     E("    }\n");
 }
 
-static void key_view(char *key, size_t cap, const tg_view *v) {
-    size_t n = strlen(key);
-    n += (size_t)snprintf(key + n, cap - n, "|off=%" PRId64, v->offset);
-    for (int32_t d = 0; d < v->ndim && n < cap; d++)
-        n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
-}
-
 /* A double load of element j of the row at `off` of buffer `buf` (bf16 bits or float32 bits). */
 static void load_expr(char *dst, size_t cap, const char *buf, const char *off, int64_t stride, bool bf16) {
     snprintf(dst, cap, bf16 ? "(double)tg_f_of((uint)%s[%s + j * %" PRId64 "] << 16)" : "(double)tg_f_of(%s[%s + j * %" PRId64 "])",
@@ -86,8 +76,8 @@ tgrad_status tg_gen_render_softmax_backward(const tg_lang *l, const tg_gen_softm
     char key[4096];
     snprintf(key, sizeof key, "softmax_backward;%d;%d;%d;%d;%d", (int)p->op, (int)p->axis, (int)p->y_dtype,
              (int)p->g_dtype, (int)p->out_dtype);
-    key_view(key, sizeof key, &p->y);
-    key_view(key, sizeof key, &p->g);
+    tg_key_view(key, sizeof key, &p->y);
+    tg_key_view(key, sizeof key, &p->g);
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_softmax_%s_backward_%" PRId64 "_%08" PRIx32,
              log ? "log_softmax" : "softmax", n, (uint32_t)tg_fnv1a64(key, strlen(key)));
 

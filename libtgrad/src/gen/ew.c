@@ -95,10 +95,12 @@ tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_ge
     for (int32_t i = 0; i < c->n; i++) {
         const tg_gen_ew_op *o = &c->ops[i];
         const ew_spelling *sp = spelling_of(o->op);
-        if (!sp) return tg_not_eligible(route, l->name, "op %lld has no kernel spelling", o->op, 0, 0);
-        if (c->f32 && !sp->f32)
-            return tg_not_eligible(route, l->name, "op %lld has no float32 kernel spelling (the transcendental ops "
-                                   "run in float32 on the CPU only)", o->op, 0, 0);
+        if (!sp || (c->f32 && !sp->f32)) { /* the op's name in the message: what a user wrote */
+            char why[160];
+            snprintf(why, sizeof why, "op %%lld (%s) has no %skernel spelling%s", tgrad_op_name(o->op),
+                     sp ? "float32 " : "", sp ? " (the transcendental ops run in float32 on the CPU only)" : "");
+            return tg_not_eligible(route, l->name, why, o->op, 0, 0);
+        }
         int64_t numel, lo, hi;
         if (!is_binary(o->op) || tg_view_numel(&o->operand, &numel) || numel == 0) continue;
         if (!tg_span_view(&o->operand, &lo, &hi) || lo < 0)

@@ -144,6 +144,12 @@ void tg_key_view(char *key, size_t cap, const tg_view *v) {
         n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
 }
 
+void tg_emit_double_head(const emitter *e) {
+    if (*e->l->preamble) E("%s", e->l->preamble);
+    E("%s", e->l->f64);
+    E("typedef %s tg_u64;\n", e->l->u64);
+}
+
 tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind) {
     if (l->f64) return TGRAD_OK;
     return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,

@@ -59,6 +59,9 @@ TG_HIDDEN void tg_launch_1d(const tg_route *r, int64_t numel, struct tgrad_launc
 TG_HIDDEN void tg_emit_launch_line(const emitter *e, const struct tgrad_launch *launch);
 /* Append ";off=<offset>;<extent>:<stride>..." of view v to a kernel-name key. */
 TG_HIDDEN void tg_key_view(char *key, size_t cap, const tg_view *v);
+/* The row kinds' text after their comment: the language's preamble, its double extension, the
+ * tg_u64 typedef. */
+TG_HIDDEN void tg_emit_double_head(const emitter *e);
 /* TGRAD_OK where language l has double, else the typed refusal of route's `kind` (MSL). */
 TG_HIDDEN tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind);
 

@@ -76,12 +76,8 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
     E("// %" PRId64 " rows of %" PRId64 ", one thread each. The CPU's doubles and bounds (kernels/gpu/norm.h): an\n"
       "// element is written where its bound decides its rounding; f[row] = 1 where one is not (the host reruns\n"
       "// the row with the CPU's exact code), else 0.\n", rows, n);
-    E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers", launch->grid[0], (int)T);
-    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
-    E(".\n");
-    if (*l->preamble) E("%s", l->preamble);
-    E("%s", l->f64);
-    E("typedef %s tg_u64;\n", l->u64);
+    tg_emit_launch_line(e, launch);
+    tg_emit_double_head(e);
     tg_gen_emit_text(e, tg_gen_norm_prelude);
     tg_emit_index_fn(e, "tg_x_at", &p->x);
     if (p->has_w) tg_emit_index_fn(e, "tg_w_at", &p->w);

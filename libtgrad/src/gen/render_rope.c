@@ -75,12 +75,8 @@ tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text 
     E("// %" PRId64 " positions, one thread each. Each value written where its bound decides its bf16 rounding\n"
       "// (kernels/gpu/norm.h); f[position] = 1 where one is not (the host reruns it with the CPU's code), else 0.\n",
       npos);
-    E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers", launch->grid[0], (int)T);
-    for (uint32_t i = 0; i < launch->buffer_count; i++) E("%s %s", i ? "," : "", launch->buffer_names[i]);
-    E(".\n");
-    if (*l->preamble) E("%s", l->preamble);
-    E("%s", l->f64);
-    E("typedef %s tg_u64;\n", l->u64);
+    tg_emit_launch_line(e, launch);
+    tg_emit_double_head(e);
     tg_gen_emit_text(e, tg_gen_norm_prelude);
     if (!p->has_f) {
         E("%s double tg_rope_f[%d] = {", l->constant_decl, half);

@@ -94,9 +94,7 @@ tgrad_status tg_gen_render_softmax_backward(const tg_lang *l, const tg_gen_softm
     E("// The CPU's doubles and bounds (ops/softmax_backward.c): an element is written where its bound decides its\n"
       "// rounding; f[row] = 1 where one is not (the host reruns the row with the CPU's exact code), else 0.\n");
     E("// Launch: grid (%u, 1, 1) x threadgroup (%d, 1, 1); buffers y, g, c, f.\n", launch->grid[0], (int)T);
-    if (*l->preamble) E("%s", l->preamble);
-    E("%s", l->f64);
-    E("typedef %s tg_u64;\n", l->u64);
+    tg_emit_double_head(e);
     tg_gen_emit_text(e, tg_gen_softmax_prelude);
 
     char b0[64], b1[64], b2[64], b3[64];

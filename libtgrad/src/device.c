@@ -395,7 +395,10 @@ tgrad_status tg_device_execute(const tg_step *step) {
     if (words) be->free(words); /* the launch has finished (run_text synchronizes) */
     if (flags_mem) be->free(flags_mem);
     pthread_mutex_unlock(&states[device].lock);
-    if (!s && flags && kind->gpu_finish) s = kind->gpu_finish(step, flags, k.nflags); /* without the lock: it moves data */
+    int64_t flagged = 0;
+    for (int64_t r = 0; !s && flags && r < k.nflags; r++) flagged += flags[r] != 0;
+    if (flagged && kind->gpu_finish) /* without the lock: it moves data */
+        s = kind->gpu_finish(step, flags, k.nflags, flagged);
     free(flags);
     tg_step_kernel_free(&k);
     return s;

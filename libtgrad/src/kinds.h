@@ -31,9 +31,9 @@ typedef struct tg_kind {
      * of range, as on the CPU. */
     tgrad_status (*gpu_check)(const tg_step *st);
     /* After a GPU launch of a step of this kind whose kernel wrote a flag per row (step_kernel.h,
-     * flags_at), on the host, with the flags read back (NULL: the kind's kernels have no flags):
-     * the softmax kind reruns its flagged rows with the CPU's row code. */
-    tgrad_status (*gpu_finish)(const tg_step *st, const uint32_t *flags, int64_t nflags);
+     * flags_at), on the host, with the flags read back, called only when `flagged` (> 0) of them
+     * are set: the row kinds rerun their flagged rows with the CPU's row code. */
+    tgrad_status (*gpu_finish)(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
     /* Why nothing is fused into this kind's GPU kernel, before or after it (NULL: chains may be,
      * as on the CPU): the softmax kind's host reruns rows without their chains. */
     const char *gpu_unfused;
@@ -105,18 +105,18 @@ TG_HIDDEN tgrad_status tg_norm_backward_execute(const tg_step *st);
 TG_HIDDEN const char *tg_norm_op_name(int32_t op);
 /* The GPU route's slow path (ops/norm.c), as tg_softmax_rows_on_host; and whether a norm node may be
  * made on device (GPU: a language with double). */
-TG_HIDDEN tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
 TG_HIDDEN tgrad_status tg_rope_execute(const tg_step *st); /* ops/rope.c */
 /* The GPU route's slow path (ops/rope.c): the flagged positions ((row, l) pairs), rerun on the
  * host by the CPU's code; and f_i = pow(base, -2i / rd) as the CPU computes it (the kernels'
  * table). */
-TG_HIDDEN tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
 TG_HIDDEN double tg_rope_freq(double base, int32_t i, int32_t rd);
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
 /* The GPU route's slow path (ops/softmax.c): the rows flagged by the kernel, recomputed on the
  * host by the CPU's row code, read back from and written back to the device. */
 TG_HIDDEN tgrad_status tg_softmax_check_device(int32_t device, const char *fn);
-TG_HIDDEN tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
 /* --- hgsoft: the softmax kind's backward nodes (ops/softmax_backward.c): their executor, their
  * name for explain, and whether a node's softmax_op is one (a two-input node: y, then g). --- */
 TG_HIDDEN tgrad_status tg_softmax_backward_execute(const tg_step *st);
@@ -125,7 +125,8 @@ TG_HIDDEN bool tg_softmax_is_backward(int32_t op);
 /* A backward node's forward op (TGRAD_SOFTMAX_SOFTMAX or _LOG_SOFTMAX) from its softmax_op. */
 TG_HIDDEN int32_t tg_softmax_forward_op(int32_t op);
 /* The GPU route's slow path of the backward ops (tg_softmax_rows_on_host hands them over). */
-TG_HIDDEN tgrad_status tg_softmax_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN tgrad_status tg_softmax_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags,
+                                                        int64_t flagged);
 /* Add n to TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS (tgrad_debug_softmax_slow_path). */
 TG_HIDDEN void tg_softmax_count_device_rows(int64_t n);
 TG_HIDDEN tgrad_status tg_slice_scatter_execute(const tg_step *st); /* ops/slice_scatter.c */

@@ -106,14 +106,10 @@ tgrad_status tg_gen_render_norm_backward(const tg_lang *l, const tg_gen_norm_bac
     const int64_t reach = tg_launch_operands(launch, v, names, 3);
     tg_launch_flagged_rows(launch, numel, rows, T);
     char key[4096];
-    size_t kn = (size_t)snprintf(key, sizeof key, "norm_backward;%d;%d;%a;%d;%d;%d;%d;%d", (int)p->op, (int)p->naxes, p->eps,
-                                 (int)p->has_w, (int)p->x_dtype, (int)p->g_dtype, (int)p->w_dtype, (int)p->out_dtype);
-    for (int32_t i = 0; i < 3; i++) {
-        if (!v[i]) continue;
-        kn += (size_t)snprintf(key + kn, sizeof key - kn, "|off=%" PRId64, v[i]->offset);
-        for (int32_t d = 0; d < v[i]->ndim && kn < sizeof key; d++)
-            kn += (size_t)snprintf(key + kn, sizeof key - kn, ";%" PRId64 ":%" PRId64, v[i]->shape[d], v[i]->strides[d]);
-    }
+    snprintf(key, sizeof key, "norm_backward;%d;%d;%a;%d;%d;%d;%d;%d", (int)p->op, (int)p->naxes, p->eps, (int)p->has_w,
+             (int)p->x_dtype, (int)p->g_dtype, (int)p->w_dtype, (int)p->out_dtype);
+    for (int32_t i = 0; i < 3; i++)
+        if (v[i]) tg_key_view(key, sizeof key, v[i]);
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_norm_%s_backward_%" PRId64 "_%08" PRIx32,
              layer ? "layer" : "rms", n, (uint32_t)tg_fnv1a64(key, strlen(key)));
 

@@ -54,14 +54,8 @@ tgrad_status tg_gen_render_optim(const tg_lang *l, const tg_gen_optim *p, tg_tex
     tg_launch_1d(r, numel, launch);
 
     char key[4096];
-    size_t kn = (size_t)snprintf(key, sizeof key, "optim;%d;%d;%d;%d", (int)p->algo, (int)p->flags, (int)p->n,
-                                 (int)p->which);
-    for (int32_t k = 0; k < p->n && kn < sizeof key; k++) {
-        kn += (size_t)snprintf(key + kn, sizeof key - kn, "|off=%" PRId64, p->in[k].offset);
-        for (int32_t d = 0; d < p->in[k].ndim && kn < sizeof key; d++)
-            kn += (size_t)snprintf(key + kn, sizeof key - kn, ";%" PRId64 ":%" PRId64, p->in[k].shape[d],
-                                   p->in[k].strides[d]);
-    }
+    snprintf(key, sizeof key, "optim;%d;%d;%d;%d", (int)p->algo, (int)p->flags, (int)p->n, (int)p->which);
+    for (int32_t k = 0; k < p->n; k++) tg_key_view(key, sizeof key, &p->in[k]);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_optim_step_%s_%" PRId64 "_%08" PRIx32,
              p->algo == TGRAD_OPTIM_SGD ? "sgd" : "adamw", numel, h);

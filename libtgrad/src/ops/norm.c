@@ -453,11 +453,8 @@ tgrad_status tg_norm_execute(const tg_step *st) {
 /* After a GPU launch of st (gen/render_norm.c): the rows whose flag is set are recomputed here by
  * the CPU's own row functions (rms_row, layer_row: the exact path included), from the inputs'
  * storage read back, into the output's storage read back and written again. */
-tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
-    if (st->base->params.norm_op > TG_NORM_LAYER) return tg_norm_backward_rows_on_host(st, flags, nflags);
-    int64_t flagged = 0;
-    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
-    if (!flagged) return TGRAD_OK;
+tgrad_status tg_norm_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
+    if (st->base->params.norm_op > TG_NORM_LAYER) return tg_norm_backward_rows_on_host(st, flags, nflags, flagged);
     void *host[4];
     size_t bytes[4];
     char what[96];

@@ -317,10 +317,8 @@ tgrad_status tg_norm_backward_execute(const tg_step *st) {
  * the kernel's bound leaves open, a sum that is not finite, a bound that does not hold) are
  * recomputed here by the CPU's own row code (run_row: the same function, so the same bytes), from
  * the inputs' storage read back, into the output's read back and written again. */
-tgrad_status tg_norm_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
-    int64_t flagged = 0;
-    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
-    if (!flagged) return TGRAD_OK;
+tgrad_status tg_norm_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags,
+                                           int64_t flagged) {
     const char *fn = tg_norm_op_name(st->base->params.norm_op);
     void *host[4];
     size_t bytes[4];

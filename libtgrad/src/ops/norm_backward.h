@@ -77,6 +77,7 @@ TG_HIDDEN void tg_norm_count_device_rows(int64_t n);
 /* The GPU route's slow path of the backward ops (ops/norm_backward.c; tg_norm_rows_on_host hands
  * them over). */
 struct tg_step;
-TG_HIDDEN tgrad_status tg_norm_backward_rows_on_host(const struct tg_step *st, const uint32_t *flags, int64_t nflags);
+TG_HIDDEN tgrad_status tg_norm_backward_rows_on_host(const struct tg_step *st, const uint32_t *flags, int64_t nflags,
+                                                 int64_t flagged);
 
 #endif

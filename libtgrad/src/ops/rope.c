@@ -308,10 +308,7 @@ tgrad_status tg_rope_execute(const tg_step *st) {
  * [L, d], position l) is recomputed here by the CPU's own pair function (binary128 included), its
  * angles as task_rows computes them, from the inputs' storage read back, into the output's storage
  * read back and written again. */
-tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
-    int64_t flagged = 0;
-    for (int64_t q = 0; q < nflags; q++) flagged += flags[q] != 0;
-    if (!flagged) return TGRAD_OK;
+tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
     void *host[4];
     size_t bytes[4];
     char what[96];

@@ -451,13 +451,11 @@ tgrad_status tg_softmax_execute(const tg_step *st) {
 /* After a GPU launch of st (gen/render_softmax.c): the rows whose flag is set (an element the
  * kernel's bound leaves undecided, or a special row) are recomputed here by the CPU's own row code
  * (place_row: the same function, so the same bytes), from the input's storage read back, into the
- * output's storage read back and written again. No flag set: nothing moves. Fused chains never
+ * output's storage read back and written again (device.c calls it only when a flag is set). Fused chains never
  * reach a GPU softmax step (the scheduler keeps them apart: its row's gpu_unfused). */
-tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
-    if (tg_softmax_is_backward(st->base->params.softmax_op)) return tg_softmax_backward_rows_on_host(st, flags, nflags);
-    int64_t flagged = 0;
-    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
-    if (!flagged) return TGRAD_OK;
+tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
+    if (tg_softmax_is_backward(st->base->params.softmax_op))
+        return tg_softmax_backward_rows_on_host(st, flags, nflags, flagged);
     const tg_buffer *ib = st->inputs[0].buf, *ob = st->buf;
     if (st->pro_base || st->nfused)
         return tg_fail(TGRAD_ERR_INTERNAL, "softmax: a GPU step with fused chains (the scheduler keeps them apart)");

@@ -427,10 +427,8 @@ tgrad_status tg_softmax_backward_execute(const tg_step *st) {
  * element the kernel's bound leaves undecided, a sum that is not finite, an input z_i not below 0)
  * are recomputed here by the CPU's own row code (run_row: the same function, so the same bytes),
  * from the inputs' storage read back, into the output's read back and written again. */
-tgrad_status tg_softmax_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags) {
-    int64_t flagged = 0;
-    for (int64_t r = 0; r < nflags; r++) flagged += flags[r] != 0;
-    if (!flagged) return TGRAD_OK;
+tgrad_status tg_softmax_backward_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags,
+                                              int64_t flagged) {
     const char *fn = tg_softmax_kind_name(st->base->params.softmax_op);
     if (st->pro_base || st->nfused)
         return tg_fail(TGRAD_ERR_INTERNAL, "%s: a GPU step with fused chains (the scheduler keeps them apart)", fn);

@@ -48,7 +48,7 @@ _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's o
  * bytes. Up to T_ROWS rows, where B is big enough for its packing to matter (measured:
  * docs/performance.md, "Session 21: a few rows times W.T"); one row too for a float32 result
  * where no one-row kernel stores the fp32 sums (rowvec_f32, ukernel.h). */
-enum { T_ROWS = 128 };
+enum { T_ROWS = 128, ROWVEC_SHARE = 1 << 17 };
 static bool transposed_pays(const tg_cpu_matmul_plan *P) {
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     return P->uk->kernel_direct && P->uk->direct_any_stride && !P->swapped && !tg_cpu_debug_no_gemm_t() &&
@@ -106,8 +106,13 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * path, or its transpose (gemm_t): their micro-kernels all store the fp32 accumulators
      * (ukernel.h). */
     bool f32 = out_dtype == TGRAD_DTYPE_F32, one_row = S && P->M == 1 && (bs1 == 1 || bs0 == 1);
-    if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) P->path = PATH_ROWVEC, P->uk = S;
-    else if (f32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
+    if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) {
+        P->path = PATH_ROWVEC, P->uk = S;
+        /* a one-row product is bound by streaming B, not by its multiply-adds: it is shared from
+         * ROWVEC_SHARE elements of B (a decode step's 1024x1024 and 256x1024 projections, alone
+         * under SMALL_MNK, ran at 13 and 10 GB/s on one thread of the Xeon) */
+        if (P->batch == 1 && (double)K * (double)P->N >= (double)ROWVEC_SHARE) P->threads = pool;
+    } else if (f32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */
         int64_t most = 0;
         const tg_ukernel *F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most) : NULL;

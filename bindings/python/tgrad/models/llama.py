@@ -196,6 +196,15 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: Tensor |
     return (probs @ v).reshape(b, heads, length, e)
 
 
+def _heads(x: Tensor, b: int, length: int, heads: int, e: int) -> Tensor:
+    """x [B, L, heads * E] as [B, heads, L, E] (a view): the reshape, then heads before
+    positions; one position (a decode step) is the reshape alone, the same elements (a
+    transpose's one Python op less for each of q, k and v)."""
+    if length == 1:
+        return x.reshape(b, heads, 1, e)
+    return x.reshape(b, length, heads, e).transpose(1, 2)
+
+
 class Attention(nn.Module):
     """Grouped-query self-attention with rope: q, k, v projections (bias with Qwen2 or Llama's
     attention_bias), rope on q and k, `attend`, the o projection."""
@@ -213,15 +222,16 @@ class Attention(nn.Module):
                 cache: KVCache | None = None, layer: int = 0, start: np.ndarray | None = None) -> Tensor:
         """start: each row's cached length when rows differ (KVCache.append_rows), else None."""
         b, length, _ = x.shape
-        q = linear(self.q_proj, x).reshape(b, length, self.heads, self.head_dim).transpose(1, 2)
-        k = linear(self.k_proj, x).reshape(b, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = linear(self.v_proj, x).reshape(b, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = _heads(linear(self.q_proj, x), b, length, self.heads, self.head_dim)
+        k = _heads(linear(self.k_proj, x), b, length, self.kv_heads, self.head_dim)
+        v = _heads(linear(self.v_proj, x), b, length, self.kv_heads, self.head_dim)
         q = rope(q, positions, self.rope_theta, inv_freq=inv_freq)
         k = rope(k, positions, self.rope_theta, inv_freq=inv_freq)
         if cache is not None:
             k, v = cache.append(layer, k, v) if start is None else cache.append_rows(layer, k, v, start)
         y = attend(q, k, v, mask, _scale(self, self.head_dim, q))
-        return linear(self.o_proj, y.transpose(1, 2).reshape(b, length, self.heads * self.head_dim))
+        merged = y.reshape(b, 1, -1) if length == 1 else y.transpose(1, 2).reshape(b, length, -1)
+        return linear(self.o_proj, merged)
 
 
 class MLP(nn.Module):

@@ -366,14 +366,16 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 260), (2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260),
-                                   (128, 1057, 260), (129, 300, 260), (3, 64, 4100)])
+                                   (128, 1057, 260), (129, 300, 260), (3, 64, 4100), (40, 8300, 70)])
 def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     """x @ W.T with a few rows (2 to 128) on AMX is computed as
     (W @ x.T).T (route gemm_t: W's rows read in place, only x packed; cpu/plan.c): the oracle's
     bytes, bf16 and float32, through sliced views, fused with a bias and GELU, merged batches and
     1 or 2 threads, and the packed route's bytes. Below 2^16 elements of W (64 x 33) and past 128
-    rows the packed route stays; past 4096 columns (3 x 64 x 4100) the route works in chunks of
-    4096 of them; one row streams (rowvec), its float32 result the fp32 sums (rowvec_f32)."""
+    rows the packed route stays. gemm_t streams W's rows through all of K where x, packed, fits in
+    1 MiB (cpu/gemm_t.c: strips with a packed last tile, 260 = 8 x 32 + 4 rows); past that (40 x
+    8300), or with W packed (TGRAD_DEBUG_CPU_NO_DIRECT_A), it runs on the packed frame in chunks
+    of 4096 columns (3 x 64 x 4100). One row streams (rowvec), its float32 result the fp32 sums (rowvec_f32)."""
     rng = np.random.default_rng(m * 7919 + k + len(fill))
     x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
     bias = _random_bits(rng, (n,), "normal")
@@ -412,6 +414,11 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
                 packed = tgrad.matmul(x_t, w_t.T, order="block32")
                 assert "gemm_t" not in packed.route
                 assert np.array_equal(packed.numpy().view(np.uint16), want), f"[isa={isa}] {packed.route}"
+                lib.tgrad_debug_cpu_blocking(0, 0, lib.TGRAD_DEBUG_CPU_NO_DIRECT_A)  # gemm_t on the packed frame
+                chunked = tgrad.matmul(x_t, w_t.T, order="block32")
+                chunked32 = tgrad.matmul(x_t, w_t.T, out_dtype=tgrad.float32, order="block32")
+                assert np.array_equal(chunked.numpy().view(np.uint16), want), f"[isa={isa}] {chunked.route}"
+                assert np.array_equal(chunked32.numpy().view(np.uint32), want32), f"[isa={isa}] {chunked32.route}"
             finally:
                 lib.tgrad_debug_cpu_blocking(0, 0, 0)
                 w2 = tgrad.Tensor.from_bf16_bits(np.stack([np.ascontiguousarray(w_bits), w_bits[::-1].copy()]))

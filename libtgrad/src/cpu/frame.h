@@ -61,6 +61,8 @@ TG_HIDDEN double tg_cpu_now_s(void);
 
 /* tgrad_debug_cpu_blocking's TGRAD_DEBUG_CPU_NO_GEMM_T (gemm_packed.c): plan.c skips route gemm_t */
 TG_HIDDEN bool tg_cpu_debug_no_gemm_t(void);
+/* ... its TGRAD_DEBUG_CPU_NO_DIRECT_A: no left operand read in place (gemm_t.c's streaming off too) */
+TG_HIDDEN bool tg_cpu_debug_no_direct_a(void);
 
 /* ---- per-thread workspace (workspace.c) ---- */
 typedef struct {
@@ -90,6 +92,14 @@ TG_HIDDEN tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand
                                           int64_t N, int64_t K, int32_t threads, uint16_t *out, float *out32,
                                           const tg_chain *ep);
 
+/* Route gemm_t's streaming form (gemm_t.c): out [M, N] = x @ B for a column-major B, W = B's
+ * columns read in place as kernel_direct's left operand, x^T packed once; out32 instead of out
+ * takes the fp32 accumulators (ep NULL). Taken where tg_cpu_gemm_t_streams says the packed x^T
+ * fits beside the streamed rows in L2. */
+TG_HIDDEN bool tg_cpu_gemm_t_streams(const tg_ukernel *uk, int64_t M, int64_t K);
+TG_HIDDEN tgrad_status tg_cpu_gemm_t_stream(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
+                                            int64_t N, int64_t K, int32_t threads, uint16_t *out, float *out32,
+                                            const tg_chain *ep);
 /* The most accumulators one micro-kernel tile holds (mr x nr of every variant: 12 x 32 at most). */
 enum { TILE_MAX = 1024 };
 

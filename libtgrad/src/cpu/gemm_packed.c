@@ -192,6 +192,7 @@ static _Atomic int64_t dbg_chunk_bytes, dbg_panel_k;
 static atomic_int dbg_flags;
 
 bool tg_cpu_debug_no_gemm_t(void) { return atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_GEMM_T; }
+bool tg_cpu_debug_no_direct_a(void) { return atomic_load(&dbg_flags) & TGRAD_DEBUG_CPU_NO_DIRECT_A; }
 
 TGRAD_API tgrad_status tgrad_debug_cpu_blocking(int64_t chunk_bytes, int64_t panel_k, int32_t flags) {
     if (chunk_bytes < 0 || panel_k < 0 || panel_k % 2 || (flags & ~(TGRAD_DEBUG_CPU_NO_DIRECT_A | TGRAD_DEBUG_CPU_NO_GEMM_T)))

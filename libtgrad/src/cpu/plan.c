@@ -139,8 +139,10 @@ void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap)
 
 /* ---- running ---- */
 
-/* PATH_GEMM_T: D = B^T A^T on the packed path (B^T's rows are B's columns, read in place; A^T
- * packed as its right operand), T_COLS columns of out at a time (a bounded buffer, at most
+/* PATH_GEMM_T: D = B^T A^T, B^T's rows (B's columns) read in place, A^T packed as the right
+ * operand. Where A^T packed fits in L2 beside them, gemm_t.c streams each row of B^T through all
+ * of K (a prefill's projections: 1.6x the packed frame's rate). Else the packed path, T_COLS
+ * columns of out at a time (a bounded buffer, at most
  * T_COLS x T_ROWS elements: 2 MiB of float32, however wide N is, e.g. a vocabulary's logits),
  * each chunk then written into out transposed, in 32 x 32 blocks, and its epilogue applied while
  * it is in cache. Elements of 2 (bf16) or 4 bytes (float32 accumulators), moved as bits. */
@@ -156,6 +158,8 @@ static tgrad_status run_transposed(const tg_cpu_matmul_plan *P, const tg_operand
                                    const tg_chain *ep, int32_t threads) {
     int64_t M = P->M, N = P->N, cols = N < T_COLS ? N : T_COLS;
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
+    if (tg_cpu_gemm_t_streams(P->uk, M, P->K)) /* W streamed in long runs (gemm_t.c) */
+        return tg_cpu_gemm_t_stream(P->uk, A, B, M, N, P->K, threads, f32 ? NULL : out, f32 ? out : NULL, f32 ? NULL : ep);
     void *d = tg_cpu_transpose_scratch((size_t)(M * cols) * (f32 ? 4u : 2u));
     if (!d) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate the transposed result's buffer");
     tg_operand Bt = { A->base, A->s1, A->s0 };

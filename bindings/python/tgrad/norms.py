@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from . import errors
 from ._ffi import ffi, lib
+from .dtypes import float32, int32
 from .errors import _check
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .tensor import _RECORDER, Tensor
 
 __all__ = ["layer_norm", "rms_norm", "rope", "rope_backward"]
 
@@ -30,8 +31,6 @@ _FINFO_EPS = {"bfloat16": 2.0**-7, "float32": 2.0**-23}
 
 def _naxes(name: str, x: Tensor, normalized_shape: Any) -> int:
     """len(normalized_shape), after checking it is x's trailing shape (torch's rule)."""
-    from .tensor import Tensor
-
     if not isinstance(x, Tensor):
         raise errors.InvalidArgumentError(f"tgrad.{name}: expected a Tensor, got {type(x).__name__}")
     items: Sequence[Any] = normalized_shape if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
@@ -50,8 +49,6 @@ def _naxes(name: str, x: Tensor, normalized_shape: Any) -> int:
 
 
 def _param(name: str, what: str, p: Any) -> Any:
-    from .tensor import Tensor
-
     if p is None:
         return 0
     if not isinstance(p, Tensor):
@@ -68,8 +65,6 @@ def _eps(name: str, eps: Any) -> float:
 def rms_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
              eps: float | None = None) -> Tensor:
     """x * weight / sqrt(mean(x^2) + eps) over the trailing normalized_shape, rounded once."""
-    from .tensor import Tensor
-
     naxes = _naxes("rms_norm", x, normalized_shape)
     e = _FINFO_EPS.get(x.dtype.name, 2.0**-7) if eps is None else _eps("rms_norm", eps)
     out = ffi.new("tgrad_tensor_t *")
@@ -83,8 +78,6 @@ def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor 
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape (biased
     variance), rounded once."""
-    from .tensor import Tensor
-
     naxes = _naxes("layer_norm", x, normalized_shape)
     e = _eps("layer_norm", eps)
     out = ffi.new("tgrad_tensor_t *")
@@ -117,11 +110,6 @@ def rope_backward(g: Tensor, positions: Any, base: float = 10000.0, *, rotary_di
 
 def _rope(name: str, backward: int, x: Any, positions: Any, base: Any, rotary_dim: Any, interleaved: Any,
           scaling: Any, inv_freq: Any) -> Tensor:
-    import numpy as np
-
-    from .dtypes import float32, int32
-    from .tensor import Tensor
-
     if not isinstance(x, Tensor):
         raise errors.InvalidArgumentError(f"tgrad.{name}: expected a Tensor, got {type(x).__name__}")
     if scaling is not None:
@@ -173,8 +161,6 @@ def rope_slow_path_counts() -> tuple[int, int, int]:
 
 def _report(kind: str, out: Tensor, x: Tensor, kwargs: dict[str, Any]) -> None:
     """Tell tgrad.trace's recorder, while one runs."""
-    from .tensor import _RECORDER
-
     recorder = _RECORDER.get()
     if recorder is not None:
         recorder.report(kind, out, (x,), kwargs)

@@ -12,15 +12,13 @@ signatures follow torch (``dim``, ``dtype``, ``keepdim``) and accept numpy's spe
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import errors
 from ._ffi import ffi, lib
 from .dtypes import as_dtype
 from .errors import _check
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .tensor import _RECORDER, Tensor
 
 __all__ = ["softmax", "log_softmax", "logsumexp"]
 
@@ -49,8 +47,6 @@ def _axis(name: str, dim: Any, axis: Any, default: int | None) -> int:
 
 
 def _run(name: str, x: Any, dim: int, keepdims: int, dtype: Any) -> Tensor:
-    from .tensor import Tensor
-
     if not isinstance(x, Tensor):
         raise errors.InvalidArgumentError(f"tgrad.{name}: expected a Tensor, got {type(x).__name__}")
     out_dtype = 0 if dtype is None else as_dtype(dtype, f"tgrad.{name}").code
@@ -63,8 +59,6 @@ def _run(name: str, x: Any, dim: int, keepdims: int, dtype: Any) -> Tensor:
 
 def _report(kind: str, out: Tensor, x: Tensor, kwargs: dict[str, Any]) -> None:
     """Tell tgrad.trace's recorder, while one runs (it records the kind as not replayed)."""
-    from .tensor import _RECORDER
-
     recorder = _RECORDER.get()
     if recorder is not None:
         recorder.report(kind, out, (x,), kwargs)

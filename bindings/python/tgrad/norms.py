@@ -33,6 +33,13 @@ def _naxes(name: str, x: Tensor, normalized_shape: Any) -> int:
     """len(normalized_shape), after checking it is x's trailing shape (torch's rule)."""
     if not isinstance(x, Tensor):
         raise errors.InvalidArgumentError(f"tgrad.{name}: expected a Tensor, got {type(x).__name__}")
+    if type(normalized_shape) is int:  # the common cases first: an int, or a tuple of ints, that fit
+        if x.shape and x.shape[-1] == normalized_shape:
+            return 1
+    elif type(normalized_shape) is tuple and normalized_shape and all(type(d) is int for d in normalized_shape):
+        n = len(normalized_shape)
+        if n <= len(x.shape) and x.shape[len(x.shape) - n:] == normalized_shape:
+            return n
     items: Sequence[Any] = normalized_shape if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
     try:
         shape = tuple(operator.index(d) for d in items if not isinstance(d, bool))
@@ -70,7 +77,8 @@ def rms_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | 
     out = ffi.new("tgrad_tensor_t *")
     _check(lib.tgrad_rms_norm(x._h, _param("rms_norm", "weight", weight), naxes, e, out))
     result = Tensor._wrap(int(out[0]), tuple(x.shape))
-    _report("rms_norm", result, x, {"normalized_shape": list(x.shape[len(x.shape) - naxes:]), "eps": e})
+    if _RECORDER.get() is not None:
+        _report("rms_norm", result, x, {"normalized_shape": list(x.shape[len(x.shape) - naxes:]), "eps": e})
     return result
 
 
@@ -84,7 +92,8 @@ def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor 
     _check(lib.tgrad_layer_norm(x._h, _param("layer_norm", "weight", weight), _param("layer_norm", "bias", bias),
                                 naxes, e, out))
     result = Tensor._wrap(int(out[0]), tuple(x.shape))
-    _report("layer_norm", result, x, {"normalized_shape": list(x.shape[len(x.shape) - naxes:]), "eps": e})
+    if _RECORDER.get() is not None:
+        _report("layer_norm", result, x, {"normalized_shape": list(x.shape[len(x.shape) - naxes:]), "eps": e})
     return result
 
 

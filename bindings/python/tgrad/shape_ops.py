@@ -28,12 +28,22 @@ __all__ = ["cat", "concatenate", "stack", "take", "squeeze", "unsqueeze", "flatt
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def _tensor(x: Any, what: str) -> Tensor:
-    from .tensor import Tensor
+#: tgrad.Tensor and the trace recorder's context variable, bound by tgrad.tensor once the class
+#: exists (it imports this module first, so this module cannot import it at its top).
+_TENSOR: Any = None
+_RECORDER: Any = None
 
-    if not isinstance(x, Tensor):
+
+def bind(tensor_class: Any, recorder: Any) -> None:
+    global _TENSOR, _RECORDER
+    _TENSOR, _RECORDER = tensor_class, recorder
+
+
+def _tensor(x: Any, what: str) -> Tensor:
+    if not isinstance(x, _TENSOR):
         raise errors.InvalidArgumentError(f"{what}: expected a Tensor, got {type(x).__name__}")
-    return x
+    tensor: Tensor = x
+    return tensor
 
 
 def _int(value: Any, what: str) -> int:
@@ -61,17 +71,14 @@ def _norm_axis(axis: Any, ndim: int, what: str) -> int:
 
 
 def _wrap(call: Any, *args: Any) -> Tensor:
-    from .tensor import Tensor
-
     out = ffi.new("tgrad_tensor_t *")
     _check(call(*args, out))
-    return Tensor._wrap(int(out[0]), None)
+    tensor: Tensor = _TENSOR._wrap(int(out[0]), None)
+    return tensor
 
 
 def _report(kind: str, out: Tensor, inputs: tuple[Tensor, ...], kwargs: dict[str, Any]) -> None:
     """Tell tgrad.trace's recorder, while one runs (tgrad.trace_kinds replays concat and gather)."""
-    from .tensor import _RECORDER
-
     recorder = _RECORDER.get()
     if recorder is not None:
         recorder.report(kind, out, inputs, kwargs)

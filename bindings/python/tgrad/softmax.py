@@ -53,7 +53,8 @@ def _run(name: str, x: Any, dim: int, keepdims: int, dtype: Any) -> Tensor:
     out = ffi.new("tgrad_tensor_t *")
     _check(lib.tgrad_softmax(_OPS[name], x._h, dim, keepdims, out_dtype, out))
     result = Tensor._wrap(int(out[0]), None)
-    _report(name, result, x, {"dim": dim, "keepdims": bool(keepdims), "dtype": result.dtype})
+    if _RECORDER.get() is not None:
+        _report(name, result, x, {"dim": dim, "keepdims": bool(keepdims), "dtype": result.dtype})
     return result
 
 

@@ -1449,6 +1449,7 @@ def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str |
 
 
 _bind_base(Tensor, _RECORDER)
+_shape_ops.bind(Tensor, _RECORDER)
 
 
 @overload

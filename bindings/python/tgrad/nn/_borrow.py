@@ -9,6 +9,14 @@ import importlib
 from typing import Any
 
 
+_FOUND: dict[tuple[str, str], Any] = {}
+
+
 def borrowed(module: str, name: str) -> Any:
-    """The attribute `name` of the module tgrad.<module>."""
-    return getattr(importlib.import_module(f"tgrad.{module}"), name)
+    """The attribute `name` of the module tgrad.<module> (looked up once: a layer's forward calls
+    this every time it runs)."""
+    key = (module, name)
+    hit = _FOUND.get(key)
+    if hit is None:
+        hit = _FOUND[key] = getattr(importlib.import_module(f"tgrad.{module}"), name)
+    return hit

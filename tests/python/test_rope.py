@@ -100,6 +100,53 @@ def test_bytes_do_not_depend_on_threads_or_variant() -> None:
     assert evaluated > 0 and undecided == 0 and slow < evaluated // 100
 
 
+@pytest.mark.every_variant
+def test_any_bits_give_the_same_bytes_on_the_vector_path_and_the_scalar_one() -> None:
+    """The AVX-512 fast path (kernels/cpu/rope_avx512f.c, 8 pairs a vector) decides what pair()
+    decides, with the same bits, and leaves it the rest: every bf16 pattern (NaN, infinities,
+    subnormals, zeros), positions 0 and extreme, f_i = 0 lanes, partial vectors and the 256-pair
+    chunks (d = 6, 34, 130, 520), rope and rope_backward, on every variant and thread count."""
+    rng = np.random.default_rng(4)
+    cases = []
+    for d in (6, 34, 130, 520):
+        bits = rng.integers(0, 1 << 16, size=(3, 9, d), dtype=np.uint16)
+        pos = np.array([0, 1, 2, 77, 4095, 100_000, -9, 2**31 - 1, 12345], np.int32)
+        inv = rng.random(d // 2).astype(np.float32)
+        inv[1] = 0.0
+        cases.append((tgrad.Tensor.from_bf16_bits(bits), pos, inv))
+
+    def run() -> list[bytes]:
+        out = []
+        for x, pos, inv in cases:
+            out.append(tgrad.rope(x, pos, 10000.0).numpy().tobytes())
+            out.append(tgrad.rope(x, pos, inv_freq=inv).numpy().tobytes())
+            out.append(tgrad.rope_backward(x, pos, 500.0).numpy().tobytes())
+        return out
+
+    assert_same_bytes_everywhere(run, threads=(1, 2))
+    # the same decisions, not only the same bytes: as many binary128 (slow) decisions on every
+    # variant (a looser bound on the vector path would decide some of them itself)
+    isa = tgrad._cpu_isa_setting()
+    slow = {}
+    try:
+        for variant, ok in tgrad.cpu_isas().items():
+            if ok:
+                tgrad.set_cpu_isa(variant)
+                before = tgrad.norms.rope_slow_path_counts()[1]
+                run()
+                slow[variant] = tgrad.norms.rope_slow_path_counts()[1] - before
+    finally:
+        tgrad.set_cpu_isa(isa)
+    assert len(set(slow.values())) == 1 and slow["portable"] > 0, slow
+    x, pos, _ = cases[0]  # and the reference itself, on the finite values of the smallest case
+    xb = x.numpy().view(np.uint16).reshape(3, 9, 6)
+    finite = (xb & 0x7F80) != 0x7F80
+    got = tgrad.rope(x, pos, 10000.0).numpy().view(np.uint16)
+    want = reference(np.where(finite, xb, 0).astype(np.uint16), pos, 10000.0, 6, False, None)
+    rows = finite.all(axis=2)
+    assert np.array_equal(got[rows], want[rows])
+
+
 def test_refusals_are_typed_and_allocate_nothing() -> None:
     x = tgrad.Tensor.from_numpy(np.ones((2, 3, 8), np.float32))
     before = tgrad.live_tensors()

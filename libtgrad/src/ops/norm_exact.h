@@ -73,6 +73,13 @@ TG_NORM_DECLARE_(portable)
 #if defined(TGRAD_HAVE_X86_VARIANTS)
 TG_NORM_DECLARE_(avx512f)
 TG_HIDDEN int tg_norm_avx512f_available(void);
+/* Rope's fast path for n rotate-half pairs (x1[i], x2[i]) at one position p != 0, 8 a vector
+ * (kernels/cpu/rope_avx512f.c): o1[i], o2[i] where ops/rope.c's pair() decides them by its double
+ * bound (the same bits); e4[i] = E_i + 4u of pair()'s bound (NaN where f_i = 0). Returns how many
+ * pairs it left, their indices in undecided[] (n entries of room), for pair() to do. */
+TG_HIDDEN int32_t tg_rope_pairs_avx512f(const uint16_t *x1, const uint16_t *x2, const double *c, const double *s,
+                                       const double *e4, int32_t n, uint16_t *o1, uint16_t *o2, int32_t *undecided);
+TG_HIDDEN int tg_rope_avx512f_available(void);
 /* layer_norm's outputs in float32, 16 a vector, with their own rigorous bound (docs/numerics.md,
  * "Norms"): delta bounds |mu - exact mean|, rho the relative error of inv. Returns the number of
  * elements left 0xFFFF (undecided), or -1 when the row is outside the float32 bound's domain (the

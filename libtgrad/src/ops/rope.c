@@ -120,6 +120,7 @@ typedef struct rope_job {
     int32_t negate;   /* rope_backward: theta = p (-f_i) */
     int64_t rows, L, d, per_b; /* rows of [L, d]; rows per batch entry of positions */
     int32_t rd, interleaved, batched;
+    bool vec; /* the rotate-half pairs through tg_rope_pairs_avx512f first (the CPU variant's choice) */
     uint16_t *out;
 } rope_job;
 
@@ -220,17 +221,33 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     int32_t half = J->rd / 2;
     int64_t slow = 0, undecided = 0;
     angle A[256];
+    double cs[256], sn[256], e4[256]; /* the vector path's columns of A, and pair()'s E + 4u */
+    int32_t miss[256];
     for (int64_t l = l0; l < l1; l++) {
         int32_t p = J->pos[(J->batched ? g * J->L : 0) + l];
+        bool vec = J->vec && !J->interleaved && p != 0;
         for (int32_t i0 = 0; i0 < half; i0 += 256) {
             int32_t i1 = i0 + 256 < half ? i0 + 256 : half;
             for (int32_t i = i0; i < i1; i++) {
                 double th = (double)p * J->fd[i];
                 A[i - i0] = (angle){ th, cos(th), sin(th) };
+                if (vec)
+                    cs[i - i0] = A[i - i0].c, sn[i - i0] = A[i - i0].s,
+                    e4[i - i0] = J->fd[i] == 0 ? NAN : 3 * U * fabs(th) + 0x1p-51 + 4 * U;
             }
             for (int64_t r = g * rows; r < (g + 1) * rows; r++) {
                 const uint16_t *x = J->x + (r * J->L + l) * J->d;
                 uint16_t *o = J->out + (r * J->L + l) * J->d;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+                if (vec) { /* 8 pairs a vector; pair() takes what the bound left */
+                    int32_t left = tg_rope_pairs_avx512f(x + i0, x + i0 + half, cs, sn, e4, i1 - i0, o + i0,
+                                                         o + i0 + half, miss);
+                    for (int32_t k = 0; k < left; k++) {
+                        int32_t i = i0 + miss[k];
+                        pair(J, p, i, &A[i - i0], x[i], x[i + half], &o[i], &o[i + half], &slow, &undecided);
+                    }
+                } else
+#endif
                 for (int32_t i = i0; i < i1; i++) {
                     int64_t ia = J->interleaved ? 2 * i : i, ib = J->interleaved ? 2 * i + 1 : i + half;
                     pair(J, p, i, &A[i - i0], x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
@@ -280,6 +297,10 @@ static tgrad_status job_init(rope_job *J, const tg_step *st, const void *const *
         }
     }
     J->fd = fd, J->fq = fq, J->base = P->eps, J->negate = P->rope_backward;
+#if defined(TGRAD_HAVE_X86_VARIANTS)
+    const char *isa = tgrad_cpu_isa_forced() ? tgrad_cpu_isa() : ""; /* as the norms' loops choose */
+    J->vec = tg_rope_avx512f_available() && (!*isa || !strcmp(isa, "avx512f") || !strcmp(isa, "avx512bf16"));
+#endif
     return TGRAD_OK;
 }
 

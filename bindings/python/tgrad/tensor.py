@@ -66,6 +66,7 @@ _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _INT32_MIN = -(1 << 31)
 _INT32_MAX = (1 << 31) - 1
+_MAX_DIMS = int(lib.TGRAD_MAX_DIMS)
 _F32: np.dtype[Any] = np.dtype(np.float32)
 _new_tensor = TensorBase.__new__
 _DTYPE_NAMES: dict[int, str] = {int(lib.TGRAD_DTYPE_BF16): "bfloat16"}
@@ -162,6 +163,7 @@ class _Scratch(threading.local):
     def __init__(self) -> None:
         self.ndim = ffi.new("int32_t *")
         self.shape = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))
+        self.dims = ffi.new("int64_t[]", int(lib.TGRAD_MAX_DIMS))  # reshape's extents in
 
 
 _SCRATCH = _Scratch()
@@ -710,6 +712,14 @@ class Tensor(TensorBase, Generic[Unpack[Shape]]):
     @_reports("reshape")
     def reshape(self, *shape: ShapeArg) -> Tensor:
         """Same elements, new shape (one extent may be -1); copies lazily when strides cannot express it."""
+        if 0 < len(shape) <= _MAX_DIMS:  # extents given as ints (a layer's forward): no lists made
+            dims = _SCRATCH.dims
+            for i, v in enumerate(shape):
+                if type(v) is not int or not _INT64_MIN <= v <= _INT64_MAX:
+                    break
+                dims[i] = v
+            else:
+                return Tensor._wrap(_new_handle(lib.tgrad_tensor_reshape, self._h, dims, len(shape)))
         values = _int_args(shape, "reshape")
         arr = _int64_array(values, "reshape")
         return Tensor._wrap(_new_handle(lib.tgrad_tensor_reshape, self._h, arr, len(values)))

@@ -221,8 +221,10 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     int32_t half = J->rd / 2;
     int64_t slow = 0, undecided = 0;
     angle A[256];
+#if defined(TGRAD_HAVE_X86_VARIANTS)
     double cs[256], sn[256], e4[256]; /* the vector path's columns of A, and pair()'s E + 4u */
     int32_t miss[256];
+#endif
     for (int64_t l = l0; l < l1; l++) {
         int32_t p = J->pos[(J->batched ? g * J->L : 0) + l];
         bool vec = J->vec && !J->interleaved && p != 0;
@@ -231,9 +233,11 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
             for (int32_t i = i0; i < i1; i++) {
                 double th = (double)p * J->fd[i];
                 A[i - i0] = (angle){ th, cos(th), sin(th) };
+#if defined(TGRAD_HAVE_X86_VARIANTS)
                 if (vec)
                     cs[i - i0] = A[i - i0].c, sn[i - i0] = A[i - i0].s,
                     e4[i - i0] = J->fd[i] == 0 ? NAN : 3 * U * fabs(th) + 0x1p-51 + 4 * U;
+#endif
             }
             for (int64_t r = g * rows; r < (g + 1) * rows; r++) {
                 const uint16_t *x = J->x + (r * J->L + l) * J->d;
@@ -247,6 +251,8 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
                         pair(J, p, i, &A[i - i0], x[i], x[i + half], &o[i], &o[i + half], &slow, &undecided);
                     }
                 } else
+#else
+                (void)vec;
 #endif
                 for (int32_t i = i0; i < i1; i++) {
                     int64_t ia = J->interleaved ? 2 * i : i, ib = J->interleaved ? 2 * i + 1 : i + half;

@@ -3,8 +3,9 @@
  * every MSL and OpenCL kernel, compiled here as C, must give the CPU's bytes.
  *   test_gpu_elementwise            every unary input, and every first operand against 600 second
  *                                   operands (all specials, the subnormal and binade edges, a
- *                                   stride through the rest) for each binary op (relu_backward:
- *                                   against tgrad_debug_elementwise, both operand orders)
+ *                                   stride through the rest) for each binary op (the derivative
+ *                                   ops relu_backward, rsqrt_backward and sqrt_backward: against
+ *                                   tgrad_debug_elementwise, both operand orders)
  *   test_gpu_elementwise all S      every first operand against every S-th second operand (suite
  *                                   long: S = 7; S = 1 is all 2^32 pairs, six minutes of one core)
  * Prints "N passed, N failed". */
@@ -84,10 +85,22 @@ static void check_binary(const binary_case *c, bool all, uint32_t stride) {
     verdict(c->name, bad, fa, fb, fw, fg);
 }
 
-/* relu_backward (the one derivative op the prelude spells) against the library's CPU loop
- * (tgrad_debug_elementwise): every x against the 600 second operands, both ways round (x's and g's
- * specials each meet every value), or every S-th second operand with `all`. */
-static void check_relu_backward(bool all, uint32_t stride) {
+/* The derivative ops the prelude spells (relu's, rsqrt's and sqrt's) against the library's CPU
+ * loop (tgrad_debug_elementwise): every x against the 600 second operands, both ways round (x's and
+ * g's specials each meet every value), or every S-th second operand with `all`. */
+typedef struct {
+    const char *name;
+    tgrad_op op;
+    ushort (*gpu)(ushort, ushort);
+} grad_case;
+
+static const grad_case grads[] = {
+    { "relu_backward", TGRAD_OP_RELU_BACKWARD, tg_bf_relu_backward },
+    { "rsqrt_backward", TGRAD_OP_RSQRT_BACKWARD, tg_bf_rsqrt_backward },
+    { "sqrt_backward", TGRAD_OP_SQRT_BACKWARD, tg_bf_sqrt_backward },
+};
+
+static void check_grad(const grad_case *c, bool all, uint32_t stride) {
     static uint16_t xs[0x10000], gs[0x10000], want[0x10000];
     uint16_t bs[600];
     int nb = 0;
@@ -100,14 +113,14 @@ static void check_relu_backward(bool all, uint32_t stride) {
         uint16_t b = all ? (uint16_t)(j * stride) : bs[j];
         for (int way = 0; way < 2; way++) {
             for (uint32_t a = 0; a < 0x10000u; a++) xs[a] = way ? b : (uint16_t)a, gs[a] = way ? (uint16_t)a : b;
-            CHECK(tgrad_debug_elementwise(TGRAD_OP_RELU_BACKWARD, xs, gs, want, 0x10000) == TGRAD_OK);
+            CHECK(tgrad_debug_elementwise(c->op, xs, gs, want, 0x10000) == TGRAD_OK);
             for (uint32_t a = 0; a < 0x10000u; a++) {
-                uint16_t got = tg_bf_relu_backward(xs[a], gs[a]);
+                uint16_t got = c->gpu(xs[a], gs[a]);
                 if (want[a] != got && bad++ == 0) fa = xs[a], fb = gs[a], fw = want[a], fg = got;
             }
         }
     }
-    verdict("relu_backward", bad, fa, fb, fw, fg);
+    verdict(c->name, bad, fa, fb, fw, fg);
 }
 
 static void check_unary(const unary_case *c) {
@@ -128,7 +141,7 @@ int main(int argc, char **argv) {
     tg_fp_env env = tg_fp_env_ieee(); /* the CPU side's fp32 arithmetic as its loops run it */
     for (size_t i = 0; i < sizeof unaries / sizeof unaries[0]; i++) check_unary(&unaries[i]);
     for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++) check_binary(&binaries[i], all, stride);
-    check_relu_backward(all, stride);
+    for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++) check_grad(&grads[i], all, stride);
     tg_fp_env_restore(env);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

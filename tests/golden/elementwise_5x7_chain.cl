@@ -114,7 +114,8 @@ static inline ushort tg_bf_mul(ushort a, ushort b) {
     return tg_bf_round(s, tg_bf_exp(a) + tg_bf_exp(b) - 134, tg_bf_sig(a) * tg_bf_sig(b));
 }
 
-static inline ushort tg_bf_div(ushort a, ushort b) {
+// a / b * 2^adj, the exact quotient rounded once (adj: 0 for div, -1 for sqrt's derivative).
+static inline ushort tg_bf_div_scaled(ushort a, ushort b, int adj) {
     if (tg_bf_is_nan(a) || tg_bf_is_nan(b))
         return (ushort)0x7fc0u;
     uint s = ((uint)a ^ (uint)b) >> 15;
@@ -140,7 +141,11 @@ static inline ushort tg_bf_div(ushort a, ushort b) {
     uint num = na << 23;
     uint q = num / nb;
     uint sticky = num - q * nb != 0u ? 1u : 0u;
-    return tg_bf_round(s, xa - xb + 134 - 24, (q << 1) | sticky);
+    return tg_bf_round(s, xa - xb + 134 - 24 + adj, (q << 1) | sticky);
+}
+
+static inline ushort tg_bf_div(ushort a, ushort b) {
+    return tg_bf_div_scaled(a, b, 0);
 }
 
 // The bits in an order where -0 < +0 and negatives sort by magnitude reversed (NaN aside).
@@ -173,6 +178,33 @@ static inline ushort tg_bf_relu_backward(ushort x, ushort g) {
     if (tg_bf_is_nan(x) || tg_bf_is_nan(g))
         return (ushort)0x7fc0u;
     return (x & 0x8000u) == 0u && x != 0u ? g : (ushort)0u;
+}
+
+// rsqrt's derivative from its output y: -g y^3 / 2, exact in integers (sig_g sig_y^3 < 2^32),
+// rounded once; the IEEE product's special cases (inf times zero NaN, zeros signed).
+static inline ushort tg_bf_rsqrt_backward(ushort y, ushort g) {
+    if (tg_bf_is_nan(y) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    uint s = (((uint)y ^ (uint)g) >> 15) ^ 1u;  // sign(g) sign(y)^3, negated
+    uint my = (uint)y & 0x7fffu, mg = (uint)g & 0x7fffu;
+    if (my == 0x7f80u || mg == 0x7f80u)
+        return my == 0u || mg == 0u ? (ushort)0x7fc0u : (ushort)((s << 15) | 0x7f80u);
+    if (my == 0u || mg == 0u)
+        return (ushort)(s << 15);
+    uint sy = tg_bf_sig(y);
+    uint m = tg_bf_sig(g) * sy * sy * sy;
+    // m * 2^(xg - 134) * 2^(3 (xy - 134)) / 2 = m * 2^(x - 134)
+    int x = tg_bf_exp(g) + 3 * tg_bf_exp(y) - 3 * 134 - 1;
+    if (m >= 0x80000000u) {                  // 32 bits: one down, its bit kept as a sticky bit
+        m = (m >> 1) | (m & 1u);
+        x = x + 1;
+    }
+    return tg_bf_round(s, x, m);
+}
+
+// sqrt's derivative from its output y: g / (2 y), the exact quotient rounded once.
+static inline ushort tg_bf_sqrt_backward(ushort y, ushort g) {
+    return tg_bf_div_scaled(g, y, -1);
 }
 
 static inline ushort tg_bf_neg(ushort h) {
@@ -217,4 +249,4 @@ __kernel void tgrad_elementwise_35_21f97068(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements, e1 >= 1 elements, t2 >= 65536 elements, e3 >= 7 elements
-// source hash: 0x2831dc4553c55a75
+// source hash: 0x03545ec2f6f471ef

@@ -147,13 +147,36 @@ def test_the_new_table_ops_on_opencl_match_the_cpu_and_pow_is_refused(opencl_dev
             (xd ** 2).realize()
 
 
-@pytest.mark.parametrize("name", ["gelu_backward", "sigmoid_backward", "tanh_backward", "sqrt_backward"])
+@pytest.mark.parametrize("name", ["gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward"])
 def test_a_derivative_op_is_refused_on_opencl(name: str, opencl_device: str) -> None:
-    # the derivative ops (24-31) but relu_backward (a selection) have no spelling in the
-    # integer-only GPU prelude (docs/kernels.md)
+    # the derivative ops (24-31) but relu_backward (a selection), rsqrt_backward and sqrt_backward
+    # (exact in integers, bf16) have no spelling in the integer-only GPU prelude (docs/kernels.md)
     with tgrad.Tensor.from_numpy(np.ones((4, 5), np.float32), device="opencl") as xd:
         with pytest.raises(errors.RouteNotEligibleError, match="no kernel spelling"):
             getattr(tgrad, name)(xd, xd).realize()
+
+
+@pytest.mark.parametrize("name", ["rsqrt_backward", "sqrt_backward"])
+def test_rsqrt_and_sqrt_derivatives_give_the_cpu_bytes_on_opencl(name: str, opencl_device: str) -> None:
+    """-g y^3 / 2 and g / (2 y), exact in the prelude's integers (kernels/gpu/elementwise.h): every
+    bf16 y against random g, every g against random y, and every special value against every other,
+    on the device as on the CPU; float32 operands stay refused when the node is made (no float32
+    spelling)."""
+    rng = np.random.default_rng(8)
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    specials = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,
+                         0x7f80, 0xff80, 0x7fc0, 0xffc1], np.uint16)
+    sy, sg = np.meshgrid(specials, specials)
+    y = np.concatenate([every, rng.integers(0, 1 << 16, every.size).astype(np.uint16), sy.ravel()])
+    g = np.concatenate([rng.integers(0, 1 << 16, every.size).astype(np.uint16), every, sg.ravel()])
+    op = getattr(tgrad, name)
+    want = op(tgrad.Tensor.from_bf16_bits(y), tgrad.Tensor.from_bf16_bits(g)).numpy().view(np.uint16)
+    got = op(tgrad.Tensor.from_bf16_bits(y).to("opencl"), tgrad.Tensor.from_bf16_bits(g).to("opencl"))
+    assert got.route == "opencl.elementwise"
+    assert np.array_equal(got.numpy().view(np.uint16), want)
+    with tgrad.Tensor.from_numpy(np.ones((4, 5), np.float32), dtype=tgrad.float32, device="opencl") as fd:
+        with pytest.raises(errors.DtypeUnsupportedError, match="runs on the CPU only"):
+            op(fd, fd).realize()
 
 
 def _linear(x: tgrad.Tensor, w: tgrad.Tensor, b: tgrad.Tensor) -> tgrad.Tensor:

@@ -6,8 +6,9 @@
  *                                   stride through the rest) for each binary op (the derivative
  *                                   ops relu_backward, rsqrt_backward and sqrt_backward: against
  *                                   tgrad_debug_elementwise, both operand orders)
- *   test_gpu_elementwise all S      every first operand against every S-th second operand (suite
- *                                   long: S = 7; S = 1 is all 2^32 pairs, six minutes of one core)
+ *   test_gpu_elementwise all S [OP] every first operand against every S-th second operand (suite
+ *                                   long: S = 7; S = 1 is all 2^32 pairs, six minutes of one core),
+ *                                   of every op or of OP alone (a derivative op: both orders)
  * Prints "N passed, N failed". */
 #include <stdbool.h>
 #include <stdint.h>
@@ -98,6 +99,8 @@ static const grad_case grads[] = {
     { "relu_backward", TGRAD_OP_RELU_BACKWARD, tg_bf_relu_backward },
     { "rsqrt_backward", TGRAD_OP_RSQRT_BACKWARD, tg_bf_rsqrt_backward },
     { "sqrt_backward", TGRAD_OP_SQRT_BACKWARD, tg_bf_sqrt_backward },
+    { "sigmoid_backward", TGRAD_OP_SIGMOID_BACKWARD, tg_bf_sigmoid_backward },
+    { "tanh_backward", TGRAD_OP_TANH_BACKWARD, tg_bf_tanh_backward },
 };
 
 static void check_grad(const grad_case *c, bool all, uint32_t stride) {
@@ -137,11 +140,15 @@ static void check_unary(const unary_case *c) {
 int main(int argc, char **argv) {
     bool all = argc > 2 && strcmp(argv[1], "all") == 0;
     uint32_t stride = all ? (uint32_t)strtoul(argv[2], NULL, 10) : 1;
+    const char *only = all && argc > 3 ? argv[3] : NULL; /* all S NAME: that op alone */
     if (all && stride == 0) stride = 1;
     tg_fp_env env = tg_fp_env_ieee(); /* the CPU side's fp32 arithmetic as its loops run it */
-    for (size_t i = 0; i < sizeof unaries / sizeof unaries[0]; i++) check_unary(&unaries[i]);
-    for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++) check_binary(&binaries[i], all, stride);
-    for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++) check_grad(&grads[i], all, stride);
+    for (size_t i = 0; i < sizeof unaries / sizeof unaries[0]; i++)
+        if (!only || !strcmp(only, unaries[i].name)) check_unary(&unaries[i]);
+    for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++)
+        if (!only || !strcmp(only, binaries[i].name)) check_binary(&binaries[i], all, stride);
+    for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++)
+        if (!only || !strcmp(only, grads[i].name)) check_grad(&grads[i], all, stride);
     tg_fp_env_restore(env);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

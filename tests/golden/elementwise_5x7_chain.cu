@@ -210,6 +210,82 @@ __device__ __forceinline__ ushort tg_bf_sqrt_backward(ushort y, ushort g) {
     return tg_bf_div_scaled(g, y, -1);
 }
 
+// (-1)^s (A 2^pa +- B 2^pb) rounded once (sub != 0: minus), for 0 < A < 2^16, 0 < B < 2^24 and
+// a non-zero result: both are put in one frame where the one whose top bit is higher sits below
+// 2^29 (exact: its bits start at most 24 below its top); the other keeps what fits and its lost
+// bits become a sticky bit whose direction the operation gives. Bits are lost only more than
+// 5 binades below the larger's top, so no cancellation meets them (the exact difference keeps
+// more than 27 bits there). The sum stays below 2^30, so m below 2^31, as tg_bf_round needs.
+__device__ __forceinline__ ushort tg_bf_round_two(uint s, uint A, int pa, uint B, int pb, uint sub) {
+    int ta = pa + 32 - (int)clz(A), tb = pb + 32 - (int)clz(B);
+    int f = (ta > tb ? ta : tb) - 29;       // the frame's unit: 2^f
+    int da = f - pa, db = f - pb;
+    uint X = da <= 0 ? A << (uint)(-da) : (da > 31 ? 0u : A >> (uint)da);
+    uint Y = db <= 0 ? B << (uint)(-db) : (db > 31 ? 0u : B >> (uint)db);
+    uint lx = da > 0 && (da > 31 ? A : A & ((1u << (uint)da) - 1u)) != 0u ? 1u : 0u;
+    uint ly = db > 0 && (db > 31 ? B : B & ((1u << (uint)db) - 1u)) != 0u ? 1u : 0u;
+    uint m;
+    if (sub == 0u) {
+        m = ((X + Y) << 1) | lx | ly;       // a sum: any lost bits only add
+    } else if (X > Y || (X == Y && lx != 0u)) {
+        uint d = X - Y;                     // exact: d + (lost of X) - (lost of Y)
+        m = lx != 0u ? (d << 1) | 1u : ly != 0u ? ((d - 1u) << 1) | 1u : d << 1;
+    } else {
+        uint d = Y - X;
+        s = s ^ 1u;
+        m = ly != 0u ? (d << 1) | 1u : lx != 0u ? ((d - 1u) << 1) | 1u : d << 1;
+    }
+    return tg_bf_round(s, f - 1 + 134, m);
+}
+
+// sigmoid's derivative from its output y: g y (1 - y) = g y - g y^2, two exact products whose
+// exact difference (a sum for a negative y) is rounded once. The special cases are the IEEE
+// product g (y (1 - y)): y = +-0 gives g * y, y = 1 gives g * +0, y = +-inf gives g * -inf.
+__device__ __forceinline__ ushort tg_bf_sigmoid_backward(ushort y, ushort g) {
+    if (tg_bf_is_nan(y) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    uint sy = (uint)y >> 15, sg = (uint)g >> 15;
+    uint my = (uint)y & 0x7fffu, mg = (uint)g & 0x7fffu;
+    if (my == 0x7f80u)                       // y (1 - y) = -inf
+        return mg == 0u ? (ushort)0x7fc0u : (ushort)(((sg ^ 1u) << 15) | 0x7f80u);
+    if (my == 0u)                            // y (1 - y) = y: a zero
+        return mg == 0x7f80u ? (ushort)0x7fc0u : (ushort)((sg ^ sy) << 15);
+    if ((uint)y == 0x3f80u)                  // y (1 - y) = +0
+        return mg == 0x7f80u ? (ushort)0x7fc0u : (ushort)(sg << 15);
+    uint neg = sy != 0u || (uint)y > 0x3f80u ? 1u : 0u;  // y (1 - y) < 0: y < 0 or y > 1
+    if (mg == 0x7f80u)
+        return (ushort)(((sg ^ neg) << 15) | 0x7f80u);
+    if (mg == 0u)
+        return (ushort)((sg ^ neg) << 15);
+    uint G = tg_bf_sig(g), Y = tg_bf_sig(y);
+    int eg = tg_bf_exp(g) - 134, ey = tg_bf_exp(y) - 134;
+    // |g y| = G Y 2^(eg + ey) with g y's sign sg ^ sy; g y^2 = G Y^2 2^(eg + 2 ey) with g's
+    return tg_bf_round_two(sg ^ sy, G * Y, eg + ey, G * Y * Y, eg + 2 * ey, sy ^ 1u);
+}
+
+// tanh's derivative from its output y: g (1 - y^2) = g - g y^2, rounded once; the special cases
+// are the IEEE product g (1 - y^2): |y| = 1 gives g * +0, y = +-inf gives g * -inf.
+__device__ __forceinline__ ushort tg_bf_tanh_backward(ushort y, ushort g) {
+    if (tg_bf_is_nan(y) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    uint sg = (uint)g >> 15;
+    uint my = (uint)y & 0x7fffu, mg = (uint)g & 0x7fffu;
+    if (my == 0x7f80u)                       // 1 - y^2 = -inf
+        return mg == 0u ? (ushort)0x7fc0u : (ushort)(((sg ^ 1u) << 15) | 0x7f80u);
+    if (my == 0x3f80u)                       // 1 - y^2 = +0
+        return mg == 0x7f80u ? (ushort)0x7fc0u : (ushort)(sg << 15);
+    uint neg = my > 0x3f80u ? 1u : 0u;       // 1 - y^2 < 0: |y| > 1
+    if (mg == 0x7f80u)
+        return (ushort)(((sg ^ neg) << 15) | 0x7f80u);
+    if (mg == 0u)
+        return (ushort)((sg ^ neg) << 15);
+    if (my == 0u)                            // g - 0: g itself
+        return g;
+    uint G = tg_bf_sig(g), Y = tg_bf_sig(y);
+    int eg = tg_bf_exp(g) - 134, ey = tg_bf_exp(y) - 134;
+    return tg_bf_round_two(sg, G, eg, G * Y * Y, eg + 2 * ey, 1u);
+}
+
 __device__ __forceinline__ ushort tg_bf_neg(ushort h) {
     return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
 }
@@ -252,4 +328,4 @@ extern "C" __global__ void tgrad_elementwise_35_21f97068(
 // threadgroup: 256 x 1 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: x >= 35 elements, c >= 35 elements, e0 >= 7 elements, e1 >= 1 elements, t2 >= 65536 elements, e3 >= 7 elements
-// source hash: 0x55c8d187fb189576
+// source hash: 0xbce1473b23838e4c

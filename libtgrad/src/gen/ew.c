@@ -31,11 +31,14 @@ static const ew_spelling spellings[] = {
     { TGRAD_OP_MUL, "tg_bf_mul", "tg_f32_mul" },             { TGRAD_OP_DIV, "tg_bf_div", "tg_f32_div" },
     { TGRAD_OP_MAXIMUM, "tg_bf_maximum", "tg_f32_maximum" }, { TGRAD_OP_MINIMUM, "tg_bf_minimum", "tg_f32_minimum" },
     { TGRAD_OP_SQRT, NULL, "tg_f32_sqrt" },
-    /* the derivative ops integers reach exactly: relu's (a selection), rsqrt's (g y^3: 32 bits)
-     * and sqrt's (a quotient) in bf16; the others need the CPU's exact evaluation */
+    /* the derivative ops integers reach exactly: relu's (a selection), and in bf16 rsqrt's (g y^3:
+     * 32 bits), sqrt's (a quotient), sigmoid's and tanh's (two exact products' difference); gelu's,
+     * gelu_tanh's and silu's need the CPU's evaluation (a table of doubles, binary128) */
     { TGRAD_OP_RELU_BACKWARD, "tg_bf_relu_backward", "tg_f32_relu_backward" },
     { TGRAD_OP_RSQRT_BACKWARD, "tg_bf_rsqrt_backward", NULL },
     { TGRAD_OP_SQRT_BACKWARD, "tg_bf_sqrt_backward", NULL },
+    { TGRAD_OP_SIGMOID_BACKWARD, "tg_bf_sigmoid_backward", NULL },
+    { TGRAD_OP_TANH_BACKWARD, "tg_bf_tanh_backward", NULL },
     /* the transcendentals read 65,536-entry tables in bf16; in float32 they would need the CPU's
      * Ziv evaluation (double and binary128), so the GPU routes refuse them (tg_gen_f32_renders),
      * but rsqrt, whose exact value integers reach */

@@ -402,7 +402,11 @@ from .derivatives import (  # noqa: E402
 # hgoptim: optimizers (tgrad.optim: SGD, AdamW; docs/nn.md)
 from . import optim  # noqa: E402
 
-__all__ += ["optim"]
+# hmodel: Hugging Face Llama-family models (docs/models.md), so that `import tgrad` is enough for
+# the README's `tgrad.models.from_pretrained(...)` (about 3 ms more at import)
+from . import models  # noqa: E402
+
+__all__ += ["models", "optim"]
 
 
 def __getattr__(name: str) -> object:

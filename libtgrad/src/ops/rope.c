@@ -162,10 +162,10 @@ static uint16_t round_q(xf yq, xf eq) {
 static _Atomic int64_t rope_counts[3];
 static _Atomic int64_t rope_device_rows; /* positions a GPU kernel flagged and the host reran */
 
-/* theta, cos and sin of one (position, pair index), shared by every row at that position. */
-typedef struct angle {
-    double th, c, s;
-} angle;
+/* pair()'s double bound for theta = p f_i, E + 4u (E = 3u |theta| + 2^-51, below): with cos and
+ * sin of theta, what every row at that position shares; NaN where f_i = 0 (pair() takes theta = 0
+ * exactly there, and the vector path leaves such a pair to it). */
+static inline double bound_e4(double th, double f) { return f == 0 ? NAN : 3 * U * fabs(th) + 0x1p-51 + 4 * U; }
 
 /* f_i in binary128 for the slow path: the given inv_freq's, or base^(-2i/rd) computed here (a
  * binary128 pow costs about a microsecond, and most calls never take the slow path: decoding a
@@ -176,10 +176,11 @@ static xf freq_q(const rope_job *J, int32_t i) {
     return J->negate ? -f : f;
 }
 
-/* One pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) with theta = p f_i. */
-static void pair(const rope_job *J, int32_t p, int32_t i, const angle *A, uint16_t a, uint16_t b, uint16_t *oa,
-                 uint16_t *ob, int64_t *slow, int64_t *undecided) {
-    double x1 = bf(a), x2 = bf(b), th = A->th, c = A->c, s = A->s;
+/* One pair: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) with theta = p f_i, c and s its cosine and
+ * sine, e4 its bound_e4. */
+static void pair(const rope_job *J, int32_t p, int32_t i, double c, double s, double e4, uint16_t a, uint16_t b,
+                 uint16_t *oa, uint16_t *ob, int64_t *slow, int64_t *undecided) {
+    double x1 = bf(a), x2 = bf(b);
     double y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
     if (!isfinite(x1) || !isfinite(x2) || p == 0 || J->fd[i] == 0) { /* IEEE double; exact for theta = 0 */
         *oa = (p == 0 || J->fd[i] == 0) && isfinite(x1) && isfinite(x2) ? a : tg_bf16_from_double(y1);
@@ -187,8 +188,8 @@ static void pair(const rope_job *J, int32_t p, int32_t i, const angle *A, uint16
         return;
     }
     /* |theta_d - theta| <= 3u |theta| (f_i within 1 ulp, the product rounded); sin, cos within
-     * 1 ulp of 1 on top: E = 3u |theta| + 2^-51, and the rounding of the products and the sum */
-    double E = 3 * U * fabs(th) + 0x1p-51, err = (fabs(x1) + fabs(x2)) * (E + 4 * U) * 1.01;
+     * 1 ulp of 1 on top: E = 3u |theta| + 2^-51, and 4u the rounding of the products and the sum */
+    double err = (fabs(x1) + fabs(x2)) * e4 * 1.01;
     uint16_t r1 = fast_round(y1, err), r2 = fast_round(y2, err);
     if (r1 != 0xFFFF && r2 != 0xFFFF) {
         *oa = r1, *ob = r2;
@@ -220,9 +221,8 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
     int64_t l1 = l0 + ROPE_BLOCK < J->L ? l0 + ROPE_BLOCK : J->L, rows = J->batched ? J->per_b : J->rows;
     int32_t half = J->rd / 2;
     int64_t slow = 0, undecided = 0;
-    angle A[256];
+    double cs[256], sn[256], e4[256]; /* a position's cos, sin and bound_e4 of each pair index */
 #if defined(TGRAD_HAVE_X86_VARIANTS)
-    double cs[256], sn[256], e4[256]; /* the vector path's columns of A, and pair()'s E + 4u */
     int32_t miss[256];
 #endif
     for (int64_t l = l0; l < l1; l++) {
@@ -232,12 +232,7 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
             int32_t i1 = i0 + 256 < half ? i0 + 256 : half;
             for (int32_t i = i0; i < i1; i++) {
                 double th = (double)p * J->fd[i];
-                A[i - i0] = (angle){ th, cos(th), sin(th) };
-#if defined(TGRAD_HAVE_X86_VARIANTS)
-                if (vec)
-                    cs[i - i0] = A[i - i0].c, sn[i - i0] = A[i - i0].s,
-                    e4[i - i0] = J->fd[i] == 0 ? NAN : 3 * U * fabs(th) + 0x1p-51 + 4 * U;
-#endif
+                cs[i - i0] = cos(th), sn[i - i0] = sin(th), e4[i - i0] = bound_e4(th, J->fd[i]);
             }
             for (int64_t r = g * rows; r < (g + 1) * rows; r++) {
                 const uint16_t *x = J->x + (r * J->L + l) * J->d;
@@ -247,8 +242,8 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
                     int32_t left = tg_rope_pairs_avx512f(x + i0, x + i0 + half, cs, sn, e4, i1 - i0, o + i0,
                                                          o + i0 + half, miss);
                     for (int32_t k = 0; k < left; k++) {
-                        int32_t i = i0 + miss[k];
-                        pair(J, p, i, &A[i - i0], x[i], x[i + half], &o[i], &o[i + half], &slow, &undecided);
+                        int32_t i = i0 + miss[k], j = miss[k];
+                        pair(J, p, i, cs[j], sn[j], e4[j], x[i], x[i + half], &o[i], &o[i + half], &slow, &undecided);
                     }
                 } else
 #else
@@ -256,7 +251,8 @@ static void task_rows(int64_t task, int32_t worker, void *arg) {
 #endif
                 for (int32_t i = i0; i < i1; i++) {
                     int64_t ia = J->interleaved ? 2 * i : i, ib = J->interleaved ? 2 * i + 1 : i + half;
-                    pair(J, p, i, &A[i - i0], x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
+                    pair(J, p, i, cs[i - i0], sn[i - i0], e4[i - i0], x[ia], x[ib], &o[ia], &o[ib], &slow,
+                         &undecided);
                 }
                 if (i1 == half)
                     for (int64_t k = J->rd; k < J->d; k++) o[k] = x[k];
@@ -358,9 +354,9 @@ tgrad_status tg_rope_rows_on_host(const tg_step *st, const uint32_t *flags, int6
             uint16_t *o = J.out + q * J.d;
             for (int32_t i = 0; i < half; i++) {
                 double th = (double)p * J.fd[i];
-                angle A = { th, cos(th), sin(th) };
                 int64_t ia = J.interleaved ? 2 * i : i, ib = J.interleaved ? 2 * i + 1 : i + half;
-                pair(&J, p, i, &A, x[ia], x[ib], &o[ia], &o[ib], &slow, &undecided);
+                pair(&J, p, i, cos(th), sin(th), bound_e4(th, J.fd[i]), x[ia], x[ib], &o[ia], &o[ib], &slow,
+                     &undecided);
             }
             for (int64_t k = J.rd; k < J.d; k++) o[k] = x[k];
         }

@@ -103,17 +103,21 @@ TG_HIDDEN tgrad_status tg_cpu_gemm_t_stream(const tg_ukernel *uk, const tg_opera
 /* The most accumulators one micro-kernel tile holds (mr x nr of every variant: 12 x 32 at most). */
 enum { TILE_MAX = 1024 };
 
+/* One fp32 accumulator into a float32 result: the value unrounded, NaN made the canonical
+ * 0x7FC00000 (which NaN an instruction gives differs between CPUs; the bf16 store canonicalizes
+ * the same way). */
+static inline void store_f32_canonical(const float *from, float *to) {
+    uint32_t u;
+    memcpy(&u, from, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
+    memcpy(to, &u, 4);
+}
+
 /* rows x cols fp32 accumulators of a finished tile (row stride ldacc) into a float32 result (row
- * stride ld): the values unrounded, NaN made the canonical 0x7FC00000 (which NaN an instruction
- * gives differs between CPUs; the bf16 store canonicalizes the same way). */
+ * stride ld), each by store_f32_canonical. */
 static inline void store_f32_tile(const float *acc, int64_t ldacc, float *dst, int64_t ld, int32_t rows, int32_t cols) {
     for (int32_t r = 0; r < rows; r++)
-        for (int32_t j = 0; j < cols; j++) {
-            uint32_t u;
-            memcpy(&u, acc + r * ldacc + j, 4);
-            if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
-            memcpy(dst + r * ld + j, &u, 4);
-        }
+        for (int32_t j = 0; j < cols; j++) store_f32_canonical(acc + r * ldacc + j, dst + r * ld + j);
 }
 
 #endif

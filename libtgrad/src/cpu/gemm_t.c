@@ -42,7 +42,7 @@ typedef struct {
 
 /* The tile's D [rows x cols] (features x rows of x) into out at (t0, f0), transposed: bf16 bits
  * in 8 x 8 blocks (a whole tile's loops have constant bounds, which the compiler unrolls), or the
- * fp32 accumulators with store_f32_tile's canonical NaN. */
+ * fp32 accumulators by store_f32_canonical. */
 static void transpose_bits(const uint16_t *bits, uint16_t *dst, int64_t ld, int32_t rows, int32_t cols) {
     if (rows == TR && cols == TR) {
         for (int32_t c0 = 0; c0 < TR; c0 += 8)
@@ -62,12 +62,7 @@ static void store_transposed(const gemm_t_job *J, const float *acc, const uint16
         return;
     }
     for (int32_t c = 0; c < cols; c++)
-        for (int32_t r = 0; r < rows; r++) {
-            uint32_t u;
-            memcpy(&u, acc + r * TR + c, 4);
-            if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u;
-            memcpy(J->out32 + (t0 + c) * J->N + f0 + r, &u, 4);
-        }
+        for (int32_t r = 0; r < rows; r++) store_f32_canonical(acc + r * TR + c, J->out32 + (t0 + c) * J->N + f0 + r);
 }
 
 /* W rows [f0, f0 + rows) against every panel of x: in place when the tile is whole, else from

@@ -48,13 +48,17 @@ _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's o
  * bytes. Up to T_ROWS rows, where B is big enough for its packing to matter (measured:
  * docs/performance.md, "Session 21: a few rows times W.T"); one row too for a float32 result
  * where no one-row kernel stores the fp32 sums (rowvec_f32, ukernel.h). */
-enum { T_ROWS = 128, ROWVEC_SHARE = 1 << 17 };
+enum { T_ROWS = 128 };
 static bool transposed_pays(const tg_cpu_matmul_plan *P) {
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     return P->uk->kernel_direct && P->uk->direct_any_stride && !P->swapped && !tg_cpu_debug_no_gemm_t() &&
            P->M >= (f32 ? 1 : 2) && P->M <= T_ROWS && P->a_strides[1] == 1 && P->b_strides[0] == 1 &&
            (double)P->K * (double)P->N >= 65536.0;
 }
+
+/* A one-row product is bound by streaming B, not by its multiply-adds: it is shared across the
+ * pool from this many elements of B (below). */
+enum { ROWVEC_SHARE = 1 << 17 };
 
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
                              tg_cpu_matmul_plan *P) {
@@ -108,9 +112,8 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
     bool f32 = out_dtype == TGRAD_DTYPE_F32, one_row = S && P->M == 1 && (bs1 == 1 || bs0 == 1);
     if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) {
         P->path = PATH_ROWVEC, P->uk = S;
-        /* a one-row product is bound by streaming B, not by its multiply-adds: it is shared from
-         * ROWVEC_SHARE elements of B (a decode step's 1024x1024 and 256x1024 projections, alone
-         * under SMALL_MNK, ran at 13 and 10 GB/s on one thread of the Xeon) */
+        /* shared from ROWVEC_SHARE elements of B, not SMALL_MNK multiply-adds (a decode step's
+         * 1024x1024 and 256x1024 projections, alone, ran at 13 and 10 GB/s on one Xeon thread) */
         if (P->batch == 1 && (double)K * (double)P->N >= (double)ROWVEC_SHARE) P->threads = pool;
     } else if (f32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */

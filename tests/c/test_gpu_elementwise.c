@@ -4,8 +4,8 @@
  *   test_gpu_elementwise            every unary input, and every first operand against 600 second
  *                                   operands (all specials, the subnormal and binade edges, a
  *                                   stride through the rest) for each binary op (the derivative
- *                                   ops relu_backward, rsqrt_backward and sqrt_backward: against
- *                                   tgrad_debug_elementwise, both operand orders)
+ *                                   ops the prelude spells: against tgrad_debug_elementwise, both
+ *                                   operand orders)
  *   test_gpu_elementwise all S [OP] every first operand against every S-th second operand (suite
  *                                   long: S = 7; S = 1 is all 2^32 pairs, six minutes of one core),
  *                                   of every op or of OP alone (a derivative op: both orders)
@@ -86,8 +86,8 @@ static void check_binary(const binary_case *c, bool all, uint32_t stride) {
     verdict(c->name, bad, fa, fb, fw, fg);
 }
 
-/* The derivative ops the prelude spells (relu's, rsqrt's and sqrt's) against the library's CPU
- * loop (tgrad_debug_elementwise): every x against the 600 second operands, both ways round (x's and
+/* The derivative ops the prelude spells (relu's, rsqrt's, sqrt's, sigmoid's and tanh's) against
+ * the library's CPU loop (tgrad_debug_elementwise): every x against the 600 second operands, both ways round (x's and
  * g's specials each meet every value), or every S-th second operand with `all`. */
 typedef struct {
     const char *name;

@@ -159,10 +159,9 @@ def test_a_derivative_op_is_refused_on_opencl(name: str, opencl_device: str) -> 
 @pytest.mark.parametrize("name", ["rsqrt_backward", "sqrt_backward", "sigmoid_backward", "tanh_backward"])
 def test_derivatives_exact_in_integers_give_the_cpu_bytes_on_opencl(name: str, opencl_device: str) -> None:
     """-g y^3 / 2, g / (2 y), g y (1 - y) and g (1 - y^2), exact in the prelude's integers
-    (kernels/gpu/elementwise.h): every
-    bf16 y against random g, every g against random y, and every special value against every other,
-    on the device as on the CPU; float32 operands stay refused when the node is made (no float32
-    spelling)."""
+    (kernels/gpu/elementwise.h): every bf16 y against random g, every g against random y, and
+    every special value against every other, on the device as on the CPU; float32 operands stay
+    refused when the node is made (no float32 spelling)."""
     rng = np.random.default_rng(8)
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     specials = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,

@@ -113,10 +113,11 @@ static void fused_passes_equal_the_plain_ones_on_every_variant(void) {
     uint8_t *f1 = malloc(NMAX), *f2 = malloc(NMAX);
     CHECK(p && o1 && o2 && pf && x1 && x2 && e1 && e2 && f1 && f2);
     uint64_t s = 0x9e3779b97f4a7c15ull;
-    int64_t mismatches = 0, rows = 0, decided = 0;
+    int64_t mismatches = 0, rows = 0, decided = 0, ran = 0;
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         const tg_sm_variant *V = variants[v];
         if (!V->available()) continue;
+        ran++;
         for (int it = 0; it < 420; it++) {
             int64_t n = it < 400 ? (int64_t)(rnd(&s) % 301) : NMAX;
             random_row(&s, p, n, it % 4 == 3);
@@ -152,9 +153,11 @@ static void fused_passes_equal_the_plain_ones_on_every_variant(void) {
             }
         }
     }
-    printf("fused passes: %lld rows through exp, %lld outputs decided, %lld mismatches\n", (long long)rows,
-           (long long)decided, (long long)mismatches);
-    CHECK(mismatches == 0 && rows > 1000 && decided > 100000);
+    printf("fused passes: %lld variants, %lld rows through exp, %lld outputs decided, %lld mismatches\n",
+           (long long)ran, (long long)rows, (long long)decided, (long long)mismatches);
+    /* About 340 rows and 180000 decided outputs a variant; the portable loops always run, and a CPU
+     * without AVX-512 (an AMD Zen 2, say) runs two variants, not three, and aarch64 one. */
+    CHECK(mismatches == 0 && ran >= 1 && rows > 300 * ran && decided > 50000 * ran);
     free(p), free(o1), free(o2), free(pf), free(x1), free(x2), free(e1), free(e2), free(f1), free(f2);
 }
 

@@ -36,12 +36,31 @@ static inline __m256 row8(const uint16_t *src, int64_t w) {
  * 1.7-1.9x the pairwise order's time), B's rows read whole (long runs the prefetchers follow), each
  * B vector widened once for all the rows; the last group's columns past the strip's width are read
  * from a zero-padded copy. Row r's pair p is a[p * astride + r]. */
+/* The sums of v's first `cols` lanes (up to 8): rounded to bf16 at o, or, with o32 set instead,
+ * stored as float32 with NaN as 0x7FC00000 (the frame's store_f32_tile). */
+static inline void store_sums(uint16_t *o, float *o32, __m256 v, int64_t cols) {
+    if (!o32) {
+        store8(o, v, cols);
+        return;
+    }
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
+    if (cols >= 8) {
+        _mm256_storeu_ps(o32, v);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    memcpy(o32, tmp, (size_t)(cols > 0 ? cols : 0) * sizeof(float));
+}
+
 static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uint16_t *b, int64_t ldb, int64_t K,
-                     int64_t nb, uint16_t *out, int64_t ldout) {
+                     int64_t nb, uint16_t *out, float *out32, int64_t ldout) {
     enum { CAP = 4096, PREFETCH_PAIRS = 4 };
     __attribute__((aligned(32))) float acc[CAP], ev[CAP], od[CAP];
     int64_t kp = (K + 1) / 2, blocks = (K + 31) / 32, strip = CAP / rows / 8 * 8;
     if (strip > 1024) strip = 1024;
+    if (strip > (nb + 7) / 8 * 8) strip = (nb + 7) / 8 * 8; /* a narrow B (attention's p v): no idle columns */
     for (int64_t s0 = 0; s0 < nb; s0 += strip) {
         int64_t w = nb - s0 < strip ? nb - s0 : strip, groups = (w + 7) / 8;
         for (int64_t i = 0; i < rows * strip; i += 8) _mm256_store_ps(acc + i, _mm256_setzero_ps());
@@ -80,12 +99,14 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
         }
         for (int32_t r = 0; r < rows; r++)
             for (int64_t g = 0; g < groups; g++)
-                store8(out + r * ldout + s0 + 8 * g, _mm256_load_ps(acc + r * strip + 8 * g), w - 8 * g);
+                store_sums(out32 ? NULL : out + r * ldout + s0 + 8 * g, out32 ? out32 + r * ldout + s0 + 8 * g : NULL,
+                           _mm256_load_ps(acc + r * strip + 8 * g), w - 8 * g);
     }
 }
 
-static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    few_rows(a, 1, 1, B->base + n0, B->s0, K, nb, out, 0);
+static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
+                        float *out32) {
+    few_rows(a, 1, 1, B->base + n0, B->s0, K, nb, out, out32, 0);
 }
 
 /* Column-major B (column j's pairs are adjacent words): per 8 columns and block, two 8 x 8 word
@@ -135,29 +156,48 @@ static inline __attribute__((always_inline)) __m256 cols_block(const uint32_t *a
     return _mm256_add_ps(acc, _mm256_add_ps(ev, od));
 }
 
-static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
-    int64_t kp = (K + 1) / 2, full = K / 2, blocks = (K + 31) / 32;
+static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
+                        float *out32) {
+    int64_t kp = (K + 1) / 2, full = K / 2, blocks = (K + 31) / 32, lines = (2 * K + 63) / 64;
     for (int64_t j0 = 0; j0 < nb; j0 += 16) { /* two 8-column groups in flight */
         int64_t c0 = nb - j0 < 8 ? nb - j0 : 8, c1 = nb - j0 - 8 < 0 ? 0 : nb - j0 - 8 < 8 ? nb - j0 - 8 : 8;
         const uint16_t *col = B->base + (n0 + j0) * B->s1;
+        /* the next 16 columns' lines, spread over this group's blocks: one stream the prefetchers
+         * are ahead of, not 16 columns each read in 64-byte steps (a decode step's products from
+         * DRAM on an AMD Zen 2: docs/performance.md, "Session 26") */
+        int64_t next = nb - j0 - 16 < 0 ? 0 : nb - j0 - 16 < 16 ? nb - j0 - 16 : 16;
+        tg_line_walk walk = { .base = (const char *)(col + 16 * B->s1), .run_stride = B->s1 * 2, .lines = lines,
+                              .runs = next };
+        int64_t per = (lines * next + blocks - 1) / blocks;
         __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
         for (int64_t blk = 0; blk < blocks; blk++) {
+            tg_prefetch_lines(&walk, per);
             acc0 = cols_block(a, col, B->s1, PAIRS * blk, c0, kp, full, acc0);
             if (c1) acc1 = cols_block(a, col + 8 * B->s1, B->s1, PAIRS * blk, c1, kp, full, acc1);
         }
-        store8(out + j0, acc0, c0);
-        if (c1) store8(out + j0 + 8, acc1, c1);
+        store_sums(out32 ? NULL : out + j0, out32 ? out32 + j0 : NULL, acc0, c0);
+        if (c1) store_sums(out32 ? NULL : out + j0 + 8, out32 ? out32 + j0 + 8 : NULL, acc1, c1);
     }
 }
 
-static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+static bool rowvec_to(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
+                      float *out32) {
     if (B->s1 != 1 && B->s0 != 1) return false;
     unsigned csr = _mm_getcsr();
     _mm_setcsr(tg_mxcsr_fma(csr));
-    if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out);
-    else rowvec_cols(apairs, B, K, n0, nb, out);
+    if (B->s1 == 1) rowvec_rows(apairs, B, K, n0, nb, out, out32);
+    else rowvec_cols(apairs, B, K, n0, nb, out, out32);
     _mm_setcsr(csr);
     return true;
+}
+
+static bool rowvec(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out) {
+    return rowvec_to(apairs, B, K, n0, nb, out, NULL);
+}
+
+/* The fp32 sums of a one-row product with a float32 result (a decode step's attention scores) */
+static bool rowvec_f32(const uint32_t *apairs, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, float *out) {
+    return rowvec_to(apairs, B, K, n0, nb, NULL, out);
 }
 
 /* The few-row hook: A one 16-row panel (row r's pair p at a[16 p + r]), B row-major in place. */
@@ -165,7 +205,7 @@ static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b
                    uint16_t *out, int64_t ldout) {
     unsigned csr = _mm_getcsr();
     _mm_setcsr(tg_mxcsr_fma(csr));
-    few_rows(a, 16, rows, b, ldb, K, cols, out, ldout);
+    few_rows(a, 16, rows, b, ldb, K, cols, out, NULL, ldout);
     _mm_setcsr(csr);
 }
 
@@ -178,5 +218,5 @@ static int available(void) {
  * products of more rows take the block32 packed variant (avx2_block32). */
 const tg_ukernel tg_ukernel_avx2_block32_stream = {
     .name = "avx2_block32", .mr = 1, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = 256,
-    .pack_a = pack_a_bf16, .rowvec = rowvec, .skinny = skinny, .available = available,
+    .pack_a = pack_a_bf16, .rowvec = rowvec, .rowvec_f32 = rowvec_f32, .skinny = skinny, .available = available,
     .order = TG_UK_ORDER_BLOCK32 };

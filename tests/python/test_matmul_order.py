@@ -366,7 +366,8 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 260), (2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260),
-                                   (128, 1057, 260), (129, 300, 260), (3, 64, 4100), (40, 8300, 70)])
+                                   (128, 1057, 260), (129, 300, 260), (3, 64, 4100), (40, 8300, 70),
+                                   (16, 64, 300)])
 def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     """x @ W.T with a few rows (2 to 128) on AMX is computed as
     (W @ x.T).T (route gemm_t: W's rows read in place, only x packed; cpu/plan.c): the oracle's
@@ -375,7 +376,9 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     rows the packed route stays. gemm_t streams W's rows through all of K where x, packed, fits in
     1 MiB (cpu/gemm_t.c: strips with a packed last tile, 260 = 8 x 32 + 4 rows); past that (40 x
     8300), or with W packed (TGRAD_DEBUG_CPU_NO_DIRECT_A), it runs on the packed frame in chunks
-    of 4096 columns (3 x 64 x 4100). One row streams (rowvec), its float32 result the fp32 sums (rowvec_f32)."""
+    of 4096 columns (3 x 64 x 4100). One row streams (rowvec), its float32 result the fp32 sums (rowvec_f32);
+    without AMX, up to 16 rows stream W's rows as that many one-row products, bf16 or the fp32
+    sums (a decode step's attention scores over the KV cache: 16 x 64 x 300)."""
     rng = np.random.default_rng(m * 7919 + k + len(fill))
     x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
     bias = _random_bits(rng, (n,), "normal")
@@ -401,6 +404,9 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
                 else:
                     assert c32.route == ("cpu.amx.gemm_t" if t_route else "cpu.amx.gemm"), (m, k, c32.route)
                     assert c.route == c32.route, (m, k, c.route)
+            elif isa == "avx2":  # no AMX: up to 16 rows stream W's rows in place, row by row
+                assert c.route == c32.route == ("cpu.avx2_block32.rowvec" if m <= 16 else "cpu.avx2_block32.gemm"), (
+                    m, k, c.route, c32.route)
             got32 = c32.numpy().view(np.uint32)
             assert np.array_equal(got32, want32), f"[isa={isa}, threads={threads}, route={c32.route}] " + _describe(
                 got32, want32, 8)

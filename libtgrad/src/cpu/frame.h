@@ -78,9 +78,10 @@ TG_HIDDEN void *tg_cpu_transpose_scratch(size_t bytes);
 /* ---- the paths (stream.c, gemm_packed.c) ----
  * Each applies the epilogue ep (NULL: none) to every block of out right after the worker that
  * computed the block rounded it to bf16, while the block is still in cache. */
-/* rowvec: out32 (not NULL: out is unused) takes the fp32 accumulators, through uk->rowvec_f32 */
-TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
-                                            int64_t N, int32_t threads, uint16_t *out, float *out32,
+/* rowvec: M one-row products (out [M, N]); out32 (not NULL: out is unused) takes the fp32
+ * accumulators, through uk->rowvec_f32 */
+TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
+                                            int64_t K, int64_t N, int32_t threads, uint16_t *out, float *out32,
                                             const tg_chain *ep);
 TG_HIDDEN tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
                                             int64_t K, int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);

@@ -60,6 +60,12 @@ static bool transposed_pays(const tg_cpu_matmul_plan *P) {
  * pool from this many elements of B (below). */
 enum { ROWVEC_SHARE = 1 << 17 };
 
+/* Up to FEW_ROWS rows times a column-major B run as one-row products (route rowvec) on a variant
+ * without AMX: each row streams B's columns in place, where packing B for the GEMM frame took
+ * longer than the products (a decode step's q k^T over a KV cache: 4 query heads a KV head,
+ * K = 64, N = the cache's length; measured: docs/performance.md, "Session 26"). */
+enum { FEW_ROWS = 16 };
+
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
                              tg_cpu_matmul_plan *P) {
     int32_t r = av->ndim - 2; /* the matrix axes are the last two; any before them are batch axes */
@@ -110,6 +116,9 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * path, or its transpose (gemm_t): their micro-kernels all store the fp32 accumulators
      * (ukernel.h). */
     bool f32 = out_dtype == TGRAD_DTYPE_F32, one_row = S && P->M == 1 && (bs1 == 1 || bs0 == 1);
+    /* a few rows times a column-major B, where no AMX reads W's rows in place (transposed_pays):
+     * one-row products, row by row, instead of packing B (FEW_ROWS) */
+    one_row = one_row || (S && P->M <= FEW_ROWS && bs0 == 1 && bs1 != 1 && !transposed_pays(P));
     if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) {
         P->path = PATH_ROWVEC, P->uk = S;
         /* shared from ROWVEC_SHARE elements of B, not SMALL_MNK multiply-adds (a decode step's
@@ -191,7 +200,7 @@ static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, 
     const tg_ukernel *uk = P->uk;
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     if (P->path == PATH_GEMM_T) return run_transposed(P, &A, &B, out, ep, threads);
-    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->K, P->N, threads, f32 ? NULL : out, f32 ? out : NULL, ep);
+    if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->M, P->K, P->N, threads, f32 ? NULL : out, f32 ? out : NULL, ep);
     if (f32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
     if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, out, ep);
     return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, out, NULL, ep);

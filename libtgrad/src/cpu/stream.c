@@ -5,12 +5,16 @@
 
 #include "frame.h"
 
-/* One-row problems on a variant that streams B: column strips as tasks, A's row packed once. */
+/* One-row problems on a variant that streams B: column strips as tasks, A's row packed once. A
+ * few rows (plan.c's FEW_ROWS, a column-major B, no AMX: a decode step's attention scores over
+ * the KV cache) run as that many one-row products, each row packed once and every (row, strip)
+ * a task: each output is the one-row kernel's sum, the same bytes as every route's. */
 typedef struct {
     const tg_ukernel *uk;
-    const uint32_t *apairs;
+    const uint32_t *apairs; /* row r's pairs at apairs + r * rstride */
+    int64_t rstride;
     tg_operand B;
-    int64_t K, N, strip;
+    int64_t K, N, strip, strips;
     uint16_t *out;
     float *out32; /* instead of out: the fp32 accumulators (uk->rowvec_f32) */
     const tg_chain *ep;
@@ -19,27 +23,30 @@ typedef struct {
 static void run_strip(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     rowvec_job *R = arg;
-    int64_t n0 = task * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
+    int64_t r = task / R->strips, n0 = task % R->strips * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
+    const uint32_t *a = (const uint32_t *)((const char *)R->apairs + r * R->rstride);
     if (R->out32) {
-        R->uk->rowvec_f32(R->apairs, &R->B, R->K, n0, nb, R->out32 + n0);
+        R->uk->rowvec_f32(a, &R->B, R->K, n0, nb, R->out32 + r * R->N + n0);
         return;
     }
-    R->uk->rowvec(R->apairs, &R->B, R->K, n0, nb, R->out + n0);
-    tg_chain_apply_block(R->ep, R->out, R->N, 0, n0, 1, nb);
+    R->uk->rowvec(a, &R->B, R->K, n0, nb, R->out + r * R->N + n0);
+    tg_chain_apply_block(R->ep, R->out, R->N, r, n0, 1, nb);
 }
 
-tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t K,
+tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,
                                   int64_t N, int32_t threads, uint16_t *out, float *out32, const tg_chain *ep) {
-    /* K / 2 + 1 pairs, padded to whole blocks for a block32 variant (ukernel.h, kpair_align) */
-    workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * (size_t)tg_panel_pairs(uk, K + 1), 64);
+    /* K / 2 + 1 pairs a row, padded to whole blocks for a block32 variant (ukernel.h, kpair_align) */
+    int64_t rstride = round_up((int64_t)uk->a_entry_bytes * tg_panel_pairs(uk, K + 1), 64);
+    workspace *w = tg_cpu_workspace(64, (size_t)(rstride * M), 64);
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
-    uk->pack_a(A, 0, 1, 0, K, 1, w->apack);
+    for (int64_t r = 0; r < M; r++) uk->pack_a(A, r, 1, 0, K, 1, (uint32_t *)((char *)w->apack + r * rstride));
     /* strips of 128 columns or more: a 256-column product (a decode step's k and v projections)
      * is shared by 2 threads too (2 threads: the step's products 18.1 -> 18.6 GB/s, median) */
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
     if (strip < 128) strip = 128;
-    rowvec_job R = { uk, w->apack, *B, K, N, strip, out, out32, ep };
-    run_tasks((N + strip - 1) / strip, threads, run_strip, &R);
+    int64_t strips = (N + strip - 1) / strip;
+    rowvec_job R = { uk, w->apack, rstride, *B, K, N, strip, strips, out, out32, ep };
+    run_tasks(M * strips, threads, run_strip, &R);
     return TGRAD_OK;
 }
 

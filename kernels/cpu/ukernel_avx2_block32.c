@@ -11,7 +11,57 @@
 
 #define MR 6
 #define NR 8
+#include "avx2_bf16.h" /* transpose8 */
 #include "pack_block32.h"
+
+/* A pair's 8 words (even k low, odd k high) as the two rows of exact fp32 widenings, DAZ'd as
+ * b32_daz: an element whose exponent is 0 becomes its signed zero. */
+static inline void widen_pair(__m256i w, float *even, float *odd) {
+    const __m256i expo = _mm256_set1_epi32(0x7f800000), sign = _mm256_set1_epi32((int)0x80000000u);
+    __m256i e = _mm256_slli_epi32(w, 16), o = _mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u));
+    __m256i ez = _mm256_cmpeq_epi32(_mm256_and_si256(e, expo), _mm256_setzero_si256());
+    __m256i oz = _mm256_cmpeq_epi32(_mm256_and_si256(o, expo), _mm256_setzero_si256());
+    e = _mm256_blendv_epi8(e, _mm256_and_si256(e, sign), ez);
+    o = _mm256_blendv_epi8(o, _mm256_and_si256(o, sign), oz);
+    _mm256_storeu_si256((__m256i *)even, e);
+    _mm256_storeu_si256((__m256i *)odd, o);
+}
+
+/* pack_b_block32_f32 for a column-major B (x @ W.T: each column one of W's rows, its pairs
+ * adjacent words): per 8 columns and block, two 8 x 8 word transposes give each pair's 8 columns
+ * in a vector, widened and DAZ'd in registers; the same floats as the scalar packing, which the
+ * edges (columns past nb, a block past kc) still take. Else the scalar packing. */
+static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb, void *dst_) {
+    if (B->s0 != 1) {
+        pack_b_block32_f32(B, k0, kc, n0, nb, dst_);
+        return;
+    }
+    float *dst = dst_;
+    int64_t kp = b32_pairs(kc), whole = kc / (2 * B32_PAIRS) * B32_PAIRS; /* pairs in whole blocks inside kc */
+    for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += kp * 2 * NR) {
+        if (nb - j0 < NR) {
+            tg_operand edge = { B->base + (n0 + j0) * B->s1, B->s0, B->s1 };
+            pack_b_block32_f32(&edge, k0, kc, 0, nb - j0, dst);
+            continue;
+        }
+        const uint16_t *col = B->base + k0 + (n0 + j0) * B->s1;
+        for (int64_t p0 = 0; p0 < whole; p0 += B32_PAIRS) {
+            __m256i r[2 * NR];
+            for (int c = 0; c < NR; c++) {
+                r[c] = _mm256_loadu_si256((const __m256i *)(col + c * B->s1 + 2 * p0));
+                r[NR + c] = _mm256_loadu_si256((const __m256i *)(col + c * B->s1 + 2 * p0 + 16));
+            }
+            transpose8(r), transpose8(r + NR);
+            for (int p = 0; p < B32_PAIRS; p++) widen_pair(r[p], dst + (p0 + p) * 2 * NR, dst + (p0 + p) * 2 * NR + NR);
+        }
+        if (whole < kp) { /* the last, partial block: scalar, into a scratch panel of its pairs */
+            float tail[B32_PAIRS * 2 * NR];
+            tg_operand rest = { col + 2 * whole, 1, B->s1 };
+            pack_b_block32_f32(&rest, 0, kc - 2 * whole, 0, NR, tail);
+            for (int64_t i = 0; i < (kp - whole) * 2 * NR; i++) dst[whole * 2 * NR + i] = tail[i];
+        }
+    }
+}
 
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_, *b = b_;
@@ -57,5 +107,5 @@ static int available(void) {
 _Static_assert(256 % (2 * B32_PAIRS) == 0, "K panels start at block boundaries");
 const tg_ukernel tg_ukernel_avx2_block32 = {
     .name = "avx2_block32", .mr = MR, .nr = NR, .a_entry_bytes = 8, .b_entry_bytes = 8, .kc = 256,
-    .pack_a = pack_a_block32_f32, .pack_b = pack_b_block32_f32, .kernel = kernel, .available = available,
+    .pack_a = pack_a_block32_f32, .pack_b = pack_b, .kernel = kernel, .available = available,
     .peak = tg_avx2_fma_peak, .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

@@ -140,7 +140,9 @@ static inline __attribute__((always_inline)) void cols_words(const uint16_t *col
     transpose8(r + 8); /* pairs 8-15 */
 }
 
-static inline __attribute__((always_inline)) __m256 cols_block(const uint32_t *a, const uint16_t *col, int64_t s1,
+/* One block of 8 columns: af holds the block's A pairs widened (even, odd), so each FMA's
+ * broadcast is a load, not a shuffle (Zen 2 runs both on the same two pipes as the transposes). */
+static inline __attribute__((always_inline)) __m256 cols_block(const float *af, const uint16_t *col, int64_t s1,
                                                                int64_t p0, int64_t cols, int64_t kp, int64_t full,
                                                                __m256 acc) {
     const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
@@ -149,16 +151,28 @@ static inline __attribute__((always_inline)) __m256 cols_block(const uint32_t *a
     __m256 ev = _mm256_setzero_ps(), od = _mm256_setzero_ps();
 #pragma GCC unroll 16
     for (int p = 0; p < PAIRS; p++) {
-        uint32_t w = a_word(a, p0 + p, kp);
-        ev = _mm256_fmadd_ps(_mm256_set1_ps(lo_half(w)), _mm256_castsi256_ps(_mm256_slli_epi32(r[p], 16)), ev);
-        od = _mm256_fmadd_ps(_mm256_set1_ps(hi_half(w)), _mm256_castsi256_ps(_mm256_and_si256(r[p], odd_mask)), od);
+        ev = _mm256_fmadd_ps(_mm256_broadcast_ss(af + 2 * p), _mm256_castsi256_ps(_mm256_slli_epi32(r[p], 16)), ev);
+        od = _mm256_fmadd_ps(_mm256_broadcast_ss(af + 2 * p + 1), _mm256_castsi256_ps(_mm256_and_si256(r[p], odd_mask)),
+                             od);
     }
     return _mm256_add_ps(acc, _mm256_add_ps(ev, od));
 }
 
+/* A's pairs [p0, p0 + n) widened to (even, odd) floats at af, +0 past kp. */
+static void widen_a(const uint32_t *a, int64_t p0, int64_t n, int64_t kp, float *af) {
+    for (int64_t p = 0; p < n; p++) {
+        uint32_t w = a_word(a, p0 + p, kp);
+        af[2 * p] = lo_half(w), af[2 * p + 1] = hi_half(w);
+    }
+}
+
 static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
                         float *out32) {
+    enum { WIDE = 4096 }; /* A widened once for the whole strip up to this many pairs, else per block */
     int64_t kp = (K + 1) / 2, full = K / 2, blocks = (K + 31) / 32, lines = (2 * K + 63) / 64;
+    __attribute__((aligned(32))) float af[2 * WIDE];
+    bool whole = blocks * PAIRS <= WIDE;
+    if (whole) widen_a(a, 0, blocks * PAIRS, kp, af);
     for (int64_t j0 = 0; j0 < nb; j0 += 16) { /* two 8-column groups in flight */
         int64_t c0 = nb - j0 < 8 ? nb - j0 : 8, c1 = nb - j0 - 8 < 0 ? 0 : nb - j0 - 8 < 8 ? nb - j0 - 8 : 8;
         const uint16_t *col = B->base + (n0 + j0) * B->s1;
@@ -172,8 +186,10 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
         __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
         for (int64_t blk = 0; blk < blocks; blk++) {
             tg_prefetch_lines(&walk, per);
-            acc0 = cols_block(a, col, B->s1, PAIRS * blk, c0, kp, full, acc0);
-            if (c1) acc1 = cols_block(a, col + 8 * B->s1, B->s1, PAIRS * blk, c1, kp, full, acc1);
+            const float *ab = af + 2 * PAIRS * blk;
+            if (!whole) widen_a(a, PAIRS * blk, PAIRS, kp, af), ab = af;
+            acc0 = cols_block(ab, col, B->s1, PAIRS * blk, c0, kp, full, acc0);
+            if (c1) acc1 = cols_block(ab, col + 8 * B->s1, B->s1, PAIRS * blk, c1, kp, full, acc1);
         }
         store_sums(out32 ? NULL : out + j0, out32 ? out32 + j0 : NULL, acc0, c0);
         if (c1) store_sums(out32 ? NULL : out + j0 + 8, out32 ? out32 + j0 + 8 : NULL, acc1, c1);

@@ -313,7 +313,7 @@ def test_kernel_names_explain_and_peak_follow_the_order():
 
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
-@pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057])
+@pytest.mark.parametrize("k", [1, 31, 32, 33, 300, 1057, 8300])  # 8300: AVX2 widens A a block at a time
 @pytest.mark.parametrize("layout", ["row-major B", "column-major B"])
 def test_one_row_products_stream_b_in_the_block32_order(layout, k, fill):
     """One-row block32 products (a decoding step) stream B in place (route rowvec: vdpbf16ps,

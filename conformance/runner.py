@@ -49,7 +49,6 @@ import json
 import math
 import os
 import platform
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -394,16 +393,11 @@ class _MslEmu:
         return _run_graph(self.tgrad, case, "cpu", lambda route: None, self.ROUTES, self._emulate)
 
     def _table(self, op: str) -> np.ndarray:
-        """op over every bf16 bit pattern, in order: what a table op's buffer holds."""
+        """The table a kernel binds for op (a unary op's results over every bf16 bit pattern, or a
+        derivative op's table of f'(x)), as the launcher uploads it."""
         tables = self.__dict__.setdefault("_tables", {})
         if op not in tables:
-            import ml_dtypes
-
-            from tgrad.ops import apply
-
-            with self.tgrad.Tensor.from_numpy(np.arange(65536, dtype=np.uint16).view(ml_dtypes.bfloat16)) as x:
-                with apply(op, x) as y:
-                    tables[op] = np.array(y.numpy().view(np.uint16))
+            tables[op] = self.render.device_table(op)
         table: np.ndarray = tables[op]
         return table
 
@@ -430,7 +424,7 @@ class _MslEmu:
     def _run_step(self, k: Any, memory: dict[int, np.ndarray]) -> None:
         """One kernel: its inputs from memory (tables from the CPU), its output into memory."""
         assert self.emu is not None
-        tables = dict(re.findall(r"v = (t\d+)\[v\]; // (\w+)", k.source))
+        tables = k.tables()
         out_at = k.buffer_names.index("dst" if k.route == "copy" else "c")
         bufs = []
         for i, (name, bid, n) in enumerate(zip(k.buffer_names, k.buffer_ids, k.buffer_elements)):

@@ -838,6 +838,13 @@ TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, i
  * and refusals as tgrad_debug_f32_slow_path. */
 TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 
+/* The table a GPU kernel binds for op, as the launcher uploads it (for the emulators' harnesses):
+ * a unary op's 65,536 bf16 results (count 65536), or gelu_backward's, gelu_tanh_backward's or
+ * silu_backward's table of f'(x) (count 524288: 8 ushorts per x, kernels/gpu/elementwise.h).
+ * TGRAD_ERR_INVALID_ARGUMENT for a NULL out, an op without a table or another count;
+ * TGRAD_ERR_ROUTE_NOT_ELIGIBLE for a derivative table in a build without binary128. */
+TGRAD_API tgrad_status tgrad_debug_device_table(tgrad_op op, uint16_t *out, int64_t count);
+
 /* Philox-4x32-10 of counter[0..4) under key[0..2) into out[0..4) (kernels/gpu/philox.h), for the
  * known-answer tests. TGRAD_ERR_INVALID_ARGUMENT for a NULL pointer. */
 TGRAD_API tgrad_status tgrad_debug_philox(const uint32_t *counter, const uint32_t *key, uint32_t *out);

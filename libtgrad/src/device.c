@@ -14,6 +14,7 @@
 #include "gen/gen.h"
 #include "routes.h"
 #include "ops/elementwise.h"
+#include "ops/elementwise_grad.h"
 #include "step_kernel.h"
 
 #if !defined(TGRAD_HAVE_OPENCL)
@@ -292,8 +293,9 @@ static tgrad_status run_text(int32_t device, const tg_text *t, const struct tgra
     return be->launch(hit->program, launch, buffers, launch->buffer_count);
 }
 
-/* A table op's 65,536 results in device memory: uploaded on first use, kept for the process
- * (at most one per op and device; tables are read-only). Caller holds the device's lock. */
+/* A table op's 65,536 results (a derivative op's table of f'(x), TG_EW_GRAD_ENTRY ushorts per x:
+ * elementwise_grad.h) in device memory: uploaded on first use, kept for the process (at most one
+ * per op and device; tables are read-only). Caller holds the device's lock. */
 static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
     device_state *st = &states[device];
     if (op <= 0 || op >= TGRAD_OP_END_) return tg_fail(TGRAD_ERR_INTERNAL, "table of op %d", (int)op);
@@ -301,10 +303,11 @@ static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
         *mem = st->tables[op];
         return TGRAD_OK;
     }
-    const uint16_t *table = tg_ew_table(op);
+    bool grad = tg_ew_grad_from_table(op);
+    const uint16_t *table = grad ? tg_ew_grad_table(op) : tg_ew_table(op);
     if (!table) return tg_fail(TGRAD_ERR_INTERNAL, "op %s has no table", tgrad_op_name(op));
     const tg_backend *be = backend_of(device);
-    const size_t bytes = 65536u * sizeof *table;
+    const size_t bytes = 65536u * (grad ? TG_EW_GRAD_ENTRY : 1u) * sizeof *table;
     if (tg_fault()) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate the %s table on %s", tgrad_op_name(op), device_names[device]);
     void *m = NULL;
     tgrad_status s = be->alloc(bytes, &m);

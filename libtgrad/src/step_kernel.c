@@ -26,7 +26,7 @@ static void chain_of(const tg_step *st, chain_build *c) {
 
 /* The chain's bindings after the base op's `base` buffers. */
 static void bind_chain(const chain_build *c, uint32_t base, tg_step_kernel *k) {
-    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    tg_gen_binding b[TG_GEN_MAX_BINDINGS];
     int32_t nb = tg_gen_chain_bindings(&c->chain, b);
     for (int32_t j = 0; j < nb; j++) {
         if (b[j].table) k->table_op[base + (uint32_t)j] = c->chain.ops[b[j].op].op;
@@ -99,7 +99,7 @@ tgrad_status tg_step_render_reduce(const tg_step *st, const tg_route *route, con
     tgrad_status s = tg_gen_check_reduce(l, &p);
     if (!s) s = tg_gen_render_reduce(l, &p, &k->text, &k->launch);
     k->bufs[0] = x->buf, k->bufs[1] = st->buf;
-    tg_gen_binding pb[TG_GEN_MAX_CHAIN];
+    tg_gen_binding pb[TG_GEN_MAX_BINDINGS];
     bind_chain(&pro, 2, k);
     bind_chain(&epi, 2 + (uint32_t)tg_gen_chain_bindings(&pro.chain, pb), k);
     return s;

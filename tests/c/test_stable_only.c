@@ -36,6 +36,7 @@ enum experimental_names {
     tgrad_debug_norm_slow_path,
     tgrad_debug_softmax_slow_path,
     tgrad_debug_bf16_slow_path,
+    tgrad_debug_device_table,
 };
 struct tgrad_launch {
     int not_the_header_s;

@@ -5,7 +5,7 @@
 // b[k, n] = b[k + n * 40]
 // c[m, n] = c[m * 24 + n]
 // Epilogue, on each bf16 result before it is stored: add, relu, div (each rounded to bf16 as alone:
-// kernels/gpu/elementwise.h, integer arithmetic; t<i>: 65,536-entry tables).
+// kernels/gpu/elementwise.h, integer arithmetic; t<i>: tables, an entry per bf16 value).
 // Launch: grid (2, 3, 1) x threadgroup (16, 16, 1); buffers a, b, c, e0, e2.
 
 // bf16 bits -> fp32; subnormal inputs are zeros of their sign (DAZ).
@@ -321,6 +321,38 @@ static inline ushort tg_bf_tanh_backward(ushort y, ushort g) {
     return tg_bf_round_two(sg, G, eg, G * Y * Y, eg + 2 * ey, 1u);
 }
 
+// g f'(x) for gelu's, gelu_tanh's and silu's derivatives, f'(x) read from the op's table (one entry
+// of 8 ushorts per x, bound by the launcher: libtgrad/src/ops/elementwise_grad_table.c builds it):
+// f'(x) in the open interval (M, M + b) 2^(e - 1024), M = m0 + m1 2^16 + m2 2^32 + m3 2^48 >= 2^62
+// (b = 0: exactly M 2^(e - 1024)); flags bit 15 f's sign, bit 0 f' is a zero (x = -inf), bit 1
+// f' is too small for any g to reach half the smallest subnormal. G M (72 bits) in 16-bit limbs,
+// exact; the value lies in (G M, G (M + b)): upper = 0 rounds its lower end, upper = 1 its upper
+// end (G M + G b - 1 with a sticky bit); where both agree the value is decided, which
+// tests/c/test_gpu_elementwise.c shows for all 2^32 pairs (the kernels round the lower end). The
+// special cases are the IEEE product's: inf g gives inf but at f' = -0 (NaN), a zero signed.
+static inline ushort tg_bf_table_grad(ushort x, ushort g, ushort m0, ushort m1, ushort m2, ushort m3, ushort b,
+                                      ushort e, ushort flags, uint upper) {
+    if (tg_bf_is_nan(x) || tg_bf_is_nan(g))
+        return (ushort)0x7fc0u;
+    uint s = ((uint)g ^ (uint)flags) >> 15;
+    uint mg = (uint)g & 0x7fffu;
+    if (mg == 0x7f80u)
+        return ((uint)flags & 1u) != 0u ? (ushort)0x7fc0u : (ushort)((s << 15) | 0x7f80u);
+    if (mg == 0u || ((uint)flags & 3u) != 0u)
+        return (ushort)(s << 15);
+    uint G = tg_bf_sig(g);
+    uint add = upper != 0u && b != 0u ? G * (uint)b - 1u : 0u;
+    uint p0 = G * (uint)m0 + add;            // each limb's product below 2^24, add below 2^24
+    uint p1 = G * (uint)m1 + (p0 >> 16);
+    uint p2 = G * (uint)m2 + (p1 >> 16);
+    uint p3 = G * (uint)m3 + (p2 >> 16);     // G M = p3 2^48 + the limbs' low halves below
+    uint top = (p3 << 6) | ((p2 & 0xffffu) >> 10);  // G M >> 42: from 2^20 to below 2^30
+    uint rest = (p2 & 0x3ffu) | (p1 & 0xffffu) | (p0 & 0xffffu);
+    uint sticky = rest != 0u || b != 0u ? 1u : 0u;
+    // (G M / 2^41) 2^(xg - 134) 2^(e - 1024) = m 2^(xg + e - 983 - 134)
+    return tg_bf_round(s, tg_bf_exp(g) + (int)e - 983, (top << 1) | sticky);
+}
+
 static inline ushort tg_bf_neg(ushort h) {
     return tg_bf_is_nan(h) ? (ushort)0x7fc0u : (ushort)(h ^ 0x8000u);
 }
@@ -368,4 +400,4 @@ __kernel void tgrad_naive_48x40x24_45266c4f(
 // threadgroup: 16 x 16 x 1 threads
 // threadgroup memory: 0 bytes
 // buffers: a >= 1920 elements, b >= 960 elements, c >= 1152 elements, e0 >= 24 elements, e2 >= 24 elements
-// source hash: 0xcd01d6eb794a68b2
+// source hash: 0x1df73ef20e48e95c

@@ -10,9 +10,10 @@ on both emulators (MSL: slow tier; CUDA: cuda tier) with the CPU's bytes:
   zeros and subnormals (the exact sum rounded once: kernels/gpu/reduce.h);
 - optim_step's every output for SGD (decay, momentum, nesterov, maximize) and AdamW (decay,
   amsgrad, maximize, beta1 = 0), inputs with special values, through views;
-- a two-layer MLP trained for three AdamW steps, an embedding classifier under cross-entropy for
-  two, and layers with rms_norm and layer_norm (weights and bias) for two SGD steps, on PoCL give
-  the CPU's bytes (parameters and state), their backward graphs all on the device;
+- a two-layer MLP trained for three AdamW steps, a gated silu MLP (Llama's, after gelu and tanh-gelu
+  layers) for three, an embedding classifier under cross-entropy for two, and layers with rms_norm
+  and layer_norm (weights and bias) for two SGD steps, on PoCL give the CPU's bytes (parameters
+  and state), their backward graphs all on the device;
 - planted defects (negative indices not normalized, a wrong landing stride, a fused step rounded
   twice) are caught by the emulators.
 """
@@ -237,6 +238,41 @@ def train_normed(device: str) -> list[np.ndarray]:
         (d * d).mean().backward()
         opt.step()
     return [_bytes(p) for p in params.values()]
+
+
+def train_gated(device: str) -> list[np.ndarray]:
+    """Three AdamW steps of a Llama-style gated MLP (silu(x w1) * (x w3) then w2), with a gelu and
+    a tanh-gelu layer before it, under a squared error: silu_backward, gelu_backward and
+    gelu_tanh_backward (g times f'(x) from their tables of f'(x)) on the device. The parameters' and
+    the optimizer state's bytes after them."""
+    import tgrad.nn.functional as F
+
+    rng = np.random.default_rng(3)
+    shapes = {"w0": (6, 8), "w1": (8, 16), "w3": (8, 16), "w2": (16, 4)}
+    params = {k: tgrad.Tensor.from_numpy(rng.standard_normal(s).astype(np.float32) * 0.5, device=device).requires_grad_()
+              for k, s in shapes.items()}
+    opt = tgrad.optim.AdamW(list(params.values()), lr=1e-2, weight_decay=0.01)
+    for _ in range(3):
+        x = tgrad.Tensor.from_numpy(rng.standard_normal((5, 6)).astype(np.float32) * 2, device=device)
+        y = tgrad.Tensor.from_numpy(rng.standard_normal((5, 4)).astype(np.float32), device=device)
+        h = F.gelu(F.gelu(x @ params["w0"]), approximate="tanh")
+        d = (F.silu(h @ params["w1"]) * (h @ params["w3"])) @ params["w2"] - y
+        opt.zero_grad()
+        (d * d).mean().backward()
+        opt.step()
+    out = [_bytes(p) for p in params.values()]
+    for s in opt.state.values():
+        out += [_bytes(v) for _, v in sorted(s.items()) if isinstance(v, tgrad.Tensor)]
+    return out
+
+
+@needs_opencl
+def test_pocl_trains_a_gated_silu_mlp_with_the_cpu_bytes() -> None:
+    """silu's, gelu's and gelu_tanh's derivatives in a backward pass on the device: the CPU's bytes."""
+    cpu, dev = train_gated("cpu"), train_gated("opencl")
+    assert len(cpu) == len(dev) > 4
+    for a, b in zip(cpu, dev):
+        assert np.array_equal(a, b)
 
 
 @needs_opencl

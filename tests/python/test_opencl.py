@@ -147,25 +147,19 @@ def test_the_new_table_ops_on_opencl_match_the_cpu_and_pow_is_refused(opencl_dev
             (xd ** 2).realize()
 
 
-@pytest.mark.parametrize("name", ["gelu_backward", "gelu_tanh_backward", "silu_backward"])
-def test_a_derivative_op_is_refused_on_opencl(name: str, opencl_device: str) -> None:
-    # gelu's, gelu_tanh's and silu's derivatives (24-26) have no spelling in the integer-only GPU
-    # prelude (their CPU evaluation needs a table of doubles and binary128; docs/kernels.md)
-    with tgrad.Tensor.from_numpy(np.ones((4, 5), np.float32), device="opencl") as xd:
-        with pytest.raises(errors.RouteNotEligibleError, match="no kernel spelling"):
-            getattr(tgrad, name)(xd, xd).realize()
-
-
-@pytest.mark.parametrize("name", ["rsqrt_backward", "sqrt_backward", "sigmoid_backward", "tanh_backward"])
-def test_derivatives_exact_in_integers_give_the_cpu_bytes_on_opencl(name: str, opencl_device: str) -> None:
-    """-g y^3 / 2, g / (2 y), g y (1 - y) and g (1 - y^2), exact in the prelude's integers
-    (kernels/gpu/elementwise.h): every bf16 y against random g, every g against random y, and
-    every special value against every other, on the device as on the CPU; float32 operands stay
-    refused when the node is made (no float32 spelling)."""
+@pytest.mark.parametrize("name", ["rsqrt_backward", "sqrt_backward", "sigmoid_backward", "tanh_backward",
+                                  "gelu_backward", "gelu_tanh_backward", "silu_backward"])
+def test_derivatives_give_the_cpu_bytes_on_opencl(name: str, opencl_device: str) -> None:
+    """-g y^3 / 2, g / (2 y), g y (1 - y) and g (1 - y^2), exact in the prelude's integers, and
+    g gelu'(x), g gelu_tanh'(x), g silu'(x), g times f'(x) read from the op's table (an interval
+    with a 64-bit significand, kernels/gpu/elementwise.h): every bf16 first operand against random
+    g, every g against random first operands, and every special value against every other, on the
+    device as on the CPU; float32 operands stay refused when the node is made (no float32
+    spelling)."""
     rng = np.random.default_rng(8)
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     specials = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,
-                         0x7f80, 0xff80, 0x7fc0, 0xffc1], np.uint16)
+                         0x7f80, 0xff80, 0x7fc0, 0xffc1, 0xc2c8, 0x3fb3, 0x2000, 0xa000], np.uint16)
     sy, sg = np.meshgrid(specials, specials)
     y = np.concatenate([every, rng.integers(0, 1 << 16, every.size).astype(np.uint16), sy.ravel()])
     g = np.concatenate([rng.integers(0, 1 << 16, every.size).astype(np.uint16), every, sg.ravel()])
@@ -177,6 +171,19 @@ def test_derivatives_exact_in_integers_give_the_cpu_bytes_on_opencl(name: str, o
     with tgrad.Tensor.from_numpy(np.ones((4, 5), np.float32), dtype=tgrad.float32, device="opencl") as fd:
         with pytest.raises(errors.DtypeUnsupportedError, match="runs on the CPU only"):
             op(fd, fd).realize()
+
+
+@pytest.mark.parametrize("name", ["gelu_backward", "silu_backward"])
+def test_a_table_derivative_fused_after_a_product_gives_the_cpu_bytes_on_opencl(name: str, opencl_device: str) -> None:
+    # the derivative op in a matmul's epilogue, the product as x and then as g (the operand is x),
+    # with a second table derivative after it: each op binds its operand and its table of f'(x)
+    rng = np.random.default_rng(9)
+    a, w, o = (rng.standard_normal(s).astype(np.float32) for s in ((33, 40), (40, 24), (33, 24)))
+    op = getattr(tgrad, name)
+    chain = lambda a, w, o: tgrad.gelu_tanh_backward(op(a @ w, o), op(o, a @ w))  # noqa: E731
+    want = chain(*(tgrad.Tensor.from_numpy(t) for t in (a, w, o))).numpy().view(np.uint16)
+    got = chain(*(tgrad.Tensor.from_numpy(t, device="opencl") for t in (a, w, o)))
+    assert np.array_equal(got.numpy().view(np.uint16), want)
 
 
 def _linear(x: tgrad.Tensor, w: tgrad.Tensor, b: tgrad.Tensor) -> tgrad.Tensor:

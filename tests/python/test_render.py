@@ -397,6 +397,9 @@ def _golden_cases():
         "tiled_48x40x24_add_gelu.metal": lambda: fused("tiled", "msl", ["add", "gelu"]),
         "tc_48x40x24_mul_silu_sub.metal": lambda: fused("tc", "msl", ["mul", "silu", "sub"]),
         "naive_48x40x24_add_relu_div.cl": lambda: fused("naive", "opencl", ["add", "relu", "div"]),
+        # a derivative op reading its table of f'(x) (t1) beside its operand (e1)
+        "naive_48x40x24_add_silu_backward.cl": lambda: fused("naive", "opencl", ["add", "silu_backward"]),
+        "tiled_48x40x24_gelu_backward.metal": lambda: fused("tiled", "msl", ["gelu_backward"]),
         "elementwise_5x7_chain.metal": lambda: elementwise_chain("msl"),
         "elementwise_5x7_chain.cl": lambda: elementwise_chain("opencl"),
         "tiled_64x64x64.metal": lambda: plain("tiled", 64, 64, 64),

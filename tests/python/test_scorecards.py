@@ -75,9 +75,11 @@ def test_the_committed_cuda_scorecard_is_attested_and_agrees_with_the_emulator()
     emulated = {c["id"]: c["outcome"] for c in emu["cases"]}
     assert list(on_gpu) == list(emulated)
     # the cases spelled for the GPU after the H200 run (relu_backward 2026-12-04; rsqrt_backward,
-    # sqrt_backward, sigmoid_backward and tanh_backward 2026-12-05): skipped there, passed by the
-    # emulator now; every other case has one outcome in both
-    spelled_since = ("relu_backward", "rsqrt_backward", "sqrt_backward", "sigmoid_backward", "tanh_backward")
+    # sqrt_backward, sigmoid_backward, tanh_backward, gelu_backward, gelu_tanh_backward and
+    # silu_backward 2026-12-05): skipped there, passed by the emulator now; every other case has
+    # one outcome in both
+    spelled_since = ("relu_backward", "rsqrt_backward", "sqrt_backward", "sigmoid_backward", "tanh_backward",
+                     "gelu_backward", "gelu_tanh_backward", "silu_backward")
     newer = [i for i in on_gpu if on_gpu[i] != emulated[i]]
     assert all(on_gpu[i] == "skip" and emulated[i] == "pass" and any(n in i for n in spelled_since)
                for i in newer), newer
@@ -97,11 +99,10 @@ def test_committed_scorecards_make_their_claims() -> None:
         assert card["funnel"]["failed"] == 0
         # the only cases a backend may leave out: on a GPU backend, programs with an op the GPU
         # prelude has no spelling for, refused there with a typed error by design: pow (23; its
-        # CPU evaluation needs libm's pow and binary128) and the derivative ops 24-26 (gelu's,
-        # gelu_tanh's and silu's: a table of doubles and a binary128 slow path, no integer-only
-        # device spelling yet, docs/numerics.md "Derivative ops"); 27-31 are spelled in bf16
+        # CPU evaluation needs libm's pow and binary128); the derivative ops 24-31 are spelled in
+        # bf16 (24-26 read a table of f'(x), docs/numerics.md "Derivative ops")
         skipped = [c for c in card["cases"] if c["outcome"] == "skip"]
         assert len(skipped) == card["funnel"]["skipped"]
-        unspelled = tuple(f"op {code} " for code in range(23, 27))
+        unspelled = tuple(f"op {code} " for code in range(23, 24))
         assert all(backend != "cpu" and c["detail"].startswith("an op has no GPU kernel spelling")
                    and any(op in c["detail"] for op in unspelled) for c in skipped), skipped

@@ -316,6 +316,7 @@ tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t
 #define TGRAD_DEBUG_SOFTMAX_COUNT 5
 tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
+tgrad_status tgrad_debug_device_table(tgrad_op op, uint16_t *out, int64_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);
 tgrad_status tgrad_debug_exact_sum(const void *data, int32_t dtype, int64_t n, int64_t stride, int32_t mean,
                                    int32_t out_dtype, uint32_t *out_bits);

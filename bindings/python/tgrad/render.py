@@ -30,7 +30,7 @@ from ._ffi import _string, ffi, lib
 from .errors import _check
 from .tensor import Tensor
 
-__all__ = ["Kernel", "langs", "render_copy", "render_matmul", "render_tensor", "route_check", "routes"]
+__all__ = ["Kernel", "device_table", "langs", "render_copy", "render_matmul", "render_tensor", "route_check", "routes"]
 
 
 def _names(fn: Callable[[int], Any], count: int) -> dict[str, int]:
@@ -89,6 +89,14 @@ class Kernel:
     buffer_names: tuple[str, ...] = ()
     buffer_ids: tuple[int, ...] = ()
 
+    def tables(self) -> dict[str, str]:
+        """{buffer name: op} for the tables the launcher binds (buffer id 0): a unary op's results
+        (``v = t1[v]; // gelu``) or a derivative op's table of f'(x) (``// silu_backward: g f'(x),
+        f'(x) from t0``); `device_table` gives their contents."""
+        unary = re.findall(r"v = (\w*t\d+)\[v\]; // (\w+)", self.source)
+        grad = [(t, op) for op, t in re.findall(r"// (\w+): g f'\(x\), f'\(x\) from (\w*t\d+)", self.source)]
+        return dict(unary + grad)
+
     def describe(self) -> str:
         """The launch geometry as comment lines of the kernel's language."""
         buffers = self.buffer_names or (("a", "b", "c") if self.route != "copy" else ("src", "dst"))
@@ -126,6 +134,18 @@ def _kernel(route: str | None, lang: str, call: Callable[..., int], *args: Any) 
         buffer_names=tuple(ffi.string(launch.buffer_names[i]).decode("ascii") for i in range(count)),
         buffer_ids=tuple(int(launch.buffer_ids[i]) for i in range(count)),
     )
+
+
+def device_table(op: str) -> np.ndarray:
+    """The table a kernel binds for op, as the launcher uploads it (uint16): a unary op's 65,536
+    results, or gelu_backward's, gelu_tanh_backward's or silu_backward's table of f'(x), 8 values
+    per x (kernels/gpu/elementwise.h). For the emulators, which bind buffers themselves."""
+    from .ops import REGISTRY
+
+    count = 65536 * (8 if op in ("gelu_backward", "gelu_tanh_backward", "silu_backward") else 1)
+    out = np.empty(count, np.uint16)
+    _check(lib.tgrad_debug_device_table(REGISTRY[op].code, ffi.cast("uint16_t *", out.ctypes.data), count))
+    return out
 
 
 def _tensor(x: object, what: str) -> Tensor:

@@ -3,7 +3,9 @@
  *
  * Every language gets the same text: the prelude kernels/gpu/elementwise.h (pasted verbatim,
  * integer arithmetic only) defines one device function per computed op, and a table op reads its
- * 65,536-entry table, a buffer the launcher binds (the CPU's own table, tg_ew_table). So the
+ * 65,536-entry table, a buffer the launcher binds (the CPU's own table, tg_ew_table); gelu's,
+ * gelu_tanh's and silu's derivatives read f'(x) from their op's table (an interval with a 64-bit
+ * significand per x, tg_ew_grad_table) besides their operand. So the
  * bytes are the CPU's by construction for any device, whatever its fp32 subnormal handling,
  * division accuracy or fast-math setting (tests/c/test_gpu_elementwise.c compiles the prelude as C
  * against the CPU loops). A float32 chain (a standalone float32 elementwise kernel) uses the
@@ -16,6 +18,7 @@
 
 #include "emit.h"
 #include "ops/elementwise.h"
+#include "ops/elementwise_grad.h"
 
 /* ---- the ops, as data ---------------------------------------------------------------------- */
 typedef struct ew_spelling {
@@ -33,12 +36,16 @@ static const ew_spelling spellings[] = {
     { TGRAD_OP_SQRT, NULL, "tg_f32_sqrt" },
     /* the derivative ops integers reach exactly: relu's (a selection), and in bf16 rsqrt's (g y^3:
      * 32 bits), sqrt's (a quotient), sigmoid's and tanh's (two exact products' difference); gelu's,
-     * gelu_tanh's and silu's need the CPU's evaluation (a table of doubles, binary128) */
+     * gelu_tanh's and silu's: g times f'(x) from the op's table, exact in integers (bf16 only:
+     * float32 would need the CPU's Ziv evaluation) */
     { TGRAD_OP_RELU_BACKWARD, "tg_bf_relu_backward", "tg_f32_relu_backward" },
     { TGRAD_OP_RSQRT_BACKWARD, "tg_bf_rsqrt_backward", NULL },
     { TGRAD_OP_SQRT_BACKWARD, "tg_bf_sqrt_backward", NULL },
     { TGRAD_OP_SIGMOID_BACKWARD, "tg_bf_sigmoid_backward", NULL },
     { TGRAD_OP_TANH_BACKWARD, "tg_bf_tanh_backward", NULL },
+    { TGRAD_OP_GELU_BACKWARD, "tg_bf_table_grad", NULL },
+    { TGRAD_OP_GELU_TANH_BACKWARD, "tg_bf_table_grad", NULL },
+    { TGRAD_OP_SILU_BACKWARD, "tg_bf_table_grad", NULL },
     /* the transcendentals read 65,536-entry tables in bf16; in float32 they would need the CPU's
      * Ziv evaluation (double and binary128), so the GPU routes refuse them (tg_gen_f32_renders),
      * but rsqrt, whose exact value integers reach */
@@ -68,13 +75,17 @@ bool tg_gen_f32_renders(tgrad_op op) {
 }
 
 /* ---- buffers -------------------------------------------------------------------------------- */
-int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]) {
+/* Whether op reads a table in the chain's dtype (a unary table op, or a derivative op's f'(x)). */
+static bool reads_table(const tg_gen_chain *c, tgrad_op op) {
+    return !c->f32 && (tg_ew_from_table(op) || tg_ew_grad_from_table(op));
+}
+
+int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_BINDINGS]) {
     int32_t n = 0;
     for (int32_t i = 0; i < c->n; i++) {
         tgrad_op op = c->ops[i].op;
-        if (is_binary(op)) {
-            out[n++] = (tg_gen_binding){ i, false };
-        } else if (!c->f32 && tg_ew_from_table(op)) {
+        if (is_binary(op)) out[n++] = (tg_gen_binding){ i, false };
+        if (reads_table(c, op)) {
             bool seen = false;
             for (int32_t j = 0; j < n; j++) seen |= out[j].table && c->ops[out[j].op].op == op;
             if (!seen) out[n++] = (tg_gen_binding){ i, true };
@@ -107,6 +118,12 @@ tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_ge
                      sp ? "float32 " : "", sp ? " (the transcendental ops run in float32 on the CPU only)" : "");
             return tg_not_eligible(route, l->name, why, o->op, 0, 0);
         }
+        if (!c->f32 && tg_ew_grad_from_table(o->op) && !tg_ew_grad_tables_here()) {
+            char why[200];
+            snprintf(why, sizeof why, "op %%lld (%s) reads a table of f'(x) built in binary128, which this build "
+                     "lacks (no libquadmath): it runs on the CPU only", tgrad_op_name(o->op));
+            return tg_not_eligible(route, l->name, why, o->op, 0, 0);
+        }
         int64_t numel, lo, hi;
         if (!is_binary(o->op) || tg_view_numel(&o->operand, &numel) || numel == 0) continue;
         if (!tg_span_view(&o->operand, &lo, &hi) || lo < 0)
@@ -126,12 +143,12 @@ int64_t tg_gen_chain_reach(const tg_gen_chain *c) {
 }
 
 void tg_gen_chain_launch(const tg_gen_chain *c, struct tgrad_launch *launch) {
-    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    tg_gen_binding b[TG_GEN_MAX_BINDINGS];
     int32_t nb = tg_gen_chain_bindings(c, b);
     for (int32_t j = 0; j < nb; j++) {
         uint32_t at = launch->buffer_count++;
         int64_t numel = 0, lo = 0, hi = -1;
-        if (b[j].table) hi = 0xffff;
+        if (b[j].table) hi = (tg_ew_grad_from_table(c->ops[b[j].op].op) ? 65536 * TG_EW_GRAD_ENTRY : 65536) - 1;
         else if (!tg_view_numel(&c->ops[b[j].op].operand, &numel) && numel > 0)
             tg_span_view(&c->ops[b[j].op].operand, &lo, &hi);
         launch->buffer_elements[at] = (uint64_t)(hi + 1);
@@ -153,7 +170,7 @@ void tg_gen_chain_key(const tg_gen_chain *c, char *dst, size_t cap) {
 
 /* ---- text ----------------------------------------------------------------------------------- */
 void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decls[][64], const char **ptrs, int *n) {
-    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    tg_gen_binding b[TG_GEN_MAX_BINDINGS];
     int32_t nb = tg_gen_chain_bindings(c, b);
     for (int32_t j = 0; j < nb; j++) {
         char name[8];
@@ -186,14 +203,32 @@ void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
     tg_gen_emit_text(e, c->f32 ? tg_gen_elementwise_f32_prelude : tg_gen_elementwise_prelude);
 }
 
+/* A derivative op g f'(x) with f'(x) from its table `t` (an entry of TG_EW_GRAD_ENTRY ushorts per
+ * x): x is the running value or the operand `operand`, as the op's sides say. */
+static void emit_table_grad(const emitter *e, const tg_gen_ew_op *o, const char *indent, const char *t,
+                            const char *operand) {
+    E("%s{ // %s: g f'(x), f'(x) from %s\n", indent, tgrad_op_name(o->op), t);
+    E("%s    ushort gxv = %s, ggv = %s;\n", indent, o->value_right ? operand : "v", o->value_right ? "v" : operand);
+    E("%s    uint gti = (uint)gxv * %du;\n", indent, (int)TG_EW_GRAD_ENTRY);
+    E("%s    v = tg_bf_table_grad(gxv, ggv, %s[gti], %s[gti + 1u], %s[gti + 2u], %s[gti + 3u], %s[gti + 4u], "
+      "%s[gti + 5u], %s[gti + 6u], 0u);\n", indent, t, t, t, t, t, t, t);
+    E("%s}\n", indent);
+}
+
 void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *indent, const char *const *coord) {
-    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    tg_gen_binding b[TG_GEN_MAX_BINDINGS];
     int32_t nb = tg_gen_chain_bindings(c, b);
     for (int32_t i = 0; i < c->n; i++) {
         const tg_gen_ew_op *o = &c->ops[i];
         const ew_spelling *sp = spelling_of(o->op);
         const char *fn = fn_of(c, sp);
-        if (!fn) {
+        if (fn && reads_table(c, o->op)) { /* a derivative op with its table */
+            char name[8], operand[TGRAD_MAX_DIMS * 48 + 48], idx[TGRAD_MAX_DIMS * 48 + 32];
+            binding_name(c, &b[table_binding(c, b, nb, o->op)], name, sizeof name);
+            tg_view_index(idx, sizeof idx, &o->operand, coord);
+            snprintf(operand, sizeof operand, "%se%d[%s]", c->tag ? c->tag : "", (int)i, idx);
+            emit_table_grad(e, o, indent, name, operand);
+        } else if (!fn) {
             char name[8];
             binding_name(c, &b[table_binding(c, b, nb, o->op)], name, sizeof name);
             E("%sv = %s[v]; // %s\n", indent, name, tgrad_op_name(o->op));

@@ -110,13 +110,16 @@ typedef struct tg_gen_chain {
 } tg_gen_chain;
 
 /* The buffers a chain adds to a kernel, after the base op's: for op `op` of the chain its
- * operand, or (table) its table. One table per distinct op. */
+ * operand, or (table) its table. One table per distinct op: a unary op's 65,536 results, or a
+ * derivative op's table of f'(x) (gelu's, gelu_tanh's, silu's: bound besides its operand), so at
+ * most TG_GEN_MAX_BINDINGS. */
+enum { TG_GEN_MAX_BINDINGS = TG_GEN_MAX_CHAIN + 3 };
 typedef struct tg_gen_binding {
     int32_t op;
     bool table;
 } tg_gen_binding;
 
-TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_CHAIN]);
+TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_BINDINGS]);
 /* Whether the GPU routes render op in float32 (the arithmetic and bit ops; not the transcendental
  * ones, nor pow): asked by tgrad_unary and tgrad_binary before a float32 node on a device is made. */
 TG_HIDDEN bool tg_gen_f32_renders(tgrad_op op);

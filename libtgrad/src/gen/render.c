@@ -207,7 +207,8 @@ static void emit_header_comment(const emitter *e, const tg_route *r, const tg_ge
     if (p->epilogue && p->epilogue->n) {
         E("// Epilogue, on each bf16 result before it is stored:");
         for (int32_t i = 0; i < p->epilogue->n; i++) E("%s %s", i ? "," : "", tgrad_op_name(p->epilogue->ops[i].op));
-        E(" (each rounded to bf16 as alone:\n// kernels/gpu/elementwise.h, integer arithmetic; t<i>: 65,536-entry tables).\n");
+        E(" (each rounded to bf16 as alone:\n// kernels/gpu/elementwise.h, integer arithmetic; "
+          "t<i>: tables, an entry per bf16 value).\n");
     }
     E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers", launch->grid[0], launch->grid[1],
       launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
@@ -271,8 +272,8 @@ static void emit_batch(const emitter *e, const tg_gen_matmul *w) {
 
 /* The matmul kernel's signature: a, b, c, then the epilogue's buffers (ew.c). */
 void tg_matmul_signature(const emitter *e, const tg_gen_matmul *p, const char *name, const bool used[TG_B_COUNT_]) {
-    char bufs[3][64], extra[TG_GEN_MAX_CHAIN][64];
-    const char *bp[3 + TG_GEN_MAX_CHAIN] = { bufs[0], bufs[1], bufs[2] };
+    char bufs[3][64], extra[TG_GEN_MAX_BINDINGS][64];
+    const char *bp[3 + TG_GEN_MAX_BINDINGS] = { bufs[0], bufs[1], bufs[2] };
     int n = 3;
     tg_buffer_param(bufs[0], 64, e->l->global_in, "a");
     tg_buffer_param(bufs[1], 64, e->l->global_in, "b");

@@ -174,10 +174,10 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     if (*l->preamble) E("%s", l->preamble);
     E("\n");
     tg_gen_emit_prelude(e, &p->chain);
-    char b0[64], b1[64], extra[TG_GEN_MAX_CHAIN][64];
+    char b0[64], b1[64], extra[TG_GEN_MAX_BINDINGS][64];
     tg_buffer_param_typed(b0, sizeof b0, l->global_in, et, "x");
     tg_buffer_param_typed(b1, sizeof b1, l->global_out, et, "c");
-    const char *bp[2 + TG_GEN_MAX_CHAIN] = { b0, b1 };
+    const char *bp[2 + TG_GEN_MAX_BINDINGS] = { b0, b1 };
     int nb = 2;
     tg_gen_emit_chain_params(e, &p->chain, extra, bp, &nb);
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };

@@ -25,7 +25,7 @@ static int64_t reduced_count(const tg_gen_reduce *p) {
 }
 
 static int32_t chain_buffers(const tg_gen_chain *c) {
-    tg_gen_binding b[TG_GEN_MAX_CHAIN];
+    tg_gen_binding b[TG_GEN_MAX_BINDINGS];
     return has(c) ? tg_gen_chain_bindings(c, b) : 0;
 }
 
@@ -197,13 +197,13 @@ tgrad_status tg_gen_render_reduce(const tg_lang *l, const tg_gen_reduce *p, tg_t
     else if (has(p->epilogue)) tg_gen_emit_prelude(e, p->epilogue);
     tg_gen_emit_text(e, tg_gen_reduce_prelude);
 
-    char b0[64], b1[64], extra[2 * TG_GEN_MAX_CHAIN][64];
+    char b0[64], b1[64], extra[2 * TG_GEN_MAX_BINDINGS][64];
     snprintf(b0, sizeof b0, "%s%s%s *x", l->global_in, *l->global_in ? " " : "", in_bf16 ? "ushort" : "uint");
     snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", out_bf16 ? "ushort" : "uint");
-    const char *bp[2 + 2 * TG_GEN_MAX_CHAIN] = { b0, b1 };
+    const char *bp[2 + 2 * TG_GEN_MAX_BINDINGS] = { b0, b1 };
     int nb = 2;
     if (has(p->prologue)) tg_gen_emit_chain_params(e, p->prologue, extra, bp, &nb);
-    if (has(p->epilogue)) tg_gen_emit_chain_params(e, p->epilogue, extra + TG_GEN_MAX_CHAIN, bp, &nb);
+    if (has(p->epilogue)) tg_gen_emit_chain_params(e, p->epilogue, extra + TG_GEN_MAX_BINDINGS, bp, &nb);
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
     tg_emit_signature(e, launch->kernel_name, bp, nb, used);
     E("    %s uint sh[%d];\n", l->local_decl, T * (sum ? SUM_SLOT : EXT_SLOT));

@@ -68,6 +68,10 @@ DERIVATIVES(xf, q, expl, erfcl, fabsl, KL)
 #define XREL ((xf)ldexp(1.0, 17 - LDBL_MANT_DIG)) /* 2^-96 for binary128 */
 #endif
 
+#if defined(TGRAD_HAVE_QUADMATH)
+xf tg_ew_grad_deriv_q(tgrad_op op, xf x, xf *mag) { return deriv_q(op, x, mag); }
+#endif
+
 /* ---- helpers -------------------------------------------------------------------------------- */
 static inline float f32_of(uint32_t u) {
     float v;

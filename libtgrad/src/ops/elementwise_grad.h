@@ -43,4 +43,24 @@ TG_HIDDEN tg_pow_counts tg_ew_grad_f32(tgrad_op op, const uint32_t *a, int64_t s
 /* The bf16 counts of op so far (evaluated, slow, undecided: index 0..2). */
 TG_HIDDEN int64_t tg_ew_grad_bf16_count(tgrad_op op, int32_t what);
 
+/* The GPU routes' tables of gelu', gelu_tanh' and silu' (elementwise_grad_table.c): for each of
+ * the 65,536 x, 8 ushorts the device prelude's tg_bf_table_grad reads (kernels/gpu/elementwise.h
+ * states the layout). Built at first use, once (thread-safe), from the binary128 evaluation the
+ * CPU's slow path uses; NULL for another op, or where the build has no binary128 (libquadmath):
+ * the GPU routes then refuse the three ops. */
+enum { TG_EW_GRAD_ENTRY = 8 };
+static inline bool tg_ew_grad_tables_here(void) { /* whether this build makes them */
+#if defined(TGRAD_HAVE_QUADMATH)
+    return true;
+#else
+    return false;
+#endif
+}
+TG_HIDDEN bool tg_ew_grad_from_table(tgrad_op op);
+TG_HIDDEN const uint16_t *tg_ew_grad_table(tgrad_op op);
+#if defined(TGRAD_HAVE_QUADMATH)
+/* f'(x) in binary128 for finite x, within 2^-96 of *mag (the terms' magnitude): the CPU's own. */
+TG_HIDDEN __float128 tg_ew_grad_deriv_q(tgrad_op op, __float128 x, __float128 *mag);
+#endif
+
 #endif

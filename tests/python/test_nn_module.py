@@ -120,6 +120,38 @@ def test_registration_refuses_what_is_not_a_tensor_or_module(rng: np.random.Gene
         layer.nope  # noqa: B018
 
 
+def test_attributes_read_the_registries_however_they_are_written(rng: np.random.Generator) -> None:
+    """A registered value is a plain attribute read (the registries mirror it into the instance
+    dict), and every way of changing a registry is what the attribute reads: assignment,
+    register_*, del, load_state_dict, Module.to, a registry written directly as torch code does,
+    and a deep copy (whose registries mirror into the copy, not the original)."""
+    import copy
+
+    model = Model(rng)
+    layer = model.layers[0].self_attn.o_proj
+    assert "weight" in vars(layer) and layer.weight is layer._parameters["weight"]
+    assert model.layers[0].self_attn is vars(model.layers[0])["self_attn"]
+    w2 = tensor(rng, 4, 4)
+    layer._parameters["weight"] = w2  # as torch code may write it
+    assert layer.weight is w2 and dict(layer.named_parameters())["weight"] is w2
+    layer._parameters.update({"bias": None})
+    assert layer.bias is None and list(layer.state_dict()) == ["weight"]
+    layer.register_buffer("table", tensor(rng, 2))
+    layer._buffers.pop("table")
+    with pytest.raises(AttributeError):
+        layer.table  # noqa: B018
+    state = {k: Tensor.from_numpy(np.zeros(v.shape, np.float32)) for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    assert model.head.weight is state["head.weight"]
+    twin = copy.deepcopy(model)
+    twin.head.weight = tensor(rng, 3, 4)
+    assert model.head.weight is state["head.weight"] and twin.head.weight is not model.head.weight
+    twin.head._parameters["bias"] = tensor(rng, 3)
+    assert twin.head.bias is twin.head._parameters["bias"] and model.head.bias is state["head.bias"]
+    del twin.head.bias
+    assert "bias" not in vars(twin.head) and "bias" not in twin.head._parameters
+
+
 # ---- state dicts --------------------------------------------------------------------------------
 def test_state_dict_round_trip_gives_the_same_bytes(rng: np.random.Generator) -> None:
     source, target = Model(rng), Model(rng)

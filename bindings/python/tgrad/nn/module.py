@@ -13,13 +13,15 @@ Tensor to an attribute registers it as a parameter, a Module as a child, in assi
 
 `state_dict()` names every tensor by its dotted path ("layers.0.self_attn.q_proj.weight", as
 torch does), `load_state_dict` and `load_checkpoint` replace them, checking every name and shape
-before anything changes; an error names the path. tgrad has no training: there is no autograd,
-a parameter is a Tensor (no torch.nn.Parameter), and `train()` only sets the flag.
+before anything changes; an error names the path. A parameter is a Tensor (no
+torch.nn.Parameter: gradients come from tgrad.grad and tgrad.value_and_grad, docs/autograd.md),
+and `train()` only sets the flag (no layer reads it: tgrad has no dropout).
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -41,9 +43,62 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
+class _Registry(dict):  # type: ignore[type-arg]
+    """A module's parameters, buffers or children by name, mirrored into the module's instance
+    dict on every change (below), so that a registry written directly, as torch code may do
+    (`module._parameters[name] = t`), is what `module.name` reads too."""
+
+    def __init__(self, owner: Module) -> None:
+        super().__init__()
+        self._owner = weakref.ref(owner)  # no cycle: a dropped model frees its weights at once
+
+    def _mirror(self) -> dict[str, Any]:
+        owner = self._owner()
+        return owner.__dict__ if owner is not None else {}
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        super().__setitem__(name, value)
+        self._mirror()[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._mirror().pop(name, None)
+
+    def pop(self, name: str, *default: Any) -> Any:
+        if name in self:
+            self._mirror().pop(name, None)
+        return super().pop(name, *default)
+
+    def setdefault(self, name: str, value: Any = None) -> Any:
+        if name not in self:
+            self[name] = value
+        return self[name]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for name, value in dict(*args, **kwargs).items():
+            self[name] = value
+
+    def popitem(self) -> tuple[str, Any]:
+        name, value = super().popitem()
+        self._mirror().pop(name, None)
+        return name, value
+
+    def clear(self) -> None:
+        for name in list(self):
+            del self[name]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copied or pickled as a plain dict; Module.__setstate__ rewraps it
+        return (dict, (dict(self),))
+
+
 class Module:
     """The base of every layer: parameters, buffers and children registered by assignment,
-    `forward` run by calling the module. Subclasses call ``super().__init__()`` first."""
+    `forward` run by calling the module. Subclasses call ``super().__init__()`` first.
+
+    The registries (_parameters, _buffers, _modules) hold every registered value, and the instance
+    dict a copy of each under the same name, kept by the registries themselves (_Registry):
+    reading `self.q_proj` is then a plain attribute read, not a failed lookup and __getattr__
+    (1.9 us against 0.1 on a Zen 2; a decode step reads some 240 of them)."""
 
     training: bool
     _parameters: dict[str, Tensor | None]
@@ -52,11 +107,22 @@ class Module:
 
     def __init__(self) -> None:
         object.__setattr__(self, "training", False)
-        object.__setattr__(self, "_parameters", {})
-        object.__setattr__(self, "_buffers", {})
-        object.__setattr__(self, "_modules", {})
+        object.__setattr__(self, "_parameters", _Registry(self))
+        object.__setattr__(self, "_buffers", _Registry(self))
+        object.__setattr__(self, "_modules", _Registry(self))
 
     # ---- registration ---------------------------------------------------------------------------
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """After copy.deepcopy or unpickling: the registries, copied as plain dicts, mirror into
+        this module again."""
+        self.__dict__.update(state)
+        for key in ("_parameters", "_buffers", "_modules"):
+            table = self.__dict__.get(key)
+            if table is not None and not isinstance(table, _Registry):
+                registry = _Registry(self)
+                dict.update(registry, table)
+                self.__dict__[key] = registry
+
     def _registries(self) -> tuple[dict[str, Tensor | None], dict[str, Tensor | None], dict[str, Module | None]]:
         try:
             return self.__dict__["_parameters"], self.__dict__["_buffers"], self.__dict__["_modules"]
@@ -98,7 +164,8 @@ class Module:
         tables[registry][name] = value
 
     def __getattr__(self, name: str) -> Any:
-        # Called only when normal lookup fails: the registered parameters, buffers and children.
+        # Called only when normal lookup fails; the registries mirror every value into the
+        # instance dict, so this finds one only for a module whose dict was replaced wholesale.
         for registry in ("_parameters", "_buffers", "_modules"):
             table = self.__dict__.get(registry)
             if table is not None and name in table:
@@ -307,7 +374,7 @@ class Module:
         return self.forward(*args, **kwargs)
 
     def train(self, mode: bool = True) -> Module:
-        """Set the training flag here and below (tgrad has no training: no layer reads it yet)."""
+        """Set the training flag here and below (no layer reads it yet: tgrad has no dropout)."""
         for module in self.modules():
             object.__setattr__(module, "training", bool(mode))
         return self

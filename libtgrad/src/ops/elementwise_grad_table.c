@@ -31,13 +31,6 @@ static uint16_t tables[3][65536 * TG_EW_GRAD_ENTRY];
 static atomic_int built[3]; /* 0: not yet, 1: built, -1: an entry broke its bounds (never seen) */
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static xf widen(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float v;
-    memcpy(&v, &u, sizeof v);
-    return (xf)v;
-}
-
 static void put(uint16_t *t, uint64_t m, uint64_t b, int e, bool neg, uint16_t flags) {
     for (int k = 0; k < 4; k++) t[k] = (uint16_t)(m >> (16 * k));
     t[4] = (uint16_t)b, t[5] = (uint16_t)(e + E_BIAS), t[6] = (uint16_t)(flags | (neg ? 0x8000u : 0u)), t[7] = 0;
@@ -83,7 +76,7 @@ static bool entry(tgrad_op op, xf x, uint16_t *t) {
 static __attribute__((noinline)) bool build_all(tgrad_op op, uint16_t *table) {
     for (uint32_t i = 0; i < 65536; i++) {
         uint16_t *t = table + (size_t)i * TG_EW_GRAD_ENTRY, h = (uint16_t)i;
-        xf x = widen(h);
+        xf x = (xf)tg_bf16_to_f32(h);
         if (x != x) put(t, 0, 0, 0, false, 0);
         else if (isinf(x)) put(t, 1ull << 63, 0, x > 0 ? -63 : 0, x < 0, x > 0 ? 0 : FLAG_ZERO); /* 1, -0 */
         else if (x == 0) put(t, 1ull << 63, 0, -64, false, 0); /* f'(0) = 1/2 exactly */

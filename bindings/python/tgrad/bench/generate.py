@@ -8,9 +8,11 @@ out), and llama.cpp through llama-cpp-python on a bf16 GGUF of the same weights
 
 Each peer runs in its own child process (so that its peak resident memory, ru_maxrss, is its
 own: VmHWM), `--gen-rounds` times, the peers alternating: load the model, prefill a prompt of
-`--gen-prompt` tokens (the best of 3 forwards), then greedy-decode `--gen-tokens` tokens with
+`--gen-prompt` tokens (the best of 3 forwards, each computing the last position's logits alone,
+as generate's own prefill and llama.cpp's eval do), then greedy-decode `--gen-tokens` tokens with
 the peer's KV cache (tgrad: generate; transformers: generate with min_new_tokens; llama.cpp: eval
-of the prompt, then of each chosen token) and time the decode as its total minus a prefill.
+of the prompt, then of each chosen token) and time the decode as its total minus a prefill: the
+`--gen-tokens` - 1 forwards after the prompt's (the first new token is the prompt forward's).
 Reported: prefill tokens/s and ms, decode tokens/s (the median over rounds, with the range), the
 weights' GB/s that decode rate means (all weights but the embedding table are read once a token)
 against the machine's read rate over the same bytes (libtgrad's read probe), peak RSS, and where
@@ -51,8 +53,8 @@ if peer == "tgrad":
     model = tgrad.models.from_pretrained(path)
     def last_logits():
         return model(ids, logits_dtype=tgrad.float32).numpy()[0, -1]
-    def prefill():
-        model(ids, logits_dtype=tgrad.float32).realize()
+    def prefill():  # the last position's logits, as generate's prefill and llama.cpp's eval compute them
+        model(ids, logits_to_keep=1, logits_dtype=tgrad.float32).realize()
     def decode():
         return [int(t) for t in np.asarray(model.generate(ids, new)).reshape(-1)[-new:]]
 elif peer == "llama.cpp":
@@ -87,9 +89,9 @@ else:
     def last_logits():
         with torch.no_grad():
             return model(tids).logits[0, -1].float().numpy()
-    def prefill():
+    def prefill():  # the last position's logits, as generate's prefill computes them
         with torch.no_grad():
-            model(tids)
+            model(tids, logits_to_keep=1)
     def decode():
         with torch.no_grad():
             out = model.generate(tids, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
@@ -259,9 +261,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"tgrad's prefill products: {', '.join(routes) or 'none'}")
     print(f"{'peer':<14} {'prefill tok/s':>22} {'prefill ms':>10} {'decode tok/s':>22} {'weights GB/s':>12} "
           f"{'of read':>8} {'peak RSS MB':>12}")
+    steps = _decode_steps(args)
     for peer, rs in runs.items():
         pre = np.array([args.gen_prompt / r["prefill_s"] for r in rs])
-        dec = np.array([args.gen_tokens / r["decode_s"] for r in rs])
+        dec = np.array([steps / r["decode_s"] for r in rs])
         ms = np.median([r["prefill_s"] * 1e3 for r in rs])
         rss = max(r["rss_mb"] for r in rs)
         gbps = np.median(dec) * weight_gb
@@ -272,6 +275,12 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(getattr(args, "out", "bench-out"))
     print(_save(out_dir, runs, args, threads, weight_gb, read))
     return 0
+
+
+def _decode_steps(args: argparse.Namespace) -> int:
+    """The forwards decode_s times: the first new token comes from the prompt's forward (prefill_s),
+    each later one from a forward of its own."""
+    return max(args.gen_tokens - 1, 1)
 
 
 def _save(out_dir: Path, runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, threads: int,
@@ -291,7 +300,7 @@ def _save(out_dir: Path, runs: dict[str, list[dict[str, Any]]], args: argparse.N
     except Exception as exc:  # noqa: BLE001 - the plot is optional
         return f"wrote {out_dir / 'generate.json'}; no plot ({type(exc).__name__}: {exc})"
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, (what, count, key) in zip(axes, (("decode", args.gen_tokens, "decode_s"),
+    for ax, (what, count, key) in zip(axes, (("decode", _decode_steps(args), "decode_s"),
                                               (f"prefill of {args.gen_prompt}", args.gen_prompt, "prefill_s"))):
         for i, (peer, rs) in enumerate(runs.items()):
             rates = [count / r[key] for r in rs]

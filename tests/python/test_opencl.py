@@ -21,6 +21,7 @@ import tgrad
 from tgrad.conformance.oracle import f32_to_bf16_bits, matmul_bits
 from tgrad.conformance.rosters import Case, build_operands, roster
 from tgrad import errors
+from tgrad import render as R
 from tgrad._ffi import lib
 
 CI_ROSTER = roster("ci")
@@ -184,6 +185,27 @@ def test_a_table_derivative_fused_after_a_product_gives_the_cpu_bytes_on_opencl(
     want = chain(*(tgrad.Tensor.from_numpy(t) for t in (a, w, o))).numpy().view(np.uint16)
     got = chain(*(tgrad.Tensor.from_numpy(t, device="opencl") for t in (a, w, o)))
     assert np.array_equal(got.numpy().view(np.uint16), want)
+
+
+def test_a_chain_with_every_table_derivative_binds_within_the_launch_limit_on_opencl(opencl_device: str) -> None:
+    # a product with 8 fused ops, the three table derivatives among them: 3 + 8 operands + 3 tables
+    # of f'(x) = 14 buffers (TGRAD_LAUNCH_MAX_BUFFERS is 16), one kernel, the CPU's bytes
+    rng = np.random.default_rng(10)
+    a, w = rng.standard_normal((9, 12)).astype(np.float32), rng.standard_normal((12, 7)).astype(np.float32)
+    ops = [rng.standard_normal((9, 7)).astype(np.float32) for _ in range(8)]
+
+    def chain(a, w, o):
+        y = tgrad.silu_backward(tgrad.gelu_backward(a @ w, o[0]), o[1])
+        y = tgrad.gelu_tanh_backward(o[2], y) + o[3]
+        return tgrad.maximum((y * o[4] - o[5]) / o[6], o[7])
+
+    want = chain(*(tgrad.Tensor.from_numpy(t) for t in (a, w)), [tgrad.Tensor.from_numpy(t) for t in ops])
+    got = chain(*(tgrad.Tensor.from_numpy(t, device="opencl") for t in (a, w)),
+                [tgrad.Tensor.from_numpy(t, device="opencl") for t in ops])
+    assert len(got.explain(json=True)["steps"]) == 1
+    names = R.render_tensor(got, lang="opencl").buffer_names
+    assert len(names) == 14 and sum(n.startswith("t") for n in names) == 3, names
+    assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
 
 
 def _linear(x: tgrad.Tensor, w: tgrad.Tensor, b: tgrad.Tensor) -> tgrad.Tensor:

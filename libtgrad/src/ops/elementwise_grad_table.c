@@ -42,7 +42,7 @@ static bool put_interval(uint16_t *t, xf lo, xf hi, bool neg) {
     int ex;
     XFREXP(hi, &ex); /* hi = f 2^ex, f in [1/2, 1): hi 2^(64 - ex) in [2^63, 2^64) */
     int e = ex - 64;
-    xf m = floorq(XLDEXP(lo, -e)), top = ceilq(XLDEXP(hi, -e)); /* exact: integers below 2^64 */
+    xf m = floorq(XLDEXP(lo, -e)), top = ceilq(XLDEXP(hi, -e)); /* exact: integers up to 2^64 */
     xf b = top - m;
     if (m < 0x1p62Q || b > 0xffff) return false;
     put(t, (uint64_t)m, (uint64_t)b, e, neg, 0);

@@ -1,0 +1,28 @@
+"""The one-row product's compute rate with W in the last-level cache: `x @ W.T` for one
+2816 x 1024 bf16 weight (5.8 MB), 200 times, the best as W's GB/s.
+
+    TGRAD_LIB=... python tools/rowvec_l3.py THREADS"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import tgrad
+
+
+def main() -> None:
+    tgrad.set_num_threads(int(sys.argv[1]))
+    n, k = 2816, 1024
+    w = tgrad.randn(n, k).bfloat16().realize()
+    x = tgrad.randn(1, k).bfloat16().realize()
+    best = float("inf")
+    for _ in range(200):
+        t = time.perf_counter()
+        (x @ w.T).realize()
+        best = min(best, time.perf_counter() - t)
+    print(f"{n * k * 2 / best / 1e9:.1f} GB/s")
+
+
+if __name__ == "__main__":
+    main()

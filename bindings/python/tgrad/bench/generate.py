@@ -106,8 +106,8 @@ t = time.perf_counter(); tokens = decode(); total = time.perf_counter() - t
 # VmHWM: this process's own peak (ru_maxrss keeps the parent's peak across exec on Linux)
 hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
 rss = int(hwm[0]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-done.update({"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "rss_mb": rss, "tokens": tokens,
-             "last_logits": [float(v) for v in last_logits()]})
+done.update({"prefill_s": pre, "decode_s": max(total - pre, 1e-9), "decode_raw_s": total - pre, "rss_mb": rss,
+             "tokens": tokens, "last_logits": [float(v) for v in last_logits()]})
 if peer == "tgrad":  # the order, the routes of the prefill's products (explain), the weights' read rate
     done["matmul_order"] = tgrad.get_matmul_order()
     steps = model(ids, logits_dtype=tgrad.float32).explain(json=True)["steps"]
@@ -270,6 +270,10 @@ def run(args: argparse.Namespace) -> int:
         gbps = np.median(dec) * weight_gb
         print(f"{peer:<14} {np.median(pre):8.0f} [{pre.min():5.0f}, {pre.max():5.0f}] {ms:10.1f} "
               f"{np.median(dec):8.1f} [{dec.min():5.1f}, {dec.max():5.1f}] {gbps:12.3g} {gbps / read:8.0%} {rss:12.0f}")
+    short = sorted(peer for peer, rs in runs.items() if any(r.get("decode_raw_s", 1.0) <= 0 for r in rs))
+    if short:  # generate's total was within a prefill's spread: the difference means nothing
+        print(f"warning: {', '.join(short)}: a round's decode took no longer than its prefill's spread, so its "
+              "decode tokens/s is not a measurement; use more --gen-tokens")
     for line in _agreement(runs):
         print(line)
     out_dir = Path(getattr(args, "out", "bench-out"))

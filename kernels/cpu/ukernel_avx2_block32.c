@@ -1,5 +1,5 @@
 /* The block32 order on AVX2 FMAs (x86 CPUs without AVX-512; docs/numerics.md, "The block32
- * order"): 6 rows x 8 columns; per block of 32 k each output keeps two fp32 chains in registers
+ * order"): 3 rows x 16 columns; per block of 32 k each output keeps two fp32 chains in registers
  * (12 ymm: the even elements' products and the odd elements'), each step one FMA (exact product,
  * one rounding; MXCSR's FTZ flushes after rounding and DAZ zeroes subnormal inputs, as
  * contract_step.h's step), then acc + (even + odd) into the tile's accumulators, kept in L1. A and
@@ -9,8 +9,8 @@
 
 #include "fp_env.h"
 
-#define MR 6
-#define NR 8
+#define MR 3
+#define NR 16
 #include "avx2_bf16.h" /* transpose8 */
 #include "pack_block32.h"
 
@@ -44,16 +44,22 @@ static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int6
             pack_b_block32_f32(&edge, k0, kc, 0, nb - j0, dst);
             continue;
         }
-        const uint16_t *col = B->base + k0 + (n0 + j0) * B->s1;
-        for (int64_t p0 = 0; p0 < whole; p0 += B32_PAIRS) {
-            __m256i r[2 * NR];
-            for (int c = 0; c < NR; c++) {
-                r[c] = _mm256_loadu_si256((const __m256i *)(col + c * B->s1 + 2 * p0));
-                r[NR + c] = _mm256_loadu_si256((const __m256i *)(col + c * B->s1 + 2 * p0 + 16));
+        for (int h = 0; h < NR / 8; h++) { /* each 8 columns of the panel: their (pair, column) floats */
+            const uint16_t *col = B->base + k0 + (n0 + j0 + 8 * h) * B->s1;
+            for (int64_t p0 = 0; p0 < whole; p0 += B32_PAIRS) {
+                __m256i r[16];
+                for (int c = 0; c < 8; c++) {
+                    r[c] = _mm256_loadu_si256((const __m256i *)(col + c * B->s1 + 2 * p0));
+                    r[8 + c] = _mm256_loadu_si256((const __m256i *)(col + c * B->s1 + 2 * p0 + 16));
+                }
+                transpose8(r), transpose8(r + 8);
+                for (int p = 0; p < B32_PAIRS; p++) {
+                    float *d = dst + (p0 + p) * 2 * NR + 8 * h;
+                    widen_pair(r[p], d, d + NR);
+                }
             }
-            transpose8(r), transpose8(r + NR);
-            for (int p = 0; p < B32_PAIRS; p++) widen_pair(r[p], dst + (p0 + p) * 2 * NR, dst + (p0 + p) * 2 * NR + NR);
         }
+        const uint16_t *col = B->base + k0 + (n0 + j0) * B->s1;
         if (whole < kp) { /* the last, partial block: scalar, into a scratch panel of its pairs */
             float tail[B32_PAIRS * 2 * NR];
             tg_operand rest = { col + 2 * whole, 1, B->s1 };
@@ -63,28 +69,42 @@ static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int6
     }
 }
 
+/* Per pair, the even elements' two B vectors times each row's even A value, then the odd ones'
+ * (each broadcast feeds two FMAs: 10 loads for 12 FMAs, where 6 x 8 tiles needed 14, over the
+ * two loads a cycle of a Zen 2 core: +10-15% on the prefill's products, docs/performance.md
+ * "Session 26"), the 12 chains in registers. */
 static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile *t) {
     const float *a = a_, *b = b_;
     unsigned csr = _mm_getcsr();
     _mm_setcsr(tg_mxcsr_fma(csr));
     float acc[MR][NR] __attribute__((aligned(32)));
     for (int r = 0; r < MR; r++)
-        _mm256_store_ps(acc[r], t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc) : _mm256_setzero_ps());
+        for (int h = 0; h < 2; h++)
+            _mm256_store_ps(acc[r] + 8 * h, t->load ? _mm256_loadu_ps(t->acc + r * t->ldacc + 8 * h) : _mm256_setzero_ps());
     for (int64_t p0 = 0; p0 < kpairs; p0 += B32_PAIRS) {
-        __m256 e[MR], o[MR];
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) e[r] = o[r] = _mm256_setzero_ps();
+        __m256 e0[MR], e1[MR], o0[MR], o1[MR];
+#pragma GCC unroll 3
+        for (int r = 0; r < MR; r++) e0[r] = e1[r] = o0[r] = o1[r] = _mm256_setzero_ps();
         for (int64_t p = p0; p < p0 + B32_PAIRS; p++) {
-            __m256 be = _mm256_loadu_ps(b + p * 2 * NR), bo = _mm256_loadu_ps(b + p * 2 * NR + NR);
-            const float *ap = a + p * 2 * MR;
-#pragma GCC unroll 6
+            const float *bp = b + p * 2 * NR, *ap = a + p * 2 * MR;
+            __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+#pragma GCC unroll 3
             for (int r = 0; r < MR; r++) {
-                o[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + 2 * r), bo, o[r]);
-                e[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(ap + 2 * r + 1), be, e[r]);
+                __m256 x = _mm256_broadcast_ss(ap + 2 * r + 1);
+                e0[r] = _mm256_fmadd_ps(x, b0, e0[r]), e1[r] = _mm256_fmadd_ps(x, b1, e1[r]);
+            }
+            b0 = _mm256_loadu_ps(bp + NR), b1 = _mm256_loadu_ps(bp + NR + 8);
+#pragma GCC unroll 3
+            for (int r = 0; r < MR; r++) {
+                __m256 x = _mm256_broadcast_ss(ap + 2 * r);
+                o0[r] = _mm256_fmadd_ps(x, b0, o0[r]), o1[r] = _mm256_fmadd_ps(x, b1, o1[r]);
             }
         }
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) _mm256_store_ps(acc[r], _mm256_add_ps(_mm256_load_ps(acc[r]), _mm256_add_ps(e[r], o[r])));
+#pragma GCC unroll 3
+        for (int r = 0; r < MR; r++) {
+            _mm256_store_ps(acc[r], _mm256_add_ps(_mm256_load_ps(acc[r]), _mm256_add_ps(e0[r], o0[r])));
+            _mm256_store_ps(acc[r] + 8, _mm256_add_ps(_mm256_load_ps(acc[r] + 8), _mm256_add_ps(e1[r], o1[r])));
+        }
     }
     _mm_setcsr(csr);
     if (t->out) {
@@ -95,7 +115,8 @@ static void kernel(int64_t kpairs, const void *a_, const void *b_, const tg_tile
                                                                               : (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
             }
     } else {
-        for (int r = 0; r < MR; r++) _mm256_storeu_ps(t->acc + r * t->ldacc, _mm256_load_ps(acc[r]));
+        for (int r = 0; r < MR; r++)
+            for (int h = 0; h < 2; h++) _mm256_storeu_ps(t->acc + r * t->ldacc + 8 * h, _mm256_load_ps(acc[r] + 8 * h));
     }
 }
 

@@ -187,6 +187,27 @@ def test_a_table_derivative_fused_after_a_product_gives_the_cpu_bytes_on_opencl(
     assert np.array_equal(got.numpy().view(np.uint16), want)
 
 
+@pytest.mark.parametrize("name", ["gelu_backward", "gelu_tanh_backward", "silu_backward"])
+def test_a_table_derivative_runs_on_opencl_exactly_where_the_build_makes_its_table(name: str, opencl_device: str) -> None:
+    # the table of f'(x) is built in binary128 (libquadmath): without it the op is refused on the
+    # device with the reason (docs/kernels.md), with it the device gives the CPU's bytes
+    try:
+        R.device_table(name)
+        made = True
+    except errors.RouteNotEligibleError as exc:
+        assert "binary128" in str(exc)
+        made = False
+    x = np.linspace(-6, 6, 20, dtype=np.float32).reshape(4, 5)
+    op = getattr(tgrad, name)
+    with tgrad.Tensor.from_numpy(x, device="opencl") as xd, tgrad.Tensor.from_numpy(x) as xc:
+        y = op(xd, xd)
+        if made:
+            assert np.array_equal(y.numpy().view(np.uint16), op(xc, xc).numpy().view(np.uint16))
+        else:
+            with pytest.raises(errors.RouteNotEligibleError, match="built in binary128, which this build lacks"):
+                y.realize()
+
+
 def test_a_chain_with_every_table_derivative_binds_within_the_launch_limit_on_opencl(opencl_device: str) -> None:
     # a product with 8 fused ops, the three table derivatives among them: 3 + 8 operands + 3 tables
     # of f'(x) = 14 buffers (TGRAD_LAUNCH_MAX_BUFFERS is 16), one kernel, the CPU's bytes

@@ -60,11 +60,13 @@ static bool transposed_pays(const tg_cpu_matmul_plan *P) {
  * pool from this many elements of B (below). */
 enum { ROWVEC_SHARE = 1 << 17 };
 
-/* Up to FEW_ROWS rows times a column-major B run as one-row products (route rowvec) on a variant
- * without AMX: each row streams B's columns in place, where packing B for the GEMM frame took
- * longer than the products (a decode step's q k^T over a KV cache: 4 query heads a KV head,
- * K = 64, N = the cache's length; measured: docs/performance.md, "Session 26"). */
-enum { FEW_ROWS = 16 };
+/* Up to FEW_ROWS rows times a column-major B of at most FEW_ROWS_B elements (256 KiB: it stays in
+ * L2 while each row reads it) run as one-row products (route rowvec) on a variant without AMX:
+ * each row streams B's columns in place, where packing B for the GEMM frame took longer than the
+ * products (a decode step's q k^T over a KV cache: 4 query heads a KV head, K = 64, N = the
+ * cache's length; measured: docs/performance.md, "Session 26"). A larger B (a weight) is packed
+ * once, not read once a row. */
+enum { FEW_ROWS = 16, FEW_ROWS_B = 1 << 17 };
 
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
                              tg_cpu_matmul_plan *P) {
@@ -118,7 +120,8 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
     bool f32 = out_dtype == TGRAD_DTYPE_F32, one_row = S && P->M == 1 && (bs1 == 1 || bs0 == 1);
     /* a few rows times a column-major B, where no AMX reads W's rows in place (transposed_pays):
      * one-row products, row by row, instead of packing B (FEW_ROWS) */
-    one_row = one_row || (S && P->M <= FEW_ROWS && bs0 == 1 && bs1 != 1 && !transposed_pays(P));
+    one_row = one_row || (S && P->M <= FEW_ROWS && bs0 == 1 && bs1 != 1 && (double)K * (double)P->N <= FEW_ROWS_B &&
+                          !transposed_pays(P));
     if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) {
         P->path = PATH_ROWVEC, P->uk = S;
         /* shared from ROWVEC_SHARE elements of B, not SMALL_MNK multiply-adds (a decode step's

@@ -6,15 +6,16 @@
 #include "frame.h"
 
 /* One-row problems on a variant that streams B: column strips as tasks, A's row packed once. A
- * few rows (plan.c's FEW_ROWS, a column-major B, no AMX: a decode step's attention scores over
- * the KV cache) run as that many one-row products, each row packed once and every (row, strip)
- * a task: each output is the one-row kernel's sum, the same bytes as every route's. */
+ * few rows (plan.c's FEW_ROWS, a small column-major B, no AMX: a decode step's attention scores
+ * over the KV cache) run as that many one-row products, each row packed once and every (strip,
+ * row) a task, a strip's rows one after another while it is in cache: each output is the one-row
+ * kernel's sum, the same bytes as every route's. */
 typedef struct {
     const tg_ukernel *uk;
     const uint32_t *apairs; /* row r's pairs at apairs + r * rstride */
     int64_t rstride;
     tg_operand B;
-    int64_t K, N, strip, strips;
+    int64_t K, N, strip, rows;
     uint16_t *out;
     float *out32; /* instead of out: the fp32 accumulators (uk->rowvec_f32) */
     const tg_chain *ep;
@@ -23,7 +24,7 @@ typedef struct {
 static void run_strip(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     rowvec_job *R = arg;
-    int64_t r = task / R->strips, n0 = task % R->strips * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
+    int64_t r = task % R->rows, n0 = task / R->rows * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
     const uint32_t *a = (const uint32_t *)((const char *)R->apairs + r * R->rstride);
     if (R->out32) {
         R->uk->rowvec_f32(a, &R->B, R->K, n0, nb, R->out32 + r * R->N + n0);
@@ -44,9 +45,8 @@ tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, con
      * is shared by 2 threads too (2 threads: the step's products 18.1 -> 18.6 GB/s, median) */
     int64_t strip = round_up((N + 2 * threads - 1) / (2 * threads), 32);
     if (strip < 128) strip = 128;
-    int64_t strips = (N + strip - 1) / strip;
-    rowvec_job R = { uk, w->apack, rstride, *B, K, N, strip, strips, out, out32, ep };
-    run_tasks(M * strips, threads, run_strip, &R);
+    rowvec_job R = { uk, w->apack, rstride, *B, K, N, strip, M, out, out32, ep };
+    run_tasks(M * ((N + strip - 1) / strip), threads, run_strip, &R);
     return TGRAD_OK;
 }
 

@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
 def _decode_steps(args: argparse.Namespace) -> int:
     """The forwards decode_s times: the first new token comes from the prompt's forward (prefill_s),
     each later one from a forward of its own."""
-    return max(args.gen_tokens - 1, 1)
+    return max(int(args.gen_tokens) - 1, 1)
 
 
 def _save(out_dir: Path, runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace, threads: int,

@@ -31,29 +31,29 @@ static inline __m256 row8(const uint16_t *src, int64_t w) {
     return widen8(tmp);
 }
 
-/* Row-major B, `rows` output rows (1 to 16): a strip of columns with each row's two chains and sums
- * in L1 (as the pairwise AVX2 kernel keeps its one; 32 columns at a time through all of K ran
- * 1.7-1.9x the pairwise order's time), B's rows read whole (long runs the prefetchers follow), each
- * B vector widened once for all the rows; the last group's columns past the strip's width are read
- * from a zero-padded copy. Row r's pair p is a[p * astride + r]. */
-/* The sums of v's first `cols` lanes (up to 8): rounded to bf16 at o, or, with o32 set instead,
- * stored as float32 with NaN as 0x7FC00000 (the frame's store_f32_tile). */
-static inline void store_sums(uint16_t *o, float *o32, __m256 v, int64_t cols) {
-    if (!o32) {
-        store8(o, v, cols);
+/* The sums of v's first `cols` lanes (up to 8) at element `at`: rounded to bf16 into out, or, with
+ * out32 set (out unused), stored as float32 with NaN as 0x7FC00000 (the frame's store_f32_tile). */
+static inline void store_sums(uint16_t *out, float *out32, int64_t at, __m256 v, int64_t cols) {
+    if (!out32) {
+        store8(out + at, v, cols);
         return;
     }
     __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
     v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
     if (cols >= 8) {
-        _mm256_storeu_ps(o32, v);
+        _mm256_storeu_ps(out32 + at, v);
         return;
     }
     float tmp[8];
     _mm256_storeu_ps(tmp, v);
-    memcpy(o32, tmp, (size_t)(cols > 0 ? cols : 0) * sizeof(float));
+    memcpy(out32 + at, tmp, (size_t)(cols > 0 ? cols : 0) * sizeof(float));
 }
 
+/* Row-major B, `rows` output rows (1 to 16): a strip of columns with each row's two chains and sums
+ * in L1 (as the pairwise AVX2 kernel keeps its one; 32 columns at a time through all of K ran
+ * 1.7-1.9x the pairwise order's time), B's rows read whole (long runs the prefetchers follow), each
+ * B vector widened once for all the rows; the last group's columns past the strip's width are read
+ * from a zero-padded copy. Row r's pair p is a[p * astride + r]. */
 static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uint16_t *b, int64_t ldb, int64_t K,
                      int64_t nb, uint16_t *out, float *out32, int64_t ldout) {
     enum { CAP = 4096, PREFETCH_PAIRS = 4 };
@@ -99,8 +99,7 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
         }
         for (int32_t r = 0; r < rows; r++)
             for (int64_t g = 0; g < groups; g++)
-                store_sums(out32 ? NULL : out + r * ldout + s0 + 8 * g, out32 ? out32 + r * ldout + s0 + 8 * g : NULL,
-                           _mm256_load_ps(acc + r * strip + 8 * g), w - 8 * g);
+                store_sums(out, out32, r * ldout + s0 + 8 * g, _mm256_load_ps(acc + r * strip + 8 * g), w - 8 * g);
     }
 }
 
@@ -191,8 +190,8 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
             acc0 = cols_block(ab, col, B->s1, PAIRS * blk, c0, kp, full, acc0);
             if (c1) acc1 = cols_block(ab, col + 8 * B->s1, B->s1, PAIRS * blk, c1, kp, full, acc1);
         }
-        store_sums(out32 ? NULL : out + j0, out32 ? out32 + j0 : NULL, acc0, c0);
-        if (c1) store_sums(out32 ? NULL : out + j0 + 8, out32 ? out32 + j0 + 8 : NULL, acc1, c1);
+        store_sums(out, out32, j0, acc0, c0);
+        if (c1) store_sums(out, out32, j0 + 8, acc1, c1);
     }
 }
 

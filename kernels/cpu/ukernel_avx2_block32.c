@@ -39,9 +39,8 @@ static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int6
     float *dst = dst_;
     int64_t kp = b32_pairs(kc), whole = kc / (2 * B32_PAIRS) * B32_PAIRS; /* pairs in whole blocks inside kc */
     for (int64_t j0 = 0; j0 < nb; j0 += NR, dst += kp * 2 * NR) {
-        if (nb - j0 < NR) {
-            tg_operand edge = { B->base + (n0 + j0) * B->s1, B->s0, B->s1 };
-            pack_b_block32_f32(&edge, k0, kc, 0, nb - j0, dst);
+        if (nb - j0 < NR) { /* the last, narrower panel: scalar */
+            pack_b_block32_f32(B, k0, kc, n0 + j0, nb - j0, dst);
             continue;
         }
         for (int h = 0; h < NR / 8; h++) { /* each 8 columns of the panel: their (pair, column) floats */
@@ -59,13 +58,8 @@ static void pack_b(const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int6
                 }
             }
         }
-        const uint16_t *col = B->base + k0 + (n0 + j0) * B->s1;
-        if (whole < kp) { /* the last, partial block: scalar, into a scratch panel of its pairs */
-            float tail[B32_PAIRS * 2 * NR];
-            tg_operand rest = { col + 2 * whole, 1, B->s1 };
-            pack_b_block32_f32(&rest, 0, kc - 2 * whole, 0, NR, tail);
-            for (int64_t i = 0; i < (kp - whole) * 2 * NR; i++) dst[whole * 2 * NR + i] = tail[i];
-        }
+        if (whole < kp) /* the last, partial block: scalar, its pairs after the whole blocks' */
+            pack_b_block32_f32(B, k0 + 2 * whole, kc - 2 * whole, n0 + j0, NR, dst + whole * 2 * NR);
     }
 }
 

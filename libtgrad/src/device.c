@@ -303,11 +303,10 @@ static tgrad_status device_table(int32_t device, tgrad_op op, void **mem) {
         *mem = st->tables[op];
         return TGRAD_OK;
     }
-    bool grad = tg_ew_grad_from_table(op);
-    const uint16_t *table = grad ? tg_ew_grad_table(op) : tg_ew_table(op);
+    const uint16_t *table = tg_ew_device_table(op);
     if (!table) return tg_fail(TGRAD_ERR_INTERNAL, "op %s has no table", tgrad_op_name(op));
     const tg_backend *be = backend_of(device);
-    const size_t bytes = 65536u * (grad ? TG_EW_GRAD_ENTRY : 1u) * sizeof *table;
+    const size_t bytes = (size_t)tg_ew_device_table_len(op) * sizeof *table;
     if (tg_fault()) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate the %s table on %s", tgrad_op_name(op), device_names[device]);
     void *m = NULL;
     tgrad_status s = be->alloc(bytes, &m);

@@ -148,7 +148,7 @@ void tg_gen_chain_launch(const tg_gen_chain *c, struct tgrad_launch *launch) {
     for (int32_t j = 0; j < nb; j++) {
         uint32_t at = launch->buffer_count++;
         int64_t numel = 0, lo = 0, hi = -1;
-        if (b[j].table) hi = (tg_ew_grad_from_table(c->ops[b[j].op].op) ? 65536 * TG_EW_GRAD_ENTRY : 65536) - 1;
+        if (b[j].table) hi = tg_ew_device_table_len(c->ops[b[j].op].op) - 1;
         else if (!tg_view_numel(&c->ops[b[j].op].operand, &numel) && numel > 0)
             tg_span_view(&c->ops[b[j].op].operand, &lo, &hi);
         launch->buffer_elements[at] = (uint64_t)(hi + 1);

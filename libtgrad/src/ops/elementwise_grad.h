@@ -58,6 +58,11 @@ static inline bool tg_ew_grad_tables_here(void) { /* whether this build makes th
 }
 TG_HIDDEN bool tg_ew_grad_from_table(tgrad_op op);
 TG_HIDDEN const uint16_t *tg_ew_grad_table(tgrad_op op);
+/* The table a GPU kernel binds for a table op (a unary op's 65,536 results, or a derivative op's
+ * f'(x), TG_EW_GRAD_ENTRY ushorts per x) and its length in ushorts; the one place both kinds are
+ * told apart for the launcher, the renderer and tgrad_debug_device_table. */
+TG_HIDDEN int64_t tg_ew_device_table_len(tgrad_op op);
+TG_HIDDEN const uint16_t *tg_ew_device_table(tgrad_op op);
 #if defined(TGRAD_HAVE_QUADMATH)
 /* f'(x) in binary128 for finite x, within 2^-96 of *mag (the terms' magnitude): the CPU's own. */
 TG_HIDDEN __float128 tg_ew_grad_deriv_q(tgrad_op op, __float128 x, __float128 *mag);

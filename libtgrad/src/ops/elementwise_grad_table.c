@@ -117,13 +117,18 @@ const uint16_t *tg_ew_grad_table(tgrad_op op) {
 
 #endif
 
+int64_t tg_ew_device_table_len(tgrad_op op) { return tg_ew_grad_from_table(op) ? 65536 * TG_EW_GRAD_ENTRY : 65536; }
+
+const uint16_t *tg_ew_device_table(tgrad_op op) {
+    return tg_ew_grad_from_table(op) ? tg_ew_grad_table(op) : tg_ew_table(op);
+}
+
 TGRAD_API tgrad_status tgrad_debug_device_table(tgrad_op op, uint16_t *out, int64_t count) {
-    bool grad = tg_ew_grad_from_table(op);
-    int64_t len = grad ? 65536 * TG_EW_GRAD_ENTRY : 65536;
-    if (!out || (!grad && tgrad_op_arity(op) != 1) || count != len)
+    int64_t len = tg_ew_device_table_len(op);
+    if (!out || (!tg_ew_grad_from_table(op) && tgrad_op_arity(op) != 1) || count != len)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_device_table: out is NULL, op %d has no table, or count "
                        "%lld is not its %lld entries", (int)op, (long long)count, (long long)len);
-    const uint16_t *t = grad ? tg_ew_grad_table(op) : tg_ew_table(op);
+    const uint16_t *t = tg_ew_device_table(op);
     if (!t) return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "debug_device_table: op %s reads a table of f'(x) built "
                            "in binary128, which this build lacks (no libquadmath)", tgrad_op_name(op));
     memcpy(out, t, (size_t)len * sizeof *out);

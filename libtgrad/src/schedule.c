@@ -130,10 +130,13 @@ static const tg_buffer *collect_chain(tg_step *st, const tg_buffer *b) {
 
 /* The buffers a GPU kernel binds for fused ops (an upper bound: a binary op's operand, a table
  * op's table, a derivative op's table of f'(x) besides its operand, each counted). */
+static int32_t op_buffers(tgrad_op op, bool operand) {
+    return (operand || tg_ew_from_table(op)) + tg_ew_grad_from_table(op);
+}
+
 static int32_t chain_buffers(const tg_fused_op *ops, int32_t n) {
     int32_t k = 0;
-    for (int32_t i = 0; i < n; i++)
-        k += (ops[i].operand != NULL || tg_ew_from_table(ops[i].op)) + tg_ew_grad_from_table(ops[i].op);
+    for (int32_t i = 0; i < n; i++) k += op_buffers(ops[i].op, ops[i].operand != NULL);
     return k;
 }
 
@@ -151,8 +154,7 @@ static void collect_prologue(tg_step *st, const tg_node *n) {
     const tg_buffer *first = collect_chain(&chain, n->inputs[0].buf);
     if (first->node->op != TG_OP_ELEMENTWISE) return;
     int32_t binds = 2 + chain_buffers(st->epilogue, st->nfused) + chain_buffers(chain.epilogue, chain.nfused) +
-                    (first->node->ninputs == 2 || tg_ew_from_table(first->node->ew)) +
-                    tg_ew_grad_from_table(first->node->ew);
+                    op_buffers(first->node->ew, first->node->ninputs == 2);
     if (st->device != TGRAD_DEVICE_CPU && binds > TGRAD_LAUNCH_MAX_BUFFERS) return;
     st->pro_base = first->node;
     st->npro = chain.nfused;

@@ -287,8 +287,8 @@ def cross(session: nox.Session) -> None:
 @nox.session
 def exhaustive(session: nox.Session) -> None:
     """The long sweeps: every binary elementwise op but pow over all 2^32 bf16 input pairs on every
-    CPU variant against a double reference (tests/c/test_elementwise.c; about 6 minutes on 2
-    cores), and pow over every a with every 7th b (12 minutes beside them: the session's 13), in
+    CPU variant against a double reference (tests/c/test_elementwise.c; about 4 minutes on 2
+    cores), and pow over every a with every 7th b (4 minutes more), in
     the `exhaustive` meson suite; the GPU elementwise text against the CPU loops and all 2^32
     float32 patterns through the conversion (tests/c/test_convert.c), in the `long` suite: both
     left out of `nox -s tests`.

@@ -425,34 +425,65 @@ typedef struct {
     tgrad_op op;
     const uint16_t *b;
     int64_t nb;
-    uint32_t a0, a1;     /* rows a in [a0, a1) */
+    int t, threads;      /* this thread takes every threads-th block of rows, from the t-th */
     const run_cfg *cfgs; /* each row's reference is computed once, for all of these */
     int ncfgs;
-    bool broadcast;      /* also the a-broadcast form */
+    bool broadcast;      /* also the a-broadcast and b-broadcast forms */
     int64_t bad[32];     /* per configuration */
 } sweep_job;
 
+static void report(const sweep_job *J, int c, uint16_t a, uint16_t b, const char *form, uint16_t got, uint16_t want) {
+    fprintf(stderr, "%s %s%s(0x%04x, 0x%04x)%s = 0x%04x, expected 0x%04x\n", J->cfgs[c].v->name,
+            J->cfgs[c].hostile ? "hostile env " : "", tgrad_op_name(J->op), a, b, form, got, want);
+}
+
+/* The b-broadcast form over a block of rows: for each b, the block's a against it. Its reference
+ * is the block's, column j (pow's reference, long double powl, is most of the sweep's time: the
+ * form used to compute it again, on one thread). */
+static void sweep_b_broadcast(sweep_job *J, uint32_t a0, uint32_t rows, const uint16_t *want_block, uint16_t *col,
+                              uint16_t *got) {
+    uint16_t *as = got + rows;
+    for (uint32_t r = 0; r < rows; r++) as[r] = (uint16_t)(a0 + r);
+    for (int64_t j = 0; j < J->nb; j++) {
+        for (uint32_t r = 0; r < rows; r++) col[r] = want_block[(int64_t)r * J->nb + j];
+        for (int c = 0; c < J->ncfgs; c++) {
+            run_binary(J->cfgs[c], J->op, as, 1, &J->b[j], 0, got, rows);
+            for (uint32_t r = 0; r < rows; r++)
+                if (got[r] != col[r] && col[r] != 0xffffu && J->bad[c]++ < 5)
+                    report(J, c, as[r], J->b[j], " (b broadcast)", got[r], col[r]);
+        }
+    }
+}
+
+/* Rows in blocks whose references (rows x nb) fit 8 MiB, dealt to the threads in turn (the
+ * negative bases' half of pow is mostly NaN, and cheap): each row against every b, as a row and
+ * with a broadcast; then, with the broadcast forms, the block's a against each b broadcast. */
 static void *sweep(void *arg) {
     sweep_job *J = arg;
-    uint16_t *row_a = malloc((size_t)J->nb * 2), *got = malloc((size_t)J->nb * 2), *want = malloc((size_t)J->nb * 2);
-    for (uint32_t a = J->a0; a < J->a1; a++) {
-        const uint16_t scalar = (uint16_t)a;
-        for (int64_t i = 0; i < J->nb; i++) row_a[i] = scalar;
-        ref_row(J->op, scalar, J->b, want, J->nb);
-        for (int c = 0; c < J->ncfgs; c++) {
-            for (int form = 0; form < 1 + J->broadcast; form++) {
-                run_binary(J->cfgs[c], J->op, form ? &scalar : row_a, form ? 0 : 1, J->b, 1, got, J->nb);
-                if (memcmp(got, want, (size_t)J->nb * 2) == 0) continue;
-                for (int64_t i = 0; i < J->nb; i++) {
-                    if (got[i] != want[i] && want[i] != 0xffffu && J->bad[c]++ < 5)
-                        fprintf(stderr, "%s %s%s(0x%04x, 0x%04x)%s = 0x%04x, expected 0x%04x\n", J->cfgs[c].v->name,
-                                J->cfgs[c].hostile ? "hostile env " : "", tgrad_op_name(J->op), a, J->b[i],
-                                form ? " (a broadcast)" : "", got[i], want[i]);
+    uint32_t block = J->broadcast ? 65536u / (uint32_t)J->threads : 1;
+    while (block > 1 && (int64_t)block * J->nb > ((int64_t)4 << 20)) block /= 2;
+    uint16_t *row_a = malloc((size_t)J->nb * 2), *got = malloc(((size_t)J->nb + 2 * block) * 2),
+             *want = malloc((size_t)block * (size_t)J->nb * 2), *col = malloc((size_t)block * 2);
+    for (uint32_t a0 = (uint32_t)J->t * block; a0 < 65536u; a0 += (uint32_t)J->threads * block) {
+        uint32_t rows = 65536u - a0 < block ? 65536u - a0 : block;
+        for (uint32_t r = 0; r < rows; r++) {
+            const uint16_t scalar = (uint16_t)(a0 + r);
+            uint16_t *w = want + (int64_t)r * J->nb;
+            for (int64_t i = 0; i < J->nb; i++) row_a[i] = scalar;
+            ref_row(J->op, scalar, J->b, w, J->nb);
+            for (int c = 0; c < J->ncfgs; c++) {
+                for (int form = 0; form < 1 + J->broadcast; form++) {
+                    run_binary(J->cfgs[c], J->op, form ? &scalar : row_a, form ? 0 : 1, J->b, 1, got, J->nb);
+                    if (memcmp(got, w, (size_t)J->nb * 2) == 0) continue;
+                    for (int64_t i = 0; i < J->nb; i++)
+                        if (got[i] != w[i] && w[i] != 0xffffu && J->bad[c]++ < 5)
+                            report(J, c, scalar, J->b[i], form ? " (a broadcast)" : "", got[i], w[i]);
                 }
             }
         }
+        if (J->broadcast) sweep_b_broadcast(J, a0, rows, want, col, got);
     }
-    free(row_a), free(got), free(want);
+    free(row_a), free(got), free(want), free(col);
     return NULL;
 }
 
@@ -461,32 +492,13 @@ static void sweep_threads(tgrad_op op, const uint16_t *b, int64_t nb, const run_
     sweep_job jobs[64];
     pthread_t tid[64];
     for (int t = 0; t < threads; t++) {
-        jobs[t] = (sweep_job){ .op = op, .b = b, .nb = nb, .a0 = (uint32_t)(65536u * t / threads),
-                               .a1 = (uint32_t)(65536u * (t + 1) / threads), .cfgs = cfgs, .ncfgs = ncfgs,
-                               .broadcast = broadcast };
+        jobs[t] = (sweep_job){ .op = op, .b = b, .nb = nb, .t = t, .threads = threads, .cfgs = cfgs,
+                               .ncfgs = ncfgs, .broadcast = broadcast };
         pthread_create(&tid[t], NULL, sweep, &jobs[t]);
     }
     for (int t = 0; t < threads; t++) {
         pthread_join(tid[t], NULL);
         for (int c = 0; c < ncfgs; c++) bad[c] += jobs[t].bad[c];
-    }
-}
-
-/* b broadcast: for each sampled b, all 65,536 a against it (the reference once, every config) */
-static void sweep_b_broadcast(tgrad_op op, const uint16_t *bs, int64_t nb, const run_cfg *cfgs, int ncfgs,
-                              int64_t *bad) {
-    static uint16_t a[65536], got[65536], want[65536];
-    for (uint32_t i = 0; i < 65536; i++) a[i] = (uint16_t)i;
-    for (int64_t j = 0; j < nb; j++) {
-        for (uint32_t i = 0; i < 65536; i++) ref_row(op, (uint16_t)i, &bs[j], &want[i], 1);
-        for (int c = 0; c < ncfgs; c++) {
-            run_binary(cfgs[c], op, a, 1, &bs[j], 0, got, 65536);
-            for (uint32_t i = 0; i < 65536; i++) {
-                if (got[i] != want[i] && want[i] != 0xffffu && bad[c]++ < 5)
-                    fprintf(stderr, "%s %s(0x%04x, 0x%04x) (b broadcast) = 0x%04x, expected 0x%04x\n", cfgs[c].v->name,
-                            tgrad_op_name(op), i, bs[j], got[i], want[i]);
-            }
-        }
     }
 }
 
@@ -517,7 +529,6 @@ static int test_binary(int64_t stride, int threads, const char *only, const char
          * environment; the sampled sweep runs them on every variant and both environments */
         int ncheck = stride == 1 && is_grad_op(op) ? 1 : nsweep;
         sweep_threads(op, b, nb, sweep_cfgs, ncheck, stride > 1, threads, bad);
-        if (stride > 1) sweep_b_broadcast(op, b, nb, sweep_cfgs, nsweep, bad);
         for (int c = 0; c < ncheck; c++) {
             printf("%-8s %-9s %s: %lld pairs, %lld wrong\n", tgrad_op_name(op), sweep_cfgs[c].v->name,
                    sweep_cfgs[c].hostile ? "hostile env" : "default env", (long long)(65536 * nb), (long long)bad[c]);

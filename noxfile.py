@@ -184,7 +184,7 @@ UNSANITIZED_ONLY = (
     "test_pow.py::test_bf16_pow_every_pair_is_decided",
     "test_pow.py::test_float32_pow_large_random_sweep",
     # 10^6 random pairs and 10^5 random inputs per float32 op against exact references (most of
-    # the time is the Python reference); the core tier's specials, edges, samples and hard inputs
+    # the unary sweep's time is mpmath); the core tier's specials, edges, samples and hard inputs
     # of every op run the same kernels and slow path
     "test_elementwise_f32_reference.py::test_binary_sweep",
     "test_elementwise_f32_reference.py::test_transcendental_sweep",

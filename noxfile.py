@@ -208,7 +208,7 @@ def sanitize(session: nox.Session) -> None:
     strict = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
     session.run("meson", "setup", str(asan), "--buildtype=debugoptimized", "-Db_sanitize=address,undefined",
                 "-Db_lundef=false", "-Dfault_injection=true")
-    # The 'long' suite's sweeps (every float32 conversion, every a with every 7th b of the GPU
+    # The 'long' suite's sweeps (every float32 conversion, every a with every 13th b of the GPU
     # elementwise text) add minutes under ASan and no memory path the quick tests miss: `nox -s
     # exhaustive` runs them, unsanitized, in CI's time budget.
     session.run("meson", "test", "-C", str(asan), "--print-errorlogs", "--no-suite", "long", env=strict)
@@ -290,7 +290,7 @@ def cross(session: nox.Session) -> None:
 def exhaustive(session: nox.Session) -> None:
     """The long sweeps: every binary elementwise op but pow over all 2^32 bf16 input pairs on every
     CPU variant against a double reference (tests/c/test_elementwise.c; about 4 minutes on 2
-    cores), and pow over every a with every 7th b (4 minutes more), in
+    cores), and pow over every a with every 13th b (2 minutes more), in
     the `exhaustive` meson suite; the GPU elementwise text against the CPU loops and all 2^32
     float32 patterns through the conversion (tests/c/test_convert.c), in the `long` suite: both
     left out of `nox -s tests`.

@@ -437,20 +437,19 @@ static void report(const sweep_job *J, int c, uint16_t a, uint16_t b, const char
             J->cfgs[c].hostile ? "hostile env " : "", tgrad_op_name(J->op), a, b, form, got, want);
 }
 
-/* The b-broadcast form over a block of rows: for each b, the block's a against it. Its reference
- * is the block's, column j (pow's reference, long double powl, is most of the sweep's time: the
- * form used to compute it again, on one thread). */
-static void sweep_b_broadcast(sweep_job *J, uint32_t a0, uint32_t rows, const uint16_t *want_block, uint16_t *col,
+/* The b-broadcast form over a block of rows (as: its a values): for each b, the block's a against
+ * it, checked against the block's reference, column j (pow's reference, long double powl, is most
+ * of the sweep's time: the form used to compute it again, on one thread). */
+static void sweep_b_broadcast(sweep_job *J, const uint16_t *as, uint32_t rows, const uint16_t *want_block,
                               uint16_t *got) {
-    uint16_t *as = got + rows;
-    for (uint32_t r = 0; r < rows; r++) as[r] = (uint16_t)(a0 + r);
     for (int64_t j = 0; j < J->nb; j++) {
-        for (uint32_t r = 0; r < rows; r++) col[r] = want_block[(int64_t)r * J->nb + j];
         for (int c = 0; c < J->ncfgs; c++) {
             run_binary(J->cfgs[c], J->op, as, 1, &J->b[j], 0, got, rows);
-            for (uint32_t r = 0; r < rows; r++)
-                if (got[r] != col[r] && col[r] != 0xffffu && J->bad[c]++ < 5)
-                    report(J, c, as[r], J->b[j], " (b broadcast)", got[r], col[r]);
+            for (uint32_t r = 0; r < rows; r++) {
+                const uint16_t want = want_block[(int64_t)r * J->nb + j];
+                if (got[r] != want && want != 0xffffu && J->bad[c]++ < 5)
+                    report(J, c, as[r], J->b[j], " (b broadcast)", got[r], want);
+            }
         }
     }
 }
@@ -462,13 +461,15 @@ static void *sweep(void *arg) {
     sweep_job *J = arg;
     uint32_t block = J->broadcast ? 65536u / (uint32_t)J->threads : 1;
     while (block > 1 && (int64_t)block * J->nb > ((int64_t)4 << 20)) block /= 2;
-    uint16_t *row_a = malloc((size_t)J->nb * 2), *got = malloc(((size_t)J->nb + 2 * block) * 2),
-             *want = malloc((size_t)block * (size_t)J->nb * 2), *col = malloc((size_t)block * 2);
+    size_t most = (size_t)(J->nb > block ? J->nb : block);
+    uint16_t *row_a = malloc((size_t)J->nb * 2), *got = malloc(most * 2), *as = malloc((size_t)block * 2),
+             *want = malloc((size_t)block * (size_t)J->nb * 2);
     for (uint32_t a0 = (uint32_t)J->t * block; a0 < 65536u; a0 += (uint32_t)J->threads * block) {
         uint32_t rows = 65536u - a0 < block ? 65536u - a0 : block;
         for (uint32_t r = 0; r < rows; r++) {
             const uint16_t scalar = (uint16_t)(a0 + r);
             uint16_t *w = want + (int64_t)r * J->nb;
+            as[r] = scalar;
             for (int64_t i = 0; i < J->nb; i++) row_a[i] = scalar;
             ref_row(J->op, scalar, J->b, w, J->nb);
             for (int c = 0; c < J->ncfgs; c++) {
@@ -481,9 +482,9 @@ static void *sweep(void *arg) {
                 }
             }
         }
-        if (J->broadcast) sweep_b_broadcast(J, a0, rows, want, col, got);
+        if (J->broadcast) sweep_b_broadcast(J, as, rows, want, got);
     }
-    free(row_a), free(got), free(want), free(col);
+    free(row_a), free(got), free(as), free(want);
     return NULL;
 }
 

@@ -370,6 +370,15 @@ TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, in
  * happen here, before any allocation; the operands' handles stay the caller's. */
 TGRAD_API tgrad_status tgrad_slice_scatter(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis, int64_t start,
                                            tgrad_tensor_t *out);
+/* tgrad_slice_scatter with the start read from `start`, an int32 tensor of one element (else
+ * TGRAD_ERR_DTYPE_UNSUPPORTED, TGRAD_ERR_SHAPE_MISMATCH), when the step runs: a graph that writes
+ * at a position it computes or is given as data (a KV cache's next slot, a captured program's
+ * input). Checked like tgrad_slice_scatter, the block's fit here when start is computed already
+ * (host data), else when the step runs, before anything is written (TGRAD_ERR_INDEX_OUT_OF_RANGE).
+ * CPU only (TGRAD_ERR_BACKEND_UNAVAILABLE); no gradient rule yet (an operand that records one,
+ * with gradients enabled: TGRAD_ERR_INVALID_ARGUMENT). */
+TGRAD_API tgrad_status tgrad_slice_scatter_at(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis,
+                                              tgrad_tensor_t start, tgrad_tensor_t *out);
 /* out = numpy's take(x, indices, axis), lazily: shape x.shape[:axis] + indices.shape +
  * x.shape[axis+1:], out[..., j..., ...] = x[..., indices[j...], ...], bit for bit (any dtype).
  * indices is an int32 tensor (else TGRAD_ERR_DTYPE_UNSUPPORTED) on x's device; each lies in
@@ -939,6 +948,34 @@ TGRAD_API tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype,
 #define TGRAD_DEBUG_NORM_COUNT 7
 TGRAD_API tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
 #endif /* EXPERIMENTAL: tgrad_debug_* */
+
+/* ---- programs: a pending graph made again over new inputs ------------------------------------ */
+/* A program is the pending graph behind `outputs`, captured as data: every pending node reachable
+ * from them (its kind, parameters, dtype and views), each node input named as an earlier node, as
+ * one of `inputs` (by its buffer: a node reading it through any view of it), or as a constant
+ * (any other realized buffer, which the program retains until released). tgrad_program_run makes
+ * that graph again over new inputs in one call, as the caller's own calls would have made it: new
+ * pending tensors, realized as usual, with the bytes those calls would give (every node is the
+ * same node). Capturing reads the graph and changes nothing: the outputs stay pending and are
+ * realized by the caller as before; the inputs' buffers are not retained. Refused before anything
+ * is kept (TGRAD_ERR_INVALID_ARGUMENT): no outputs, a NULL array, two inputs sharing a buffer, a
+ * node that records gradients, a node drawing random numbers (a rerun would draw the same ones).
+ * The handles stay the caller's. */
+typedef struct tgrad_program tgrad_program;
+TGRAD_API tgrad_status tgrad_program_capture(int32_t nout, const tgrad_tensor_t *outputs, int32_t nin,
+                                             const tgrad_tensor_t *inputs, tgrad_program **out);
+/* outputs[0 .. nout) = new handles of the program's outputs over `inputs` (as many as captured).
+ * Input i must be a tensor with input i's view (shape, strides, offset) of a buffer of the same
+ * size (else TGRAD_ERR_SHAPE_MISMATCH), dtype (TGRAD_ERR_DTYPE_UNSUPPORTED) and device
+ * (TGRAD_ERR_DEVICE_MISMATCH); counts that differ are TGRAD_ERR_INVALID_ARGUMENT. Checked before
+ * any node is made; on failure no handle is written. */
+TGRAD_API tgrad_status tgrad_program_run(const tgrad_program *program, int32_t nin, const tgrad_tensor_t *inputs,
+                                         int32_t nout, tgrad_tensor_t *outputs);
+/* Its nodes, inputs, constants and outputs (each pointer may be NULL). */
+TGRAD_API tgrad_status tgrad_program_info(const tgrad_program *program, int32_t *nodes, int32_t *inputs,
+                                          int32_t *constants, int32_t *outputs);
+/* Releases the program and its constants' references (NULL: nothing). */
+TGRAD_API void tgrad_program_release(tgrad_program *program);
 
 /* ---- seeing the graph: explain, routes, capabilities, backends ------------------------------ */
 #define TGRAD_FORMAT_TEXT 1

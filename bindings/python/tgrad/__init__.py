@@ -31,6 +31,7 @@ from . import reductions
 from . import shape_ops
 from .shape_ops import cat, chunk, concatenate, flatten, split, squeeze, stack, take, unsqueeze
 from .shape_ops import slice_scatter  # hmodel (issue 35)
+from .program import Program, capture  # a pending graph made again over new inputs
 from . import creation, random
 from .creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, tensor, zeros,
                        zeros_like)
@@ -189,6 +190,8 @@ __all__ = [
     "set_memory_limit",
     "set_num_threads",
     "shape_ops",
+    "Program",
+    "capture",
     "sigmoid",
     "slice_scatter",
     "silu",

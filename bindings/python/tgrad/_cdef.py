@@ -156,6 +156,7 @@ tgrad_status tgrad_tensor_contiguous(tgrad_tensor_t tensor, tgrad_tensor_t *out)
 tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_t *out);
 tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, int32_t axis, tgrad_tensor_t *out);
 tgrad_status tgrad_slice_scatter(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis, int64_t start, tgrad_tensor_t *out);
+tgrad_status tgrad_slice_scatter_at(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis, tgrad_tensor_t start, tgrad_tensor_t *out);
 tgrad_status tgrad_take(tgrad_tensor_t x, tgrad_tensor_t indices, int32_t axis, tgrad_tensor_t *out);
 
 #define TGRAD_COMPARE_EQ 1
@@ -341,6 +342,12 @@ tgrad_status tgrad_debug_exact_sum_2d(const void *data, int32_t dtype, int64_t r
 #define TGRAD_DEBUG_ROPE_DEVICE_ROWS 6
 #define TGRAD_DEBUG_NORM_COUNT 7
 tgrad_status tgrad_debug_norm_slow_path(int64_t *counts, int32_t count);
+
+typedef struct tgrad_program tgrad_program;
+tgrad_status tgrad_program_capture(int32_t nout, const tgrad_tensor_t *outputs, int32_t nin, const tgrad_tensor_t *inputs, tgrad_program **out);
+tgrad_status tgrad_program_run(const tgrad_program *program, int32_t nin, const tgrad_tensor_t *inputs, int32_t nout, tgrad_tensor_t *outputs);
+tgrad_status tgrad_program_info(const tgrad_program *program, int32_t *nodes, int32_t *inputs, int32_t *constants, int32_t *outputs);
+void tgrad_program_release(tgrad_program *program);
 
 #define TGRAD_FORMAT_TEXT 1
 #define TGRAD_FORMAT_JSON 2

@@ -115,7 +115,7 @@ def cat(tensors: Sequence[Tensor], dim: int | None = None, *, axis: int | None =
     return out
 
 
-def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int = 0) -> Tensor:
+def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int | Tensor = 0) -> Tensor:
     """input with its positions start .. start + src.shape[dim] - 1 along dim replaced by src
     (torch.slice_scatter with step 1; ``tgrad_slice_scatter``, kind slice_scatter), bit for bit.
     Lazy and immutable like every op: `input` keeps its values for whoever holds it. When the
@@ -124,12 +124,17 @@ def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int = 0) -> T
     reference first, as a KV cache does (``cache = slice_scatter(cache, new, 2, pos)``).
     CPU only; same rank, dtype, device and extents off dim (RankMismatchError,
     DtypeUnsupportedError, DeviceMismatchError, ShapeMismatchError); a block past the end is
-    IndexOutOfRangeError."""
+    IndexOutOfRangeError. start may be an int32 Tensor of one element (``tgrad_slice_scatter_at``):
+    the position is then data, read when the step runs (a captured program's input: a KV cache's
+    next slot); a block that does not fit is IndexOutOfRangeError when it is known (at once for
+    computed data, else at realize, before anything is written)."""
     dst, block = _tensor(input, "slice_scatter"), _tensor(src, "slice_scatter")
     a = _int(dim, "slice_scatter: dim")
-    s = _int(start, "slice_scatter: start")
     if not _INT32_MIN <= a <= _INT32_MAX:
         raise errors.IndexOutOfRangeError(f"slice_scatter: dim {a} is out of range")
+    if isinstance(start, _TENSOR):
+        return _wrap(lib.tgrad_slice_scatter_at, dst._h, block._h, a, start._h)
+    s = _int(start, "slice_scatter: start")
     if not -(1 << 63) <= s < (1 << 63):
         raise errors.IndexOutOfRangeError(f"slice_scatter: start {s} is out of range")
     return _wrap(lib.tgrad_slice_scatter, dst._h, block._h, a, s)

@@ -61,6 +61,42 @@ TGRAD_API tgrad_status tgrad_slice_scatter(tgrad_tensor_t dst, tgrad_tensor_t sr
     return tg_kind_make(s, TG_OP_SLICE_SCATTER, ts, got, &ov, got ? ts[0].buf->dtype : 0, &P, "slice_scatter", out);
 }
 
+/* The start read from a one-element int32 tensor (tgrad_slice_scatter_at): the node's third
+ * input; params.scatter_start is -1 and the executor reads the start when the step runs. */
+static tgrad_status check_start_tensor(const tg_tensor *d, const tg_tensor *s, const tg_tensor *at, int32_t axis,
+                                       int32_t *a) {
+    int64_t n = 0;
+    tg_view_numel(&at->view, &n);
+    if (at->buf->dtype != TGRAD_DTYPE_I32 || n != 1)
+        return tg_fail(at->buf->dtype != TGRAD_DTYPE_I32 ? TGRAD_ERR_DTYPE_UNSUPPORTED : TGRAD_ERR_SHAPE_MISMATCH,
+                       "slice_scatter: start must be an int32 tensor of one element, got %s with %lld",
+                       tg_dtype_name(at->buf->dtype), (long long)n);
+    if (d->buf->device != TGRAD_DEVICE_CPU || at->buf->device != TGRAD_DEVICE_CPU)
+        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "slice_scatter: a start tensor runs on the CPU only for now "
+                       "(dst lives on %s, start on %s)", tg_device_name(d->buf->device), tg_device_name(at->buf->device));
+    if (tg_grad_enabled() && (d->buf->requires_grad || s->buf->requires_grad))
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "slice_scatter: a start tensor has no gradient rule yet: give an "
+                       "integer start, or make it under no_grad");
+    tgrad_status st = check_operands(d, s, axis, 0, a);
+    if (st || !atomic_load(&at->buf->realized) || !at->buf->data) return st;
+    int64_t start = ((const int32_t *)(const void *)at->buf->data)[at->view.offset]; /* known now: checked now */
+    return check_operands(d, s, axis, start, a);
+}
+
+TGRAD_API tgrad_status tgrad_slice_scatter_at(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis,
+                                              tgrad_tensor_t start, tgrad_tensor_t *out) {
+    if (!out) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "slice_scatter: out is NULL");
+    tgrad_tensor_t h[3] = { dst, src, start };
+    tg_tensor ts[3] = { 0 };
+    int32_t got = 0;
+    tgrad_status s = tg_kind_get_inputs(h, 3, 3, ts, &got);
+    tg_node_params P = { .naxes = 1, .scatter_start = -1 };
+    tg_view ov;
+    if (!s) s = check_start_tensor(&ts[0], &ts[1], &ts[2], axis, &P.axes[0]);
+    if (!s) s = tg_view_contiguous(ts[0].view.ndim, ts[0].view.shape, &ov);
+    return tg_kind_make(s, TG_OP_SLICE_SCATTER, ts, got, &ov, got ? ts[0].buf->dtype : 0, &P, "slice_scatter", out);
+}
+
 /* ---- the executor ---- */
 typedef struct scatter_job {
     const tg_step *st;
@@ -93,11 +129,30 @@ static bool donatable(const tg_node_input *d, const tg_buffer *b) {
            d->view.offset == 0 && tg_view_is_compact_rowmajor(&d->view);
 }
 
+/* Where src's block begins: the node's number, or its start tensor's value, checked before
+ * anything is written (the start tensor is computed by now: it is an input of this step). */
+static tgrad_status block_start(const tg_step *st, int64_t *start) {
+    *start = st->base->params.scatter_start;
+    if (st->ninputs < 3) return TGRAD_OK;
+    const tg_node_input *at = &st->inputs[2];
+    *start = ((const int32_t *)(const void *)at->buf->data)[at->view.offset];
+    int32_t axis = st->base->params.axes[0];
+    int64_t n = st->inputs[1].view.shape[axis], extent = st->out->shape[axis];
+    if (*start < 0 || *start > extent || n > extent - *start)
+        return tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE,
+                       "slice_scatter: src's %lld positions from %lld (the start tensor) do not fit in dst's %lld along "
+                       "axis %d", (long long)n, (long long)*start, (long long)extent, (int)axis);
+    return TGRAD_OK;
+}
+
 tgrad_status tg_slice_scatter_execute(const tg_step *st) {
     tg_buffer *b = st->buf;
     if (!b->numel) return TGRAD_OK;
     const tg_node_input *d = &st->inputs[0];
     int32_t esize = tg_dtype_size(b->dtype);
+    int64_t start;
+    tgrad_status bad = block_start(st, &start);
+    if (bad) return bad;
     if (!b->data) { /* the kind allocates its own storage (kinds.h, cpu_allocates) */
         if (donatable(d, b)) {
             tg_buffer *p = d->buf;
@@ -114,7 +169,7 @@ tgrad_status tg_slice_scatter_execute(const tg_step *st) {
     scatter_job J = { .st = st, .axis = axis, .run = 1, .row = 1 };
     for (int32_t k = axis + 1; k < ov->ndim; k++) J.run *= ov->shape[k];
     J.row = ov->shape[axis] * J.run;
-    J.start = st->base->params.scatter_start * J.run;
+    J.start = start * J.run;
     J.run *= sv->shape[axis];
     int64_t outer = 1;
     for (int32_t k = 0; k < axis; k++) outer *= ov->shape[k];

@@ -27,11 +27,16 @@ from .. import errors, random
 from ..dtypes import float32
 from ..softmax import softmax
 from ..tensor import Tensor
+from .step import DecodeSteps
 
 if TYPE_CHECKING:
     from .llama import CausalLM
 
 __all__ = ["generate", "choose"]
+
+#: decode steps through captured programs (tgrad.models.step); False builds every step op by op
+#: (the same bytes: tests/python/test_models_step.py compares them)
+STEP_PROGRAMS = True
 
 
 def _count(value: Any, what: str, minimum: int) -> int:
@@ -98,6 +103,8 @@ def generate(model: CausalLM, ids: Any, max_new_tokens: int, *, do_sample: bool 
     # that stops at eos_token_id early does not pay for the rest; past them it doubles)
     cache = model.new_cache(int(shape[-1]) + min(new, 1024) if len(shape) == 2 else 0)  # forward checks the shape
     step = model._forward(ids, cache, attention_mask, 0, float32, last_real=True)
+    steps = DecodeSteps(model, cache) if STEP_PROGRAMS else lambda new_ids: model.forward(
+        new_ids, cache, logits_to_keep=1, logits_dtype=float32)
     batch = step.shape[0]
     tokens: list[np.ndarray] = []
     kept: list[np.ndarray] = []
@@ -112,7 +119,7 @@ def generate(model: CausalLM, ids: Any, max_new_tokens: int, *, do_sample: bool 
         kept.append(logits)
         if t + 1 == new or (stops and done.all()):
             break
-        step = model.forward(choice[:, None], cache, logits_to_keep=1, logits_dtype=float32)
+        step = steps(choice[:, None])
     out = np.stack(tokens, axis=1) if tokens else np.zeros((batch, 0), dtype=np.int64)
     if return_logits:
         vocab = model.config.vocab_size

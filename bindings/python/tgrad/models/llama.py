@@ -27,7 +27,19 @@ from ..tensor import Tensor
 from .config import ModelConfig
 from .padding import Plan, additive_mask, check_mask, plan
 
-__all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "attend", "linear"]
+__all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "StepInputs", "attend", "linear"]
+
+
+class StepInputs:
+    """A decode step's positions as data (tgrad.models.step): the slot the new keys and values
+    are written at (`start`, an int32 Tensor of one element: slice_scatter reads it when the
+    step runs), the rope positions, the cached positions attention reads (`seen`: the written
+    length rounded up to a multiple of 32, at most the capacity) and each window's additive mask
+    over them (-inf past the written length). So the step's graph has the same shapes for 32
+    steps and a captured program makes it again from these inputs alone."""
+
+    def __init__(self, start: Tensor, positions: Tensor, seen: int, masks: dict[int | None, Tensor]) -> None:
+        self.start, self.positions, self.seen, self.masks = start, positions, seen, masks
 
 
 class KVCache:
@@ -54,6 +66,7 @@ class KVCache:
         self.capacity = capacity
         self.batch: int | None = None
         self.lengths: np.ndarray | None = None
+        self.step: StepInputs | None = None  # a decode step's data inputs (tgrad.models.step)
 
     def _buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         b, heads, _, e = like.shape
@@ -75,10 +88,11 @@ class KVCache:
         keys, values = self.keys[layer], self.values[layer]
         assert keys is not None and values is not None
         self.keys[layer] = self.values[layer] = None  # the write must hold the only reference
-        keys = slice_scatter(keys, k, 2, self.length)
-        values = slice_scatter(values, v, 2, self.length)
+        at, seen = (self.length, end) if self.step is None else (self.step.start, self.step.seen)
+        keys = slice_scatter(keys, k, 2, at)
+        values = slice_scatter(values, v, 2, at)
         self.keys[layer], self.values[layer] = keys, values
-        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
+        return keys.narrow(2, 0, seen), values.narrow(2, 0, seen)
 
     def _rows_buffer(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
         """A [B * capacity, H_kv, E] buffer holding old's slots 0 .. length-1 of each row (old:
@@ -297,9 +311,10 @@ class Model(nn.Module):
             return self._rows(ids, cache, rows)
         length, device = ids.shape[1], self.device
         offset = 0 if cache is None else cache.length
-        positions = Tensor.from_numpy(np.arange(offset, offset + length, dtype=np.int32), dtype=int32,
-                                      device=device)  # once for every rope
-        masks: dict[int | None, Tensor | None] = {}
+        step = None if cache is None else cache.step
+        positions = step.positions if step is not None else Tensor.from_numpy(
+            np.arange(offset, offset + length, dtype=np.int32), dtype=int32, device=device)  # once for every rope
+        masks: dict[int | None, Tensor | None] = {} if step is None else dict(step.masks)
         x = self.embed_tokens(ids)
         for i, layer in enumerate(self.layers):
             if layer.window not in masks:

@@ -50,6 +50,7 @@ EXEMPT = {
     "tgrad_route_name": "returns NULL for unknown codes (tested with the generator)",
     "tgrad_lang_name": "returns NULL for unknown codes (tested with the generator)",
     "tgrad_tensor_release": "0 is a no-op; stale handles tested below",
+    "tgrad_program_release": "NULL is a no-op; returns nothing (tests/python/test_program.py)",
 }
 
 
@@ -99,8 +100,8 @@ def _make_args(name: str, handle: int, null_index: int | None) -> list[Any]:
                 args.append(ffi.NULL)
                 continue
             target = t.item
-            if target.cname == "void":  # an opaque context pointer
-                args.append(ffi.NULL)
+            if target.cname == "void" or (target.kind == "struct" and target.fields is None):
+                args.append(ffi.NULL)  # an opaque context pointer, or an opaque object (tgrad_program)
                 continue
             if target.kind == "primitive" and target.cname == "char":
                 obj = ffi.new("char[]", b"auto" + bytes(252))
@@ -146,6 +147,8 @@ def _call(name: str, args: list[Any]) -> Any:
 # Non-const pointers that may be NULL: the failure count of the fault-injection aid is optional,
 # and a deleter's context is the caller's opaque value.
 NULL_OUTPUT_ALLOWED = {("tgrad_debug_fail_allocation", 1), ("tgrad_tensor_from_external", 6)}
+# tgrad_program_info fills whichever counts it is given; the NULL program is refused
+NULL_OUTPUT_ALLOWED |= {("tgrad_program_info", i) for i in range(1, 5)}
 
 
 def _status_functions() -> list[str]:

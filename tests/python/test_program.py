@@ -143,3 +143,21 @@ def test_a_tensor_start_writes_in_place_when_it_holds_the_only_reference() -> No
         cache = tgrad.slice_scatter(cache, _t(1, 1, 4), 1, _pos(at))  # the old cache's last reference dropped
         cache.realize()
         assert address(cache) == where
+
+
+def test_a_program_and_its_runs_leave_nothing_behind() -> None:
+    import gc
+
+    gc.collect()
+    before = (tgrad.live_tensors(), tgrad.live_buffers())
+    w, x, cache = _t(24, 16).realize(), _t(2, 24), tgrad.zeros(1, 8, 16)
+    at = _pos(2)
+    program = tgrad.capture(_graph(x, w, cache, at), [x, cache, at])
+    for _ in range(3):
+        outs = program.run([x, cache, at])
+        outs[0].realize()
+    with pytest.raises(errors.ShapeMismatchError):
+        program.run([_t(2, 23), cache, at])  # a refused run makes nothing
+    del w, x, cache, at, program, outs
+    gc.collect()
+    assert (tgrad.live_tensors(), tgrad.live_buffers()) == before

@@ -165,6 +165,35 @@ static void widen_a(const uint32_t *a, int64_t p0, int64_t n, int64_t kp, float 
     }
 }
 
+/* Four groups of 8 columns through one block: each group's words transposed into w (L1), then
+ * the block's 16 pairs with the 4 groups' 8 chains interleaved: independent chains, so one's FMA
+ * latency hides behind the others' (two groups in flight left the FMAs waiting: 12 against 19-21
+ * GB/s of W in L2 on one Zen 2 core, docs/performance.md, "Session 28"). Each chain's own order
+ * is cols_block's. */
+static inline __attribute__((always_inline)) void cols_block4(const float *af, const uint16_t *col, int64_t s1,
+                                                                int64_t p0, int64_t kp, int64_t full, __m256 acc[4]) {
+    const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
+    __attribute__((aligned(32))) __m256i w[4][PAIRS];
+    for (int g = 0; g < 4; g++) cols_words(col + 8 * g * s1, s1, p0, 8, kp, full, w[g]);
+    __m256 ev[4], od[4];
+    for (int g = 0; g < 4; g++) ev[g] = _mm256_setzero_ps(), od[g] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+    for (int p = 0; p < PAIRS; p++) {
+        __m256 e = _mm256_broadcast_ss(af + 2 * p), o = _mm256_broadcast_ss(af + 2 * p + 1);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256i r = _mm256_load_si256(&w[g][p]);
+            ev[g] = _mm256_fmadd_ps(e, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)), ev[g]);
+            od[g] = _mm256_fmadd_ps(o, _mm256_castsi256_ps(_mm256_and_si256(r, odd_mask)), od[g]);
+        }
+    }
+    for (int g = 0; g < 4; g++) acc[g] = _mm256_add_ps(acc[g], _mm256_add_ps(ev[g], od[g]));
+}
+
+/* 32 columns at a time while 32 remain; at block b, line b of each of the next 32 columns is
+ * fetched (a column's K bf16 are as many 64-byte lines as the order has blocks): one stream the
+ * prefetchers are ahead of, not 32 columns each read in 64-byte steps (a decode step's products
+ * from DRAM on an AMD Zen 2: docs/performance.md, "Session 26"). The last columns: 16 at a time. */
 static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
                         float *out32) {
     enum { WIDE = 4096 }; /* A widened once for the whole strip up to this many pairs, else per block */
@@ -172,12 +201,23 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
     __attribute__((aligned(32))) float af[2 * WIDE];
     bool whole = blocks * PAIRS <= WIDE;
     if (whole) widen_a(a, 0, blocks * PAIRS, kp, af);
-    for (int64_t j0 = 0; j0 < nb; j0 += 16) { /* two 8-column groups in flight */
+    int64_t j0 = 0;
+    for (; j0 + 32 <= nb; j0 += 32) {
+        const uint16_t *col = B->base + (n0 + j0) * B->s1;
+        int64_t next = nb - j0 - 32 < 32 ? nb - j0 - 32 : 32;
+        const char *ahead = (const char *)(col + 32 * B->s1);
+        __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            for (int64_t c = 0; c < next; c++) _mm_prefetch(ahead + c * 2 * B->s1 + 64 * blk, TG_PREFETCH_HINT);
+            const float *ab = af + 2 * PAIRS * blk;
+            if (!whole) widen_a(a, PAIRS * blk, PAIRS, kp, af), ab = af;
+            cols_block4(ab, col, B->s1, PAIRS * blk, kp, full, acc);
+        }
+        for (int g = 0; g < 4; g++) store_sums(out, out32, j0 + 8 * g, acc[g], 8);
+    }
+    for (; j0 < nb; j0 += 16) { /* two 8-column groups in flight */
         int64_t c0 = nb - j0 < 8 ? nb - j0 : 8, c1 = nb - j0 - 8 < 0 ? 0 : nb - j0 - 8 < 8 ? nb - j0 - 8 : 8;
         const uint16_t *col = B->base + (n0 + j0) * B->s1;
-        /* the next 16 columns' lines, spread over this group's blocks: one stream the prefetchers
-         * are ahead of, not 16 columns each read in 64-byte steps (a decode step's products from
-         * DRAM on an AMD Zen 2: docs/performance.md, "Session 26") */
         int64_t next = nb - j0 - 16 < 0 ? 0 : nb - j0 - 16 < 16 ? nb - j0 - 16 : 16;
         tg_line_walk walk = { .base = (const char *)(col + 16 * B->s1), .run_stride = B->s1 * 2, .lines = lines,
                               .runs = next };

@@ -3,7 +3,8 @@
     python tools/model_step_ab.py MODEL_DIR OLD.so,NEW.so THREADS ROUNDS decode
     python tools/model_step_ab.py MODEL_DIR OLD.so,NEW.so THREADS ROUNDS prefill [PROMPT]
 
-decode: greedy steps with the KV cache after a 64-token prompt, 48 steps a pass, the best of 3
+decode: greedy steps with the KV cache after a 64-token prompt, as generate runs them (captured
+programs: tgrad.models.step), 48 steps a pass, the best of 3
 passes per child process, as tokens/s; prefill: a PROMPT-token forward (64) computing the last
 position's logits, the best of 5, in ms. The builds alternate round by round."""
 
@@ -15,6 +16,7 @@ import sys
 
 CHILD = r'''
 import sys, time, numpy as np, tgrad, tgrad.models
+from tgrad.models.step import DecodeSteps
 tgrad.set_num_threads(int(sys.argv[2]))
 model = tgrad.models.from_pretrained(sys.argv[1])
 what, prompt_len = sys.argv[3], int(sys.argv[4])
@@ -26,8 +28,9 @@ for _ in range(3 if what == "decode" else 5):
     model(prompt, cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32).numpy()
     if what == "decode":
         t = time.perf_counter()
+        step = DecodeSteps(model, cache)  # as generate decodes: captured programs
         for i in range(steps):
-            model(np.array([[5 + i]]), cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32).numpy()
+            step(np.array([[5 + i]])).numpy()
     best = min(best, time.perf_counter() - t)
 print(steps / best if what == "decode" else best * 1e3)
 '''

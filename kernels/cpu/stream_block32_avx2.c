@@ -167,9 +167,9 @@ static void widen_a(const uint32_t *a, int64_t p0, int64_t n, int64_t kp, float 
 
 /* Four groups of 8 columns through one block: each group's words transposed into w (L1), then
  * the block's 16 pairs with the 4 groups' 8 chains interleaved: independent chains, so one's FMA
- * latency hides behind the others' (two groups in flight left the FMAs waiting: 12 against 19-21
- * GB/s of W in L2 on one Zen 2 core, docs/performance.md, "Session 28"). Each chain's own order
- * is cols_block's. */
+ * latency hides behind the others' (two groups in flight left the FMAs waiting: W in L2 on one
+ * Zen 2 core 12 -> 15-16 GB/s, attention's 64-long columns 12 -> 21; docs/performance.md,
+ * "Session 28"). Each chain's own order is cols_block's. */
 static inline __attribute__((always_inline)) void cols_block4(const float *af, const uint16_t *col, int64_t s1,
                                                                 int64_t p0, int64_t kp, int64_t full, __m256 acc[4]) {
     const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);

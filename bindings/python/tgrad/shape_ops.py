@@ -133,7 +133,7 @@ def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int | Tensor 
     if not _INT32_MIN <= a <= _INT32_MAX:
         raise errors.IndexOutOfRangeError(f"slice_scatter: dim {a} is out of range")
     if isinstance(start, _TENSOR):
-        return _wrap(lib.tgrad_slice_scatter_at, dst._h, block._h, a, start._h)
+        return _wrap(lib.tgrad_slice_scatter_at, dst._h, block._h, a, _tensor(start, "slice_scatter")._h)
     s = _int(start, "slice_scatter: start")
     if not -(1 << 63) <= s < (1 << 63):
         raise errors.IndexOutOfRangeError(f"slice_scatter: start {s} is out of range")

@@ -19,6 +19,7 @@
     X("cpu", "route gather (tgrad_take: take, x[ids])", "bit-exact", "any dtype, int32 indices (negative count from the end) checked before anything is written; on GPU devices the gather route, its indices read back and checked on the host before the launch") \
     X("cpu", "elementwise ops (17, tgrad_unary/tgrad_binary)", "correctly rounded", "numpy broadcasting through views; one threaded pass (avx512f, avx2, portable loops)") \
     X("cpu", "fusion", "bit-exact", "a matmul's consumer ops as its epilogue on every route and variant; elementwise chains in one pass; TGRAD_FUSION=0 turns it off") \
+    X("cpu", "programs (tgrad_program_capture/run: tgrad.capture)", "bit-exact", "the pending graph behind some outputs kept as data (kinds, params, views; the weights it reads retained) and made again over new inputs in one call: the same nodes, so the same schedule and bytes; nodes recording gradients or drawing random numbers refused; generate's decode steps run this way, their cache slot a tensor (slice_scatter with a tensor start: CPU only)") \
     X("cpu", "comparisons and where (tgrad_compare, tgrad_where)", "exact", "bool results (1 byte, 0/1) of IEEE comparisons of exact values, any dtype pair; where copies bits; numpy broadcasting through views; threaded; on GPU devices the compare and where routes") \
     X("cpu", "host input float32", "yes", "rounded to nearest even; NaN kept quiet with its sign")          \
     X("cpu", "host input float64", "yes", "one rounding straight to bf16")                                  \

@@ -42,10 +42,11 @@ def _handles(tensors: Sequence[Tensor], what: str) -> Any:
 class Program:
     """A captured graph (``tgrad.capture``): ``run(inputs)`` makes it again over new inputs."""
 
-    __slots__ = ("_ptr", "nodes", "inputs", "constants", "outputs")
+    __slots__ = ("_ptr", "nodes", "inputs", "constants", "outputs", "_shapes")
 
-    def __init__(self, ptr: Any) -> None:
+    def __init__(self, ptr: Any, shapes: Sequence[tuple[int, ...]]) -> None:
         self._ptr = ffi.gc(ptr, lib.tgrad_program_release)
+        self._shapes = list(shapes)  # each output's, as libtgrad gave it for the captured tensor
         counts = ffi.new("int32_t[4]")
         _check(lib.tgrad_program_info(ptr, counts, counts + 1, counts + 2, counts + 3))
         self.nodes, self.inputs, self.constants, self.outputs = (int(c) for c in counts)
@@ -55,7 +56,7 @@ class Program:
         handles, n = _handles(inputs, "inputs")
         out = ffi.new("tgrad_tensor_t[]", max(self.outputs, 1))
         _check(lib.tgrad_program_run(self._ptr, n, handles, self.outputs, out))
-        return [Tensor._wrap(int(out[i])) for i in range(self.outputs)]
+        return [Tensor._wrap(int(out[i]), self._shapes[i]) for i in range(self.outputs)]
 
     def __repr__(self) -> str:
         return (f"Program({self.nodes} nodes, {self.inputs} inputs, {self.constants} constants, "
@@ -69,4 +70,5 @@ def capture(outputs: Sequence[Tensor], inputs: Sequence[Tensor] = ()) -> Program
     in_handles, nin = _handles(inputs, "inputs")
     ptr = ffi.new("tgrad_program **")
     _check(lib.tgrad_program_capture(nout, out_handles, nin, in_handles, ptr))
-    return Program(ptr[0])
+    # a run's output i has captured output i's view (tgrad.h): its shape, read from libtgrad once
+    return Program(ptr[0], [tuple(t.shape) for t in outputs])

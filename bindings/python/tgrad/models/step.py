@@ -51,10 +51,11 @@ class DecodeSteps:
         self.refused = False  # the graph cannot be captured (weights recording gradients): build each step
         self.captures = self.runs = 0  # steps built and captured; steps made by the program
         self.windows = list(dict.fromkeys(layer.window for layer in model.model.layers))
+        self.on_cpu = model.device == "cpu"  # a generate's model stays where it is
 
     def _usable(self) -> bool:
         c = self.cache
-        return (not self.refused and self.model.device == "cpu" and c.lengths is None and c.length + 1 <= c.capacity
+        return (not self.refused and self.on_cpu and c.lengths is None and c.length + 1 <= c.capacity
                 and all(t is not None and t.shape[2] == c.capacity for t in c.keys + c.values))
 
     def _mask(self, length: int, seen: int, window: int | None) -> Tensor:

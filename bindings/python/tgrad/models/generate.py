@@ -2,7 +2,9 @@
 
 Each step runs the model on the new positions only (the prompt first, then one token), appending
 to the cache, and takes the last position's logits as lm_head's float32 accumulators (unrounded:
-a near-tie between two tokens is decided on more bits than bf16 logits hold).
+a near-tie between two tokens is decided on more bits than bf16 logits hold). The one-token steps
+run as captured programs where they can (tgrad.models.step: the step's graph built in Python once
+per 32 positions; the same bytes).
 
 - Greedy: the first index of the largest logit (numpy's argmax).
 - Sampling (do_sample=True), on the host, per row: the float32 logits divided by temperature

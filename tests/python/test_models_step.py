@@ -49,6 +49,16 @@ def test_program_steps_give_the_bytes_of_steps_built_op_by_op(tmp_path: Path, ki
     assert full.tobytes() == run[1].tobytes()
 
 
+def test_a_batch_of_rows_of_one_length_runs_as_programs_with_the_same_bytes(tmp_path: Path) -> None:
+    m = _model(tmp_path, "qwen2")
+    ids = np.concatenate([PROMPT, (PROMPT * 5 + 1) % 96], axis=0)
+    built, run = _generate(m, False, ids), _generate(m, True, ids)
+    assert np.array_equal(built[0], run[0]) and built[1].tobytes() == run[1].tobytes()
+    for row in range(2):  # each row's bytes alone
+        alone = _generate(m, True, ids[row:row + 1])
+        assert alone[1].tobytes() == run[1][row:row + 1].tobytes()
+
+
 def test_a_step_is_captured_once_per_32_positions_and_run_between(tmp_path: Path) -> None:
     m = _model(tmp_path, "llama")
     cache = m.new_cache(PROMPT.shape[1] + NEW)

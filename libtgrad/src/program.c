@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "step_index.h"
 
 enum { REF_NODE = 0, REF_SLOT = 1, REF_CONST = 2 };
 
@@ -27,63 +28,38 @@ typedef struct {
     prog_input *inputs;
 } prog_node;
 
+/* What an input must be at a run: the captured input's view of a buffer like its own. */
+typedef struct {
+    tg_view view;
+    int64_t numel;
+    int32_t dtype, device;
+} prog_slot;
+
 struct tgrad_program {
     int32_t nslots, nconsts, nnodes, nouts;
-    tg_tensor *slots;     /* each input's buffer (not retained: NULL after capture), dtype, view */
-    int32_t *slot_dtype, *slot_device;
-    int64_t *slot_numel;
+    prog_slot *slots;
     tg_buffer **consts;   /* retained */
     prog_node *nodes;     /* post order */
     prog_input *outs;     /* each output: a node or slot or constant, and the handle's view */
 };
 
-/* ---- capture: a map from buffers to what they became ---- */
-typedef struct {
-    const tg_buffer **keys;
-    int32_t *kind, *index;
-    int64_t cap;
-} buf_map;
-
-static int64_t map_find(const buf_map *m, const tg_buffer *b) {
-    uint64_t h = ((uintptr_t)b >> 4) * 0x9E3779B97F4A7C15ull;
-    int64_t i = (int64_t)(h & (uint64_t)(m->cap - 1));
-    while (m->keys[i] && m->keys[i] != b) i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
+/* ---- capture ---- */
+/* What each buffer met so far became, in a schedule's buffer index (step_index.h): an entry's
+ * `step` is its index among the program's nodes, slots or constants, `last` which of them
+ * (REF_*). */
 typedef struct {
     struct tgrad_program *p;
-    buf_map map;
-    int32_t node_cap, const_cap, map_used;
+    tg_step_index seen;
+    int32_t node_cap, const_cap;
 } capture;
 
-static tgrad_status map_grow(capture *c) {
-    buf_map old = c->map, m = { .cap = old.cap ? 2 * old.cap : 256 };
-    m.keys = tg_calloc((size_t)m.cap, sizeof *m.keys);
-    m.kind = tg_malloc((size_t)m.cap * sizeof *m.kind);
-    m.index = tg_malloc((size_t)m.cap * sizeof *m.index);
-    if (!m.keys || !m.kind || !m.index) {
-        free(m.keys), free(m.kind), free(m.index);
-        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot grow the capture's map");
-    }
-    for (int64_t i = 0; i < old.cap; i++) {
-        if (!old.keys[i]) continue;
-        int64_t j = map_find(&m, old.keys[i]);
-        m.keys[j] = old.keys[i], m.kind[j] = old.kind[i], m.index[j] = old.index[i];
-    }
-    free(old.keys), free(old.kind), free(old.index);
-    c->map = m;
-    return TGRAD_OK;
-}
+/* b's entry, NULL when b has none yet. */
+static const tg_index_entry *seen(capture *c, const tg_buffer *b) { return tg_step_index_find(&c->seen, b); }
 
-static tgrad_status map_put(capture *c, const tg_buffer *b, int32_t kind, int32_t index) {
-    if (2 * (c->map_used + 1) > c->map.cap) {
-        tgrad_status s = map_grow(c);
-        if (s) return s;
-    }
-    int64_t i = map_find(&c->map, b);
-    c->map.keys[i] = b, c->map.kind[i] = kind, c->map.index[i] = index;
-    c->map_used++;
+static tgrad_status remember(capture *c, const tg_buffer *b, int32_t kind, int32_t index) {
+    tg_index_entry *e = tg_step_index_add(&c->seen, b);
+    if (!e) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot grow the capture's index");
+    e->step = index, e->last = kind;
     return TGRAD_OK;
 }
 
@@ -95,7 +71,7 @@ static tgrad_status add_const(capture *c, tg_buffer *b, int32_t *index) {
         if (!more) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot hold its constants");
         p->consts = more, c->const_cap = cap;
     }
-    tgrad_status s = map_put(c, b, REF_CONST, p->nconsts);
+    tgrad_status s = remember(c, b, REF_CONST, p->nconsts);
     if (s) return s;
     tg_buffer_retain(b);
     *index = p->nconsts;
@@ -117,9 +93,9 @@ static tgrad_status add_node(capture *c, tg_buffer *b, int32_t *index);
 
 /* What input buffer b of a node becomes: its slot, constant or node (captured first). */
 static tgrad_status refer(capture *c, tg_buffer *b, int32_t *kind, int32_t *index) {
-    int64_t i = map_find(&c->map, b);
-    if (c->map.keys[i]) {
-        *kind = c->map.kind[i], *index = c->map.index[i];
+    const tg_index_entry *e = seen(c, b);
+    if (e) {
+        *kind = e->last, *index = e->step;
         return TGRAD_OK;
     }
     if (b->node) {
@@ -138,7 +114,7 @@ static tgrad_status append_node(capture *c, tg_buffer *b, prog_input *ins, int32
         if (!more) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot hold its nodes");
         p->nodes = more, c->node_cap = cap;
     }
-    tgrad_status s = map_put(c, b, REF_NODE, p->nnodes);
+    tgrad_status s = remember(c, b, REF_NODE, p->nnodes);
     if (s) return s;
     const tg_node *n = b->node;
     p->nodes[p->nnodes] = (prog_node){ .op = n->op, .ew = n->ew, .dtype = n->dtype, .device = b->device,
@@ -179,10 +155,10 @@ static tgrad_status add_node(capture *c, tg_buffer *root, int32_t *index) {
         const tg_node *n = f->b->node;
         if (f->next < n->ninputs) {
             tg_buffer *in = n->inputs[f->next].buf;
-            int64_t at = map_find(&c->map, in);
+            const tg_index_entry *e = seen(c, in);
             prog_input *x = &f->ins[f->next];
             x->view = n->inputs[f->next].view;
-            if (c->map.keys[at]) x->kind = c->map.kind[at], x->index = c->map.index[at], f->next++;
+            if (e) x->kind = e->last, x->index = e->step, f->next++;
             else if (in->node) push = in; /* named when it is appended, on the next look at this input */
             else x->kind = REF_CONST, s = add_const(c, in, &x->index), f->next++;
             continue;
@@ -201,7 +177,7 @@ TGRAD_API void tgrad_program_release(tgrad_program *p) {
     if (!p) return;
     for (int32_t i = 0; i < p->nnodes; i++) free(p->nodes[i].inputs);
     for (int32_t i = 0; i < p->nconsts; i++) tg_buffer_release(p->consts[i]);
-    free(p->nodes), free(p->consts), free(p->slots), free(p->slot_dtype), free(p->slot_device), free(p->slot_numel);
+    free(p->nodes), free(p->consts), free(p->slots);
     free(p->outs), free(p);
 }
 
@@ -215,21 +191,15 @@ static tgrad_status check_counts(int32_t n, const tgrad_tensor_t *h, const char 
 static tgrad_status capture_slots(capture *c, int32_t nin, const tgrad_tensor_t *inputs) {
     struct tgrad_program *p = c->p;
     p->slots = tg_calloc((size_t)(nin ? nin : 1), sizeof *p->slots);
-    p->slot_dtype = tg_malloc((size_t)(nin ? nin : 1) * sizeof *p->slot_dtype);
-    p->slot_device = tg_malloc((size_t)(nin ? nin : 1) * sizeof *p->slot_device);
-    p->slot_numel = tg_malloc((size_t)(nin ? nin : 1) * sizeof *p->slot_numel);
-    if (!p->slots || !p->slot_dtype || !p->slot_device || !p->slot_numel)
-        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot hold its inputs");
+    if (!p->slots) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot hold its inputs");
     for (int32_t i = 0; i < nin; i++) {
         tg_tensor t;
         tgrad_status s = tg_handle_get_tensor(inputs[i], &t);
         if (s) return s;
-        int64_t at = map_find(&c->map, t.buf);
-        if (c->map.keys && c->map.keys[at]) s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT,
-                                                        "program: inputs %d and %d share one buffer", (int)c->map.index[at], (int)i);
-        if (!s) s = map_put(c, t.buf, REF_SLOT, i);
-        p->slots[i] = (tg_tensor){ NULL, t.view };
-        p->slot_dtype[i] = t.buf->dtype, p->slot_device[i] = t.buf->device, p->slot_numel[i] = t.buf->numel;
+        const tg_index_entry *e = seen(c, t.buf);
+        if (e) s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "program: inputs %d and %d share one buffer", (int)e->step, (int)i);
+        if (!s) s = remember(c, t.buf, REF_SLOT, i);
+        p->slots[i] = (prog_slot){ t.view, t.buf->numel, t.buf->dtype, t.buf->device };
         tg_tensor_unref(&t);
         if (s) return s;
         p->nslots = i + 1;
@@ -264,14 +234,13 @@ TGRAD_API tgrad_status tgrad_program_capture(int32_t nout, const tgrad_tensor_t 
     if (s) return s;
     capture c = { .p = tg_calloc(1, sizeof(struct tgrad_program)) };
     if (!c.p) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "program: cannot allocate one");
-    s = map_grow(&c);
-    if (!s) s = capture_slots(&c, nin, inputs);
+    s = capture_slots(&c, nin, inputs);
     if (!s) {
         pthread_mutex_lock(&tg_graph_lock); /* no node detaches while the walk reads it */
         s = capture_outputs(&c, nout, outputs);
         pthread_mutex_unlock(&tg_graph_lock);
     }
-    free(c.map.keys), free(c.map.kind), free(c.map.index);
+    tg_step_index_free(&c.seen);
     if (s) {
         tgrad_program_release(c.p);
         return s;
@@ -282,23 +251,24 @@ TGRAD_API tgrad_status tgrad_program_capture(int32_t nout, const tgrad_tensor_t 
 
 /* ---- run ---- */
 static tgrad_status check_input(const struct tgrad_program *p, int32_t i, const tg_tensor *t) {
-    const tg_view *want = &p->slots[i].view, *got = &t->view;
-    bool same = want->ndim == got->ndim && want->offset == got->offset &&
-                !memcmp(want->shape, got->shape, sizeof want->shape[0] * (size_t)want->ndim) &&
-                !memcmp(want->strides, got->strides, sizeof want->strides[0] * (size_t)want->ndim);
-    if (!same || t->buf->numel != p->slot_numel[i]) {
+    const prog_slot *want = &p->slots[i];
+    const tg_view *wv = &want->view, *got = &t->view;
+    bool same = wv->ndim == got->ndim && wv->offset == got->offset &&
+                !memcmp(wv->shape, got->shape, sizeof wv->shape[0] * (size_t)wv->ndim) &&
+                !memcmp(wv->strides, got->strides, sizeof wv->strides[0] * (size_t)wv->ndim);
+    if (!same || t->buf->numel != want->numel) {
         char ws[160], gs[160];
-        tg_format_shape(ws, sizeof ws, want), tg_format_shape(gs, sizeof gs, got);
+        tg_format_shape(ws, sizeof ws, wv), tg_format_shape(gs, sizeof gs, got);
         return tg_fail(TGRAD_ERR_SHAPE_MISMATCH, "program: input %d is %s over %lld elements, captured as %s over %lld "
                        "(the same view of a buffer of the same size)", (int)i, gs, (long long)t->buf->numel, ws,
-                       (long long)p->slot_numel[i]);
+                       (long long)want->numel);
     }
-    if (t->buf->dtype != p->slot_dtype[i])
+    if (t->buf->dtype != want->dtype)
         return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "program: input %d is %s, captured as %s", (int)i,
-                       tg_dtype_name(t->buf->dtype), tg_dtype_name(p->slot_dtype[i]));
-    if (t->buf->device != p->slot_device[i])
+                       tg_dtype_name(t->buf->dtype), tg_dtype_name(want->dtype));
+    if (t->buf->device != want->device)
         return tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "program: input %d lives on %s, captured on %s", (int)i,
-                       tg_device_name(t->buf->device), tg_device_name(p->slot_device[i]));
+                       tg_device_name(t->buf->device), tg_device_name(want->device));
     return TGRAD_OK;
 }
 

@@ -31,15 +31,15 @@ __all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "
 
 
 class StepInputs:
-    """A decode step's positions as data (tgrad.models.step): the slot the new keys and values
-    are written at (`start`, an int32 Tensor of one element: slice_scatter reads it when the
-    step runs), the rope positions, the cached positions attention reads (`seen`: the written
-    length rounded up to a multiple of 32, at most the capacity) and each window's additive mask
-    over them (-inf past the written length). So the step's graph has the same shapes for 32
-    steps and a captured program makes it again from these inputs alone."""
+    """A one-token decode step's position as data (tgrad.models.step): `at`, an int32 Tensor of
+    one element, is both the slot the new keys and values are written at (slice_scatter reads it
+    when the step runs) and the rope position; `seen` the cached positions attention reads (the
+    written length rounded up to a multiple of 32, at most the capacity); `masks` each window's
+    additive mask over them (-inf past the written length). So the step's graph has the same
+    shapes for 32 steps and a captured program makes it again from these inputs alone."""
 
-    def __init__(self, start: Tensor, positions: Tensor, seen: int, masks: dict[int | None, Tensor]) -> None:
-        self.start, self.positions, self.seen, self.masks = start, positions, seen, masks
+    def __init__(self, at: Tensor, seen: int, masks: dict[int | None, Tensor]) -> None:
+        self.at, self.seen, self.masks = at, seen, masks
 
 
 class KVCache:
@@ -88,7 +88,7 @@ class KVCache:
         keys, values = self.keys[layer], self.values[layer]
         assert keys is not None and values is not None
         self.keys[layer] = self.values[layer] = None  # the write must hold the only reference
-        at, seen = (self.length, end) if self.step is None else (self.step.start, self.step.seen)
+        at, seen = (self.length, end) if self.step is None else (self.step.at, self.step.seen)
         keys = slice_scatter(keys, k, 2, at)
         values = slice_scatter(values, v, 2, at)
         self.keys[layer], self.values[layer] = keys, values
@@ -312,7 +312,7 @@ class Model(nn.Module):
         length, device = ids.shape[1], self.device
         offset = 0 if cache is None else cache.length
         step = None if cache is None else cache.step
-        positions = step.positions if step is not None else Tensor.from_numpy(
+        positions = step.at if step is not None else Tensor.from_numpy(
             np.arange(offset, offset + length, dtype=np.int32), dtype=int32, device=device)  # once for every rope
         masks: dict[int | None, Tensor | None] = {} if step is None else dict(step.masks)
         x = self.embed_tokens(ids)

@@ -84,7 +84,7 @@ class DecodeSteps:
             c.keys, c.values = list(outs[1:1 + layers]), list(outs[1 + layers:])
             c.length += 1
             return outs[0]
-        c.step = StepInputs(at, at, seen, dict(masks))
+        c.step = StepInputs(at, seen, masks)
         try:
             logits = model.forward(tokens, c, logits_to_keep=1, logits_dtype=float32)
         finally:

@@ -136,19 +136,28 @@ class KVCache:
                 values.reshape(b, capacity, heads, e)[:, :end].transpose(1, 2))
 
 
+def _visible(length: int, offset: int, window: int | None, sources: int | None = None) -> np.ndarray:
+    """Which keys j of 0 .. sources-1 (default offset + length) each query i of offset ..
+    offset+length-1 sees: j <= i, and i - j < window with a window ([length, sources] bool)."""
+    i = np.arange(offset, offset + length)[:, None]
+    j = np.arange(offset + length if sources is None else sources)[None, :]
+    visible = j <= i
+    if window is not None:
+        visible &= i - j < window
+    return visible
+
+
+def _additive(visible: np.ndarray, device: str) -> Tensor:
+    """The float32 additive mask of `visible` on `device`: 0 where visible, -inf elsewhere."""
+    return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32, device=device)
+
+
 def _mask(length: int, offset: int, window: int | None, device: str) -> Tensor | None:
     """The additive mask [length, offset + length] of queries at positions offset .. offset+length-1
     on `device`: 0 where key j is visible (j <= i, and i - j < window with a window), -inf
     elsewhere; None when every key is visible (one query with no window cutting the past)."""
-    sources = offset + length
-    i = np.arange(offset, sources)[:, None]
-    j = np.arange(sources)[None, :]
-    visible = j <= i
-    if window is not None:
-        visible &= i - j < window
-    if visible.all():
-        return None
-    return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32), dtype=float32, device=device)
+    visible = _visible(length, offset, window)
+    return None if visible.all() else _additive(visible, device)
 
 
 def _transposed(layer: nn.Linear) -> Tensor:

@@ -27,7 +27,7 @@ from .. import errors
 from ..dtypes import float32, int32
 from ..program import Program, capture
 from ..tensor import Tensor
-from .llama import KVCache, StepInputs
+from .llama import KVCache, StepInputs, _additive, _visible
 
 if TYPE_CHECKING:
     from .llama import CausalLM
@@ -58,13 +58,6 @@ class DecodeSteps:
         return (not self.refused and self.on_cpu and c.lengths is None and c.length + 1 <= c.capacity
                 and all(t is not None and t.shape[2] == c.capacity for t in c.keys + c.values))
 
-    def _mask(self, length: int, seen: int, window: int | None) -> Tensor:
-        j = np.arange(seen)
-        visible = j <= length
-        if window is not None:
-            visible &= length - j < window
-        return Tensor.from_numpy(np.where(visible, 0.0, -np.inf).astype(np.float32)[None], dtype=float32)
-
     def __call__(self, ids: np.ndarray) -> Tensor:
         """The float32 logits [B, 1, vocab] of ids [B, 1] (integers in the vocabulary)."""
         c, model = self.cache, self.model
@@ -73,7 +66,7 @@ class DecodeSteps:
         length = c.length
         seen = min(-(-(length + 1) // ALIGN) * ALIGN, c.capacity)
         at = Tensor.from_numpy(np.array([length], np.int32), dtype=int32)  # the slot and the rope position
-        masks = {w: self._mask(length, seen, w) for w in self.windows}
+        masks = {w: _additive(_visible(1, length, w, seen), "cpu") for w in self.windows}  # [1, seen] each
         tokens = Tensor.from_numpy(np.ascontiguousarray(ids, np.int32), dtype=int32)
         inputs: list[Tensor] = [tokens, at, *masks.values(), *c.keys, *c.values]  # type: ignore[list-item]
         if self.program is not None and self.seen == seen:

@@ -30,8 +30,7 @@ def main() -> None:
         for mode in ("ops", "program"):
             cache = m.new_cache(64 + 56)
             m(prompt, cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32).numpy()
-            steps = DecodeSteps(m, cache) if mode == "program" else (
-                lambda ids, c=cache: m.forward(ids, c, logits_to_keep=1, logits_dtype=tgrad.float32))
+            steps = DecodeSteps(m, cache, programs=mode == "program")
             build, start = 0.0, time.perf_counter()
             for i in range(48):
                 t = time.perf_counter()

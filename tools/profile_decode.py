@@ -24,8 +24,7 @@ steps = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 64
 prompt = (np.arange(64)[None] * 7 + 3) % model.config.vocab_size
 cache = model.new_cache(64 + steps + 8 + 8)
 model(prompt, cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32).numpy()
-step = (lambda ids: model(ids, cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32)) if "--built" in sys.argv \
-    else DecodeSteps(model, cache)
+step = DecodeSteps(model, cache, programs="--built" not in sys.argv)
 build = realize = 0.0
 for i in range(steps):
     t0 = time.perf_counter()

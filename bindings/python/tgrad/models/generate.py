@@ -105,8 +105,7 @@ def generate(model: CausalLM, ids: Any, max_new_tokens: int, *, do_sample: bool 
     # that stops at eos_token_id early does not pay for the rest; past them it doubles)
     cache = model.new_cache(int(shape[-1]) + min(new, 1024) if len(shape) == 2 else 0)  # forward checks the shape
     step = model._forward(ids, cache, attention_mask, 0, float32, last_real=True)
-    steps = DecodeSteps(model, cache) if STEP_PROGRAMS else lambda new_ids: model.forward(
-        new_ids, cache, logits_to_keep=1, logits_dtype=float32)
+    steps = DecodeSteps(model, cache, programs=STEP_PROGRAMS)
     batch = step.shape[0]
     tokens: list[np.ndarray] = []
     kept: list[np.ndarray] = []

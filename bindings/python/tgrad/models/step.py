@@ -44,11 +44,13 @@ class DecodeSteps:
     on the CPU, rows of one length, the cache preallocated past the step (else the step is
     built as usual)."""
 
-    def __init__(self, model: CausalLM, cache: KVCache) -> None:
+    def __init__(self, model: CausalLM, cache: KVCache, programs: bool = True) -> None:
+        """programs=False: every step built op by op (the same bytes)."""
         self.model, self.cache = model, cache
         self.program: Program | None = None
         self.seen = 0
-        self.refused = False  # the graph cannot be captured (weights recording gradients): build each step
+        # off, or the graph cannot be captured (weights recording gradients): build each step
+        self.refused = not programs
         self.captures = self.runs = 0  # steps built and captured; steps made by the program
         self.windows = list(dict.fromkeys(layer.window for layer in model.model.layers))
         self.on_cpu = model.device == "cpu"  # a generate's model stays where it is

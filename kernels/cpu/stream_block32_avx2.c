@@ -190,14 +190,20 @@ static inline __attribute__((always_inline)) void cols_block4(const float *af, c
     for (int g = 0; g < 4; g++) acc[g] = _mm256_add_ps(acc[g], _mm256_add_ps(ev[g], od[g]));
 }
 
-/* 32 columns at a time while 32 remain; at block b, line b of each of the next 32 columns is
- * fetched (a column's K bf16 are as many 64-byte lines as the order has blocks): one stream the
- * prefetchers are ahead of, not 32 columns each read in 64-byte steps (a decode step's products
- * from DRAM on an AMD Zen 2: docs/performance.md, "Session 26"). The last columns: 16 at a time. */
+/* At block blk, line blk of each of the `next` columns from `ahead` (a column's K bf16 are as many
+ * 64-byte lines as the order has blocks): one stream the prefetchers are ahead of, not the next
+ * columns each read in 64-byte steps (a decode step's products from DRAM on an AMD Zen 2:
+ * docs/performance.md, "Session 26"). */
+static inline void fetch_next(const uint16_t *ahead, int64_t s1, int64_t next, int64_t blk) {
+    for (int64_t c = 0; c < next; c++) _mm_prefetch((const char *)(ahead + c * s1) + 64 * blk, TG_PREFETCH_HINT);
+}
+
+/* 32 columns at a time while 32 remain, the next 32 fetched meanwhile; the last columns 16 at a
+ * time. */
 static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
                         float *out32) {
     enum { WIDE = 4096 }; /* A widened once for the whole strip up to this many pairs, else per block */
-    int64_t kp = (K + 1) / 2, full = K / 2, blocks = (K + 31) / 32, lines = (2 * K + 63) / 64;
+    int64_t kp = (K + 1) / 2, full = K / 2, blocks = (K + 31) / 32;
     __attribute__((aligned(32))) float af[2 * WIDE];
     bool whole = blocks * PAIRS <= WIDE;
     if (whole) widen_a(a, 0, blocks * PAIRS, kp, af);
@@ -205,10 +211,9 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
     for (; j0 + 32 <= nb; j0 += 32) {
         const uint16_t *col = B->base + (n0 + j0) * B->s1;
         int64_t next = nb - j0 - 32 < 32 ? nb - j0 - 32 : 32;
-        const char *ahead = (const char *)(col + 32 * B->s1);
         __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
         for (int64_t blk = 0; blk < blocks; blk++) {
-            for (int64_t c = 0; c < next; c++) _mm_prefetch(ahead + c * 2 * B->s1 + 64 * blk, TG_PREFETCH_HINT);
+            fetch_next(col + 32 * B->s1, B->s1, next, blk);
             const float *ab = af + 2 * PAIRS * blk;
             if (!whole) widen_a(a, PAIRS * blk, PAIRS, kp, af), ab = af;
             cols_block4(ab, col, B->s1, PAIRS * blk, kp, full, acc);
@@ -219,12 +224,9 @@ static void rowvec_cols(const uint32_t *a, const tg_operand *B, int64_t K, int64
         int64_t c0 = nb - j0 < 8 ? nb - j0 : 8, c1 = nb - j0 - 8 < 0 ? 0 : nb - j0 - 8 < 8 ? nb - j0 - 8 : 8;
         const uint16_t *col = B->base + (n0 + j0) * B->s1;
         int64_t next = nb - j0 - 16 < 0 ? 0 : nb - j0 - 16 < 16 ? nb - j0 - 16 : 16;
-        tg_line_walk walk = { .base = (const char *)(col + 16 * B->s1), .run_stride = B->s1 * 2, .lines = lines,
-                              .runs = next };
-        int64_t per = (lines * next + blocks - 1) / blocks;
         __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
         for (int64_t blk = 0; blk < blocks; blk++) {
-            tg_prefetch_lines(&walk, per);
+            fetch_next(col + 16 * B->s1, B->s1, next, blk);
             const float *ab = af + 2 * PAIRS * blk;
             if (!whole) widen_a(a, PAIRS * blk, PAIRS, kp, af), ab = af;
             acc0 = cols_block(ab, col, B->s1, PAIRS * blk, c0, kp, full, acc0);

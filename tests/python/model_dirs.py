@@ -13,6 +13,7 @@ import numpy as np
 import tgrad
 import tgrad.models
 import tgrad.safetensors
+from tgrad._ffi import ffi, lib
 
 ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
@@ -135,3 +136,12 @@ def forward_steps(model: tgrad.models.CausalLM) -> list[tuple[tgrad.Tensor, int]
     for y in (model(ids, logits_dtype=tgrad.float32), model(ids[:, :4], cache=model.new_cache(8))):
         out += [(y, i) for i in range(len(tgrad.explain(y, json=True)["steps"]))]
     return out
+
+
+def storage_address(t: tgrad.Tensor | None) -> int:
+    """Where t's storage starts: the same address before and after a write means the write took
+    the buffer in place (a KV cache's slice_scatter)."""
+    assert t is not None
+    data = ffi.new("const uint16_t **")
+    assert lib.tgrad_tensor_data(t._h, data) == 0
+    return int(ffi.cast("uintptr_t", data[0]))

@@ -15,9 +15,8 @@ import pytest
 import tgrad
 import tgrad.models
 from tgrad import errors
-from tgrad._ffi import ffi, lib
 
-from model_dirs import config, model_dir, reference_logits, weights, write
+from model_dirs import config, model_dir, reference_logits, storage_address, weights, write
 
 IDS = np.random.default_rng(5).integers(0, 96, (2, 12))
 
@@ -148,19 +147,14 @@ def test_decoding_with_the_cache_gives_the_bytes_of_a_full_recompute(model: tgra
             assert _cached_logits(model, IDS, chunks, dtype, capacity).tobytes() == full.tobytes(), (chunks, capacity)
 
 
-def _address(t: tgrad.Tensor) -> int:
-    data = ffi.new("const uint16_t **")
-    assert lib.tgrad_tensor_data(t._h, data) == 0
-    return int(ffi.cast("uintptr_t", data[0]))
-
-
 def test_the_cache_is_written_in_place_while_it_has_room(model: tgrad.models.CausalLM) -> None:
     cache = model.new_cache(8)
     model(IDS[:, :4], cache=cache).realize()
-    where = [(_address(k), _address(v)) for k, v in zip(cache.keys, cache.values) if k is not None and v is not None]
+    where = [(storage_address(k), storage_address(v)) for k, v in zip(cache.keys, cache.values)
+             if k is not None and v is not None]
     for i in range(4, 8):
         model(IDS[:, i:i + 1], cache=cache).realize()
-        assert [(_address(k), _address(v)) for k, v in zip(cache.keys, cache.values)
+        assert [(storage_address(k), storage_address(v)) for k, v in zip(cache.keys, cache.values)
                 if k is not None and v is not None] == where  # slice_scatter took the buffers
     model(IDS[:, 8:9], cache=cache).realize()  # past the capacity: new buffers, twice the size
     assert cache.capacity == 16 and all(k is not None and k.shape[2] == 16 for k in cache.keys)
@@ -177,7 +171,7 @@ def test_a_view_kept_of_an_earlier_cache_keeps_its_values(model: tgrad.models.Ca
     got = model(IDS[:, 4:], cache=cache, logits_dtype=tgrad.float32).numpy()
     assert got.tobytes() == want.tobytes()
     assert (kept.numpy().tobytes(), prefix.numpy().tobytes()) == before  # written into copies instead
-    assert _address(kept) != _address(cache.keys[1])
+    assert storage_address(kept) != storage_address(cache.keys[1])
 
 
 def test_the_cache_matches_a_recompute_under_a_sliding_window(tmp_path: Path) -> None:

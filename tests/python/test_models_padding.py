@@ -14,9 +14,8 @@ import pytest
 import tgrad
 import tgrad.models
 from tgrad import errors
-from tgrad._ffi import ffi, lib
 
-from model_dirs import config, weights, write
+from model_dirs import config, storage_address, weights, write
 
 VOCAB = 96
 # odd and even lengths, a one-token prompt, and one past 32 (block32's block of the sum over keys)
@@ -219,19 +218,14 @@ def test_bad_masks_are_refused_before_any_work(llama: tgrad.models.CausalLM, mas
     assert llama(ids[:, 5:], cache=cache, logits_dtype=tgrad.float32).numpy().tobytes() == want.tobytes()
 
 
-def _address(t: tgrad.Tensor) -> int:
-    data = ffi.new("const uint16_t **")
-    assert lib.tgrad_tensor_data(t._h, data) == 0
-    return int(ffi.cast("uintptr_t", data[0]))
-
-
 def test_a_padded_cache_is_written_in_place_while_it_has_room(llama: tgrad.models.CausalLM) -> None:
     ids, mask = _batch(PROMPTS[:3], "left")
     cache = llama.new_cache(40)
     llama(ids, cache=cache, attention_mask=mask).realize()
 
     def where() -> list[tuple[int, int]]:
-        return [(_address(k), _address(v)) for k, v in zip(cache.keys, cache.values) if k is not None and v is not None]
+        return [(storage_address(k), storage_address(v)) for k, v in zip(cache.keys, cache.values)
+                if k is not None and v is not None]
 
     before = where()
     assert len(before) == 2

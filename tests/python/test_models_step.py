@@ -12,7 +12,7 @@ import pytest
 
 import tgrad
 import tgrad.models
-from model_dirs import config, weights, write
+from model_dirs import config, storage_address, weights, write
 from tgrad.models.step import ALIGN, DecodeSteps
 
 PROMPT = np.array([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3]])
@@ -72,22 +72,14 @@ def test_a_step_is_captured_once_per_32_positions_and_run_between(tmp_path: Path
 
 
 def test_program_steps_write_the_cache_in_place(tmp_path: Path) -> None:
-    from tgrad._ffi import ffi, lib
-
-    def address(t: tgrad.Tensor | None) -> int:
-        assert t is not None
-        data = ffi.new("const uint16_t **")
-        assert lib.tgrad_tensor_data(t._h, data) == 0
-        return int(ffi.cast("uintptr_t", data[0]))
-
     m = _model(tmp_path, "llama")
     cache = m.new_cache(40)
     m(PROMPT[:, :4], cache=cache).realize()
-    where = [address(k) for k in cache.keys + cache.values]
+    where = [storage_address(k) for k in cache.keys + cache.values]
     steps = DecodeSteps(m, cache)
     for i in range(10):
         steps(np.array([[i]])).realize()
-        assert [address(k) for k in cache.keys + cache.values] == where
+        assert [storage_address(k) for k in cache.keys + cache.values] == where
     assert steps.runs == 9
 
 

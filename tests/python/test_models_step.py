@@ -59,6 +59,21 @@ def test_a_batch_of_rows_of_one_length_runs_as_programs_with_the_same_bytes(tmp_
         assert alone[1].tobytes() == run[1][row:row + 1].tobytes()
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_program_steps_do_not_depend_on_threads_or_fusion(tmp_path: Path, threads: int) -> None:
+    m = _model(tmp_path, "llama")
+    want = _generate(m, True)[1].tobytes()
+    before, was_fused = tgrad.num_threads(), tgrad.ops.fusion_enabled()
+    try:
+        tgrad.set_num_threads(threads)
+        for fused in (True, False):
+            tgrad.set_fusion(fused)
+            assert _generate(m, True)[1].tobytes() == want, (threads, fused)
+    finally:
+        tgrad.set_num_threads(before)
+        tgrad.set_fusion(was_fused)
+
+
 def test_a_step_is_captured_once_per_32_positions_and_run_between(tmp_path: Path) -> None:
     m = _model(tmp_path, "llama")
     cache = m.new_cache(PROMPT.shape[1] + NEW)

@@ -92,6 +92,7 @@ CASES = ["plain", "broadcast_right", "broadcast_left", "broadcast_ones", "transp
 SHAPES = [((4,), 5, 7, 9), ((6,), 33, 40, 17), ((3,), 1, 64, 50), ((5,), 12, 96, 70), ((8,), 64, 72, 64),
           ((12,), 20, 100, 90), ((40,), 1, 256, 210), ((27,), 12, 96, 70), ((2,), 130, 150, 120)]
 SMALL_MNK = 1 << 21  # cpu/frame.h: below it one product runs on one thread
+BATCH_SHARE_MNK = 1 << 16  # cpu/plan.c: a batch of such products with this many multiply-adds in all is shared
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -107,8 +108,10 @@ def test_each_batch_is_its_2d_product(case: str, shape) -> None:
         nbatch = int(np.prod(c.shape[:-2]))
         if case == "broadcast_right":  # b shared, a's batches contiguous rows: one product of their rows
             assert f"batch {nbatch} (one product of all the batches' rows: b is shared)" in c.explain()
-        elif threads > 1 and m * k * n < SMALL_MNK <= m * k * n * nbatch:  # the products spread over the pool
+        elif threads > 1 and m * k * n < SMALL_MNK and BATCH_SHARE_MNK <= m * k * n * nbatch:  # spread over the pool
             assert f"batch {nbatch} (whole products spread over the threads)" in c.explain()
+        elif m * k * n * nbatch < BATCH_SHARE_MNK:  # too little work to hand out: one after another
+            assert f"batch {nbatch} (one product after another" in c.explain()
         got = _bits(c)
         assert got.shape == want.shape
         assert np.array_equal(got, want), f"{threads} threads: {np.count_nonzero(got != want)} differ"

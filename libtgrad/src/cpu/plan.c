@@ -60,6 +60,10 @@ static bool transposed_pays(const tg_cpu_matmul_plan *P) {
  * pool from this many elements of B (below). */
 enum { ROWVEC_SHARE = 1 << 17 };
 
+/* A batch of small products is spread over the pool from this many multiply-adds in all (a decode
+ * step's attention: 4 KV heads of 4 x 96 x 64 each). */
+enum { BATCH_SHARE_MNK = 1 << 16 };
+
 /* Up to FEW_ROWS rows times a column-major B of at most FEW_ROWS_B elements (256 KiB: it stays in
  * L2 while each row reads it) run as one-row products (route rowvec) on a variant without AMX:
  * each row streams B's columns in place, where packing B for the GEMM frame took longer than the
@@ -105,7 +109,7 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * thread, each task's batches in a row), each on one thread; the bytes are each product's
      * own either way. */
     int32_t pool = tg_pool_threads();
-    if (small && P->batch > 1 && !P->rows_merged && pool > 1 && mnk * (double)P->batch >= (double)SMALL_MNK) {
+    if (small && P->batch > 1 && !P->rows_merged && pool > 1 && mnk * (double)P->batch >= (double)BATCH_SHARE_MNK) {
         int64_t want = 4 * (int64_t)pool;
         P->batch_tasks = P->batch < want ? P->batch : want;
     }

@@ -366,17 +366,19 @@ TGRAD_API tgrad_status tgrad_concat(int32_t n, const tgrad_tensor_t *tensors, in
  * Same rank (else TGRAD_ERR_RANK_MISMATCH), dtype (TGRAD_ERR_DTYPE_UNSUPPORTED), device
  * (TGRAD_ERR_DEVICE_MISMATCH) and extents off the axis (TGRAD_ERR_SHAPE_MISMATCH); an axis out of
  * range or a block past dst's end (start < 0, start + n > dst's extent) is
- * TGRAD_ERR_INDEX_OUT_OF_RANGE. CPU only (a GPU operand: TGRAD_ERR_BACKEND_UNAVAILABLE). Checks
- * happen here, before any allocation; the operands' handles stay the caller's. */
+ * TGRAD_ERR_INDEX_OUT_OF_RANGE. On a GPU device the result is a new buffer (the concat route over
+ * dst's parts and src; in place on the CPU only), with the same bytes. Checks happen here, before
+ * any allocation; the operands' handles stay the caller's. */
 TGRAD_API tgrad_status tgrad_slice_scatter(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis, int64_t start,
                                            tgrad_tensor_t *out);
 /* tgrad_slice_scatter with the start read from `start`, an int32 tensor of one element (else
  * TGRAD_ERR_DTYPE_UNSUPPORTED, TGRAD_ERR_SHAPE_MISMATCH), when the step runs: a graph that writes
  * at a position it computes or is given as data (a KV cache's next slot, a captured program's
  * input). Checked like tgrad_slice_scatter, the block's fit here when start is computed already
- * (host data), else when the step runs, before anything is written (TGRAD_ERR_INDEX_OUT_OF_RANGE).
- * CPU only (TGRAD_ERR_BACKEND_UNAVAILABLE); no gradient rule yet (an operand that records one,
- * with gradients enabled: TGRAD_ERR_INVALID_ARGUMENT). */
+ * (host data, read back from a device), else when the step runs, before anything is written
+ * (TGRAD_ERR_INDEX_OUT_OF_RANGE). start lives on dst's device (else TGRAD_ERR_DEVICE_MISMATCH); on
+ * a GPU device one kernel reads it, the same text at every position. No gradient rule yet (an
+ * operand that records one, with gradients enabled: TGRAD_ERR_INVALID_ARGUMENT). */
 TGRAD_API tgrad_status tgrad_slice_scatter_at(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis,
                                               tgrad_tensor_t start, tgrad_tensor_t *out);
 /* out = numpy's take(x, indices, axis), lazily: shape x.shape[:axis] + indices.shape +

@@ -242,11 +242,12 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                       .unfused = "a place is not fused (it writes a zeroed buffer)", .base_name = name_kind,
                       .vjp = &tg_vjp_place },
     /* hmodel: writes in place into dst's storage when it may take it (ops/slice_scatter.c); on a
-     * device the concat route's kernel over dst's parts and src (step_kernel.c) */
+     * device the concat route's kernel over dst's parts and src, or one that reads a start tensor
+     * (step_kernel.c; the start checked on the host first) */
     [TG_OP_SLICE_SCATTER] = { .name = "slice_scatter", .role = TG_ROLE_MOVEMENT, .decide = decide_slice_scatter,
                               .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
                               .gpu_render = tg_step_render_slice_scatter, .gpu_route = TGRAD_ROUTE_CONCAT,
-                              .unfused = "a slice_scatter is not fused", .base_name = name_kind,
+                              .gpu_check = tg_slice_scatter_device_check, .unfused = "a slice_scatter is not fused", .base_name = name_kind,
                               .vjp = &tg_vjp_slice_scatter },
     /* hgoptim: the optimizer step (ops/optim_step.c); on a device route optim_step's kernel
      * (gen/render_optim.c), float32 in integers */

@@ -91,6 +91,7 @@ TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_device_check(const tg_step *st); /* ops/gather.c */
 TG_HIDDEN tgrad_status tg_scatter_add_device_check(const tg_step *st); /* ops/gather.c */
+TG_HIDDEN tgrad_status tg_slice_scatter_device_check(const tg_step *st); /* ops/slice_scatter.c */
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);
 /* The bits (bf16 in the low 16) of uniform(low, high)'s value for k, the word's top 8 (bf16) or 24

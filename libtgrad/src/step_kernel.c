@@ -141,12 +141,26 @@ tgrad_status tg_step_render_concat(const tg_step *st, const tg_route *route, con
     return s;
 }
 
+/* slice_scatter at a start tensor (its third input) on a device: one kernel reads the start from
+ * the tensor, so a decode step's cache write is the same text at every position; the start was
+ * checked on the host before the launch (kinds.h, gpu_check). */
+static tgrad_status render_slice_at(const tg_step *st, const tg_lang *l, tg_step_kernel *k) {
+    const tg_node_input *in = st->inputs;
+    tg_gen_slice_at p = { .esize = tg_dtype_size(st->buf->dtype), .axis = st->base->params.axes[0], .dst = in[0].view,
+                          .src = in[1].view, .start = in[2].view, .out = *st->out };
+    tgrad_status s = tg_gen_check_slice_at(l, &p);
+    if (!s) s = tg_gen_render_slice_at(l, &p, &k->text, &k->launch);
+    k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = in[2].buf, k->bufs[3] = st->buf;
+    return s;
+}
+
 /* slice_scatter on a device: the concat route over dst's part before the slice, src, and dst's
  * part after it, along the axis (empty parts left out), every element moved as bits: the CPU's
- * bytes (ops/slice_scatter.c) without a kernel of its own. */
+ * bytes (ops/slice_scatter.c) without a kernel of its own; at a start tensor, render_slice_at. */
 tgrad_status tg_step_render_slice_scatter(const tg_step *st, const tg_route *route, const tg_lang *l,
                                           tg_step_kernel *k) {
     (void)route;
+    if (st->ninputs == 3) return render_slice_at(st, l, k);
     const tg_node_input *in = st->inputs;
     int32_t a = st->base->params.axes[0];
     int64_t start = st->base->params.scatter_start, n = in[1].view.shape[a], extent = in[0].view.shape[a];

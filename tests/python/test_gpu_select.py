@@ -1,6 +1,6 @@
 """The gather (take), concat (cat, stack) and slice_scatter kinds on the GPU routes (docs/kernels.md,
 "The gather and concat routes"; slice_scatter renders as a concat of dst's part before the slice,
-src and dst's part after it): rendered in MSL, OpenCL C and CUDA by one emitter (render_select.c), run on
+src and dst's part after it, or, with a start tensor, as one kernel that reads the start): rendered in MSL, OpenCL C and CUDA by one emitter (render_select.c), run on
 PoCL (device="opencl", core tier) and on both emulators (MSL: slow tier; CUDA: cuda tier) with the
 CPU's bytes for every element size (bool: 1 byte, bfloat16: 2, float32 and int32: 4), NaN payloads,
 signed zeros and subnormals included (nothing is read as a number), through transposed, reversed,
@@ -87,6 +87,16 @@ SCATTER: dict[str, tuple[list[Any], Callable[..., Any]]] = {
     "whole_axis": ([(3, 4), (3, 4)], lambda d, s: tgrad.slice_scatter(d, s[::-1], 0, 0)),
     "empty_src": ([(3, 4), (3, 0)], lambda d, s: tgrad.slice_scatter(d, s, 1, 2)),
     "kv_cache_step": ([(1, 2, 8, 4), (1, 2, 1, 4)], lambda d, s: tgrad.slice_scatter(d, s, 2, 5)),
+    # the start an int32 tensor (tgrad_slice_scatter_at): one kernel reads it, whatever its value
+    "at_kv_cache_step": ([(1, 2, 8, 4), (1, 2, 1, 4), np.array([5], np.int32)],
+                         lambda d, s, at: tgrad.slice_scatter(d, s, 2, at)),
+    "at_views": ([(6, 5), (2, 5), np.array([7, 3, 1], np.int32)],
+                 lambda d, s, at: tgrad.slice_scatter(d[::-1], s[:, ::-1], 0, at[1:2])),
+    "at_0d_last_axis": ([(2, 3, 6), (2, 3, 2), np.array(4, np.int32)],
+                        lambda d, s, at: tgrad.slice_scatter(d, s, -1, at)),
+    "at_whole_axis": ([(3, 4), (3, 4), np.array([0], np.int32)], lambda d, s, at: tgrad.slice_scatter(d, s.T.T, 0, at)),
+    "at_empty_src_at_the_end": ([(3, 4), (3, 0), np.array([4], np.int32)],
+                                lambda d, s, at: tgrad.slice_scatter(d, s, 1, at)),
 }
 CASES = {**{f"gather_{k}": v for k, v in GATHER.items()}, **{f"concat_{k}": v for k, v in CONCAT.items()},
          **{f"slice_scatter_{k}": v for k, v in SCATTER.items()}}
@@ -193,6 +203,34 @@ def test_pocl_refuses_an_index_out_of_range_before_writing() -> None:
         y.realize()
     assert not y.is_realized and lazy.is_realized  # the indices ran; the gather wrote nothing
     for t in (y, lazy, a, b, bad, x):
+        t.release()
+
+
+@needs_opencl
+def test_pocl_checks_a_start_tensor_before_writing_and_reuses_one_kernel() -> None:
+    dst = _tensor(_bits("bfloat16", (2, 9, 3), 4), "bfloat16", "opencl")
+    src = _tensor(_bits("bfloat16", (2, 2, 3), 5), "bfloat16", "opencl")
+    before = _bytes(dst)
+
+    def pos(v: int, device: str = "opencl") -> tgrad.Tensor:
+        return _tensor(np.array([v], np.int32), "int32", device)
+
+    texts = set()
+    for at in (0, 3, 7):  # the text does not depend on the position: one kernel for a decode's steps
+        with tgrad.slice_scatter(dst, src, 1, pos(at)) as y:
+            texts.add(R.render_tensor(y, None, "opencl", step=len(y.explain(json=True)["steps"]) - 1).source)
+            assert np.array_equal(_bytes(y), _bytes(tgrad.slice_scatter(dst, src, 1, at)))
+    assert len(texts) == 1
+    with pytest.raises(errors.IndexOutOfRangeError, match="do not fit"):
+        tgrad.slice_scatter(dst, src, 1, pos(8))  # computed: read back and checked at the call
+    with pytest.raises(errors.DeviceMismatchError, match="start tensor"):
+        tgrad.slice_scatter(dst, src, 1, pos(1, "cpu"))
+    lazy = tgrad.take(_tensor(np.array([8, 1], np.int32), "int32", "opencl"), [0], axis=0)
+    y = tgrad.slice_scatter(dst, src, 1, lazy)  # known when the take runs: checked before the launch
+    with pytest.raises(errors.IndexOutOfRangeError, match="start tensor"):
+        y.realize()
+    assert not y.is_realized and np.array_equal(_bytes(dst), before)
+    for t in (y, lazy, dst, src):
         t.release()
 
 
@@ -307,6 +345,32 @@ def test_the_emulator_catches_a_gather_that_ignores_negative_indices(msl: Any) -
             got = _emulated(msl, name, dtype)
         except EmuError:
             return
+    finally:
+        R.render_tensor = original
+    assert not np.array_equal(got, _result(name, dtype, "cpu"))
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", ["start_ignored", "start_read_at_0"])
+def test_the_emulator_catches_a_slice_scatter_that_misreads_its_start(msl: Any, defect: str) -> None:
+    """Planted defects in the start-tensor kernel: the start taken as 0, or read from the start
+    buffer's first word instead of its view's element (at_views reads at[1:2]): the bytes differ."""
+    name, dtype = ("slice_scatter_at_kv_cache_step" if defect == "start_ignored" else "slice_scatter_at_views"), "int32"
+    original = R.render_tensor
+
+    def broken(*args: Any, **kwargs: Any) -> R.Kernel:
+        k = original(*args, **kwargs)
+        if defect == "start_ignored":
+            src = re.sub(r"\(int\)x2\[\d+\]", "0", k.source)
+        else:
+            src = re.sub(r"x2\[\d+\]", "x2[0]", k.source)
+        assert src != k.source or "x2" not in k.source
+        return dataclasses.replace(k, source=src)
+
+    R.render_tensor = broken
+    try:
+        got = _emulated(msl, name, dtype)
     finally:
         R.render_tensor = original
     assert not np.array_equal(got, _result(name, dtype, "cpu"))

@@ -122,12 +122,14 @@ def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int | Tensor 
     step runs and nothing else holds input (no other Tensor, no other pending op), the result
     takes input's storage and writes only src's block (no copy of input): drop your own
     reference first, as a KV cache does (``cache = slice_scatter(cache, new, 2, pos)``).
-    CPU only; same rank, dtype, device and extents off dim (RankMismatchError,
+    On a GPU device the result is a new buffer, with the same bytes. Same rank, dtype, device
+    and extents off dim (RankMismatchError,
     DtypeUnsupportedError, DeviceMismatchError, ShapeMismatchError); a block past the end is
     IndexOutOfRangeError. start may be an int32 Tensor of one element (``tgrad_slice_scatter_at``):
     the position is then data, read when the step runs (a captured program's input: a KV cache's
-    next slot); a block that does not fit is IndexOutOfRangeError when it is known (at once for
-    computed data, else at realize, before anything is written)."""
+    next slot), on input's device (DeviceMismatchError); a block that does not fit is
+    IndexOutOfRangeError when it is known (at once for computed data, else at realize, before
+    anything is written)."""
     dst, block = _tensor(input, "slice_scatter"), _tensor(src, "slice_scatter")
     a = _int(dim, "slice_scatter: dim")
     if not _INT32_MIN <= a <= _INT32_MAX:

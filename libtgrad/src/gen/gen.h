@@ -215,11 +215,22 @@ typedef struct tg_gen_concat {
     tg_view out;
 } tg_gen_concat;
 
+/* slice_scatter with its start in an int32 buffer (tgrad_slice_scatter_at): out = dst with src's
+ * block written from the position read through `start`'s one-element view, along `axis` (the
+ * caller checked that it fits); the kernel's text does not depend on the position. */
+typedef struct tg_gen_slice_at {
+    int32_t esize, axis;
+    tg_view dst, src, start, out;
+} tg_gen_slice_at;
+
 TG_HIDDEN tgrad_status tg_gen_check_take(const tg_lang *l, const tg_gen_take *p);
 TG_HIDDEN tgrad_status tg_gen_render_take(const tg_lang *l, const tg_gen_take *p, tg_text *t, struct tgrad_launch *launch);
 TG_HIDDEN tgrad_status tg_gen_check_concat(const tg_lang *l, const tg_gen_concat *p);
 TG_HIDDEN tgrad_status tg_gen_render_concat(const tg_lang *l, const tg_gen_concat *p, tg_text *t,
                                             struct tgrad_launch *launch);
+TG_HIDDEN tgrad_status tg_gen_check_slice_at(const tg_lang *l, const tg_gen_slice_at *p);
+TG_HIDDEN tgrad_status tg_gen_render_slice_at(const tg_lang *l, const tg_gen_slice_at *p, tg_text *t,
+                                              struct tgrad_launch *launch);
 
 /* ---- the gradient's transposes (render_scatter.c) ----
  * place: out (numel elements, compact) = +0, except that element i of `src` (read through its view)

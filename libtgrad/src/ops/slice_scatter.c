@@ -61,8 +61,24 @@ TGRAD_API tgrad_status tgrad_slice_scatter(tgrad_tensor_t dst, tgrad_tensor_t sr
     return tg_kind_make(s, TG_OP_SLICE_SCATTER, ts, got, &ov, got ? ts[0].buf->dtype : 0, &P, "slice_scatter", out);
 }
 
+/* The value of a one-element int32 view over a realized buffer, on the host or read back from its
+ * device. */
+static tgrad_status read_start(const tg_buffer *b, const tg_view *v, int64_t *start) {
+    if (b->device == TGRAD_DEVICE_CPU) {
+        *start = ((const int32_t *)(const void *)b->data)[v->offset];
+        return TGRAD_OK;
+    }
+    size_t bytes = (size_t)(v->offset + 1) * sizeof(int32_t);
+    int32_t *host = tg_malloc(bytes);
+    if (!host) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "slice_scatter: cannot allocate %zu bytes to read the start", bytes);
+    tgrad_status s = tg_device_download(b->device, b->dev_mem, host, bytes);
+    if (!s) *start = host[v->offset];
+    free(host);
+    return s;
+}
+
 /* The start read from a one-element int32 tensor (tgrad_slice_scatter_at): the node's third
- * input; params.scatter_start is -1 and the executor reads the start when the step runs. */
+ * input, on dst's device; params.scatter_start is -1 and the step reads the start when it runs. */
 static tgrad_status check_start_tensor(const tg_tensor *d, const tg_tensor *s, const tg_tensor *at, int32_t axis,
                                        int32_t *a) {
     int64_t n = 0;
@@ -71,16 +87,16 @@ static tgrad_status check_start_tensor(const tg_tensor *d, const tg_tensor *s, c
         return tg_fail(at->buf->dtype != TGRAD_DTYPE_I32 ? TGRAD_ERR_DTYPE_UNSUPPORTED : TGRAD_ERR_SHAPE_MISMATCH,
                        "slice_scatter: start must be an int32 tensor of one element, got %s with %lld",
                        tg_dtype_name(at->buf->dtype), (long long)n);
-    if (d->buf->device != TGRAD_DEVICE_CPU || at->buf->device != TGRAD_DEVICE_CPU)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE, "slice_scatter: a start tensor runs on the CPU only for now "
-                       "(dst lives on %s, start on %s)", tg_device_name(d->buf->device), tg_device_name(at->buf->device));
+    if (at->buf->device != d->buf->device)
+        return tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "slice_scatter: the start tensor lives on %s, dst on %s",
+                       tg_device_name(at->buf->device), tg_device_name(d->buf->device));
     if (tg_grad_enabled() && (d->buf->requires_grad || s->buf->requires_grad))
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "slice_scatter: a start tensor has no gradient rule yet: give an "
                        "integer start, or make it under no_grad");
     int64_t start = 0; /* a start computed already is checked now, another when the step runs (src fits at 0) */
-    if (atomic_load(&at->buf->realized) && at->buf->data)
-        start = ((const int32_t *)(const void *)at->buf->data)[at->view.offset];
-    return check_operands(d, s, axis, start, a);
+    tgrad_status st = TGRAD_OK;
+    if (atomic_load(&at->buf->realized) && (at->buf->data || at->buf->dev_mem)) st = read_start(at->buf, &at->view, &start);
+    return st ? st : check_operands(d, s, axis, start, a);
 }
 
 TGRAD_API tgrad_status tgrad_slice_scatter_at(tgrad_tensor_t dst, tgrad_tensor_t src, int32_t axis,
@@ -93,6 +109,7 @@ TGRAD_API tgrad_status tgrad_slice_scatter_at(tgrad_tensor_t dst, tgrad_tensor_t
     tg_node_params P = { .naxes = 1, .scatter_start = -1 };
     tg_view ov;
     if (!s) s = check_start_tensor(&ts[0], &ts[1], &ts[2], axis, &P.axes[0]);
+    if (!s) s = tg_kind_check_device(TG_OP_SLICE_SCATTER, ts[0].buf->device, "slice_scatter");
     if (!s) s = tg_view_contiguous(ts[0].view.ndim, ts[0].view.shape, &ov);
     return tg_kind_make(s, TG_OP_SLICE_SCATTER, ts, got, &ov, got ? ts[0].buf->dtype : 0, &P, "slice_scatter", out);
 }
@@ -129,13 +146,14 @@ static bool donatable(const tg_node_input *d, const tg_buffer *b) {
            d->view.offset == 0 && tg_view_is_compact_rowmajor(&d->view);
 }
 
-/* Where src's block begins: the node's number, or its start tensor's value, checked before
- * anything is written (the start tensor is computed by now: it is an input of this step). */
+/* Where src's block begins: the node's number, or its start tensor's value (computed by now: it is
+ * an input of this step), checked before anything is written. */
 static tgrad_status block_start(const tg_step *st, int64_t *start) {
     *start = st->base->params.scatter_start;
     if (st->ninputs < 3) return TGRAD_OK;
     const tg_node_input *at = &st->inputs[2];
-    *start = ((const int32_t *)(const void *)at->buf->data)[at->view.offset];
+    tgrad_status s = read_start(at->buf, &at->view, start);
+    if (s) return s;
     int32_t axis = st->base->params.axes[0];
     int64_t n = st->inputs[1].view.shape[axis], extent = st->out->shape[axis];
     if (*start < 0 || *start > extent || n > extent - *start)
@@ -143,6 +161,12 @@ static tgrad_status block_start(const tg_step *st, int64_t *start) {
                        "slice_scatter: src's %lld positions from %lld (the start tensor) do not fit in dst's %lld along "
                        "axis %d", (long long)n, (long long)*start, (long long)extent, (int)axis);
     return TGRAD_OK;
+}
+
+/* A GPU slice_scatter at a start tensor, before its launch: the start read back and checked. */
+tgrad_status tg_slice_scatter_device_check(const tg_step *st) {
+    int64_t start;
+    return block_start(st, &start);
 }
 
 tgrad_status tg_slice_scatter_execute(const tg_step *st) {

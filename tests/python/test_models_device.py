@@ -6,7 +6,8 @@ logits come back as CPU Tensors with the CPU's bytes.
   checkpoint is read (core tier, no device needed).
 - PoCL (device="opencl"; slow tier: PoCL compiles each of the model's kernels once, seconds on
   a cold cache): bf16 and float32 logits bit-identical to the CPU's, greedy tokens and their
-  logits through the KV cache, a padded batch, Module.to("opencl") on a CPU-loaded model, and
+  logits through the KV cache, decode steps run as captured programs, a padded batch,
+  Module.to("opencl") on a CPU-loaded model, and
   `python -m tgrad generate --device opencl`.
 - The cuda backend by the same code path, against the fake driver and NVRTC (tests/c/fake_cuda.c;
   its launches do nothing, so only the placement and the absence of refusals are checked).
@@ -113,6 +114,28 @@ def test_opencl_greedy_decoding_through_the_kv_cache_is_the_cpu_bytes(
     gpu(IDS[:, :4], cache=cache)
     assert all(k is not None and k.device == "opencl" for k in cache.keys)
     assert _same(gpu(IDS[:, 4:], cache=cache), cpu(IDS)[:, 4:])  # the cache's bytes: a full recompute's
+
+
+@pytest.mark.slow
+def test_opencl_decode_steps_run_as_programs_with_the_cpu_bytes(
+        pair: tuple[tgrad.models.CausalLM, tgrad.models.CausalLM], opencl_device: str) -> None:
+    """generate's steps on a device run as captured programs (tgrad.models.step), across a
+    32-position boundary: the cache written at a start tensor on the device (slice_scatter_at's
+    GPU kernel), the logits the CPU's bytes, the same kernels from one position to the next."""
+    from tgrad.models.step import DecodeSteps
+
+    cpu, gpu = pair
+    want_tokens, want_logits = cpu.generate(IDS[:1], 30, return_logits=True)
+    got_tokens, got_logits = gpu.generate(IDS[:1], 30, return_logits=True)
+    assert _same(got_tokens, want_tokens) and _same(got_logits, want_logits)
+    cache = gpu.new_cache(40)
+    gpu(IDS[:1], cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32)
+    steps = DecodeSteps(gpu, cache)
+    for i in range(29):  # positions 6 .. 34: captured at 6 (seen 32) and 32 (seen 40, the capacity)
+        logits = steps(want_tokens[:, i:i + 1])  # the logits that chose token i + 1
+        assert logits.device == "cpu" and _same(logits, want_logits[:, i + 1:i + 2])
+    assert (steps.captures, steps.runs) == (2, 27)
+    assert all(k.device == "opencl" for k in cache.keys)
 
 
 @pytest.mark.slow

@@ -410,7 +410,9 @@ class CausalLM(nn.Module):
         if keep:
             hidden = hidden.narrow(1, -min(keep, hidden.shape[1]), min(keep, hidden.shape[1]))
         logits = self._head(hidden, dtype)
-        return logits if tokens.device == "cpu" else logits.to("cpu")  # the CPU's Tensor, whatever the device
+        if tokens.device == "cpu" or (cache is not None and cache.step is not None):
+            return logits  # (a decode step made for capture stays pending on its device: tgrad.models.step)
+        return logits.to("cpu")  # the CPU's Tensor, whatever the device
 
     @staticmethod
     def _starts(cache: KVCache | None, batch: int) -> np.ndarray:

@@ -41,8 +41,8 @@ ALIGN = 32
 class DecodeSteps:
     """One new token per row per call, appended to `cache` (model.forward(ids, cache,
     logits_to_keep=1, logits_dtype=float32)'s bytes), through a captured program where it can:
-    on the CPU, rows of one length, the cache preallocated past the step (else the step is
-    built as usual)."""
+    rows of one length, the cache preallocated past the step (else the step is built as usual),
+    on the CPU or a GPU device (the logits come back to the CPU either way)."""
 
     def __init__(self, model: CausalLM, cache: KVCache, programs: bool = True) -> None:
         """programs=False: every step built op by op (the same bytes)."""
@@ -53,11 +53,11 @@ class DecodeSteps:
         self.refused = not programs
         self.captures = self.runs = 0  # steps built and captured; steps made by the program
         self.windows = list(dict.fromkeys(layer.window for layer in model.model.layers))
-        self.on_cpu = model.device == "cpu"  # a generate's model stays where it is
+        self.device = model.device  # a generate's model stays where it is
 
     def _usable(self) -> bool:
         c = self.cache
-        return (not self.refused and self.on_cpu and c.lengths is None and c.length + 1 <= c.capacity
+        return (not self.refused and c.lengths is None and c.length + 1 <= c.capacity
                 and all(t is not None and t.shape[2] == c.capacity for t in c.keys + c.values))
 
     def __call__(self, ids: np.ndarray) -> Tensor:
@@ -67,9 +67,10 @@ class DecodeSteps:
             return model.forward(ids, c, logits_to_keep=1, logits_dtype=float32)
         length = c.length
         seen = min(-(-(length + 1) // ALIGN) * ALIGN, c.capacity)
-        at = Tensor.from_numpy(np.array([length], np.int32), dtype=int32)  # the slot and the rope position
-        masks = {w: _additive(_visible(1, length, w, seen), "cpu") for w in self.windows}  # [1, seen] each
-        tokens = Tensor.from_numpy(np.ascontiguousarray(ids, np.int32), dtype=int32)
+        device = self.device
+        at = Tensor.from_numpy(np.array([length], np.int32), dtype=int32, device=device)  # the slot, the rope position
+        masks = {w: _additive(_visible(1, length, w, seen), device) for w in self.windows}  # [1, seen] each
+        tokens = Tensor.from_numpy(np.ascontiguousarray(ids, np.int32), dtype=int32, device=device)
         inputs: list[Tensor] = [tokens, at, *masks.values(), *c.keys, *c.values]  # type: ignore[list-item]
         if self.program is not None and self.seen == seen:
             outs = self.program.run(inputs)
@@ -78,7 +79,7 @@ class DecodeSteps:
             layers = len(c.keys)
             c.keys, c.values = list(outs[1:1 + layers]), list(outs[1 + layers:])
             c.length += 1
-            return outs[0]
+            return self._on_cpu(outs[0])
         c.step = StepInputs(at, seen, masks)
         try:
             logits = model.forward(tokens, c, logits_to_keep=1, logits_dtype=float32)
@@ -89,4 +90,9 @@ class DecodeSteps:
             self.seen, self.captures = seen, self.captures + 1
         except errors.InvalidArgumentError:
             self.program, self.refused = None, True
-        return logits
+        return self._on_cpu(logits)
+
+    def _on_cpu(self, logits: Tensor) -> Tensor:
+        """The logits as the forward returns them: a CPU Tensor (a device's step realized and
+        copied; its graph was captured pending, before that)."""
+        return logits if logits.device == "cpu" else logits.to("cpu")

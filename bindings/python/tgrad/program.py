@@ -16,6 +16,9 @@ tensors: realizing them schedules, fuses and rounds exactly as the graph the cal
 It saves the Python that builds a graph op by op (a decode step of tgrad.models: docs/models.md).
 Refused when captured (InvalidArgumentError): a node recording gradients, a node drawing random
 numbers (a rerun would draw the same ones: make them an input), two inputs sharing a buffer.
+Capture before anything realizes the outputs: a computed tensor is a constant, whatever it was
+computed from (``Tensor.to`` and ``numpy`` realize; tgrad.models.step keeps a device's logits
+pending for this).
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                        .vjp = &tg_vjp_concat },
     [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
                        .gpu_render = tg_step_render_random, .gpu_route = TGRAD_ROUTE_RANDOM,
-                       .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random,
+                       .gpu_finish = tg_random_calls_on_host, .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random,
                        .vjp = &tg_vjp_random },
     /* where and compare (ops/compare.c; gen/render_compare.c on GPUs) read stored operands and
      * store their result */

@@ -98,6 +98,9 @@ TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);
  * (float32) bits: the exact low + (high - low) k 2^-b rounded once, as the executor computes it
  * (the GPU kernels' table, gen/render_random.c). */
 TG_HIDDEN uint32_t tg_random_uniform_bits(double low, double high, uint32_t k, int32_t dtype);
+/* After a GPU normal kernel: its flagged Philox calls drawn again on the host (ops/random.c). */
+TG_HIDDEN tgrad_status tg_random_calls_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags,
+                                               int64_t flagged);
 TG_HIDDEN tgrad_status tg_compare_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_where_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_norm_execute(const tg_step *st); /* ops/norm.c */

@@ -30,7 +30,7 @@ constexpr int warpSize = 32;
 
 // ---- device functions of the subset ----------------------------------------------------------------
 // Float overloads, and the double ones the softmax kind's kernels use (kernels/gpu/softmax.h:
-// fma, fabs, fmin, log1p on double, the norm kind's sqrt, rope's sin and cos, IEEE binary64 as on the GPU; log1p is the host's, within
+// fma, fabs, fmin, log1p on double, the norm kind's sqrt, rope's sin and cos, the normal draw's log, IEEE binary64 as on the GPU; log1p is the host's, within
 // CUDA's documented 1 ulp as the kernels' bound assumes 2^-50 relative). A float kernel's mixed
 // call (fma(a, b, 0.0) with float a, b) matches both overloads equally and fails to compile,
 // where CUDA would quietly compute in double; copysign stays float only.
@@ -44,6 +44,7 @@ inline double fma(double a, double b, double c) { return __builtin_fma(a, b, c);
 inline double fabs(double x) { return __builtin_fabs(x); }
 inline double fmin(double a, double b) { return __builtin_fmin(a, b); }
 inline double log1p(double x) { return __builtin_log1p(x); }
+inline double log(double x) { return __builtin_log(x); }  // the host's (glibc: within 1 ulp; CUDA's 1), normal's Box-Muller
 inline double sqrt(double x) { return __builtin_sqrt(x); }  // correctly rounded, as CUDA's
 inline double sin(double x) { return __builtin_sin(x); }  // the host's (glibc: within 1 ulp)
 inline double cos(double x) { return __builtin_cos(x); }

@@ -207,10 +207,10 @@ def _batched_kernels(add) -> None:
 
 
 def _random_kernels(add) -> None:
-    """The uniform and randint draws of tests/python/test_gpu_random.py (the random route)."""
-    from test_gpu_random import DRAWS
+    """The uniform, randint and normal draws of tests/python/test_gpu_random.py (the random route)."""
+    from test_gpu_random import DRAWS, NORMALS
 
-    for d in DRAWS:
+    for d in DRAWS + NORMALS:
         with d.make("cpu") as t:
             add(R.render_tensor(t, None, "cuda"))
 
@@ -493,10 +493,11 @@ def check_usage(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: st
         if u is None:
             problems.add(k.name, f"ptxas {arch}: no entry point {k.name}")
             continue
-        # CUDA's double sin and cos (the rope route) keep a 40-byte frame for the Payne-Hanek
-        # reduction of large arguments (libdevice's __internal_trig_reduction_slowpathd): that much
-        # stack is theirs, and allowed there; spills never are
-        allowed = ROPE_TRIG_FRAME if k.name.startswith("tgrad_rope_") else 0
+        # CUDA's double sin and cos (the rope route, the normal draw's Box-Muller) keep a 40-byte
+        # frame for the Payne-Hanek reduction of large arguments (libdevice's
+        # __internal_trig_reduction_slowpathd): that much stack is theirs, and allowed there; spills
+        # never are
+        allowed = ROPE_TRIG_FRAME if k.name.startswith(("tgrad_rope_", "tgrad_random_normal_")) else 0
         if u.stack > allowed or u.spill_stores or u.spill_loads:
             problems.add(k.name, f"ptxas {arch}: local memory: {u.stack} bytes stack frame, {u.spill_stores} bytes "
                                  f"spill stores, {u.spill_loads} bytes spill loads ({u.registers} registers)")

@@ -8,8 +8,11 @@ renders uniform and randint draws in MSL, OpenCL C and CUDA, Philox-4x32-10 in i
   words, bit for bit against the CPU.
 - The emulators (MSL: slow tier; CUDA: cuda tier): the same roster's kernels under every fiber order.
 - A kernel drawing the wrong word or with the wrong counter is caught.
-- normal, and float32 uniform(low, high) off [0, 1), are refused on a GPU device before anything
-  is made (BackendUnavailableError: their exact values need math the kernel languages lack).
+- normal: Box-Muller in double (OpenCL C and CUDA), one thread per Philox call, each value decided
+  within the CPU's window or its call flagged and drawn again on the host: the CPU's bytes on PoCL
+  (an undecided call included) and on the CUDA emulator; MSL, without double, refuses it.
+- float32 uniform(low, high) off [0, 1) is refused on a GPU device before anything is made
+  (BackendUnavailableError: its exact value needs wider integers than the kernel languages share).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class Draw:
     def make(self, device: str) -> tgrad.Tensor:
         g = tgrad.random.Generator(self.seed)
         g.set_state((self.seed, self.offset))
+        if self.dist == "normal":
+            return g.normal(*self.params, self.n, dtype=self.dtype, device=device)
         if self.dist == "rand":
             return g.rand(self.n, dtype=self.dtype, device=device)
         if self.dist == "uniform":
@@ -66,6 +71,18 @@ DRAWS = [
     Draw("randint_negative", "randint", None, (-7, 3), 400, 10, 0),
     Draw("randint_full", "randint", None, (-(1 << 31), (1 << 31) - 1), 333, 11, 7),
     Draw("randint_across_2p32_calls", "randint", None, (-5, 1 << 30), 40, 12, 2 * (1 << 32) - 11),
+]
+# normal: Box-Muller in double (OpenCL C and CUDA; MSL has no double), one thread per Philox call
+NORMALS = [
+    Draw("normal_bf16", "normal", BF16, (0.0, 1.0), 1000, 0, 0),
+    Draw("normal_f32_mid_call", "normal", F32, (2.5, 0.3), 777, 1234, 3),
+    Draw("normal_f32_tiny_sd_across_2p32_calls", "normal", F32, (-1.0, 1e-3), 64, 7, 4 * (1 << 32) - 30),
+    Draw("normal_bf16_sd_0", "normal", BF16, (3.0, 0.0), 9, 5, 6),
+    Draw("normal_f32_end_of_counters", "normal", F32, (0.0, 1.0), 50, 9, (1 << 64) - 51),
+    Draw("normal_bf16_huge_mean", "normal", BF16, (1e30, 1e29), 300, 3, 2),
+    # element 168002 is undecided in double (the CPU takes its slow path there too): its call is
+    # flagged and drawn again on the host
+    Draw("normal_f32_undecided_call", "normal", F32, (1.0, 1.0), 7, 11, 167999),
 ]
 
 
@@ -104,17 +121,44 @@ def test_pocl_draws_continue_each_other(opencl_device: str) -> None:
         assert np.array_equal(np.concatenate([_bytes(a), _bytes(b)]), want)
 
 
-@pytest.mark.parametrize(("make", "match"), [
-    (lambda: tgrad.randn(4, device="opencl"), "normal"),
-    (lambda: tgrad.random.normal(0.0, 2.0, (4,), device="opencl"), "normal"),
-    (lambda: tgrad.random.uniform(-1.0, 1.0, (4,), dtype=tgrad.float32, device="opencl"), "float32 values on"),
-], ids=["randn", "normal", "uniform_f32"])
-def test_what_has_no_exact_kernel_is_refused_before_anything_is_made(make: Any, match: str,
-                                                                     opencl_device: str) -> None:
+@pytest.mark.parametrize("draw", NORMALS, ids=lambda d: d.name)
+def test_pocl_draws_normal_values_with_the_cpu_bytes(draw: Draw, opencl_device: str) -> None:
+    want = cpu_bytes(draw)
+    slow = _normal_slow_paths()
+    with draw.make("opencl") as t:
+        got = _bytes(t)
+    assert np.array_equal(got, want), f"{draw.name}: " + _first_difference(got, want)
+    if draw.name == "normal_f32_undecided_call":  # the flagged call was drawn again by the CPU's code
+        assert _normal_slow_paths() > slow
+
+
+def test_pocl_randn_is_the_cpu_draw(opencl_device: str) -> None:
+    tgrad.random.manual_seed(3)
+    state = tgrad.random.get_rng_state()
+    with tgrad.randn(5, 7, device="opencl") as got:
+        tgrad.random.set_rng_state(state)
+        with tgrad.randn(5, 7) as want:
+            assert got.device == "opencl" and np.array_equal(_bytes(got), _bytes(want))
+
+
+def _normal_slow_paths() -> int:
+    from tgrad._ffi import ffi, lib
+
+    counts = ffi.new("int64_t[1]")
+    assert lib.tgrad_debug_random_slow_path(lib.TGRAD_RANDOM_NORMAL, counts, 1) == 0
+    return int(counts[0])
+
+
+def test_what_has_no_exact_kernel_is_refused_before_anything_is_made(opencl_device: str) -> None:
     state, live = tgrad.random.get_rng_state(), tgrad.live_tensors()
-    with pytest.raises(errors.BackendUnavailableError, match=match):
-        make()
+    with pytest.raises(errors.BackendUnavailableError, match="float32 values on"):
+        tgrad.random.uniform(-1.0, 1.0, (4,), dtype=tgrad.float32, device="opencl")
     assert tgrad.live_tensors() == live and tgrad.random.get_rng_state() == state
+
+
+def test_msl_has_no_double_for_normal_values() -> None:
+    with NORMALS[0].make("cpu") as t, pytest.raises(errors.BackendUnavailableError, match="double"):
+        R.render_tensor(t, None, "msl")
 
 
 # ---- rendering ---------------------------------------------------------------------------------------
@@ -129,6 +173,18 @@ def test_every_draw_renders_one_random_kernel(lang: str) -> None:
         assert ("tg_uniform_table" in k.source) == (d.dist == "uniform")
         names.add(k.name)
     assert len(names) == len(DRAWS)
+
+
+@pytest.mark.parametrize("lang", ["opencl", "cuda"])
+def test_normal_draws_render_a_kernel_a_call_with_a_flag_each(lang: str) -> None:
+    names = set()
+    for d in NORMALS:
+        with d.make("cpu") as t:
+            k = R.render_tensor(t, None, lang)
+        assert k.route == "random" and k.buffer_names == ("c", "q", "f") and k.name.startswith("tgrad_random_normal_")
+        assert k.buffer_elements[2] == (d.n + 6) // 4 and "tg_normal_value(" in k.source
+        names.add(k.name)
+    assert len(names) == len(NORMALS)
 
 
 def test_draws_of_one_shape_share_their_kernel_text() -> None:
@@ -179,6 +235,56 @@ def test_generated_msl_draws_the_cpu_bytes(draw: Draw) -> None:
 @pytest.mark.parametrize("draw", DRAWS, ids=lambda d: d.name)
 def test_generated_cuda_draws_the_cpu_bytes(draw: Draw) -> None:
     _emulated("cuda", draw)
+
+
+def _run_normal(emu: Any, k: R.Kernel, d: Draw, source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A normal kernel's values and its flags (one per Philox call) under the emulator."""
+    wide = d.dtype is F32
+    out = np.full(d.n, 0xFFFFFFFF if wide else 0xFFFF, np.uint32 if wide else np.uint16)
+    flags = np.full(k.buffer_elements[2], 7, np.uint32)  # every flag is written
+    got = emu.run(emu.compile(source or k.source), k.grid, k.threadgroup, [out, words(d), flags],
+                  [False, True, False])
+    return got[0].view(np.uint8), got[2]
+
+
+def _calls_of(d: Draw, flags: np.ndarray) -> set[int]:
+    """The elements of the draw whose call the flags name (as the host reruns them)."""
+    first = d.offset // 4
+    return {i for t in np.flatnonzero(flags) for j in range(4)
+            if 0 <= (i := (((first + int(t)) % (1 << 62)) * 4 + j - d.offset) % (1 << 64)) < d.n}
+
+
+def _check_normal(emu: Any, k: R.Kernel, draw: Draw, source: str | None = None) -> None:
+    """Every value the kernel decided is the CPU's; only the undecided draw's call is flagged (the
+    host redraws it); every flag is written (0 or 1)."""
+    want = cpu_bytes(draw)
+    got, flags = _run_normal(emu, k, draw, source)
+    assert set(np.unique(flags)) <= {0, 1}
+    flagged = _calls_of(draw, flags)
+    assert bool(flagged) == (draw.name == "normal_f32_undecided_call"), flagged
+    size = 4 if draw.dtype is F32 else 2
+    keep = np.ones(draw.n, bool)
+    keep[list(flagged)] = False
+    assert np.array_equal(got.reshape(draw.n, size)[keep], want.reshape(draw.n, size)[keep]), draw.name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("draw", NORMALS, ids=lambda d: d.name)
+def test_generated_cuda_draws_normal_values_with_the_cpu_bytes(draw: Draw) -> None:
+    _check_normal(emulator("cuda"), _kernel(draw, "cuda"), draw)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(("old", "new"), [
+    ("(jj == 0u ? cz : sz)", "(jj == 0u ? sz : cz)"),  # the pair's values swapped
+    ("flag |= (uint)(v >> 32);", ""),                   # a fallback never taken
+], ids=["swapped", "never_flagged"])
+def test_a_normal_kernel_drawing_wrongly_is_caught(old: str, new: str) -> None:
+    draw = NORMALS[-1]  # the undecided call's draw
+    k = _kernel(draw, "cuda")
+    assert old in k.source
+    with pytest.raises(AssertionError):
+        _check_normal(emulator("cuda"), k, draw, k.source.replace(old, new))
 
 
 @pytest.mark.slow

@@ -119,6 +119,9 @@ TG_HIDDEN void tg_gen_emit_text(const emitter *e, const char *text);
 extern const char tg_gen_reduce_prelude[];
 /* kernels/gpu/philox.h's text (the same), pasted into each random kernel */
 extern const char tg_gen_philox_prelude[];
+/* kernels/gpu/normal.h: Box-Muller in double for the normal distribution (after philox.h and
+ * softmax.h's tg_sm_round) */
+extern const char tg_gen_normal_prelude[];
 /* kernels/gpu/softmax.h's text (the same), pasted into each softmax kernel */
 extern const char tg_gen_softmax_prelude[];
 /* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */

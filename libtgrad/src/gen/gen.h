@@ -287,8 +287,9 @@ TG_HIDDEN tgrad_status tg_gen_render_pointwise(const tg_lang *l, const tg_gen_po
                                                struct tgrad_launch *launch);
 
 /* ---- the counter-based generator (render_random.c) ----
- * out (compact, numel elements of dtype) = the draw of docs/random.md for (seed, offset): uniform
- * and randint, the CPU's bytes; normal and float32 uniform(low, high) off [0, 1) are refused. */
+ * out (compact, numel elements of dtype) = the draw of docs/random.md for (seed, offset): uniform,
+ * randint and normal (in double: not MSL), the CPU's bytes; float32 uniform(low, high) off [0, 1)
+ * is refused. */
 typedef struct tg_gen_random {
     int32_t dist, dtype; /* TGRAD_RANDOM_*, TGRAD_DTYPE_* */
     uint64_t seed, offset;
@@ -296,9 +297,11 @@ typedef struct tg_gen_random {
     double p0, p1;
 } tg_gen_random;
 
-/* Whether a draw renders (TGRAD_ERR_BACKEND_UNAVAILABLE with the reason if not): asked by
- * tgrad_random before a GPU node is made, and by the check below. */
-TG_HIDDEN tgrad_status tg_gen_random_renders(int32_t dist, int32_t dtype, double p0, double p1);
+/* Whether a draw renders in kernel language `lang` (TGRAD_ERR_BACKEND_UNAVAILABLE with the reason
+ * if not): asked by tgrad_random before a GPU node is made, and by the check below. */
+TG_HIDDEN tgrad_status tg_gen_random_renders(int32_t lang, int32_t dist, int32_t dtype, double p0, double p1);
+/* A normal kernel's threads (one Philox call each) and flags: the most calls numel values touch. */
+TG_HIDDEN int64_t tg_gen_normal_calls(int64_t numel);
 TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random *p);
 /* The kernel's second buffer `q`, set per launch (the text leaves them out, so draws of one
  * shape share a compiled program): the offset's low and high words, the seed's. */

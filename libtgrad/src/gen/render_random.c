@@ -6,11 +6,14 @@
  *  - uniform(low, high) in bfloat16: k = the word's top 8 bits picks one of 256 values, each the
  *    exact low + (high - low) k 2^-8 rounded once, computed on the host by the CPU executor's own
  *    function (tg_random_uniform_bits) and written into the kernel as a constant table;
- *  - randint: low + floor(x n / 2^64) (tg_philox_below).
+ *  - randint: low + floor(x n / 2^64) (tg_philox_below);
+ *  - normal: one thread per Philox call (four values, two Box-Muller pairs) in double
+ *    (kernels/gpu/normal.h; OpenCL C and CUDA, MSL has no double), each value decided within the
+ *    CPU's window; a call with an undecided value is flagged and drawn again on the host by the
+ *    CPU's code (tg_random_calls_on_host).
  * Not rendered (tg_gen_check_random refuses; tgrad_random refuses them on a GPU device before
- * anything is made): normal, whose Box-Muller value needs correctly rounded log, sqrt, sin and cos
- * with a binary128 fallback, and float32 uniform(low, high) other than [0, 1), whose exact value
- * needs wider integers than the languages share (2^24 values: no table). */
+ * anything is made): float32 uniform(low, high) other than [0, 1), whose exact value needs wider
+ * integers than the languages share (2^24 values: no table), and normal in MSL. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,11 +24,13 @@
 
 static bool unit_interval(const tg_gen_random *p) { return p->p0 == 0 && p->p1 == 1; }
 
-tgrad_status tg_gen_random_renders(int32_t dist, int32_t dtype, double p0, double p1) {
-    if (dist == TGRAD_RANDOM_NORMAL)
+tgrad_status tg_gen_random_renders(int32_t lang, int32_t dist, int32_t dtype, double p0, double p1) {
+    const tg_lang *l = tg_lang_find(lang);
+    if (dist == TGRAD_RANDOM_NORMAL && !(l && l->f64))
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "normal: GPU devices do not draw normal values (Box-Muller needs correctly rounded log, sqrt, "
-                       "sin and cos, which the kernel languages lack; docs/random.md): draw on the CPU and move it");
+                       "normal: %s kernels do not draw normal values (Box-Muller runs in double, which %s lacks; "
+                       "docs/random.md): draw on the CPU and move it", l ? l->name : "this device's",
+                       l ? l->name : "its language");
     if (dist == TGRAD_RANDOM_UNIFORM && dtype == TGRAD_DTYPE_F32 && !(p0 == 0 && p1 == 1))
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
                        "uniform: GPU devices draw float32 values on [0, 1) only (rand; uniform(%g, %g) needs the exact "
@@ -36,9 +41,9 @@ tgrad_status tg_gen_random_renders(int32_t dist, int32_t dtype, double p0, doubl
 
 tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random *p) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_RANDOM);
-    tgrad_status s = tg_gen_random_renders(p->dist, p->dtype, p->p0, p->p1);
+    tgrad_status s = tg_gen_random_renders(l->id, p->dist, p->dtype, p->p0, p->p1);
     if (s) return s;
-    if (p->dist != TGRAD_RANDOM_UNIFORM && p->dist != TGRAD_RANDOM_RANDINT)
+    if (p->dist != TGRAD_RANDOM_UNIFORM && p->dist != TGRAD_RANDOM_RANDINT && p->dist != TGRAD_RANDOM_NORMAL)
         return tg_not_eligible(r->name, l->name, "distribution %lld", p->dist, 0, 0);
     if (tg_ceil_div(p->numel, r->tile_m) > INT32_MAX)
         return tg_not_eligible(r->name, l->name, "%lld elements need more than 2^31-1 threadgroups", p->numel, 0, 0);
@@ -56,7 +61,79 @@ static void u64_const(char *dst, size_t cap, uint64_t v) {
     else snprintf(dst, cap, "(tg_u64)0x%08" PRIx32 "u", (uint32_t)v);
 }
 
+int64_t tg_gen_normal_calls(int64_t numel) { return numel > 0 ? (numel + 6) / 4 : 0; }
+
+/* normal: thread t draws Philox call offset / 4 + t (mod 2^62: the calls of 2^64 elements), its
+ * values of the draw (elements (4 call + j - offset) mod 2^64 below numel), and writes f[t]. The
+ * grid covers the most calls numel values can touch (one more when the offset starts mid-call). */
+static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_text *t, struct tgrad_launch *launch) {
+    const tg_route *r = tg_route_find(TGRAD_ROUTE_RANDOM);
+    const bool bf16 = p->dtype == TGRAD_DTYPE_BF16;
+    const int64_t calls = tg_gen_normal_calls(p->numel);
+    memset(launch, 0, sizeof *launch);
+    launch->grid[0] = (uint32_t)tg_ceil_div(calls, r->tile_m);
+    launch->grid[1] = launch->grid[2] = 1;
+    launch->threadgroup[0] = (uint32_t)r->threads_x;
+    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    launch->buffer_count = 3;
+    launch->buffer_elements[0] = (uint64_t)p->numel;
+    launch->buffer_elements[1] = 4;
+    launch->buffer_elements[2] = (uint64_t)calls;
+    snprintf(launch->buffer_names[0], 8, "c");
+    snprintf(launch->buffer_names[1], 8, "q");
+    snprintf(launch->buffer_names[2], 8, "f");
+    char key[256];
+    snprintf(key, sizeof key, "%d;%d;%a;%a;%" PRId64, (int)p->dist, (int)p->dtype, p->p0, p->p1, p->numel);
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_random_normal_%s_%" PRId64 "_%08" PRIx32,
+             bf16 ? "bf16" : "f32", p->numel, (uint32_t)tg_fnv1a64(key, strlen(key)));
+
+    emitter em = { t, l, "long", NULL }, *e = &em;
+    E("// Generated by libtgrad from kernels/routes.h (route random, language %s). Do not edit.\n", l->name);
+    E("// normal(%.17g, %.17g) draw of %" PRId64 " %s values (docs/random.md): thread t draws Philox-4x32-10 call\n"
+      "// offset / 4 + t, counter (call mod 2^32, call / 2^32, %d, 0), key = seed (offset and seed are the launch's, in\n"
+      "// q: offset low, high, seed low, high), its words (0, 1) and (2, 3) two Box-Muller pairs in double\n"
+      "// (kernels/gpu/normal.h), each value decided within the CPU's window or its call flagged: f[t] = 1, and the\n"
+      "// host draws the call again with the CPU's code.\n",
+      p->p0, p->p1, p->numel, tg_dtype_name(p->dtype), (int)p->dist);
+    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers c, q, f.\n", launch->grid[0], launch->grid[1],
+      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
+    tg_emit_double_head(e);
+    tg_gen_emit_text(e, tg_gen_philox_prelude);
+    tg_gen_emit_text(e, tg_gen_softmax_prelude); /* tg_sm_round */
+    tg_gen_emit_text(e, tg_gen_normal_prelude);
+    char b0[64], b1[64], b2[64];
+    snprintf(b0, sizeof b0, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", bf16 ? "ushort" : "uint");
+    snprintf(b1, sizeof b1, "%s%suint *q", l->global_in, *l->global_in ? " " : "");
+    snprintf(b2, sizeof b2, "%s%suint *f", l->global_out, *l->global_out ? " " : "");
+    const char *bp[3] = { b0, b1, b2 };
+    bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
+    tg_emit_signature(e, launch->kernel_name, bp, 3, used);
+    char num[80], ncalls[80];
+    u64_const(num, sizeof num, (uint64_t)p->numel);
+    u64_const(ncalls, sizeof ncalls, (uint64_t)calls);
+    E("    const tg_u64 t = (tg_u64)gx * %uu + (tg_u64)li;\n", (unsigned)r->tile_m);
+    E("    if (t >= %s)\n        return;\n", ncalls);
+    E("    const tg_u64 off = (tg_u64)q[1] << 32 | (tg_u64)q[0];\n");
+    E("    const tg_u64 call = ((off >> 2) + t) & (~(tg_u64)0 >> 2);\n");
+    E("    const tg_philox_words w = tg_philox4x32_10((uint)call, (uint)(call >> 32), %du, 0u, q[2], q[3]);\n",
+      (int)p->dist);
+    E("    uint flag = 0u;\n");
+    E("    for (uint j = 0u; j < 4u; j++) {\n");
+    E("        const tg_u64 i = (call << 2 | (tg_u64)j) - off; // the value's element (mod 2^64)\n");
+    E("        if (i >= %s)\n            continue;\n", num);
+    E("        const tg_u64 v = tg_normal_value(w.w[j & 2u], w.w[(j & 2u) + 1u], j & 1u, %.17g, %.17g, %du);\n",
+      p->p0, p->p1, bf16 ? 1 : 0);
+    E("        flag |= (uint)(v >> 32);\n");
+    E("        c[i] = (%s)v;\n", bf16 ? "ushort" : "uint");
+    E("    }\n");
+    E("    f[t] = flag;\n");
+    E("}\n");
+    tg_finish_launch(t, launch);
+    return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
+}
+
 tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_text *t, struct tgrad_launch *launch) {
+    if (p->dist == TGRAD_RANDOM_NORMAL) return render_normal(l, p, t, launch);
     const tg_route *r = tg_route_find(TGRAD_ROUTE_RANDOM);
     const bool bf16 = p->dtype == TGRAD_DTYPE_BF16, table = p->dist == TGRAD_RANDOM_UNIFORM && !unit_interval(p);
     const int32_t per = p->dist == TGRAD_RANDOM_RANDINT ? 2 : 4; /* elements per Philox call */

@@ -278,7 +278,7 @@ TGRAD_API tgrad_status tgrad_random(int32_t dist, uint64_t seed, uint64_t offset
     tgrad_status s = check_params(dist, p0, p1, &dtype);
     if (!s) s = tg_kind_check_device(TG_OP_RANDOM, device, tgrad_random_name(dist));
     /* a GPU device draws what its kernels give exactly (gen/render_random.c) */
-    if (!s && device != TGRAD_DEVICE_CPU) s = tg_gen_random_renders(dist, dtype, p0, p1);
+    if (!s && device != TGRAD_DEVICE_CPU) s = tg_gen_random_renders(tg_device_lang(device), dist, dtype, p0, p1);
     if (!s) s = tg_device_ready(device);
     tg_view ov;
     int64_t numel = 0;
@@ -378,6 +378,37 @@ tgrad_status tg_random_execute(const tg_step *st) {
     else
         tg_pool_run(tasks, task, &J);
     return TGRAD_OK;
+}
+
+/* After a GPU normal kernel (gen/render_random.c): each flagged thread's Philox call drawn again
+ * with the CPU's code into the device's values. */
+tgrad_status tg_random_calls_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
+    const tg_node_params *p = &st->base->params;
+    const tg_buffer *ob = st->buf;
+    if (p->random.dist != TGRAD_RANDOM_NORMAL)
+        return tg_fail(TGRAD_ERR_INTERNAL, "random: flags from a %s kernel", tgrad_random_name(p->random.dist));
+    size_t esize = (size_t)tg_dtype_size(ob->dtype), bytes = (size_t)ob->numel * esize;
+    void *out = tg_calloc(bytes ? bytes : 1, 1);
+    if (!out)
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "normal: cannot stage %lld flagged calls on the host", (long long)flagged);
+    random_job J = { .p = p, .dtype = ob->dtype, .numel = ob->numel, .out = out };
+    tgrad_status s = tg_device_download(st->device, ob->dev_mem, out, bytes);
+    uint64_t off = p->random.offset, last_call = (UINT64_C(1) << 62) - 1;
+    for (int64_t t = 0; !s && t < nflags; t++) {
+        if (!flags[t]) continue;
+        uint64_t c = ((off >> 2) + (uint64_t)t) & last_call;
+        tg_philox_words w = call(p, c);
+        uint32_t v[4];
+        normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J.dtype, v);
+        normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J.dtype, v + 2);
+        for (uint64_t j = 0; j < 4; j++) {
+            uint64_t i = (c << 2 | j) - off;
+            if (i < (uint64_t)J.numel) store(&J, (int64_t)i, v[j]);
+        }
+    }
+    if (!s) s = tg_device_upload(st->device, ob->dev_mem, out, bytes);
+    free(out);
+    return s;
 }
 
 /* ---- debug ---- */

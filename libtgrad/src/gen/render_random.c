@@ -71,10 +71,7 @@ static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_t
     const bool bf16 = p->dtype == TGRAD_DTYPE_BF16;
     const int64_t calls = tg_gen_normal_calls(p->numel);
     memset(launch, 0, sizeof *launch);
-    launch->grid[0] = (uint32_t)tg_ceil_div(calls, r->tile_m);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)r->threads_x;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    tg_launch_1d(r, calls, launch);
     launch->buffer_count = 3;
     launch->buffer_elements[0] = (uint64_t)p->numel;
     launch->buffer_elements[1] = 4;
@@ -95,8 +92,7 @@ static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_t
       "// (kernels/gpu/normal.h), each value decided within the CPU's window or its call flagged: f[t] = 1, and the\n"
       "// host draws the call again with the CPU's code.\n",
       p->p0, p->p1, p->numel, tg_dtype_name(p->dtype), (int)p->dist);
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers c, q, f.\n", launch->grid[0], launch->grid[1],
-      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
+    tg_emit_launch_line(e, launch);
     tg_emit_double_head(e);
     tg_gen_emit_text(e, tg_gen_philox_prelude);
     tg_gen_emit_text(e, tg_gen_softmax_prelude); /* tg_sm_round */
@@ -139,10 +135,7 @@ tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_t
     const int32_t per = p->dist == TGRAD_RANDOM_RANDINT ? 2 : 4; /* elements per Philox call */
     const char *et = bf16 ? "ushort" : "uint";                     /* int32 results as their bits */
     memset(launch, 0, sizeof *launch);
-    launch->grid[0] = (uint32_t)tg_ceil_div(p->numel, r->tile_m);
-    launch->grid[1] = launch->grid[2] = 1;
-    launch->threadgroup[0] = (uint32_t)r->threads_x;
-    launch->threadgroup[1] = launch->threadgroup[2] = 1;
+    tg_launch_1d(r, p->numel, launch);
     launch->buffer_count = 2;
     launch->buffer_elements[0] = (uint64_t)p->numel;
     launch->buffer_elements[1] = 4;

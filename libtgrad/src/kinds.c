@@ -201,7 +201,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                        .vjp = &tg_vjp_concat },
     [TG_OP_RANDOM] = { .name = "random", .role = TG_ROLE_NONE, .decide = decide_random, .cpu_execute = tg_random_execute,
                        .gpu_render = tg_step_render_random, .gpu_route = TGRAD_ROUTE_RANDOM,
-                       .gpu_finish = tg_random_calls_on_host, .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random,
+                       .gpu_finish = tg_random_calls_on_host,
+                       .unfused = "a random draw is not fused (its values are stored)", .base_name = name_random,
                        .vjp = &tg_vjp_random },
     /* where and compare (ops/compare.c; gen/render_compare.c on GPUs) read stored operands and
      * store their result */
@@ -247,8 +248,8 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
     [TG_OP_SLICE_SCATTER] = { .name = "slice_scatter", .role = TG_ROLE_MOVEMENT, .decide = decide_slice_scatter,
                               .cpu_execute = tg_slice_scatter_execute, .cpu_allocates = true,
                               .gpu_render = tg_step_render_slice_scatter, .gpu_route = TGRAD_ROUTE_CONCAT,
-                              .gpu_check = tg_slice_scatter_device_check, .unfused = "a slice_scatter is not fused", .base_name = name_kind,
-                              .vjp = &tg_vjp_slice_scatter },
+                              .gpu_check = tg_slice_scatter_device_check, .unfused = "a slice_scatter is not fused",
+                              .base_name = name_kind, .vjp = &tg_vjp_slice_scatter },
     /* hgoptim: the optimizer step (ops/optim_step.c); on a device route optim_step's kernel
      * (gen/render_optim.c), float32 in integers */
     [TG_OP_OPTIM_STEP] = { .name = "optim_step", .role = TG_ROLE_NONE, .decide = decide_optim_step,

@@ -300,8 +300,6 @@ typedef struct tg_gen_random {
 /* Whether a draw renders in kernel language `lang` (TGRAD_ERR_BACKEND_UNAVAILABLE with the reason
  * if not): asked by tgrad_random before a GPU node is made, and by the check below. */
 TG_HIDDEN tgrad_status tg_gen_random_renders(int32_t lang, int32_t dist, int32_t dtype, double p0, double p1);
-/* A normal kernel's threads (one Philox call each) and flags: the most calls numel values touch. */
-TG_HIDDEN int64_t tg_gen_normal_calls(int64_t numel);
 TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random *p);
 /* The kernel's second buffer `q`, set per launch (the text leaves them out, so draws of one
  * shape share a compiled program): the offset's low and high words, the seed's. */

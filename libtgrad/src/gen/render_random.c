@@ -61,7 +61,8 @@ static void u64_const(char *dst, size_t cap, uint64_t v) {
     else snprintf(dst, cap, "(tg_u64)0x%08" PRIx32 "u", (uint32_t)v);
 }
 
-int64_t tg_gen_normal_calls(int64_t numel) { return numel > 0 ? (numel + 6) / 4 : 0; }
+/* A normal kernel's threads (one Philox call each) and flags: the most calls numel values touch. */
+static int64_t normal_calls(int64_t numel) { return numel > 0 ? (numel + 6) / 4 : 0; }
 
 /* normal: thread t draws Philox call offset / 4 + t (mod 2^62: the calls of 2^64 elements), its
  * values of the draw (elements (4 call + j - offset) mod 2^64 below numel), and writes f[t]. The
@@ -69,7 +70,7 @@ int64_t tg_gen_normal_calls(int64_t numel) { return numel > 0 ? (numel + 6) / 4 
 static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_text *t, struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_RANDOM);
     const bool bf16 = p->dtype == TGRAD_DTYPE_BF16;
-    const int64_t calls = tg_gen_normal_calls(p->numel);
+    const int64_t calls = normal_calls(p->numel);
     memset(launch, 0, sizeof *launch);
     tg_launch_1d(r, calls, launch);
     launch->buffer_count = 3;

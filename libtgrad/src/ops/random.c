@@ -325,6 +325,12 @@ static inline tg_philox_words call(const tg_node_params *p, uint64_t c) {
                             (uint)(p->random.seed >> 32));
 }
 
+/* The four normal values of one Philox call's words: words (0, 1) and (2, 3) as Box-Muller pairs. */
+static void normal_call(const tg_node_params *p, tg_philox_words w, int32_t dtype, uint32_t out[4]) {
+    normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, dtype, out);
+    normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, dtype, out + 2);
+}
+
 static inline void store(const random_job *J, int64_t i, uint32_t bits) {
     if (J->dtype == TGRAD_DTYPE_BF16) ((uint16_t *)J->out)[i] = (uint16_t)bits;
     else ((uint32_t *)J->out)[i] = bits;
@@ -344,10 +350,7 @@ static void task(int64_t t, int32_t worker, void *arg) {
     tg_philox_words w = call(p, c);
     uint32_t normals[4] = { 0 };
     bool normal = p->random.dist == TGRAD_RANDOM_NORMAL;
-    if (normal) {
-        normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J->dtype, normals);
-        normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J->dtype, normals + 2);
-    }
+    if (normal) normal_call(p, w, J->dtype, normals);
     for (int64_t i = lo; i < hi; i++) {
         switch (p->random.dist) {
         case TGRAD_RANDOM_UNIFORM:
@@ -362,10 +365,7 @@ static void task(int64_t t, int32_t worker, void *arg) {
         }
         if (++j == per && i + 1 < hi) { /* the next call (no division per element) */
             j = 0, w = call(p, ++c);
-            if (normal) {
-                normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J->dtype, normals);
-                normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J->dtype, normals + 2);
-            }
+            if (normal) normal_call(p, w, J->dtype, normals);
         }
     }
 }
@@ -397,10 +397,8 @@ tgrad_status tg_random_calls_on_host(const tg_step *st, const uint32_t *flags, i
     for (int64_t t = 0; !s && t < nflags; t++) {
         if (!flags[t]) continue;
         uint64_t c = ((off >> 2) + (uint64_t)t) & last_call;
-        tg_philox_words w = call(p, c);
         uint32_t v[4];
-        normal_pair(w.w[0], w.w[1], p->random.p0, p->random.p1, J.dtype, v);
-        normal_pair(w.w[2], w.w[3], p->random.p0, p->random.p1, J.dtype, v + 2);
+        normal_call(p, call(p, c), J.dtype, v);
         for (uint64_t j = 0; j < 4; j++) {
             uint64_t i = (c << 2 | j) - off;
             if (i < (uint64_t)J.numel) store(&J, (int64_t)i, v[j]);

@@ -17,3 +17,9 @@ def emulator(lang: str) -> Any:
     if find_cxx() is None:
         pytest.skip("no C++ compiler for the emulators")
     return Emulator()
+
+
+@pytest.fixture(scope="module")
+def msl() -> Any:
+    """The MSL emulator, one per test module (import it into a test module as a fixture)."""
+    return emulator("msl")

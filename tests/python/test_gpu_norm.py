@@ -10,12 +10,15 @@ Promises checked here:
   eps, over one and two axes, through views;
 - the midpoint rows are flagged and rerun (TGRAD_DEBUG_NORM_DEVICE_ROWS), random rows are not;
 - the generated CUDA runs on the CUDA emulator with the CPU's bytes and the same flags;
-- MSL (no double) is refused with a typed error;
+- the generated MSL (kernels/gpu/softdouble.h's binary64 in integers: MSL has no double) runs on
+  the MSL emulator with the CPU's bytes and exactly the CUDA kernel's flags, its text without a
+  floating-point type;
 - planted defects are caught: a flag never set, a dropped last term of a sum, a dropped output.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ import tgrad
 from tgrad import errors
 from tgrad import render as R
 from tgrad._ffi import ffi, lib
+from emulators import msl  # noqa: F401,E402 (the MSL emulator fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -127,14 +131,15 @@ def test_midpoint_rows_are_rerun_on_the_host_and_random_rows_are_not() -> None:
     assert _device_rows() - d0 <= 1
 
 
-def test_msl_is_refused_with_a_typed_error() -> None:
+def test_every_language_renders_the_kind_and_msl_without_floating_point() -> None:
     with tgrad.Tensor.from_numpy(np.ones((2, 8), np.float32)) as x:
-        y = tgrad.rms_norm(x, 8)
-        with pytest.raises(errors.BackendUnavailableError, match="double"):
-            R.render_tensor(y, None, "msl")
-        for lang in ("opencl", "cuda"):
-            k = R.render_tensor(y, None, lang)
-            assert k.route == "norm" and list(k.buffer_names) == ["x", "c", "f"] and "tg_nm_fast" in k.source
+        for y in (tgrad.rms_norm(x, 8), tgrad.layer_norm(x, 8)):
+            for lang in ("opencl", "cuda", "msl"):
+                k = R.render_tensor(y, None, lang)
+                assert k.route == "norm" and list(k.buffer_names) == ["x", "c", "f"] and "tg_nm_fast" in k.source
+            msl = "\n".join(line.split("//")[0] for line in R.render_tensor(y, None, "msl").source.splitlines())
+            assert "typedef struct tg_f64" in msl and not re.search(r"\b(double|float)\b", msl)
+            y.release()
 
 
 # ---- the CUDA emulator -------------------------------------------------------------------------------
@@ -154,8 +159,9 @@ def cuda() -> Any:
     return Emulator()
 
 
+
 def _emulated(emu: Any, op: str, x: np.ndarray, w: Any, b: Any, eps: float,
-              mutate: tuple[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              mutate: tuple[str, str] | None = None, lang: str = "cuda") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the emulated bytes after the host's rerun of the flagged rows, the flags, the CPU's bytes);
     rows along the last axis. The rerun rows take the CPU's bytes: the host runs the CPU's row code."""
     def T(a: np.ndarray) -> tgrad.Tensor:
@@ -163,7 +169,7 @@ def _emulated(emu: Any, op: str, x: np.ndarray, w: Any, b: Any, eps: float,
 
     ins = [T(x)] + [T(a) for a in (w, b) if a is not None]
     y = _make(op, ins[0], x.shape[-1], None if w is None else ins[1], None if b is None else ins[-1], eps)
-    k = R.render_tensor(y, None, "cuda")
+    k = R.render_tensor(y, None, lang)
     want = np.ascontiguousarray(y.numpy()).view(np.uint16).ravel().copy()
     source = k.source
     if mutate:
@@ -190,6 +196,37 @@ def test_generated_cuda_gives_the_cpu_bytes(cuda: Any, op: str, eps: float, weig
     specials = np.array([[1.0, np.nan, 2.0, 0.5], [1.0, -np.inf, 2.0, 0.5], [3.0, 1.0, 1.0, 5.0]], np.float32)
     got, flags, want = _emulated(cuda, op, specials, None, None, eps)
     assert np.array_equal(got, want) and flags[0] == 1 and flags[1] == 1
+
+
+# ---- the MSL emulator: the software double -----------------------------------------------------------
+NEAR = np.array([[7.0, 3.0, 3.0, 2.0, 1.0, 0.0, 0.0, 0.0]], np.float32)  # see test_planted_defects_are_caught
+NEAR_W = np.full(8, 183 / 128, np.float32)
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("op,eps,weighted,biased", CONFIGS)
+def test_generated_msl_gives_the_cpu_bytes_with_the_cuda_kernels_flags(cuda: Any, msl: Any, op: str, eps: float,
+                                                                       weighted: bool, biased: bool) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 21)).astype(np.float32) * 3
+    w, b = rng.standard_normal(21).astype(np.float32), rng.standard_normal(21).astype(np.float32)
+    specials = np.array([[1.0, np.nan, 2.0, 0.5], [1.0, -np.inf, 2.0, 0.5], [3.0, 1.0, 1.0, 5.0]], np.float32)
+    for args in ((x, w if weighted else None, b if biased else None), (specials, None, None)):
+        got, flags, want = _emulated(msl, op, *args, eps, lang="msl")
+        _, cuda_flags, _ = _emulated(cuda, op, *args, eps)
+        assert np.array_equal(got, want) and np.array_equal(flags, cuda_flags)
+    assert flags[0] == 1 and flags[1] == 1  # the NaN and -inf rows: the comparison is not vacuous
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_decides_the_midpoint_row_as_cuda_and_catches_a_fallback_never_taken(msl: Any) -> None:
+    got, flags, want = _emulated(msl, "rms_norm", NEAR, NEAR_W, None, 2.0 ** -256, lang="msl")
+    assert flags.tolist() == [1] and np.array_equal(got, want)
+    got, _, want = _emulated(msl, "rms_norm", NEAR, NEAR_W, None, 2.0 ** -256,
+                             mutate=("f[r] = undecided;", "f[r] = 0u;"), lang="msl")
+    assert not np.array_equal(got, want)
 
 
 # ---- planted defects -----------------------------------------------------------------------------------

@@ -8,13 +8,18 @@ row code.
   gradient and on constant rows (layer_norm: zero variance; the host's);
 - ordinary rows are decided on the device (no row rerun); the special and constant ones are rerun
   (TGRAD_DEBUG_NORM_DEVICE_ROWS);
-- MSL refuses them with a typed error (no double);
+- every language renders them (MSL, OpenCL C, CUDA: one route, the same buffers); the MSL has no
+  floating-point type, its doubles are kernels/gpu/softdouble.h's binary64 in integers;
 - the CUDA emulator makes the same decisions (cuda tier), and a kernel that never flags a row is
-  caught.
+  caught;
+- the MSL emulator (slow tier) gives the CPU's bytes with exactly the CUDA emulator's flags (the
+  same doubles, the same decisions), and catches a kernel that never flags a row and a software
+  double with a wrong square root.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -22,9 +27,9 @@ import pytest
 from test_gpu_reduce import _cxx, _opencl_ready
 
 import tgrad
-from tgrad import errors
 from tgrad import render as R
 from tgrad._ffi import ffi, lib
+from emulators import msl  # noqa: F401,E402 (the MSL emulator fixture)
 
 needs_opencl = pytest.mark.skipif(not _opencl_ready(), reason="no usable OpenCL device")
 needs_cxx = pytest.mark.skipif(not _cxx(), reason="no C++ compiler for the emulators")
@@ -105,15 +110,20 @@ def test_ordinary_rows_are_decided_on_the_device_and_special_ones_rerun(op: str)
     assert _device_rows() - before == 1  # the NaN's row, the host's
 
 
-def test_msl_refuses_the_backward_ops_with_a_typed_error() -> None:
+def _floating_words(source: str) -> list[str]:
+    """The lines of source that name double or float outside a // comment."""
+    return [line for line in source.splitlines() if re.search(r"\b(double|float)\b", line.split("//")[0])]
+
+
+@pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
+def test_every_language_renders_the_backward_ops(lang: str) -> None:
     x, g, w = _inputs((2, 8), 1, 1)
     for op in OPS:
-        t = backward(op, x, g, w, 1, (F, F, F, F), "cpu")
-        with pytest.raises(errors.BackendUnavailableError, match="double"):
-            R.render_tensor(t, None, "msl")
-        k = R.render_tensor(t, None, "opencl")
+        k = R.render_tensor(backward(op, x, g, w, 1, (F, F, F, F), "cpu"), None, lang)
         assert k.route == "norm" and list(k.buffer_names) == ["x", "g", "w", "c", "f"]
         assert f"norm_{op}_backward" in k.name
+        if lang == "msl":  # no double in Metal: the software double's, in integers
+            assert "typedef struct tg_f64" in k.source and _floating_words(k.source) == []
 
 
 # ---- the CUDA emulator -----------------------------------------------------------------------------
@@ -125,11 +135,13 @@ def cuda() -> Any:
 
 
 def emulated(emu: Any, op: str, x: np.ndarray, g: np.ndarray, w: np.ndarray, mix: tuple[str, str, str, str],
-             mutate: tuple[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             mutate: tuple[str, str] | None = None,
+             lang: str = "cuda") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the emulated bytes after the host's rerun of the flagged rows, the flags, the CPU's bytes),
-    over the last axis. A rerun row takes the CPU's bytes: the host runs the CPU's row code."""
+    over the last axis, of the kernel in lang ("cuda" or "msl", emu that language's emulator). A
+    rerun row takes the CPU's bytes: the host runs the CPU's row code."""
     t, ins = parts(op, x, g, w, 1, mix, "cpu")
-    k = R.render_tensor(t, None, "cuda")
+    k = R.render_tensor(t, None, lang)
     source = k.source
     if mutate:
         assert mutate[0] in source, mutate[0]
@@ -171,4 +183,51 @@ def test_generated_cuda_gives_the_cpu_bytes(cuda: Any, op: str, mix: tuple[str, 
 def test_a_kernel_that_never_flags_a_row_is_caught(cuda: Any) -> None:
     x, g, w = _inputs((4, 50), 1, 5, special=np.inf)
     got, _, want = emulated(cuda, "rms", x, g, w, (F, F, F, F), mutate=("        f[r] = 1u;\n", "        f[r] = 0u;\n"))
+    assert not np.array_equal(got, want)
+
+
+# ---- the MSL emulator ------------------------------------------------------------------------------
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("mix", MIXES, ids=["-".join(m) for m in MIXES])
+def test_generated_msl_gives_the_cpu_bytes_and_the_cuda_flags(msl: Any, cuda: Any, op: str,
+                                                              mix: tuple[str, str, str, str]) -> None:
+    """The software double computes the CUDA kernel's doubles: the same rows flagged (an infinite
+    gradient's, a constant row's), bit for bit the same decided rows (the CPU's)."""
+    flagged = 0
+    for special, constant in ((None, False), (np.inf, False), (None, True)):
+        x, g, w = _inputs((6, 37), 1, 7, special, constant)
+        got, flags, want = emulated(msl, op, x, g, w, mix, lang="msl")
+        assert np.array_equal(got, want), (op, mix, special, constant)
+        assert np.array_equal(flags, emulated(cuda, op, x, g, w, mix)[1]), (op, mix, special, constant)
+        flagged += int(flags.sum())
+    assert flagged > 0  # the flags compared are not all 0
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_catches_a_kernel_that_never_flags_a_row(msl: Any) -> None:
+    x, g, w = _inputs((4, 50), 1, 5, special=np.inf)
+    got, flags, want = emulated(msl, "rms", x, g, w, (F, F, F, F), lang="msl")
+    assert flags[0] == 1 and np.array_equal(got, want)
+    got, _, want = emulated(msl, "rms", x, g, w, (F, F, F, F), mutate=("        f[r] = 1u;\n", "        f[r] = 0u;\n"),
+                            lang="msl")
+    assert not np.array_equal(got, want)
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_catches_a_software_double_with_a_wrong_square_root(msl: Any) -> None:
+    """softdouble.h's tg_dsqrt without its odd exponent made even: sqrt(a) off by about sqrt(2)
+    for half the binades, and rinv = 1 / sqrt(d / n) with it, off the CPU's bytes. (A lost sticky
+    bit in the square root or the division, or a tie rounded away, moves a double by an ulp the
+    row's bound absorbs: tests/c/test_gpu_softdouble.c catches those bit for bit.)"""
+    x, g, w = _inputs((6, 37), 1, 7)
+    got, _, want = emulated(msl, "rms", x, g, w, (F, F, F, F), lang="msl")
+    assert np.array_equal(got, want)
+    got, _, want = emulated(msl, "rms", x, g, w, (F, F, F, F), lang="msl",
+                            mutate=("if ((n.x & 1) != 0) {", "if (false) {"))
     assert not np.array_equal(got, want)

@@ -8,15 +8,21 @@ renders uniform and randint draws in MSL, OpenCL C and CUDA, Philox-4x32-10 in i
   words, bit for bit against the CPU.
 - The emulators (MSL: slow tier; CUDA: cuda tier): the same roster's kernels under every fiber order.
 - A kernel drawing the wrong word or with the wrong counter is caught.
-- normal: Box-Muller in double (OpenCL C and CUDA), one thread per Philox call, each value decided
-  within the CPU's window or its call flagged and drawn again on the host: the CPU's bytes on PoCL
-  (an undecided call included) and on the CUDA emulator; MSL, without double, refuses it.
+- normal: Box-Muller in double, one thread per Philox call, each value decided within the CPU's
+  window or its call flagged and drawn again on the host: rendered in every language (in MSL, which
+  has no double, kernels/gpu/softdouble.h's binary64 in integers and softmath.h's log, sin and cos,
+  no floating-point type named); the CPU's bytes on PoCL (an undecided call included), on the CUDA
+  emulator, and on the MSL emulator (slow tier) with, on this roster, exactly the CUDA emulator's
+  flags.
+- A normal kernel drawing wrongly is caught: the pair's values swapped, a fallback never taken
+  (CUDA and MSL), a software double converting negative integers wrongly (MSL).
 - float32 uniform(low, high) off [0, 1) is refused on a GPU device before anything is made
   (BackendUnavailableError: its exact value needs wider integers than the kernel languages share).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +78,8 @@ DRAWS = [
     Draw("randint_full", "randint", None, (-(1 << 31), (1 << 31) - 1), 333, 11, 7),
     Draw("randint_across_2p32_calls", "randint", None, (-5, 1 << 30), 40, 12, 2 * (1 << 32) - 11),
 ]
-# normal: Box-Muller in double (OpenCL C and CUDA; MSL has no double), one thread per Philox call
+# normal: Box-Muller in double (native in OpenCL C and CUDA, softdouble.h's in MSL), one thread per
+# Philox call
 NORMALS = [
     Draw("normal_bf16", "normal", BF16, (0.0, 1.0), 1000, 0, 0),
     Draw("normal_f32_mid_call", "normal", F32, (2.5, 0.3), 777, 1234, 3),
@@ -156,11 +163,6 @@ def test_what_has_no_exact_kernel_is_refused_before_anything_is_made(opencl_devi
     assert tgrad.live_tensors() == live and tgrad.random.get_rng_state() == state
 
 
-def test_msl_has_no_double_for_normal_values() -> None:
-    with NORMALS[0].make("cpu") as t, pytest.raises(errors.BackendUnavailableError, match="double"):
-        R.render_tensor(t, None, "msl")
-
-
 # ---- rendering ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
 def test_every_draw_renders_one_random_kernel(lang: str) -> None:
@@ -175,14 +177,21 @@ def test_every_draw_renders_one_random_kernel(lang: str) -> None:
     assert len(names) == len(DRAWS)
 
 
-@pytest.mark.parametrize("lang", ["opencl", "cuda"])
-def test_normal_draws_render_a_kernel_a_call_with_a_flag_each(lang: str) -> None:
+def _floating_words(source: str) -> list[str]:
+    """The lines of source that name double or float outside a // comment."""
+    return [line for line in source.splitlines() if re.search(r"\b(double|float)\b", line.split("//")[0])]
+
+
+@pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
+def test_normal_draws_render_in_every_language_a_kernel_a_call_with_a_flag_each(lang: str) -> None:
     names = set()
     for d in NORMALS:
         with d.make("cpu") as t:
             k = R.render_tensor(t, None, lang)
         assert k.route == "random" and k.buffer_names == ("c", "q", "f") and k.name.startswith("tgrad_random_normal_")
         assert k.buffer_elements[2] == (d.n + 6) // 4 and "tg_normal_value(" in k.source
+        if lang == "msl":  # no double in Metal: the software double's, in integers
+            assert "typedef struct tg_f64" in k.source and _floating_words(k.source) == []
         names.add(k.name)
     assert len(names) == len(NORMALS)
 
@@ -254,9 +263,9 @@ def _calls_of(d: Draw, flags: np.ndarray) -> set[int]:
             if 0 <= (i := (((first + int(t)) % (1 << 62)) * 4 + j - d.offset) % (1 << 64)) < d.n}
 
 
-def _check_normal(emu: Any, k: R.Kernel, draw: Draw, source: str | None = None) -> None:
+def _check_normal(emu: Any, k: R.Kernel, draw: Draw, source: str | None = None) -> np.ndarray:
     """Every value the kernel decided is the CPU's; only the undecided draw's call is flagged (the
-    host redraws it); every flag is written (0 or 1)."""
+    host redraws it); every flag is written (0 or 1). Returns the flags."""
     want = cpu_bytes(draw)
     got, flags = _run_normal(emu, k, draw, source)
     assert set(np.unique(flags)) <= {0, 1}
@@ -266,6 +275,7 @@ def _check_normal(emu: Any, k: R.Kernel, draw: Draw, source: str | None = None) 
     keep = np.ones(draw.n, bool)
     keep[list(flagged)] = False
     assert np.array_equal(got.reshape(draw.n, size)[keep], want.reshape(draw.n, size)[keep]), draw.name
+    return flags
 
 
 @pytest.mark.cuda
@@ -274,17 +284,56 @@ def test_generated_cuda_draws_normal_values_with_the_cpu_bytes(draw: Draw) -> No
     _check_normal(emulator("cuda"), _kernel(draw, "cuda"), draw)
 
 
+NORMAL_DEFECTS = [
+    ("r, jj == 0u ? cz : sz)", "r, jj == 0u ? sz : cz)"),  # the pair's values swapped
+    ("flag |= (uint)(v >> 32);", ""),                       # a fallback never taken
+]
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize(("old", "new"), [
-    ("(jj == 0u ? cz : sz)", "(jj == 0u ? sz : cz)"),  # the pair's values swapped
-    ("flag |= (uint)(v >> 32);", ""),                   # a fallback never taken
-], ids=["swapped", "never_flagged"])
+@pytest.mark.parametrize(("old", "new"), NORMAL_DEFECTS, ids=["swapped", "never_flagged"])
 def test_a_normal_kernel_drawing_wrongly_is_caught(old: str, new: str) -> None:
     draw = NORMALS[-1]  # the undecided call's draw
     k = _kernel(draw, "cuda")
     assert old in k.source
     with pytest.raises(AssertionError):
         _check_normal(emulator("cuda"), k, draw, k.source.replace(old, new))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draw", NORMALS, ids=lambda d: d.name)
+def test_generated_msl_draws_normal_values_with_the_cpu_bytes_and_the_cuda_flags(draw: Draw) -> None:
+    """The software double's Box-Muller: the CPU's bytes where decided, and the calls the CUDA
+    emulator flags (the undecided draw's) flagged, no other: the same doubles but for log, sin and
+    cos (softmath.h's, within 2 ulps as libm's are within 1), which leave these decisions alone."""
+    flags = _check_normal(emulator("msl"), _kernel(draw, "msl"), draw)
+    assert np.array_equal(flags, _run_normal(emulator("cuda"), _kernel(draw, "cuda"), draw)[1]), draw.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("old", "new"), NORMAL_DEFECTS, ids=["swapped", "never_flagged"])
+def test_a_normal_msl_kernel_drawing_wrongly_is_caught(old: str, new: str) -> None:
+    draw = NORMALS[-1]  # the undecided call's draw
+    k = _kernel(draw, "msl")
+    assert old in k.source
+    with pytest.raises(AssertionError):
+        _check_normal(emulator("msl"), k, draw, k.source.replace(old, new))
+
+
+@pytest.mark.slow
+def test_a_software_double_converting_negative_integers_wrongly_is_caught() -> None:
+    """softdouble.h's tg_d_i64 taking a negative integer's two's complement bits for its
+    magnitude: the angle's reduced turn m, negative for about half the values, far off, and those
+    values decided wrong. (A tie or a sticky bit lost moves a double by an ulp the window absorbs:
+    tests/c/test_gpu_softdouble.c catches those bit for bit.)"""
+    draw, emu = NORMALS[1], emulator("msl")
+    old, new = "tg_u64 mag = s != 0u ? (tg_u64)0u - (tg_u64)v : (tg_u64)v;", "tg_u64 mag = (tg_u64)v;"
+    k, want = _kernel(draw, "msl"), cpu_bytes(draw)
+    assert old in k.source
+    got, flags = _run_normal(emu, k, draw)
+    assert not flags.any() and np.array_equal(got, want)
+    got, flags = _run_normal(emu, k, draw, k.source.replace(old, new))
+    assert not flags.any() and not np.array_equal(got, want)  # decided, and wrong
 
 
 @pytest.mark.slow

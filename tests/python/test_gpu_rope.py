@@ -1,6 +1,6 @@
 """The rope kind on the GPU routes (route rope, gen/render_rope.c; docs/kernels.md, "The rope
-route"): rope and rope_backward rendered in OpenCL C and CUDA, one thread per (row, position), in
-double with the CPU's operations and a bound for the device's sin and cos; a position with an
+route"): rope and rope_backward rendered in MSL, OpenCL C and CUDA, one thread per (row, position),
+in double with the CPU's operations and a bound for the device's sin and cos; a position with an
 undecided value (or a non-finite input) is flagged and rerun on the host by the CPU's own code.
 
 Promises checked here:
@@ -8,13 +8,18 @@ Promises checked here:
   batched positions [B, L], rope_backward, position 0, large positions, NaN and inf inputs, views;
 - a value just off a bf16 midpoint is flagged and rerun (TGRAD_DEBUG_ROPE_DEVICE_ROWS), random ones
   are not;
+- every language renders the kind (one route, the same buffers); the MSL has no floating-point
+  type, its doubles are kernels/gpu/softdouble.h's binary64 in integers (sin and cos softmath.h's);
 - the generated CUDA runs on the CUDA emulator with the CPU's bytes and the same flags;
-- MSL (no double) is refused with a typed error;
-- planted defects are caught: a flag never set, a dropped last pair, a dropped pass-through copy.
+- the generated MSL runs on the MSL emulator (slow tier) with the CPU's bytes and, on these inputs,
+  exactly the CUDA emulator's flags (the midpoint's position included);
+- planted defects are caught: a flag never set, a dropped last pair, a dropped pass-through copy
+  (CUDA and MSL), and a software double ordering a sum's operands by exponent alone (MSL).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ import tgrad
 from tgrad import errors
 from tgrad import render as R
 from tgrad._ffi import ffi, lib
+from emulators import msl  # noqa: F401,E402 (the MSL emulator fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -122,13 +128,19 @@ def test_a_value_near_a_midpoint_is_rerun_on_the_host_and_random_ones_are_not() 
     assert _device_rows() - d0 <= 1
 
 
-def test_msl_is_refused_with_a_typed_error() -> None:
-    y = _make("cpu", np.ones((4, 8), np.float32), np.arange(4, dtype=np.int32), None, {}, False)
-    with pytest.raises(errors.BackendUnavailableError, match="double"):
-        R.render_tensor(y, None, "msl")
-    for lang in ("opencl", "cuda"):
-        k = R.render_tensor(y, None, lang)
-        assert k.route == "rope" and list(k.buffer_names) == ["x", "pos", "c", "f"] and "tg_nm_fast" in k.source
+def _floating_words(source: str) -> list[str]:
+    """The lines of source that name double or float outside a // comment."""
+    return [line for line in source.splitlines() if re.search(r"\b(double|float)\b", line.split("//")[0])]
+
+
+@pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
+@pytest.mark.parametrize("backward", [False, True], ids=["rope", "rope_backward"])
+def test_every_language_renders_the_kind(lang: str, backward: bool) -> None:
+    y = _make("cpu", np.ones((4, 8), np.float32), np.arange(4, dtype=np.int32), None, {}, backward)
+    k = R.render_tensor(y, None, lang)
+    assert k.route == "rope" and list(k.buffer_names) == ["x", "pos", "c", "f"] and "tg_nm_fast" in k.source
+    if lang == "msl":  # no double in Metal: the software double's, in integers
+        assert "typedef struct tg_f64" in k.source and _floating_words(k.source) == []
 
 
 # ---- the CUDA emulator -------------------------------------------------------------------------------
@@ -149,10 +161,12 @@ def cuda() -> Any:
 
 
 def _emulated(emu: Any, x: np.ndarray, pos: np.ndarray, inv: np.ndarray | None, kw: dict, backward: bool,
-              mutate: tuple[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(the emulated bytes after the host's rerun of the flagged positions, the flags, the CPU's)."""
+              mutate: tuple[str, str] | None = None,
+              lang: str = "cuda") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the emulated bytes after the host's rerun of the flagged positions, the flags, the CPU's),
+    of the kernel in lang ("cuda" or "msl", emu that language's emulator)."""
     y = _make("cpu", x, pos, inv, kw, backward)
-    k = R.render_tensor(y, None, "cuda")
+    k = R.render_tensor(y, None, lang)
     want = _bits(y).reshape(-1, x.shape[-1])
     source = k.source
     if mutate:
@@ -181,19 +195,69 @@ def test_generated_cuda_gives_the_cpu_bytes(cuda: Any, kw: dict, batched: bool, 
     assert np.array_equal(got, want)
 
 
-# ---- planted defects -----------------------------------------------------------------------------------
+
 @needs_cxx
-@pytest.mark.cuda
-def test_planted_defects_are_caught(cuda: Any) -> None:
-    got, flags, want = _emulated(cuda, *NEAR, {}, False)
+@pytest.mark.slow
+@pytest.mark.parametrize("kw,batched,backward", CONFIGS)
+def test_generated_msl_gives_the_cpu_bytes_and_the_cuda_flags(msl: Any, cuda: Any, kw: dict, batched: bool,
+                                                              backward: bool) -> None:
+    """The CUDA test's case (a NaN's position flagged) under the MSL emulator: the CPU's bytes, and
+    the CUDA emulator's flags (the same doubles; sin and cos softmath.h's, within the same bound)."""
+    rng = np.random.default_rng(5)
+    x, pos, inv, k = _case(kw, batched, rng, shape=(2, 2, 5, 16))
+    x[0, 1, 2, 3] = np.nan
+    got, flags, want = _emulated(msl, x, pos, inv, k, backward, lang="msl")
+    assert flags.reshape(2, 2, 5)[0, 1, 2] == 1 and np.array_equal(got, want)
+    assert np.array_equal(flags, _emulated(cuda, x, pos, inv, k, backward)[1])
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_generated_msl_flags_the_value_near_a_midpoint_as_cuda_does(msl: Any, cuda: Any) -> None:
+    got, flags, want = _emulated(msl, *NEAR, {}, False, lang="msl")
+    assert flags.tolist() == [1] == _emulated(cuda, *NEAR, {}, False)[1].tolist() and np.array_equal(got, want)
+
+
+# ---- planted defects -----------------------------------------------------------------------------------
+def _planted_defects_are_caught(emu: Any, lang: str) -> None:
+    got, flags, want = _emulated(emu, *NEAR, {}, False, lang=lang)
     assert flags.tolist() == [1] and np.array_equal(got, want)
     # the binary128 fallback never taken: the flag never set, the kernel's undecided value kept
-    got, _, want = _emulated(cuda, *NEAR, {}, False, mutate=("f[q] = undecided;", "f[q] = 0u;"))
+    got, _, want = _emulated(emu, *NEAR, {}, False, mutate=("f[q] = undecided;", "f[q] = 0u;"), lang=lang)
     assert not np.array_equal(got, want)
     rng = np.random.default_rng(6)
     x, pos, _, _ = _case({}, False, rng, shape=(1, 4, 16))
-    got, _, want = _emulated(cuda, x, pos, None, {}, False, mutate=("i < 8; i++", "i < 7; i++"))  # a dropped pair
+    got, _, want = _emulated(emu, x, pos, None, {}, False, mutate=("i < 8; i++", "i < 7; i++"),
+                             lang=lang)  # a dropped pair
     assert not np.array_equal(got, want)
-    got, _, want = _emulated(cuda, x, pos, None, {"rotary_dim": 8}, False,
-                             mutate=("k < 16; k++", "k < 15; k++"))  # a dropped pass-through copy
+    got, _, want = _emulated(emu, x, pos, None, {"rotary_dim": 8}, False,
+                             mutate=("k < 16; k++", "k < 15; k++"), lang=lang)  # a dropped pass-through copy
+    assert not np.array_equal(got, want)
+
+
+@needs_cxx
+@pytest.mark.cuda
+def test_planted_defects_are_caught(cuda: Any) -> None:
+    _planted_defects_are_caught(cuda, "cuda")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_planted_defects_are_caught_in_msl(msl: Any) -> None:
+    _planted_defects_are_caught(msl, "msl")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_catches_a_software_double_that_orders_a_sum_by_exponent_alone(msl: Any) -> None:
+    """softdouble.h's tg_sd_sum taking the larger operand by exponent alone: x - y with |y| > |x|
+    in the same binade wraps around below 0, and y1 = x1 cos - x2 sin with it. (A tie or a sticky
+    bit lost moves a double by an ulp the bound absorbs: tests/c/test_gpu_softdouble.c catches
+    those bit for bit.)"""
+    rng = np.random.default_rng(5)
+    x, pos, inv, k = _case({}, False, rng, shape=(2, 2, 5, 16))
+    got, _, want = _emulated(msl, x, pos, inv, k, False, lang="msl")
+    assert np.array_equal(got, want)
+    got, _, want = _emulated(msl, x, pos, inv, k, False, lang="msl",
+                             mutate=("if (xb > xa || (xb == xa && tg_sd_less128(ma, mb))) {", "if (xb > xa) {"))
     assert not np.array_equal(got, want)

@@ -11,9 +11,10 @@ Promises checked here:
   counts them), random rows are not (their bytes are the kernel's own);
 - the generated CUDA runs on the CUDA emulator with the same decisions: its unflagged rows are the
   CPU's bytes, the flagged ones exactly the rows PoCL flags;
-- MSL has no double: the kind is refused there with a typed error (the backward ops run on the
-  GPU routes too: test_gpu_softmax_backward.py); a softmax on a device is never fused (its rerun
-  rows have no chains);
+- the generated MSL (no double: kernels/gpu/softdouble.h's binary64 in integers, the same text
+  otherwise) runs on the MSL emulator with the CPU's bytes and exactly the CUDA kernel's flags (the
+  same doubles decide the same elements), and its text has no floating-point type at all;
+- a softmax on a device is never fused (its rerun rows have no chains);
 - planted defects are caught: a flag never set (the host fallback never taken), a dropped last
   element of the sum, a dropped last output.
 """
@@ -32,6 +33,7 @@ import tgrad
 from tgrad import errors
 from tgrad import render as R
 from tgrad._ffi import ffi, lib
+from emulators import msl  # noqa: F401,E402 (the MSL emulator fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -176,15 +178,21 @@ def test_a_device_softmax_is_not_fused() -> None:
     assert np.array_equal(out[0], out[1])
 
 
-def test_msl_is_refused_with_a_typed_error() -> None:
+def _code(source: str) -> str:
+    """The kernel text without its // comments."""
+    return "\n".join(line.split("//")[0] for line in source.splitlines())
+
+
+def test_every_language_renders_the_kind_and_msl_without_floating_point() -> None:
     with tgrad.Tensor.from_numpy(np.ones((2, 8), np.float32)) as x:
-        y = tgrad.softmax(x, -1)
-        with pytest.raises(errors.BackendUnavailableError, match="double"):
-            R.render_tensor(y, None, "msl")
-        for lang in ("opencl", "cuda"):
-            k = R.render_tensor(y, None, lang)
-            assert k.route == "softmax" and list(k.buffer_names) == ["x", "c", "f"] and "tg_sm_decide" in k.source
-        y.release()
+        for op in OPS:
+            y = _apply(op, x, -1, None)
+            for lang in ("opencl", "cuda", "msl"):
+                k = R.render_tensor(y, None, lang)
+                assert k.route == "softmax" and list(k.buffer_names) == ["x", "c", "f"] and "tg_sm_decide" in k.source
+            msl = R.render_tensor(y, None, "msl").source
+            assert "typedef struct tg_f64" in msl and not re.search(r"\b(double|float)\b", _code(msl))
+            y.release()
 
 
 # ---- the CUDA emulator -------------------------------------------------------------------------------
@@ -204,17 +212,18 @@ def cuda() -> Any:
     return Emulator()
 
 
+
 def _cpu_tensor(data: np.ndarray, dtype: str) -> tgrad.Tensor:
     return tgrad.Tensor.from_numpy(np.asarray(data, np.float32), dtype=dtype)
 
 
 def _emulated(emu: Any, data: np.ndarray, dtype: str, op: str, dim: int, out_dtype: str | None,
-              mutate: tuple[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              mutate: tuple[str, str] | None = None, lang: str = "cuda") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the emulated bytes after the host's rerun of the flagged rows, the flags, the CPU's bytes).
     The rerun rows take the CPU's bytes: the host runs the CPU's own row code on them."""
     with _cpu_tensor(data, dtype) as x:
         y = _apply(op, x, dim, out_dtype)
-        k = R.render_tensor(y, None, "cuda")
+        k = R.render_tensor(y, None, lang)
         want = _bytes(y)
         y.release()
         src = np.ascontiguousarray(x.numpy()).view(np.uint16 if dtype == "bfloat16" else np.uint32).ravel()
@@ -268,11 +277,42 @@ def test_the_cuda_emulator_flags_the_boundary_rows(cuda: Any) -> None:
     assert flags.tolist() == [1, 1] and np.array_equal(got, want)
 
 
+# ---- the MSL emulator: the software double --------------------------------------------------------------
+def _cases() -> list[tuple[np.ndarray, int]]:
+    rng = np.random.default_rng(5)
+    rows = np.array([r + [-1.0] * (4 - len(r)) if len(r) < 4 else r[:4] for r in ADVERSARIAL])
+    return [(rng.standard_normal((3, 4, 21)) * 5, 1), (rows, -1), (BOUNDARY, -1)]
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype,out_dtype", [("bfloat16", None), ("float32", "bfloat16")])
+def test_generated_msl_gives_the_cpu_bytes_with_the_cuda_kernels_flags(cuda: Any, msl: Any, op: str, dtype: str,
+                                                                       out_dtype: str | None) -> None:
+    flagged = 0
+    for x, dim in _cases():
+        got, flags, want = _emulated(msl, x, dtype, op, dim, out_dtype, lang="msl")
+        _, cuda_flags, _ = _emulated(cuda, x, dtype, op, dim, out_dtype)
+        assert np.array_equal(got, want) and np.array_equal(flags, cuda_flags), (op, dim)
+        flagged += int(flags.sum())
+    assert flagged >= 2  # NaN and +inf rows at least: the comparison of flags is not vacuous
+
+
 # ---- planted defects -----------------------------------------------------------------------------------
 def _mutant_differs(emu: Any, data: np.ndarray, dtype: str, op: str, old: str, new: str,
-                    out_dtype: str | None = None) -> bool:
-    got, _, want = _emulated(emu, data, dtype, op, -1, out_dtype, mutate=(old, new))
+                    out_dtype: str | None = None, lang: str = "cuda") -> bool:
+    got, _, want = _emulated(emu, data, dtype, op, -1, out_dtype, mutate=(old, new), lang=lang)
     return not np.array_equal(got, want)
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_catches_a_fallback_never_taken(msl: Any) -> None:
+    got, flags, want = _emulated(msl, BOUNDARY, "float32", "log_softmax", -1, "bfloat16", lang="msl")
+    assert flags.tolist() == [1, 1] and np.array_equal(got, want)
+    assert _mutant_differs(msl, BOUNDARY, "float32", "log_softmax", "f[r] = undecided;", "f[r] = 0u;", "bfloat16",
+                           lang="msl")
 
 
 @needs_cxx

@@ -9,9 +9,13 @@ the host by the CPU's own row code.
 - ordinary rows are decided on the device (no row rerun); a constant gradient row (the gradient
   of sum(softmax): every exact value 0) and a log_softmax row with z_i = 0 are flagged and rerun
   (TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS), with the CPU's bytes;
-- MSL refuses them with a typed error (no double);
+- every language renders them (MSL, OpenCL C, CUDA: one route, the same buffers); the MSL has no
+  floating-point type, its doubles are kernels/gpu/softdouble.h's binary64 in integers;
 - the CUDA emulator makes the same decisions (cuda tier), and a kernel that never flags a row is
-  caught.
+  caught;
+- the MSL emulator (slow tier) gives the CPU's bytes with exactly the CUDA emulator's flags (the
+  same doubles, the same decisions), and catches a kernel that never flags a row and a software
+  double whose rounding never rounds up.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from test_gpu_reduce import _cxx, _opencl_ready
 from test_gpu_softmax import _device_rows
 
 import tgrad
-from tgrad import errors
 from tgrad import render as R
+from emulators import msl  # noqa: F401,E402 (the MSL emulator fixture)
 
 needs_opencl = pytest.mark.skipif(not _opencl_ready(), reason="no usable OpenCL device")
 needs_cxx = pytest.mark.skipif(not _cxx(), reason="no C++ compiler for the emulators")
@@ -46,6 +50,17 @@ def _inputs(op: str, shape: tuple[int, ...], seed: int, mask: bool = False,
     if special is not None:
         g.reshape(-1)[5] = special
     return x, g
+
+
+def _boundary_cases() -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(op, x, g) with rows the bound leaves undecided: softmax with a constant gradient (d
+    sum(softmax) / dx = 0 exactly: every element of its 4 rows), and log_softmax with z = -0 in
+    one of its 3 rows (-5 exp(-200) rounds to it)."""
+    x, _ = _inputs("softmax", (4, 50), 5)
+    z = np.full((3, 6), -100.0, np.float32)
+    z[1, 2] = 100.0
+    return [("softmax", x, np.ones_like(x)),
+            ("log_softmax", z, np.random.default_rng(6).standard_normal((3, 6)).astype(np.float32))]
 
 
 def parts(op: str, x: np.ndarray, g: np.ndarray, axis: int, mix: tuple[str, str, str],
@@ -97,28 +112,26 @@ def test_ordinary_rows_are_decided_on_the_device(op: str) -> None:
 
 @needs_opencl
 def test_rows_whose_values_are_near_zero_or_need_the_slow_path_are_rerun() -> None:
-    x, _ = _inputs("softmax", (4, 50), 5)
-    ones = np.ones_like(x)  # d sum(softmax) / dx = 0 exactly: every element undecided on the device
-    before = _device_rows()
-    _same("softmax", x, ones, -1, (F, F, F))
-    assert _device_rows() - before == 4
-    z = np.full((3, 6), -100.0, np.float32)
-    z[1, 2] = 100.0  # log_softmax: z = -0 there (-5 exp(-200) rounds to it), a row for the host
-    g = np.random.default_rng(6).standard_normal((3, 6)).astype(np.float32)
-    before = _device_rows()
-    _same("log_softmax", z, g, -1, (F, F, F))
-    assert _device_rows() - before == 1
+    for (op, x, g), rows in zip(_boundary_cases(), (4, 1)):
+        before = _device_rows()
+        _same(op, x, g, -1, (F, F, F))
+        assert _device_rows() - before == rows, op
 
 
-def test_msl_refuses_the_backward_ops_with_a_typed_error() -> None:
+def _floating_words(source: str) -> list[str]:
+    """The lines of source that name double or float outside a // comment."""
+    return [line for line in source.splitlines() if re.search(r"\b(double|float)\b", line.split("//")[0])]
+
+
+@pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
+def test_every_language_renders_the_backward_ops(lang: str) -> None:
     x, g = _inputs("softmax", (2, 8), 1)
     for op in OPS:
-        t = backward(op, x, g, -1, (F, F, F), "cpu")
-        with pytest.raises(errors.BackendUnavailableError, match="double"):
-            R.render_tensor(t, None, "msl")
-        k = R.render_tensor(t, None, "opencl")
+        k = R.render_tensor(backward(op, x, g, -1, (F, F, F), "cpu"), None, lang)
         assert k.route == "softmax" and list(k.buffer_names) == ["y", "g", "c", "f"]
         assert f"{op}_backward" in k.name
+        if lang == "msl":  # no double in Metal: the software double's, in integers
+            assert "typedef struct tg_f64" in k.source and _floating_words(k.source) == []
 
 
 # ---- the CUDA emulator -----------------------------------------------------------------------------
@@ -130,11 +143,13 @@ def cuda() -> Any:
 
 
 def emulated(emu: Any, op: str, x: np.ndarray, g: np.ndarray, mix: tuple[str, str, str],
-             mutate: tuple[str, str] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             mutate: tuple[str, str] | None = None,
+             lang: str = "cuda") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the emulated bytes after the host's rerun of the flagged rows, the flags, the CPU's bytes),
-    along the last axis. A rerun row takes the CPU's bytes: the host runs the CPU's row code."""
+    along the last axis, of the kernel in lang ("cuda" or "msl", emu that language's emulator). A
+    rerun row takes the CPU's bytes: the host runs the CPU's row code."""
     t, y, gt = parts(op, x, g, -1, mix, "cpu")
-    k = R.render_tensor(t, None, "cuda")
+    k = R.render_tensor(t, None, lang)
     source = k.source
     if mutate:
         assert mutate[0] in source, mutate[0]
@@ -176,4 +191,51 @@ def test_generated_cuda_gives_the_cpu_bytes(cuda: Any, op: str, mix: tuple[str, 
 def test_a_kernel_that_never_flags_a_row_is_caught(cuda: Any) -> None:
     x, _ = _inputs("softmax", (4, 50), 5)
     got, _, want = emulated(cuda, "softmax", x, np.ones_like(x), (F, F, F), mutate=("f[r] = undecided;", "f[r] = 0u;"))
+    assert not np.array_equal(got, want)
+
+
+# ---- the MSL emulator ------------------------------------------------------------------------------
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("mix", MIXES, ids=["-".join(m) for m in MIXES])
+def test_generated_msl_gives_the_cpu_bytes_and_the_cuda_flags(msl: Any, cuda: Any, op: str,
+                                                              mix: tuple[str, str, str]) -> None:
+    """The software double computes the CUDA kernel's doubles: the same rows flagged, bit for bit
+    the same decided rows (the CPU's), on the CUDA test's cases and the undecided rows."""
+    cases = [(op, *_inputs(op, (6, 37), 7, mask, special))
+             for mask, special in ((False, None), (True, None), (False, np.inf))]
+    flagged = 0
+    for case_op, x, g in cases + [c for c in _boundary_cases() if c[0] == op]:
+        got, flags, want = emulated(msl, case_op, x, g, mix, lang="msl")
+        assert np.array_equal(got, want), (case_op, mix, x.shape)
+        assert np.array_equal(flags, emulated(cuda, case_op, x, g, mix)[1]), (case_op, mix, x.shape)
+        flagged += int(flags.sum())
+    assert flagged > 0  # the flags compared are not all 0
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_catches_a_kernel_that_never_flags_a_row(msl: Any) -> None:
+    op, x, g = _boundary_cases()[0]
+    got, flags, want = emulated(msl, op, x, g, (F, F, F), lang="msl")
+    assert flags.all() and np.array_equal(got, want)
+    got, _, want = emulated(msl, op, x, g, (F, F, F), mutate=("f[r] = undecided;", "f[r] = 0u;"), lang="msl")
+    assert not np.array_equal(got, want)
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_the_msl_emulator_catches_a_software_double_that_never_rounds_up(msl: Any) -> None:
+    """softdouble.h's one rounding routine truncating: every result a double ulp low, and the
+    float32 outputs (tg_f32_d, the same routine) truncated, off the CPU's bytes. (A tie or sticky
+    bit lost moves a double by an ulp the row's bound absorbs: tests/c/test_gpu_softdouble.c
+    catches those bit for bit.)"""
+    x, g = _inputs("softmax", (6, 37), 7)
+    got, _, want = emulated(msl, "softmax", x, g, (F, F, F), lang="msl")
+    assert np.array_equal(got, want)
+    got, _, want = emulated(msl, "softmax", x, g, (F, F, F), lang="msl",
+                            mutate=("q = q + (tg_u64)1u;", "q = q + (tg_u64)0u;"))
     assert not np.array_equal(got, want)

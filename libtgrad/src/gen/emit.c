@@ -144,10 +144,30 @@ void tg_key_view(char *key, size_t cap, const tg_view *v) {
         n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
 }
 
+const char *tg_dk_text(char *buf, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    int n = snprintf(buf, 40, "%.17g", v);
+    if (!strpbrk(buf, ".e")) snprintf(buf + n, 40 - (size_t)n, ".0"); /* a double literal, never an int */
+    char lit[40];
+    memcpy(lit, buf, sizeof lit);
+    snprintf(buf, TG_DK_TEXT, "tg_dk(%s, 0x%016" PRIx64 "ul)", lit, bits);
+    return buf;
+}
+
+void tg_emit_lane_sum(const emitter *e, const char *dst, const char *lanes) {
+    E("    const tg_f64 %s = tg_dadd(tg_dadd(tg_dadd(%s[0], %s[1]), tg_dadd(%s[2], %s[3])),\n", dst, lanes, lanes, lanes, lanes);
+    E("                              tg_dadd(tg_dadd(%s[4], %s[5]), tg_dadd(%s[6], %s[7])));\n", lanes, lanes, lanes, lanes);
+}
+
 void tg_emit_double_head(const emitter *e) {
     if (*e->l->preamble) E("%s", e->l->preamble);
     E("%s", e->l->f64);
     E("typedef %s tg_u64;\n", e->l->u64);
+    if (e->l->soft_f64) {
+        tg_gen_emit_text(e, tg_gen_softdouble_prelude);
+        tg_gen_emit_text(e, tg_gen_softmath_prelude);
+    }
 }
 
 tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind) {

@@ -59,9 +59,18 @@ TG_HIDDEN void tg_launch_1d(const tg_route *r, int64_t numel, struct tgrad_launc
 TG_HIDDEN void tg_emit_launch_line(const emitter *e, const struct tgrad_launch *launch);
 /* Append ";off=<offset>;<extent>:<stride>..." of view v to a kernel-name key. */
 TG_HIDDEN void tg_key_view(char *key, size_t cap, const tg_view *v);
-/* The row kinds' text after their comment: the language's preamble, its double extension, the
- * tg_u64 typedef. */
+/* The double kinds' text after their comment: the language's preamble, its binary64 API (native,
+ * or in MSL the software double), the tg_u64 typedef. */
 TG_HIDDEN void tg_emit_double_head(const emitter *e);
+/* A binary64 constant of the double kinds' text, `tg_dk(<literal>, 0x<bits>ul)` (the literal for
+ * the native languages and the reader, the bits for the software double), in buf (TG_DK_TEXT
+ * bytes); DK(v) gives one in a buffer that lives to the end of the enclosing block. */
+/* `const tg_f64 dst = ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7));` of the array lanes[8]: the
+ * double kinds' eight-lane sums, in the CPU's order. */
+TG_HIDDEN void tg_emit_lane_sum(const emitter *e, const char *dst, const char *lanes);
+#define TG_DK_TEXT 80
+TG_HIDDEN const char *tg_dk_text(char *buf, double v);
+#define DK(v) tg_dk_text((char[TG_DK_TEXT]){ 0 }, (v))
 /* TGRAD_OK where language l has double, else the typed refusal of route's `kind` (MSL). */
 TG_HIDDEN tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind);
 
@@ -126,6 +135,9 @@ extern const char tg_gen_normal_prelude[];
 extern const char tg_gen_softmax_prelude[];
 /* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */
 extern const char tg_gen_norm_prelude[];
+/* kernels/gpu/softdouble.h and softmath.h: binary64 in integers, for a language without double (MSL) */
+extern const char tg_gen_softdouble_prelude[];
+extern const char tg_gen_softmath_prelude[];
 /* kernels/gpu/optim.h's text (the same), pasted after the float32 one into each optimizer kernel */
 extern const char tg_gen_optim_prelude[];
 /* The elementwise prelude of the chain's dtype (float32: after the tg_u64 typedef), when it has ops. */

@@ -60,11 +60,14 @@ typedef struct tg_lang {
     const char *matrix_zero, *matrix_load, *matrix_store, *matrix_mma;
     const char *u64;              /* a 64-bit unsigned integer type (the reductions' tg_u64) */
     const char *constant_decl;    /* a program-scope read-only array with an initializer (random's table) */
-    /* double precision: lines that enable it and define tg_i64 (a 64-bit signed integer) and the
-     * bit casts tg_d_bits (double -> tg_u64), tg_d_of, tg_f_bits (float -> uint), tg_f_of, after
-     * tg_u64 (the softmax kind's kernels, kernels/gpu/softmax.h); NULL: the language has no
-     * double (MSL), and those kernels are refused in it. */
+    /* binary64 for the double kinds (softmax, norms, rope, normal draws): lines that enable it and
+     * define tg_i64 (a 64-bit signed integer), the bit casts and the function-call API over tg_f64
+     * that their kernels are written in (tg_dadd, tg_dk, ...: lang.c's TG_NATIVE_F64_API), pasted
+     * before the tg_u64 typedef; NULL: the language has none, and those kernels are refused. */
     const char *f64;
+    /* the language has no double: the API is kernels/gpu/softdouble.h and softmath.h, binary64 in
+     * integers, pasted after the tg_u64 typedef (MSL) */
+    bool soft_f64;
 } tg_lang;
 
 TG_HIDDEN const tg_lang *tg_lang_find(int32_t id);

@@ -12,6 +12,37 @@
  * (render_tc_cuda.c) on bf16 mma.sync, as the simdgroup spellings here are MSL's. */
 #include "gen.h"
 
+/* binary64 in the function-call form the double kinds' kernels are written in (kernels/gpu/softmax.h,
+ * norm.h, normal.h and the renderers' text): native doubles in OpenCL C and CUDA, one operation per
+ * call (FP_CONTRACT is off; nvcc and NVRTC run with --fmad=false); MSL has no double and pastes
+ * kernels/gpu/softdouble.h and softmath.h instead, which give the same IEEE bits in integers. */
+#define TG_NATIVE_F64_API                                                                         \
+    "typedef double tg_f64;\n"                                                                    \
+    "#define tg_dk(v, b) (v)\n"                                                                   \
+    "#define tg_dadd(a, b) ((a) + (b))\n"                                                         \
+    "#define tg_dsub(a, b) ((a) - (b))\n"                                                         \
+    "#define tg_dmul(a, b) ((a) * (b))\n"                                                         \
+    "#define tg_ddiv(a, b) ((a) / (b))\n"                                                         \
+    "#define tg_dfma(a, b, c) fma(a, b, c)\n"                                                     \
+    "#define tg_dsqrt(a) sqrt(a)\n"                                                               \
+    "#define tg_dneg(a) (-(a))\n"                                                                 \
+    "#define tg_dabs(a) fabs(a)\n"                                                                \
+    "#define tg_dmin(a, b) fmin(a, b)\n"                                                          \
+    "#define tg_dlt(a, b) ((a) < (b))\n"                                                          \
+    "#define tg_dle(a, b) ((a) <= (b))\n"                                                         \
+    "#define tg_dgt(a, b) ((a) > (b))\n"                                                          \
+    "#define tg_dge(a, b) ((a) >= (b))\n"                                                         \
+    "#define tg_deq(a, b) ((a) == (b))\n"                                                         \
+    "#define tg_dne(a, b) ((a) != (b))\n"                                                         \
+    "#define tg_d_f32(u) ((double)tg_f_of(u))\n"                                                  \
+    "#define tg_f32_d(d) tg_f_bits((float)(d))\n"                                                 \
+    "#define tg_d_i64(v) ((double)(v))\n"                                                         \
+    "#define tg_i64_d(d) ((tg_i64)(d))\n"                                                         \
+    "#define tg_dm_log1p(x) log1p(x)\n"                                                           \
+    "#define tg_dm_log(x) log(x)\n"                                                               \
+    "#define tg_dm_sin(x) sin(x)\n"                                                               \
+    "#define tg_dm_cos(x) cos(x)\n"
+
 static const tg_lang langs[] = {
     {
         .id = TGRAD_LANG_MSL,
@@ -52,6 +83,9 @@ static const tg_lang langs[] = {
         .matrix_mma = "simdgroup_multiply_accumulate(%s, %s, %s, %s);",
         .u64 = "ulong",
         .constant_decl = "constant",
+        .f64 = "typedef long tg_i64;\n"
+               "#define tg_dk(v, b) tg_d_of((tg_u64)(b))\n", /* the bits; the literal is for the reader */
+        .soft_f64 = true,
     },
     {
         .id = TGRAD_LANG_OPENCL,
@@ -85,7 +119,7 @@ static const tg_lang langs[] = {
                "#define tg_d_bits(d) as_ulong(d)\n"
                "#define tg_d_of(u) as_double(u)\n"
                "#define tg_f_bits(f) as_uint(f)\n"
-               "#define tg_f_of(u) as_float(u)\n",
+               "#define tg_f_of(u) as_float(u)\n" TG_NATIVE_F64_API,
     },
     {
         .id = TGRAD_LANG_CUDA,
@@ -121,7 +155,7 @@ static const tg_lang langs[] = {
                "#define tg_d_bits(d) ((tg_u64)__double_as_longlong(d))\n"
                "#define tg_d_of(u) __longlong_as_double((long long)(u))\n"
                "#define tg_f_bits(f) __float_as_uint(f)\n"
-               "#define tg_f_of(u) __uint_as_float(u)\n",
+               "#define tg_f_of(u) __uint_as_float(u)\n" TG_NATIVE_F64_API,
     },
 };
 

@@ -1,5 +1,5 @@
-/* The norm route: rms_norm and layer_norm over the trailing axes, one thread per row, in double
- * (OpenCL C with cl_khr_fp64, CUDA; MSL has no double and is refused). Each row's thread does what
+/* The norm route: rms_norm and layer_norm over the trailing axes, one thread per row, in binary64
+ * (native in OpenCL C and CUDA, kernels/gpu/softdouble.h in MSL). Each row's thread does what
  * the CPU's norm loops do (kernels/cpu/norm_loops.h, through kernels/gpu/norm.h): the sums in eight
  * lanes (j mod 8), the bounds of ops/norm.c; it writes each element whose bound decides its
  * rounding, and flags the row (f[r] = 1) when an element is left undecided or the row's bound does
@@ -95,9 +95,9 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
     E("    const %s r = gx * %d + li;\n", e->it, (int)T);
     E("    if (r >= %" PRId64 ")\n        return;\n", rows);
     E("    const %s base = r * %" PRId64 ";\n", e->it, n);
-    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
-    E("    const double eps = %.17g, dn = %" PRId64 ".0;\n", p->eps, n);
-    E("    const double inf = tg_d_of((tg_u64)0x7ff00000u << 32);\n");
+    E("    const tg_f64 U = %s; // 2^-53\n", DK(0x1p-53));
+    E("    const tg_f64 eps = %s, dn = %s;\n", DK(p->eps), DK((double)n));
+    E("    const tg_f64 inf = tg_d_of((tg_u64)0x7ff00000u << 32), zero = %s, one = %s;\n", DK(0.0), DK(1.0));
     const int64_t n8 = n / 8 * 8;
     const char *X = "tg_nm_bf((uint)x[tg_x_at(base + %s)])";
     char xl[96], xi[96];
@@ -107,48 +107,58 @@ tgrad_status tg_gen_render_norm(const tg_lang *l, const tg_gen_norm *p, tg_text 
 #define LANES(body)                                                                                                     \
     do {                                                                                                                \
         E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);                   \
-        E("            const double v = %s;\n%s        }\n", xl, body);                                              \
+        E("            const tg_f64 v = %s;\n%s        }\n", xl, body);                                              \
         E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n", n8, (int)(n - n8));                          \
-        E("        const double v = %s;\n    %s    }\n", xl, body);                                                  \
+        E("        const tg_f64 v = %s;\n    %s    }\n", xl, body);                                                  \
     } while (0)
     E("    %s j;\n", e->it);
     E("    uint undecided = 0u;\n");
     if (rms) {
-        E("    double a[8];\n    for (int l = 0; l < 8; l++)\n        a[l] = 0.0;\n");
-        LANES("            a[l] += v * v;\n");
-        E("    const double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));\n");
-        E("    const double rr = s / dn + eps, inv = 1.0 / sqrt(rr);\n");
-        E("    if (!(fabs(s) < inf) || !(rr > 0.0)) { // outside the bound's domain: the host's\n");
+        E("    tg_f64 a[8];\n    for (int l = 0; l < 8; l++)\n        a[l] = zero;\n");
+        LANES("            a[l] = tg_dadd(a[l], tg_dmul(v, v));\n");
+        tg_emit_lane_sum(e, "s", "a");
+        E("    const tg_f64 rr = tg_dadd(tg_ddiv(s, dn), eps), inv = tg_ddiv(one, tg_dsqrt(rr));\n");
+        E("    if (!tg_dlt(tg_dabs(s), inf) || !tg_dgt(rr, zero)) { // outside the bound's domain: the host's\n");
         E("        f[r] = 1u;\n        return;\n    }\n");
-        E("    const double rel = (dn + 16.0) * U;\n");
+        E("    const tg_f64 rel = tg_dmul(tg_dadd(dn, %s), U);\n", DK(16.0));
         E("    for (%s i = 0; i < %" PRId64 "; i++) {\n", e->it, n);
-        E("        const double y = %s * %s * inv;\n", xi, p->has_w ? "tg_nm_bf((uint)w[tg_w_at(i)])" : "1.0");
-        E("        const tg_u64 d = tg_nm_fast(y, fabs(y) * rel);\n");
+        if (p->has_w) E("        const tg_f64 y = tg_dmul(tg_dmul(%s, tg_nm_bf((uint)w[tg_w_at(i)])), inv);\n", xi);
+        else E("        const tg_f64 y = tg_dmul(%s, inv);\n", xi);
+        E("        const tg_u64 d = tg_nm_fast(y, tg_dmul(tg_dabs(y), rel));\n");
         E("        c[base + i] = (ushort)d;\n        undecided |= (uint)(d >> 32);\n    }\n");
     } else {
-        E("    double a[8], b8[8];\n    for (int l = 0; l < 8; l++) {\n        a[l] = 0.0;\n        b8[l] = 0.0;\n    }\n");
-        LANES("            a[l] += v;\n            b8[l] += fabs(v);\n");
-        E("    const double sx = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));\n");
-        E("    const double sa = ((b8[0] + b8[1]) + (b8[2] + b8[3])) + ((b8[4] + b8[5]) + (b8[6] + b8[7]));\n");
-        E("    const double mu = sx / dn;\n");
-        E("    const double delta = (dn + 4.0) * U * (sa / dn) * 1.01; // |mu - the exact mean| <= delta\n");
-        E("    for (int l = 0; l < 8; l++)\n        a[l] = 0.0;\n");
-        LANES("            a[l] += (v - mu) * (v - mu);\n");
-        E("    const double q = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));\n");
-        E("    const double rmid = q / dn + eps, inv = 1.0 / sqrt(rmid);\n");
-        E("    const double g = (dn + 4.0) * U * 1.01;\n");
-        E("    const double rlo = ((q / (1.0 + g) - dn * delta * delta) / dn + eps) * (1.0 - 4.0 * U);\n");
-        E("    const double rhi = ((q / (1.0 - g)) / dn + eps) * (1.0 + 4.0 * U);\n");
-        E("    const bool bounded = fabs(sa) < inf && fabs(q) < inf && rlo > 0.0 && rhi < inf;\n");
-        E("    const double rho = bounded ? 0.5 * ((rhi - rlo) / rlo) * 1.01 + 4.0 * U : inf;\n");
-        E("    if (!bounded || !(rho <= 0.0009765625)) { // no bound (or a wide one): the host's\n");
+        E("    const tg_f64 U4 = tg_dmul(%s, U), M101 = %s;\n", DK(4.0), DK(1.01));
+        E("    tg_f64 a[8], b8[8];\n    for (int l = 0; l < 8; l++) {\n        a[l] = zero;\n        b8[l] = zero;\n    }\n");
+        LANES("            a[l] = tg_dadd(a[l], v);\n            b8[l] = tg_dadd(b8[l], tg_dabs(v));\n");
+        tg_emit_lane_sum(e, "sx", "a");
+        tg_emit_lane_sum(e, "sa", "b8");
+        E("    const tg_f64 mu = tg_ddiv(sx, dn);\n");
+        E("    const tg_f64 g = tg_dmul(tg_dmul(tg_dadd(dn, %s), U), M101); // (n + 4) U 1.01\n", DK(4.0));
+        E("    const tg_f64 delta = tg_dmul(tg_dmul(tg_dmul(tg_dadd(dn, %s), U), tg_ddiv(sa, dn)), M101); // |mu - the exact mean| <= delta\n",
+          DK(4.0));
+        E("    for (int l = 0; l < 8; l++)\n        a[l] = zero;\n");
+        LANES("            a[l] = tg_dadd(a[l], tg_dmul(tg_dsub(v, mu), tg_dsub(v, mu)));\n");
+        tg_emit_lane_sum(e, "q", "a");
+        E("    const tg_f64 rmid = tg_dadd(tg_ddiv(q, dn), eps), inv = tg_ddiv(one, tg_dsqrt(rmid));\n");
+        E("    // rlo = ((q / (1 + g) - n delta^2) / n + eps) (1 - 4U), rhi = ((q / (1 - g)) / n + eps) (1 + 4U)\n");
+        E("    const tg_f64 qlo = tg_dsub(tg_ddiv(q, tg_dadd(one, g)), tg_dmul(tg_dmul(dn, delta), delta));\n");
+        E("    const tg_f64 rlo = tg_dmul(tg_dadd(tg_ddiv(qlo, dn), eps), tg_dsub(one, U4));\n");
+        E("    const tg_f64 rhi = tg_dmul(tg_dadd(tg_ddiv(tg_ddiv(q, tg_dsub(one, g)), dn), eps), tg_dadd(one, U4));\n");
+        E("    const bool bounded = tg_dlt(tg_dabs(sa), inf) && tg_dlt(tg_dabs(q), inf) && tg_dgt(rlo, zero) && tg_dlt(rhi, inf);\n");
+        E("    // rho = 0.5 ((rhi - rlo) / rlo) 1.01 + 4U\n");
+        E("    const tg_f64 rho = bounded ? tg_dadd(tg_dmul(tg_dmul(%s, tg_ddiv(tg_dsub(rhi, rlo), rlo)), M101), U4) : inf;\n",
+          DK(0.5));
+        E("    if (!bounded || !tg_dle(rho, %s)) { // no bound (or a wide one): the host's\n", DK(0x1p-10));
         E("        f[r] = 1u;\n        return;\n    }\n");
-        E("    const double c1 = (rho + 5.0 * U) * 1.01, c2 = delta * (1.0 + rho + U) * 1.01;\n");
+        E("    const tg_f64 c1 = tg_dmul(tg_dadd(rho, tg_dmul(%s, U)), M101);\n", DK(5.0));
+        E("    const tg_f64 c2 = tg_dmul(tg_dmul(delta, tg_dadd(tg_dadd(one, rho), U)), M101);\n");
         E("    for (%s i = 0; i < %" PRId64 "; i++) {\n", e->it, n);
-        E("        const double wi = %s, bi = %s;\n", p->has_w ? "tg_nm_bf((uint)w[tg_w_at(i)])" : "1.0",
-          p->has_b ? "tg_nm_bf((uint)b[tg_b_at(i)])" : "0.0");
-        E("        const double dx = %s - mu, y = wi * dx * inv + bi;\n", xi);
-        E("        const double err = fabs(wi) * inv * (fabs(dx) * c1 + c2) + fabs(y) * 2.0 * U;\n");
+        E("        const tg_f64 wi = %s, bi = %s;\n", p->has_w ? "tg_nm_bf((uint)w[tg_w_at(i)])" : "one",
+          p->has_b ? "tg_nm_bf((uint)b[tg_b_at(i)])" : "zero");
+        E("        const tg_f64 dx = tg_dsub(%s, mu), y = tg_dadd(tg_dmul(tg_dmul(wi, dx), inv), bi);\n", xi);
+        E("        // err = |wi| inv (|dx| c1 + c2) + |y| 2 U\n");
+        E("        const tg_f64 ew = tg_dmul(tg_dmul(tg_dabs(wi), inv), tg_dadd(tg_dmul(tg_dabs(dx), c1), c2));\n");
+        E("        const tg_f64 err = tg_dadd(ew, tg_dmul(tg_dmul(tg_dabs(y), %s), U));\n", DK(2.0));
         E("        const tg_u64 d = tg_nm_fast(y, err);\n");
         E("        c[base + i] = (ushort)d;\n        undecided |= (uint)(d >> 32);\n    }\n");
     }

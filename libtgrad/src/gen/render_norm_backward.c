@@ -1,6 +1,6 @@
 /* The norm route's derivatives: rms_norm_backward and layer_norm_backward over the trailing axes
- * (the input's gradient), one thread per row, in double (OpenCL C with cl_khr_fp64, CUDA; MSL has
- * none and is refused). Each row's thread does what the CPU's rows do (ops/norm_backward.c,
+ * (the input's gradient), one thread per row, in binary64 (native in OpenCL C and CUDA, kernels/gpu/
+ * softdouble.h in MSL). Each row's thread does what the CPU's rows do (ops/norm_backward.c,
  * rms_row and layer_row, through kernels/cpu/norm_backward_loops.h's formulas): the sums (the
  * bound holds for any order), the row's constants and their bounds, then each element's value and
  * bound, written where both ends of its interval round alike to a nonzero value. The row is
@@ -48,7 +48,7 @@ static const char *elem(int32_t dt) { return dt == TGRAD_DTYPE_BF16 ? "ushort" :
 
 /* A double load of element `at` of buffer `buf` (bf16 or float32 bits). */
 static void load_expr(char *dst, size_t cap, const char *buf, const char *fn, const char *at, int32_t dt) {
-    snprintf(dst, cap, dt == TGRAD_DTYPE_BF16 ? "(double)tg_f_of((uint)%s[%s(%s)] << 16)" : "(double)tg_f_of(%s[%s(%s)])",
+    snprintf(dst, cap, dt == TGRAD_DTYPE_BF16 ? "tg_d_f32((uint)%s[%s(%s)] << 16)" : "tg_d_f32(%s[%s(%s)])",
              buf, fn, at);
 }
 
@@ -57,38 +57,51 @@ static void load_expr(char *dst, size_t cap, const char *buf, const char *fn, co
 static void emit_constants(const emitter *e, bool layer, const char *X, const char *GW) {
     E("    %s j;\n", e->it);
     if (!layer) {
-        E("    double q = 0.0, sg = 0.0, sa = 0.0; // sum x^2, sum gw x, sum |gw x|\n");
-        E("    for (j = 0; j < n; j++) {\n        const double xv = %s, p = %s * xv;\n", X, GW);
-        E("        q += xv * xv;\n        sg += p;\n        sa += fabs(p);\n    }\n");
-        E("    const double d = q + dn * eps;\n");
-        E("    if (!(fabs(q) < inf) || !(fabs(sa) < inf) || !(d > 0.0)) { // the IEEE formula: the host's\n");
+        E("    tg_f64 q = zero, sg = zero, sa = zero; // sum x^2, sum gw x, sum |gw x|\n");
+        E("    for (j = 0; j < n; j++) {\n        const tg_f64 xv = %s, p = tg_dmul(%s, xv);\n", X, GW);
+        E("        q = tg_dadd(q, tg_dmul(xv, xv));\n        sg = tg_dadd(sg, p);\n        sa = tg_dadd(sa, tg_dabs(p));\n"
+          "    }\n");
+        E("    const tg_f64 d = tg_dadd(q, tg_dmul(dn, eps));\n");
+        E("    if (!tg_dlt(tg_dabs(q), inf) || !tg_dlt(tg_dabs(sa), inf) || !tg_dgt(d, zero)) { // the IEEE formula: the host's\n");
         E("        f[r] = 1u;\n        return;\n    }\n");
-        E("    const double dd = (dn + 1.0) * U * 1.01, es = dn * U * sa * 1.01;\n");
-        E("    const double mu = 0.0, a = 0.0, ea = 0.0, delta = 0.0;\n");
-        E("    const double kc = sg / d, rinv = 1.0 / sqrt(d / dn), rho = (dn + 6.0) * U * 0.5 * 1.02;\n");
-        E("    const double ec = (es / d + fabs(kc) * (dd + U)) * 1.01;\n");
-        E("    if (!(rho <= 0.0009765625)) { // a wide bound: every element exact, the host's\n");
+        E("    const tg_f64 dd = tg_dmul(tg_dmul(tg_dadd(dn, one), U), M101), es = tg_dmul(tg_dmul(tg_dmul(dn, U), sa), M101);\n");
+        E("    const tg_f64 mu = zero, a = zero, ea = zero, delta = zero;\n");
+        E("    const tg_f64 kc = tg_ddiv(sg, d), rinv = tg_ddiv(one, tg_dsqrt(tg_ddiv(d, dn)));\n");
+        E("    const tg_f64 rho = tg_dmul(tg_dmul(tg_dmul(tg_dadd(dn, %s), U), %s), %s); // (n + 6) U 0.5 1.02\n", DK(6.0),
+          DK(0.5), DK(1.02));
+        E("    const tg_f64 ec = tg_dmul(tg_dadd(tg_ddiv(es, d), tg_dmul(tg_dabs(kc), tg_dadd(dd, U))), M101);\n");
+        E("    if (!tg_dle(rho, %s)) { // a wide bound: every element exact, the host's\n", DK(0x1p-10));
         E("        f[r] = 1u;\n        return;\n    }\n");
         return;
     }
-    E("    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0; // sum x, |x|, gw, |gw|\n");
-    E("    for (j = 0; j < n; j++) {\n        const double xv = %s, gv = %s;\n", X, GW);
-    E("        s0 += xv;\n        s1 += fabs(xv);\n        s2 += gv;\n        s3 += fabs(gv);\n    }\n");
-    E("    const double mu = s0 / dn;\n");
-    E("    double q = 0.0, m = 0.0, bb = 0.0; // sum (x - mu)^2, sum gw (x - mu), sum |gw (x - mu)|\n");
-    E("    for (j = 0; j < n; j++) {\n        const double dv = %s - mu, p = %s * dv;\n", X, GW);
-    E("        q += dv * dv;\n        m += p;\n        bb += fabs(p);\n    }\n");
-    E("    if (!(fabs(s1) < inf) || !(fabs(s3) < inf) || !(fabs(q) < inf) || !(fabs(bb) < inf)) { // the host's\n");
+    E("    tg_f64 s0 = zero, s1 = zero, s2 = zero, s3 = zero; // sum x, |x|, gw, |gw|\n");
+    E("    for (j = 0; j < n; j++) {\n        const tg_f64 xv = %s, gv = %s;\n", X, GW);
+    E("        s0 = tg_dadd(s0, xv);\n        s1 = tg_dadd(s1, tg_dabs(xv));\n        s2 = tg_dadd(s2, gv);\n"
+      "        s3 = tg_dadd(s3, tg_dabs(gv));\n    }\n");
+    E("    const tg_f64 mu = tg_ddiv(s0, dn);\n");
+    E("    tg_f64 q = zero, m = zero, bb = zero; // sum (x - mu)^2, sum gw (x - mu), sum |gw (x - mu)|\n");
+    E("    for (j = 0; j < n; j++) {\n        const tg_f64 dv = tg_dsub(%s, mu), p = tg_dmul(%s, dv);\n", X, GW);
+    E("        q = tg_dadd(q, tg_dmul(dv, dv));\n        m = tg_dadd(m, p);\n        bb = tg_dadd(bb, tg_dabs(p));\n    }\n");
+    E("    if (!tg_dlt(tg_dabs(s1), inf) || !tg_dlt(tg_dabs(s3), inf) || !tg_dlt(tg_dabs(q), inf) ||\n"
+      "        !tg_dlt(tg_dabs(bb), inf)) { // the host's\n");
     E("        f[r] = 1u;\n        return;\n    }\n");
-    E("    const double delta = (dn + 4.0) * U * (s1 / dn) * 1.01, gq = (dn + 4.0) * U * 1.01;\n");
-    E("    const double rlo = ((q / (1.0 + gq) - dn * delta * delta) / dn + eps) * (1.0 - 4.0 * U);\n");
-    E("    const double rhi = ((q / (1.0 - gq)) / dn + eps) * (1.0 + 4.0 * U);\n");
-    E("    const double rho = rlo > 0.0 && rhi < inf ? 0.5 * ((rhi - rlo) / rlo) * 1.01 + 4.0 * U : inf;\n");
-    E("    const double d = q + dn * eps, em = (delta * s3 + (dn + 1.0) * U * bb) * 1.02;\n");
-    E("    if (!(rho <= 0.0009765625) || !(d > 0.0)) { // no bound: every element exact, the host's\n");
+    E("    const tg_f64 n4U = tg_dmul(tg_dadd(dn, %s), U), n1U = tg_dmul(tg_dadd(dn, one), U);\n", DK(4.0));
+    E("    const tg_f64 delta = tg_dmul(tg_dmul(n4U, tg_ddiv(s1, dn)), M101), gq = tg_dmul(n4U, M101);\n");
+    E("    // rlo = ((q / (1 + gq) - n delta^2) / n + eps) (1 - 4U), rhi = ((q / (1 - gq)) / n + eps) (1 + 4U)\n");
+    E("    const tg_f64 qlo = tg_dsub(tg_ddiv(q, tg_dadd(one, gq)), tg_dmul(tg_dmul(dn, delta), delta));\n");
+    E("    const tg_f64 rlo = tg_dmul(tg_dadd(tg_ddiv(qlo, dn), eps), tg_dsub(one, U4));\n");
+    E("    const tg_f64 rhi = tg_dmul(tg_dadd(tg_ddiv(tg_ddiv(q, tg_dsub(one, gq)), dn), eps), tg_dadd(one, U4));\n");
+    E("    const tg_f64 rho = tg_dgt(rlo, zero) && tg_dlt(rhi, inf)\n"
+      "                           ? tg_dadd(tg_dmul(tg_dmul(%s, tg_ddiv(tg_dsub(rhi, rlo), rlo)), M101), U4) : inf;\n",
+      DK(0.5));
+    E("    const tg_f64 d = tg_dadd(q, tg_dmul(dn, eps));\n");
+    E("    const tg_f64 em = tg_dmul(tg_dadd(tg_dmul(delta, s3), tg_dmul(n1U, bb)), %s);\n", DK(1.02));
+    E("    if (!tg_dle(rho, %s) || !tg_dgt(d, zero)) { // no bound: every element exact, the host's\n", DK(0x1p-10));
     E("        f[r] = 1u;\n        return;\n    }\n");
-    E("    const double a = s2 / dn, kc = m / d, rinv = 1.0 / sqrt(d / dn), ea = (dn + 1.0) * U * (s3 / dn) * 1.01;\n");
-    E("    const double ec = (em / d + fabs(kc) * (2.0 * rho + U)) * 1.01;\n");
+    E("    const tg_f64 a = tg_ddiv(s2, dn), kc = tg_ddiv(m, d), rinv = tg_ddiv(one, tg_dsqrt(tg_ddiv(d, dn)));\n");
+    E("    const tg_f64 ea = tg_dmul(tg_dmul(n1U, tg_ddiv(s3, dn)), M101);\n");
+    E("    const tg_f64 ec = tg_dmul(tg_dadd(tg_ddiv(em, d), tg_dmul(tg_dabs(kc), tg_dadd(tg_dmul(%s, rho), U))), M101);\n",
+      DK(2.0));
 }
 
 tgrad_status tg_gen_render_norm_backward(const tg_lang *l, const tg_gen_norm_backward *p, tg_text *t,
@@ -144,8 +157,9 @@ tgrad_status tg_gen_render_norm_backward(const tg_lang *l, const tg_gen_norm_bac
     E("    const %s r = gx * %d + li;\n", e->it, (int)T);
     E("    if (r >= %" PRId64 ")\n        return;\n", rows);
     E("    const %s base = r * %" PRId64 ", n = %" PRId64 ";\n", e->it, n, n);
-    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
-    E("    const double eps = %.17g, dn = %" PRId64 ".0, inf = tg_sm_inf();\n", p->eps, n);
+    E("    const tg_f64 U = %s, U4 = tg_dmul(%s, U); // 2^-53\n", DK(0x1p-53), DK(4.0));
+    E("    const tg_f64 eps = %s, dn = %s, inf = tg_sm_inf();\n", DK(p->eps), DK((double)n));
+    E("    const tg_f64 zero = %s, one = %s, M101 = %s;\n", DK(0.0), DK(1.0), DK(1.01));
     char xj[128], gj[128], wj[128], gwj[300], xi[128], gi[128], wi[128], gwi[300];
     load_expr(xj, sizeof xj, "x", "tg_x_at", "base + j", p->x_dtype);
     load_expr(gj, sizeof gj, "g", "tg_g_at", "base + j", p->g_dtype);
@@ -154,8 +168,8 @@ tgrad_status tg_gen_render_norm_backward(const tg_lang *l, const tg_gen_norm_bac
     if (p->has_w) {
         load_expr(wj, sizeof wj, "w", "tg_w_at", "j", p->w_dtype);
         load_expr(wi, sizeof wi, "w", "tg_w_at", "i", p->w_dtype);
-        snprintf(gwj, sizeof gwj, "(%s * %s)", gj, wj); /* exact: two 24-bit significands */
-        snprintf(gwi, sizeof gwi, "(%s * %s)", gi, wi);
+        snprintf(gwj, sizeof gwj, "tg_dmul(%s, %s)", gj, wj); /* exact: two 24-bit significands */
+        snprintf(gwi, sizeof gwi, "tg_dmul(%s, %s)", gi, wi);
     } else {
         snprintf(gwj, sizeof gwj, "%s", gj);
         snprintf(gwi, sizeof gwi, "%s", gi);
@@ -164,12 +178,18 @@ tgrad_status tg_gen_render_norm_backward(const tg_lang *l, const tg_gen_norm_bac
     const uint32_t bf = out_bf16 ? 1u : 0u;
     E("    uint undecided = 0u;\n");
     E("    for (%s i = 0; i < n; i++) {\n", e->it);
-    E("        const double dv = %s - mu, ga = %s - a, xc = dv * kc, t = ga - xc, vi = rinv * t;\n", xi, gwi);
-    E("        const double et = (ea + delta * (fabs(kc) + ec) + fabs(dv) * ec + U * (fabs(ga) + 2.0 * fabs(xc) + "
-      "fabs(t))) * 1.02;\n");
-    E("        const double ei = (rinv * (et + rho * (fabs(t) + et)) + 4.0 * U * fabs(vi)) * 1.1 + "
-      "9.332636185032189e-302;\n");
-    E("        const uint lo = tg_sm_round(vi - ei, %uu), hi = tg_sm_round(vi + ei, %uu);\n", bf, bf);
+    E("        const tg_f64 dv = tg_dsub(%s, mu), ga = tg_dsub(%s, a), xc = tg_dmul(dv, kc);\n", xi, gwi);
+    E("        const tg_f64 t = tg_dsub(ga, xc), vi = tg_dmul(rinv, t);\n");
+    E("        // et = (ea + delta (|kc| + ec) + |dv| ec + U (|ga| + 2 |xc| + |t|)) 1.02\n");
+    E("        const tg_f64 e2 = tg_dadd(tg_dadd(ea, tg_dmul(delta, tg_dadd(tg_dabs(kc), ec))), tg_dmul(tg_dabs(dv), ec));\n");
+    E("        const tg_f64 eu = tg_dmul(U, tg_dadd(tg_dadd(tg_dabs(ga), tg_dmul(%s, tg_dabs(xc))), tg_dabs(t)));\n",
+      DK(2.0));
+    E("        const tg_f64 et = tg_dmul(tg_dadd(e2, eu), %s);\n", DK(1.02));
+    E("        // ei = (rinv (et + rho (|t| + et)) + 4U |vi|) 1.1 + 2^-1000\n");
+    E("        const tg_f64 er = tg_dmul(rinv, tg_dadd(et, tg_dmul(rho, tg_dadd(tg_dabs(t), et))));\n");
+    E("        const tg_f64 ei = tg_dadd(tg_dmul(tg_dadd(er, tg_dmul(U4, tg_dabs(vi))), %s), %s);\n", DK(1.1),
+      DK(0x1p-1000));
+    E("        const uint lo = tg_sm_round(tg_dsub(vi, ei), %uu), hi = tg_sm_round(tg_dadd(vi, ei), %uu);\n", bf, bf);
     E("        const bool ok = lo == hi && (lo & %s) != 0u;\n", out_bf16 ? "0x7fffu" : "0x7fffffffu");
     E("        c[base + i] = %slo;\n        undecided |= ok ? 0u : 1u;\n    }\n", out_bf16 ? "(ushort)" : "");
     E("    f[r] = undecided;\n}\n");

@@ -7,13 +7,13 @@
  *    exact low + (high - low) k 2^-8 rounded once, computed on the host by the CPU executor's own
  *    function (tg_random_uniform_bits) and written into the kernel as a constant table;
  *  - randint: low + floor(x n / 2^64) (tg_philox_below);
- *  - normal: one thread per Philox call (four values, two Box-Muller pairs) in double
- *    (kernels/gpu/normal.h; OpenCL C and CUDA, MSL has no double), each value decided within the
- *    CPU's window; a call with an undecided value is flagged and drawn again on the host by the
+ *  - normal: one thread per Philox call (four values, two Box-Muller pairs) in binary64
+ *    (kernels/gpu/normal.h; native in OpenCL C and CUDA, kernels/gpu/softdouble.h and softmath.h
+ *    in MSL), each value decided within the CPU's window; a call with an undecided value is flagged and drawn again on the host by the
  *    CPU's code (tg_random_calls_on_host).
  * Not rendered (tg_gen_check_random refuses; tgrad_random refuses them on a GPU device before
  * anything is made): float32 uniform(low, high) other than [0, 1), whose exact value needs wider
- * integers than the languages share (2^24 values: no table), and normal in MSL. */
+ * integers than the languages share (2^24 values: no table). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,8 +118,8 @@ static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_t
     E("    for (uint j = 0u; j < 4u; j++) {\n");
     E("        const tg_u64 i = (call << 2 | (tg_u64)j) - off; // the value's element (mod 2^64)\n");
     E("        if (i >= %s)\n            continue;\n", num);
-    E("        const tg_u64 v = tg_normal_value(w.w[j & 2u], w.w[(j & 2u) + 1u], j & 1u, %.17g, %.17g, %du);\n",
-      p->p0, p->p1, bf16 ? 1 : 0);
+    E("        const tg_u64 v = tg_normal_value(w.w[j & 2u], w.w[(j & 2u) + 1u], j & 1u, %s, %s, %du);\n", DK(p->p0),
+      DK(p->p1), bf16 ? 1 : 0);
     E("        flag |= (uint)(v >> 32);\n");
     E("        c[i] = (%s)v;\n", bf16 ? "ushort" : "uint");
     E("    }\n");

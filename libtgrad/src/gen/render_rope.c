@@ -1,12 +1,13 @@
-/* The rope route: rope and rope_backward, one thread per (row, position), in double (OpenCL C with
- * cl_khr_fp64, CUDA; MSL has no double and is refused). Each thread rotates its position's pairs
+/* The rope route: rope and rope_backward, one thread per (row, position), in binary64 (native in
+ * OpenCL C and CUDA, kernels/gpu/softdouble.h in MSL). Each thread rotates its position's pairs
  * as the CPU does (ops/rope.c, pair): theta = p f_i in double, cos and sin of it, y1 = x1 c - x2 s,
  * y2 = x2 c + x1 s, each written where its bound decides its bf16 rounding (kernels/gpu/norm.h's
  * tg_nm_fast). The bound is the CPU's with the device's sin and cos: E = 3u |theta| + 2^-49 (the
  * CPU's 2^-51 assumes glibc's 1 ulp; OpenCL allows 4 ulp, CUDA documents 2: 4 ulp of a value of
- * magnitude <= 1 is <= 2^-50, and 2^-49 leaves a factor of 2). A position with an undecided element
- * or a non-finite input is flagged and rerun on the host by the CPU's own code
- * (tg_rope_rows_on_host). */
+ * magnitude <= 1 is <= 2^-50, and 2^-49 leaves a factor of 2; MSL's are kernels/gpu/softmath.h's,
+ * within 2^-52 for |theta| <= 2^32 and NaN beyond, which leaves the element undecided). A position
+ * with an undecided element or a non-finite input is flagged and rerun on the host by the CPU's own
+ * code (tg_rope_rows_on_host). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,13 +79,16 @@ tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text 
     tg_emit_launch_line(e, launch);
     tg_emit_double_head(e);
     tg_gen_emit_text(e, tg_gen_norm_prelude);
-    if (!p->has_f) {
-        E("%s double tg_rope_f[%d] = {", l->constant_decl, half);
+    if (!p->has_f) { /* f_i's binary64 bits (the value in the comment) */
+        E("%s tg_u64 tg_rope_f[%d] = {\n", l->constant_decl, half);
         for (int32_t i = 0; i < half; i++) {
             double f = tg_rope_freq(p->base, i, p->rd);
-            E("%s%.17g", i % 4 ? ", " : i ? ",\n    " : "\n    ", p->backward ? -f : f);
+            f = p->backward ? -f : f;
+            uint64_t bits;
+            memcpy(&bits, &f, sizeof bits);
+            E("    0x%016" PRIx64 "ul, // %.17g\n", bits, f);
         }
-        E("\n};\n\n");
+        E("};\n\n");
     }
     tg_emit_index_fn(e, "tg_x_at", &p->x);
     tg_emit_index_fn(e, "tg_pos_at", &p->pos);
@@ -109,24 +113,27 @@ tgrad_status tg_gen_render_rope(const tg_lang *l, const tg_gen_rope *p, tg_text 
     else E("    const int p = (int)pos[tg_pos_at(l)];\n");
     E("    (void)r;\n");
     E("    const %s base = q * %" PRId64 ";\n", e->it, d);
-    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
-    E("    const double inf = tg_d_of((tg_u64)0x7ff00000u << 32);\n");
+    E("    const tg_f64 U = %s, zero = %s; // 2^-53\n", DK(0x1p-53), DK(0.0));
+    E("    const tg_f64 inf = tg_d_of((tg_u64)0x7ff00000u << 32);\n");
     E("    uint undecided = 0u;\n");
     E("    for (int i = 0; i < %d; i++) {\n", half);
     if (p->interleaved) E("        const %s ia = 2 * i, ib = 2 * i + 1;\n", e->it);
     else E("        const %s ia = i, ib = i + %d;\n", e->it, half);
     E("        const uint a = (uint)x[tg_x_at(base + ia)], b = (uint)x[tg_x_at(base + ib)];\n");
-    if (p->has_f) E("        const double fi = %s(double)tg_f_of(inv[tg_inv_at(i)]);\n", p->backward ? "-" : "");
-    else E("        const double fi = tg_rope_f[i];\n");
-    E("        const double x1 = tg_nm_bf(a), x2 = tg_nm_bf(b);\n");
-    E("        if (!(fabs(x1) < inf) || !(fabs(x2) < inf)) { // IEEE's formula: the host's\n");
+    if (p->has_f) E("        const tg_f64 fi = %stg_d_f32(inv[tg_inv_at(i)])%s;\n", p->backward ? "tg_dneg(" : "",
+                    p->backward ? ")" : "");
+    else E("        const tg_f64 fi = tg_d_of(tg_rope_f[i]);\n");
+    E("        const tg_f64 x1 = tg_nm_bf(a), x2 = tg_nm_bf(b);\n");
+    E("        if (!tg_dlt(tg_dabs(x1), inf) || !tg_dlt(tg_dabs(x2), inf)) { // IEEE's formula: the host's\n");
     E("            undecided = 1u;\n            continue;\n        }\n");
-    E("        if (p == 0 || fi == 0.0) { // theta = 0: the values themselves\n");
+    E("        if (p == 0 || tg_deq(fi, zero)) { // theta = 0: the values themselves\n");
     E("            c[base + ia] = (ushort)a;\n            c[base + ib] = (ushort)b;\n            continue;\n        }\n");
-    E("        const double th = (double)p * fi, cs = cos(th), sn = sin(th);\n");
-    E("        const double y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;\n");
-    E("        const double E = 3.0 * U * fabs(th) + 1.7763568394002505e-15; // 2^-49: the device's sin and cos\n");
-    E("        const double err = (fabs(x1) + fabs(x2)) * (E + 4.0 * U) * 1.01;\n");
+    E("        const tg_f64 th = tg_dmul(tg_d_i64((tg_i64)p), fi), cs = tg_dm_cos(th), sn = tg_dm_sin(th);\n");
+    E("        const tg_f64 y1 = tg_dsub(tg_dmul(x1, cs), tg_dmul(x2, sn)), y2 = tg_dadd(tg_dmul(x2, cs), tg_dmul(x1, sn));\n");
+    E("        // E = 3U |theta| + 2^-49 (the device's sin and cos), err = (|x1| + |x2|) (E + 4U) 1.01\n");
+    E("        const tg_f64 E = tg_dadd(tg_dmul(tg_dmul(%s, U), tg_dabs(th)), %s);\n", DK(3.0), DK(0x1p-49));
+    E("        const tg_f64 err = tg_dmul(tg_dmul(tg_dadd(tg_dabs(x1), tg_dabs(x2)), tg_dadd(E, tg_dmul(%s, U))), %s);\n",
+      DK(4.0), DK(1.01));
     E("        const tg_u64 d1 = tg_nm_fast(y1, err), d2 = tg_nm_fast(y2, err);\n");
     E("        c[base + ia] = (ushort)d1;\n        c[base + ib] = (ushort)d2;\n");
     E("        undecided |= (uint)(d1 >> 32) | (uint)(d2 >> 32);\n    }\n");

@@ -1,5 +1,6 @@
 /* The softmax route: softmax, log_softmax and logsumexp along one axis, one thread per row, in
- * double (OpenCL C with cl_khr_fp64, CUDA; MSL has no double and is refused). Each row's thread
+ * binary64 (native in OpenCL C with cl_khr_fp64 and CUDA, the software double of kernels/gpu/
+ * softdouble.h in MSL: the same bits, written once in its function-call form). Each row's thread
  * does what the CPU's row loops do (kernels/cpu/softmax_rows.h, through kernels/gpu/softmax.h):
  * the scan and the sum in eight lanes (j mod 8), the exp polynomial, the bounds of ops/softmax.c;
  * it writes each element whose bound decides its rounding, and flags the row (f[r] = 1) when an
@@ -118,21 +119,21 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     }
     emit_row_offset(e, p);
     char load[160];
-    snprintf(load, sizeof load, in_bf16 ? "(double)tg_f_of((uint)x[off + (%%s) * %" PRId64 "] << 16)"
-                                        : "(double)tg_f_of(x[off + (%%s) * %" PRId64 "])",
+    snprintf(load, sizeof load, in_bf16 ? "tg_d_f32((uint)x[off + (%%s) * %" PRId64 "] << 16)"
+                                        : "tg_d_f32(x[off + (%%s) * %" PRId64 "])",
              stride);
     const uint32_t bf = out_bf16 ? 1u : 0u;
     const char *st = out_bf16 ? "(ushort)" : "(uint)";
 
     /* the scan: max, smallest finite, finite count, NaN, in lanes j mod 8 (sm_scan) */
-    E("    const double inf = tg_sm_inf();\n");
-    E("    double mx[8], mn[8];\n    %s cnt[8];\n    uint nn[8];\n", "tg_i64");
-    E("    for (int l = 0; l < 8; l++) {\n        mx[l] = -inf;\n        mn[l] = inf;\n        cnt[l] = 0;\n"
+    E("    const tg_f64 inf = tg_sm_inf(), ninf = tg_dneg(inf), zero = %s;\n", DK(0.0));
+    E("    tg_f64 mx[8], mn[8];\n    %s cnt[8];\n    uint nn[8];\n", "tg_i64");
+    E("    for (int l = 0; l < 8; l++) {\n        mx[l] = ninf;\n        mn[l] = inf;\n        cnt[l] = 0;\n"
       "        nn[l] = 0u;\n    }\n");
-    const char *scan = "            mx[l] = v > mx[l] ? v : mx[l];\n"
-                       "            mn[l] = (fabs(v) < inf && v < mn[l]) ? v : mn[l];\n"
-                       "            cnt[l] += fabs(v) < inf ? 1 : 0;\n"
-                       "            nn[l] |= v != v ? 1u : 0u;\n";
+    const char *scan = "            mx[l] = tg_dgt(v, mx[l]) ? v : mx[l];\n"
+                       "            mn[l] = (tg_dlt(tg_dabs(v), inf) && tg_dlt(v, mn[l])) ? v : mn[l];\n"
+                       "            cnt[l] += tg_dlt(tg_dabs(v), inf) ? 1 : 0;\n"
+                       "            nn[l] |= tg_dne(v, v) ? 1u : 0u;\n";
     char v8[160], vt[160];
     snprintf(v8, sizeof v8, load, "j + l");
     snprintf(vt, sizeof vt, load, "j + l");
@@ -140,31 +141,34 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     const int64_t n8 = n / 8 * 8;
     E("    %s j;\n", e->it);
     E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);
-    E("            const double v = %s;\n%s        }\n", v8, scan);
+    E("            const tg_f64 v = %s;\n%s        }\n", v8, scan);
     E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n        {\n", n8, (int)(n - n8));
-    E("            const double v = %s;\n%s        }\n    }\n", vt, scan);
-    E("    double m = -inf, xmin = inf;\n    tg_i64 nfin = 0;\n    uint hasnan = 0u;\n");
-    E("    for (int l = 0; l < 8; l++) {\n        m = mx[l] > m ? mx[l] : m;\n        xmin = mn[l] < xmin ? mn[l] : xmin;\n"
-      "        nfin += cnt[l];\n        hasnan |= nn[l];\n    }\n");
-    E("    if (hasnan != 0u || m == inf || m == -inf || nfin == 1) { // a special row: the host's\n");
+    E("            const tg_f64 v = %s;\n%s        }\n    }\n", vt, scan);
+    E("    tg_f64 m = ninf, xmin = inf;\n    tg_i64 nfin = 0;\n    uint hasnan = 0u;\n");
+    E("    for (int l = 0; l < 8; l++) {\n        m = tg_dgt(mx[l], m) ? mx[l] : m;\n"
+      "        xmin = tg_dlt(mn[l], xmin) ? mn[l] : xmin;\n        nfin += cnt[l];\n        hasnan |= nn[l];\n    }\n");
+    E("    if (hasnan != 0u || tg_deq(m, inf) || tg_deq(m, ninf) || nfin == 1) { // a special row: the host's\n");
     E("        f[r] = 1u;\n        return;\n    }\n");
 
     /* T = S - 1: the terms below the maximum, and the maxima's count less one (sm_sum_below) */
-    E("    double a[8];\n    tg_i64 ct[8];\n");
-    E("    for (int l = 0; l < 8; l++) {\n        a[l] = 0.0;\n        ct[l] = 0;\n    }\n");
-    const char *sum = "            a[l] += v < m ? tg_sm_exp_neg(v - m) : 0.0;\n"
-                      "            ct[l] += v == m ? 1 : 0;\n";
+    E("    tg_f64 a[8];\n    tg_i64 ct[8];\n");
+    E("    for (int l = 0; l < 8; l++) {\n        a[l] = zero;\n        ct[l] = 0;\n    }\n");
+    const char *sum = "            a[l] = tg_dadd(a[l], tg_dlt(v, m) ? tg_sm_exp_neg(tg_dsub(v, m)) : zero);\n"
+                      "            ct[l] += tg_deq(v, m) ? 1 : 0;\n";
     E("    for (j = 0; j < %" PRId64 "; j += 8)\n        for (int l = 0; l < 8; l++) {\n", n8);
-    E("            const double v = %s;\n%s        }\n", v8, sum);
+    E("            const tg_f64 v = %s;\n%s        }\n", v8, sum);
     E("    j = %" PRId64 ";\n    for (int l = 0; l < %d; l++) {\n        {\n", n8, (int)(n - n8));
-    E("            const double v = %s;\n%s        }\n    }\n", vt, sum);
+    E("            const tg_f64 v = %s;\n%s        }\n    }\n", vt, sum);
     E("    const tg_i64 ties = ((ct[0] + ct[1]) + (ct[2] + ct[3])) + ((ct[4] + ct[5]) + (ct[6] + ct[7]));\n");
-    E("    const double T = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) + (double)(ties - 1);\n");
-    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
-    E("    const double spread = fmin(m - xmin, 746.0);\n");
-    E("    const double eT = tg_sm_bound_T(%" PRId64 ".0, spread);\n", (n + 7) / 8 + 3);
+    tg_emit_lane_sum(e, "sum", "a");
+    E("    const tg_f64 T = tg_dadd(sum, tg_d_i64(ties - 1));\n");
+    E("    const tg_f64 U = %s; // 2^-53\n", DK(0x1p-53));
+    E("    const tg_f64 M105 = %s;\n", DK(1.05));
+    if (!lse) E("    const tg_f64 M102 = %s;\n", DK(1.02));
+    E("    const tg_f64 spread = tg_dmin(tg_dsub(m, xmin), %s);\n", DK(746.0));
+    E("    const tg_f64 eT = tg_sm_bound_T(%s, spread);\n", DK((double)((n + 7) / 8 + 3)));
     if (p->op != TGRAD_SOFTMAX_SOFTMAX)
-        E("    const bool tinyT = T < 6.223015277861142e-61; // 2^-200: L = log1p(T) ~ T\n");
+        E("    const bool tinyT = tg_dlt(T, %s); // 2^-200: L = log1p(T) ~ T\n", DK(0x1p-200));
     E("    uint undecided = 0u;\n");
     char oj[96];
     snprintf(oj, sizeof oj, "(r / %" PRId64 ") * %" PRId64 " + r %% %" PRId64 " + j * %" PRId64, inner, n * inner, inner,
@@ -172,32 +176,38 @@ tgrad_status tg_gen_render_softmax(const tg_lang *l, const tg_gen_softmax *p, tg
     char vj[160];
     snprintf(vj, sizeof vj, load, "j");
     if (p->op == TGRAD_SOFTMAX_SOFTMAX) {
-        E("    const double inv = 1.0 / (1.0 + T);\n");
-        E("    const double w = (eT + spread * U * 1.02 + 3.552713678800501e-15 + 3.0 * U) * 1.05 + %" PRId64
-          ".0 * 9.332636185032189e-302;\n", n);
+        E("    const tg_f64 one = %s;\n", DK(1.0));
+        E("    const tg_f64 inv = tg_ddiv(one, tg_dadd(one, T));\n");
+        E("    // w = (eT + spread U 1.02 + 2^-48 + 3U) 1.05 + n 2^-1000\n");
+        E("    const tg_f64 w0 = tg_dadd(tg_dadd(eT, tg_dmul(tg_dmul(spread, U), M102)), %s);\n", DK(0x1p-48));
+        E("    const tg_f64 w = tg_dadd(tg_dmul(tg_dadd(w0, tg_dmul(%s, U)), M105), tg_dmul(%s, %s));\n", DK(3.0),
+          DK((double)n), DK(0x1p-1000));
         E("    const tg_i64 thr = tg_sm_thr(w);\n");
         E("    for (j = 0; j < %" PRId64 "; j++) {\n", n);
-        E("        const tg_u64 d = tg_sm_decide(tg_sm_exp_neg(%s - m) * inv, w, thr, %uu);\n", vj, bf);
+        E("        const tg_u64 d = tg_sm_decide(tg_dmul(tg_sm_exp_neg(tg_dsub(%s, m)), inv), w, thr, %uu);\n", vj, bf);
         E("        c[%s] = %sd;\n        undecided |= (uint)(d >> 32);\n    }\n", oj, st);
     } else if (p->op == TGRAD_SOFTMAX_LOG_SOFTMAX) {
-        E("    const double L = log1p(T);\n");
-        E("    const double w = tinyT ? 1.7763568394002505e-15 : ((eT + 8.881784197001252e-16) * 1.02 + 2.0 * U) * 1.05;\n");
+        E("    const tg_f64 L = tg_dm_log1p(T);\n");
+        E("    // w = tinyT ? 2^-49 : ((eT + 2^-50) 1.02 + 2U) 1.05\n");
+        E("    const tg_f64 w = tinyT ? %s : tg_dmul(tg_dadd(tg_dmul(tg_dadd(eT, %s), M102), tg_dmul(%s, U)), M105);\n",
+          DK(0x1p-49), DK(0x1p-50), DK(2.0));
         E("    const tg_i64 thr = tg_sm_thr(w);\n");
         E("    for (j = 0; j < %" PRId64 "; j++) {\n", n);
-        E("        const double v = %s;\n", vj);
+        E("        const tg_f64 v = %s;\n", vj);
         E("        // the one maximum under a tiny T: -L in (-2^-199, 0) rounds to -0\n");
-        E("        const tg_u64 d = (tinyT && v == m) ? (tg_u64)%s : tg_sm_decide((v - m) - L, w, thr, %uu);\n",
+        E("        const tg_u64 d = (tinyT && tg_deq(v, m)) ? (tg_u64)%s : tg_sm_decide(tg_dsub(tg_dsub(v, m), L), w, thr, %uu);\n",
           out_bf16 ? "0x8000u" : "0x80000000u", bf);
         E("        c[%s] = %sd;\n        undecided |= (uint)(d >> 32);\n    }\n", oj, st);
     } else {
-        E("    const double L = log1p(T), y = m + L;\n");
-        E("    const double e = (L * (eT + 8.881784197001252e-16) * 1.05 + fabs(y) * U) * 1.05 + "
-          "(tinyT ? 6.372367644529809e-58 : 1.499696813895631e-241);\n");
-        E("    const uint lo = tg_sm_round(y - e, %uu), hi = tg_sm_round(y + e, %uu);\n", bf, bf);
+        E("    const tg_f64 L = tg_dm_log1p(T), y = tg_dadd(m, L);\n");
+        E("    // e = (L (eT + 2^-50) 1.05 + |y| U) 1.05 + (tinyT ? 2^-190 : 2^-800)\n");
+        E("    const tg_f64 e0 = tg_dmul(tg_dmul(L, tg_dadd(eT, %s)), M105);\n", DK(0x1p-50));
+        E("    const tg_f64 e = tg_dadd(tg_dmul(tg_dadd(e0, tg_dmul(tg_dabs(y), U)), M105), tinyT ? %s : %s);\n",
+          DK(0x1p-190), DK(0x1p-800));
+        E("    const uint lo = tg_sm_round(tg_dsub(y, e), %uu), hi = tg_sm_round(tg_dadd(y, e), %uu);\n", bf, bf);
         E("    c[r] = %slo;\n    undecided = lo != hi ? 1u : 0u;\n", st);
     }
     E("    f[r] = undecided;\n}\n");
-    (void)lse;
     tg_finish_launch(t, launch);
     return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
 }

@@ -1,6 +1,6 @@
 /* The softmax route's derivatives: softmax_backward(y, g) = y_i (g_i - sum_j g_j y_j) and
  * log_softmax_backward(z, g) = g_i - exp(z_i) sum_j g_j along one axis, one thread per row, in
- * double (OpenCL C with cl_khr_fp64, CUDA; MSL has none and is refused). Each row's thread does
+ * binary64 (native in OpenCL C and CUDA, kernels/gpu/softdouble.h in MSL). Each row's thread does
  * what the CPU's rows do (ops/softmax_backward.c, softmax_row and log_row): the sum in the same
  * sequential order, the same bounds, kernels/gpu/softmax.h's exp and rounding; it writes each
  * element whose bound decides its rounding to a nonzero value (or a masked position's zero whose
@@ -54,7 +54,7 @@ static void emit_row_offset(const emitter *e, const tg_view *v, int32_t axis, co
 
 /* A double load of element j of the row at `off` of buffer `buf` (bf16 bits or float32 bits). */
 static void load_expr(char *dst, size_t cap, const char *buf, const char *off, int64_t stride, bool bf16) {
-    snprintf(dst, cap, bf16 ? "(double)tg_f_of((uint)%s[%s + j * %" PRId64 "] << 16)" : "(double)tg_f_of(%s[%s + j * %" PRId64 "])",
+    snprintf(dst, cap, bf16 ? "tg_d_f32((uint)%s[%s + j * %" PRId64 "] << 16)" : "tg_d_f32(%s[%s + j * %" PRId64 "])",
              buf, off, stride);
 }
 
@@ -123,42 +123,51 @@ tgrad_status tg_gen_render_softmax_backward(const tg_lang *l, const tg_gen_softm
     char oj[128];
     snprintf(oj, sizeof oj, "(r / %" PRId64 ") * %" PRId64 " + r %% %" PRId64 " + j * %" PRId64, inner, n * inner, inner,
              inner);
-    E("    const double inf = tg_sm_inf();\n");
-    E("    const double U = 1.1102230246251565e-16; // 2^-53\n");
+    E("    const tg_f64 inf = tg_sm_inf(), zero = %s;\n", DK(0.0));
+    E("    const tg_f64 U = %s; // 2^-53\n", DK(0x1p-53));
+    E("    const tg_f64 M101 = %s, M11 = %s, U2 = tg_dmul(%s, U), U4 = tg_dmul(%s, U);\n", DK(1.01), DK(1.1), DK(2.0),
+      DK(4.0));
     E("    %s j;\n", e->it);
-    E("    double s = 0.0, a = 0.0;\n");
+    E("    tg_f64 s = zero, a = zero;\n");
     E("    for (j = 0; j < %" PRId64 "; j++) {\n", n);
-    if (log) E("        const double v = %s;\n", lg);
-    else E("        const double v = %s * %s; // exact: 48 bits at most\n", lg, ly);
-    E("        s += v;\n        a += fabs(v);\n    }\n");
-    E("    if (!(fabs(s) < inf)) { // a NaN or infinity in the row: the host's\n        f[r] = 1u;\n        return;\n    }\n");
-    E("    const double es = a * (%" PRId64 ".0 * U) * 1.01; // the sequential sum's bound\n", n);
+    if (log) E("        const tg_f64 v = %s;\n", lg);
+    else E("        const tg_f64 v = tg_dmul(%s, %s); // exact: 48 bits at most\n", lg, ly);
+    E("        s = tg_dadd(s, v);\n        a = tg_dadd(a, tg_dabs(v));\n    }\n");
+    E("    if (!tg_dlt(tg_dabs(s), inf)) { // a NaN or infinity in the row: the host's\n        f[r] = 1u;\n        return;\n"
+      "    }\n");
+    E("    const tg_f64 es = tg_dmul(tg_dmul(a, tg_dmul(%s, U)), M101); // the sequential sum's bound: a n U 1.01\n",
+      DK((double)n));
     if (log) {
-        E("    const double eu = fabs(s) + es < 1048576.0 ? 9.332636185032189e-302 : 8.900295434028806e-308 * (fabs(s) + es);\n");
+        E("    const tg_f64 se = tg_dadd(tg_dabs(s), es);\n");
+        E("    const tg_f64 eu = tg_dlt(se, %s) ? %s : tg_dmul(%s, se);\n", DK(1048576.0), DK(0x1p-1000),
+          DK(8.900295434028806e-308));
     }
     E("    uint undecided = 0u;\n");
     E("    for (j = 0; j < %" PRId64 "; j++) {\n", n);
-    E("        const double yv = %s, gv = %s;\n", ly, lg);
+    E("        const tg_f64 yv = %s, gv = %s;\n", ly, lg);
     E("        tg_u64 d = (tg_u64)1u << 32;\n");
     if (log) {
-        E("        if (yv < 0.0) { // z_i >= 0, NaN or -inf: the host's\n");
-        E("            if (yv > -inf) {\n");
-        E("                const double eh = tg_sm_exp_neg(yv), pv = eh * s, v = gv - pv;\n");
-        E("                const double err = (eh * es * 1.01 + (3.552713678800501e-15 + 2.0 * U) * 1.01 * fabs(pv) + eu + "
-          "4.0 * U * fabs(v)) * 1.1;\n");
-        E("                const uint lo = tg_sm_round(v - err, %uu), hi = tg_sm_round(v + err, %uu);\n", bf, bf);
+        E("        if (tg_dlt(yv, zero)) { // z_i >= 0, NaN or -inf: the host's\n");
+        E("            if (tg_dgt(yv, tg_dneg(inf))) {\n");
+        E("                const tg_f64 eh = tg_sm_exp_neg(yv), pv = tg_dmul(eh, s), v = tg_dsub(gv, pv);\n");
+        E("                // err = (eh es 1.01 + (2^-48 + 2U) 1.01 |pv| + eu + 4U |v|) 1.1\n");
+        E("                const tg_f64 ep = tg_dmul(tg_dmul(tg_dadd(%s, U2), M101), tg_dabs(pv));\n", DK(0x1p-48));
+        E("                const tg_f64 e3 = tg_dadd(tg_dadd(tg_dmul(tg_dmul(eh, es), M101), ep), eu);\n");
+        E("                const tg_f64 err = tg_dmul(tg_dadd(e3, tg_dmul(U4, tg_dabs(v))), M11);\n");
+        E("                const uint lo = tg_sm_round(tg_dsub(v, err), %uu), hi = tg_sm_round(tg_dadd(v, err), %uu);\n", bf,
+          bf);
         E("                if (lo == hi && (lo & %s) != 0u)\n                    d = (tg_u64)lo;\n", mag);
         E("            }\n        }\n");
     } else {
-        E("        const double dv = gv - s;\n");
-        E("        if (yv == 0.0) { // a masked position: a zero, its sign y's times D's where the bound keeps D from 0\n");
-        E("            const double ed = (es * 1.01 + 2.0 * U * fabs(dv)) * 1.1;\n");
-        E("            const bool neg = ((tg_d_bits(yv) >> 63) != (tg_u64)0u) != (dv < 0.0);\n");
-        E("            if (fabs(dv) > ed)\n                d = neg ? (tg_u64)%s : (tg_u64)0u;\n", sign);
+        E("        const tg_f64 dv = tg_dsub(gv, s);\n");
+        E("        if (tg_deq(yv, zero)) { // a masked position: a zero, its sign y's times D's where the bound keeps D from 0\n");
+        E("            const tg_f64 ed = tg_dmul(tg_dadd(tg_dmul(es, M101), tg_dmul(U2, tg_dabs(dv))), M11);\n");
+        E("            const bool neg = ((tg_d_bits(yv) >> 63) != (tg_u64)0u) != tg_dlt(dv, zero);\n");
+        E("            if (tg_dgt(tg_dabs(dv), ed))\n                d = neg ? (tg_u64)%s : (tg_u64)0u;\n", sign);
         E("        } else {\n");
-        E("            const double v = yv * dv;\n");
-        E("            const double err = (fabs(yv) * es * 1.01 + 4.0 * U * fabs(v)) * 1.1;\n");
-        E("            const uint lo = tg_sm_round(v - err, %uu), hi = tg_sm_round(v + err, %uu);\n", bf, bf);
+        E("            const tg_f64 v = tg_dmul(yv, dv);\n");
+        E("            const tg_f64 err = tg_dmul(tg_dadd(tg_dmul(tg_dmul(tg_dabs(yv), es), M101), tg_dmul(U4, tg_dabs(v))), M11);\n");
+        E("            const uint lo = tg_sm_round(tg_dsub(v, err), %uu), hi = tg_sm_round(tg_dadd(v, err), %uu);\n", bf, bf);
         E("            if (lo == hi && (lo & %s) != 0u)\n                d = (tg_u64)lo;\n", mag);
         E("        }\n");
     }

@@ -45,8 +45,9 @@ TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t n)
 
 /* ---- the node ---- */
 /* A node of the kind may be made on `device`: the CPU runs all of it; a GPU device every op, the
- * backward ones too, in a language with double (route softmax: OpenCL, CUDA), not in MSL (no
- * double: docs/metal.md). TGRAD_ERR_BACKEND_UNAVAILABLE naming why. */
+ * backward ones too, in a language with binary64 (route softmax: native in OpenCL and CUDA, the
+ * software double of kernels/gpu/softdouble.h in MSL; gen.h's tg_lang.f64). TGRAD_ERR_BACKEND_UNAVAILABLE
+ * naming why. */
 tgrad_status tg_softmax_check_device(int32_t device, const char *fn) {
     tgrad_status s = tg_kind_check_device(TG_OP_SOFTMAX, device, fn);
     if (s || device == TGRAD_DEVICE_CPU) return s;

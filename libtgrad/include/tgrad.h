@@ -790,6 +790,26 @@ TGRAD_API tgrad_status tgrad_grad(int32_t n_outputs, const tgrad_tensor_t *outpu
  * TGRAD_ERR_BACKEND_UNAVAILABLE. */
 TGRAD_API tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 
+/* A stand-in driver for a GPU device, for tests: `device`'s backend becomes these calls (as
+ * src/backend.h's, which they mirror: memory, copies, compile, launch), so the device's portable
+ * side (routes, rendered kernels, the program cache, host reruns of flagged rows) runs against
+ * them. tests/msl_emu/device.py makes the MSL emulator the Metal device on a machine without
+ * Metal this way. Call it before the device's first use (TGRAD_ERR_INVALID_ARGUMENT after, or
+ * for the CPU, an unknown device or a missing call); has_matrix_route may be NULL (no tc route). */
+struct tgrad_launch;
+typedef struct tgrad_debug_backend {
+    tgrad_status (*alloc)(size_t bytes, void **mem);
+    void (*free)(void *mem);
+    tgrad_status (*copy_in)(void *mem, size_t offset, const void *src, size_t bytes);
+    tgrad_status (*copy_out)(const void *mem, size_t offset, void *dst, size_t bytes);
+    tgrad_status (*compile)(const char *source, size_t length, const char *kernel_name, void **program);
+    void (*release_program)(void *program);
+    tgrad_status (*launch)(void *program, const struct tgrad_launch *launch, void *const *buffers,
+                           uint32_t nbuffers);
+    int (*has_matrix_route)(void);
+} tgrad_debug_backend;
+TGRAD_API tgrad_status tgrad_debug_use_backend(int32_t device, const tgrad_debug_backend *backend);
+
 /* Handle generations, for tests: re-issue the live tensor's handle slot at `generation` (1 ..
  * 2^24 - 1) and write the new handle to *out; `tensor` becomes stale. A test can then reach the
  * generation's limit without 16.7 million releases (a slot whose generation is at the limit is

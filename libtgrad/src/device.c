@@ -74,6 +74,29 @@ void tg_device_use_stand_in(int32_t device, const tg_backend *be) {
     if (device > 0 && device < NDEVICES) stand_ins[device] = be;
 }
 
+/* tgrad_debug_use_backend: the caller's calls as a device's backend, before its first use. */
+static tg_backend debug_backends[NDEVICES];
+static _Atomic int32_t used[NDEVICES]; /* init_device ran: too late for a stand-in */
+static tgrad_status debug_init(void) { return TGRAD_OK; }
+static const char *debug_device_name(void) { return "a stand-in driver (tgrad_debug_use_backend)"; }
+
+TGRAD_API tgrad_status tgrad_debug_use_backend(int32_t device, const tgrad_debug_backend *b) {
+    static const int32_t langs[NDEVICES] = { 0, TGRAD_LANG_MSL, TGRAD_LANG_OPENCL, TGRAD_LANG_CUDA };
+    if (device <= 0 || device >= NDEVICES) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "device %d is not a GPU device", device);
+    if (!b || !b->alloc || !b->free || !b->copy_in || !b->copy_out || !b->compile || !b->release_program || !b->launch)
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: a stand-in driver needs every call", device_names[device]);
+    if (used[device])
+        return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s is in use: a stand-in driver must come before its first use",
+                       device_names[device]);
+    debug_backends[device] = (tg_backend){
+        .name = device_names[device], .lang = langs[device], .init = debug_init, .device_name = debug_device_name,
+        .alloc = b->alloc, .free = b->free, .copy_in = b->copy_in, .copy_out = b->copy_out, .compile = b->compile,
+        .release_program = b->release_program, .launch = b->launch, .has_matrix_route = b->has_matrix_route,
+    };
+    stand_ins[device] = &debug_backends[device];
+    return TGRAD_OK;
+}
+
 static const tg_backend *backend_of(int32_t device) {
     if (device > 0 && device < NDEVICES && stand_ins[device]) return stand_ins[device];
     switch (device) {
@@ -86,6 +109,7 @@ static const tg_backend *backend_of(int32_t device) {
 
 static void init_device(int32_t device) {
     device_state *st = &states[device];
+    used[device] = 1;
     const tg_backend *be = backend_of(device);
     if (!be) {
         st->init_status = TGRAD_ERR_BACKEND_UNAVAILABLE;

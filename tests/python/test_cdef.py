@@ -219,7 +219,8 @@ def test_header_parse_finds_the_whole_api(header: Api) -> None:
         "const float *", "int32_t", "const int64_t *", "tgrad_tensor_t *")
     assert header.typedefs == {"tgrad_status": "int32_t", "tgrad_tensor_t": "uint64_t",
                                "tgrad_deleter": "void (void *) *", "tgrad_op": "int32_t",
-                               "tgrad_program": "struct tgrad_program"}
+                               "tgrad_program": "struct tgrad_program",
+                               "tgrad_debug_backend": "struct tgrad_debug_backend"}
     assert header.enumerators["TGRAD_ERR_SHAPE_MISMATCH"] == 4
     assert header.enumerators["TGRAD_OP_GELU_TANH"] == 3
     assert header.functions["tgrad_op_name"] == ("const char *", ("tgrad_op",))

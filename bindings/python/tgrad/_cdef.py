@@ -288,6 +288,19 @@ int32_t tgrad_grad_enabled(void);
 tgrad_status tgrad_grad(int32_t n_outputs, const tgrad_tensor_t *outputs, const tgrad_tensor_t *seeds,
                         int32_t n_inputs, const tgrad_tensor_t *inputs, int32_t grad_dtype,
                         tgrad_tensor_t *grads);
+struct tgrad_launch;
+typedef struct tgrad_debug_backend {
+    tgrad_status (*alloc)(size_t bytes, void **mem);
+    void (*free)(void *mem);
+    tgrad_status (*copy_in)(void *mem, size_t offset, const void *src, size_t bytes);
+    tgrad_status (*copy_out)(const void *mem, size_t offset, void *dst, size_t bytes);
+    tgrad_status (*compile)(const char *source, size_t length, const char *kernel_name, void **program);
+    void (*release_program)(void *program);
+    tgrad_status (*launch)(void *program, const struct tgrad_launch *launch, void *const *buffers,
+                           uint32_t nbuffers);
+    int (*has_matrix_route)(void);
+} tgrad_debug_backend;
+tgrad_status tgrad_debug_use_backend(int32_t device, const tgrad_debug_backend *backend);
 tgrad_status tgrad_debug_fail_allocation(int64_t n, int64_t *failures);
 tgrad_status tgrad_debug_handle_generation(tgrad_tensor_t tensor, uint32_t generation, tgrad_tensor_t *out);
 #define TGRAD_DEBUG_CPU_NO_DIRECT_A 1

@@ -412,8 +412,8 @@ TGRAD_API const char *tgrad_random_name(int32_t dist);
 /* out = a lazy tensor of `shape` (ndim 0 .. TGRAD_MAX_DIMS, extents >= 0, the size rule) whose
  * element i is drawn by `dist` from (seed, offset + i), with parameters p0, p1 (above). dtype:
  * TGRAD_DTYPE_BF16 or TGRAD_DTYPE_F32 for uniform and normal, TGRAD_DTYPE_I32 for randint (0: that
- * default, bf16 for the floating ones). device: TGRAD_DEVICE_CPU (the GPU backends do not run
- * this kind yet: TGRAD_ERR_BACKEND_UNAVAILABLE). offset + numel must not pass 2^64. A caller
+ * default, bf16 for the floating ones). device: TGRAD_DEVICE_CPU or a GPU device (route random,
+ * the CPU's bytes: docs/random.md). offset + numel must not pass 2^64. A caller
  * drawing again advances offset by numel (the Python generator does). Checks happen here, before
  * any allocation: an unknown dist (TGRAD_ERR_INVALID_ARGUMENT), a dtype the distribution does not
  * give (TGRAD_ERR_DTYPE_UNSUPPORTED), bad parameters or shape (TGRAD_ERR_INVALID_ARGUMENT). */
@@ -1052,9 +1052,11 @@ TGRAD_API tgrad_status tgrad_backend(int32_t index, const char **name, int32_t *
  * tgrad_cast between bfloat16 and float32 (int32 casts stay on the CPU); gather runs tgrad_take and
  * concat tgrad_concat, bit for bit, any element size; where runs tgrad_where (bits copied) and
  * compare tgrad_compare (exact, in integer arithmetic), both with the CPU's bytes; random runs
- * tgrad_random's uniform and randint draws (Philox-4x32-10, integers only) with the CPU's bytes;
- * softmax runs tgrad_softmax's softmax, log_softmax and logsumexp in double (OpenCL and CUDA; not
- * MSL), its rows near a rounding boundary rerun on the host, with the CPU's bytes; norm runs
+ * tgrad_random's draws (Philox-4x32-10 in integers; normal and float32 uniform(low, high) in
+ * binary64, undecided calls redrawn on the host) with the CPU's bytes; softmax runs tgrad_softmax's
+ * softmax, log_softmax and logsumexp in binary64 (MSL: the software double of
+ * kernels/gpu/softdouble.h), its rows near a rounding boundary rerun on the host, with the CPU's
+ * bytes; norm runs
  * tgrad_rms_norm and tgrad_layer_norm the same way, and rope tgrad_rope and tgrad_rope_backward;
  * place and scatter_add run the gradient's transposes of a view and of tgrad_take (bits moved; the
  * exact sum rounded once), and optim_step tgrad_optim_step (float32 in integers), with the CPU's

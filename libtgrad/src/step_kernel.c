@@ -253,7 +253,7 @@ tgrad_status tg_step_render_random(const tg_step *st, const tg_route *route, con
     k->bufs[0] = st->buf;
     k->words_at = 1, k->nwords = 4; /* binding q: the offset and the seed, low words first */
     tg_gen_random_words(&p, k->words);
-    if (p.dist == TGRAD_RANDOM_NORMAL) /* binding f: a flag per Philox call (tg_random_calls_on_host) */
+    if (tg_gen_random_flagged(&p)) /* binding f: a flag per Philox call (tg_random_calls_on_host) */
         k->flags_at = 2, k->nflags = s ? 0 : (int64_t)k->launch.buffer_elements[2];
     return s;
 }

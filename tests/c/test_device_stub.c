@@ -259,7 +259,8 @@ static void test_a_kernel_in_use_outlives_one_off_kernels(void) {
 }
 
 /* The double kinds on Metal (MSL has no double: their kernels run kernels/gpu/softdouble.h, binary64
- * in integers): softmax, the norms and normal draws are made and launched like any other kind. */
+ * in integers): softmax, the norms, normal and float32 uniform(low, high) draws are made and
+ * launched like any other kind. */
 static void test_the_double_kinds_run_on_metal(void) {
     tgrad_tensor_t x = on_metal(2, 8, 0x3f80), y = 0;
     for (int32_t op = TGRAD_SOFTMAX_SOFTMAX; op <= TGRAD_SOFTMAX_LOGSUMEXP; op++) {
@@ -279,7 +280,10 @@ static void test_the_double_kinds_run_on_metal(void) {
     const int64_t shape[1] = { 9 };
     EXPECT(tgrad_random(TGRAD_RANDOM_NORMAL, 1, 0, 1, shape, 0, 0, 1, TGRAD_DEVICE_METAL, &y), TGRAD_OK);
     EXPECT(tgrad_tensor_realize(y), TGRAD_OK);
-    CHECK(launches == before + 3);
+    tgrad_tensor_release(y), y = 0;
+    EXPECT(tgrad_random(TGRAD_RANDOM_UNIFORM, 1, 0, 1, shape, TGRAD_DTYPE_F32, -1, 1, TGRAD_DEVICE_METAL, &y), TGRAD_OK);
+    EXPECT(tgrad_tensor_realize(y), TGRAD_OK); /* float32 uniform(low, high): binary64 too */
+    CHECK(launches == before + 4);
     tgrad_tensor_release(y);
     tgrad_tensor_release(x);
 }

@@ -16,8 +16,10 @@ renders uniform and randint draws in MSL, OpenCL C and CUDA, Philox-4x32-10 in i
   flags.
 - A normal kernel drawing wrongly is caught: the pair's values swapped, a fallback never taken
   (CUDA and MSL), a software double converting negative integers wrongly (MSL).
-- float32 uniform(low, high) off [0, 1) is refused on a GPU device before anything is made
-  (BackendUnavailableError: its exact value needs wider integers than the kernel languages share).
+- float32 uniform(low, high) off [0, 1): the same kernel of calls as normal's, each value
+  low + (high - low) k 2^-24 in binary64 decided within the CPU's window or its call flagged and
+  drawn again on the host (kernels/gpu/uniform.h): the CPU's bytes on PoCL (ties included, where
+  the host takes the CPU's exact path), on the CUDA emulator and on the MSL emulator.
 """
 
 from __future__ import annotations
@@ -92,6 +94,19 @@ NORMALS = [
     Draw("normal_f32_undecided_call", "normal", F32, (1.0, 1.0), 7, 11, 167999),
 ]
 
+# float32 uniform(low, high): low + (high - low) k 2^-24 in binary64, the same kernel of calls and
+# flags as normal's (kernels/gpu/uniform.h). On (1, 1.25) an eighth of the values are float32 ties
+# (1 + k 2^-26 with k = 4 mod 8): the window holds the midpoint, so many calls are flagged and drawn
+# again on the host, through the CPU's exact path.
+RANGED = [
+    Draw("uniform_f32_ties", "uniform", F32, (1.0, 1.25), 1000, 0, 0),
+    Draw("uniform_f32_mid_call", "uniform", F32, (-3.0, 7.5), 777, 1234, 3),
+    Draw("uniform_f32_huge_across_2p32_calls", "uniform", F32, (-1e30, 3e30), 64, 7, 4 * (1 << 32) - 30),
+    Draw("uniform_f32_end_of_counters", "uniform", F32, (0.5, 0.75), 50, 9, (1 << 64) - 51),
+]
+# the draws whose kernels leave some value undecided (their calls flagged)
+FLAGGED = {"normal_f32_undecided_call", "uniform_f32_ties", "uniform_f32_mid_call", "uniform_f32_end_of_counters"}
+
 
 def _bytes(t: tgrad.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8).copy()
@@ -156,11 +171,26 @@ def _normal_slow_paths() -> int:
     return int(counts[0])
 
 
-def test_what_has_no_exact_kernel_is_refused_before_anything_is_made(opencl_device: str) -> None:
-    state, live = tgrad.random.get_rng_state(), tgrad.live_tensors()
-    with pytest.raises(errors.BackendUnavailableError, match="float32 values on"):
-        tgrad.random.uniform(-1.0, 1.0, (4,), dtype=tgrad.float32, device="opencl")
-    assert tgrad.live_tensors() == live and tgrad.random.get_rng_state() == state
+def _uniform_slow_paths() -> int:
+    from tgrad._ffi import ffi, lib
+
+    counts = ffi.new("int64_t[1]")
+    assert lib.tgrad_debug_random_slow_path(lib.TGRAD_RANDOM_UNIFORM, counts, 1) == 0
+    return int(counts[0])
+
+
+@pytest.mark.parametrize("draw", RANGED, ids=lambda d: d.name)
+def test_pocl_draws_float32_uniform_ranges_with_the_cpu_bytes(draw: Draw, opencl_device: str) -> None:
+    slow = _uniform_slow_paths()
+    want = cpu_bytes(draw)
+    cpu_slow = _uniform_slow_paths() - slow
+    with draw.make("opencl") as t:
+        assert "opencl.random" in t.explain()
+        got = _bytes(t)
+    assert np.array_equal(got, want), f"{draw.name}: " + _first_difference(got, want)
+    # the flagged calls drawn again by the CPU's code, through its exact path where the CPU's draw takes it
+    device_slow = _uniform_slow_paths() - slow - cpu_slow
+    assert (cpu_slow > 0) == (device_slow > 0) == (draw.name in FLAGGED), (cpu_slow, device_slow)
 
 
 # ---- rendering ---------------------------------------------------------------------------------------
@@ -185,15 +215,16 @@ def _floating_words(source: str) -> list[str]:
 @pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
 def test_normal_draws_render_in_every_language_a_kernel_a_call_with_a_flag_each(lang: str) -> None:
     names = set()
-    for d in NORMALS:
+    for d in NORMALS + RANGED:
         with d.make("cpu") as t:
             k = R.render_tensor(t, None, lang)
-        assert k.route == "random" and k.buffer_names == ("c", "q", "f") and k.name.startswith("tgrad_random_normal_")
-        assert k.buffer_elements[2] == (d.n + 6) // 4 and "tg_normal_value(" in k.source
+        value = "tg_normal_value(" if d.dist == "normal" else "tg_uniform_value("
+        assert k.route == "random" and k.buffer_names == ("c", "q", "f") and k.name.startswith(f"tgrad_random_{d.dist}_")
+        assert k.buffer_elements[2] == (d.n + 6) // 4 and value in k.source
         if lang == "msl":  # no double in Metal: the software double's, in integers
             assert "typedef struct tg_f64" in k.source and _floating_words(k.source) == []
         names.add(k.name)
-    assert len(names) == len(NORMALS)
+    assert len(names) == len(NORMALS) + len(RANGED)
 
 
 def test_draws_of_one_shape_share_their_kernel_text() -> None:
@@ -270,7 +301,7 @@ def _check_normal(emu: Any, k: R.Kernel, draw: Draw, source: str | None = None) 
     got, flags = _run_normal(emu, k, draw, source)
     assert set(np.unique(flags)) <= {0, 1}
     flagged = _calls_of(draw, flags)
-    assert bool(flagged) == (draw.name == "normal_f32_undecided_call"), flagged
+    assert bool(flagged) == (draw.name in FLAGGED), flagged
     size = 4 if draw.dtype is F32 else 2
     keep = np.ones(draw.n, bool)
     keep[list(flagged)] = False
@@ -279,7 +310,7 @@ def _check_normal(emu: Any, k: R.Kernel, draw: Draw, source: str | None = None) 
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("draw", NORMALS, ids=lambda d: d.name)
+@pytest.mark.parametrize("draw", NORMALS + RANGED, ids=lambda d: d.name)
 def test_generated_cuda_draws_normal_values_with_the_cpu_bytes(draw: Draw) -> None:
     _check_normal(emulator("cuda"), _kernel(draw, "cuda"), draw)
 
@@ -300,8 +331,17 @@ def test_a_normal_kernel_drawing_wrongly_is_caught(old: str, new: str) -> None:
         _check_normal(emulator("cuda"), k, draw, k.source.replace(old, new))
 
 
+@pytest.mark.cuda
+def test_a_uniform_kernel_that_never_flags_is_caught() -> None:
+    draw = RANGED[0]  # the ties: the kernel's undecided values are the window's lower end
+    k, old = _kernel(draw, "cuda"), "flag |= (uint)(v >> 32);"
+    assert old in k.source
+    with pytest.raises(AssertionError):
+        _check_normal(emulator("cuda"), k, draw, k.source.replace(old, ""))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("draw", NORMALS, ids=lambda d: d.name)
+@pytest.mark.parametrize("draw", NORMALS + RANGED, ids=lambda d: d.name)
 def test_generated_msl_draws_normal_values_with_the_cpu_bytes_and_the_cuda_flags(draw: Draw) -> None:
     """The software double's Box-Muller: the CPU's bytes where decided, and the calls the CUDA
     emulator flags (the undecided draw's) flagged, no other: the same doubles but for log, sin and

@@ -131,6 +131,8 @@ extern const char tg_gen_philox_prelude[];
 /* kernels/gpu/normal.h: Box-Muller in double for the normal distribution (after philox.h and
  * softmax.h's tg_sm_round) */
 extern const char tg_gen_normal_prelude[];
+/* kernels/gpu/uniform.h: float32 uniform(low, high) in binary64 (after philox.h and softmax.h) */
+extern const char tg_gen_uniform_prelude[];
 /* kernels/gpu/softmax.h's text (the same), pasted into each softmax kernel */
 extern const char tg_gen_softmax_prelude[];
 /* kernels/gpu/norm.h's text (the same), pasted into each norm kernel */

@@ -304,6 +304,9 @@ typedef struct tg_gen_random {
  * if not): asked by tgrad_random before a GPU node is made, and by the check below. */
 TG_HIDDEN tgrad_status tg_gen_random_renders(int32_t lang, int32_t dist, int32_t dtype, double p0, double p1);
 TG_HIDDEN tgrad_status tg_gen_check_random(const tg_lang *l, const tg_gen_random *p);
+/* Does the draw's kernel run one Philox call per thread, in binary64, with a flag per call for
+ * the host to redraw (normal, float32 uniform(low, high) off [0, 1))? */
+TG_HIDDEN bool tg_gen_random_flagged(const tg_gen_random *p);
 /* The kernel's second buffer `q`, set per launch (the text leaves them out, so draws of one
  * shape share a compiled program): the offset's low and high words, the seed's. */
 TG_HIDDEN void tg_gen_random_words(const tg_gen_random *p, uint32_t words[4]);

@@ -9,11 +9,11 @@
  *  - randint: low + floor(x n / 2^64) (tg_philox_below);
  *  - normal: one thread per Philox call (four values, two Box-Muller pairs) in binary64
  *    (kernels/gpu/normal.h; native in OpenCL C and CUDA, kernels/gpu/softdouble.h and softmath.h
- *    in MSL), each value decided within the CPU's window; a call with an undecided value is flagged and drawn again on the host by the
- *    CPU's code (tg_random_calls_on_host).
- * Not rendered (tg_gen_check_random refuses; tgrad_random refuses them on a GPU device before
- * anything is made): float32 uniform(low, high) other than [0, 1), whose exact value needs wider
- * integers than the languages share (2^24 values: no table). */
+ *    in MSL), each value decided within the CPU's window; a call with an undecided value is
+ *    flagged and drawn again on the host by the CPU's code (tg_random_calls_on_host);
+ *  - uniform(low, high) in float32 (2^24 values: too many for a table): the same kernel of calls,
+ *    each value low + (high - low) k 2^-24 in binary64 decided within the CPU's window
+ *    (kernels/gpu/uniform.h), a call with an undecided value drawn again on the host. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,16 +26,12 @@ static bool unit_interval(const tg_gen_random *p) { return p->p0 == 0 && p->p1 =
 
 tgrad_status tg_gen_random_renders(int32_t lang, int32_t dist, int32_t dtype, double p0, double p1) {
     const tg_lang *l = tg_lang_find(lang);
-    if (dist == TGRAD_RANDOM_NORMAL && !(l && l->f64))
+    const tg_gen_random p = { .dist = dist, .dtype = dtype, .p0 = p0, .p1 = p1 };
+    if (tg_gen_random_flagged(&p) && !(l && l->f64))
         return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "normal: %s kernels do not draw normal values (Box-Muller runs in double, which %s lacks; "
-                       "docs/random.md): draw on the CPU and move it", l ? l->name : "this device's",
-                       l ? l->name : "its language");
-    if (dist == TGRAD_RANDOM_UNIFORM && dtype == TGRAD_DTYPE_F32 && !(p0 == 0 && p1 == 1))
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "uniform: GPU devices draw float32 values on [0, 1) only (rand; uniform(%g, %g) needs the exact "
-                       "rounding of a 77-bit product; docs/random.md): draw on the CPU and move it, or in bfloat16",
-                       p0, p1);
+                       "%s: %s kernels do not draw these values (they are decided in binary64, which %s lacks; "
+                       "docs/random.md): draw on the CPU and move it", tgrad_random_name(dist),
+                       l ? l->name : "this device's", l ? l->name : "its language");
     return TGRAD_OK;
 }
 
@@ -61,15 +57,21 @@ static void u64_const(char *dst, size_t cap, uint64_t v) {
     else snprintf(dst, cap, "(tg_u64)0x%08" PRIx32 "u", (uint32_t)v);
 }
 
-/* A normal kernel's threads (one Philox call each) and flags: the most calls numel values touch. */
+/* A kernel of calls' threads (one Philox call each) and flags: the most calls numel values touch. */
 static int64_t normal_calls(int64_t numel) { return numel > 0 ? (numel + 6) / 4 : 0; }
 
-/* normal: thread t draws Philox call offset / 4 + t (mod 2^62: the calls of 2^64 elements), its
- * values of the draw (elements (4 call + j - offset) mod 2^64 below numel), and writes f[t]. The
- * grid covers the most calls numel values can touch (one more when the offset starts mid-call). */
-static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_text *t, struct tgrad_launch *launch) {
+bool tg_gen_random_flagged(const tg_gen_random *p) {
+    return p->dist == TGRAD_RANDOM_NORMAL ||
+           (p->dist == TGRAD_RANDOM_UNIFORM && p->dtype == TGRAD_DTYPE_F32 && !unit_interval(p));
+}
+
+/* normal and float32 uniform(low, high), the draws decided in binary64: thread t draws Philox call
+ * offset / 4 + t (mod 2^62: the calls of 2^64 elements), its values of the draw (elements
+ * (4 call + j - offset) mod 2^64 below numel), and writes f[t]. The grid covers the most calls
+ * numel values can touch (one more when the offset starts mid-call). */
+static tgrad_status render_calls(const tg_lang *l, const tg_gen_random *p, tg_text *t, struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_RANDOM);
-    const bool bf16 = p->dtype == TGRAD_DTYPE_BF16;
+    const bool bf16 = p->dtype == TGRAD_DTYPE_BF16, normal = p->dist == TGRAD_RANDOM_NORMAL;
     const int64_t calls = normal_calls(p->numel);
     memset(launch, 0, sizeof *launch);
     tg_launch_1d(r, calls, launch);
@@ -82,22 +84,24 @@ static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_t
     snprintf(launch->buffer_names[2], 8, "f");
     char key[256];
     snprintf(key, sizeof key, "%d;%d;%a;%a;%" PRId64, (int)p->dist, (int)p->dtype, p->p0, p->p1, p->numel);
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_random_normal_%s_%" PRId64 "_%08" PRIx32,
-             bf16 ? "bf16" : "f32", p->numel, (uint32_t)tg_fnv1a64(key, strlen(key)));
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_random_%s_%s_%" PRId64 "_%08" PRIx32,
+             normal ? "normal" : "uniform", bf16 ? "bf16" : "f32", p->numel, (uint32_t)tg_fnv1a64(key, strlen(key)));
 
     emitter em = { t, l, "long", NULL }, *e = &em;
     E("// Generated by libtgrad from kernels/routes.h (route random, language %s). Do not edit.\n", l->name);
-    E("// normal(%.17g, %.17g) draw of %" PRId64 " %s values (docs/random.md): thread t draws Philox-4x32-10 call\n"
+    E("// %s(%.17g, %.17g) draw of %" PRId64 " %s values (docs/random.md): thread t draws Philox-4x32-10 call\n"
       "// offset / 4 + t, counter (call mod 2^32, call / 2^32, %d, 0), key = seed (offset and seed are the launch's, in\n"
-      "// q: offset low, high, seed low, high), its words (0, 1) and (2, 3) two Box-Muller pairs in double\n"
-      "// (kernels/gpu/normal.h), each value decided within the CPU's window or its call flagged: f[t] = 1, and the\n"
+      "// q: offset low, high, seed low, high), %s in binary64\n"
+      "// (%s), each value decided within the CPU's window or its call flagged: f[t] = 1, and the\n"
       "// host draws the call again with the CPU's code.\n",
-      p->p0, p->p1, p->numel, tg_dtype_name(p->dtype), (int)p->dist);
+      normal ? "normal" : "uniform", p->p0, p->p1, p->numel, tg_dtype_name(p->dtype), (int)p->dist,
+      normal ? "its words (0, 1) and (2, 3) two Box-Muller pairs" : "each word low + (high - low) k 2^-24",
+      normal ? "kernels/gpu/normal.h" : "kernels/gpu/uniform.h");
     tg_emit_launch_line(e, launch);
     tg_emit_double_head(e);
     tg_gen_emit_text(e, tg_gen_philox_prelude);
     tg_gen_emit_text(e, tg_gen_softmax_prelude); /* tg_sm_round */
-    tg_gen_emit_text(e, tg_gen_normal_prelude);
+    tg_gen_emit_text(e, normal ? tg_gen_normal_prelude : tg_gen_uniform_prelude);
     char b0[64], b1[64], b2[64];
     snprintf(b0, sizeof b0, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", bf16 ? "ushort" : "uint");
     snprintf(b1, sizeof b1, "%s%suint *q", l->global_in, *l->global_in ? " " : "");
@@ -118,8 +122,11 @@ static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_t
     E("    for (uint j = 0u; j < 4u; j++) {\n");
     E("        const tg_u64 i = (call << 2 | (tg_u64)j) - off; // the value's element (mod 2^64)\n");
     E("        if (i >= %s)\n            continue;\n", num);
-    E("        const tg_u64 v = tg_normal_value(w.w[j & 2u], w.w[(j & 2u) + 1u], j & 1u, %s, %s, %du);\n", DK(p->p0),
-      DK(p->p1), bf16 ? 1 : 0);
+    if (normal)
+        E("        const tg_u64 v = tg_normal_value(w.w[j & 2u], w.w[(j & 2u) + 1u], j & 1u, %s, %s, %du);\n", DK(p->p0),
+          DK(p->p1), bf16 ? 1 : 0);
+    else
+        E("        const tg_u64 v = tg_uniform_value(w.w[j], %s, %s);\n", DK(p->p0), DK(p->p1));
     E("        flag |= (uint)(v >> 32);\n");
     E("        c[i] = (%s)v;\n", bf16 ? "ushort" : "uint");
     E("    }\n");
@@ -130,7 +137,7 @@ static tgrad_status render_normal(const tg_lang *l, const tg_gen_random *p, tg_t
 }
 
 tgrad_status tg_gen_render_random(const tg_lang *l, const tg_gen_random *p, tg_text *t, struct tgrad_launch *launch) {
-    if (p->dist == TGRAD_RANDOM_NORMAL) return render_normal(l, p, t, launch);
+    if (tg_gen_random_flagged(p)) return render_calls(l, p, t, launch);
     const tg_route *r = tg_route_find(TGRAD_ROUTE_RANDOM);
     const bool bf16 = p->dtype == TGRAD_DTYPE_BF16, table = p->dist == TGRAD_RANDOM_UNIFORM && !unit_interval(p);
     const int32_t per = p->dist == TGRAD_RANDOM_RANDINT ? 2 : 4; /* elements per Philox call */

@@ -380,17 +380,19 @@ tgrad_status tg_random_execute(const tg_step *st) {
     return TGRAD_OK;
 }
 
-/* After a GPU normal kernel (gen/render_random.c): each flagged thread's Philox call drawn again
- * with the CPU's code into the device's values. */
+/* After a GPU normal or float32 uniform(low, high) kernel (gen/render_random.c): each flagged
+ * thread's Philox call drawn again with the CPU's code into the device's values. */
 tgrad_status tg_random_calls_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
     const tg_node_params *p = &st->base->params;
     const tg_buffer *ob = st->buf;
-    if (p->random.dist != TGRAD_RANDOM_NORMAL)
+    bool normal = p->random.dist == TGRAD_RANDOM_NORMAL;
+    if (!normal && !(p->random.dist == TGRAD_RANDOM_UNIFORM && ob->dtype == TGRAD_DTYPE_F32))
         return tg_fail(TGRAD_ERR_INTERNAL, "random: flags from a %s kernel", tgrad_random_name(p->random.dist));
     size_t esize = (size_t)tg_dtype_size(ob->dtype), bytes = (size_t)ob->numel * esize;
     void *out = tg_calloc(bytes ? bytes : 1, 1);
     if (!out)
-        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "normal: cannot stage %lld flagged calls on the host", (long long)flagged);
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "%s: cannot stage %lld flagged calls on the host",
+                       tgrad_random_name(p->random.dist), (long long)flagged);
     random_job J = { .p = p, .dtype = ob->dtype, .numel = ob->numel, .out = out };
     tgrad_status s = tg_device_download(st->device, ob->dev_mem, out, bytes);
     uint64_t off = p->random.offset, last_call = (UINT64_C(1) << 62) - 1;
@@ -398,7 +400,10 @@ tgrad_status tg_random_calls_on_host(const tg_step *st, const uint32_t *flags, i
         if (!flags[t]) continue;
         uint64_t c = ((off >> 2) + (uint64_t)t) & last_call;
         uint32_t v[4];
-        normal_call(p, call(p, c), J.dtype, v);
+        tg_philox_words w = call(p, c);
+        if (normal) normal_call(p, w, J.dtype, v);
+        else
+            for (int32_t j = 0; j < 4; j++) v[j] = uniform_value(p->random.p0, p->random.p1, w.w[j] >> 8, 24, J.dtype);
         for (uint64_t j = 0; j < 4; j++) {
             uint64_t i = (c << 2 | j) - off;
             if (i < (uint64_t)J.numel) store(&J, (int64_t)i, v[j]);

@@ -1,12 +1,14 @@
-"""The MSL emulator as tgrad's Metal device, for tests on a machine without Metal.
+"""The MSL emulator as tgrad's Metal device, and the CUDA emulator as its CUDA device, for tests on a
+machine without either.
 
 `use_as_metal(emu)` hands libtgrad a stand-in driver (tgrad_debug_use_backend) whose memory is host
 memory, whose compile is the emulator's (the generated MSL translated and built as C++) and whose
 launch runs the kernel on the emulator. Everything else is libtgrad's own device path, as on a Mac:
 route choice, the rendered kernels, the program cache, the host's rerun of the rows a kernel flags.
 So `tgrad.models.from_pretrained(path, device="metal")` runs the whole model through the generated
-MSL. It must be called before anything uses the Metal device in the process (a fresh process:
-tests/python/test_metal_emulated.py runs one).
+MSL. `use_as_cuda()` does the same with tests/cuda_emu for device="cuda" (warp-level mma included,
+as an sm_80 GPU has). Either must be called before anything uses that device in the process (a
+fresh process: tests/python/test_emulated_devices.py runs one).
 
 The buffers keep no state between launches but their bytes: each launch copies them into the
 emulator's guarded memory and back, as a unified-memory GPU sees the same bytes.
@@ -22,7 +24,7 @@ import numpy as np
 from .driver import Emulator, EmuError
 
 
-class EmulatedMetal:
+class EmulatedDevice:
     """The stand-in's calls and the memory and programs they hold."""
 
     def __init__(self, emu: Emulator, ffi: Any, lib: Any) -> None:
@@ -43,7 +45,7 @@ class EmulatedMetal:
             release_program=cb("void(void *)", self._release),
             launch=cb("tgrad_status(void *, const struct tgrad_launch *, void *const *, uint32_t)", self._launch,
                       error=fail),
-            has_matrix_route=cb("int(void)", lambda: 1),  # an Apple7 GPU's simdgroup matrices
+            has_matrix_route=cb("int(void)", lambda: 1),  # an Apple7 GPU's simdgroup matrices, sm_80's mma
         )
         self.table = ffi.new("tgrad_debug_backend *", self._calls)
 
@@ -100,13 +102,26 @@ class EmulatedMetal:
         return 0
 
 
-def use_as_metal(emu: Emulator | None = None) -> EmulatedMetal:
-    """Make the MSL emulator this process's Metal device (before any use of it); keep the result
-    alive as long as the device is used."""
+def _use(device: str, emu: Emulator) -> EmulatedDevice:
     from tgrad._ffi import ffi, lib
 
-    device = EmulatedMetal(emu or Emulator(), ffi, lib)
-    status = lib.tgrad_debug_use_backend(lib.TGRAD_DEVICE_METAL, device.table)
+    stand_in = EmulatedDevice(emu, ffi, lib)
+    index = ffi.new("int32_t *")
+    assert lib.tgrad_device_by_name(device.encode(), index) == 0
+    status = lib.tgrad_debug_use_backend(index[0], stand_in.table)
     if status != 0:
         raise RuntimeError(ffi.string(lib.tgrad_last_error()).decode())
-    return device
+    return stand_in
+
+
+def use_as_metal(emu: Emulator | None = None) -> EmulatedDevice:
+    """Make the MSL emulator this process's Metal device (before any use of it); keep the result
+    alive as long as the device is used."""
+    return _use("metal", emu or Emulator())
+
+
+def use_as_cuda() -> EmulatedDevice:
+    """Make the CUDA emulator this process's CUDA device (before any use of it), as use_as_metal."""
+    from cuda_emu.driver import Emulator as CudaEmulator
+
+    return _use("cuda", CudaEmulator())

@@ -1,12 +1,14 @@
 """The Metal device on a machine without Metal: the MSL emulator as its driver (tests/msl_emu/device.py,
 through tgrad_debug_use_backend), so everything but metal.m's driver calls runs as on a Mac: the
 routes, the generated MSL, the program cache, the host's rerun of flagged rows, captured programs.
+And the CUDA device the same way on the CUDA emulator (everything but cuda.c's driver calls).
 
-- The Llama of tgrad.models on device="metal" (slow tier, a fresh process): bf16 and float32
-  logits, greedy tokens and their logits through the KV cache, and decode steps run as captured
-  programs across a 32-position boundary, all bit-identical to the CPU's; every parameter lives on
-  the device, and the kernels ran on the emulator (launch and compile counts).
-- A log_softmax whose rows only binary128 decides: the generated MSL flags them, and the host's
+- The Llama of tgrad.models on device="metal" (slow tier) and on device="cuda" (cuda tier), each in
+  a fresh process: bf16 and float32 logits, greedy tokens and their logits through the KV cache,
+  and decode steps run as captured programs across a 32-position boundary, all bit-identical to
+  the CPU's; every parameter lives on the device, and the kernels ran on the emulator (launch and
+  compile counts).
+- A log_softmax whose rows only binary128 decides: the generated kernel flags them, and the host's
   rerun gives the CPU's bytes (the softmax kind's device-rows counter moves).
 - tgrad_debug_use_backend refuses the CPU, an unknown device, a missing call, and a device already
   in use (core tier: nothing changes).
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,8 +34,9 @@ CHILD = r"""
 import json, sys, tempfile
 from pathlib import Path
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/python"]
-from msl_emu.device import use_as_metal
-device = use_as_metal()  # before anything touches the Metal device
+from msl_emu import device as emulated
+name = sys.argv[2]
+device = emulated.use_as_metal() if name == "metal" else emulated.use_as_cuda()  # before the device's first use
 import numpy as np
 import tgrad, tgrad.models
 from tgrad._ffi import ffi, lib
@@ -47,8 +51,8 @@ def same(a, b):
 out = {}
 path = model_dir(Path(tempfile.mkdtemp()))
 ids = np.random.default_rng(9).integers(0, 96, (2, 6))
-cpu, gpu = tgrad.models.from_pretrained(path), tgrad.models.from_pretrained(path, device="metal")
-out["placed"] = gpu.device == "metal" and all(t.device == "metal" for t in [*gpu.parameters(), *gpu.buffers()])
+cpu, gpu = tgrad.models.from_pretrained(path), tgrad.models.from_pretrained(path, device=name)
+out["placed"] = gpu.device == name and all(t.device == name for t in [*gpu.parameters(), *gpu.buffers()])
 out["logits"] = [same(gpu(ids, logits_dtype=d), cpu(ids, logits_dtype=d)) for d in (tgrad.bfloat16, tgrad.float32)]
 want_t, want_l = cpu.generate(ids, 4, return_logits=True)
 got_t, got_l = gpu.generate(ids, 4, return_logits=True)
@@ -66,34 +70,48 @@ def device_rows():
     return counts[int(lib.TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS)]
 rows = np.array([[512.0, 1.0, 3.0], [610.0, 0.0, -0.5]], np.float32)  # only binary128 decides them
 before = device_rows()
-with tgrad.Tensor.from_numpy(rows, dtype="float32") as x, x.to("metal") as xm:
+with tgrad.Tensor.from_numpy(rows, dtype="float32") as x, x.to(name) as xm:
     out["boundary"] = same(tgrad.log_softmax(xm, -1, dtype=tgrad.bfloat16), tgrad.log_softmax(x, -1, dtype=tgrad.bfloat16))
 out["rerun_rows"] = device_rows() - before
-again = lib.tgrad_debug_use_backend(lib.TGRAD_DEVICE_METAL, device.table)
+index = ffi.new("int32_t *")
+assert lib.tgrad_device_by_name(name.encode(), index) == 0
+again = lib.tgrad_debug_use_backend(index[0], device.table)
 out["refused_in_use"] = again == lib.TGRAD_ERR_INVALID_ARGUMENT and b"in use" in ffi.string(lib.tgrad_last_error())
 out["launches"], out["compiles"], out["errors"] = device.launches, device.compiles, device.errors
 print(json.dumps(out))
 """
 
 
-@pytest.mark.slow
-def test_the_llama_runs_on_the_emulated_metal_device_with_the_cpu_bytes(tmp_path: Path) -> None:
+def _run_child(tmp_path: Path, device: str) -> dict[str, Any]:
     from msl_emu.driver import find_cxx
 
     if find_cxx() is None:
-        pytest.skip("no C++ compiler for the MSL emulator")
+        pytest.skip("no C++ compiler for the emulators")
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = dict(os.environ)
-    res = subprocess.run([sys.executable, str(script), str(ROOT / "tests")], capture_output=True, text=True,
-                         env=env, timeout=1500)
+    res = subprocess.run([sys.executable, str(script), str(ROOT / "tests"), device], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=1500)
     assert res.returncode == 0, res.stderr[-4000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _check(out: dict[str, Any]) -> None:
     assert out["placed"] and out["logits"] == [True, True] and out["generate"], out
     assert out["steps"] and out["programs"] == [2, 27], out
     assert out["boundary"] and out["rerun_rows"] == 2, out
     assert out["refused_in_use"] and out["errors"] == [], out
     assert out["launches"] > 1000 and out["compiles"] > 20, out
+
+
+@pytest.mark.slow
+def test_the_llama_runs_on_the_emulated_metal_device_with_the_cpu_bytes(tmp_path: Path) -> None:
+    _check(_run_child(tmp_path, "metal"))
+
+
+@pytest.mark.cuda
+def test_the_llama_runs_on_the_emulated_cuda_device_with_the_cpu_bytes(tmp_path: Path) -> None:
+    _check(_run_child(tmp_path, "cuda"))
 
 
 def _table() -> object:

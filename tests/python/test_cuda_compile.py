@@ -207,10 +207,11 @@ def _batched_kernels(add) -> None:
 
 
 def _random_kernels(add) -> None:
-    """The uniform, randint and normal draws of tests/python/test_gpu_random.py (the random route)."""
-    from test_gpu_random import DRAWS, NORMALS
+    """The uniform, randint, normal and float32 uniform(low, high) draws of
+    tests/python/test_gpu_random.py (the random route)."""
+    from test_gpu_random import DRAWS, NORMALS, RANGED
 
-    for d in DRAWS + NORMALS:
+    for d in DRAWS + NORMALS + RANGED:
         with d.make("cpu") as t:
             add(R.render_tensor(t, None, "cuda"))
 

@@ -68,7 +68,8 @@ def test_launch_struct_in_the_cdef_matches_the_header(tmp_path: Path) -> None:
 
     def fields(text: str) -> list[str]:
         for ext in c_parser.CParser().parse(text).ext:
-            if isinstance(ext, c_ast.Decl) and isinstance(ext.type, c_ast.Struct) and ext.type.name == "tgrad_launch":
+            if (isinstance(ext, c_ast.Decl) and isinstance(ext.type, c_ast.Struct) and ext.type.name == "tgrad_launch"
+                    and ext.type.decls is not None):  # the definition, not a forward declaration
                 return [c_generator.CGenerator().visit(d) for d in ext.type.decls]
         raise AssertionError("struct tgrad_launch not found")
 

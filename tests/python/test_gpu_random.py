@@ -315,29 +315,26 @@ def test_generated_cuda_draws_normal_values_with_the_cpu_bytes(draw: Draw) -> No
     _check_normal(emulator("cuda"), _kernel(draw, "cuda"), draw)
 
 
-NORMAL_DEFECTS = [
-    ("r, jj == 0u ? cz : sz)", "r, jj == 0u ? sz : cz)"),  # the pair's values swapped
-    ("flag |= (uint)(v >> 32);", ""),                       # a fallback never taken
+# (draw, old text, new text): each defect caught on both emulators
+CALL_DEFECTS = [
+    (NORMALS[-1], "r, jj == 0u ? cz : sz)", "r, jj == 0u ? sz : cz)"),  # the pair's values swapped
+    (NORMALS[-1], "flag |= (uint)(v >> 32);", ""),                       # a fallback never taken
+    (RANGED[0], "flag |= (uint)(v >> 32);", ""),  # the same on the ties: the window's lower ends kept
 ]
+CALL_DEFECT_IDS = ["swapped", "never_flagged", "uniform_never_flagged"]
+
+
+def _defect_caught(lang: str, draw: Draw, old: str, new: str) -> None:
+    k = _kernel(draw, lang)
+    assert old in k.source
+    with pytest.raises(AssertionError):
+        _check_normal(emulator(lang), k, draw, k.source.replace(old, new))
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize(("old", "new"), NORMAL_DEFECTS, ids=["swapped", "never_flagged"])
-def test_a_normal_kernel_drawing_wrongly_is_caught(old: str, new: str) -> None:
-    draw = NORMALS[-1]  # the undecided call's draw
-    k = _kernel(draw, "cuda")
-    assert old in k.source
-    with pytest.raises(AssertionError):
-        _check_normal(emulator("cuda"), k, draw, k.source.replace(old, new))
-
-
-@pytest.mark.cuda
-def test_a_uniform_kernel_that_never_flags_is_caught() -> None:
-    draw = RANGED[0]  # the ties: the kernel's undecided values are the window's lower end
-    k, old = _kernel(draw, "cuda"), "flag |= (uint)(v >> 32);"
-    assert old in k.source
-    with pytest.raises(AssertionError):
-        _check_normal(emulator("cuda"), k, draw, k.source.replace(old, ""))
+@pytest.mark.parametrize(("draw", "old", "new"), CALL_DEFECTS, ids=CALL_DEFECT_IDS)
+def test_a_kernel_of_calls_drawing_wrongly_is_caught(draw: Draw, old: str, new: str) -> None:
+    _defect_caught("cuda", draw, old, new)
 
 
 @pytest.mark.slow
@@ -351,13 +348,9 @@ def test_generated_msl_draws_normal_values_with_the_cpu_bytes_and_the_cuda_flags
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("old", "new"), NORMAL_DEFECTS, ids=["swapped", "never_flagged"])
-def test_a_normal_msl_kernel_drawing_wrongly_is_caught(old: str, new: str) -> None:
-    draw = NORMALS[-1]  # the undecided call's draw
-    k = _kernel(draw, "msl")
-    assert old in k.source
-    with pytest.raises(AssertionError):
-        _check_normal(emulator("msl"), k, draw, k.source.replace(old, new))
+@pytest.mark.parametrize(("draw", "old", "new"), CALL_DEFECTS, ids=CALL_DEFECT_IDS)
+def test_an_msl_kernel_of_calls_drawing_wrongly_is_caught(draw: Draw, old: str, new: str) -> None:
+    _defect_caught("msl", draw, old, new)
 
 
 @pytest.mark.slow

@@ -183,14 +183,14 @@ void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decl
 /* A prelude, verbatim but for its functions' prefix: a line starting `static inline` gets the
  * language's function_prefix (the same words in MSL and OpenCL C; CUDA's are __device__). */
 void tg_gen_emit_text(const emitter *e, const char *s) {
-    static const char plain[] = "static inline";
+    static const char plain[] = "static inline", line[] = "\nstatic inline";
     while (*s) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) + 1 : strlen(s);
-        if (strncmp(s, plain, sizeof plain - 1) == 0) {
+        if (strncmp(s, plain, sizeof plain - 1) == 0) { /* the language's spelling */
             E("%s", e->l->function_prefix);
-            s += sizeof plain - 1, len -= sizeof plain - 1;
+            s += sizeof plain - 1;
         }
+        const char *next = strstr(s, line); /* the text up to the next such line, in one append */
+        size_t len = next ? (size_t)(next - s) + 1 : strlen(s);
         E("%.*s", (int)len, s);
         s += len;
     }

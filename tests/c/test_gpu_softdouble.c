@@ -10,12 +10,15 @@
  *                             addend cancelling the product or far below or above it; the
  *                             conversions on every 4099th float32, doubles at float32's edges and
  *                             midpoints, and integers at 2^53, 2^63 and rounding ties
- *   test_gpu_softdouble all   2^27 operands per op (2^28 for fma), every float32 (suite long)
+ *   test_gpu_softdouble all [E]
+ *                             2^E operands per op (2^(E+1) for fma; E = 25: suite long, about
+ *                             half a minute; 6.2 G cases with E = 27), every float32
  * Prints "N passed, N failed" (compared cases) and the first failures with their operands in hex. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef uint32_t uint;
@@ -396,7 +399,12 @@ static void check_ints(uint64_t draws) {
 
 int main(int argc, char **argv) {
     bool all = argc > 1 && strcmp(argv[1], "all") == 0;
-    uint64_t draws = all ? (uint64_t)1 << 27 : (uint64_t)1 << 22;
+    int e = all && argc > 2 ? atoi(argv[2]) : all ? 25 : 22;
+    if (e < 10 || e > 32) {
+        fprintf(stderr, "usage: test_gpu_softdouble [all [E]] (10 <= E <= 32)\n");
+        return 2;
+    }
+    uint64_t draws = (uint64_t)1 << e;
     for (int i = 0; i < NSPECIAL; i++) specials[i] = positive_specials[i / 2] ^ (i % 2 ? SIGN64 : 0);
     for (size_t i = 0; i < sizeof binaries / sizeof binaries[0]; i++) check_binary(&binaries[i], draws);
     check_fma(2 * draws);

@@ -14,8 +14,9 @@
  *                           then up to 2^32 over binades and next to multiples of pi/2; the
  *                           special values (0, -0, inf, NaN, the domains' edges). About 2 s
  *                           (5 s with -DTG_SOFT) at -O2.
- *   test_gpu_softmath all   2^24 per range, the soft mapping on every argument (suite long:
- *                           about 4 minutes)
+ *   test_gpu_softmath all [E]
+ *                           2^E per range (E = 22: suite long, about a minute; the bounds in
+ *                           softmath.h were measured with E = 24), the soft mapping on every one
  * Measures the relative error in ulps of the reference's binade (for sin and cos from 0.5 to 2^32,
  * the absolute error in units of 2^-53), prints each range's maximum and its argument, and fails
  * a range whose maximum exceeds the bound softmath.h states. Without a long double of 64 bits or
@@ -407,7 +408,12 @@ static void specials(void) {
 
 int main(int argc, char **argv) {
     bool all = argc > 1 && strcmp(argv[1], "all") == 0;
-    uint64_t n = all ? (uint64_t)1 << 24 : (uint64_t)1 << 20;
+    int e = all && argc > 2 ? atoi(argv[2]) : all ? 22 : 20;
+    if (e < 10 || e > 30) {
+        fprintf(stderr, "usage: test_gpu_softmath [all [E]] (10 <= E <= 30)\n");
+        return 2;
+    }
+    uint64_t n = (uint64_t)1 << e;
     soft_every = all ? 1 : 4;
     have_ref = LDBL_MANT_DIG >= 64;
     if (!have_ref)

@@ -119,7 +119,6 @@ TG_HIDDEN double tg_rope_freq(double base, int32_t i, int32_t rd);
 TG_HIDDEN tgrad_status tg_softmax_execute(const tg_step *st);
 /* The GPU route's slow path (ops/softmax.c): the rows flagged by the kernel, recomputed on the
  * host by the CPU's row code, read back from and written back to the device. */
-TG_HIDDEN tgrad_status tg_softmax_check_device(int32_t device, const char *fn);
 TG_HIDDEN tgrad_status tg_softmax_rows_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
 /* --- hgsoft: the softmax kind's backward nodes (ops/softmax_backward.c): their executor, their
  * name for explain, and whether a node's softmax_op is one (a two-input node: y, then g). --- */

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../gen/gen.h"
 #include "../kinds.h"
 #include "norm_backward.h"
 #include "norm_exact.h"
@@ -71,12 +70,6 @@ static tgrad_status make_norm(int32_t op, tgrad_tensor_t x, tgrad_tensor_t weigh
     tg_node_params P = { .norm_op = op, .norm_axes = naxes, .eps = eps, .has_weight = weight != 0,
                          .has_bias = bias != 0 };
     if (!s) s = tg_kind_check_device(TG_OP_NORM, t[0].buf->device, fn);
-    const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
-    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
-        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                    "%s: the norm kind's GPU kernels compute in double, which %s's language (%s) lacks "
-                    "(docs/metal.md): run it on the CPU, OpenCL or CUDA",
-                    fn, tg_device_name(t[0].buf->device), lang ? lang->name : "none");
     if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; norms take bfloat16", fn,
                     tg_dtype_name(t[0].buf->dtype));

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "../../../kernels/cpu/fp_env.h"
-#include "../gen/gen.h"
 #include "../kinds.h"
 #include "norm_backward.h"
 
@@ -55,11 +54,6 @@ static tgrad_status check_all(const tg_tensor *t, int32_t have, bool weight, int
         if (t[i].buf->device != t[0].buf->device)
             s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: %s lives on %s, x on %s", fn, what[i],
                         tg_device_name(t[i].buf->device), tg_device_name(t[0].buf->device));
-    const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
-    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
-        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                    "%s: the norm kind's GPU kernels compute in double, which %s's language (%s) lacks (docs/metal.md): "
-                    "run it on the CPU, OpenCL or CUDA", fn, tg_device_name(t[0].buf->device), lang ? lang->name : "none");
     if (!s && (naxes < 1 || naxes > t[0].view.ndim))
         s = tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "%s: %d normalized axes for a tensor of %d dimensions", fn, (int)naxes,
                     (int)t[0].view.ndim);

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../gen/gen.h"
 #include "../kinds.h"
 #include "norm_exact.h"
 
@@ -46,12 +45,6 @@ static tgrad_status make_rope(tgrad_tensor_t x, tgrad_tensor_t positions, tgrad_
                          .has_weight = inv_freq != 0 };
     const tg_view *xv = &t[0].view;
     if (!s) s = tg_kind_check_device(TG_OP_ROPE, t[0].buf->device, fn);
-    const tg_lang *lang = s || t[0].buf->device == TGRAD_DEVICE_CPU ? NULL : tg_lang_find(tg_device_lang(t[0].buf->device));
-    if (!s && t[0].buf->device != TGRAD_DEVICE_CPU && (!lang || !lang->f64))
-        s = tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                    "%s: the rope kind's GPU kernels compute in double, which %s's language (%s) lacks "
-                    "(docs/metal.md): run it on the CPU, OpenCL or CUDA",
-                    fn, tg_device_name(t[0].buf->device), lang ? lang->name : "none");
     if (!s && t[0].buf->dtype != TGRAD_DTYPE_BF16)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: x is %s; it takes bfloat16", fn, tg_dtype_name(t[0].buf->dtype));
     if (!s && xv->ndim < 2)

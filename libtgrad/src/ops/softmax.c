@@ -13,7 +13,6 @@
 #include "../../../kernels/cpu/fp_env.h"
 #include "../../../kernels/cpu/softmax_round.h"
 #include "../cpu/epilogue.h"
-#include "../gen/gen.h"
 #include "../kinds.h"
 #include "elementwise.h"
 #include "softmax_kernel.h"
@@ -44,22 +43,6 @@ TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t n)
 }
 
 /* ---- the node ---- */
-/* A node of the kind may be made on `device`: the CPU runs all of it; a GPU device every op, the
- * backward ones too, in a language with binary64 (route softmax: native in OpenCL and CUDA, the
- * software double of kernels/gpu/softdouble.h in MSL; gen.h's tg_lang.f64). TGRAD_ERR_BACKEND_UNAVAILABLE
- * naming why. */
-tgrad_status tg_softmax_check_device(int32_t device, const char *fn) {
-    tgrad_status s = tg_kind_check_device(TG_OP_SOFTMAX, device, fn);
-    if (s || device == TGRAD_DEVICE_CPU) return s;
-    const tg_lang *l = tg_lang_find(tg_device_lang(device));
-    if (!l || !l->f64)
-        return tg_fail(TGRAD_ERR_BACKEND_UNAVAILABLE,
-                       "%s: the softmax kind's GPU kernels compute in double, which %s's language (%s) lacks "
-                       "(docs/metal.md): run it on the CPU, OpenCL or CUDA",
-                       fn, tg_device_name(device), l ? l->name : "none");
-    return TGRAD_OK;
-}
-
 TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis, int32_t keepdims, int32_t out_dtype,
                                      tgrad_tensor_t *out) {
     const char *fn = tgrad_softmax_name(op);
@@ -75,7 +58,7 @@ TGRAD_API tgrad_status tgrad_softmax(int32_t op, tgrad_tensor_t x, int32_t axis,
     int32_t in = t.buf->dtype, nd = t.view.ndim;
     tg_node_params P = { .softmax_op = op, .naxes = 1 };
     tg_view ov = { 0 };
-    if (!s) s = tg_softmax_check_device(t.buf->device, fn);
+    if (!s) s = tg_kind_check_device(TG_OP_SOFTMAX, t.buf->device, fn);
     if (!s && in != TGRAD_DTYPE_BF16 && in != TGRAD_DTYPE_F32)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "%s: the input is %s; %s takes bfloat16 or float32", fn,
                     tg_dtype_name(in), fn);

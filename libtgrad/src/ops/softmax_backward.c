@@ -53,7 +53,7 @@ TGRAD_API tgrad_status tgrad_softmax_backward(int32_t op, tgrad_tensor_t y, tgra
     if (!s && t[1].buf->device != t[0].buf->device)
         s = tg_fail(TGRAD_ERR_DEVICE_MISMATCH, "%s: the gradient lives on %s, the forward output on %s", fn,
                     tg_device_name(t[1].buf->device), tg_device_name(t[0].buf->device));
-    if (!s) s = tg_softmax_check_device(t[0].buf->device, fn);
+    if (!s) s = tg_kind_check_device(TG_OP_SOFTMAX, t[0].buf->device, fn);
     bool same = !s && t[0].view.ndim == t[1].view.ndim;
     for (int32_t d = 0; same && d < t[0].view.ndim; d++) same = t[0].view.shape[d] == t[1].view.shape[d];
     if (!s && !same) {

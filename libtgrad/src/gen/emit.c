@@ -147,10 +147,9 @@ void tg_key_view(char *key, size_t cap, const tg_view *v) {
 const char *tg_dk_text(char *buf, double v) {
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
-    int n = snprintf(buf, 40, "%.17g", v);
-    if (!strpbrk(buf, ".e")) snprintf(buf + n, 40 - (size_t)n, ".0"); /* a double literal, never an int */
     char lit[40];
-    memcpy(lit, buf, sizeof lit);
+    int n = snprintf(lit, sizeof lit, "%.17g", v);
+    if (!strpbrk(lit, ".e")) snprintf(lit + n, sizeof lit - (size_t)n, ".0"); /* a double literal, never an int */
     snprintf(buf, TG_DK_TEXT, "tg_dk(%s, 0x%016" PRIx64 "ul)", lit, bits);
     return buf;
 }

@@ -385,9 +385,10 @@ tgrad_status tg_random_execute(const tg_step *st) {
 tgrad_status tg_random_calls_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
     const tg_node_params *p = &st->base->params;
     const tg_buffer *ob = st->buf;
-    bool normal = p->random.dist == TGRAD_RANDOM_NORMAL;
-    if (!normal && !(p->random.dist == TGRAD_RANDOM_UNIFORM && ob->dtype == TGRAD_DTYPE_F32))
+    const tg_gen_random drawn = { .dist = p->random.dist, .dtype = ob->dtype, .p0 = p->random.p0, .p1 = p->random.p1 };
+    if (!tg_gen_random_flagged(&drawn)) /* the renderer's rule for the kernels that flag calls */
         return tg_fail(TGRAD_ERR_INTERNAL, "random: flags from a %s kernel", tgrad_random_name(p->random.dist));
+    const bool normal = p->random.dist == TGRAD_RANDOM_NORMAL;
     size_t esize = (size_t)tg_dtype_size(ob->dtype), bytes = (size_t)ob->numel * esize;
     void *out = tg_calloc(bytes ? bytes : 1, 1);
     if (!out)

@@ -1,16 +1,17 @@
-/* A decode step's one-row products from DRAM, the block32 order on AVX2, with W in three layouts
- * (docs/performance.md, "Session 29"): the library's (W [N, K] row-major read as x @ W.T, AVX2
- * kernel stream_block32_avx2.c, 2 column strips a thread), W.T stored row-major [K, N] in column
- * strips (the kernel's few_rows loop, accumulators in L1), and W.T row-major split along K (each
- * thread a contiguous range of 32-row blocks, chains in registers, the per-block sums then added
- * in block order: the same bytes). 8 layers of the ~100 M Llama's products and its 8192-row head,
- * each product's two halves on 2 threads behind a spin barrier; prints the best token's time and
- * each product's mean.
+/* A decode step's one-row products from DRAM, the block32 order on AVX2, with W in four layouts
+ * (docs/performance.md, "Session 29" and "Session 31"): the library's (W [N, K] row-major read as
+ * x @ W.T, AVX2 kernel stream_block32_avx2.c, 2 column strips a thread), W.T stored row-major
+ * [K, N] in column strips (the kernel's few_rows loop, accumulators in L1), W.T row-major split
+ * along K (each thread a contiguous range of 32-row blocks, chains in registers, the per-block
+ * sums then added in block order: the same bytes), and W packed in 32-column panels (each strip
+ * of 32 columns its K / 2 pair words a row of 32, one contiguous run: no transpose, one stream a
+ * thread). 8 layers of the ~100 M Llama's products and its 8192-row head, each product's two
+ * halves on 2 threads behind a spin barrier; prints the best token's time and each product's mean.
  *
  *     cc -O3 -ffp-contract=off -fno-fast-math -mavx2 -mfma -Ikernels/cpu tools/rowvec_layouts.c \
  *        -lpthread -o rowvec_layouts
- *     ./rowvec_layouts cols 30      (or rows, ksplit; rounds)
- *     ./rowvec_layouts check        (the three give the same bytes: one W and its transpose)
+ *     ./rowvec_layouts cols 30      (or rows, ksplit, panels; rounds)
+ *     ./rowvec_layouts check        (the four give the same bytes: one W, its transpose, its panels)
  */
 #include "stream_block32_avx2.c"
 
@@ -70,6 +71,46 @@ static void sum_blocks(const float *S, int64_t N, int64_t blocks, int64_t n0, in
     }
 }
 
+/* ---- W [N, K] packed in 32-column panels: strip s's pair p of column c at word
+ * (s * K / 2 + p) * 32 + c (even k low, odd k high), N a multiple of 32, K of 32 ---- */
+enum { PANEL_AHEAD = 1536 }; /* words: 6 KB ahead in the strip's run (1024-4096 alike, 256 slower) */
+
+static void pack_panels(const uint16_t *w, int64_t N, int64_t K, uint32_t *P) {
+    int64_t kp = K / 2;
+    for (int64_t s = 0; s < N / 32; s++)
+        for (int64_t p = 0; p < kp; p++)
+            for (int c = 0; c < 32; c++) {
+                const uint16_t *row = w + (32 * s + c) * K;
+                P[(s * kp + p) * 32 + c] = (uint32_t)row[2 * p] | (uint32_t)row[2 * p + 1] << 16;
+            }
+}
+
+/* One strip's 32 sums: per block the 4 groups' even and odd chains over its 16 pairs, then
+ * acc + (even + odd), cols_block4's order without its transposes. af: A widened (even, odd). */
+static void panels_strip(const float *af, const uint32_t *P, int64_t kp, uint16_t *out, float *out32, int64_t n0) {
+    const __m256i odd_mask = _mm256_set1_epi32((int)0xffff0000u);
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int64_t blk = 0; blk < kp / 16; blk++) {
+        __m256 ev[4], od[4];
+        for (int g = 0; g < 4; g++) ev[g] = _mm256_setzero_ps(), od[g] = _mm256_setzero_ps();
+        const uint32_t *q = P + blk * 16 * 32;
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; p++) {
+            if (!(p & 1)) /* the 4 lines two pairs take, PANEL_AHEAD words on */
+                for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(q + 32 * p + PANEL_AHEAD + 16 * l), _MM_HINT_T0);
+            __m256 e = _mm256_broadcast_ss(af + 32 * blk + 2 * p), o = _mm256_broadcast_ss(af + 32 * blk + 2 * p + 1);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                __m256i r = _mm256_load_si256((const __m256i *)(q + 32 * p + 8 * g));
+                ev[g] = _mm256_fmadd_ps(e, _mm256_castsi256_ps(_mm256_slli_epi32(r, 16)), ev[g]);
+                od[g] = _mm256_fmadd_ps(o, _mm256_castsi256_ps(_mm256_and_si256(r, odd_mask)), od[g]);
+            }
+        }
+        for (int g = 0; g < 4; g++) acc[g] = _mm256_add_ps(acc[g], _mm256_add_ps(ev[g], od[g]));
+    }
+    for (int g = 0; g < 4; g++) store_sums(out, out32, n0 + 8 * g, acc[g], 8);
+}
+
 /* ---- the harness ---- */
 enum { LAYERS = 8, SHAPES = 7, MATS = LAYERS * SHAPES + 1 };
 static const int64_t shape[SHAPES + 1][2] = { { 1024, 1024 }, { 256, 1024 }, { 256, 1024 }, { 1024, 1024 },
@@ -79,7 +120,8 @@ static struct { uint16_t *w; int64_t N, K; int kind; } mats[MATS];
 static uint32_t *apairs;
 static uint16_t *out;
 static float *S;
-static int mode; /* 0 cols, 1 rows, 2 ksplit */
+static int mode; /* 0 cols, 1 rows, 2 ksplit, 3 panels */
+static float *awide; /* A widened (even, odd) for the panels */
 static atomic_int arrived, phase;
 static double spent[SHAPES + 1];
 static int counted[SHAPES + 1], rounds;
@@ -98,6 +140,12 @@ static void product(int m, int t) {
         block_sums(apairs, mats[m].w, K, N, blocks * t / 2, blocks * (t + 1) / 2, S);
         barrier();
         sum_blocks(S, N, blocks, t * half, t ? N : half, out, NULL);
+        return;
+    }
+    if (mode == 3) { /* each thread a contiguous half of the strips: one run */
+        int64_t strips = N / 32, kp = K / 2;
+        for (int64_t s = strips * t / 2; s < strips * (t + 1) / 2; s++)
+            panels_strip(awide, (const uint32_t *)mats[m].w + s * kp * 32, kp, out, NULL, 32 * s);
         return;
     }
     int64_t strip = ((N + 3) / 4 + 31) / 32 * 32;
@@ -127,13 +175,14 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* W [N, K] and its transpose through each layout's code: the same fp32 sums, bit for bit (before
+/* W [N, K], its transpose and its panels through each layout's code: the same fp32 sums, bit for bit (before
  * the rounding to bf16, which would hide a changed order). */
 static int check(void) {
     enum { N = 256, K = 1024 };
     uint16_t *w = aligned_alloc(64, N * K * 2), *wt = aligned_alloc(64, N * K * 2), *x = aligned_alloc(64, K * 2);
-    float res[3][N];
-    uint32_t *ap = aligned_alloc(64, (K + 64) * 4);
+    float res[4][N];
+    uint32_t *ap = aligned_alloc(64, (K + 64) * 4), *panels = aligned_alloc(64, N * K * 2);
+    float *af = aligned_alloc(64, K * 4);
     float *s = aligned_alloc(64, (size_t)(K / 32) * N * 4);
     for (int i = 0; i < N * K; i++) w[i] = (uint16_t)(0x3800 + (((unsigned)i * 2654435761u) >> 20) % 0x1000);
     for (int n = 0; n < N; n++)
@@ -149,15 +198,21 @@ static int check(void) {
     rowvec_to(ap, &Br, K, 0, N, NULL, res[1]);
     block_sums(ap, wt, K, N, 0, K / 32, s);
     sum_blocks(s, N, K / 32, 0, N, NULL, res[2]);
+    pack_panels(w, N, K, panels);
+    widen_a(ap, 0, K / 2, K / 2, af);
+    for (int64_t st = 0; st < N / 32; st++) panels_strip(af, panels + st * (K / 2) * 32, K / 2, NULL, res[3], 32 * st);
     _mm_setcsr(csr);
-    int diff = memcmp(res[0], res[1], sizeof res[0]) != 0 || memcmp(res[0], res[2], sizeof res[0]) != 0;
+    int diff = memcmp(res[0], res[1], sizeof res[0]) != 0 || memcmp(res[0], res[2], sizeof res[0]) != 0 ||
+               memcmp(res[0], res[3], sizeof res[0]) != 0;
     printf("%s\n", diff ? "the layouts differ" : "the same bytes");
     return diff;
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "check")) return check();
-    mode = argc > 1 && !strcmp(argv[1], "rows") ? 1 : argc > 1 && !strcmp(argv[1], "ksplit") ? 2 : 0;
+    static const char *const modes[] = { "cols", "rows", "ksplit", "panels" };
+    for (int i = 1; i < 4; i++)
+        if (argc > 1 && !strcmp(argv[1], modes[i])) mode = i;
     rounds = argc > 2 ? atoi(argv[2]) : 30;
     double bytes = 0;
     for (int m = 0; m < MATS; m++) {
@@ -174,6 +229,8 @@ int main(int argc, char **argv) {
     apairs = aligned_alloc(64, 4096 * 4);
     tg_operand A = { x, 2816, 1 };
     pack_a_bf16(&A, 0, 1, 0, 2816, 1, apairs);
+    awide = aligned_alloc(64, 2816 * 4);
+    widen_a(apairs, 0, 2816 / 2, 2816 / 2, awide); /* the panels' timing reads W's bytes as panels */
     out = aligned_alloc(64, 8192 * 2 + 64);
     S = aligned_alloc(64, (size_t)8192 * 4 * 96);
     pthread_t th;
@@ -186,7 +243,7 @@ int main(int argc, char **argv) {
         if (now() - t0 < best) best = now() - t0;
     }
     pthread_join(th, NULL);
-    printf("%s: best %.2f ms a token, %.2f GB/s\n", mode == 0 ? "cols" : mode == 1 ? "rows" : "ksplit", best * 1e3,
+    printf("%s: best %.2f ms a token, %.2f GB/s\n", modes[mode], best * 1e3,
            bytes / best / 1e9);
     for (int k = 0; k <= SHAPES; k++)
         printf("  %-4s %7.1f us, %5.1f GB/s\n", names[k], spent[k] / counted[k] * 1e6,

@@ -903,6 +903,27 @@ TGRAD_API tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *count
 #define TGRAD_DEBUG_SOFTMAX_COUNT 5
 TGRAD_API tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
 
+/* The render cache of GPU kernels (docs/kernels.md, "The render cache"): its counters since the
+ * last mode change into counts[0 .. count) (count 0 with counts NULL: none): the hits, the
+ * misses, the kernels and the key and text bytes it holds, the hits whose launch differed from
+ * the one the step computes (taken as misses), and the hits whose text differed from the step's
+ * render (verify mode: the step fails with TGRAD_ERR_INTERNAL), the nanoseconds spent rendering
+ * steps' kernels (hits and misses, the cache off too) and how many were rendered. Then, for a
+ * mode of 0 (off), 1
+ * (on) or 2 (verify: every hit rendered again and compared), the cache is emptied, the counters
+ * zeroed and the mode set (TGRAD_RENDER_CACHE sets it at load: "0", "verify", else on); -1
+ * leaves both. TGRAD_ERR_INVALID_ARGUMENT for another mode or count. */
+#define TGRAD_DEBUG_RENDER_CACHE_HITS 0
+#define TGRAD_DEBUG_RENDER_CACHE_MISSES 1
+#define TGRAD_DEBUG_RENDER_CACHE_ENTRIES 2
+#define TGRAD_DEBUG_RENDER_CACHE_BYTES 3
+#define TGRAD_DEBUG_RENDER_CACHE_LAUNCH_DIFFERENCES 4
+#define TGRAD_DEBUG_RENDER_CACHE_TEXT_DIFFERENCES 5
+#define TGRAD_DEBUG_RENDER_CACHE_RENDER_NS 6
+#define TGRAD_DEBUG_RENDER_CACHE_RENDERS 7
+#define TGRAD_DEBUG_RENDER_CACHE_COUNT 8
+TGRAD_API tgrad_status tgrad_debug_render_cache(int32_t mode, int64_t *counts, int32_t count);
+
 /* The CUDA backend's compiler, for tests (no driver or GPU needed): compile CUDA C++ `source` with
  * NVRTC as the backend does (--fmad=false, no fast math) into a CUBIN for sm_<sm> (e.g. 90) and
  * report its size in *image_bytes. TGRAD_ERR_KERNEL_COMPILE_FAILED with NVRTC's log in

@@ -329,6 +329,16 @@ tgrad_status tgrad_debug_random_slow_path(int32_t dist, int64_t *counts, int32_t
 #define TGRAD_DEBUG_SOFTMAX_DEVICE_ROWS 4
 #define TGRAD_DEBUG_SOFTMAX_COUNT 5
 tgrad_status tgrad_debug_softmax_slow_path(int64_t *counts, int32_t count);
+#define TGRAD_DEBUG_RENDER_CACHE_HITS 0
+#define TGRAD_DEBUG_RENDER_CACHE_MISSES 1
+#define TGRAD_DEBUG_RENDER_CACHE_ENTRIES 2
+#define TGRAD_DEBUG_RENDER_CACHE_BYTES 3
+#define TGRAD_DEBUG_RENDER_CACHE_LAUNCH_DIFFERENCES 4
+#define TGRAD_DEBUG_RENDER_CACHE_TEXT_DIFFERENCES 5
+#define TGRAD_DEBUG_RENDER_CACHE_RENDER_NS 6
+#define TGRAD_DEBUG_RENDER_CACHE_RENDERS 7
+#define TGRAD_DEBUG_RENDER_CACHE_COUNT 8
+tgrad_status tgrad_debug_render_cache(int32_t mode, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_device_table(tgrad_op op, uint16_t *out, int64_t count);
 tgrad_status tgrad_debug_cuda_compile(const char *source, int32_t sm, int64_t *image_bytes);

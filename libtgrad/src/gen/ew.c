@@ -184,6 +184,7 @@ void tg_gen_emit_chain_params(const emitter *e, const tg_gen_chain *c, char decl
  * language's function_prefix (the same words in MSL and OpenCL C; CUDA's are __device__). */
 void tg_gen_emit_text(const emitter *e, const char *s) {
     static const char plain[] = "static inline", line[] = "\nstatic inline";
+    if (e->t->discard) return; /* nothing is written: skip the scan */
     while (*s) {
         if (strncmp(s, plain, sizeof plain - 1) == 0) { /* the language's spelling */
             E("%s", e->l->function_prefix);

@@ -18,6 +18,7 @@ typedef struct tg_text {
     char *data; /* NUL-terminated while !failed */
     size_t len, cap;
     bool failed; /* an allocation failed: the text is incomplete */
+    bool discard; /* write nothing: a render for its launch and bindings alone (render_cache.h) */
 } tg_text;
 
 TG_HIDDEN void tg_text_free(tg_text *t);

@@ -11,7 +11,7 @@ void tg_text_free(tg_text *t) {
 }
 
 void tg_text_printf(tg_text *t, const char *fmt, ...) {
-    if (t->failed) return;
+    if (t->failed || t->discard) return;
     for (;;) {
         size_t room = t->cap - t->len;
         va_list ap;

@@ -54,9 +54,12 @@ def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None, 
     # allocator's leftovers (the pip-installed library is a release build, where it is off).
     # TGRAD_NATIVE=1: Tensor's hot path must be the C module the install built (ImportError if
     # not); the slow session runs the core tier once more through its Python twin.
+    # TGRAD_RENDER_CACHE=verify: every GPU kernel the render cache hands out is rendered again and
+    # compared, so a key that misses something a renderer reads fails the step that hit it.
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-n", "auto", "-m", TIERS[tier], "python", *(extra or []), *session.posargs,
-                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", "TGRAD_NATIVE": "1", **(env or {})})
+                env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", "TGRAD_NATIVE": "1", "TGRAD_RENDER_CACHE": "verify",
+                     **(env or {})})
 
 
 #: Core-tier test files that run no CPU kernel of libtgrad, or nothing a CPU variant could change:

@@ -395,10 +395,13 @@ tgrad_status tg_device_execute(const tg_step *step) {
         if (!s) tg_step_kernel_free(&k);
         return s;
     }
-    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL }, *words = NULL, *flags_mem = NULL;
-    uint32_t *flags = NULL;
+    void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL }, *words = NULL, *flags_mem = NULL, *host_mem = NULL;
+    uint32_t *flags = NULL, *host_words = NULL;
+    if (k.host_at >= 0) /* made before the device lock: it may read the step's inputs back */
+        s = kind->gpu_host_words ? kind->gpu_host_words(step, &host_words, k.nhost)
+                                 : tg_fail(TGRAD_ERR_INTERNAL, "%s: a host binding without its maker", kind->name);
     const size_t flag_bytes = sizeof *flags * (size_t)(k.nflags > 0 ? k.nflags : 1);
-    if (k.flags_at >= 0 && !(flags = tg_fault() ? NULL : malloc(flag_bytes)))
+    if (!s && k.flags_at >= 0 && !(flags = tg_fault() ? NULL : malloc(flag_bytes)))
         s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's %lld row flags", (long long)k.nflags);
     const tg_backend *be = backend_of(device);
     pthread_mutex_lock(&states[device].lock);
@@ -413,12 +416,19 @@ tgrad_status tg_device_execute(const tg_step *step) {
                            : be->alloc(bytes, &words);
             if (!s) s = be->copy_in(words, 0, k.words, bytes);
             buffers[i] = words;
+        } else if ((int32_t)i == k.host_at) { /* the host's words for this launch (kinds.h, gpu_host_words) */
+            const size_t bytes = sizeof *host_words * (size_t)(k.nhost > 0 ? k.nhost : 1);
+            s = tg_fault() ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's host words on %s", device_names[device])
+                           : be->alloc(bytes, &host_mem);
+            if (!s) s = be->copy_in(host_mem, 0, host_words, sizeof *host_words * (size_t)k.nhost);
+            buffers[i] = host_mem;
         } else if (!k.bufs[i]) s = device_table(device, k.table_op[i], &buffers[i]);
         else if (!(buffers[i] = k.bufs[i]->dev_mem)) buffers[i] = step->buf->dev_mem; /* empty: never read */
     }
     if (!s) s = run_text(device, &k.text, &k.launch, buffers);
     if (!s && flags_mem) s = be->copy_out(flags_mem, 0, flags, flag_bytes);
     if (words) be->free(words); /* the launch has finished (run_text synchronizes) */
+    if (host_mem) be->free(host_mem);
     if (flags_mem) be->free(flags_mem);
     pthread_mutex_unlock(&states[device].lock);
     int64_t flagged = 0;
@@ -426,6 +436,7 @@ tgrad_status tg_device_execute(const tg_step *step) {
     if (flagged && kind->gpu_finish) /* without the lock: it moves data */
         s = kind->gpu_finish(step, flags, k.nflags, flagged);
     free(flags);
+    free(host_words);
     tg_step_kernel_free(&k);
     return s;
 }

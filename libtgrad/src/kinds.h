@@ -30,6 +30,10 @@ typedef struct tg_kind {
      * reads its indices back and checks their range, so that nothing is written when one is out
      * of range, as on the CPU. */
     tgrad_status (*gpu_check)(const tg_step *st);
+    /* A GPU launch's words made on the host from its step's data (step_kernel.h, host_at; NULL:
+     * none): `count` uint32 words, malloc'ed into *words, called after gpu_check and before the
+     * launch: scatter_add's positions grouped by the index they name (tg_scatter_add_positions). */
+    tgrad_status (*gpu_host_words)(const tg_step *st, uint32_t **words, int64_t count);
     /* After a GPU launch of a step of this kind whose kernel wrote a flag per row (step_kernel.h,
      * flags_at), on the host, with the flags read back, called only when `flagged` (> 0) of them
      * are set: the row kinds rerun their flagged rows with the CPU's row code. */
@@ -91,6 +95,7 @@ TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_device_check(const tg_step *st); /* ops/gather.c */
 TG_HIDDEN tgrad_status tg_scatter_add_device_check(const tg_step *st); /* ops/gather.c */
+TG_HIDDEN tgrad_status tg_scatter_add_positions(const tg_step *st, uint32_t **words, int64_t count); /* ops/gather.c */
 TG_HIDDEN tgrad_status tg_slice_scatter_device_check(const tg_step *st); /* ops/slice_scatter.c */
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);

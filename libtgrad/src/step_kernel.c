@@ -206,6 +206,8 @@ tgrad_status tg_step_render_scatter_add(const tg_step *st, const tg_route *route
     tgrad_status s = tg_gen_check_scatter_add(l, &p);
     if (!s) s = tg_gen_render_scatter_add(l, &p, &k->text, &k->launch);
     k->bufs[0] = in[0].buf, k->bufs[1] = in[1].buf, k->bufs[2] = st->buf;
+    /* binding pos: the positions grouped by the index they name, made on the host at the launch */
+    k->host_at = 3, k->nhost = s ? 0 : (int64_t)k->launch.buffer_elements[3];
     return s;
 }
 
@@ -351,7 +353,7 @@ tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const
 static tgrad_status render_step(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k,
                                 bool discard) {
     memset(k, 0, sizeof *k);
-    k->words_at = -1, k->flags_at = -1;
+    k->words_at = -1, k->flags_at = -1, k->host_at = -1;
     k->text.discard = discard;
     const tg_kind *kind = tg_kind_of(st->op);
     tgrad_status s = kind->gpu_render ? kind->gpu_render(st, route, l, k)
@@ -377,7 +379,8 @@ static tgrad_status verify_hit(const tg_step *st, const tg_route *route, const t
                 !memcmp(&whole.launch, &k->launch, sizeof k->launch) && !memcmp(whole.bufs, k->bufs, sizeof k->bufs) &&
                 !memcmp(whole.table_op, k->table_op, sizeof k->table_op) && whole.words_at == k->words_at &&
                 whole.nwords == k->nwords && !memcmp(whole.words, k->words, sizeof k->words) &&
-                whole.flags_at == k->flags_at && whole.nflags == k->nflags;
+                whole.flags_at == k->flags_at && whole.nflags == k->nflags && whole.host_at == k->host_at &&
+                whole.nhost == k->nhost;
     tg_step_kernel_free(&whole);
     if (same) return TGRAD_OK;
     tg_render_cache_contradicted(key, true);

@@ -23,6 +23,11 @@ typedef struct tg_step_kernel {
      * gpu_finish (kinds.h), freed after it. */
     int32_t flags_at;
     int64_t nflags;
+    /* Words the host makes from the step's data before the launch (the kind's gpu_host_words:
+     * scatter_add's positions), bound at host_at (-1: none), nhost of them; the text does not
+     * depend on them. */
+    int32_t host_at;
+    int64_t nhost;
 } tg_step_kernel;
 
 /* Render step st (a matmul by `route`, a copy, an elementwise chain or a reduction; its fused ops

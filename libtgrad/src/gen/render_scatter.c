@@ -182,6 +182,10 @@ tgrad_status tg_gen_check_scatter_add(const tg_lang *l, const tg_gen_scatter_add
         return tg_not_eligible(r->name, l->name, "%lld elements need more than 2^32-1 threadgroups", numel, 0, 0);
     if (!tg_view_is_compact_rowmajor(&p->g) || !tg_view_is_compact_rowmajor(&p->index))
         return tg_not_eligible(r->name, l->name, "operands that are not compact (the node reads them compact)", 0, 0, 0);
+    int64_t P, n, R, Q;
+    scatter_dims(p, &P, &n, &R, &Q);
+    if (n + 1 + Q > INT32_MAX) /* the positions binding: int words */
+        return tg_not_eligible(r->name, l->name, "%lld indices into an axis of %lld (their positions need int32)", Q, n, 0);
     return TGRAD_OK;
 }
 
@@ -193,13 +197,15 @@ tgrad_status tg_gen_render_scatter_add(const tg_lang *l, const tg_gen_scatter_ad
     scatter_dims(p, &P, &n, &R, &Q);
     const int64_t numel = P * n * R;
     memset(launch, 0, sizeof *launch);
-    launch->buffer_count = 3;
+    launch->buffer_count = 4;
     launch->buffer_elements[0] = (uint64_t)(p->g.offset + P * Q * R);
     launch->buffer_elements[1] = (uint64_t)(p->index.offset + Q);
     launch->buffer_elements[2] = (uint64_t)numel;
+    launch->buffer_elements[3] = (uint64_t)(n + 1 + Q);
     snprintf(launch->buffer_names[0], 8, "g");
     snprintf(launch->buffer_names[1], 8, "ix");
     snprintf(launch->buffer_names[2], 8, "c");
+    snprintf(launch->buffer_names[3], 8, "pos");
     tg_launch_1d(r, numel, launch);
     char key[2048];
     snprintf(key, sizeof key, "scatter_add;%d;%d", (int)p->dtype, (int)p->axis);
@@ -216,31 +222,32 @@ tgrad_status tg_gen_render_scatter_add(const tg_lang *l, const tg_gen_scatter_ad
       " indices q whose\n// index ix[q] names j (a negative one counts from the end), exact, rounded once; +0 where "
       "none does.\n",
       P, n, R, tg_dtype_name(p->dtype), Q);
-    E("// g (offset %" PRId64 ") and ix (offset %" PRId64 ") compact; the indices were checked on the host.\n",
-      p->g.offset, p->index.offset);
-    E("// The exact sum (kernels/gpu/reduce.h, integers only): the CPU's bytes.\n");
+    E("// g (offset %" PRId64 ") and ix (offset %" PRId64 ") compact; the indices were checked on the host, which\n"
+      "// grouped their positions by the index they name: j's are pos[%" PRId64 " + t] for t in [pos[j], pos[j + 1]).\n",
+      p->g.offset, p->index.offset, n + 1);
+    E("// The exact sum (kernels/gpu/reduce.h, integers only): the CPU's bytes, in any order.\n");
     tg_emit_launch_line(e, launch);
     if (*l->preamble) E("%s", l->preamble);
     E("\ntypedef %s tg_u64;\n", l->u64);
     tg_gen_emit_text(e, tg_gen_reduce_prelude);
-    char b0[64], b1[64], b2[64];
+    char b0[64], b1[64], b2[64], b3[64];
     tg_buffer_param_typed(b0, sizeof b0, l->global_in, bf16 ? "ushort" : "uint", "g");
     tg_buffer_param_typed(b1, sizeof b1, l->global_in, "int", "ix");
     tg_buffer_param_typed(b2, sizeof b2, l->global_out, bf16 ? "ushort" : "uint", "c");
-    const char *bp[3] = { b0, b1, b2 };
+    tg_buffer_param_typed(b3, sizeof b3, l->global_in, "int", "pos");
+    const char *bp[4] = { b0, b1, b2, b3 };
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
-    tg_emit_signature(e, launch->kernel_name, bp, 3, used);
+    tg_emit_signature(e, launch->kernel_name, bp, 4, used);
     E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
     E("    if (i >= %" PRId64 ")\n        return;\n", numel);
     E("    const %s b = i %% %" PRId64 ";\n", e->it, R);
     E("    const %s j = (i / %" PRId64 ") %% %" PRId64 ";\n", e->it, R, n);
     E("    const %s a = i / %" PRId64 ";\n", e->it, R * n);
     E("    tg_acc acc = tg_acc_zero();\n");
-    E("    for (%s q = 0; q < %" PRId64 "; q++) {\n", e->it, Q);
-    E("        %s k = ix[%" PRId64 " + q];\n", e->it, p->index.offset);
-    E("        if (k < 0)\n            k += %" PRId64 ";\n", n);
-    E("        if (k == j)\n");
-    E("            acc = tg_acc_add(acc, %sg[%" PRId64 " + (a * %" PRId64 " + q) * %" PRId64 " + b]%s);\n",
+    E("    const %s end = pos[j + 1];\n", e->it);
+    E("    for (%s t = pos[j]; t < end; t++) {\n", e->it);
+    E("        const %s q = pos[%" PRId64 " + t];\n", e->it, n + 1);
+    E("        acc = tg_acc_add(acc, %sg[%" PRId64 " + (a * %" PRId64 " + q) * %" PRId64 " + b]%s);\n",
       bf16 ? "(uint)" : "", p->g.offset, Q, R, bf16 ? " << 16" : "");
     E("    }\n");
     E("    c[i] = %stg_acc_round(acc, 1u, %uu);\n", bf16 ? "(ushort)" : "", bf16 ? 1u : 0u);

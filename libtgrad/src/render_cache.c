@@ -1,4 +1,7 @@
-/* The render cache (render_cache.h): keys, the table, the mode and the counters. */
+/* The render cache (render_cache.h): keys, the table, the mode and the counters. Its allocations
+ * are plain malloc, not fault-injection sites (internal.h's tg_malloc): one that fails only means
+ * a step rendered whole or a text not kept, never an error, so the fault walks over the device
+ * path (tests/c/test_opencl.c) still see every allocation a launch needs. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,7 +34,7 @@ static void put(tg_render_key *k, const void *v, size_t n) {
     if (k->len + n > k->cap) {
         size_t cap = k->cap ? 2 * k->cap : 1024;
         while (cap < k->len + n) cap *= 2;
-        unsigned char *bigger = tg_realloc(k->bytes, cap);
+        unsigned char *bigger = realloc(k->bytes, cap);
         if (!bigger) {
             k->failed = true;
             return;
@@ -147,7 +150,7 @@ bool tg_render_cache_find(const tg_render_key *key, tg_text *text, struct tgrad_
     uint64_t hash = tg_fnv1a64(key->bytes, key->len);
     pthread_mutex_lock(&lock);
     entry *e = find(key, hash);
-    char *copy = e ? tg_malloc(e->text_len + 1) : NULL;
+    char *copy = e ? malloc(e->text_len + 1) : NULL;
     if (copy) {
         memcpy(copy, e->text, e->text_len + 1);
         *launch = e->launch;
@@ -163,8 +166,8 @@ bool tg_render_cache_find(const tg_render_key *key, tg_text *text, struct tgrad_
 
 void tg_render_cache_keep(const tg_render_key *key, const tg_text *text, const struct tgrad_launch *launch) {
     if (!key->bytes || text->failed || !text->data || text->len + key->len > BUDGET / 4) return;
-    unsigned char *k = tg_malloc(key->len);
-    char *t = tg_malloc(text->len + 1);
+    unsigned char *k = malloc(key->len);
+    char *t = malloc(text->len + 1);
     if (!k || !t) {
         free(k), free(t);
         return;

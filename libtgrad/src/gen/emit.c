@@ -144,7 +144,8 @@ void tg_key_view(char *key, size_t cap, const tg_view *v) {
         n += (size_t)snprintf(key + n, cap - n, ";%" PRId64 ":%" PRId64, v->shape[d], v->strides[d]);
 }
 
-const char *tg_dk_text(char *buf, double v) {
+const char *tg_dk_text(const emitter *e, char *buf, double v) {
+    if (e->t->discard) return ""; /* nothing is written (a render cache hit): skip the formatting */
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
     char lit[40];

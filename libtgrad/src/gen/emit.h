@@ -69,8 +69,8 @@ TG_HIDDEN void tg_emit_double_head(const emitter *e);
  * double kinds' eight-lane sums, in the CPU's order. */
 TG_HIDDEN void tg_emit_lane_sum(const emitter *e, const char *dst, const char *lanes);
 #define TG_DK_TEXT 80
-TG_HIDDEN const char *tg_dk_text(char *buf, double v);
-#define DK(v) tg_dk_text((char[TG_DK_TEXT]){ 0 }, (v))
+TG_HIDDEN const char *tg_dk_text(const emitter *e, char *buf, double v);
+#define DK(v) tg_dk_text(e, (char[TG_DK_TEXT]){ 0 }, (v))
 /* TGRAD_OK where language l has double, else the typed refusal of route's `kind` (MSL). */
 TG_HIDDEN tgrad_status tg_gen_need_double(const tg_lang *l, const char *route, const char *kind);
 

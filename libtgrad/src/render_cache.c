@@ -1,4 +1,5 @@
-/* The render cache (render_cache.h): keys, the table, the mode and the counters. Its allocations
+/* The render cache (render_cache.h): keys, the table, a step's kernel through them (a hit, its
+ * checks), the mode and the counters. Its allocations
  * are plain malloc, not fault-injection sites (internal.h's tg_malloc): one that fails only means
  * a step rendered whole or a text not kept, never an error, so the fault walks over the device
  * path (tests/c/test_opencl.c) still see every allocation a launch needs. */
@@ -6,7 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "kinds.h"
 #include "render_cache.h"
 
 enum {
@@ -29,6 +32,13 @@ int32_t tg_render_cache_mode(void) {
 }
 
 /* ---- keys ---- */
+/* A step's key: its bytes (NULL when out of memory: then the step is rendered and nothing kept). */
+typedef struct tg_render_key {
+    unsigned char *bytes;
+    size_t len, cap;
+    bool failed;
+} tg_render_key;
+
 static void put(tg_render_key *k, const void *v, size_t n) {
     if (k->failed) return;
     if (k->len + n > k->cap) {
@@ -86,7 +96,13 @@ static void put_chain(tg_render_key *k, const tg_fused_op *ops, int32_t n) {
     }
 }
 
-void tg_render_key_of(const tg_step *st, const tg_route *route, const tg_lang *l, tg_render_key *key) {
+static void key_free(tg_render_key *key) {
+    free(key->bytes);
+    *key = (tg_render_key){ 0 };
+}
+
+/* Step st's key: everything its renderer reads (render_cache.h). */
+static void key_of(const tg_step *st, const tg_route *route, const tg_lang *l, tg_render_key *key) {
     *key = (tg_render_key){ 0 };
     static const char magic[] = "tgrad render key 1";
     put(key, magic, sizeof magic);
@@ -107,12 +123,7 @@ void tg_render_key_of(const tg_step *st, const tg_route *route, const tg_lang *l
     PUT(key, pro);
     if (pro) put_node(key, st->pro_base);
     put_chain(key, st->prologue, st->npro);
-    if (key->failed) tg_render_key_free(key), key->failed = true;
-}
-
-void tg_render_key_free(tg_render_key *key) {
-    free(key->bytes);
-    *key = (tg_render_key){ 0 };
+    if (key->failed) key_free(key), key->failed = true;
 }
 
 /* ---- the table ---- */
@@ -137,7 +148,7 @@ static void drop(entry *e) {
     *e = (entry){ 0 };
 }
 
-static entry *find(const tg_render_key *key, uint64_t hash) {
+static entry *slot_of(const tg_render_key *key, uint64_t hash) {
     for (int i = 0; i < SLOTS; i++)
         if (slots[i].used && slots[i].hash == hash && slots[i].key_len == key->len &&
             !memcmp(slots[i].key, key->bytes, key->len))
@@ -145,11 +156,13 @@ static entry *find(const tg_render_key *key, uint64_t hash) {
     return NULL;
 }
 
-bool tg_render_cache_find(const tg_render_key *key, tg_text *text, struct tgrad_launch *launch) {
+/* The kept text and launch of key: true with a malloc'ed copy of the text in *text and the
+ * launch in *launch; false on a miss. */
+static bool find(const tg_render_key *key, tg_text *text, struct tgrad_launch *launch) {
     if (!key->bytes) return false;
     uint64_t hash = tg_fnv1a64(key->bytes, key->len);
     pthread_mutex_lock(&lock);
-    entry *e = find(key, hash);
+    entry *e = slot_of(key, hash);
     char *copy = e ? malloc(e->text_len + 1) : NULL;
     if (copy) {
         memcpy(copy, e->text, e->text_len + 1);
@@ -164,7 +177,8 @@ bool tg_render_cache_find(const tg_render_key *key, tg_text *text, struct tgrad_
     return copy != NULL;
 }
 
-void tg_render_cache_keep(const tg_render_key *key, const tg_text *text, const struct tgrad_launch *launch) {
+/* Keep a copy of text and launch for key (nothing when out of memory). */
+static void keep(const tg_render_key *key, const tg_text *text, const struct tgrad_launch *launch) {
     if (!key->bytes || text->failed || !text->data || text->len + key->len > BUDGET / 4) return;
     unsigned char *k = malloc(key->len);
     char *t = malloc(text->len + 1);
@@ -176,7 +190,7 @@ void tg_render_cache_keep(const tg_render_key *key, const tg_text *text, const s
     memcpy(t, text->data, text->len + 1);
     uint64_t hash = tg_fnv1a64(key->bytes, key->len);
     pthread_mutex_lock(&lock);
-    entry *e = find(key, hash); /* another thread kept it meanwhile: replace it */
+    entry *e = slot_of(key, hash); /* another thread kept it meanwhile: replace it */
     if (e) drop(e);
     for (;;) { /* a free slot within the budget, else the least recently used goes */
         entry *free_slot = NULL, *oldest = NULL;
@@ -196,19 +210,92 @@ void tg_render_cache_keep(const tg_render_key *key, const tg_text *text, const s
     pthread_mutex_unlock(&lock);
 }
 
-void tg_render_cache_contradicted(const tg_render_key *key, bool text) {
+/* A hit that its launch or (verify) its text contradicted: counted, the entry dropped. */
+static void contradicted(const tg_render_key *key, bool text) {
     pthread_mutex_lock(&lock);
-    entry *e = key->bytes ? find(key, tg_fnv1a64(key->bytes, key->len)) : NULL;
+    entry *e = key->bytes ? slot_of(key, tg_fnv1a64(key->bytes, key->len)) : NULL;
     if (e) drop(e);
     if (text) text_differences++;
     else launch_differences++;
     pthread_mutex_unlock(&lock);
 }
 
-void tg_render_cache_timed(int64_t ns) {
+/* ---- a step's kernel through the cache ---- */
+static bool same_launch(struct tgrad_launch a, struct tgrad_launch b) {
+    a.source_hash = b.source_hash = 0; /* of the text: the cached one's is kept */
+    return !memcmp(&a, &b, sizeof a);
+}
+
+/* Verify mode: k (a hit) against the step rendered whole: the same text, launch and bindings. */
+static tgrad_status verify_hit(const tg_step *st, const tg_route *route, const tg_lang *l, const tg_step_kernel *k,
+                               const tg_render_key *key) {
+    tg_step_kernel whole;
+    tgrad_status s = tg_step_kernel_emit(st, route, l, &whole, false);
+    if (s) return s;
+    bool same = whole.text.len == k->text.len && !memcmp(whole.text.data, k->text.data, k->text.len) &&
+                !memcmp(&whole.launch, &k->launch, sizeof k->launch) && !memcmp(whole.bufs, k->bufs, sizeof k->bufs) &&
+                !memcmp(whole.table_op, k->table_op, sizeof k->table_op) && whole.words_at == k->words_at &&
+                whole.nwords == k->nwords && !memcmp(whole.words, k->words, sizeof k->words) &&
+                whole.flags_at == k->flags_at && whole.nflags == k->nflags && whole.host_at == k->host_at &&
+                whole.nhost == k->nhost;
+    tg_step_kernel_free(&whole);
+    if (same) return TGRAD_OK;
+    contradicted(key, true);
+    return tg_fail(TGRAD_ERR_INTERNAL, "render cache: the kept kernel %s differs from what its step renders (the "
+                   "key misses something a renderer reads)", k->launch.kernel_name);
+}
+
+/* A hit: the step rendered without its text (bindings, words, flags, launch), then the kept
+ * text, if the launch agrees; else false and nothing held (the caller renders it whole). */
+static bool use_hit(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k,
+                    const tg_render_key *key, tg_text *kept, const struct tgrad_launch *launch, tgrad_status *s) {
+    *s = tg_step_kernel_emit(st, route, l, k, true);
+    if (*s) return true; /* its own refusal, as a whole render would give it */
+    if (!same_launch(k->launch, *launch)) {
+        contradicted(key, false);
+        tg_step_kernel_free(k);
+        return false;
+    }
+    tg_text_free(&k->text);
+    k->text = *kept, *kept = (tg_text){ 0 };
+    k->launch.source_hash = launch->source_hash;
+    if (tg_render_cache_mode() == TG_RENDER_CACHE_VERIFY) *s = verify_hit(st, route, l, k, key);
+    if (*s) tg_step_kernel_free(k);
+    return true;
+}
+
+static tgrad_status render_cached(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    if (!tg_kind_of(st->op)->gpu_render || tg_render_cache_mode() == TG_RENDER_CACHE_OFF)
+        return tg_step_kernel_emit(st, route, l, k, false);
+    tg_render_key key;
+    key_of(st, route, l, &key);
+    tg_text kept = { 0 };
+    struct tgrad_launch launch;
+    tgrad_status s = TGRAD_OK;
+    bool done = find(&key, &kept, &launch) && use_hit(st, route, l, k, &key, &kept, &launch, &s);
+    tg_text_free(&kept); /* a hit's text is k's now (kept emptied); a contradicted one's is freed */
+    if (!done) {
+        s = tg_step_kernel_emit(st, route, l, k, false);
+        if (!s) keep(&key, &k->text, &k->launch);
+    }
+    key_free(&key);
+    return s;
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+tgrad_status tg_render_cache_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
+    int64_t start = now_ns();
+    tgrad_status s = render_cached(st, route, l, k);
+    int64_t took = now_ns() - start;
     pthread_mutex_lock(&lock);
-    render_ns += ns, renders++;
+    render_ns += took, renders++;
     pthread_mutex_unlock(&lock);
+    return s;
 }
 
 /* ---- public (experimental) ---- */

@@ -22,24 +22,10 @@ enum { TG_RENDER_CACHE_OFF = 0, TG_RENDER_CACHE_ON = 1, TG_RENDER_CACHE_VERIFY =
  * sets one. */
 TG_HIDDEN int32_t tg_render_cache_mode(void);
 
-/* A step's key: its bytes, malloc'ed (NULL when out of memory: then the step is rendered and
- * nothing is kept). */
-typedef struct tg_render_key {
-    unsigned char *bytes;
-    size_t len, cap;
-    bool failed;
-} tg_render_key;
-TG_HIDDEN void tg_render_key_of(const tg_step *st, const tg_route *route, const tg_lang *l, tg_render_key *key);
-TG_HIDDEN void tg_render_key_free(tg_render_key *key);
-
-/* The cached text and launch of key: true with a malloc'ed copy of the text in *text (its length
- * in text->len) and the launch in *launch; false on a miss. */
-TG_HIDDEN bool tg_render_cache_find(const tg_render_key *key, tg_text *text, struct tgrad_launch *launch);
-/* Keep text and launch for key (a copy; nothing when out of memory). */
-TG_HIDDEN void tg_render_cache_keep(const tg_render_key *key, const tg_text *text, const struct tgrad_launch *launch);
-/* One step's render took ns nanoseconds (the debug counters). */
-TG_HIDDEN void tg_render_cache_timed(int64_t ns);
-/* A hit that its launch or (verify) its text contradicted: counted, the entry dropped. */
-TG_HIDDEN void tg_render_cache_contradicted(const tg_render_key *key, bool text);
+/* Step st's kernel into k as tg_step_kernel_render gives it (step_kernel.h): from the cache where
+ * the mode and the step allow, else rendered whole (tg_step_kernel_emit) and kept; timed for the
+ * debug counters. */
+TG_HIDDEN tgrad_status tg_render_cache_render(const tg_step *st, const tg_route *route, const tg_lang *l,
+                                              tg_step_kernel *k);
 
 #endif

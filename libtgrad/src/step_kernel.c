@@ -2,7 +2,6 @@
  * (cpu/epilogue.c, tg_chain_from_step): an elementwise step's own op first, then the fused ops in
  * order, each binary op reading its other operand through a view over the output's shape. */
 #include <string.h>
-#include <time.h>
 
 #include "kinds.h"
 #include "ops/elementwise.h"
@@ -350,8 +349,8 @@ tgrad_status tg_step_render_rope(const tg_step *st, const tg_route *route, const
 }
 
 /* The kind's emitter into k; discard: its text is not written (render_cache.h). */
-static tgrad_status render_step(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k,
-                                bool discard) {
+tgrad_status tg_step_kernel_emit(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k,
+                                 bool discard) {
     memset(k, 0, sizeof *k);
     k->words_at = -1, k->flags_at = -1, k->host_at = -1;
     k->text.discard = discard;
@@ -364,78 +363,8 @@ static tgrad_status render_step(const tg_step *st, const tg_route *route, const 
     return s;
 }
 
-static bool same_launch(struct tgrad_launch a, struct tgrad_launch b) {
-    a.source_hash = b.source_hash = 0; /* of the text: the cached one's is kept */
-    return !memcmp(&a, &b, sizeof a);
-}
-
-/* Verify mode: k (a hit) against the step rendered whole: the same text, launch and bindings. */
-static tgrad_status verify_hit(const tg_step *st, const tg_route *route, const tg_lang *l, const tg_step_kernel *k,
-                               const tg_render_key *key) {
-    tg_step_kernel whole;
-    tgrad_status s = render_step(st, route, l, &whole, false);
-    if (s) return s;
-    bool same = whole.text.len == k->text.len && !memcmp(whole.text.data, k->text.data, k->text.len) &&
-                !memcmp(&whole.launch, &k->launch, sizeof k->launch) && !memcmp(whole.bufs, k->bufs, sizeof k->bufs) &&
-                !memcmp(whole.table_op, k->table_op, sizeof k->table_op) && whole.words_at == k->words_at &&
-                whole.nwords == k->nwords && !memcmp(whole.words, k->words, sizeof k->words) &&
-                whole.flags_at == k->flags_at && whole.nflags == k->nflags && whole.host_at == k->host_at &&
-                whole.nhost == k->nhost;
-    tg_step_kernel_free(&whole);
-    if (same) return TGRAD_OK;
-    tg_render_cache_contradicted(key, true);
-    return tg_fail(TGRAD_ERR_INTERNAL, "render cache: the kept kernel %s differs from what its step renders (the "
-                   "key misses something a renderer reads)", k->launch.kernel_name);
-}
-
-/* A hit: the step rendered without its text (bindings, words, flags, launch), then the kept
- * text, if the launch agrees; else false and nothing held (the caller renders it whole). */
-static bool use_hit(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k,
-                    const tg_render_key *key, tg_text *kept, const struct tgrad_launch *launch, tgrad_status *s) {
-    *s = render_step(st, route, l, k, true);
-    if (*s) return true; /* its own refusal, as a whole render would give it */
-    if (!same_launch(k->launch, *launch)) {
-        tg_render_cache_contradicted(key, false);
-        tg_step_kernel_free(k);
-        return false;
-    }
-    tg_text_free(&k->text);
-    k->text = *kept, *kept = (tg_text){ 0 };
-    k->launch.source_hash = launch->source_hash;
-    if (tg_render_cache_mode() == TG_RENDER_CACHE_VERIFY) *s = verify_hit(st, route, l, k, key);
-    if (*s) tg_step_kernel_free(k);
-    return true;
-}
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static tgrad_status render_cached(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
-    if (!tg_kind_of(st->op)->gpu_render || tg_render_cache_mode() == TG_RENDER_CACHE_OFF)
-        return render_step(st, route, l, k, false);
-    tg_render_key key;
-    tg_render_key_of(st, route, l, &key);
-    tg_text kept = { 0 };
-    struct tgrad_launch launch;
-    tgrad_status s = TGRAD_OK;
-    bool done = tg_render_cache_find(&key, &kept, &launch) && use_hit(st, route, l, k, &key, &kept, &launch, &s);
-    tg_text_free(&kept); /* a hit's text is k's now (kept emptied); a contradicted one's is freed */
-    if (!done) {
-        s = render_step(st, route, l, k, false);
-        if (!s) tg_render_cache_keep(&key, &k->text, &k->launch);
-    }
-    tg_render_key_free(&key);
-    return s;
-}
-
 tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k) {
-    int64_t start = now_ns();
-    tgrad_status s = render_cached(st, route, l, k);
-    tg_render_cache_timed(now_ns() - start);
-    return s;
+    return tg_render_cache_render(st, route, l, k);
 }
 
 void tg_step_kernel_free(tg_step_kernel *k) {

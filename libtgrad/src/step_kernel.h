@@ -37,6 +37,10 @@ typedef struct tg_step_kernel {
 TG_HIDDEN tgrad_status tg_step_kernel_render(const tg_step *st, const tg_route *route, const tg_lang *l,
                                              tg_step_kernel *k);
 TG_HIDDEN void tg_step_kernel_free(tg_step_kernel *k);
+/* The step's kind's emitter into k, uncached (the render cache's: render_cache.h); discard: the
+ * text is not written, only the launch and the bindings, words and flags. */
+TG_HIDDEN tgrad_status tg_step_kernel_emit(const tg_step *st, const tg_route *route, const tg_lang *l, tg_step_kernel *k,
+                                           bool discard);
 
 /* The GPU emitters of the kinds that have one (their rows in kinds.c name them): fill k's text,
  * launch and bindings for step st. */

@@ -32,11 +32,13 @@ int32_t tg_render_cache_mode(void) {
 }
 
 /* ---- keys ---- */
-/* A step's key: its bytes (NULL when out of memory: then the step is rendered and nothing kept). */
+/* A step's key: its bytes (NULL when out of memory: then the step is rendered and nothing kept)
+ * and their hash. */
 typedef struct tg_render_key {
     unsigned char *bytes;
     size_t len, cap;
     bool failed;
+    uint64_t hash;
 } tg_render_key;
 
 static void put(tg_render_key *k, const void *v, size_t n) {
@@ -124,6 +126,7 @@ static void key_of(const tg_step *st, const tg_route *route, const tg_lang *l, t
     if (pro) put_node(key, st->pro_base);
     put_chain(key, st->prologue, st->npro);
     if (key->failed) key_free(key), key->failed = true;
+    else key->hash = tg_fnv1a64(key->bytes, key->len);
 }
 
 /* ---- the table ---- */
@@ -148,9 +151,9 @@ static void drop(entry *e) {
     *e = (entry){ 0 };
 }
 
-static entry *slot_of(const tg_render_key *key, uint64_t hash) {
+static entry *slot_of(const tg_render_key *key) {
     for (int i = 0; i < SLOTS; i++)
-        if (slots[i].used && slots[i].hash == hash && slots[i].key_len == key->len &&
+        if (slots[i].used && slots[i].hash == key->hash && slots[i].key_len == key->len &&
             !memcmp(slots[i].key, key->bytes, key->len))
             return &slots[i];
     return NULL;
@@ -160,9 +163,8 @@ static entry *slot_of(const tg_render_key *key, uint64_t hash) {
  * launch in *launch; false on a miss. */
 static bool find(const tg_render_key *key, tg_text *text, struct tgrad_launch *launch) {
     if (!key->bytes) return false;
-    uint64_t hash = tg_fnv1a64(key->bytes, key->len);
     pthread_mutex_lock(&lock);
-    entry *e = slot_of(key, hash);
+    entry *e = slot_of(key);
     char *copy = e ? malloc(e->text_len + 1) : NULL;
     if (copy) {
         memcpy(copy, e->text, e->text_len + 1);
@@ -188,9 +190,8 @@ static void keep(const tg_render_key *key, const tg_text *text, const struct tgr
     }
     memcpy(k, key->bytes, key->len);
     memcpy(t, text->data, text->len + 1);
-    uint64_t hash = tg_fnv1a64(key->bytes, key->len);
     pthread_mutex_lock(&lock);
-    entry *e = slot_of(key, hash); /* another thread kept it meanwhile: replace it */
+    entry *e = slot_of(key); /* another thread kept it meanwhile: replace it */
     if (e) drop(e);
     for (;;) { /* a free slot within the budget, else the least recently used goes */
         entry *free_slot = NULL, *oldest = NULL;
@@ -204,7 +205,7 @@ static void keep(const tg_render_key *key, const tg_text *text, const struct tgr
         }
         drop(oldest);
     }
-    *e = (entry){ .hash = hash, .used = ++clock_now, .key = k, .key_len = key->len, .text = t,
+    *e = (entry){ .hash = key->hash, .used = ++clock_now, .key = k, .key_len = key->len, .text = t,
                   .text_len = text->len, .launch = *launch };
     held_bytes += (int64_t)(key->len + text->len);
     pthread_mutex_unlock(&lock);
@@ -213,7 +214,7 @@ static void keep(const tg_render_key *key, const tg_text *text, const struct tgr
 /* A hit that its launch or (verify) its text contradicted: counted, the entry dropped. */
 static void contradicted(const tg_render_key *key, bool text) {
     pthread_mutex_lock(&lock);
-    entry *e = key->bytes ? slot_of(key, tg_fnv1a64(key->bytes, key->len)) : NULL;
+    entry *e = key->bytes ? slot_of(key) : NULL;
     if (e) drop(e);
     if (text) text_differences++;
     else launch_differences++;

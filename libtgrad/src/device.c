@@ -383,23 +383,31 @@ tgrad_status tg_device_execute(const tg_step *step) {
     if (is_empty_sum(step)) return write_empty_sum(step, l);
     const tg_kind *kind = tg_kind_of(step->op);
     tg_step_kernel k;
+    uint32_t *host_words = NULL;
+    int64_t nhost = 0;
     tgrad_status s = kind->gpu_check ? kind->gpu_check(step) : TGRAD_OK; /* before anything is written */
+    if (!s && kind->gpu_host_words) s = kind->gpu_host_words(step, &host_words, &nhost); /* from the inputs, as early */
     if (s) return s;
     s = tg_step_kernel_render(step, route, l, &k);
     if (!s && route == tg_route_find(TGRAD_ROUTE_TC) && !has_matrices(backend_of(device))) {
         tg_step_kernel_free(&k); /* the language has tc, this device lacks it (a CUDA GPU below sm_80) */
+        free(host_words);
         return tg_fail(TGRAD_ERR_ROUTE_NOT_ELIGIBLE, "%s: route tc needs matrix instructions that %s lacks",
                        device_names[device], backend_of(device)->device_name());
     }
+    const bool binds = !s && k.host_at >= 0;
+    if (!s && (binds != (kind->gpu_host_words != NULL) || (binds && k.nhost != nhost))) { /* they disagree */
+        s = tg_fail(TGRAD_ERR_INTERNAL, "%s: the kernel binds %lld host words, the kind made %lld", kind->name,
+                    (long long)(binds ? k.nhost : 0), (long long)nhost);
+        tg_step_kernel_free(&k);
+    }
     if (s || step->buf->numel == 0) {
         if (!s) tg_step_kernel_free(&k);
+        free(host_words);
         return s;
     }
     void *buffers[TGRAD_LAUNCH_MAX_BUFFERS] = { NULL }, *words = NULL, *flags_mem = NULL, *host_mem = NULL;
-    uint32_t *flags = NULL, *host_words = NULL;
-    if (k.host_at >= 0) /* made before the device lock: it may read the step's inputs back */
-        s = kind->gpu_host_words ? kind->gpu_host_words(step, &host_words, k.nhost)
-                                 : tg_fail(TGRAD_ERR_INTERNAL, "%s: a host binding without its maker", kind->name);
+    uint32_t *flags = NULL;
     const size_t flag_bytes = sizeof *flags * (size_t)(k.nflags > 0 ? k.nflags : 1);
     if (!s && k.flags_at >= 0 && !(flags = tg_fault() ? NULL : malloc(flag_bytes)))
         s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "cannot allocate a launch's %lld row flags", (long long)k.nflags);

@@ -235,8 +235,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
      * checked on the host first */
     [TG_OP_SCATTER_ADD] = { .name = "scatter_add", .role = TG_ROLE_NONE, .decide = decide_scatter_add,
                             .cpu_execute = tg_scatter_add_execute, .gpu_render = tg_step_render_scatter_add,
-                            .gpu_route = TGRAD_ROUTE_SCATTER_ADD, .gpu_check = tg_scatter_add_device_check,
-                            .gpu_host_words = tg_scatter_add_positions,
+                            .gpu_route = TGRAD_ROUTE_SCATTER_ADD, .gpu_host_words = tg_scatter_add_positions,
                             .unfused = "a scatter-add is not fused (it rounds once per summed element)",
                             .base_name = name_kind, .vjp = &tg_vjp_scatter_add },
     [TG_OP_PLACE] = { .name = "place", .role = TG_ROLE_MOVEMENT, .decide = decide_place, .cpu_execute = tg_place_execute,

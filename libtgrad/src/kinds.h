@@ -30,10 +30,12 @@ typedef struct tg_kind {
      * reads its indices back and checks their range, so that nothing is written when one is out
      * of range, as on the CPU. */
     tgrad_status (*gpu_check)(const tg_step *st);
-    /* A GPU launch's words made on the host from its step's data (step_kernel.h, host_at; NULL:
-     * none): `count` uint32 words, malloc'ed into *words, called after gpu_check and before the
-     * launch: scatter_add's positions grouped by the index they name (tg_scatter_add_positions). */
-    tgrad_status (*gpu_host_words)(const tg_step *st, uint32_t **words, int64_t count);
+    /* A GPU launch's words made on the host from its step's data, for the kernel's binding
+     * host_at (step_kernel.h; NULL: none): *count uint32 words, malloc'ed into *words, made after
+     * gpu_check and before the render, so before anything is written: scatter_add's positions
+     * grouped by the index they name (tg_scatter_add_positions, which checks the indices' range as
+     * it reads them: the kind has no gpu_check). */
+    tgrad_status (*gpu_host_words)(const tg_step *st, uint32_t **words, int64_t *count);
     /* After a GPU launch of a step of this kind whose kernel wrote a flag per row (step_kernel.h,
      * flags_at), on the host, with the flags read back, called only when `flagged` (> 0) of them
      * are set: the row kinds rerun their flagged rows with the CPU's row code. */
@@ -94,8 +96,12 @@ TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_device_check(const tg_step *st); /* ops/gather.c */
-TG_HIDDEN tgrad_status tg_scatter_add_device_check(const tg_step *st); /* ops/gather.c */
-TG_HIDDEN tgrad_status tg_scatter_add_positions(const tg_step *st, uint32_t **words, int64_t count); /* ops/gather.c */
+TG_HIDDEN tgrad_status tg_scatter_add_positions(const tg_step *st, uint32_t **words, int64_t *count); /* ops/gather.c */
+/* The positions q of the Q indices idx (each in -n .. n - 1, negative ones counting from the end,
+ * checked by the caller) grouped by the index j they name, a counting sort: pos[first[j]] ..
+ * pos[first[j + 1] - 1] are j's, ascending; first has n + 1 entries, pos Q (grad/scatter_add.c:
+ * the CPU executor's lists, and the GPU route's binding pos). */
+TG_HIDDEN void tg_scatter_add_lists(const int32_t *idx, int64_t Q, int64_t n, int64_t *first, int64_t *pos);
 TG_HIDDEN tgrad_status tg_slice_scatter_device_check(const tg_step *st); /* ops/slice_scatter.c */
 TG_HIDDEN tgrad_status tg_concat_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_random_execute(const tg_step *st);

@@ -30,6 +30,15 @@ tgrad_status tg_scatter_add(tgrad_tensor_t g, tgrad_tensor_t indices, int32_t ax
     return tg_kind_make(s, TG_OP_SCATTER_ADD, t, 2, &ov, t[0].buf->dtype, &p, "grad", out);
 }
 
+void tg_scatter_add_lists(const int32_t *idx, int64_t Q, int64_t n, int64_t *first, int64_t *pos) {
+    memset(first, 0, sizeof *first * (size_t)(n + 1));
+    for (int64_t q = 0; q < Q; q++) first[(idx[q] < 0 ? idx[q] + n : idx[q]) + 1]++; /* how many name each j */
+    for (int64_t j = 0; j < n; j++) first[j + 1] += first[j];                          /* where j's list starts */
+    for (int64_t q = 0; q < Q; q++) pos[first[idx[q] < 0 ? idx[q] + n : idx[q]]++] = q; /* each start moves on */
+    for (int64_t j = n; j > 0; j--) first[j] = first[j - 1];                           /* back to the starts */
+    first[0] = 0;
+}
+
 tgrad_status tg_scatter_add_execute(const tg_step *st) {
     const tg_node_input *gin = &st->inputs[0], *iin = &st->inputs[1];
     const tg_view *ov = st->out;
@@ -40,24 +49,15 @@ tgrad_status tg_scatter_add_execute(const tg_step *st) {
     for (int32_t d = 0; d < iin->view.ndim; d++) Q *= iin->view.shape[d];
     const int32_t *idx = (const int32_t *)iin->buf->data + iin->view.offset;
     const char *g = (const char *)gin->buf->data + gin->view.offset * esz;
-    /* positions by index: a counting sort (first[j] .. first[j + 1] in pos), in row-major order */
-    int64_t *first = tg_calloc((size_t)n + 1, sizeof *first), *pos = tg_malloc(sizeof *pos * (size_t)(Q ? Q : 1));
+    /* positions by index (first[j] .. first[j + 1] in pos), in row-major order */
+    int64_t *first = tg_malloc(sizeof *first * (size_t)(n + 1)), *pos = tg_malloc(sizeof *pos * (size_t)(Q ? Q : 1));
     tgrad_status s = TGRAD_OK;
     if (!first || !pos) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "grad: cannot allocate a scatter-add's index lists");
-    for (int64_t q = 0; q < Q && !s; q++) {
-        int64_t k = idx[q];
-        if (k < -n || k >= n)
+    for (int64_t q = 0; q < Q && !s; q++)
+        if (idx[q] < -n || idx[q] >= n)
             s = tg_fail(TGRAD_ERR_INDEX_OUT_OF_RANGE, "grad: index %lld is out of range for an axis of extent %lld",
-                        (long long)k, (long long)n);
-        else first[(k < 0 ? k + n : k) + 1]++;
-    }
-    for (int64_t j = 0; j < n && !s; j++) first[j + 1] += first[j];
-    int64_t *fill = s ? NULL : tg_calloc((size_t)n + 1, sizeof *fill);
-    if (!s && !fill) s = tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "grad: cannot allocate a scatter-add's index lists");
-    for (int64_t q = 0; q < Q && !s; q++) {
-        int64_t j = idx[q] < 0 ? idx[q] + n : idx[q];
-        pos[first[j] + fill[j]++] = q;
-    }
+                        (long long)idx[q], (long long)n);
+    if (!s) tg_scatter_add_lists(idx, Q, n, first, pos);
     char *dst = (char *)st->buf->data;
     for (int64_t a = 0; a < P && !s; a++)
         for (int64_t j = 0; j < n; j++) {
@@ -94,6 +94,6 @@ tgrad_status tg_scatter_add_execute(const tg_step *st) {
                 }
             }
         }
-    free(first), free(pos), free(fill);
+    free(first), free(pos);
     return s;
 }

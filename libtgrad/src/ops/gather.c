@@ -33,58 +33,60 @@ static tgrad_status check_indices(const int32_t *data, const tg_view *v, int64_t
     return TGRAD_OK;
 }
 
-/* check_indices over a realized buffer, on the host or read back from its device (out as there). */
-static tgrad_status check_buffer_indices(const tg_buffer *b, const tg_view *v, int64_t n, int64_t *out) {
-    if (b->device == TGRAD_DEVICE_CPU || !b->numel)
-        return check_indices((const int32_t *)b->data, v, n, out, "take");
+/* The int32 words of realized buffer b on the host: its own data, or a copy read back from its
+ * device (*copy, which the caller frees). */
+static tgrad_status host_indices(const tg_buffer *b, const int32_t **data, int32_t **copy) {
+    *copy = NULL, *data = (const int32_t *)b->data;
+    if (b->device == TGRAD_DEVICE_CPU || !b->numel) return TGRAD_OK;
     size_t bytes = (size_t)b->numel * sizeof(int32_t);
-    int32_t *host = tg_malloc(bytes);
-    if (!host) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "take: cannot allocate %zu bytes to check the indices", bytes);
-    tgrad_status s = tg_device_download(b->device, b->dev_mem, host, bytes);
-    if (!s) s = check_indices(host, v, n, out, "take");
-    free(host);
+    if (!(*copy = tg_malloc(bytes)))
+        return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "take: cannot allocate %zu bytes to check the indices", bytes);
+    *data = *copy;
+    return tg_device_download(b->device, b->dev_mem, *copy, bytes);
+}
+
+/* check_indices over a realized buffer, on the host or read back from its device. */
+static tgrad_status check_buffer_indices(const tg_buffer *b, const tg_view *v, int64_t n) {
+    const int32_t *data;
+    int32_t *copy;
+    tgrad_status s = host_indices(b, &data, &copy);
+    if (!s) s = check_indices(data, v, n, NULL, "take");
+    free(copy);
     return s;
 }
 
 /* A GPU gather, before its launch: its indices (realized by now, on the device) in range. */
 tgrad_status tg_gather_device_check(const tg_step *st) {
-    return check_buffer_indices(st->inputs[1].buf, &st->inputs[1].view, st->inputs[0].view.shape[st->base->params.axes[0]],
-                                NULL);
+    return check_buffer_indices(st->inputs[1].buf, &st->inputs[1].view, st->inputs[0].view.shape[st->base->params.axes[0]]);
 }
 
-/* A GPU scatter_add (take's gradient), before its launch: the same indices, against the extent of
- * the result's axis (the forward take's source). */
-tgrad_status tg_scatter_add_device_check(const tg_step *st) {
-    return check_buffer_indices(st->inputs[1].buf, &st->inputs[1].view, st->out->shape[st->base->params.axes[0]], NULL);
-}
-
-/* A GPU scatter_add's binding pos (render_scatter.c), made before its launch: for the n indices j
- * of the result's axis, pos[j] .. pos[j + 1] - 1 are where j's positions q are listed from
- * pos[n + 1] on, ascending (a counting sort of the Q indices): each output element sums only its
- * own, O(n + Q) reads in all instead of every thread reading all Q indices. */
-tgrad_status tg_scatter_add_positions(const tg_step *st, uint32_t **words, int64_t count) {
-    const tg_view *iv = &st->inputs[1].view;
+/* A GPU scatter_add's (take's gradient's) binding pos (render_scatter.c), made before its launch
+ * from its indices, read back once: checked against the extent n of the result's axis (the
+ * forward take's source), then grouped by the index they name (tg_scatter_add_lists): n + 1 list
+ * starts, then the lists. Each output element sums only its own positions, O(n + Q) reads in all
+ * instead of every thread reading all Q indices. The index view is compact (the node made it so,
+ * and the route requires it). */
+tgrad_status tg_scatter_add_positions(const tg_step *st, uint32_t **words, int64_t *count) {
+    const tg_node_input *ix = &st->inputs[1];
     int64_t n = st->out->shape[st->base->params.axes[0]], Q = 0;
-    tg_view_numel(iv, &Q);
-    *words = NULL;
-    if (count != n + 1 + Q)
-        return tg_fail(TGRAD_ERR_INTERNAL, "scatter_add: %lld position words for %lld indices into %lld", (long long)count,
-                       (long long)Q, (long long)n);
-    int64_t *k = tg_malloc(sizeof *k * (size_t)(Q ? Q : 1));
-    uint32_t *pos = tg_calloc((size_t)count, sizeof *pos);
-    tgrad_status s = k && pos ? check_buffer_indices(st->inputs[1].buf, iv, n, k)
-                              : tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "scatter_add: cannot allocate %lld position words",
-                                        (long long)count);
+    tg_view_numel(&ix->view, &Q);
+    *words = NULL, *count = n + 1 + Q;
+    const int32_t *data = NULL;
+    int32_t *copy = NULL;
+    int64_t *first = tg_malloc(sizeof *first * (size_t)(n + 1)), *pos = tg_malloc(sizeof *pos * (size_t)(Q ? Q : 1));
+    uint32_t *w = tg_malloc(sizeof *w * (size_t)*count);
+    tgrad_status s = first && pos && w ? host_indices(ix->buf, &data, &copy)
+                                       : tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "scatter_add: cannot allocate %lld position "
+                                                 "words", (long long)*count);
+    if (!s) s = check_indices(data, &ix->view, n, NULL, "take");
     if (!s) {
-        for (int64_t q = 0; q < Q; q++) pos[k[q] + 1]++;               /* how many name each j */
-        for (int64_t j = 0; j < n; j++) pos[j + 1] += pos[j];          /* where j's list starts */
-        for (int64_t q = 0; q < Q; q++) pos[n + 1 + pos[k[q]]++] = (uint32_t)q; /* each start moves on */
-        for (int64_t j = n; j > 0; j--) pos[j] = pos[j - 1];           /* back to the starts */
-        pos[0] = 0;
+        tg_scatter_add_lists(Q ? data + ix->view.offset : NULL, Q, n, first, pos);
+        for (int64_t j = 0; j <= n; j++) w[j] = (uint32_t)first[j];
+        for (int64_t q = 0; q < Q; q++) w[n + 1 + q] = (uint32_t)pos[q];
     }
-    free(k);
-    if (s) free(pos);
-    else *words = pos;
+    free(copy), free(first), free(pos);
+    if (s) free(w);
+    else *words = w;
     return s;
 }
 
@@ -113,7 +115,7 @@ static tgrad_status check_and_shape(const tg_tensor *x, const tg_tensor *ix, int
     if (s) return s;
     /* indices computed already: checked now (read back from a device); pending ones when the
      * gather runs */
-    if (atomic_load(&ix->buf->realized)) s = check_buffer_indices(ix->buf, iv, xv->shape[*a], NULL);
+    if (atomic_load(&ix->buf->realized)) s = check_buffer_indices(ix->buf, iv, xv->shape[*a]);
     return s;
 }
 

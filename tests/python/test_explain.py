@@ -224,9 +224,12 @@ def test_short_m_with_row_major_b_routes_to_the_skinny_path() -> None:
         for m, route in ((48, "skinny"), (49, "gemm")):
             a = tgrad.Tensor.from_numpy(np.ones((m, 1024), np.float32))
             assert (a @ big_b).route == f"cpu.avx512bf16.{route}"
-        # B read through a transpose is not row-major: the GEMM frame packs it
+        # B read through a transpose is not row-major: the GEMM frame packs it, once B is past the
+        # few-row rule's 2^17 elements (below them, plan.c's FEW_ROWS: one-row products)
         bt = tgrad.Tensor.from_numpy(np.ones((70, 40), np.float32)).T
-        assert (tgrad.Tensor.from_numpy(np.ones((4, 40), np.float32)) @ bt).route == "cpu.avx512bf16.gemm"
+        assert (tgrad.Tensor.from_numpy(np.ones((4, 40), np.float32)) @ bt).route == "cpu.avx512bf16.rowvec"
+        big_bt = tgrad.Tensor.from_numpy(np.ones((1024, 256), np.float32)).T
+        assert (tgrad.Tensor.from_numpy(np.ones((4, 256), np.float32)) @ big_bt).route == "cpu.avx512bf16.gemm"
     finally:
         tgrad.set_cpu_isa(isa_before)
         tgrad.set_matmul_order(order_before)

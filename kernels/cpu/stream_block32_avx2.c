@@ -103,9 +103,54 @@ static void few_rows(const uint32_t *a, int64_t astride, int32_t rows, const uin
     }
 }
 
+static inline __m256 lo16(__m256i x) { return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), x)); }
+static inline __m256 hi16(__m256i x) { return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), x)); }
+
+/* One row times exactly 32 columns of row-major B (ldb >= 32), few_rows' order with its chains in
+ * registers: per block the 4 groups' even and odd chains over its pairs, then acc + (even + odd).
+ * A batch of [K, 32] panels stored one after another (x @ Wp with Wp [N/32, K, 32], a packed
+ * weight: stream.c's shared-A batches) is read as one contiguous run: no transposes and one
+ * stream a thread. Lanes: lo16 and hi16 of 16 columns hold columns 0-3, 8-11 and 4-7, 12-15,
+ * put back in order at the end. */
+static void row32(const uint32_t *a, const uint16_t *b, int64_t ldb, int64_t K, uint16_t *out, float *out32) {
+    enum { AHEAD = 6144 }; /* bytes ahead in a contiguous panel run */
+    int64_t kp = (K + 1) / 2, blocks = (K + 31) / 32;
+    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        __m256 ev[4], od[4];
+        for (int g = 0; g < 4; g++) ev[g] = _mm256_setzero_ps(), od[g] = _mm256_setzero_ps();
+        int64_t p1 = PAIRS * (blk + 1) < kp ? PAIRS * (blk + 1) : kp; /* pairs past K: the padding, below */
+        for (int64_t p = PAIRS * blk; p < p1; p++) {
+            const uint16_t *even = b + 2 * p * ldb, *odd = even + ldb;
+            const char *ahead = ldb == 32 ? (const char *)even + AHEAD : (const char *)(even + 8 * ldb);
+            _mm_prefetch(ahead, TG_PREFETCH_HINT);
+            _mm_prefetch(ldb == 32 ? ahead + 64 : ahead + 2 * ldb, TG_PREFETCH_HINT);
+            __m256 e = _mm256_set1_ps(lo_half(a[p])), o = _mm256_set1_ps(hi_half(a[p]));
+            __m256i r0 = _mm256_loadu_si256((const __m256i *)even), r1 = _mm256_loadu_si256((const __m256i *)(even + 16));
+            ev[0] = _mm256_fmadd_ps(e, lo16(r0), ev[0]), ev[1] = _mm256_fmadd_ps(e, hi16(r0), ev[1]);
+            ev[2] = _mm256_fmadd_ps(e, lo16(r1), ev[2]), ev[3] = _mm256_fmadd_ps(e, hi16(r1), ev[3]);
+            if (2 * p + 1 < K) { /* an odd K's last pair has no odd element: its +0 product is the padding's */
+                r0 = _mm256_loadu_si256((const __m256i *)odd), r1 = _mm256_loadu_si256((const __m256i *)(odd + 16));
+                od[0] = _mm256_fmadd_ps(o, lo16(r0), od[0]), od[1] = _mm256_fmadd_ps(o, hi16(r0), od[1]);
+                od[2] = _mm256_fmadd_ps(o, lo16(r1), od[2]), od[3] = _mm256_fmadd_ps(o, hi16(r1), od[3]);
+            }
+        }
+        bool padded = 32 * (blk + 1) > K; /* +0 products past K: chains of -0 become +0 */
+        for (int g = 0; g < 4; g++) {
+            if (padded) ev[g] = _mm256_add_ps(ev[g], _mm256_setzero_ps()), od[g] = _mm256_add_ps(od[g], _mm256_setzero_ps());
+            acc[g] = _mm256_add_ps(acc[g], _mm256_add_ps(ev[g], od[g]));
+        }
+    }
+    for (int h = 0; h < 2; h++) { /* acc[2h] holds columns 16h + 0-3, 8-11; acc[2h + 1] 4-7, 12-15 */
+        store_sums(out, out32, 16 * h, _mm256_permute2f128_ps(acc[2 * h], acc[2 * h + 1], 0x20), 8);
+        store_sums(out, out32, 16 * h + 8, _mm256_permute2f128_ps(acc[2 * h], acc[2 * h + 1], 0x31), 8);
+    }
+}
+
 static void rowvec_rows(const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,
                         float *out32) {
-    few_rows(a, 1, 1, B->base + n0, B->s0, K, nb, out, out32, 0);
+    if (nb == 32 && B->s0 >= 32) row32(a, B->base + n0, B->s0, K, out, out32);
+    else few_rows(a, 1, 1, B->base + n0, B->s0, K, nb, out, out32, 0);
 }
 
 /* Column-major B (column j's pairs are adjacent words): per 8 columns and block, two 8 x 8 word

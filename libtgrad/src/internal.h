@@ -320,6 +320,9 @@ typedef struct tg_cpu_matmul_plan {
     /* B shared by every batch and A's batches stepping through its rows: one product of batch x
      * M rows (M above counts them all), the same bytes (cpu/plan.c, merge_rows). */
     bool rows_merged;
+    /* One-row products whose A every batch shares (its batch strides all 0): A packed once, the
+     * batches as contiguous runs a thread (cpu/stream.c, tg_cpu_matmul_rowvec_shared) */
+    bool a_shared;
     int64_t bshape[TGRAD_MAX_DIMS], a_bstrides[TGRAD_MAX_DIMS], b_bstrides[TGRAD_MAX_DIMS];
 } tg_cpu_matmul_plan;
 TG_HIDDEN void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,

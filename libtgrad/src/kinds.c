@@ -152,6 +152,7 @@ static void detail_matmul(const tg_step *st, char *dst, size_t cap) {
     }
     snprintf(dst, cap, "%s%sbatch %lld (%s)", order, *order ? ", " : "", (long long)P->batch,
              P->rows_merged         ? "one product of all the batches' rows: b is shared"
+             : P->a_shared        ? "a is shared: packed once, the batches in runs over the threads"
              : P->batch_tasks > 1 ? "whole products spread over the threads"
                                     : "one product after another, each threaded over its tiles");
 }

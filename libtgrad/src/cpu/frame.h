@@ -83,6 +83,19 @@ TG_HIDDEN void *tg_cpu_transpose_scratch(size_t bytes);
 TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
                                             int64_t K, int64_t N, int32_t threads, uint16_t *out, float *out32,
                                             const tg_chain *ep);
+/* ---- products whose A every batch shares (shared_a.c): batch i's B at B->base + boff[i], out
+ * [batch, M, N]; A packed once ---- */
+/* one row: rowvec per batch */
+TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec_shared(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B,
+                                                   const int64_t *boff, int64_t batch, int64_t K, int64_t N,
+                                                   int32_t threads, uint16_t *out, float *out32, const tg_chain *ep);
+/* M rows: all of A's K panels packed, each batch's B packed panel by panel; only where
+ * tg_cpu_gemm_shared_fits (the packed A and one batch's accumulators bounded) */
+enum { TG_SHARED_A_MAX_N = 512, TG_SHARED_A_MAX_BYTES = 8 << 20 };
+TG_HIDDEN bool tg_cpu_gemm_shared_fits(const tg_ukernel *uk, int64_t M, int64_t K, int64_t N);
+TG_HIDDEN tgrad_status tg_cpu_matmul_gemm_shared(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B,
+                                                 const int64_t *boff, int64_t batch, int64_t M, int64_t K, int64_t N,
+                                                 int32_t threads, uint16_t *out, float *out32, const tg_chain *ep);
 TG_HIDDEN tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
                                             int64_t K, int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);
 /* The packed path writes bf16 to out or, when out32 is set instead (out NULL, ep NULL), the fp32

@@ -39,6 +39,13 @@ static bool merge_rows(tg_cpu_matmul_plan *P) {
     return true;
 }
 
+/* Every batch reads the same A (a [1, K] row times a stack of B matrices, a packed weight's panels). */
+static bool a_shared(const tg_cpu_matmul_plan *P) {
+    for (int32_t d = 0; d < P->bdims; d++)
+        if (P->a_bstrides[d] != 0) return false;
+    return P->bdims > 0;
+}
+
 _Static_assert(TG_UK_ORDER_BLOCK32 == TGRAD_MATMUL_ORDER_BLOCK32, "ukernel.h's order numbers are tgrad.h's");
 
 /* A few rows times a column-major B (x @ W.T) on a variant that reads A's rows in place at any
@@ -72,13 +79,32 @@ enum { BATCH_SHARE_MNK = 1 << 16 };
  * once, not read once a row. */
 enum { FEW_ROWS = 16, FEW_ROWS_B = 1 << 17 };
 
+/* Batches that share A (a_shared) and are not one merged product: A packed once for all of them
+ * (shared_a.c). One row streams each batch's B where the variant can (route rowvec); else the
+ * packed frame's kernels run (route gemm) where A packed and one batch's accumulators stay within
+ * bounds; the rest (route gemm_t, bigger products) keep the per-batch loop. The batches are
+ * spread over the pool from ROWVEC_SHARE elements of B (one row) or BATCH_SHARE_MNK multiply-adds
+ * (more rows) in all, as the per-batch paths share theirs. */
+static void plan_shared(tg_cpu_matmul_plan *P, const tg_ukernel *packed, double mnk) {
+    if (P->batch <= 1 || P->rows_merged || P->swapped || !a_shared(P)) return;
+    if (P->path == PATH_ROWVEC && P->M == 1) {
+        P->a_shared = true;
+        P->threads = (double)P->batch * (double)P->K * (double)P->N >= (double)ROWVEC_SHARE ? tg_pool_threads() : 1;
+    } else if ((P->path == PATH_GEMM || P->path == PATH_SKINNY) && tg_cpu_gemm_shared_fits(packed, P->M, P->K, P->N)) {
+        P->a_shared = true, P->path = PATH_GEMM, P->uk = packed;
+        P->threads = mnk * (double)P->batch >= (double)BATCH_SHARE_MNK ? tg_pool_threads() : 1;
+    }
+    if (P->a_shared) P->batch_tasks = 0;
+}
+
 void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_dtype, int32_t order,
                              tg_cpu_matmul_plan *P) {
     int32_t r = av->ndim - 2; /* the matrix axes are the last two; any before them are batch axes */
     int64_t M = av->shape[r], K = av->shape[r + 1], N = bv->shape[r + 1];
     int sel = tg_cpu_selected(); /* read once: a concurrent tgrad_set_cpu_isa cannot mix two choices */
     bool block32 = order == TGRAD_MATMUL_ORDER_BLOCK32;
-    *P = (tg_cpu_matmul_plan){ .uk = block32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel), .M = M, .N = N,
+    const tg_ukernel *packed = block32 ? tg_cpu_block32_variant(sel) : tg_cpu_gemm_variant(sel);
+    *P = (tg_cpu_matmul_plan){ .uk = packed, .M = M, .N = N,
                                .K = K, .a_strides = { av->strides[r], av->strides[r + 1] },
                                .b_strides = { bv->strides[r], bv->strides[r + 1] }, .out_dtype = out_dtype,
                                .order = order };
@@ -142,6 +168,7 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
     else if (S && S->skinny && bs1 == 1 && (P->M <= 16 || (P->M <= S->skinny_rows && (double)K * P->N >= SKINNY_PASS_B)))
         P->path = PATH_SKINNY, P->uk = S;
     else P->path = PATH_GEMM;
+    plan_shared(P, packed, mnk);
 }
 
 void tg_cpu_matmul_plan_name(const tg_cpu_matmul_plan *P, char *dst, size_t cap) {
@@ -246,6 +273,28 @@ static void run_batches(batch_job *J, int64_t b0, int64_t b1) {
     }
 }
 
+/* a_shared: each batch's B offset from the batch axes, then one call. */
+static tgrad_status run_shared(const tg_cpu_matmul_plan *P, const uint16_t *abase, const uint16_t *bbase, void *out,
+                               const tg_chain *ep) {
+    int64_t *boff = tg_fault() ? NULL : malloc(sizeof *boff * (size_t)P->batch);
+    if (!boff) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate %lld batch offsets", (long long)P->batch);
+    for (int64_t bi = 0; bi < P->batch; bi++) {
+        int64_t off = 0, rem = bi;
+        for (int32_t d = P->bdims - 1; d >= 0; d--) off += rem % P->bshape[d] * P->b_bstrides[d], rem /= P->bshape[d];
+        boff[bi] = off;
+    }
+    tg_operand A = { abase, P->a_strides[0], P->a_strides[1] }, B = { bbase, P->b_strides[0], P->b_strides[1] };
+    bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
+    uint16_t *o16 = f32 ? NULL : out;
+    float *o32 = f32 ? (float *)out : NULL;
+    tgrad_status s = P->path == PATH_ROWVEC
+                         ? tg_cpu_matmul_rowvec_shared(P->uk, &A, &B, boff, P->batch, P->K, P->N, P->threads, o16, o32, ep)
+                         : tg_cpu_matmul_gemm_shared(P->uk, &A, &B, boff, P->batch, P->M, P->K, P->N, P->threads, o16,
+                                                     o32, ep);
+    free(boff);
+    return s;
+}
+
 static void batch_task(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     batch_job *J = arg;
@@ -277,6 +326,7 @@ static tgrad_status run_plan(const tg_cpu_matmul_plan *P, const uint16_t *a, con
      * and highest element). An empty operand may carry any offset: it is never addressed. */
     const uint16_t *abase = a + av->offset, *bbase = b + bv->offset;
     if (P->batch == 1 || P->rows_merged) return run_one(P, abase, bbase, out, ep, P->threads);
+    if (P->a_shared) return run_shared(P, abase, bbase, out, ep);
     batch_job J = { .P = P, .a = abase, .b = bbase, .out = out, .ep = ep, .threads = P->threads };
     atomic_init(&J.failed, 0);
     if (P->batch_tasks > 1) {

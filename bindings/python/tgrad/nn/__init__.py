@@ -25,10 +25,11 @@ from .embedding import Embedding
 from .linear import Linear
 from .module import IncompatibleKeys, Module
 from .normalization import LayerNorm, RMSNorm
+from .packed import PackedLinear
 
 __all__ = [
     "Dropout", "Embedding", "GELU", "Identity", "IncompatibleKeys", "LayerNorm", "Linear", "Module",
-    "ModuleList", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional",
+    "ModuleList", "PackedLinear", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional",
 ]
 
 # hgoptim: gradient clipping (torch.nn.utils)

@@ -50,7 +50,7 @@ if peer == "tgrad":
     import tgrad, tgrad.models
     tgrad.set_num_threads(threads)
     tgrad.set_matmul_order(order)  # this thread makes every product of the prefill and the decode
-    model = tgrad.models.from_pretrained(path)
+    model = tgrad.models.from_pretrained(path, pack_weights=True)  # as `python -m tgrad generate` runs it
     def last_logits():
         return model(ids, logits_dtype=tgrad.float32).numpy()[0, -1]
     def prefill():  # the last position's logits, as generate's prefill and llama.cpp's eval compute them

@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu",
                         help="where the model runs: cpu (default), opencl, cuda or metal (docs/models.md); the "
                              "tokens are the CPU's")
+    parser.add_argument("--no-pack", action="store_true",
+                        help="keep the weights as [out, in] (on the CPU they are packed in 32-column panels by "
+                             "default: the same tokens, faster decoding; docs/models.md)")
     parser.add_argument("--order", choices=["pairwise", "block32"], default=None,
                         help="the products' accumulation order (docs/numerics.md; block32 runs on AMX where the "
                              "CPU has it; default: this thread's, pairwise)")
@@ -95,7 +98,8 @@ def main(args: argparse.Namespace) -> int:
     for row, p in enumerate(prompts):
         ids[row, width - len(p):], mask[row, width - len(p):] = p, 1
     try:
-        model = from_pretrained(args.model, convert=args.convert, device=args.device)
+        model = from_pretrained(args.model, convert=args.convert, device=args.device,
+                                pack_weights=args.device == "cpu" and not args.no_pack)
     except errors.TgradError as exc:
         print(f"tgrad generate: {exc.code}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, errors.InvalidArgumentError) else 1  # an unknown --device

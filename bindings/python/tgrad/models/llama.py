@@ -174,11 +174,16 @@ def _transposed(layer: nn.Linear) -> Tensor:
     return view
 
 
-def linear(layer: nn.Linear, x: Tensor) -> Tensor:
+def linear(layer: nn.Linear | nn.PackedLinear, x: Tensor) -> Tensor:
     """layer(x) without a bias: the product rounded once to bf16 (the op nn.Linear runs:
     the rows of x times weight.T). With a bias, as torch's F.linear rounds it: the product's fp32
     accumulators plus the bias, rounded to float32, then to bf16 (nn.Linear rounds the product
-    first, then the sum: two bf16 roundings)."""
+    first, then the sum: two bf16 roundings). A packed layer (CausalLM.pack_weights) computes the
+    same sums from its panels: the same bytes."""
+    if isinstance(layer, nn.PackedLinear):
+        if layer.bias is None:
+            return layer.product(x)
+        return (layer.product(x, out_dtype=float32) + layer.bias).bfloat16()
     if layer.bias is None:  # x's leading axes broadcast over W.T: its rows, one product (x @ W.T)
         return x @ _transposed(layer)
     *lead, d = x.shape
@@ -421,6 +426,9 @@ class CausalLM(nn.Module):
         return cache.lengths if cache.lengths is not None else np.full(batch, cache.length, np.int64)
 
     def _head(self, hidden: Tensor, dtype: Any) -> Tensor:
+        if isinstance(self.lm_head, nn.PackedLinear):
+            packed: Tensor = self.lm_head.product(hidden, out_dtype=dtype if dtype is float32 else None)
+            return packed
         if dtype is not float32:
             logits: Tensor = self.lm_head(hidden)
             return logits
@@ -458,6 +466,25 @@ class CausalLM(nn.Module):
             if len(cache.keys) != self.config.num_hidden_layers:
                 raise errors.InvalidArgumentError(f"{type(self).__name__}: the cache is not this model's")
             cache.batch = shape[0]
+
+    def pack_weights(self) -> CausalLM:
+        """Holds each projection's weight (q, k, v, o, gate, up, down, and lm_head unless tied to
+        the embedding) as 32-column panels (tgrad.nn.PackedLinear) instead of [out, in]: one-row
+        products (decoding) stream each panel without transposes, and every logit keeps its bytes.
+        Each weight is copied into its panels and the [out, in] copy dropped, one at a time, so
+        memory stays at one copy of the weights plus one weight. Layers whose out_features is not
+        a multiple of 32 stay as they are. The panels are the parameters afterwards (named
+        `<layer>.panels`); PackedLinear.weight unpacks one. Returns self."""
+        owners: list[tuple[nn.Module, str]] = [(self, "lm_head")] if not self.config.tie_word_embeddings else []
+        for layer in self.model.layers:
+            owners += [(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+            owners += [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]
+        for owner, name in owners:
+            layer = getattr(owner, name)
+            if nn.PackedLinear.packs(layer):
+                setattr(owner, name, nn.PackedLinear.from_linear(layer))
+                del layer
+        return self
 
     def generate(self, ids: Any, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, seed: int | None = None, *,

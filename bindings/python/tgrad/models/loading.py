@@ -72,26 +72,32 @@ def _placed(weights: dict[str, Tensor], device: str) -> dict[str, Tensor]:
 
 
 def from_pretrained(path: str | os.PathLike[str], *, convert: bool = False, logits_dtype: Any = None,
-                    device: str = "cpu") -> CausalLM:
+                    device: str = "cpu", pack_weights: bool = False) -> CausalLM:
     """The causal LM of a Hugging Face model directory: config.json, and model.safetensors or
     shards with their model.safetensors.index.json. Architectures: LlamaForCausalLM,
     MistralForCausalLM, Qwen2ForCausalLM (docs/models.md). logits_dtype: tgrad.bfloat16
     (default) or tgrad.float32 for `model(ids)`. device: where the model runs ("cpu", "opencl",
     "cuda", "metal"): each weight is moved there once as it is read, and every forward runs
     there (its KV cache too), its logits handed back as CPU Tensors with the CPU's bytes.
+    pack_weights: hold the projections' weights as 32-column panels for inference
+    (CausalLM.pack_weights): the same logits, faster decoding; the parameters are then the panels.
 
     Raises FileMissingError (no config.json or no weights), FileMalformedError (a config or
     checkpoint that is not well formed), ModelUnsupportedError (an architecture or config field
     tgrad cannot honour, or weights of another variant), TensorNotFoundError (a weight missing),
     ShapeMismatchError (a weight whose shape is not the config's), DtypeConversionRefusedError
     (float32 weights without convert=True), InvalidArgumentError (a device name tgrad does not
-    know) or BackendUnavailableError (a device this machine cannot use), these two before
+    know, or pack_weights not a bool) or BackendUnavailableError (a device this machine cannot use), these two before
     anything is read."""
     _ready(_device_number(device))
+    if not isinstance(pack_weights, bool):
+        raise errors.InvalidArgumentError(f"from_pretrained: pack_weights must be True or False, got {pack_weights!r}")
     config = read_config(path)
     inv_freq = rope_inv_freq(config)
     with safetensors.open(path, convert=convert) as ckpt:
         wanted = expected_weights(config)
         _check_schema(ckpt, config, wanted)
         weights = _placed(ckpt.load(list(wanted)), device)
-    return CausalLM(config, weights, inv_freq, logits_dtype)
+    model = CausalLM(config, weights, inv_freq, logits_dtype)
+    del weights  # the model holds each weight alone now: packing drops the [out, in] copies
+    return model.pack_weights() if pack_weights else model

@@ -1,0 +1,80 @@
+"""A model's weights packed in 32-column panels (from_pretrained(..., pack_weights=True),
+CausalLM.pack_weights): the same logits and tokens as the unpacked model, byte for byte, for
+every architecture and config shape the loader reads (biases, tied embeddings, out_features that
+are not multiples of 32 and stay unpacked), through prefill, the KV cache, a padded batch and
+generation; the panels are the parameters afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tgrad
+import tgrad.models
+import tgrad.nn as nn
+from tgrad import errors
+from model_dirs import config, weights, write
+
+IDS = np.array([[5, 17, 3, 90, 41, 7, 64, 2, 33], [1, 2, 3, 4, 5, 6, 7, 8, 9]], np.int32)
+
+CASES = {
+    "llama": ("llama", {}),
+    "llama_wide_mlp": ("llama", {"intermediate_size": 64}),  # gate and up packed too
+    "qwen2_bias": ("qwen2", {"intermediate_size": 64}),  # q, k, v with biases
+    "tied": ("llama", {"tie_word_embeddings": True}),  # lm_head is the embedding: not packed
+    "mistral": ("mistral", {"sliding_window": 4}),
+}
+
+
+def _pair(tmp_path: Path, case: str) -> tuple[tgrad.models.CausalLM, tgrad.models.CausalLM]:
+    kind, overrides = CASES[case]
+    doc = config(kind, **overrides)
+    path = write(tmp_path / case, doc, weights(doc, 3))
+    return tgrad.models.from_pretrained(path), tgrad.models.from_pretrained(path, pack_weights=True)
+
+
+def _bytes(t: Any) -> bytes:
+    a = t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+    return a.view(np.uint16).tobytes() if a.dtype.itemsize == 2 and a.dtype.kind == "V" else a.tobytes()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_packed_logits_are_the_unpacked_models_bytes(tmp_path: Path, case: str) -> None:
+    plain, packed = _pair(tmp_path, case)
+    assert any(isinstance(m, nn.PackedLinear) for m in packed.modules())
+    for dtype in (None, tgrad.float32):
+        assert _bytes(packed(IDS, logits_dtype=dtype)) == _bytes(plain(IDS, logits_dtype=dtype))
+        assert _bytes(packed(IDS[:1, :1], logits_dtype=dtype)) == _bytes(plain(IDS[:1, :1], logits_dtype=dtype))
+
+
+@pytest.mark.parametrize("case", ["llama_wide_mlp", "qwen2_bias", "tied"])
+def test_packed_decoding_gives_the_unpacked_tokens_and_logits(tmp_path: Path, case: str) -> None:
+    plain, packed = _pair(tmp_path, case)
+    tokens, logits = plain.generate(IDS[:, :4], 7, return_logits=True)
+    ptokens, plogits = packed.generate(IDS[:, :4], 7, return_logits=True)
+    assert np.array_equal(tokens, ptokens)
+    assert _bytes(logits) == _bytes(plogits)
+    mask = np.array([[0, 0, 1, 1], [1, 1, 1, 1]])  # a left-padded batch
+    assert np.array_equal(plain.generate(IDS[:, :4], 5, attention_mask=mask),
+                          packed.generate(IDS[:, :4], 5, attention_mask=mask))
+
+
+def test_the_panels_are_the_parameters(tmp_path: Path) -> None:
+    plain, packed = _pair(tmp_path, "llama")
+    names = dict(packed.named_parameters())
+    assert "model.layers.0.self_attn.q_proj.panels" in names
+    assert "model.layers.0.self_attn.q_proj.weight" not in names
+    assert "model.layers.0.self_attn.k_proj.weight" in names  # 16 out_features: not packed
+    assert "lm_head.panels" in names and names["lm_head.panels"].shape == (3, 32, 32)
+    q = packed.model.layers[0].self_attn.q_proj
+    assert isinstance(q, nn.PackedLinear)
+    assert _bytes(q.weight) == _bytes(plain.model.layers[0].self_attn.q_proj.weight)
+    assert sum(int(np.prod(p.shape)) for p in packed.parameters()) == sum(int(np.prod(p.shape)) for p in plain.parameters())
+
+
+def test_a_bad_pack_weights_argument_is_refused_before_reading(tmp_path: Path) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="pack_weights"):
+        tgrad.models.from_pretrained(tmp_path / "nothing here", pack_weights="yes")  # type: ignore[arg-type]

@@ -82,7 +82,8 @@ enum { FEW_ROWS = 16, FEW_ROWS_B = 1 << 17 };
 /* Batches that share A (a_shared) and are not one merged product: A packed once for all of them
  * (shared_a.c). One row streams each batch's B where the variant can (route rowvec); else the
  * packed frame's kernels run (route gemm) where A packed and one batch's accumulators stay within
- * bounds; the rest (route gemm_t, bigger products) keep the per-batch loop. The batches are
+ * bounds and there are 4 batches a thread or more (whole batches are the tasks); the rest (route
+ * gemm_t, bigger products, fewer batches) keep the per-batch loop. The batches are
  * spread over the pool from ROWVEC_SHARE elements of B (one row) or BATCH_SHARE_MNK multiply-adds
  * (more rows) in all, as the per-batch paths share theirs. */
 static void plan_shared(tg_cpu_matmul_plan *P, const tg_ukernel *packed, double mnk) {
@@ -90,7 +91,8 @@ static void plan_shared(tg_cpu_matmul_plan *P, const tg_ukernel *packed, double 
     if (P->path == PATH_ROWVEC && P->M == 1) {
         P->a_shared = true;
         P->threads = (double)P->batch * (double)P->K * (double)P->N >= (double)ROWVEC_SHARE ? tg_pool_threads() : 1;
-    } else if ((P->path == PATH_GEMM || P->path == PATH_SKINNY) && tg_cpu_gemm_shared_fits(packed, P->M, P->K, P->N)) {
+    } else if ((P->path == PATH_GEMM || P->path == PATH_SKINNY) && P->batch >= 4 * (int64_t)tg_pool_threads() &&
+               tg_cpu_gemm_shared_fits(packed, P->M, P->K, P->N)) { /* enough batches to keep every thread busy */
         P->a_shared = true, P->path = PATH_GEMM, P->uk = packed;
         P->threads = mnk * (double)P->batch >= (double)BATCH_SHARE_MNK ? tg_pool_threads() : 1;
     }

@@ -22,19 +22,25 @@ typedef struct {
     atomic_int failed;
 } shared_job;
 
-/* ---- one row (route rowvec) ---- */
+/* ---- one row (route rowvec) ----
+ * The work is cut in units of (batch, strip of STRIP columns), a batch's strips in a row, and
+ * each task takes a contiguous run of units: a panel (32 columns) is one unit, and a few wide
+ * batches still spread over every thread. */
+enum { STRIP = 128 };
+
 static void rowvec_task(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     shared_job *J = arg;
-    int64_t b0 = J->batch * task / J->tasks, b1 = J->batch * (task + 1) / J->tasks;
-    for (int64_t i = b0; i < b1; i++) {
+    int64_t strips = (J->N + STRIP - 1) / STRIP, units = J->batch * strips;
+    for (int64_t u = units * task / J->tasks; u < units * (task + 1) / J->tasks; u++) {
+        int64_t i = u / strips, n0 = u % strips * STRIP, nb = J->N - n0 < STRIP ? J->N - n0 : STRIP;
         tg_operand B = { J->B.base + J->boff[i], J->B.s0, J->B.s1 };
         if (J->out32) {
-            J->uk->rowvec_f32(J->apack, &B, J->K, 0, J->N, J->out32 + i * J->N);
+            J->uk->rowvec_f32(J->apack, &B, J->K, n0, nb, J->out32 + i * J->N + n0);
             continue;
         }
-        J->uk->rowvec(J->apack, &B, J->K, 0, J->N, J->out + i * J->N);
-        tg_chain_apply_block(J->ep, J->out, J->N, i, 0, 1, J->N);
+        J->uk->rowvec(J->apack, &B, J->K, n0, nb, J->out + i * J->N + n0);
+        tg_chain_apply_block(J->ep, J->out, J->N, i, n0, 1, nb);
     }
 }
 
@@ -48,7 +54,8 @@ tgrad_status tg_cpu_matmul_rowvec_shared(const tg_ukernel *uk, const tg_operand 
     if (!w) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate packing buffers");
     uk->pack_a(A, 0, 1, 0, K, 1, (uint32_t *)w->apack);
     shared_job J = { .uk = uk, .apack = w->apack, .B = *B, .boff = boff, .M = 1, .K = K, .N = N, .batch = batch,
-                     .tasks = task_count(threads, batch), .out = out, .out32 = out32, .ep = ep };
+                     .tasks = task_count(threads, batch * ((N + STRIP - 1) / STRIP)), .out = out, .out32 = out32,
+                     .ep = ep };
     run_tasks(J.tasks, threads, rowvec_task, &J);
     return TGRAD_OK;
 }

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tgrad.models
+import tgrad.nn
 from tgrad.__main__ import main
 
 from model_dirs import model_dir
@@ -24,6 +25,17 @@ def test_generate_prints_the_new_token_ids(llama: Path, capsys: pytest.CaptureFi
     assert main(["generate", str(llama), "--ids", "1,2,3", "--max-new-tokens", "5"]) == 0
     want = tgrad.models.from_pretrained(llama).generate(np.array([[1, 2, 3]]), 5)[0]
     assert capsys.readouterr().out == ",".join(map(str, want)) + "\n"
+
+
+def test_generate_packs_the_weights_on_the_cpu_unless_told_not_to(llama: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI packs on the CPU (docs/models.md, "Packed weights"): the same tokens either way."""
+    assert main(["generate", str(llama), "--ids", "1,2,3", "--max-new-tokens", "6"]) == 0
+    packed = capsys.readouterr().out
+    assert main(["generate", str(llama), "--ids", "1,2,3", "--max-new-tokens", "6", "--no-pack"]) == 0
+    assert capsys.readouterr().out == packed
+    assert any(isinstance(m, tgrad.nn.PackedLinear)
+               for m in tgrad.models.from_pretrained(llama, pack_weights=True).modules())
 
 
 def test_several_prompts_decode_as_one_padded_batch(llama: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,8 +22,9 @@ IDS = np.array([[5, 17, 3, 90, 41, 7, 64, 2, 33], [1, 2, 3, 4, 5, 6, 7, 8, 9]], 
 
 CASES = {
     "llama": ("llama", {}),
-    "llama_wide_mlp": ("llama", {"intermediate_size": 64}),  # gate and up packed too
-    "qwen2_bias": ("qwen2", {"intermediate_size": 64}),  # q, k, v with biases
+    "llama_wide_mlp": ("llama", {"intermediate_size": 64}),  # gate and up packed too, as one layer
+    "llama_fused": ("llama", {"num_key_value_heads": 4, "intermediate_size": 64}),  # q, k, v as one layer
+    "qwen2_bias": ("qwen2", {"intermediate_size": 64, "num_key_value_heads": 4}),  # q, k, v with biases, fused
     "tied": ("llama", {"tie_word_embeddings": True}),  # lm_head is the embedding: not packed
     "mistral": ("mistral", {"sliding_window": 4}),
 }
@@ -50,7 +51,7 @@ def test_packed_logits_are_the_unpacked_models_bytes(tmp_path: Path, case: str) 
         assert _bytes(packed(IDS[:1, :1], logits_dtype=dtype)) == _bytes(plain(IDS[:1, :1], logits_dtype=dtype))
 
 
-@pytest.mark.parametrize("case", ["llama_wide_mlp", "qwen2_bias", "tied"])
+@pytest.mark.parametrize("case", ["llama_wide_mlp", "llama_fused", "qwen2_bias", "tied"])
 def test_packed_decoding_gives_the_unpacked_tokens_and_logits(tmp_path: Path, case: str) -> None:
     plain, packed = _pair(tmp_path, case)
     tokens, logits = plain.generate(IDS[:, :4], 7, return_logits=True)
@@ -73,6 +74,23 @@ def test_the_panels_are_the_parameters(tmp_path: Path) -> None:
     assert isinstance(q, nn.PackedLinear)
     assert _bytes(q.weight) == _bytes(plain.model.layers[0].self_attn.q_proj.weight)
     assert sum(int(np.prod(p.shape)) for p in packed.parameters()) == sum(int(np.prod(p.shape)) for p in plain.parameters())
+
+
+def test_layers_of_one_input_fuse_into_one_packed_layer(tmp_path: Path) -> None:
+    plain, packed = _pair(tmp_path, "qwen2_bias")
+    names = dict(packed.named_parameters())
+    attn = "model.layers.1.self_attn."
+    assert names[attn + "qkv_proj.panels"].shape == ((32 + 32 + 32) // 32, 32, 32)
+    assert names[attn + "qkv_proj.bias"].shape == (96,)
+    assert not any(n.startswith(attn + p) for n in names for p in ("q_proj", "k_proj", "v_proj"))
+    assert names["model.layers.0.mlp.gate_up_proj.panels"].shape == (4, 32, 32)
+    fused = packed.model.layers[1].self_attn.qkv_proj
+    x = tgrad.Tensor.from_numpy(np.linspace(-2, 2, 3 * 32, dtype=np.float32).reshape(3, 32)).bfloat16()
+    ref = plain.model.layers[1].self_attn
+    want = [nn.Linear.forward(getattr(ref, n), x) for n in ("q_proj", "k_proj", "v_proj")]
+    got = fused(x)
+    for i, w in enumerate(want):
+        assert _bytes(got.narrow(-1, 32 * i, 32)) == _bytes(w)
 
 
 def test_a_bad_pack_weights_argument_is_refused_before_reading(tmp_path: Path) -> None:

@@ -132,3 +132,28 @@ def test_bad_input_gets_a_typed_error() -> None:
         nn.PackedLinear(Tensor.from_numpy(_rand(rng, (2, 16, 32))), Tensor.from_numpy(_rand(rng, (63,))))
     with pytest.raises(errors.ShapeMismatchError):
         pack_panels(Tensor.from_numpy(_rand(rng, (40, 8))))
+
+
+def test_fused_layers_give_each_layers_bytes_side_by_side() -> None:
+    rng = np.random.default_rng(7)
+    for bias in (False, True):
+        layers = [_layer(rng, out_f, 40, bias, special=True) for out_f in (64, 32, 96)]
+        fused = nn.PackedLinear.fused(layers)
+        assert fused.panels.shape == (6, 40, 32)
+        for rows in (1, 9):
+            x = Tensor.from_numpy(_rand(rng, (rows, 40), True))
+            side_by_side = np.concatenate([layer(x).numpy() for layer in layers], 1)
+            assert _bits(fused(x)) == side_by_side.view(np.uint16).tobytes()
+            assert _bits(fused.product(x)) == _bits(tgrad.cat([x @ layer.weight.T for layer in layers], 1))
+
+
+def test_fusing_refuses_layers_that_do_not_fit_together() -> None:
+    rng = np.random.default_rng(8)
+    with pytest.raises(errors.ShapeMismatchError, match="in_features"):
+        nn.PackedLinear.fused([_layer(rng, 32, 8, False), _layer(rng, 32, 9, False)])
+    with pytest.raises(errors.ShapeMismatchError, match="multiple of 32"):
+        nn.PackedLinear.fused([_layer(rng, 32, 8, False), _layer(rng, 16, 8, False)])
+    with pytest.raises(errors.InvalidArgumentError, match="bias"):
+        nn.PackedLinear.fused([_layer(rng, 32, 8, True), _layer(rng, 32, 8, False)])
+    with pytest.raises(errors.ShapeMismatchError):
+        nn.PackedLinear.fused([])

@@ -250,9 +250,15 @@ class Attention(nn.Module):
                 cache: KVCache | None = None, layer: int = 0, start: np.ndarray | None = None) -> Tensor:
         """start: each row's cached length when rows differ (KVCache.append_rows), else None."""
         b, length, _ = x.shape
-        q = _heads(linear(self.q_proj, x), b, length, self.heads, self.head_dim)
-        k = _heads(linear(self.k_proj, x), b, length, self.kv_heads, self.head_dim)
-        v = _heads(linear(self.v_proj, x), b, length, self.kv_heads, self.head_dim)
+        if "qkv_proj" in self._modules:  # packed and fused (CausalLM.pack_weights): one product, three views
+            nq, nkv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+            y = linear(self.qkv_proj, x)
+            qx, kx, vx = y.narrow(-1, 0, nq), y.narrow(-1, nq, nkv), y.narrow(-1, nq + nkv, nkv)
+        else:
+            qx, kx, vx = linear(self.q_proj, x), linear(self.k_proj, x), linear(self.v_proj, x)
+        q = _heads(qx, b, length, self.heads, self.head_dim)
+        k = _heads(kx, b, length, self.kv_heads, self.head_dim)
+        v = _heads(vx, b, length, self.kv_heads, self.head_dim)
         q = rope(q, positions, self.rope_theta, inv_freq=inv_freq)
         k = rope(k, positions, self.rope_theta, inv_freq=inv_freq)
         if cache is not None:
@@ -272,6 +278,10 @@ class MLP(nn.Module):
             _transposed(getattr(self, name))
 
     def forward(self, x: Tensor) -> Tensor:
+        if "gate_up_proj" in self._modules:  # packed and fused (CausalLM.pack_weights)
+            y = linear(self.gate_up_proj, x)
+            half = y.shape[-1] // 2
+            return linear(self.down_proj, F.silu(y.narrow(-1, 0, half)) * y.narrow(-1, half, half))
         return linear(self.down_proj, F.silu(linear(self.gate_proj, x)) * linear(self.up_proj, x))
 
 
@@ -472,15 +482,20 @@ class CausalLM(nn.Module):
         the embedding) as 32-column panels (tgrad.nn.PackedLinear) instead of [out, in]: one-row
         products (decoding) stream each panel without transposes, and every logit keeps its bytes.
         Each weight is copied into its panels and the [out, in] copy dropped, one at a time, so
-        memory stays at one copy of the weights plus one weight. Layers whose out_features is not
-        a multiple of 32 stay as they are. The panels are the parameters afterwards (named
-        `<layer>.panels`); PackedLinear.weight unpacks one. Returns self."""
+        memory stays at one copy of the weights plus one layer's. q, k and v become one layer,
+        `qkv_proj`, and gate and up one, `gate_up_proj` (PackedLinear.fused: one product where
+        there were several, each output its own layer's bytes), where all of them pack. Layers
+        whose out_features is not a multiple of 32 stay as they are. The panels are the
+        parameters afterwards (named `<layer>.panels`); PackedLinear.weight unpacks one.
+        Returns self."""
         owners: list[tuple[nn.Module, str]] = [(self, "lm_head")] if not self.config.tie_word_embeddings else []
         for layer in self.model.layers:
+            _fuse(layer.self_attn, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
+            _fuse(layer.mlp, ("gate_proj", "up_proj"), "gate_up_proj")
             owners += [(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
             owners += [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]
         for owner, name in owners:
-            layer = getattr(owner, name)
+            layer = owner._modules.get(name)
             if nn.PackedLinear.packs(layer):
                 setattr(owner, name, nn.PackedLinear.from_linear(layer))
                 del layer
@@ -504,6 +519,19 @@ class CausalLM(nn.Module):
         c = self.config
         return (f"{c.architecture}: {c.num_hidden_layers} layers, hidden {c.hidden_size}, heads {c.num_attention_heads} "
                 f"(kv {c.num_key_value_heads}), vocab {c.vocab_size}")
+
+
+def _fuse(owner: nn.Module, names: tuple[str, ...], fused: str) -> None:
+    """owner's layers `names` (nn.Linear of the same input) as one PackedLinear named `fused`, the
+    layers removed, where every one packs and their biases are all present or all absent."""
+    layers = [owner._modules.get(n) for n in names]
+    if not all(nn.PackedLinear.packs(layer) for layer in layers):
+        return
+    if len({layer.bias is None for layer in layers}) != 1:  # type: ignore[union-attr]
+        return
+    setattr(owner, fused, nn.PackedLinear.fused(layers))  # type: ignore[arg-type]
+    for n in names:
+        delattr(owner, n)
 
 
 def _as_count(value: Any, what: str) -> int:

@@ -104,6 +104,26 @@ class PackedLinear(Module):
                 f"multiple of {PANEL}")
         return cls(pack_panels(layer.weight), layer.bias)
 
+    @classmethod
+    def fused(cls, layers: list[Linear]) -> PackedLinear:
+        """One packed layer computing several nn.Linear of the same input at once: their weights
+        stacked along out_features ([sum of outs, in], each out a multiple of 32), their biases
+        likewise (all or none). Its output's columns are the layers' outputs side by side, each
+        the bytes its layer gives (every output is its own sum: one launch instead of several)."""
+        if not layers or not all(cls.packs(layer) for layer in layers):
+            raise errors.ShapeMismatchError(
+                f"PackedLinear.fused: every layer must be an nn.Linear with out_features a positive multiple of {PANEL}")
+        if len({layer.in_features for layer in layers}) != 1:
+            raise errors.ShapeMismatchError("PackedLinear.fused: the layers' in_features differ")
+        biases = [layer.bias for layer in layers]
+        if any(b is None for b in biases) and not all(b is None for b in biases):
+            raise errors.InvalidArgumentError("PackedLinear.fused: some layers have a bias and some do not")
+        from ..shape_ops import cat
+
+        weight = cat([layer.weight.detach() for layer in layers], 0) if len(layers) > 1 else layers[0].weight
+        bias = None if biases[0] is None else cat([b.detach() for b in biases if b is not None], 0).realize()
+        return cls(pack_panels(weight), bias)
+
     def to_linear(self) -> Linear:
         """The nn.Linear of the same weight (unpacked: a copy) and bias."""
         return Linear(self.in_features, self.out_features, self.bias if self.bias is not None else False,

@@ -488,17 +488,22 @@ class CausalLM(nn.Module):
         whose out_features is not a multiple of 32 stay as they are. The panels are the
         parameters afterwards (named `<layer>.panels`); PackedLinear.weight unpacks one.
         Returns self."""
-        owners: list[tuple[nn.Module, str]] = [(self, "lm_head")] if not self.config.tie_word_embeddings else []
-        for layer in self.model.layers:
-            _fuse(layer.self_attn, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
-            _fuse(layer.mlp, ("gate_proj", "up_proj"), "gate_up_proj")
-            owners += [(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
-            owners += [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]
-        for owner, name in owners:
-            layer = owner._modules.get(name)
-            if nn.PackedLinear.packs(layer):
-                setattr(owner, name, nn.PackedLinear.from_linear(layer))
-                del layer
+        from .. import release_cached
+
+        groups = [[(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")] +
+                  [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")] for layer in self.model.layers]
+        if not self.config.tie_word_embeddings:
+            groups.append([(self, "lm_head")])
+        for i, owners in enumerate(groups):
+            if i < len(self.model.layers):
+                _fuse(self.model.layers[i].self_attn, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
+                _fuse(self.model.layers[i].mlp, ("gate_proj", "up_proj"), "gate_up_proj")
+            for owner, name in owners:
+                layer = owner._modules.get(name)
+                if nn.PackedLinear.packs(layer):
+                    setattr(owner, name, nn.PackedLinear.from_linear(layer))
+                    del layer
+            release_cached()  # the dropped [out, in] storage goes back to the system, not to tgrad's cache
         return self
 
     def generate(self, ids: Any, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,

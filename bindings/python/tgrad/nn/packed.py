@@ -47,9 +47,15 @@ def pack_panels(weight: Tensor) -> Tensor:
         raise errors.ShapeMismatchError(
             f"pack_panels: weight is {_shape_text(weight.shape)}, expected [out_features, in_features] with "
             f"out_features a multiple of {PANEL}")
-    out_f, in_f = weight.shape
-    panels: Tensor = weight.detach().reshape(out_f // PANEL, PANEL, in_f).permute(0, 2, 1).contiguous()
+    panels: Tensor = _panel_view(weight.detach()).contiguous()
     return panels.realize()
+
+
+def _panel_view(weight: Tensor) -> Tensor:
+    """weight [out, in] seen as [out/32, in, 32] (a view: panels[g, k, c] = weight[32 g + c, k])."""
+    out_f, in_f = weight.shape
+    view: Tensor = weight.reshape(out_f // PANEL, PANEL, in_f).permute(0, 2, 1)
+    return view
 
 
 def unpack_panels(panels: Tensor) -> Tensor:
@@ -120,9 +126,12 @@ class PackedLinear(Module):
             raise errors.InvalidArgumentError("PackedLinear.fused: some layers have a bias and some do not")
         from ..shape_ops import cat
 
-        weight = cat([layer.weight.detach() for layer in layers], 0) if len(layers) > 1 else layers[0].weight
+        # each weight's panels read through a view into the one result (the concat route): no
+        # stacked [out, in] copy in between
+        views = [_panel_view(layer.weight.detach()) for layer in layers]
+        panels = (cat(views, 0) if len(views) > 1 else views[0].contiguous()).realize()
         bias = None if biases[0] is None else cat([b.detach() for b in biases if b is not None], 0).realize()
-        return cls(pack_panels(weight), bias)
+        return cls(panels, bias)
 
     def to_linear(self) -> Linear:
         """The nn.Linear of the same weight (unpacked: a copy) and bias."""

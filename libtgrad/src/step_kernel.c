@@ -73,7 +73,7 @@ tgrad_status tg_step_render_copy(const tg_step *st, const tg_route *route, const
     (void)route;
     const tg_node_input *in = st->inputs;
     tgrad_status s = tg_gen_check_copy(l, &in[0].view);
-    if (!s) s = tg_gen_render_copy(l, &in[0].view, &k->text, &k->launch);
+    if (!s) s = tg_gen_render_copy(l, &in[0].view, (int32_t)tg_dtype_size(st->buf->dtype), &k->text, &k->launch);
     k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
     return s;
 }

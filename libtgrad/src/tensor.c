@@ -250,9 +250,10 @@ static tgrad_status materialize(tg_tensor *t, int32_t ndim, const int64_t *shape
     int64_t numel = 0;
     if (!s) tg_view_numel(&dst, &numel);
     if (!s) s = tg_memory_admit_typed(numel, tg_dtype_size(t->buf->dtype), "tensor_reshape");
-    /* the device copy kernel moves bf16 elements; float32 and int32 on a device are reductions'
-     * inputs and results only */
-    if (!s && t->buf->device != TGRAD_DEVICE_CPU && t->buf->dtype != TGRAD_DTYPE_BF16)
+    /* the device copy kernel moves 2- and 4-byte elements (route copy: bf16 as ushort, float32 and
+     * int32 as uint); a bool view on a device is copied on the CPU only */
+    if (!s && t->buf->device != TGRAD_DEVICE_CPU && tg_dtype_size(t->buf->dtype) != 2 &&
+        tg_dtype_size(t->buf->dtype) != 4)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "materializing a %s view runs on the CPU only; the tensor lives on %s",
                     tg_dtype_name(t->buf->dtype), tg_device_name(t->buf->device));
     tg_node *n = s ? NULL : tg_node_new(TG_OP_COPY, 1);

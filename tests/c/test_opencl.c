@@ -304,7 +304,7 @@ static void test_copy_kernel_matches_cpu_bytes(void) {
         tg_text t = { 0 };
         struct tgrad_launch l;
         EXPECT(tg_gen_check_copy(lang, v), TGRAD_OK);
-        EXPECT(tg_gen_render_copy(lang, v, &t, &l), TGRAD_OK);
+        EXPECT(tg_gen_render_copy(lang, v, 2, &t, &l), TGRAD_OK);
         uint16_t *inputs[1] = { src };
         EXPECT(run_rendered(&t, &l, inputs, &elements, 1, got, numel), TGRAD_OK);
         CHECK(memcmp(got, want, (size_t)numel * 2) == 0);

@@ -8,6 +8,8 @@ And the CUDA device the same way on the CUDA emulator (everything but cuda.c's d
   and decode steps run as captured programs across a 32-position boundary, all bit-identical to
   the CPU's; every parameter lives on the device, and the kernels ran on the emulator (launch and
   compile counts).
+- The same model with its weights packed in panels (pack_weights: batched products, float32 views
+  of the logits copied on the device), and float32 and int32 views materialized there.
 - A log_softmax whose rows only binary128 decides: the generated kernel flags them, and the host's
   rerun gives the CPU's bytes (the softmax kind's device-rows counter moves).
 - tgrad_debug_use_backend refuses the CPU, an unknown device, a missing call, and a device already
@@ -57,6 +59,17 @@ out["logits"] = [same(gpu(ids, logits_dtype=d), cpu(ids, logits_dtype=d)) for d 
 want_t, want_l = cpu.generate(ids, 4, return_logits=True)
 got_t, got_l = gpu.generate(ids, 4, return_logits=True)
 out["generate"] = same(got_t, want_t) and same(got_l, want_l)
+packed = tgrad.models.from_pretrained(path, device=name, pack_weights=True)  # the batched routes, float32 copies
+out["packed"] = [same(packed(ids, logits_dtype=d), cpu(ids, logits_dtype=d)) for d in (tgrad.bfloat16, tgrad.float32)]
+got_t, got_l = packed.generate(ids, 4, return_logits=True)
+out["packed"].append(same(got_t, want_t) and same(got_l, want_l))
+del packed
+x32 = np.arange(60, dtype=np.float32).reshape(3, 4, 5) * 1.5 - 7
+with tgrad.Tensor.from_numpy(x32, dtype="float32", device=name) as xf, \
+        tgrad.Tensor.from_numpy(x32.astype(np.int32), dtype="int32", device=name) as xi:  # 4-byte view copies
+    out["copies32"] = [same(t.permute(2, 0, 1).contiguous().to("cpu"), np.ascontiguousarray(a.transpose(2, 0, 1)))
+                       and same(t[:, 1:3, ::2].contiguous().to("cpu"), np.ascontiguousarray(a[:, 1:3, ::2]))
+                       for t, a in ((xf, x32), (xi, x32.astype(np.int32)))]
 want_t, want_l = cpu.generate(ids[:1], 30, return_logits=True)
 cache = gpu.new_cache(40)
 gpu(ids[:1], cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32)
@@ -98,6 +111,7 @@ def _run_child(tmp_path: Path, device: str) -> dict[str, Any]:
 
 def _check(out: dict[str, Any]) -> None:
     assert out["placed"] and out["logits"] == [True, True] and out["generate"], out
+    assert out["packed"] == [True, True, True] and out["copies32"] == [True, True], out
     assert out["steps"] and out["programs"] == [2, 27], out
     assert out["boundary"] and out["rerun_rows"] == 2, out
     assert out["refused_in_use"] and out["errors"] == [], out

@@ -7,7 +7,7 @@ logits come back as CPU Tensors with the CPU's bytes.
 - PoCL (device="opencl"; slow tier: PoCL compiles each of the model's kernels once, seconds on
   a cold cache): bf16 and float32 logits bit-identical to the CPU's, greedy tokens and their
   logits through the KV cache, decode steps run as captured programs, a padded batch,
-  Module.to("opencl") on a CPU-loaded model, and
+  Module.to("opencl") on a CPU-loaded model, a model with packed weights, and
   `python -m tgrad generate --device opencl`.
 - The cuda backend by the same code path, against the fake driver and NVRTC (tests/c/fake_cuda.c;
   its launches do nothing, so only the placement and the absence of refusals are checked).
@@ -26,6 +26,7 @@ import pytest
 
 import tgrad
 import tgrad.models
+import tgrad.nn
 from tgrad import errors
 from tgrad import render as R
 
@@ -135,6 +136,22 @@ def test_opencl_decode_steps_run_as_programs_with_the_cpu_bytes(
         assert logits.device == "cpu" and _same(logits, want_logits[:, i + 1:i + 2])
     assert (steps.captures, steps.runs) == (2, 27)
     assert all(k.device == "opencl" for k in cache.keys)
+
+
+@pytest.mark.slow
+def test_a_packed_model_on_opencl_gives_the_cpu_bytes(llama: Path,
+                                                      pair: tuple[tgrad.models.CausalLM, tgrad.models.CausalLM],
+                                                      opencl_device: str) -> None:
+    """Weights packed in panels (docs/models.md, "Packed weights") run through the batched routes."""
+    cpu, _ = pair
+    packed = tgrad.models.from_pretrained(llama, device="opencl", pack_weights=True)
+    assert any(isinstance(m, tgrad.nn.PackedLinear) for m in packed.modules())
+    assert all(t.device == "opencl" for t in packed.parameters())
+    for dtype in (tgrad.bfloat16, tgrad.float32):
+        assert _same(packed(IDS, logits_dtype=dtype), cpu(IDS, logits_dtype=dtype))
+    want_tokens, want_logits = cpu.generate(IDS, 4, return_logits=True)
+    got_tokens, got_logits = packed.generate(IDS, 4, return_logits=True)
+    assert _same(got_tokens, want_tokens) and _same(got_logits, want_logits)
 
 
 @pytest.mark.slow

@@ -302,6 +302,30 @@ def test_a_reshape_strides_cannot_express_runs_the_copy_kernel_on_the_device(vie
             v.release()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("view", ["transpose", "negstep", "permute3"])
+def test_four_byte_views_copy_on_the_device_bit_for_bit(view: str, dtype: str, opencl_device: str) -> None:
+    """float32 and int32 views materialize with the copy kernel's uint form (route copy), every bit
+    kept: NaN payloads, signed zeros, subnormals."""
+    gen = np.random.default_rng(4)
+    bits = gen.integers(0, 2**32, (6, 10, 4) if view == "permute3" else (9, 13), dtype=np.uint64).astype(np.uint32)
+    bits.reshape(-1)[:4] = [0x7FC01234, 0x80000000, 0x00000001, 0xFF800000]
+    base = bits.view(np.float32 if dtype == "float32" else np.int32)
+    with tgrad.Tensor.from_numpy(base, dtype=dtype, device="opencl") as t:
+        if view == "transpose":
+            v, want = t.T, bits.T
+        elif view == "negstep":
+            v, want = t[::-1, 1::2], bits[::-1, 1::2]
+        else:
+            v, want = t.permute(2, 0, 1), bits.transpose(2, 0, 1)
+        try:
+            with v.reshape(-1) as flat:
+                assert flat.device == "opencl" and flat.route == "opencl.copy"
+                assert np.array_equal(flat.to("cpu").numpy().view(np.uint32), want.reshape(-1))
+        finally:
+            v.release()
+
+
 # ---- errors and device choice: one process each (the device is chosen once per process) ---------
 _PROBE = r"""
 import json, sys

@@ -126,11 +126,12 @@ TGRAD_API tgrad_status tgrad_render_copy(int32_t lang, tgrad_tensor_t src, char 
     tg_tensor ts;
     if ((s = tg_handle_get_tensor(src, &ts))) return s;
     tg_view v = ts.view;
+    int32_t elem_bytes = (int32_t)tg_dtype_size(ts.buf->dtype);
     tg_tensor_unref(&ts);
     if ((s = tg_gen_check_copy(l, &v))) return s;
     tg_text t = { 0 };
     struct tgrad_launch made;
-    s = tg_gen_render_copy(l, &v, &t, &made);
+    s = tg_gen_render_copy(l, &v, elem_bytes, &t, &made);
     return deliver(s, &t, &made, dst, capacity, length, launch, fn);
 }
 

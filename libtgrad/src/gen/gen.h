@@ -174,7 +174,8 @@ TG_HIDDEN tgrad_status tg_gen_render_matmul(const tg_route *r, const tg_lang *l,
 TG_HIDDEN tgrad_status tg_gen_check_elementwise(const tg_lang *l, const tg_gen_elementwise *p);
 TG_HIDDEN tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwise *p, tg_text *t,
                                                  struct tgrad_launch *launch);
-TG_HIDDEN tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, tg_text *t,
+/* elem_bytes: 2 (bf16, moved as ushort) or 4 (float32 or int32, moved as uint) */
+TG_HIDDEN tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, int32_t elem_bytes, tg_text *t,
                                           struct tgrad_launch *launch);
 /* The cast of src's view (dtype from) into a compact buffer of dtype to: bfloat16 <-> float32. */
 TG_HIDDEN tgrad_status tg_gen_check_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to);

@@ -281,6 +281,15 @@ def test_a_failed_allocation_in_a_fused_device_step_is_typed_and_changes_nothing
 
 
 # ---- the copy kernel ----------------------------------------------------------------------------
+def _view_of(t: tgrad.Tensor, bits: np.ndarray, view: str) -> tuple[tgrad.Tensor, np.ndarray]:
+    """A view strides cannot reshape (transposed, stepped backwards, permuted) and its bits."""
+    if view == "transpose":
+        return t.T, bits.T
+    if view == "negstep":
+        return t[::-1, 1::2], bits[::-1, 1::2]
+    return t.permute(2, 0, 1), bits.transpose(2, 0, 1)
+
+
 @pytest.mark.parametrize("view", ["transpose", "negstep", "permute3"])
 def test_a_reshape_strides_cannot_express_runs_the_copy_kernel_on_the_device(view: str,
                                                                              opencl_device: str) -> None:
@@ -288,12 +297,7 @@ def test_a_reshape_strides_cannot_express_runs_the_copy_kernel_on_the_device(vie
     base = gen.standard_normal((6, 10, 4) if view == "permute3" else (9, 13)).astype(ml_dtypes.bfloat16)
     bits = base.view(np.uint16)
     with tgrad.Tensor.from_numpy(base, device="opencl") as t:
-        if view == "transpose":
-            v, want = t.T, bits.T
-        elif view == "negstep":
-            v, want = t[::-1, 1::2], bits[::-1, 1::2]
-        else:
-            v, want = t.permute(2, 0, 1), bits.transpose(2, 0, 1)
+        v, want = _view_of(t, bits, view)
         try:
             with v.reshape(-1) as flat:
                 assert flat.device == "opencl" and flat.route == "opencl.copy"
@@ -312,12 +316,7 @@ def test_four_byte_views_copy_on_the_device_bit_for_bit(view: str, dtype: str, o
     bits.reshape(-1)[:4] = [0x7FC01234, 0x80000000, 0x00000001, 0xFF800000]
     base = bits.view(np.float32 if dtype == "float32" else np.int32)
     with tgrad.Tensor.from_numpy(base, dtype=dtype, device="opencl") as t:
-        if view == "transpose":
-            v, want = t.T, bits.T
-        elif view == "negstep":
-            v, want = t[::-1, 1::2], bits[::-1, 1::2]
-        else:
-            v, want = t.permute(2, 0, 1), bits.transpose(2, 0, 1)
+        v, want = _view_of(t, bits, view)
         try:
             with v.reshape(-1) as flat:
                 assert flat.device == "opencl" and flat.route == "opencl.copy"

@@ -14,13 +14,14 @@ static int passed, failed;
         else { failed++; fprintf(stderr, "%s:%d: CHECK(%s) failed (n=%lld) [%s]\n", __FILE__, __LINE__, #cond, (long long)n, tgrad_last_error()); } \
     } while (0)
 
-enum { M = 37, K = 301, N = 530 };
+enum { M = 37, K = 301, N = 530, PANELS = 10 };
 static float a[M * K], b[K * N];
 static int32_t reversed[M * K];
 
 /* The scenario: creation, views, a chain of two matmuls with elementwise ops fused into the
  * second and a broadcast elementwise pass, a materializing reshape, a gather (reversed) and a
- * concat of its result with itself, explain, read. Returns the
+ * concat of its result with itself, a batched product whose A every batch shares, explain, read.
+ * Returns the
  * first failing status (the rest is skipped, as a careful caller would). */
 static tgrad_status scenario(uint16_t *out, size_t cap, tgrad_tensor_t *result) {
     tgrad_tensor_t ta = 0, tb = 0, bt = 0, ab = 0, r = 0, v = 0, c = 0, bias = 0, d = 0, g = 0, e = 0;
@@ -45,6 +46,17 @@ static tgrad_status scenario(uint16_t *out, size_t cap, tgrad_tensor_t *result) 
     if (!s) s = tgrad_concat(2, two, 0, &r);                             /* back together */
     tgrad_tensor_release(two[1]), tgrad_tensor_release(ix), tgrad_tensor_release(tk);
     tgrad_tensor_release(half), tgrad_tensor_release(cc);
+    /* x @ panels with x shared by every batch (cpu/shared_a.c): M rows (the packed kernels) and
+     * one row (rowvec), A packed once for the ten 32-column panels */
+    tgrad_tensor_t tp = 0, row = 0, sh = 0, sh1 = 0;
+    static uint16_t scratch[PANELS * M * 32];
+    if (!s) s = tgrad_tensor_from_f32(b, 3, (int64_t[]){ PANELS, K, 32 }, &tp);
+    if (!s) s = tgrad_matmul(ta, tp, &sh);                                /* [PANELS, M, 32] */
+    if (!s) s = tgrad_tensor_slice(ta, 0, 0, 1, 1, 0, &row);
+    if (!s) s = tgrad_matmul(row, tp, &sh1);                              /* [PANELS, 1, 32] */
+    if (!s) s = tgrad_tensor_read_bf16(sh, scratch, PANELS * M * 32);
+    if (!s) s = tgrad_tensor_read_bf16(sh1, scratch, PANELS * 32);
+    tgrad_tensor_release(tp), tgrad_tensor_release(row), tgrad_tensor_release(sh), tgrad_tensor_release(sh1);
     size_t len = 0;
     if (!s) {
         s = tgrad_tensor_explain(r, TGRAD_FORMAT_TEXT, NULL, 0, &len);

@@ -4,7 +4,8 @@ Prints, per token of greedy decoding with a preallocated KV cache after a 64-tok
 generate runs it (captured programs: tgrad.models.step; `--built` builds every step op by op), the
 time spent making the lazy graph (the step call) and realizing it in libtgrad
 (the steps: the matmuls, attention over the cache, the norms); with --cprofile, the Python
-functions by their own time. For the C side run it under `perf record -g` (docs/models.md)."""
+functions by their own time. The weights are packed, as generate's CLI runs them (`--unpacked`:
+[out, in]). For the C side run it under `perf record -g` (docs/models.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import tgrad
 import tgrad.models
 from tgrad.models.step import DecodeSteps
 
-model = tgrad.models.from_pretrained(sys.argv[1])
+model = tgrad.models.from_pretrained(sys.argv[1], pack_weights="--unpacked" not in sys.argv)
 steps = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 64
 prompt = (np.arange(64)[None] * 7 + 3) % model.config.vocab_size
 cache = model.new_cache(64 + steps + 8 + 8)

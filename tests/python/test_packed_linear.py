@@ -74,11 +74,14 @@ def test_the_same_bytes_on_every_variant_thread_count_and_fusion_setting() -> No
                                           _bits(packed.product(one, out_dtype=tgrad.float32))])
 
 
+@pytest.mark.parametrize("order", ["block32", "pairwise"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_shared_left_operand_batches_match_each_batchs_product(threads: int) -> None:
-    """x [M, K] @ B [G, K, N] for panel widths other than 32 too: batch by batch, the same bytes."""
-    before = tgrad.num_threads()
+def test_shared_left_operand_batches_match_each_batchs_product(threads: int, order: str) -> None:
+    """x [M, K] @ B [G, K, N] for panel widths other than 32 too: batch by batch, the same bytes,
+    in both documented orders."""
+    before, order_before = tgrad.num_threads(), tgrad.get_matmul_order()
     tgrad.set_num_threads(threads)
+    tgrad.set_matmul_order(order)
     try:
         rng = np.random.default_rng(3)
         shapes = itertools.product([1, 33, 64, 520], [2, 5, 9], [1, 3, 20], [8, 32, 40, 300], [None, "float32"])
@@ -90,6 +93,7 @@ def test_shared_left_operand_batches_match_each_batchs_product(threads: int) -> 
             assert _bits(got) == b"".join(want), (k, g, m, n, dt)
     finally:
         tgrad.set_num_threads(before)
+        tgrad.set_matmul_order(order_before)
 
 
 def test_weight_unpacks_to_the_original_and_back_to_a_linear() -> None:

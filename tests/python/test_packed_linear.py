@@ -68,9 +68,13 @@ def test_leading_axes_are_rows() -> None:
 
 def test_the_same_bytes_on_every_variant_thread_count_and_fusion_setting() -> None:
     rng = np.random.default_rng(2)
-    packed = nn.PackedLinear.from_linear(_layer(rng, 128, 300, False, special=True))
+    packed = nn.PackedLinear.from_linear(_layer(rng, 512, 300, False, special=True))  # 16 panels: shared A
     one, many = (Tensor.from_numpy(_rand(rng, (r, 300), True)) for r in (1, 40))
+    # fusion on and off: an epilogue fused into the shared-A product (one row and 40 rows, the
+    # batched result itself) against its own pass
     assert_same_bytes_everywhere(lambda: [_bits(packed(one)), _bits((packed(many) * 2.0).relu()),
+                                          _bits((packed(one) * 2.0).relu()),
+                                          _bits(((many @ packed.panels) * 2.0).relu()),
                                           _bits(packed.product(one, out_dtype=tgrad.float32))])
 
 

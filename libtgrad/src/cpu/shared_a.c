@@ -99,7 +99,7 @@ static void gemm_batch(const shared_job *J, int64_t i, float *acc, int64_t ldacc
             }
         }
     }
-    tg_chain_apply_block(J->ep, J->out, N, i * M, 0, M, N); /* out as [batch * M, N] */
+    if (J->out) tg_chain_apply_block(J->ep, J->out, N, i * M, 0, M, N); /* out as [batch * M, N]; none on fp32 sums */
 }
 
 static void gemm_task(int64_t task, int32_t worker, void *arg) {

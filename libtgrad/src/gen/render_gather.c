@@ -200,12 +200,20 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
 }
 
-/* ---- the cast route: one element per thread, bfloat16 <-> float32 by integer operations ---- */
+/* ---- the cast route: one element per thread, by integer operations: bfloat16 <-> float32, and
+ * int32 -> float32 or bfloat16 (every int32 has a rounding; the other way, a NaN or an
+ * out-of-range value must fail the cast, which a kernel cannot) ---- */
+static bool cast_renders(int32_t from, int32_t to) {
+    return (from == TGRAD_DTYPE_BF16 && to == TGRAD_DTYPE_F32) || (from == TGRAD_DTYPE_F32 && to == TGRAD_DTYPE_BF16) ||
+           (from == TGRAD_DTYPE_I32 && (to == TGRAD_DTYPE_F32 || to == TGRAD_DTYPE_BF16));
+}
+
 tgrad_status tg_gen_check_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_CAST);
     int64_t numel, lo, hi;
-    if (!((from == TGRAD_DTYPE_BF16 && to == TGRAD_DTYPE_F32) || (from == TGRAD_DTYPE_F32 && to == TGRAD_DTYPE_BF16)))
-        return tg_not_eligible(r->name, l->name, "dtypes %lld -> %lld (bfloat16 <-> float32 only)", from, to, 0);
+    if (!cast_renders(from, to))
+        return tg_not_eligible(r->name, l->name, "dtypes %lld -> %lld (bfloat16 <-> float32, int32 -> either)", from,
+                               to, 0);
     if (tg_view_numel(src, &numel)) return tg_not_eligible(r->name, l->name, "element count overflows", 0, 0, 0);
     if (tg_ceil_div(numel, r->tile_m) > UINT32_MAX)
         return tg_not_eligible(r->name, l->name, "%lld elements need more than 2^32-1 threadgroups", numel, 0, 0);
@@ -214,18 +222,43 @@ tgrad_status tg_gen_check_cast(const tg_lang *l, const tg_view *src, int32_t fro
     return TGRAD_OK;
 }
 
+/* c[i] = the int32 x[idx] rounded once to nearest even with `frac` fraction bits (23: float32,
+ * 7: bf16): its magnitude m (2^31 for INT_MIN) and highest set bit p by binary search; q = m's top
+ * frac + 1 bits, rounded by the bits shifted out (ties to even); the exponent (p + 127) and q
+ * - 2^frac added, so a q that rounded up to 2^(frac + 1) carries into the exponent, exactly. No
+ * name a language reserves (OpenCL C's `half`). */
+static void emit_int_to_float(const emitter *e, const char *src_idx, int frac) {
+    const char *out = frac == 23 ? "uint" : "ushort";
+    E("    const uint u = x[%s];\n", src_idx);
+    E("    const uint s = u >> 31;\n");
+    E("    const uint m = s != 0u ? 0u - u : u;\n");
+    E("    uint n = m, p = 0u;\n");
+    E("    if (n >= 0x10000u) { n >>= 16; p += 16u; }\n");
+    E("    if (n >= 0x100u) { n >>= 8; p += 8u; }\n");
+    E("    if (n >= 0x10u) { n >>= 4; p += 4u; }\n");
+    E("    if (n >= 4u) { n >>= 2; p += 2u; }\n");
+    E("    if (n >= 2u) { p += 1u; }\n");
+    E("    uint q = p <= %du ? m << (%du - p) : m >> (p - %du);\n", frac, frac, frac);
+    E("    if (p > %du) {\n", frac);
+    E("        const uint lost = m & ((1u << (p - %du)) - 1u), tie = 1u << (p - %du - 1u);\n", frac, frac);
+    E("        q += (lost > tie || (lost == tie && (q & 1u) != 0u)) ? 1u : 0u;\n");
+    E("    }\n");
+    E("    c[i] = m == 0u ? (%s)0u : (%s)((s << %d) | (((p + 127u) << %d) + (q - (1u << %d))));\n", out, out,
+      frac + 8, frac, frac);
+}
+
 tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to, tg_text *t,
                                 struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_CAST);
     int64_t numel, hi;
     gather_launch(r, src, "x", launch, &numel, &hi);
-    const bool widen = from == TGRAD_DTYPE_BF16;
+    const bool widen = from == TGRAD_DTYPE_BF16, from_int = from == TGRAD_DTYPE_I32, to_f32 = to == TGRAD_DTYPE_F32;
     char key[TGRAD_MAX_DIMS * 48 + 64], dims[TGRAD_MAX_DIMS * 24 + 8] = "", src_idx[TGRAD_MAX_DIMS * 48 + 32];
     snprintf(key, sizeof key, "cast;%d;%d;off=%" PRId64, (int)from, (int)to, src->offset);
     view_key(src, key, sizeof key, dims, sizeof dims);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_cast_%s_%" PRId64 "_%08" PRIx32, widen ? "f32" : "bf16",
-             numel, h);
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_cast_%s%s_%" PRId64 "_%08" PRIx32,
+             from_int ? "i32_" : "", to_f32 ? "f32" : "bf16", numel, h);
     tg_view_index(src_idx, sizeof src_idx, src, coord);
 
     emitter em = { t, l, tg_fits_int(hi) && tg_fits_int(numel + r->tile_m) ? "int" : "long", NULL }, *e = &em;
@@ -233,16 +266,19 @@ tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t fr
     E("// c[%s] (%s, compact row-major) = x (%s, offset %" PRId64 ", strides", dims, tg_dtype_name(to),
       tg_dtype_name(from), src->offset);
     for (int32_t d = 0; d < src->ndim; d++) E("%s%" PRId64, d ? ", " : " ", src->strides[d]);
-    E(")\n// %s\n", widen ? "bf16 -> float32: exact (the bits shifted up)."
-                            : "float32 -> bf16: round to nearest even, any NaN made 0x7fc0 (integers only).");
+    E(")\n// %s\n", from_int ? "int32 -> float: the integer rounded once to nearest even (integers only)."
+                     : widen  ? "bf16 -> float32: exact (the bits shifted up)."
+                              : "float32 -> bf16: round to nearest even, any NaN made 0x7fc0 (integers only).");
     E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers x, c.\n", launch->grid[0], launch->grid[1],
       launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
     char b0[64], b1[64];
     snprintf(b0, sizeof b0, "%s%s%s *x", l->global_in, *l->global_in ? " " : "", widen ? "ushort" : "uint");
-    snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", widen ? "uint" : "ushort");
+    snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", to_f32 ? "uint" : "ushort");
     const char *bp[2] = { b0, b1 };
     emit_gather_head(e, r, src, numel, launch->kernel_name, bp);
-    if (widen) {
+    if (from_int) {
+        emit_int_to_float(e, src_idx, to_f32 ? 23 : 7);
+    } else if (widen) {
         E("    c[i] = (uint)x[%s] << 16;\n", src_idx);
     } else {
         E("    const uint u = x[%s];\n", src_idx);

@@ -27,12 +27,14 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     }
     tg_view ov;
     s = tg_kind_check_device(TG_OP_CAST, t.buf->device, "cast");
-    /* a GPU casts between bfloat16 and float32 (route cast); int32 has no error channel there (a
-     * NaN or an out-of-range value must fail the cast), and bool tensors live on the CPU only */
-    if (!s && t.buf->device != TGRAD_DEVICE_CPU && (!device_dtype(dtype) || !device_dtype(t.buf->dtype)))
+    /* a GPU casts between bfloat16 and float32, and int32 to either (route cast); to int32 there is
+     * no error channel there (a NaN or an out-of-range value must fail the cast), and bool
+     * tensors live on the CPU only */
+    bool from_int = t.buf->dtype == TGRAD_DTYPE_I32;
+    if (!s && t.buf->device != TGRAD_DEVICE_CPU && (!device_dtype(dtype) || !(device_dtype(t.buf->dtype) || from_int)))
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %s -> %s runs on the CPU only; the tensor lives on %s (%s)",
                     tg_dtype_name(t.buf->dtype), tg_dtype_name(dtype), tg_device_name(t.buf->device),
-                    "bfloat16 <-> float32 run on devices");
+                    "bfloat16 <-> float32 and int32 -> either run on devices");
     if (!s) s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov);
     return tg_kind_make_unary(s, TG_OP_CAST, &t, &ov, dtype, NULL, "cast", out);
 }

@@ -83,6 +83,11 @@ TG_HIDDEN void *tg_cpu_transpose_scratch(size_t bytes);
 TG_HIDDEN tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
                                             int64_t K, int64_t N, int32_t threads, uint16_t *out, float *out32,
                                             const tg_chain *ep);
+/* One row's columns [n0, n0 + nb) of a one-row product (A's packed pairs a, B in place) into row
+ * r of out [., N] with ep applied, or its fp32 sums into out32 (stream.c; the strips of rowvec and
+ * of the shared-A batches) */
+TG_HIDDEN void tg_cpu_rowvec_block(const tg_ukernel *uk, const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0,
+                                   int64_t nb, int64_t r, int64_t N, uint16_t *out, float *out32, const tg_chain *ep);
 /* ---- products whose A every batch shares (shared_a.c): batch i's B at B->base + boff[i], out
  * [batch, M, N]; A packed once ---- */
 /* one row: rowvec per batch */

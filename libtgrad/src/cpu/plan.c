@@ -252,6 +252,13 @@ typedef struct {
 } batch_job;
 
 /* Batches [b0, b1) one after another. */
+/* Batch bi's offset along an operand's batch strides (a_bstrides or b_bstrides), in elements. */
+static int64_t batch_offset(const tg_cpu_matmul_plan *P, const int64_t *bstrides, int64_t bi) {
+    int64_t off = 0;
+    for (int32_t d = P->bdims - 1; d >= 0; d--) off += bi % P->bshape[d] * bstrides[d], bi /= P->bshape[d];
+    return off;
+}
+
 static void run_batches(batch_job *J, int64_t b0, int64_t b1) {
     const tg_cpu_matmul_plan *P = J->P;
     int64_t mn = P->M * P->N; /* each product's outputs (the swap keeps their count) */
@@ -259,15 +266,9 @@ static void run_batches(batch_job *J, int64_t b0, int64_t b1) {
     tg_chain ep;
     if (J->ep) ep = *J->ep;
     for (int64_t bi = b0; bi < b1 && !atomic_load(&J->failed); bi++) {
-        int64_t aoff = 0, boff = 0, rem = bi;
-        for (int32_t d = P->bdims - 1; d >= 0; d--) {
-            int64_t i = rem % P->bshape[d];
-            rem /= P->bshape[d];
-            aoff += i * P->a_bstrides[d], boff += i * P->b_bstrides[d];
-        }
         if (J->ep) ep.lin0 = J->ep->lin0 + bi * mn;
-        tgrad_status s = run_one(P, J->a + aoff, J->b + boff, J->out + (size_t)(bi * mn) * es, J->ep ? &ep : NULL,
-                                 J->threads);
+        tgrad_status s = run_one(P, J->a + batch_offset(P, P->a_bstrides, bi), J->b + batch_offset(P, P->b_bstrides, bi),
+                                 J->out + (size_t)(bi * mn) * es, J->ep ? &ep : NULL, J->threads);
         if (s) {
             int expected = 0;
             atomic_compare_exchange_strong(&J->failed, &expected, (int)s);
@@ -280,11 +281,7 @@ static tgrad_status run_shared(const tg_cpu_matmul_plan *P, const uint16_t *abas
                                const tg_chain *ep) {
     int64_t *boff = tg_fault() ? NULL : malloc(sizeof *boff * (size_t)P->batch);
     if (!boff) return tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "matmul: cannot allocate %lld batch offsets", (long long)P->batch);
-    for (int64_t bi = 0; bi < P->batch; bi++) {
-        int64_t off = 0, rem = bi;
-        for (int32_t d = P->bdims - 1; d >= 0; d--) off += rem % P->bshape[d] * P->b_bstrides[d], rem /= P->bshape[d];
-        boff[bi] = off;
-    }
+    for (int64_t bi = 0; bi < P->batch; bi++) boff[bi] = batch_offset(P, P->b_bstrides, bi);
     tg_operand A = { abase, P->a_strides[0], P->a_strides[1] }, B = { bbase, P->b_strides[0], P->b_strides[1] };
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     uint16_t *o16 = f32 ? NULL : out;

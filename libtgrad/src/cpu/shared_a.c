@@ -35,12 +35,7 @@ static void rowvec_task(int64_t task, int32_t worker, void *arg) {
     for (int64_t u = units * task / J->tasks; u < units * (task + 1) / J->tasks; u++) {
         int64_t i = u / strips, n0 = u % strips * STRIP, nb = J->N - n0 < STRIP ? J->N - n0 : STRIP;
         tg_operand B = { J->B.base + J->boff[i], J->B.s0, J->B.s1 };
-        if (J->out32) {
-            J->uk->rowvec_f32(J->apack, &B, J->K, n0, nb, J->out32 + i * J->N + n0);
-            continue;
-        }
-        J->uk->rowvec(J->apack, &B, J->K, n0, nb, J->out + i * J->N + n0);
-        tg_chain_apply_block(J->ep, J->out, J->N, i, n0, 1, nb);
+        tg_cpu_rowvec_block(J->uk, J->apack, &B, J->K, n0, nb, i, J->N, J->out, J->out32, J->ep); /* out [batch, N] */
     }
 }
 

@@ -21,17 +21,22 @@ typedef struct {
     const tg_chain *ep;
 } rowvec_job;
 
+void tg_cpu_rowvec_block(const tg_ukernel *uk, const uint32_t *a, const tg_operand *B, int64_t K, int64_t n0, int64_t nb,
+                         int64_t r, int64_t N, uint16_t *out, float *out32, const tg_chain *ep) {
+    if (out32) {
+        uk->rowvec_f32(a, B, K, n0, nb, out32 + r * N + n0);
+        return;
+    }
+    uk->rowvec(a, B, K, n0, nb, out + r * N + n0);
+    tg_chain_apply_block(ep, out, N, r, n0, 1, nb);
+}
+
 static void run_strip(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     rowvec_job *R = arg;
     int64_t r = task % R->rows, n0 = task / R->rows * R->strip, nb = R->N - n0 < R->strip ? R->N - n0 : R->strip;
     const uint32_t *a = (const uint32_t *)((const char *)R->apairs + r * R->rstride);
-    if (R->out32) {
-        R->uk->rowvec_f32(a, &R->B, R->K, n0, nb, R->out32 + r * R->N + n0);
-        return;
-    }
-    R->uk->rowvec(a, &R->B, R->K, n0, nb, R->out + r * R->N + n0);
-    tg_chain_apply_block(R->ep, R->out, R->N, r, n0, 1, nb);
+    tg_cpu_rowvec_block(R->uk, a, &R->B, R->K, n0, nb, r, R->N, R->out, R->out32, R->ep);
 }
 
 tgrad_status tg_cpu_matmul_rowvec(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,

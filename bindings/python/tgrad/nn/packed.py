@@ -58,11 +58,16 @@ def _panel_view(weight: Tensor) -> Tensor:
     return view
 
 
-def unpack_panels(panels: Tensor) -> Tensor:
-    """panels [out/32, in, 32] as the weight [out, in] (a lazy copy)."""
+def _check_panels(panels: Any, user: str) -> None:
+    """ShapeMismatchError unless panels is a [groups, in_features, 32] Tensor."""
     if not isinstance(panels, Tensor) or panels.ndim != 3 or panels.shape[2] != PANEL:
         shape = _shape_text(panels.shape) if isinstance(panels, Tensor) else type(panels).__name__
-        raise errors.ShapeMismatchError(f"unpack_panels: panels is {shape}, expected [groups, in_features, {PANEL}]")
+        raise errors.ShapeMismatchError(f"{user}: panels is {shape}, expected [groups, in_features, {PANEL}]")
+
+
+def unpack_panels(panels: Tensor) -> Tensor:
+    """panels [out/32, in, 32] as the weight [out, in] (a lazy copy)."""
+    _check_panels(panels, "unpack_panels")
     groups, in_f, _ = panels.shape
     weight: Tensor = panels.permute(0, 2, 1).reshape(groups * PANEL, in_f)
     return weight
@@ -80,9 +85,7 @@ class PackedLinear(Module):
 
     def __init__(self, panels: Tensor, bias: Tensor | None = None) -> None:
         super().__init__()
-        if not isinstance(panels, Tensor) or panels.ndim != 3 or panels.shape[2] != PANEL:
-            shape = _shape_text(panels.shape) if isinstance(panels, Tensor) else type(panels).__name__
-            raise errors.ShapeMismatchError(f"PackedLinear: panels is {shape}, expected [groups, in_features, {PANEL}]")
+        _check_panels(panels, "PackedLinear")
         self.in_features, self.out_features = panels.shape[1], panels.shape[0] * PANEL
         if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (self.out_features,)):
             shape = _shape_text(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__

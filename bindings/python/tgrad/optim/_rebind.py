@@ -7,6 +7,8 @@ keep the old values."""
 from __future__ import annotations
 
 from .. import errors
+from .._ffi import ffi, lib
+from ..errors import _check
 from ..tensor import Tensor
 
 
@@ -16,6 +18,24 @@ def check_same(p: Tensor, new: Tensor, user: str) -> None:
             f"{user}: the new value is {new.dtype}{list(new.shape)}, the tensor {p.dtype}{list(p.shape)}")
 
 
+def _requires_grad(t: Tensor) -> bool:
+    on = ffi.new("int32_t *")
+    _check(lib.tgrad_tensor_requires_grad(t._h, on))
+    return bool(on[0])
+
+
+def swap(p: Tensor, new: Tensor) -> None:
+    """p's object holds new's (realized) handle and new's the old one. A parameter that required a
+    gradient still does, as a leaf: its new value is marked, and (made under no_grad, as
+    Optimizer.step makes it) carries no history of the update."""
+    on = _requires_grad(p)
+    shape = new.shape
+    p._handle, new._handle = new._handle, p._handle
+    p._shape = shape
+    if on and not _requires_grad(p):
+        _check(lib.tgrad_tensor_set_requires_grad(p._h, 1))
+
+
 def rebind_all(pairs: list[tuple[Tensor, Tensor]], user: str) -> None:
     """Realize every new value first (an error leaves every tensor unchanged), then swap handles."""
     for p, new in pairs:
@@ -23,7 +43,4 @@ def rebind_all(pairs: list[tuple[Tensor, Tensor]], user: str) -> None:
     for _, new in pairs:
         new.realize()
     for p, new in pairs:
-        old = p._handle
-        shape = new.shape
-        p._handle, new._handle = new._handle, old
-        p._shape = shape
+        swap(p, new)

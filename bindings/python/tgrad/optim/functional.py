@@ -151,7 +151,7 @@ def _run_many(algo: int, flags: int, jobs: list[_Job], names: tuple[str, ...], u
             _rebind.check_same(p, new, user)
             done.append((p, new, s, updates))
     for p, new, s, updates in done:  # the new values in place: p's object holds new's handle
-        p._handle, new._handle = new._handle, p._handle
+        _rebind.swap(p, new)
         s.update(updates)
 
 

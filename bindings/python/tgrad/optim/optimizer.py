@@ -86,13 +86,18 @@ class Optimizer:
         raise NotImplementedError  # pragma: no cover
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One update of every parameter whose grad is not None; returns closure() if given."""
+        """One update of every parameter whose grad is not None; returns closure() if given. The
+        update records no gradient history (torch's step runs under no_grad too): each parameter
+        stays a leaf."""
+        from ..autograd import no_grad
+
         loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            chosen = [(p, g) for p in group["params"] if (g := getattr(p, "grad", None)) is not None]
-            if chosen:
-                params = [p for p, _ in chosen]
-                self._step_group(group, params, [g for _, g in chosen], [self.state_of(p) for p in params])
+        with no_grad():
+            for group in self.param_groups:
+                chosen = [(p, g) for p in group["params"] if (g := getattr(p, "grad", None)) is not None]
+                if chosen:
+                    params = [p for p, _ in chosen]
+                    self._step_group(group, params, [g for _, g in chosen], [self.state_of(p) for p in params])
         return loss
 
     def state_dict(self) -> dict[str, Any]:

@@ -1433,8 +1433,8 @@ def matmul(a: Tensor[A, B], b: Tensor[B, C], *, out_dtype: _dtypes.DType | str |
 
     out_dtype: None or tgrad.bfloat16 (the default, ``a @ b``), or tgrad.float32: the fp32
     accumulators of the documented order without their final rounding (NaN canonical); the bf16
-    result is exactly that value rounded to nearest even. float32 runs on the CPU only
-    (DtypeUnsupportedError on a GPU device), and elementwise ops are not fused into it
+    result is exactly that value rounded to nearest even. On a GPU device the naive and tiled
+    routes store it too (tc stores bf16 only), and elementwise ops are not fused into it
     (docs/numerics.md, "out_dtype").
 
     order: None (this thread's, tgrad.matmul_order), "pairwise" or "block32": the accumulation

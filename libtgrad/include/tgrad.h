@@ -855,18 +855,20 @@ TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *
 /* How the float32 ops of `op` have been computed in this process, in counts[0 .. count) (count
  * 1 .. TGRAD_DEBUG_F32_COUNT): the values a transcendental op evaluated, the ones whose double
  * evaluation could not decide the rounding and took the slow path (rsqrt: whose exact midpoint
- * test corrected the double), and the ones the slow path could not decide either (rounded from
- * its value and counted: none is known). TGRAD_ERR_INVALID_ARGUMENT for a code outside the
- * registry, a NULL counts or another count. */
+ * test corrected the double), the ones the slow path could not decide either (rounded from
+ * its value and counted: none is known), and the elements a GPU kernel's bound left undecided,
+ * recomputed on the host (each also counted as evaluated there). TGRAD_ERR_INVALID_ARGUMENT for
+ * a code outside the registry, a NULL counts or another count. */
 #define TGRAD_DEBUG_F32_EVALUATED 0
 #define TGRAD_DEBUG_F32_SLOW 1
 #define TGRAD_DEBUG_F32_UNDECIDED 2
-#define TGRAD_DEBUG_F32_COUNT 3
+#define TGRAD_DEBUG_F32_DEVICE_HOST 3
+#define TGRAD_DEBUG_F32_COUNT 4
 TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 /* The same counts for the bf16 ops computed at run time rather than read from a table (pow: its
  * slow path is an exact dyadic evaluation or binary128; gelu_backward, gelu_tanh_backward and
- * silu_backward: binary128); zeros for the others. The same indices
- * and refusals as tgrad_debug_f32_slow_path. */
+ * silu_backward: binary128); zeros for the others, and for TGRAD_DEBUG_F32_DEVICE_HOST (a bf16
+ * kernel decides every element). The same indices and refusals as tgrad_debug_f32_slow_path. */
 TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 
 /* The table a GPU kernel binds for op, as the launcher uploads it (for the emulators' harnesses):

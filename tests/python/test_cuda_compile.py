@@ -16,8 +16,8 @@ its KV cache (tests/python/model_dirs.py). Identical texts are compiled once.
 
 - nvcc to PTX for sm_80 and sm_90 with ``-fmad=false`` (no fast math), then ptxas -v once per
   arch: every kernel must compile without a warning, appear as an entry point, use no local
-  memory (no stack frame, no spill; the rope route's kernels: at most the 40-byte frame of CUDA's
-  double sin and cos) and declare exactly the shared memory its launch says. The
+  memory (no stack frame, no spill; the rope route's kernels and float32 sin and cos: at most the
+  40-byte frame of CUDA's double sin and cos) and declare exactly the shared memory its launch says. The
   registers and shared memory of every kernel go to a table (TGRAD_CUDA_REPORT_DIR, else pytest's
   temp directory) and a summary per route is printed.
 - NVRTC (the `cuda` extra's wheel, through ctypes) with ``--gpu-architecture=sm_80 --fmad=false``,
@@ -237,7 +237,8 @@ def _float32_kernels(add) -> None:
 
 def _float32_elementwise_kernels(add) -> None:
     """Every float32 elementwise op the GPU routes render (kernels/gpu/elementwise_f32.h;
-    tests/python/test_gpu_elementwise_f32.py), binary ones through a broadcast operand."""
+    tests/python/test_gpu_elementwise_f32.py), binary ones through a broadcast operand, and the
+    transcendental ones (kernels/gpu/transcendental_f32.h)."""
     from test_gpu_elementwise_f32 import BINARY, UNARY
 
     x = tgrad.Tensor.from_numpy(np.zeros((3, 5), np.float32), dtype=tgrad.float32)
@@ -246,6 +247,10 @@ def _float32_elementwise_kernels(add) -> None:
         add(R.render_tensor(f(x, row), None, "cuda"))
     for g in UNARY.values():
         add(R.render_tensor(g(x.T), None, "cuda"))
+    from test_gpu_transcendental_f32 import OPS  # binary64 with a bound (kernels/gpu/transcendental_f32.h)
+
+    for name in OPS:
+        add(R.render_tensor(tgrad.ops.apply(name, x.T), None, "cuda"))
 
 
 def _model_kernels(add) -> None:
@@ -501,7 +506,8 @@ def check_usage(kernels: tuple[R.Kernel, ...], usage: dict[str, Usage], arch: st
         # frame for the Payne-Hanek reduction of large arguments (libdevice's
         # __internal_trig_reduction_slowpathd): that much stack is theirs, and allowed there; spills
         # never are
-        allowed = ROPE_TRIG_FRAME if k.name.startswith(("tgrad_rope_", "tgrad_random_normal_")) else 0
+        allowed = ROPE_TRIG_FRAME if k.name.startswith(("tgrad_rope_", "tgrad_random_normal_", "tgrad_elementwise_f32_sin_",
+                                                        "tgrad_elementwise_f32_cos_")) else 0
         if u.stack > allowed or u.spill_stores or u.spill_loads:
             problems.add(k.name, f"ptxas {arch}: local memory: {u.stack} bytes stack frame, {u.spill_stores} bytes "
                                  f"spill stores, {u.spill_loads} bytes spill loads ({u.registers} registers)")

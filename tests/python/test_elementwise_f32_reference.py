@@ -406,12 +406,12 @@ def test_debug_calls_refuse_bad_arguments_and_change_nothing() -> None:
     assert lib.tgrad_debug_elementwise_f32(op_code("add"), pa, ffi.NULL, po, 2) == lib.TGRAD_ERR_INVALID_ARGUMENT
     assert lib.tgrad_debug_elementwise_f32(op_code("exp"), pa, ffi.NULL, po, -1) == lib.TGRAD_ERR_INVALID_ARGUMENT
     assert out.tolist() == [7, 7]
-    counts = np.zeros(4, np.int64)
+    counts = np.zeros(5, np.int64)
     pc = ffi.from_buffer("int64_t[]", counts)
-    assert lib.tgrad_debug_f32_slow_path(op_code("exp"), pc, 4) == lib.TGRAD_ERR_INVALID_ARGUMENT
+    assert lib.tgrad_debug_f32_slow_path(op_code("exp"), pc, 5) == lib.TGRAD_ERR_INVALID_ARGUMENT
     assert lib.tgrad_debug_f32_slow_path(op_code("exp"), ffi.NULL, 3) == lib.TGRAD_ERR_INVALID_ARGUMENT
     assert lib.tgrad_debug_f32_slow_path(99, pc, 3) == lib.TGRAD_ERR_INVALID_ARGUMENT
-    assert counts.tolist() == [0, 0, 0, 0]
+    assert counts.tolist() == [0, 0, 0, 0, 0]
 
 
 def test_the_reference_rounding_itself() -> None:

@@ -10,6 +10,8 @@ And the CUDA device the same way on the CUDA emulator (everything but cuda.c's d
   compile counts).
 - The same model with its weights packed in panels (pack_weights: batched products, float32 views
   of the logits copied on the device), and float32 and int32 views materialized there.
+- float32 exp, log, log1p, sin, cos, tanh, sigmoid, silu and gelu_tanh through a reversed view:
+  the CPU's bytes, subnormal inputs left to the host (its count moves).
 - A log_softmax whose rows only binary128 decides: the generated kernel flags them, and the host's
   rerun gives the CPU's bytes (the softmax kind's device-rows counter moves).
 - tgrad_debug_use_backend refuses the CPU, an unknown device, a missing call, and a device already
@@ -70,6 +72,18 @@ with tgrad.Tensor.from_numpy(x32, dtype="float32", device=name) as xf, \
     out["copies32"] = [same(t.permute(2, 0, 1).contiguous().to("cpu"), np.ascontiguousarray(a.transpose(2, 0, 1)))
                        and same(t[:, 1:3, ::2].contiguous().to("cpu"), np.ascontiguousarray(a[:, 1:3, ::2]))
                        for t, a in ((xf, x32), (xi, x32.astype(np.int32)))]
+f32n = ffi.new("int64_t[]", int(lib.TGRAD_DEBUG_F32_COUNT))
+def device_host(op):
+    assert lib.tgrad_debug_f32_slow_path(tgrad.ops.REGISTRY[op].code, f32n, int(lib.TGRAD_DEBUG_F32_COUNT)) == 0
+    return f32n[int(lib.TGRAD_DEBUG_F32_DEVICE_HOST)]
+rng = np.random.default_rng(5)
+xt = np.concatenate([rng.standard_normal(600) * s for s in (0.01, 1, 8, 60)]).astype(np.float32)
+xt[:12] = [0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 1.0, -1.0, 0.0625, -100.0, 89.0]  # 1e-40: the host's
+out["transcendental32"], host_before = [], device_host("silu")
+with tgrad.Tensor.from_numpy(xt, dtype="float32") as xc, xc.to(name) as xg:
+    for op in ("exp", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "silu", "gelu_tanh"):
+        out["transcendental32"].append(same(tgrad.ops.apply(op, xg[::-1]).to("cpu"), tgrad.ops.apply(op, xc[::-1])))
+out["transcendental32_host"] = device_host("silu") - host_before
 want_t, want_l = cpu.generate(ids[:1], 30, return_logits=True)
 cache = gpu.new_cache(40)
 gpu(ids[:1], cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32)
@@ -112,6 +126,7 @@ def _run_child(tmp_path: Path, device: str) -> dict[str, Any]:
 def _check(out: dict[str, Any]) -> None:
     assert out["placed"] and out["logits"] == [True, True] and out["generate"], out
     assert out["packed"] == [True, True, True] and out["copies32"] == [True, True], out
+    assert out["transcendental32"] == [True] * 9 and out["transcendental32_host"] >= 2, out
     assert out["steps"] and out["programs"] == [2, 27], out
     assert out["boundary"] and out["rerun_rows"] == 2, out
     assert out["refused_in_use"] and out["errors"] == [], out

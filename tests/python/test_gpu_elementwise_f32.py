@@ -10,8 +10,8 @@ CPU's bytes (src/ops/elementwise_f32.c: correctly rounded, gradual underflow, Na
   orders and with fp32 subnormals flushed (the text has no floating-point instruction, so the
   device's subnormal handling cannot matter), against the CPU; a kernel whose rounding breaks
   ties upward is caught.
-- The transcendental ops (but rsqrt, exact in integers) are refused in float32 on a device (DtypeUnsupportedError before
-  anything is made), and their float32 kernels are not eligible (RouteNotEligibleError).
+- gelu has no float32 kernel (RouteNotEligibleError); the other transcendental ops compute in binary64
+  (tests/python/test_gpu_transcendental_f32.py).
 """
 
 from __future__ import annotations
@@ -129,24 +129,16 @@ def test_pocl_float32_ops_through_views_broadcasts_and_promotion(opencl_device: 
         assert np.array_equal(got, want), f"case {i}"
 
 
-def test_float32_transcendentals_are_refused_on_a_device(opencl_device: str) -> None:
-    x = _f32(np.array([0x3F800000, 0x40000000], np.uint32), "opencl")
-    for name in ("exp", "silu", "tanh", "log"):
-        with pytest.raises(errors.DtypeUnsupportedError, match=f"float32 {name} runs on the CPU only"):
-            tgrad.ops.apply(name, x)
-    with pytest.raises(errors.DtypeUnsupportedError, match="float32 pow runs on the CPU only"):
-        tgrad.ops.apply("pow", x, x)
-
-
 @pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
-def test_float32_kernels_render_in_every_language_and_transcendentals_do_not(lang: str) -> None:
+def test_float32_kernels_render_in_every_language_in_integers(lang: str) -> None:
+    """(The transcendental ops' float32 kernels compute in binary64: test_gpu_transcendental_f32.py.)"""
     x = _f32(np.arange(6, dtype=np.float32).view(np.uint32))
     k = R.render_tensor(tgrad.add(x, x.reshape(2, 3)[:1].reshape(-1)[:1]), None, lang)
     assert "tg_f32_add" in k.source and "uint *x" in k.source and "typedef" in k.source
     code = [line.split("//")[0] for line in k.source.splitlines()]
     assert not [line for line in code if re.search(r"\b(float|double|half)\b", line)]  # integers only
     with pytest.raises(errors.RouteNotEligibleError, match="no float32 kernel spelling"):
-        R.render_tensor(tgrad.exp(x), None, lang)
+        R.render_tensor(tgrad.ops.apply("gelu", x), None, lang)
 
 
 # ---- the emulators -----------------------------------------------------------------------------------

@@ -340,5 +340,5 @@ def test_debug_bf16_slow_path_refusals() -> None:
     invalid = lib.TGRAD_ERR_INVALID_ARGUMENT
     assert lib.tgrad_debug_bf16_slow_path(0, ffi.from_buffer("int64_t[]", c), 3) == invalid
     assert lib.tgrad_debug_bf16_slow_path(code("pow"), ffi.NULL, 3) == invalid
-    assert lib.tgrad_debug_bf16_slow_path(code("pow"), ffi.from_buffer("int64_t[]", c), 4) == invalid
+    assert lib.tgrad_debug_bf16_slow_path(code("pow"), ffi.from_buffer("int64_t[]", c), 5) == invalid
     assert lib.tgrad_debug_bf16_slow_path(code("exp"), ffi.from_buffer("int64_t[]", c), 3) == 0 and not c.any()

@@ -315,7 +315,8 @@ tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *a, const u
 #define TGRAD_DEBUG_F32_EVALUATED 0
 #define TGRAD_DEBUG_F32_SLOW 1
 #define TGRAD_DEBUG_F32_UNDECIDED 2
-#define TGRAD_DEBUG_F32_COUNT 3
+#define TGRAD_DEBUG_F32_DEVICE_HOST 3
+#define TGRAD_DEBUG_F32_COUNT 4
 tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 tgrad_status tgrad_debug_philox(const uint32_t *counter, const uint32_t *key, uint32_t *out);
 #define TGRAD_DEBUG_RANDOM_SLOW 0

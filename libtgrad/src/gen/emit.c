@@ -162,6 +162,10 @@ void tg_emit_lane_sum(const emitter *e, const char *dst, const char *lanes) {
 
 void tg_emit_double_head(const emitter *e) {
     if (*e->l->preamble) E("%s", e->l->preamble);
+    tg_emit_double_api(e);
+}
+
+void tg_emit_double_api(const emitter *e) {
     E("%s", e->l->f64);
     E("typedef %s tg_u64;\n", e->l->u64);
     if (e->l->soft_f64) {

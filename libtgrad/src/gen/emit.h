@@ -62,6 +62,8 @@ TG_HIDDEN void tg_key_view(char *key, size_t cap, const tg_view *v);
 /* The double kinds' text after their comment: the language's preamble, its binary64 API (native,
  * or in MSL the software double), the tg_u64 typedef. */
 TG_HIDDEN void tg_emit_double_head(const emitter *e);
+/* The same without the preamble: the binary64 API and the tg_u64 typedef. */
+TG_HIDDEN void tg_emit_double_api(const emitter *e);
 /* A binary64 constant of the double kinds' text, `tg_dk(<literal>, 0x<bits>ul)` (the literal for
  * the native languages and the reader, the bits for the software double), in buf (TG_DK_TEXT
  * bytes); DK(v) gives one in a buffer that lives to the end of the enclosing block. */
@@ -140,6 +142,9 @@ extern const char tg_gen_norm_prelude[];
 /* kernels/gpu/softdouble.h and softmath.h: binary64 in integers, for a language without double (MSL) */
 extern const char tg_gen_softdouble_prelude[];
 extern const char tg_gen_softmath_prelude[];
+/* kernels/gpu/transcendental_f32.h: the float32 transcendental ops in binary64 with their bounds
+ * (after the double API and softmax.h) */
+extern const char tg_gen_transcendental_f32_prelude[];
 /* kernels/gpu/optim.h's text (the same), pasted after the float32 one into each optimizer kernel */
 extern const char tg_gen_optim_prelude[];
 /* The elementwise prelude of the chain's dtype (float32: after the tg_u64 typedef), when it has ops. */

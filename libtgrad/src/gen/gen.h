@@ -124,9 +124,14 @@ typedef struct tg_gen_binding {
 } tg_gen_binding;
 
 TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_BINDINGS]);
-/* Whether the GPU routes render op in float32 (the arithmetic and bit ops; not the transcendental
- * ones, nor pow): asked by tgrad_unary and tgrad_binary before a float32 node on a device is made. */
+/* Whether the GPU routes render op in float32 (the arithmetic and bit ops in integers, the
+ * transcendental ones but gelu in binary64; not pow nor the derivative ops but relu's): asked by
+ * tgrad_unary and tgrad_binary before a float32 node on a device is made. */
 TG_HIDDEN bool tg_gen_f32_renders(tgrad_op op);
+/* Whether a float32 chain evaluates an op in binary64 (kernels/gpu/transcendental_f32.h): its
+ * kernel then writes a flag per element (binding f, last), set where the op's bound leaves the
+ * element undecided, which the host reruns (tg_ew32_on_host). */
+TG_HIDDEN bool tg_gen_chain_flags(const tg_gen_chain *c);
 
 /* A batched product's batch axes: at most the dimensions before the two matrix axes. */
 enum { TG_GEN_MAX_BATCH = TGRAD_MAX_DIMS - 2 };

@@ -145,6 +145,11 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     int64_t numel, hi;
     gather_launch(r, x, "x", launch, &numel, &hi);
     tg_gen_chain_launch(&p->chain, launch);
+    const bool flags = tg_gen_chain_flags(&p->chain); /* binding f, last: a flag per element */
+    if (flags) {
+        launch->buffer_elements[launch->buffer_count] = (uint64_t)numel;
+        snprintf(launch->buffer_names[launch->buffer_count++], 8, "f");
+    }
 
     const bool f32 = p->chain.f32;
     const char *et = f32 ? "uint" : "ushort";
@@ -153,8 +158,9 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     view_key(x, key, sizeof key, dims, sizeof dims);
     tg_gen_chain_key(&p->chain, key, sizeof key);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
-    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_elementwise%s_%" PRId64 "_%08" PRIx32,
-             f32 ? "_f32" : "", numel, h);
+    /* a binary64 op's kernel is named for it too (tgrad_elementwise_f32_sin_...) */
+    snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_elementwise%s%s%s_%" PRId64 "_%08" PRIx32,
+             f32 ? "_f32" : "", flags ? "_" : "", flags ? tgrad_op_name(p->chain.ops[0].op) : "", numel, h);
     tg_view_index(x_idx, sizeof x_idx, x, coord);
 
     bool small = tg_fits_int(hi) && tg_fits_int(numel + r->tile_m) && tg_fits_int(tg_gen_chain_reach(&p->chain));
@@ -164,7 +170,10 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     for (int32_t i = 0; i < p->chain.n; i++) E("%s %s", i ? "," : "", tgrad_op_name(p->chain.ops[i].op));
     E("\n// x is read through its view (offset %" PRId64 ", strides", x->offset);
     for (int32_t d = 0; d < x->ndim; d++) E("%s%" PRId64, d ? ", " : " ", x->strides[d]);
-    if (f32)
+    if (flags)
+        E(");\n// float32 bits; the op in binary64 (kernels/gpu/transcendental_f32.h), written where its bound\n"
+          "// decides the rounding; f[i] = 1 where it does not (the host reruns element i with the CPU's code).\n");
+    else if (f32)
         E(");\n// float32 bits; every op rounds to float32 as alone (kernels/gpu/elementwise_f32.h, integer\n"
           "// arithmetic), the CPU's bytes.\n");
     else
@@ -180,9 +189,11 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     char b0[64], b1[64], extra[TG_GEN_MAX_BINDINGS][64];
     tg_buffer_param_typed(b0, sizeof b0, l->global_in, et, "x");
     tg_buffer_param_typed(b1, sizeof b1, l->global_out, et, "c");
-    const char *bp[2 + TG_GEN_MAX_BINDINGS] = { b0, b1 };
+    const char *bp[3 + TG_GEN_MAX_BINDINGS] = { b0, b1 };
     int nb = 2;
     tg_gen_emit_chain_params(e, &p->chain, extra, bp, &nb);
+    char bf[64];
+    if (flags) tg_buffer_param_typed(bf, sizeof bf, l->global_out, "uint", "f"), bp[nb++] = bf;
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
     tg_emit_signature(e, launch->kernel_name, bp, nb, used);
     E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
@@ -193,8 +204,10 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
         if (tgrad_op_arity(p->chain.ops[k].op) == 2) mark_needed(&p->chain.ops[k].operand, needed);
     emit_coords(e, x->ndim, x->shape, needed);
     E("    %s v = x[%s];\n", et, x_idx);
+    if (flags) E("    uint undecided = 0u;\n");
     tg_gen_emit_chain(e, &p->chain, "    ", coord);
     E("    c[i] = v;\n");
+    if (flags) E("    f[i] = undecided;\n");
     E("}\n");
     tg_finish_launch(t, launch);
     return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;

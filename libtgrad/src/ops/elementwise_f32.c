@@ -71,6 +71,10 @@ static inline void count(tgrad_op op, int32_t what, int64_t n) {
     atomic_fetch_add_explicit(&counters[op][what], n, memory_order_relaxed);
 }
 
+void tg_ew32_count_device_host(tgrad_op op, int64_t n) {
+    if (op > 0 && op < NOPS) count(op, TGRAD_DEBUG_F32_DEVICE_HOST, n);
+}
+
 /* ---- deciding the rounding ---------------------------------------------------------------- */
 /* y is within w * |y| of the exact result; true (and *out the float) when that interval holds no
  * rounding boundary of float32: its two ends round to the same float. An infinite y (only for an

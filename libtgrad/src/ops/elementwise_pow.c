@@ -154,7 +154,9 @@ TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, 
     if (!counts || count < 1 || count > TGRAD_DEBUG_F32_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_bf16_slow_path: counts is NULL or count %d is not 1 .. %d",
                        (int)count, TGRAD_DEBUG_F32_COUNT);
-    for (int32_t i = 0; i < count; i++) counts[i] = op == TGRAD_OP_POW ? atomic_load_explicit(&bf16_counts[i], memory_order_relaxed)
-                                        : tg_ew_grad_bf16_count(op, i);
+    for (int32_t i = 0; i < count; i++) /* a bf16 op never leaves an element to the host (DEVICE_HOST: 0) */
+        counts[i] = i >= TGRAD_DEBUG_F32_DEVICE_HOST ? 0
+                    : op == TGRAD_OP_POW ? atomic_load_explicit(&bf16_counts[i], memory_order_relaxed)
+                                         : tg_ew_grad_bf16_count(op, i);
     return TGRAD_OK;
 }

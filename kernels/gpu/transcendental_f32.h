@@ -1,13 +1,14 @@
 // The float32 transcendental ops in binary64, as every float32 elementwise kernel libtgrad renders
-// for exp, log, log1p, sin, cos, tanh, sigmoid, silu or gelu_tanh computes them. A device prelude:
-// the renderer (libtgrad/src/gen/render_gather.c) copies this text, verbatim, after the double
-// kinds' head (native doubles in OpenCL C and CUDA, kernels/gpu/softdouble.h and softmath.h in
-// MSL) and kernels/gpu/softmax.h (tg_sm_exp_neg).
+// for exp, log, log1p, sin, cos, tanh, sigmoid, silu, gelu or gelu_tanh computes them, and the
+// rounding the two-operand ops of kernels/gpu/derivatives_pow.h share. A device prelude: the
+// renderer (libtgrad/src/gen/ew.c, tg_gen_emit_prelude) copies this text, verbatim, after the
+// double kinds' head (native doubles in OpenCL C and CUDA, kernels/gpu/softdouble.h and
+// softmath.h in MSL) and kernels/gpu/softmax.h (tg_sm_exp_neg), then derivatives_pow.h.
 //
 // Each function takes a float32's bits and returns the correctly rounded float32 result's bits
 // (the CPU's, libtgrad/src/ops/elementwise_f32.c) where a bound decides them, else bit 32 set:
 // the element is undecided and the host recomputes it with the CPU's own code
-// (tg_ew32_on_host). So the bytes are the CPU's whatever the device's doubles, if each bound
+// (tg_ew_on_host). So the bytes are the CPU's whatever the device's doubles, if each bound
 // holds:
 //   - tg_sm_exp_neg(d), d <= 0: relative error below 2^-48 (softmax.h), exactly 0 below -708;
 //   - tg_dm_log, tg_dm_log1p: 3 ulp in OpenCL C (its specification; CUDA documents 1), 0.6 ulp
@@ -44,30 +45,36 @@ static inline bool tg_tf_is_subnormal(uint x) {
     return (x & 0x7f800000u) == 0u && (x & 0x7fffffu) != 0u;
 }
 
-// q within e (absolute) of the exact value: its float32 bits when the interval decides them.
-// An infinite q stands for a value beyond every float (an exponential of an argument past 708):
-// inf of its sign. NaN: undecided. An interval wholly below 2^-150 rounds to a zero of q's sign
-// (zero_ok; else undecided: the derivative ops leave a zero's sign to the host).
-static inline tg_u64 tg_tf_round_z(tg_f64 q, tg_f64 e, bool zero_ok) {
+// q within e (absolute) of the exact value: its float32 (bf16 != 0: bfloat16) bits when the
+// interval decides them. An infinite q stands for a value beyond every float (an exponential of
+// an argument past 708): inf of its sign. NaN: undecided. An interval wholly below 2^-150 rounds
+// to a zero of q's sign (zero_ok; else undecided: the derivative ops leave a zero's sign to the
+// host); one reaching below 2^-126 otherwise is undecided (float32's and bfloat16's subnormals).
+static inline tg_u64 tg_tf_round_in(tg_f64 q, tg_f64 e, bool zero_ok, uint bf16) {
     const tg_f64 aq = tg_dabs(q);
     const tg_f64 INF = tg_d_of((tg_u64)0x7ff00000u << 32);
     const tg_f64 MIN_NORMAL = tg_dk(1.1754943508222875e-38, 0x3810000000000000ul); // 2^-126
     const tg_f64 ZERO_BELOW = tg_dk(7.006492321624085e-46, 0x3690000000000000ul);  // 2^-150
-    const uint sign = (uint)(tg_d_bits(q) >> 32) & 0x80000000u;
+    const uint sign32 = (uint)(tg_d_bits(q) >> 32) & 0x80000000u;
+    const uint sign = bf16 != 0u ? sign32 >> 16 : sign32;
     if (tg_dne(q, q))
         return tg_tf_undecided();
     if (tg_deq(aq, INF))
-        return (tg_u64)(sign | 0x7f800000u);
+        return (tg_u64)(sign | (bf16 != 0u ? 0x7f80u : 0x7f800000u));
     if (tg_dlt(tg_dadd(aq, e), ZERO_BELOW)) // the whole interval rounds to zero
         return zero_ok ? (tg_u64)sign : tg_tf_undecided();
     if (tg_dlt(tg_dsub(aq, e), MIN_NORMAL)) // it reaches the subnormal range: the host's
         return tg_tf_undecided();
-    const uint lo = tg_f32_d(tg_dsub(q, e)), hi = tg_f32_d(tg_dadd(q, e));
+    const uint lo = tg_sm_round(tg_dsub(q, e), bf16), hi = tg_sm_round(tg_dadd(q, e), bf16);
     return lo == hi ? (tg_u64)lo : tg_tf_undecided();
 }
 
+static inline tg_u64 tg_tf_round_z(tg_f64 q, tg_f64 e, bool zero_ok) {
+    return tg_tf_round_in(q, e, zero_ok, 0u);
+}
+
 static inline tg_u64 tg_tf_round(tg_f64 q, tg_f64 e) {
-    return tg_tf_round_z(q, e, true);
+    return tg_tf_round_in(q, e, true, 0u);
 }
 
 // q within 2^-43 |q| or so of the exact value (the ops' common case): the interval 2^-40 |q|.
@@ -226,111 +233,109 @@ static inline tg_u64 tg_tf_gelu_tanh(uint xb) {
     return tg_tf_round(q, tg_dmul(tg_dabs(q), w));
 }
 
-// ---- the derivative ops: (x or y, g), both float32 bits --------------------------------------
-// A NaN operand gives NaN (the CPU's). The other unusual operands (an infinity, a zero, a
-// subnormal) and every zero result are the host's: the CPU decides them by IEEE's classes and
-// signs. So each function below sees two normal floats and bounds a nonzero value.
-
-// u's bits are a normal float32 (nonzero, finite, not subnormal).
-static inline bool tg_tf_normal(uint u) {
-    const uint e = (u >> 23) & 0xffu;
-    return e != 0u && e != 0xffu;
+// ---- gelu: x Phi(x), Phi(x) = erfc(-x / sqrt(2)) / 2 ------------------------------------------
+// erf's Taylor sum at t = z^2 (the signed one at -z^2, that of the terms' magnitudes at z^2):
+// sum over k <= 34 of t^k / (k! (2k + 1)), by Horner from the rounded coefficients (no division);
+// for |t| < 2.25 the first term left out is below 2^-90 of the sum. The coefficients' roundings
+// and Horner's 68 (fma: one each) keep it within 70 2^-53 < 2^-46 of the magnitudes' sum.
+static inline tg_f64 tg_tf_erf_sum(tg_f64 t) {
+    tg_f64 p = tg_dk(4.908923964523423e-41, 0x37911ae81077a49eul); // 1 / (34! 69)
+    p = tg_dfma(p, t, tg_dk(1.7188560628017835e-39, 0x37e2b778acc3dedful)); // 1 / (33! 67)
+    p = tg_dfma(p, t, tg_dk(5.846755007468836e-38, 0x3833e53defc4e233ul)); // 1 / (32! 65)
+    p = tg_dfma(p, t, tg_dk(1.930357208815108e-36, 0x388486eea20c2656ul)); // 1 / (31! 63)
+    p = tg_dfma(p, t, tg_dk(6.180307588222796e-35, 0x38d4899fcdef0a8dul)); // 1 / (30! 61)
+    p = tg_dfma(p, t, tg_dk(1.9169428621097826e-33, 0x3923e81bb5701ac5ul)); // 1 / (29! 59)
+    p = tg_dfma(p, t, tg_dk(5.754191643982172e-32, 0x3972ac65385f79acul)); // 1 / (28! 57)
+    p = tg_dfma(p, t, tg_dk(1.669761793417372e-30, 0x39c0eef30fa10d2cul)); // 1 / (27! 55)
+    p = tg_dfma(p, t, tg_dk(4.6784835155184856e-29, 0x3a0da7460554e5dbul)); // 1 / (26! 53)
+    p = tg_dfma(p, t, tg_dk(1.2641078988989164e-27, 0x3a5909c9de3a31c5ul)); // 1 / (25! 51)
+    p = tg_dfma(p, t, tg_dk(3.289260349175752e-26, 0x3aa45c0a838efe59ul)); // 1 / (24! 49)
+    p = tg_dfma(p, t, tg_dk(8.230149299214221e-25, 0x3aefd6bebd65107aul)); // 1 / (23! 47)
+    p = tg_dfma(p, t, tg_dk(1.977064753877905e-23, 0x3b37e6b81382cd42ul)); // 1 / (22! 45)
+    p = tg_dfma(p, t, tg_dk(4.5518467589282e-22, 0x3b813246abce1bddul)); // 1 / (21! 43)
+    p = tg_dfma(p, t, tg_dk(1.0025164934907719e-20, 0x3bc7abd72258fb6eul)); // 1 / (20! 41)
+    p = tg_dfma(p, t, tg_dk(2.107855191442136e-19, 0x3c0f1b4073b34a68ul)); // 1 / (19! 39)
+    p = tg_dfma(p, t, tg_dk(4.221407288807088e-18, 0x3c5377c2110f2083ul)); // 1 / (18! 37)
+    p = tg_dfma(p, t, tg_dk(8.032735012415773e-17, 0x3c97271cbe5863ecul)); // 1 / (17! 35)
+    p = tg_dfma(p, t, tg_dk(1.4483264643598138e-15, 0x3cda173a167fba4dul)); // 1 / (16! 33)
+    p = tg_dfma(p, t, tg_dk(2.466827010264457e-14, 0x3d1bc6250fb14231ul)); // 1 / (15! 31)
+    p = tg_dfma(p, t, tg_dk(3.9554295164585257e-13, 0x3d5bd577e658d020ul)); // 1 / (14! 29)
+    p = tg_dfma(p, t, tg_dk(5.9477940136376354e-12, 0x3d9a289ee7e40f74ul)); // 1 / (13! 27)
+    p = tg_dfma(p, t, tg_dk(8.35070279514724e-11, 0x3dd6f448e13e85e1ul)); // 1 / (12! 25)
+    p = tg_dfma(p, t, tg_dk(1.0892221037148573e-09, 0x3e12b67310aa9f3aul)); // 1 / (11! 23)
+    p = tg_dfma(p, t, tg_dk(1.3122532963802806e-08, 0x3e4c2e3054870b38ul)); // 1 / (10! 21)
+    p = tg_dfma(p, t, tg_dk(1.4503852223150468e-07, 0x3e83777c55568ccdul)); // 1 / (9! 19)
+    p = tg_dfma(p, t, tg_dk(1.4589169000933706e-06, 0x3eb87a00187a0018ul)); // 1 / (8! 17)
+    p = tg_dfma(p, t, tg_dk(1.3227513227513228e-05, 0x3eebbd779334ef0bul)); // 1 / (7! 15)
+    p = tg_dfma(p, t, tg_dk(0.00010683760683760684, 0x3f1c01c01c01c01cul)); // 1 / (6! 13)
+    p = tg_dfma(p, t, tg_dk(0.0007575757575757576, 0x3f48d3018d3018d3ul)); // 1 / (5! 11)
+    p = tg_dfma(p, t, tg_dk(0.004629629629629629, 0x3f72f684bda12f68ul)); // 1 / (4! 9)
+    p = tg_dfma(p, t, tg_dk(0.023809523809523808, 0x3f98618618618618ul)); // 1 / (3! 7)
+    p = tg_dfma(p, t, tg_dk(0.1, 0x3fb999999999999aul)); // 1 / (2! 5)
+    p = tg_dfma(p, t, tg_dk(0.3333333333333333, 0x3fd5555555555555ul)); // 1 / (1! 3)
+    p = tg_dfma(p, t, tg_dk(1.0, 0x3ff0000000000000ul)); // 1 / (0! 1)
+    return p;
 }
 
-// The common first steps: NaN, or undecided unless both are normal.
-static inline tg_u64 tg_tf_grad_special(uint ab, uint gb) {
-    if (tg_tf_is_nan(ab) || tg_tf_is_nan(gb))
+// Phi(x). z = |x| / sqrt(2) (within 2^-52). z < 1.5: (1 -+ erf(z)) / 2, erf(z) = (2 / sqrt(pi)) z
+// S(-z^2). Else erfc(z) = e^(-x^2 / 2) K / sqrt(pi) (x^2 / 2 exact), K = 1 / (z + 1/2 / (z + 1 /
+// (z + 3/2 / (z + ...)))) (Laplace's continued fraction) evaluated from 100 levels down (fewer
+// for a larger z: each depth's truncation is below 2^-53 from its z on), and each level's
+// roundings shrink by r / (z + r) < 0.85 on their way up (11 2^-53 in all); Phi = erfc / 2, or
+// 1 - erfc / 2.
+static inline tg_f64 tg_tf_phi(tg_f64 x) {
+    const tg_f64 ONE = tg_dk(1.0, 0x3ff0000000000000ul), HALF = tg_dk(0.5, 0x3fe0000000000000ul);
+    const tg_f64 z = tg_dmul(tg_dabs(x), tg_dk(0.7071067811865476, 0x3fe6a09e667f3bcdul));
+    const bool pos = tg_dge(x, tg_dk(0.0, 0x0000000000000000ul));
+    if (tg_dlt(z, tg_dk(1.5, 0x3ff8000000000000ul))) {
+        const tg_f64 erf = tg_dmul(tg_dmul(tg_dk(1.1283791670955126, 0x3ff20dd750429b6dul), z),
+                                   tg_tf_erf_sum(tg_dneg(tg_dmul(z, z))));
+        return tg_dmul(HALF, pos ? tg_dadd(ONE, erf) : tg_dsub(ONE, erf));
+    }
+    // the depth: 100 levels from z = 1.5, 60 from 2, 40 from 3, 24 from 5 (each truncated below 2^-53)
+    const int depth = tg_dlt(z, tg_dk(2.0, 0x4000000000000000ul))   ? 100
+                      : tg_dlt(z, tg_dk(3.0, 0x4008000000000000ul)) ? 60
+                      : tg_dlt(z, tg_dk(5.0, 0x4014000000000000ul)) ? 40
+                                                                    : 24;
+    tg_f64 r = tg_dk(0.0, 0x0000000000000000ul);
+    for (int k = depth; k >= 1; k--)
+        r = tg_ddiv(tg_dmul(tg_d_i64((tg_i64)k), HALF), tg_dadd(z, r));
+    const tg_f64 g = tg_sm_exp_neg(tg_dneg(tg_dmul(tg_dmul(x, x), HALF)));
+    const tg_f64 half_erfc = tg_dmul(HALF, tg_ddiv(tg_dmul(g, tg_dk(0.5641895835477563, 0x3fe20dd750429b6dul)),
+                                                   tg_dadd(z, r)));
+    return pos ? tg_dsub(ONE, half_erfc) : half_erfc;
+}
+
+// phi = tg_tf_phi(x)'s absolute error bound. z < 1.5: erf's error is below (2 / sqrt(pi)) z S(z^2)
+// 2^-46 (the magnitudes' sum) plus 5 2^-53 (z's rounding through erf' <= 1.13), halved, with the
+// last two roundings: below M 2^-47 + 2^-51, given as M 2^-45 + 2^-50. Else erfc within 2^-44.6
+// relative (the fraction's 11 2^-53 and z's 2 2^-53 through K, exp's 2^-48, four roundings): phi
+// (x < 0) or 1 - phi times 2^-43, and then 2^-52 for 1 - erfc / 2.
+static inline tg_f64 tg_tf_phi_err(tg_f64 x, tg_f64 phi) {
+    const tg_f64 ONE = tg_dk(1.0, 0x3ff0000000000000ul);
+    const tg_f64 z = tg_dmul(tg_dabs(x), tg_dk(0.7071067811865476, 0x3fe6a09e667f3bcdul));
+    if (tg_dlt(z, tg_dk(1.5, 0x3ff8000000000000ul))) {
+        const tg_f64 M = tg_dmul(tg_dmul(tg_dk(1.1283791670955126, 0x3ff20dd750429b6dul), z), tg_tf_erf_sum(tg_dmul(z, z)));
+        return tg_dadd(tg_dmul(M, tg_dk(2.842170943040401e-14, 0x3d20000000000000ul)), // 2^-45
+                       tg_dk(8.881784197001252e-16, 0x3cd0000000000000ul));            // 2^-50
+    }
+    if (tg_dlt(x, tg_dk(0.0, 0x0000000000000000ul))) // phi = erfc / 2: relative
+        return tg_dmul(phi, tg_dk(1.1368683772161603e-13, 0x3d40000000000000ul)); // 2^-43
+    return tg_dadd(tg_dmul(tg_dsub(ONE, phi), tg_dk(1.1368683772161603e-13, 0x3d40000000000000ul)),
+                   tg_dk(2.220446049250313e-16, 0x3cb0000000000000ul)); // 2^-43, 2^-52
+}
+
+// gelu (the CPU's -0 below -15): x Phi(x), within |x| E + 2^-50 |q|.
+static inline tg_u64 tg_tf_gelu(uint xb) {
+    if (tg_tf_is_nan(xb))
         return tg_tf_nan();
-    return tg_tf_undecided();
-}
-
-// q within 2^-43 |q| or so, nonzero: the interval 2^-40 |q|.
-static inline tg_u64 tg_tf_rel_nz(tg_f64 q) {
-    return tg_tf_round_z(q, tg_dmul(tg_dabs(q), tg_dk(9.094947017729282e-13, 0x3d70000000000000ul)), false);
-}
-
-// sigmoid_backward(y, g) = g y (1 - y): g y exact (48 bits), 1 - y and the product one rounding
-// each (2^-52); y = 1 (a zero) is the host's.
-static inline tg_u64 tg_tf_sigmoid_backward(uint yb, uint gb) {
-    if (!tg_tf_normal(yb) || !tg_tf_normal(gb) || yb == 0x3f800000u)
-        return tg_tf_grad_special(yb, gb);
-    const tg_f64 y = tg_d_f32(yb), g = tg_d_f32(gb), ONE = tg_dk(1.0, 0x3ff0000000000000ul);
-    return tg_tf_rel_nz(tg_dmul(tg_dmul(g, y), tg_dsub(ONE, y)));
-}
-
-// tanh_backward(y, g) = g (1 - y^2) = g (1 - y)(1 + y): four roundings (2^-51), no cancellation
-// left (a difference's rounding is relative to it); |y| = 1 (a zero) is the host's.
-static inline tg_u64 tg_tf_tanh_backward(uint yb, uint gb) {
-    if (!tg_tf_normal(yb) || !tg_tf_normal(gb) || (yb & 0x7fffffffu) == 0x3f800000u)
-        return tg_tf_grad_special(yb, gb);
-    const tg_f64 y = tg_d_f32(yb), g = tg_d_f32(gb), ONE = tg_dk(1.0, 0x3ff0000000000000ul);
-    return tg_tf_rel_nz(tg_dmul(g, tg_dmul(tg_dsub(ONE, y), tg_dadd(ONE, y))));
-}
-
-// rsqrt_backward(y, g) = -g y^3 / 2: g y and y y exact, their product one rounding, the half exact.
-static inline tg_u64 tg_tf_rsqrt_backward(uint yb, uint gb) {
-    if (!tg_tf_normal(yb) || !tg_tf_normal(gb))
-        return tg_tf_grad_special(yb, gb);
-    const tg_f64 y = tg_d_f32(yb), g = tg_d_f32(gb);
-    const tg_f64 v = tg_dmul(tg_dmul(g, y), tg_dmul(y, y));
-    return tg_tf_rel_nz(tg_dmul(tg_dk(-0.5, 0xbfe0000000000000ul), v));
-}
-
-// sqrt_backward(y, g) = g / (2 y): one division (2y exact).
-static inline tg_u64 tg_tf_sqrt_backward(uint yb, uint gb) {
-    if (!tg_tf_normal(yb) || !tg_tf_normal(gb))
-        return tg_tf_grad_special(yb, gb);
-    const tg_f64 y = tg_d_f32(yb), g = tg_d_f32(gb);
-    return tg_tf_rel_nz(tg_ddiv(g, tg_dmul(tg_dk(2.0, 0x4000000000000000ul), y)));
-}
-
-// g s (1 + t), s = sigmoid(a), c = 1 - s, t = k c: silu's and gelu_tanh's derivatives. s and c
-// without cancellation (1 / (1 + e) and e / (1 + e), e = e^-|a| within 2^-48): s within
-// c 2^-48 + 2^-52 relative and c within s 2^-48 + 2^-52, plus what a's own relative error ra
-// does through the exponential, s c |a| ra to each. t is within k's rk and c's. 1 + t may cancel,
-// so d = s (1 + t) gets an absolute bound, in terms of mag = s (1 + |t|) (the CPU's "terms'
-// magnitude"): below mag (2^-45 + 2 rk) + 2 s |a| ra (|t| + c (1 + |t|)). The interval is 16 times
-// that (2^-41 for the first term), times |g|, plus 2^-50 |q| for the last product.
-static inline tg_u64 tg_tf_smooth_grad(tg_f64 a, tg_f64 k, tg_f64 rk, tg_f64 ra, tg_f64 g) {
-    const tg_f64 ONE = tg_dk(1.0, 0x3ff0000000000000ul), ZERO = tg_dk(0.0, 0x0000000000000000ul);
-    const tg_f64 THIRTY_TWO = tg_dk(32.0, 0x4040000000000000ul);
-    const bool pos = tg_dge(a, ZERO);
-    const tg_f64 e = tg_sm_exp_neg(pos ? tg_dneg(a) : a), den = tg_dadd(ONE, e);
-    const tg_f64 s = pos ? tg_ddiv(ONE, den) : tg_ddiv(e, den);
-    const tg_f64 c = pos ? tg_ddiv(e, den) : tg_ddiv(ONE, den);
-    const tg_f64 t = tg_dmul(k, c), at = tg_dabs(t);
-    const tg_f64 q = tg_dmul(g, tg_dmul(s, tg_dadd(ONE, t)));
-    const tg_f64 mag = tg_dmul(s, tg_dadd(ONE, at));
-    const tg_f64 through_a = tg_dmul(tg_dmul(tg_dmul(s, tg_dabs(a)), ra), tg_dadd(at, tg_dmul(c, tg_dadd(ONE, at))));
-    const tg_f64 d_err = tg_dadd(tg_dmul(mag, tg_dadd(tg_dk(4.547473508864641e-13, 0x3d60000000000000ul), // 2^-41
-                                                      tg_dmul(THIRTY_TWO, rk))),
-                                 tg_dmul(THIRTY_TWO, through_a));
-    const tg_f64 err = tg_dadd(tg_dmul(tg_dabs(g), d_err),
-                               tg_dmul(tg_dabs(q), tg_dk(8.881784197001252e-16, 0x3cd0000000000000ul))); // 2^-50
-    return tg_tf_round_z(q, err, false);
-}
-
-// silu_backward(x, g) = g silu'(x) = g s (1 + x c), s = sigmoid(x): a = x exact, k = x exact.
-static inline tg_u64 tg_tf_silu_backward(uint xb, uint gb) {
-    if (!tg_tf_normal(xb) || !tg_tf_normal(gb))
-        return tg_tf_grad_special(xb, gb);
-    const tg_f64 x = tg_d_f32(xb), ZERO = tg_dk(0.0, 0x0000000000000000ul);
-    return tg_tf_smooth_grad(x, x, ZERO, ZERO, tg_d_f32(gb));
-}
-
-// gelu_tanh_backward(x, g) = g s (1 + 2 x z' c), s = sigmoid(2z), z = K (x + A x^3), z' = K (1 + 3 A
-// x^2): 2z carries 6 roundings, the constants' two among them (ra = 6 2^-53 < 2^-50), and k = 2 x
-// z' 7 (rk < 2^-50).
-static inline tg_u64 tg_tf_gelu_tanh_backward(uint xb, uint gb) {
-    if (!tg_tf_normal(xb) || !tg_tf_normal(gb))
-        return tg_tf_grad_special(xb, gb);
-    const tg_f64 x = tg_d_f32(xb), g = tg_d_f32(gb), ONE = tg_dk(1.0, 0x3ff0000000000000ul);
-    const tg_f64 K = tg_dk(0.7978845608028654, 0x3fe9884533d43651ul); // sqrt(2/pi)
-    const tg_f64 A = tg_dk(0.044715, 0x3fa6e4e26d4801f7ul);
-    const tg_f64 TWO = tg_dk(2.0, 0x4000000000000000ul);
-    const tg_f64 xx = tg_dmul(x, x);
-    const tg_f64 z2 = tg_dmul(TWO, tg_dmul(K, tg_dadd(x, tg_dmul(A, tg_dmul(xx, x)))));
-    const tg_f64 dz = tg_dmul(K, tg_dadd(ONE, tg_dmul(tg_dmul(tg_dk(3.0, 0x4008000000000000ul), A), xx)));
-    const tg_f64 R = tg_dk(8.881784197001252e-16, 0x3cd0000000000000ul); // 2^-50
-    return tg_tf_smooth_grad(z2, tg_dmul(tg_dmul(TWO, x), dz), R, R, g);
+    if (tg_tf_is_subnormal(xb))
+        return tg_tf_undecided();
+    const tg_f64 x = tg_d_f32(xb);
+    if (tg_dlt(x, tg_dk(-15.0, 0xc02e000000000000ul)))
+        return (tg_u64)0x80000000u;
+    const tg_f64 phi = tg_tf_phi(x), q = tg_dmul(x, phi);
+    const tg_f64 e = tg_dadd(tg_dmul(tg_dabs(x), tg_tf_phi_err(x, phi)),
+                             tg_dmul(tg_dabs(q), tg_dk(8.881784197001252e-16, 0x3cd0000000000000ul)));
+    return tg_tf_round(q, e);
 }

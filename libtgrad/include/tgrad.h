@@ -867,8 +867,9 @@ TGRAD_API tgrad_status tgrad_debug_elementwise_f32(tgrad_op op, const uint32_t *
 TGRAD_API tgrad_status tgrad_debug_f32_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 /* The same counts for the bf16 ops computed at run time rather than read from a table (pow: its
  * slow path is an exact dyadic evaluation or binary128; gelu_backward, gelu_tanh_backward and
- * silu_backward: binary128); zeros for the others, and for TGRAD_DEBUG_F32_DEVICE_HOST (a bf16
- * kernel decides every element). The same indices and refusals as tgrad_debug_f32_slow_path. */
+ * silu_backward: binary128); zeros for the others, and for TGRAD_DEBUG_F32_DEVICE_HOST but pow's
+ * (a bf16 GPU kernel decides every element of the others). The same indices and refusals as
+ * tgrad_debug_f32_slow_path. */
 TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, int32_t count);
 
 /* The table a GPU kernel binds for op, as the launcher uploads it (for the emulators' harnesses):

@@ -182,7 +182,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                      .base_name = name_kind, .vjp = &tg_vjp_copy },
     [TG_OP_ELEMENTWISE] = { .name = "elementwise", .role = TG_ROLE_ELEMENTWISE, .decide = decide_elementwise,
                             .cpu_execute = execute_elementwise, .gpu_render = tg_step_render_elementwise,
-                            .gpu_finish = tg_ew32_on_host, /* a float32 transcendental's flagged elements */
+                            .gpu_finish = tg_ew_on_host, /* a binary64 op's flagged elements (float32, pow) */
                             .gpu_route = TGRAD_ROUTE_ELEMENTWISE, .base_name = name_elementwise,
                             .vjp = &tg_vjp_elementwise },
     [TG_OP_CAST] = { .name = "cast", .role = TG_ROLE_ELEMENTWISE, .decide = decide_cast, .cpu_execute = tg_cast_execute,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gen/gen.h"
 #include "kinds.h"
 #include "ops/elementwise.h"
 #include "ops/elementwise_grad.h"
@@ -98,6 +99,9 @@ static const char *why_not_fused(const tg_node *n, int32_t i, int32_t device) {
     const char *kind_says = tg_kind_of(p->node->op)->unfused;
     if (kind_says) return kind_says;
     if (device != TGRAD_DEVICE_CPU && tg_kind_of(p->node->op)->gpu_unfused) return tg_kind_of(p->node->op)->gpu_unfused;
+    if (p->node->op == TG_OP_ELEMENTWISE && tg_gen_ew_runs_alone(p->node->ew, p->dtype))
+        return "it runs as its own kernel (on a GPU device it evaluates in binary64 and its undecided elements rerun "
+               "on the host)";
     /* An anchor's epilogue runs on its finished bf16 blocks (cpu/epilogue.h, the GPU store step) */
     if (tg_kind_of(p->node->op)->role == TG_ROLE_ANCHOR && p->dtype != TGRAD_DTYPE_BF16)
         return "its result is float32 (epilogues run on bf16 results only)";
@@ -116,6 +120,7 @@ static const tg_buffer *collect_chain(tg_step *st, const tg_buffer *b) {
     const tg_buffer *cur = b;
     while (cur->node->op == TG_OP_ELEMENTWISE && k < TG_MAX_FUSED) {
         const tg_node *n = cur->node;
+        if (tg_gen_ew_runs_alone(n->ew, cur->dtype)) break; /* its own kernel on every device: the same steps */
         int32_t at = why_not_fused(n, 0, b->device) ? -1 : 0;
         if (at < 0 && n->ninputs == 2 && !why_not_fused(n, 1, b->device)) at = 1;
         if (at < 0) break;

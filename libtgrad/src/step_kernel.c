@@ -66,7 +66,7 @@ tgrad_status tg_step_render_elementwise(const tg_step *st, const tg_route *route
     if (!s) s = tg_gen_render_elementwise(l, &p, &k->text, &k->launch);
     k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
     bind_chain(&c, 2, k);
-    if (!s && tg_gen_chain_flags(&c.chain)) /* binding f, last: a flag per element (tg_ew32_on_host) */
+    if (!s && tg_gen_chain_flags(&c.chain)) /* binding f, last: a flag per element (tg_ew_on_host) */
         k->flags_at = (int32_t)k->launch.buffer_count - 1, k->nflags = (int64_t)st->buf->numel;
     return s;
 }

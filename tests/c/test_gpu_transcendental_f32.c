@@ -1,5 +1,5 @@
-/* The GPU kernels' float32 transcendental and derivative ops (kernels/gpu/transcendental_f32.h,
- * binary64 with a bound) against the CPU's (tgrad_debug_elementwise_f32: src/ops/elementwise_f32.c, Ziv's
+/* The GPU kernels' float32 transcendental and derivative ops and pow (kernels/gpu/transcendental_f32.h
+ * and derivatives_pow.h, binary64 with a bound) against the CPU's (tgrad_debug_elementwise_f32: src/ops/elementwise_f32.c, Ziv's
  * strategy): the same text the renderer pastes into every float32 kernel of exp, log, log1p, sin,
  * cos, tanh, sigmoid, silu and gelu_tanh, compiled here as C on the host's doubles (the mapping
  * OpenCL C and CUDA use, libtgrad/src/gen/lang.c: the device's log, log1p, sin and cos are libm's
@@ -9,7 +9,8 @@
  * rare among the sample's ordinary inputs (normal, |x| <= 2^20, results out of float32's
  * subnormal range), where a bound too loose would send work to the host.
  * The derivative ops (sigmoid's, tanh's, rsqrt's, sqrt's, silu's and gelu_tanh's: x or y, then
- * g) the same way, each x with a drawn g.
+ * g) the same way, each x with a drawn g, and pow (the base, then a drawn exponent), and bf16
+ * pow: every base against drawn exponents (16; all: 4096 / S + 1).
  *   test_gpu_transcendental_f32          every 1021st input of each op (every 4084th x of each
  *                                        derivative op), 2^16 consecutive inputs around each
  *                                        op's thresholds, the specials (3 s a mapping)
@@ -94,6 +95,7 @@ static double dk_checked(double v, uint64_t b) {
 #endif
 #include "../../kernels/gpu/softmax.h"
 #include "../../kernels/gpu/transcendental_f32.h"
+#include "../../kernels/gpu/derivatives_pow.h"
 
 typedef struct {
     const char *name;
@@ -112,6 +114,7 @@ static const op_case ops[] = {
     { "sigmoid", TGRAD_OP_SIGMOID, tg_tf_sigmoid, { 0.0f, -103.9f, -30.0f, 17.0f } },
     { "silu", TGRAD_OP_SILU, tg_tf_silu, { -120.0f, -87.0f, 1e-30f, -1e-30f } },
     { "gelu_tanh", TGRAD_OP_GELU_TANH, tg_tf_gelu_tanh, { -12.0f, -9.0f, 1e-30f, 3.0f } },
+    { "gelu", TGRAD_OP_GELU, tg_tf_gelu, { -15.0f, -2.1213203f, 2.1213203f, -0.75f } },
 };
 
 typedef struct {
@@ -196,6 +199,8 @@ static const grad_case grads[] = {
     { "sqrt_backward", TGRAD_OP_SQRT_BACKWARD, tg_tf_sqrt_backward, { 1.0f, 1e30f } },
     { "silu_backward", TGRAD_OP_SILU_BACKWARD, tg_tf_silu_backward, { -1.27846456f, -30.0f } },
     { "gelu_tanh_backward", TGRAD_OP_GELU_TANH_BACKWARD, tg_tf_gelu_tanh_backward, { -0.7517916f, -5.0f } },
+    { "gelu_backward", TGRAD_OP_GELU_BACKWARD, tg_tf_gelu_backward, { -0.7517916f, -2.1213203f } },
+    { "pow", TGRAD_OP_POW, tg_tf_pow, { 1.0f, -2.0f } }, /* x the base, g the exponent (draw_b) */
 };
 
 static uint64_t state = 0x9e3779b97f4a7c15u;
@@ -209,6 +214,21 @@ static uint draw_g(void) {
     uint r = next32();
     return (r & 3u) == 0u ? next32() : ((next32() & 0x807fffffu) | ((100u + r % 56u) << 23));
 }
+
+/* pow's exponent: a small integer (even or odd, either sign), a half, a value of a moderate or a
+ * large exponent, or any pattern. */
+static uint draw_b(void) {
+    uint r = next32(), k = next32();
+    switch (r % 5u) {
+    case 0: return fbits((float)((int)(k % 17u) - 8));
+    case 1: return fbits((float)((int)(k % 17u) - 8) * 0.5f);
+    case 2: return (k & 0x807fffffu) | ((120u + r % 12u) << 23);
+    case 3: return (k & 0x807fffffu) | ((127u + r % 30u) << 23);
+    default: return k;
+    }
+}
+
+static uint draw_second(const grad_case *c) { return c->op == TGRAD_OP_POW ? draw_b() : draw_g(); }
 
 static void grad_batch(const grad_case *c, const uint *x, const uint *g, int n, tally *t) {
     uint want[BATCH];
@@ -233,7 +253,7 @@ static void check_grad(const grad_case *c, uint64_t stride) {
     tally t = { 0 };
     int n = 0;
     for (uint64_t u = 0; u <= 0xffffffffu; u += stride) {
-        x[n] = (uint)u, g[n++] = draw_g();
+        x[n] = (uint)u, g[n++] = draw_second(c);
         if (n == BATCH) grad_batch(c, x, g, n, &t), n = 0;
     }
     grad_batch(c, x, g, n, &t), n = 0;
@@ -241,7 +261,7 @@ static void check_grad(const grad_case *c, uint64_t stride) {
     for (int k = 0; k < 2; k++) {
         uint mid = fbits(c->around[k]);
         for (uint d = 0; d < 65536u; d++) {
-            x[n] = mid - 32768u + d, g[n++] = draw_g();
+            x[n] = mid - 32768u + d, g[n++] = draw_second(c);
             if (n == BATCH) grad_batch(c, x, g, n, &t), n = 0;
         }
     }
@@ -257,12 +277,48 @@ static void check_grad(const grad_case *c, uint64_t stride) {
     CHECK(share < 1e-3);
 }
 
+/* bf16 pow (tg_tf_pow_bf16): every base against `per` drawn exponents (bf16 bits), against the
+ * CPU's bf16 pow (tgrad_debug_elementwise). */
+static void check_pow_bf16(int per) {
+    static uint16_t a[BATCH], b[BATCH], want[BATCH];
+    uint64_t seen = 0, bad = 0, open = 0, ordinary_seen = 0, ordinary_open = 0;
+    uint16_t fa = 0, fb = 0, fw = 0, fg = 0;
+    int n = 0;
+    for (uint32_t base = 0; base < 65536u; base++) {
+        for (int k = 0; k < per; k++) {
+            a[n] = (uint16_t)base, b[n++] = (uint16_t)(draw_b() >> 16);
+            if (n < BATCH && !(base == 65535u && k == per - 1)) continue;
+            CHECK(tgrad_debug_elementwise(TGRAD_OP_POW, a, b, want, n) == TGRAD_OK);
+            for (int i = 0; i < n; i++) {
+                tg_u64 r = tg_tf_pow_bf16(a[i], b[i]);
+                uint w = want[i] & 0x7fffu;
+                bool o = ordinary((uint)a[i] << 16, (uint)want[i] << 16) && ordinary((uint)b[i] << 16, 0x3f800000u) &&
+                         w > 0x0080u && w < 0x7f80u;
+                seen++, ordinary_seen += o;
+                if ((r >> 32) != 0u) open++, ordinary_open += o;
+                else if ((uint16_t)r != want[i] && bad++ == 0) fa = a[i], fb = b[i], fw = want[i], fg = (uint16_t)r;
+            }
+            n = 0;
+        }
+    }
+    double share = ordinary_seen ? (double)ordinary_open / (double)ordinary_seen : 0;
+    printf("%-18s %s: %llu pairs, %llu undecided (of the %llu ordinary ones %llu: %.2g)%s\n", "pow (bf16)", MAPPING,
+           (unsigned long long)seen, (unsigned long long)open, (unsigned long long)ordinary_seen,
+           (unsigned long long)ordinary_open, share, bad ? "" : ", every decided one the CPU's");
+    if (bad)
+        fprintf(stderr, "FAIL pow (bf16, %s): %llu decided differently, first %04x ^ %04x: cpu %04x gpu %04x\n", MAPPING,
+                (unsigned long long)bad, fa, fb, fw, fg);
+    CHECK(bad == 0);
+    CHECK(share < 1e-3);
+}
+
 int main(int argc, char **argv) {
     bool all = argc > 1 && strcmp(argv[1], "all") == 0;
     uint64_t stride = all ? (argc > 2 ? strtoull(argv[2], NULL, 10) : 1) : 1021;
     if (stride < 1) stride = 1;
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) check_op(&ops[i], stride);
     for (size_t i = 0; i < sizeof grads / sizeof grads[0]; i++) check_grad(&grads[i], all ? stride : 4 * stride);
+    check_pow_bf16(all ? (int)(4096 / stride + 1) : 16);
     if (dk_bad) fprintf(stderr, "FAIL: %d tg_dk evaluations whose literal is not their bits\n", dk_bad);
     CHECK(dk_bad == 0);
     printf("%d passed, %d failed\n", passed, failed);

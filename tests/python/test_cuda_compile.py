@@ -238,7 +238,7 @@ def _float32_kernels(add) -> None:
 def _float32_elementwise_kernels(add) -> None:
     """Every float32 elementwise op the GPU routes render (kernels/gpu/elementwise_f32.h;
     tests/python/test_gpu_elementwise_f32.py), binary ones through a broadcast operand, and the
-    transcendental ones (kernels/gpu/transcendental_f32.h)."""
+    transcendental and derivative ops and pow, bf16's too (kernels/gpu/transcendental_f32.h)."""
     from test_gpu_elementwise_f32 import BINARY, UNARY
 
     x = tgrad.Tensor.from_numpy(np.zeros((3, 5), np.float32), dtype=tgrad.float32)
@@ -247,10 +247,14 @@ def _float32_elementwise_kernels(add) -> None:
         add(R.render_tensor(f(x, row), None, "cuda"))
     for g in UNARY.values():
         add(R.render_tensor(g(x.T), None, "cuda"))
-    from test_gpu_transcendental_f32 import OPS  # binary64 with a bound (kernels/gpu/transcendental_f32.h)
+    from test_gpu_transcendental_f32 import GRADS, OPS  # binary64 with a bound (kernels/gpu/transcendental_f32.h)
 
     for name in OPS:
         add(R.render_tensor(tgrad.ops.apply(name, x.T), None, "cuda"))
+    for name in GRADS + ["pow"]:
+        add(R.render_tensor(tgrad.ops.apply(name, x, row), None, "cuda"))
+    xb = tgrad.Tensor.from_numpy(np.zeros((3, 5), np.float32))  # bf16 pow: binary64 too
+    add(R.render_tensor(tgrad.ops.apply("pow", xb.T, xb.T), None, "cuda"))
 
 
 def _model_kernels(add) -> None:

@@ -172,22 +172,15 @@ def test_bytes_do_not_depend_on_variant_or_threads() -> None:
     assert reference[0] == loops("gelu", a).tobytes()
 
 
-def test_float32_gelu_and_pow_are_refused_on_gpu_devices(opencl_device: str) -> None:
-    """float32 on a GPU device takes the arithmetic and bit ops (tests/python/test_gpu_elementwise_f32.py)
-    and the transcendental ones but gelu (test_gpu_transcendental_f32.py), not gelu nor pow: a
-    typed refusal, before anything is allocated."""
-    x = tgrad.Tensor.from_numpy(np.ones(4, np.float32), device="opencl", dtype=tgrad.float32)
-    bf = tgrad.Tensor.from_numpy(np.ones(4, np.float32), device="opencl")
-    before = tgrad.live_tensors()
-    for make in (lambda: tgrad.ops.apply("gelu", x), lambda: tgrad.ops.apply("pow", x, x),
-                 lambda: tgrad.ops.apply("pow", bf, x)):
-        with pytest.raises(errors.DtypeUnsupportedError, match="CPU only"):
-            make()
-    y = bf.float()  # the cast kind runs on the GPU routes (bf16 -> float32, exact)
-    with pytest.raises(errors.DtypeUnsupportedError, match="CPU only"):
-        tgrad.ops.apply("gelu", y)
-    y.release()
-    assert tgrad.live_tensors() == before
+def test_float32_promoted_on_a_gpu_device_runs_there(opencl_device: str) -> None:
+    """float32 on a GPU device takes every op (tests/python/test_gpu_elementwise_f32.py: integers;
+    test_gpu_transcendental_f32.py: binary64), a bf16 operand promoted there by a cast."""
+    x = tgrad.Tensor.from_numpy(np.full(4, 0.75, np.float32), device="opencl", dtype=tgrad.float32)
+    bf = tgrad.Tensor.from_numpy(np.full(4, 0.75, np.float32), device="opencl")
+    xc = tgrad.Tensor.from_numpy(np.full(4, 0.75, np.float32), dtype=tgrad.float32)
+    got = tgrad.ops.apply("gelu_backward", bf, x)
+    assert got.device == "opencl" and got.dtype == tgrad.float32
+    assert got.numpy().tobytes() == tgrad.ops.apply("gelu_backward", xc, xc).numpy().tobytes()
 
 
 @pytest.mark.parametrize("fused", [True, False])

@@ -10,8 +10,8 @@ And the CUDA device the same way on the CUDA emulator (everything but cuda.c's d
   compile counts).
 - The same model with its weights packed in panels (pack_weights: batched products, float32 views
   of the logits copied on the device), and float32 and int32 views materialized there.
-- float32 exp, log, log1p, sin, cos, tanh, sigmoid, silu and gelu_tanh through a reversed view:
-  the CPU's bytes, subnormal inputs left to the host (its count moves).
+- float32 exp, log, log1p, sin, cos, tanh, sigmoid, silu, gelu and gelu_tanh through a reversed view:
+  the CPU's bytes, subnormal inputs left to the host (its count moves); bf16 pow in a chain.
 - A log_softmax whose rows only binary128 decides: the generated kernel flags them, and the host's
   rerun gives the CPU's bytes (the softmax kind's device-rows counter moves).
 - tgrad_debug_use_backend refuses the CPU, an unknown device, a missing call, and a device already
@@ -81,9 +81,11 @@ xt = np.concatenate([rng.standard_normal(600) * s for s in (0.01, 1, 8, 60)]).as
 xt[:12] = [0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 1.0, -1.0, 0.0625, -100.0, 89.0]  # 1e-40: the host's
 out["transcendental32"], host_before = [], device_host("silu")
 with tgrad.Tensor.from_numpy(xt, dtype="float32") as xc, xc.to(name) as xg:
-    for op in ("exp", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "silu", "gelu_tanh"):
+    for op in ("exp", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh"):
         out["transcendental32"].append(same(tgrad.ops.apply(op, xg[::-1]).to("cpu"), tgrad.ops.apply(op, xc[::-1])))
 out["transcendental32_host"] = device_host("silu") - host_before
+with tgrad.Tensor.from_numpy(xt) as bc, bc.to(name) as bg:  # bf16 pow: binary64 too, as its own kernel
+    out["pow"] = [same((bg * 0.25) ** e + 1.0, (bc * 0.25) ** e + 1.0) for e in (2, 3, -0.5)]
 want_t, want_l = cpu.generate(ids[:1], 30, return_logits=True)
 cache = gpu.new_cache(40)
 gpu(ids[:1], cache=cache, logits_to_keep=1, logits_dtype=tgrad.float32)
@@ -126,7 +128,8 @@ def _run_child(tmp_path: Path, device: str) -> dict[str, Any]:
 def _check(out: dict[str, Any]) -> None:
     assert out["placed"] and out["logits"] == [True, True] and out["generate"], out
     assert out["packed"] == [True, True, True] and out["copies32"] == [True, True], out
-    assert out["transcendental32"] == [True] * 9 and out["transcendental32_host"] >= 2, out
+    assert out["transcendental32"] == [True] * 10 and out["transcendental32_host"] >= 2, out
+    assert out["pow"] == [True, True, True], out
     assert out["steps"] and out["programs"] == [2, 27], out
     assert out["boundary"] and out["rerun_rows"] == 2, out
     assert out["refused_in_use"] and out["errors"] == [], out

@@ -1,5 +1,5 @@
 """float32 transcendental ops on the GPU routes (issue 37): exp, log, log1p, sin, cos, tanh, sigmoid,
-silu and gelu_tanh on float32 tensors of a device render as a float32 elementwise kernel that
+silu, gelu and gelu_tanh on float32 tensors of a device render as a float32 elementwise kernel that
 evaluates the op in binary64 with a bound (kernels/gpu/transcendental_f32.h: native doubles in
 OpenCL C and CUDA, the software double in MSL). An element the bound decides is the correctly
 rounded float32; the others are flagged and the host recomputes them with the CPU's code. So every
@@ -13,10 +13,12 @@ element is the CPU's bytes (src/ops/elementwise_f32.c).
   subnormals flushed or not; a kernel whose fallback is never taken (the interval's lower end
   rounded and kept) is caught on inputs whose exact value lies just past a rounding midpoint.
 - The derivative ops sigmoid_backward, tanh_backward, rsqrt_backward, sqrt_backward,
-  silu_backward and gelu_tanh_backward the same way (an unusual operand or a zero result is the
+  silu_backward, gelu_backward and gelu_tanh_backward the same way (an unusual operand or a zero result is the
   host's), and a float32 parameter trained on PoCL through every op ends with the CPU's bytes.
-- gelu and gelu_backward (no erfc in the device text) and pow stay refused in float32 on a device
-  (DtypeUnsupportedError before anything is made; RouteNotEligibleError to render).
+- pow in float32 and in bfloat16 the same way (negative bases with integer exponents signed, NaN
+  for the others; NaN, infinite, zero, subnormal and unit operands the host's), a kernel of its
+  own on the device where the CPU fuses it.
+- Every op of the registry is made in float32 on a device (none is refused any more).
 """
 
 from __future__ import annotations
@@ -27,17 +29,18 @@ import numpy as np
 import pytest
 
 import tgrad
-from tgrad import errors
 from tgrad import render as R
 from tgrad._ffi import ffi, lib
 from emulators import emulator
 from test_gpu_elementwise_f32 import pairs
 
-OPS = ["exp", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "silu", "gelu_tanh"]
-GRADS = ["sigmoid_backward", "tanh_backward", "rsqrt_backward", "sqrt_backward", "silu_backward", "gelu_tanh_backward"]
+OPS = ["exp", "log", "log1p", "sin", "cos", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh"]
+GRADS = ["sigmoid_backward", "tanh_backward", "rsqrt_backward", "sqrt_backward", "silu_backward", "gelu_backward",
+         "gelu_tanh_backward"]
 THRESHOLDS = {"exp": [88.72, -87.3, -103.9], "log": [1.0, 0.5], "log1p": [-0.29, 0.41, -1.0],
               "sin": [0.75, np.pi], "cos": [0.75, np.pi / 2], "tanh": [0.0625, -0.0625],
-              "sigmoid": [0.0, -103.9], "silu": [-120.0, -87.0], "gelu_tanh": [-12.0, -9.6]}
+              "sigmoid": [0.0, -103.9], "silu": [-120.0, -87.0], "gelu": [-15.0, -2.1213203, -0.75],
+              "gelu_tanh": [-12.0, -9.6]}
 
 
 def _f32(bits: np.ndarray, device: str = "cpu") -> tgrad.Tensor:
@@ -58,9 +61,11 @@ def inputs(name: str, seed: int = 0) -> np.ndarray:
                            *[n.astype(np.uint32) for n in near]]).astype(np.uint32)
 
 
-def device_host(name: str) -> int:
+def device_host(name: str, bf16: bool = False) -> int:
+    """Op `name`'s elements a GPU kernel left to the host so far (float32's count, or bf16's)."""
     counts = ffi.new("int64_t[]", int(lib.TGRAD_DEBUG_F32_COUNT))
-    assert lib.tgrad_debug_f32_slow_path(tgrad.ops.REGISTRY[name].code, counts, int(lib.TGRAD_DEBUG_F32_COUNT)) == 0
+    read = lib.tgrad_debug_bf16_slow_path if bf16 else lib.tgrad_debug_f32_slow_path
+    assert read(tgrad.ops.REGISTRY[name].code, counts, int(lib.TGRAD_DEBUG_F32_COUNT)) == 0
     return int(counts[int(lib.TGRAD_DEBUG_F32_DEVICE_HOST)])
 
 
@@ -123,7 +128,8 @@ def train_float32(device: str) -> list[np.ndarray]:
     for _ in range(3):
         pos = (w * w + 0.5).sqrt()
         terms = [w.exp(), pos.log(), pos.log1p(), w.sin(), w.cos(), w.tanh(), w.sigmoid(),
-                 tgrad.ops.apply("silu", w), tgrad.ops.apply("gelu_tanh", w), tgrad.ops.apply("rsqrt", pos)]
+                 tgrad.ops.apply("silu", w), tgrad.ops.apply("gelu", w), tgrad.ops.apply("gelu_tanh", w),
+                 tgrad.ops.apply("rsqrt", pos), w ** 3]
         loss = terms[0]
         for t in terms[1:]:
             loss = loss + t
@@ -142,6 +148,52 @@ def test_pocl_trains_a_float32_parameter_through_every_op_with_the_cpu_bytes(ope
         assert np.array_equal(a, b)
 
 
+def exponents(n: int, seed: int) -> np.ndarray:
+    """pow's b as float32 bits: small integers (even and odd, negative too), halves, drawn values of
+    several scales, one in sixteen any pattern."""
+    rng = np.random.default_rng(seed)
+    kinds = [rng.integers(-6, 9, n).astype(np.float32), rng.integers(-8, 9, n).astype(np.float32) / 2,
+             (rng.standard_normal(n) * 3).astype(np.float32), (rng.standard_normal(n) * 40).astype(np.float32)]
+    b = np.choose(rng.integers(0, 4, n), kinds).astype(np.float32).view(np.uint32)
+    wild = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    return np.where(rng.random(n) < 1 / 16, wild, b).astype(np.uint32)
+
+
+def bases(n: int, seed: int) -> np.ndarray:
+    """pow's a as float32 bits: values of every scale and sign, exact powers of two, one in sixteen
+    any pattern."""
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal(n) * np.exp2(rng.integers(-8, 8, n))).astype(np.float32)
+    a[::7] = np.exp2(rng.integers(-5, 6, a[::7].size)).astype(np.float32) * rng.choice([-1, 1], a[::7].size)
+    wild = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    return np.where(rng.random(n) < 1 / 16, wild, a.view(np.uint32)).astype(np.uint32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pocl_pow_gives_the_cpu_bytes_and_runs_as_its_own_kernel(dtype: str, opencl_device: str) -> None:
+    """pow in binary64 with a bound in both dtypes (bf16 operands: their float32 bits' top halves);
+    fused after a product and before an add on the CPU, a kernel of its own on the device."""
+    dt = getattr(tgrad, dtype)
+    a, b = bases(6000, 1), exponents(6000, 2)
+    if dt is tgrad.bfloat16:  # bf16 values: the float32 patterns truncated (NaN payloads kept NaN)
+        a, b = a & np.uint32(0xFFFF0000), b & np.uint32(0xFFFF0000)
+    mk = lambda bits, dev: tgrad.Tensor.from_numpy(bits.view(np.float32), dtype=dt, device=dev)
+    view = np.uint16 if dt is tgrad.bfloat16 else np.uint32
+    before = device_host("pow", dt is tgrad.bfloat16)
+    want, got = tgrad.ops.apply("pow", mk(a, "cpu"), mk(b, "cpu")), tgrad.ops.apply("pow", mk(a, "opencl"), mk(b, "opencl"))
+    w, g = np.ascontiguousarray(want.numpy()).view(view), np.ascontiguousarray(got.numpy()).view(view)
+    assert np.array_equal(w, g), f"{np.count_nonzero(w != g)} differ"
+    assert device_host("pow", dt is tgrad.bfloat16) > before  # the NaNs, infinities, zeros and midpoints went to the host
+    xc, xg = mk(a, "cpu").reshape(60, 100), mk(a, "opencl").reshape(60, 100)
+    yc, yg = mk(b[:100], "cpu"), mk(b[:100], "opencl")
+    chain = lambda x, y: tgrad.ops.apply("pow", (x * 0.5).transpose(0, 1), y.reshape(100, 1)) + 1.0
+    out = chain(xg, yg)
+    assert len(out.explain(json=True)["steps"]) == 3  # the product, pow alone, the add
+    if dt is tgrad.bfloat16:  # (float32 ops are never fused)
+        assert "runs as its own kernel" in out.explain()
+    assert np.array_equal(np.ascontiguousarray(out.numpy()).view(view), np.ascontiguousarray(chain(xc, yc).numpy()).view(view))
+
+
 def test_pocl_leaves_subnormal_inputs_to_the_host(opencl_device: str) -> None:
     """A subnormal input is undecided in every op (the device may flush it): the host recomputes
     exactly those elements, and the result is the CPU's."""
@@ -153,14 +205,17 @@ def test_pocl_leaves_subnormal_inputs_to_the_host(opencl_device: str) -> None:
         assert np.array_equal(got, _bits(tgrad.ops.apply(name, _f32(x)))), name
 
 
-def test_gelu_its_derivative_and_pow_in_float32_are_refused_on_a_device(opencl_device: str) -> None:
-    x = _f32(np.array([0x3F800000, 0x40000000], np.uint32), "opencl")
-    with pytest.raises(errors.DtypeUnsupportedError, match="float32 gelu runs on the CPU only"):
-        tgrad.ops.apply("gelu", x)
-    with pytest.raises(errors.DtypeUnsupportedError, match="float32 pow runs on the CPU only"):
-        tgrad.ops.apply("pow", x, x)
-    with pytest.raises(errors.DtypeUnsupportedError, match="float32 gelu_backward runs on the CPU only"):
-        tgrad.ops.apply("gelu_backward", x, x)
+def test_every_elementwise_op_is_made_in_float32_on_a_device_with_the_cpu_bytes(opencl_device: str) -> None:
+    """No op of the registry is refused in float32 on a GPU device any more (integers or binary64)."""
+    rng = np.random.default_rng(4)
+    a = (rng.standard_normal(257) * 3).astype(np.float32)
+    b = (rng.standard_normal(257) * 2).astype(np.float32)
+    for name, info in tgrad.ops.REGISTRY.items():
+        args = [a, b][: info.arity]
+        want = tgrad.ops.apply(name, *[tgrad.Tensor.from_numpy(v, dtype=tgrad.float32) for v in args])
+        got = tgrad.ops.apply(name, *[tgrad.Tensor.from_numpy(v, dtype=tgrad.float32, device="opencl") for v in args])
+        assert got.device == "opencl", name
+        assert np.array_equal(_bits(got), _bits(want)), name
 
 
 @pytest.mark.parametrize("lang", ["msl", "opencl", "cuda"])
@@ -173,8 +228,11 @@ def test_transcendental_kernels_render_with_flags_in_every_language(lang: str) -
     for name in GRADS:
         k = R.render_tensor(tgrad.ops.apply(name, x[::-1], x), None, lang)
         assert f"tg_tf_{name}(v, e0[" in k.source and k.buffer_names[-1] == "f", name
-    with pytest.raises(errors.RouteNotEligibleError, match="no float32 kernel spelling"):
-        R.render_tensor(tgrad.ops.apply("gelu", x), None, lang)
+    k = R.render_tensor(tgrad.ops.apply("pow", x[::-1], x), None, lang)
+    assert "tg_tf_pow(v, e0[" in k.source and k.buffer_names[-1] == "f"
+    xb = tgrad.Tensor.from_numpy(np.arange(6, dtype=np.float32))
+    k = R.render_tensor(tgrad.ops.apply("pow", xb[::-1], xb), None, lang)
+    assert "tg_tf_pow_bf16(v, e0[" in k.source and "v = (ushort)r;" in k.source and k.buffer_names[-1] == "f"
 
 
 # ---- the emulators -----------------------------------------------------------------------------------
@@ -222,6 +280,10 @@ def test_the_generated_transcendental_kernels_decide_only_the_cpu_bytes(lang: st
         for ftz in (False, True):
             wrong, _ = _wrong_decisions(emu, lang, name, x, ftz=ftz, g=g)
             assert wrong == 0, (name, ftz)
+    a, b = bases(3000, 5), exponents(3000, 6)
+    for ftz in (False, True):
+        wrong, undecided = _wrong_decisions(emu, lang, "pow", a, ftz=ftz, g=b)
+        assert wrong == 0, ("pow", ftz)
 
 
 def near_midpoints() -> np.ndarray:

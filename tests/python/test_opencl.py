@@ -134,9 +134,9 @@ def test_elementwise_ops_on_opencl_tensors_match_the_cpu_bytes(opencl_device: st
             _ew("add", xc, bd)
 
 
-def test_the_new_table_ops_on_opencl_match_the_cpu_and_pow_is_refused(opencl_device: str) -> None:
-    # sqrt, log, log1p, sin, cos render as table reads (the CPU's tables); pow has no device
-    # function, so a graph with it is refused with a typed error before anything runs
+def test_the_new_table_ops_and_pow_on_opencl_match_the_cpu(opencl_device: str) -> None:
+    # sqrt, log, log1p, sin, cos render as table reads (the CPU's tables); pow evaluates in
+    # binary64 with a bound, as its own kernel (tests/python/test_gpu_transcendental_f32.py)
     x = np.random.default_rng(5).standard_normal((40, 60)).astype(np.float32) * 30
     chain = lambda t: tgrad.cos(tgrad.sin(tgrad.log1p(tgrad.log(tgrad.sqrt(t.abs())).abs())))  # noqa: E731
     with tgrad.Tensor.from_numpy(x) as xc, tgrad.Tensor.from_numpy(x, device="opencl") as xd:
@@ -144,8 +144,8 @@ def test_the_new_table_ops_on_opencl_match_the_cpu_and_pow_is_refused(opencl_dev
         got = chain(xd)
         assert got.route == "opencl.elementwise"
         assert np.array_equal(got.numpy().view(np.uint16), want)
-        with pytest.raises(errors.RouteNotEligibleError, match="no kernel spelling"):
-            (xd ** 2).realize()
+        for e in (2, 3, 0.5, -1.5):
+            assert np.array_equal((xd ** e).numpy().view(np.uint16), (xc ** e).numpy().view(np.uint16)), e
 
 
 @pytest.mark.parametrize("name", ["rsqrt_backward", "sqrt_backward", "sigmoid_backward", "tanh_backward",
@@ -155,8 +155,7 @@ def test_derivatives_give_the_cpu_bytes_on_opencl(name: str, opencl_device: str)
     g gelu'(x), g gelu_tanh'(x), g silu'(x), g times f'(x) read from the op's table (an interval
     with a 64-bit significand, kernels/gpu/elementwise.h): every bf16 first operand against random
     g, every g against random first operands, and every special value against every other, on the
-    device as on the CPU; float32 operands the CPU's bytes too (binary64 with a bound), but
-    gelu_backward's, refused when the node is made (no float32 spelling)."""
+    device as on the CPU; float32 operands the CPU's bytes too (binary64 with a bound)."""
     rng = np.random.default_rng(8)
     every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     specials = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,
@@ -172,11 +171,8 @@ def test_derivatives_give_the_cpu_bytes_on_opencl(name: str, opencl_device: str)
     f32 = (np.random.default_rng(9).standard_normal((4, 5)) * 0.7).astype(np.float32)
     with tgrad.Tensor.from_numpy(f32, dtype=tgrad.float32, device="opencl") as fd, \
             tgrad.Tensor.from_numpy(f32, dtype=tgrad.float32) as fc:
-        if name == "gelu_backward":  # no erfc in the device text: refused when the node is made
-            with pytest.raises(errors.DtypeUnsupportedError, match="runs on the CPU only"):
-                op(fd, fd).realize()
-        else:  # binary64 with a bound (tests/python/test_gpu_transcendental_f32.py has the rest)
-            assert np.array_equal(op(fd, fd).numpy().view(np.uint32), op(fc, fc).numpy().view(np.uint32))
+        # binary64 with a bound (tests/python/test_gpu_transcendental_f32.py has the rest)
+        assert np.array_equal(op(fd, fd).numpy().view(np.uint32), op(fc, fc).numpy().view(np.uint32))
 
 
 @pytest.mark.parametrize("name", ["gelu_backward", "silu_backward"])

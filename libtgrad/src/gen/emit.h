@@ -145,6 +145,8 @@ extern const char tg_gen_softmath_prelude[];
 /* kernels/gpu/transcendental_f32.h: the float32 transcendental ops in binary64 with their bounds
  * (after the double API and softmax.h) */
 extern const char tg_gen_transcendental_f32_prelude[];
+/* kernels/gpu/derivatives_pow.h: the float32 derivative ops and pow in binary64 (after it) */
+extern const char tg_gen_derivatives_pow_prelude[];
 /* kernels/gpu/optim.h's text (the same), pasted after the float32 one into each optimizer kernel */
 extern const char tg_gen_optim_prelude[];
 /* The elementwise prelude of the chain's dtype (float32: after the tg_u64 typedef), when it has ops. */

@@ -10,8 +10,8 @@
  * division accuracy or fast-math setting (tests/c/test_gpu_elementwise.c compiles the prelude as C
  * against the CPU loops). A float32 chain (a standalone float32 elementwise kernel) uses the
  * prelude kernels/gpu/elementwise_f32.h the same way (integers only, no double: every language,
- * MSL included; tests/c/test_gpu_elementwise_f32.c). Its transcendental ops (but gelu) evaluate
- * in binary64 with a bound (kernels/gpu/transcendental_f32.h, after the double kinds' head): an
+ * MSL included; tests/c/test_gpu_elementwise_f32.c). Its transcendental and derivative ops, and
+ * pow in either dtype, evaluate in binary64 with a bound (kernels/gpu/transcendental_f32.h, after the double kinds' head): an
  * element the bound leaves undecided is flagged and rerun on the host with the CPU's code
  * (tg_gen_chain_flags; tests/c/test_gpu_transcendental_f32.c). Ops with no spelling are refused
  * (tg_gen_f32_renders). */
@@ -31,44 +31,45 @@ typedef struct ew_spelling {
     /* float32 in binary64: transcendental_f32.h's device function, which marks an element its
      * bound leaves undecided (the kernel's flags; the host reruns it); NULL: not rendered */
     const char *f64;
+    const char *bf64; /* the same for bf16 (pow); NULL: fn or the table */
 } ew_spelling;
 
 static const ew_spelling spellings[] = {
-    { TGRAD_OP_RELU, "tg_bf_relu", "tg_f32_relu", NULL },          { TGRAD_OP_NEG, "tg_bf_neg", "tg_f32_neg", NULL },
-    { TGRAD_OP_ABS, "tg_bf_abs", "tg_f32_abs", NULL },             { TGRAD_OP_SQUARE, "tg_bf_square", "tg_f32_square", NULL },
-    { TGRAD_OP_ADD, "tg_bf_add", "tg_f32_add", NULL },             { TGRAD_OP_SUB, "tg_bf_sub", "tg_f32_sub", NULL },
-    { TGRAD_OP_MUL, "tg_bf_mul", "tg_f32_mul", NULL },             { TGRAD_OP_DIV, "tg_bf_div", "tg_f32_div", NULL },
-    { TGRAD_OP_MAXIMUM, "tg_bf_maximum", "tg_f32_maximum", NULL }, { TGRAD_OP_MINIMUM, "tg_bf_minimum", "tg_f32_minimum", NULL },
-    { TGRAD_OP_SQRT, NULL, "tg_f32_sqrt", NULL },
+    { TGRAD_OP_RELU, "tg_bf_relu", "tg_f32_relu", NULL, NULL },          { TGRAD_OP_NEG, "tg_bf_neg", "tg_f32_neg", NULL, NULL },
+    { TGRAD_OP_ABS, "tg_bf_abs", "tg_f32_abs", NULL, NULL },             { TGRAD_OP_SQUARE, "tg_bf_square", "tg_f32_square", NULL, NULL },
+    { TGRAD_OP_ADD, "tg_bf_add", "tg_f32_add", NULL, NULL },             { TGRAD_OP_SUB, "tg_bf_sub", "tg_f32_sub", NULL, NULL },
+    { TGRAD_OP_MUL, "tg_bf_mul", "tg_f32_mul", NULL, NULL },             { TGRAD_OP_DIV, "tg_bf_div", "tg_f32_div", NULL, NULL },
+    { TGRAD_OP_MAXIMUM, "tg_bf_maximum", "tg_f32_maximum", NULL, NULL }, { TGRAD_OP_MINIMUM, "tg_bf_minimum", "tg_f32_minimum", NULL, NULL },
+    { TGRAD_OP_SQRT, NULL, "tg_f32_sqrt", NULL, NULL },
     /* the derivative ops integers reach exactly: relu's (a selection), and in bf16 rsqrt's (g y^3:
      * 32 bits), sqrt's (a quotient), sigmoid's and tanh's (two exact products' difference); gelu's,
      * gelu_tanh's and silu's: g times f'(x) from the op's table, exact in integers. In float32 (but
-     * relu's) they evaluate in binary64 with a bound, as the transcendentals below; gelu's needs
-     * an erfc no device text has */
-    { TGRAD_OP_RELU_BACKWARD, "tg_bf_relu_backward", "tg_f32_relu_backward", NULL },
-    { TGRAD_OP_RSQRT_BACKWARD, "tg_bf_rsqrt_backward", NULL, "tg_tf_rsqrt_backward" },
-    { TGRAD_OP_SQRT_BACKWARD, "tg_bf_sqrt_backward", NULL, "tg_tf_sqrt_backward" },
-    { TGRAD_OP_SIGMOID_BACKWARD, "tg_bf_sigmoid_backward", NULL, "tg_tf_sigmoid_backward" },
-    { TGRAD_OP_TANH_BACKWARD, "tg_bf_tanh_backward", NULL, "tg_tf_tanh_backward" },
-    { TGRAD_OP_GELU_BACKWARD, "tg_bf_table_grad", NULL, NULL },
-    { TGRAD_OP_GELU_TANH_BACKWARD, "tg_bf_table_grad", NULL, "tg_tf_gelu_tanh_backward" },
-    { TGRAD_OP_SILU_BACKWARD, "tg_bf_table_grad", NULL, "tg_tf_silu_backward" },
+     * relu's) they evaluate in binary64 with a bound, as the transcendentals below */
+    { TGRAD_OP_RELU_BACKWARD, "tg_bf_relu_backward", "tg_f32_relu_backward", NULL, NULL },
+    { TGRAD_OP_RSQRT_BACKWARD, "tg_bf_rsqrt_backward", NULL, "tg_tf_rsqrt_backward", NULL },
+    { TGRAD_OP_SQRT_BACKWARD, "tg_bf_sqrt_backward", NULL, "tg_tf_sqrt_backward", NULL },
+    { TGRAD_OP_SIGMOID_BACKWARD, "tg_bf_sigmoid_backward", NULL, "tg_tf_sigmoid_backward", NULL },
+    { TGRAD_OP_TANH_BACKWARD, "tg_bf_tanh_backward", NULL, "tg_tf_tanh_backward", NULL },
+    { TGRAD_OP_GELU_BACKWARD, "tg_bf_table_grad", NULL, "tg_tf_gelu_backward", NULL },
+    { TGRAD_OP_GELU_TANH_BACKWARD, "tg_bf_table_grad", NULL, "tg_tf_gelu_tanh_backward", NULL },
+    { TGRAD_OP_SILU_BACKWARD, "tg_bf_table_grad", NULL, "tg_tf_silu_backward", NULL },
     /* the transcendentals read 65,536-entry tables in bf16; in float32 they evaluate in binary64
      * with a bound, an element it leaves undecided rerun on the host (transcendental_f32.h), but
-     * rsqrt, whose exact value integers reach, and gelu, whose erfc no device text has */
-    { TGRAD_OP_GELU, NULL, NULL, NULL },
-    { TGRAD_OP_GELU_TANH, NULL, NULL, "tg_tf_gelu_tanh" },
-    { TGRAD_OP_SILU, NULL, NULL, "tg_tf_silu" },
-    { TGRAD_OP_SIGMOID, NULL, NULL, "tg_tf_sigmoid" },
-    { TGRAD_OP_TANH, NULL, NULL, "tg_tf_tanh" },
-    { TGRAD_OP_EXP, NULL, NULL, "tg_tf_exp" },
-    { TGRAD_OP_RSQRT, NULL, "tg_f32_rsqrt", NULL }, /* float32: exact in integers (elementwise_f32.h) */
-    { TGRAD_OP_LOG, NULL, NULL, "tg_tf_log" },
-    { TGRAD_OP_LOG1P, NULL, NULL, "tg_tf_log1p" },
-    { TGRAD_OP_SIN, NULL, NULL, "tg_tf_sin" },
-    { TGRAD_OP_COS, NULL, NULL, "tg_tf_cos" },
-    /* pow has no spelling: no integer-only device function yet (its CPU evaluation needs libm's
-     * pow and binary128), so a GPU chain with pow is refused as not eligible (a typed error) */
+     * rsqrt, whose exact value integers reach */
+    { TGRAD_OP_GELU, NULL, NULL, "tg_tf_gelu", NULL },
+    { TGRAD_OP_GELU_TANH, NULL, NULL, "tg_tf_gelu_tanh", NULL },
+    { TGRAD_OP_SILU, NULL, NULL, "tg_tf_silu", NULL },
+    { TGRAD_OP_SIGMOID, NULL, NULL, "tg_tf_sigmoid", NULL },
+    { TGRAD_OP_TANH, NULL, NULL, "tg_tf_tanh", NULL },
+    { TGRAD_OP_EXP, NULL, NULL, "tg_tf_exp", NULL },
+    { TGRAD_OP_RSQRT, NULL, "tg_f32_rsqrt", NULL, NULL }, /* float32: exact in integers (elementwise_f32.h) */
+    { TGRAD_OP_LOG, NULL, NULL, "tg_tf_log", NULL },
+    { TGRAD_OP_LOG1P, NULL, NULL, "tg_tf_log1p", NULL },
+    { TGRAD_OP_SIN, NULL, NULL, "tg_tf_sin", NULL },
+    { TGRAD_OP_COS, NULL, NULL, "tg_tf_cos", NULL },
+    /* pow, in either dtype: binary64 with a bound, as the transcendentals (the scheduler gives it
+     * a kernel of its own on a GPU device: tg_gen_ew_runs_alone) */
+    { TGRAD_OP_POW, NULL, NULL, "tg_tf_pow", "tg_tf_pow_bf16" },
 };
 
 static const ew_spelling *spelling_of(tgrad_op op) {
@@ -87,11 +88,19 @@ bool tg_gen_f32_renders(tgrad_op op) {
     return sp && (sp->f32 || sp->f64);
 }
 
+/* op's binary64 device function in the chain's dtype (NULL: integers, a table, or none). */
+static const char *binary64_fn(bool f32, const ew_spelling *sp) {
+    if (!sp) return NULL;
+    return f32 ? (sp->f32 ? NULL : sp->f64) : (sp->fn ? NULL : sp->bf64);
+}
+
+bool tg_gen_ew_runs_alone(tgrad_op op, int32_t dtype) {
+    return binary64_fn(dtype == TGRAD_DTYPE_F32, spelling_of(op)) != NULL;
+}
+
 bool tg_gen_chain_flags(const tg_gen_chain *c) {
-    for (int32_t i = 0; c->f32 && i < c->n; i++) {
-        const ew_spelling *sp = spelling_of(c->ops[i].op);
-        if (sp && !sp->f32 && sp->f64) return true;
-    }
+    for (int32_t i = 0; i < c->n; i++)
+        if (binary64_fn(c->f32, spelling_of(c->ops[i].op))) return true;
     return false;
 }
 
@@ -139,9 +148,13 @@ tgrad_status tg_gen_check_chain(const char *route, const tg_lang *l, const tg_ge
                      sp ? "float32 " : "", sp ? " (it runs in float32 on the CPU only)" : "");
             return tg_not_eligible(route, l->name, why, o->op, 0, 0);
         }
-        if (c->f32 && !sp->f32 && c->n != 1) /* its flags are the kernel's: one op alone */
-            return tg_not_eligible(route, l->name, "op %lld in float32 evaluates in binary64 and runs alone, not in "
-                                   "a chain of %lld ops", o->op, c->n, 0);
+        if (binary64_fn(c->f32, sp) && (c->n != 1 || strcmp(route, "elementwise") != 0)) {
+            /* its flags are the standalone kernel's: one op alone */
+            char why[200];
+            snprintf(why, sizeof why, "op %%lld (%s) evaluates in binary64 and runs as its own elementwise kernel, not "
+                     "in a chain of %%lld ops or an epilogue", tgrad_op_name(o->op));
+            return tg_not_eligible(route, l->name, why, o->op, c->n, 0);
+        }
         if (!c->f32 && tg_ew_grad_from_table(o->op) && !tg_ew_grad_tables_here()) {
             char why[200];
             snprintf(why, sizeof why, "op %%lld (%s) reads a table of f'(x) built in binary128, which this build "
@@ -228,6 +241,7 @@ void tg_gen_emit_prelude(const emitter *e, const tg_gen_chain *c) {
         tg_emit_double_api(e);
         tg_gen_emit_text(e, tg_gen_softmax_prelude);
         tg_gen_emit_text(e, tg_gen_transcendental_f32_prelude);
+        tg_gen_emit_text(e, tg_gen_derivatives_pow_prelude);
         return;
     }
     if (c->f32) E("typedef %s tg_u64;\n", e->l->u64);
@@ -252,24 +266,25 @@ void tg_gen_emit_chain(const emitter *e, const tg_gen_chain *c, const char *inde
     for (int32_t i = 0; i < c->n; i++) {
         const tg_gen_ew_op *o = &c->ops[i];
         const ew_spelling *sp = spelling_of(o->op);
-        const char *fn = fn_of(c, sp);
+        const char *fn = fn_of(c, sp), *d64 = binary64_fn(c->f32, sp);
         if (fn && reads_table(c, o->op)) { /* a derivative op with its table */
             char name[8], operand[TGRAD_MAX_DIMS * 48 + 48], idx[TGRAD_MAX_DIMS * 48 + 32];
             binding_name(c, &b[table_binding(c, b, nb, o->op)], name, sizeof name);
             tg_view_index(idx, sizeof idx, &o->operand, coord);
             snprintf(operand, sizeof operand, "%se%d[%s]", c->tag ? c->tag : "", (int)i, idx);
             emit_table_grad(e, o, indent, name, operand);
-        } else if (!fn && c->f32) { /* binary64 with a bound: the element's flag (tg_gen_chain_flags) */
+        } else if (d64) { /* binary64 with a bound: the element's flag (tg_gen_chain_flags) */
             if (is_binary(o->op)) {
                 char idx[TGRAD_MAX_DIMS * 48 + 32], other[TGRAD_MAX_DIMS * 48 + 48];
                 tg_view_index(idx, sizeof idx, &o->operand, coord);
                 snprintf(other, sizeof other, "%se%d[%s]", c->tag ? c->tag : "", (int)i, idx);
-                E("%s{\n%s    const tg_u64 r = %s(%s, %s);\n", indent, indent, sp->f64, o->value_right ? other : "v",
+                E("%s{\n%s    const tg_u64 r = %s(%s, %s);\n", indent, indent, d64, o->value_right ? other : "v",
                   o->value_right ? "v" : other);
             } else {
-                E("%s{\n%s    const tg_u64 r = %s(v);\n", indent, indent, sp->f64);
+                E("%s{\n%s    const tg_u64 r = %s(v);\n", indent, indent, d64);
             }
-            E("%s    v = (uint)r;\n%s    undecided |= (uint)(r >> 32);\n%s}\n", indent, indent, indent);
+            E("%s    v = (%s)r;\n%s    undecided |= (uint)(r >> 32);\n%s}\n", indent, c->f32 ? "uint" : "ushort", indent,
+              indent);
         } else if (!fn) {
             char name[8];
             binding_name(c, &b[table_binding(c, b, nb, o->op)], name, sizeof name);

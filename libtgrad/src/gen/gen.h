@@ -124,14 +124,19 @@ typedef struct tg_gen_binding {
 } tg_gen_binding;
 
 TG_HIDDEN int32_t tg_gen_chain_bindings(const tg_gen_chain *c, tg_gen_binding out[TG_GEN_MAX_BINDINGS]);
-/* Whether the GPU routes render op in float32 (the arithmetic and bit ops in integers, the
- * transcendental ones but gelu in binary64; not pow nor the derivative ops but relu's): asked by
- * tgrad_unary and tgrad_binary before a float32 node on a device is made. */
+/* Whether the GPU routes render op in float32 (the arithmetic and bit ops and relu_backward in
+ * integers; the transcendental and derivative ops and pow in binary64: every op of the registry
+ * since 2026-12-06): asked by tgrad_unary and tgrad_binary before a float32 node on a device is
+ * made. */
 TG_HIDDEN bool tg_gen_f32_renders(tgrad_op op);
 /* Whether a float32 chain evaluates an op in binary64 (kernels/gpu/transcendental_f32.h): its
  * kernel then writes a flag per element (binding f, last), set where the op's bound leaves the
- * element undecided, which the host reruns (tg_ew32_on_host). */
+ * element undecided, which the host reruns (tg_ew_on_host). */
 TG_HIDDEN bool tg_gen_chain_flags(const tg_gen_chain *c);
+/* Whether op in dtype evaluates in binary64 on the GPU routes (the float32 transcendentals, pow in
+ * either dtype): its kernel runs it alone (the scheduler fuses it with nothing, on every device,
+ * so that the CPU's steps are the GPU's). */
+TG_HIDDEN bool tg_gen_ew_runs_alone(tgrad_op op, int32_t dtype);
 
 /* A batched product's batch axes: at most the dimensions before the two matrix axes. */
 enum { TG_GEN_MAX_BATCH = TGRAD_MAX_DIMS - 2 };

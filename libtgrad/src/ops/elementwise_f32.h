@@ -28,9 +28,10 @@ TG_HIDDEN void tg_ew32_binary(tgrad_op op, const uint32_t *a, int64_t sa, const 
                               int64_t n);
 /* The CPU executor of a float32 elementwise step (no fused ops: the scheduler fuses none). */
 TG_HIDDEN tgrad_status tg_ew32_execute(const tg_step *st);
-/* The elementwise kind's gpu_finish (kinds.h): a unary float32 step's elements its GPU kernel
- * flagged (kernels/gpu/transcendental_f32.h), recomputed on the host and uploaded again. */
-TG_HIDDEN tgrad_status tg_ew32_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
+/* The elementwise kind's gpu_finish (kinds.h; ops/elementwise_on_host.c): the elements a GPU
+ * kernel flagged (kernels/gpu/transcendental_f32.h: a float32 transcendental or derivative op,
+ * or pow in either dtype), recomputed on the host and uploaded again. */
+TG_HIDDEN tgrad_status tg_ew_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
 /* Add n to op's TGRAD_DEBUG_F32_DEVICE_HOST count (tgrad_debug_f32_slow_path). */
 TG_HIDDEN void tg_ew32_count_device_host(tgrad_op op, int64_t n);
 

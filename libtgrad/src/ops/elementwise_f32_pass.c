@@ -2,10 +2,7 @@
  * broadcast to the output's shape by tgrad_unary / tgrad_binary) into the compact output, in runs
  * along the last axis, threaded over the pool for big outputs (cpu/runs.h). Every element is
  * computed alone by elementwise_f32.c, so the split into runs and tasks cannot change a byte. */
-#include <stdio.h>
-
 #include "../cpu/runs.h"
-#include "../kinds.h"
 #include "elementwise_f32.h"
 
 enum { RUN = 512, PASS_ALONE = 1 << 14, TASK_MIN = 1 << 12 };
@@ -61,42 +58,4 @@ tgrad_status tg_ew32_execute(const tg_step *st) {
     }
     tg_run_ranges(st->buf->numel, PASS_ALONE, TASK_MIN, 16, run_range, &J);
     return TGRAD_OK;
-}
-
-/* Element lin's offset in view v (row-major over v's shape). */
-static int64_t view_offset(const tg_view *v, int64_t lin) {
-    int64_t at = v->offset;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        at += (lin % v->shape[d]) * v->strides[d];
-        lin /= v->shape[d];
-    }
-    return at;
-}
-
-/* A GPU step's flagged elements (kernels/gpu/transcendental_f32.h left them undecided): each
- * recomputed here by the CPU's own op (a unary one, or a derivative op of two operands), the
- * output uploaded again. */
-tgrad_status tg_ew32_on_host(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
-    if (st->ninputs < 1 || st->ninputs > 2 || st->nfused)
-        return tg_fail(TGRAD_ERR_INTERNAL, "a flagged float32 elementwise step has %d inputs and %d fused ops",
-                       (int)st->ninputs, (int)st->nfused);
-    void *host[4];
-    size_t bytes[4];
-    char what[96];
-    snprintf(what, sizeof what, "float32 %s: cannot stage %lld flagged elements on the host", tgrad_op_name(st->ew),
-             (long long)flagged);
-    tgrad_status s = tg_device_stage_step(st, host, bytes, what);
-    if (s) return s;
-    const uint32_t *a = host[0], *b = host[1];
-    uint32_t *y = host[3];
-    for (int64_t i = 0; i < nflags && i < st->buf->numel; i++) {
-        if (!flags[i]) continue;
-        const uint32_t *ai = &a[view_offset(&st->inputs[0].view, i)];
-        if (st->ninputs == 1) tg_ew32_unary(st->ew, ai, &y[i], 1);
-        else tg_ew32_binary(st->ew, ai, 0, &b[view_offset(&st->inputs[1].view, i)], 0, &y[i], 1);
-    }
-    tg_ew32_count_device_host(st->ew, flagged);
-    s = tg_device_upload(st->device, st->buf->dev_mem, host[3], bytes[3]);
-    tg_device_staged_free(host);
-    return s;
 }

@@ -125,7 +125,11 @@ static inline float float_of(uint32_t u) {
     return v;
 }
 
-static _Atomic int64_t bf16_counts[3];
+static _Atomic int64_t bf16_counts[4]; /* evaluated, slow, undecided, left to the host by a GPU kernel */
+
+void tg_ew_pow_count_device_host(int64_t n) {
+    atomic_fetch_add_explicit(&bf16_counts[TGRAD_DEBUG_F32_DEVICE_HOST], n, memory_order_relaxed);
+}
 
 
 void tg_ew_pow_bf16(const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, uint16_t *y, int64_t n) {
@@ -154,9 +158,9 @@ TGRAD_API tgrad_status tgrad_debug_bf16_slow_path(tgrad_op op, int64_t *counts, 
     if (!counts || count < 1 || count > TGRAD_DEBUG_F32_COUNT)
         return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "debug_bf16_slow_path: counts is NULL or count %d is not 1 .. %d",
                        (int)count, TGRAD_DEBUG_F32_COUNT);
-    for (int32_t i = 0; i < count; i++) /* a bf16 op never leaves an element to the host (DEVICE_HOST: 0) */
-        counts[i] = i >= TGRAD_DEBUG_F32_DEVICE_HOST ? 0
-                    : op == TGRAD_OP_POW ? atomic_load_explicit(&bf16_counts[i], memory_order_relaxed)
-                                         : tg_ew_grad_bf16_count(op, i);
+    for (int32_t i = 0; i < count; i++) /* but pow, a bf16 kernel decides every element (DEVICE_HOST: 0) */
+        counts[i] = op == TGRAD_OP_POW ? atomic_load_explicit(&bf16_counts[i], memory_order_relaxed)
+                    : i >= TGRAD_DEBUG_F32_DEVICE_HOST ? 0
+                                                       : tg_ew_grad_bf16_count(op, i);
     return TGRAD_OK;
 }

@@ -22,6 +22,8 @@ typedef struct { int64_t evaluated, slow, undecided; } tg_pow_counts;
 /* pow over bf16 bits: y[i] = a[i * sa] ^ b[i * sb] (sa, sb each 0 or 1); counted in the bf16
  * counters. y may be an input. */
 TG_HIDDEN void tg_ew_pow_bf16(const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, uint16_t *y, int64_t n);
+/* Add n to bf16 pow's TGRAD_DEBUG_F32_DEVICE_HOST count: elements a GPU kernel left to the host. */
+TG_HIDDEN void tg_ew_pow_count_device_host(int64_t n);
 /* The same over float32 bits; the counts are returned for elementwise_f32.c's counters. */
 TG_HIDDEN tg_pow_counts tg_ew_pow_f32(const uint32_t *a, int64_t sa, const uint32_t *b, int64_t sb, uint32_t *y,
                                       int64_t n);

@@ -4,8 +4,7 @@
  * broadcast axis), so the executors only ever see same-shape operands. The node computes in
  * bfloat16 or float32; a bf16 operand meeting a float32 one is first cast to float32 (exact:
  * torch's promotion); on GPU devices float32 nodes are made for the ops the GPU routes render in
- * float32 (tg_gen_f32_renders: the arithmetic and bit ops, the transcendental ones but gelu), the
- * others refused. */
+ * float32 (tg_gen_f32_renders: every op since 2026-12-06), the others refused. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -66,9 +65,8 @@ static tgrad_status check_dtypes(tgrad_op op, const tg_tensor *t, int32_t arity,
     }
     if (*dtype == TGRAD_DTYPE_F32 && t[0].buf->device != TGRAD_DEVICE_CPU && !tg_gen_f32_renders(op))
         return tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED,
-                       "%s: float32 %s runs on the CPU only (the tensor lives on %s; the GPU routes render the "
-                       "float32 arithmetic, bit and transcendental ops but gelu, not pow nor the derivative ops "
-                       "but relu's: cast to bfloat16 first)",
+                       "%s: float32 %s runs on the CPU only (the tensor lives on %s, whose routes have no "
+                       "float32 kernel for it: cast to bfloat16 first)",
                        fn, tgrad_op_name(op), tg_device_name(t[0].buf->device));
     return TGRAD_OK;
 }

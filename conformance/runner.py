@@ -222,8 +222,8 @@ def _run_graph(tgrad: Any, case: GraphCase, device: str, per_route: Callable[[st
         for t in tensors:
             t.release()
     if failures and all("route_not_eligible" in f and "has no kernel spelling" in f for f in failures):
-        # an op the GPU prelude cannot spell (pow) is refused on the device, by design and typed:
-        # not covered there, and said so
+        # an op the GPU prelude cannot spell (none in the rosters since pow, 2026-12-06) is refused
+        # on the device, by design and typed: not covered there, and said so
         return "skip", f"an op has no GPU kernel spelling (refused with RouteNotEligibleError): {failures[0][:200]}"
     if failures:
         return "fail", "; ".join(failures)
@@ -413,28 +413,36 @@ class _MslEmu:
             nsteps = len(out.explain(json=True)["steps"])
             kernels = [self.render.render_tensor(out, route, self.LANG, step=i) for i in range(nsteps)]
             self.emu.compile_many([k.source for k in kernels if 0 not in k.grid])
-            for k in kernels:
-                self._run_step(k, memory)
+            steps = out.explain(json=True)["steps"]
+            for k, step in zip(kernels, steps):
+                self._run_step(k, memory, step)
             last = kernels[-1]
             result = memory[last.buffer_ids[last.buffer_names.index("dst" if last.route == "copy" else "c")]]
             return np.array(result.reshape(out.shape)), fused
         finally:
             out.release()
 
-    def _run_step(self, k: Any, memory: dict[int, np.ndarray]) -> None:
-        """One kernel: its inputs from memory (tables from the CPU), its output into memory."""
+    def _run_step(self, k: Any, memory: dict[int, np.ndarray], step: dict[str, Any]) -> None:
+        """One kernel: its inputs from memory (tables from the CPU), its output into memory; the
+        elements a binary64 kernel flags (pow) recomputed by the CPU, as the device executor does."""
         assert self.emu is not None
         tables = k.tables()
         out_at = k.buffer_names.index("dst" if k.route == "copy" else "c")
+        flags_at = k.buffer_names.index("f") if "f" in k.buffer_names else -1
         bufs = []
         for i, (name, bid, n) in enumerate(zip(k.buffer_names, k.buffer_ids, k.buffer_elements)):
             if i == out_at:
                 bufs.append(np.full(n, 0xFFFF, np.uint16))  # unwritten outputs show as NaN
+            elif i == flags_at:
+                bufs.append(np.full(n, 0xFFFFFFFF, np.uint32))  # every flag written by the kernel
             else:
                 bufs.append(self._table(tables[name]) if bid == 0 else memory[bid][:n])
         if 0 not in k.grid:
-            bufs[out_at] = self.emu.run(self.emu.compile(k.source), k.grid, k.threadgroup, bufs,
-                                        [i != out_at for i in range(len(bufs))])[out_at]
+            ran = self.emu.run(self.emu.compile(k.source), k.grid, k.threadgroup, bufs,
+                               [i not in (out_at, flags_at) for i in range(len(bufs))])
+            bufs[out_at] = ran[out_at]
+            if flags_at >= 0:
+                bufs[out_at] = _rerun_flagged(step, memory, np.array(bufs[out_at]), np.asarray(ran[flags_at]))
         memory[k.buffer_ids[out_at]] = bufs[out_at]
 
     def environment(self) -> dict[str, Any]:
@@ -442,6 +450,31 @@ class _MslEmu:
 
         return {"cpu_isa": tgrad.cpu_isa(), "threads": tgrad.num_threads(),
                 "library_version": tgrad.version(), "cxx": self.compiler}
+
+
+def _rerun_flagged(step: dict[str, Any], memory: dict[int, np.ndarray], out: np.ndarray,
+                   flags: np.ndarray) -> np.ndarray:
+    """A bf16 elementwise step's flagged elements (its op alone, operands through the views explain
+    gives) computed by the CPU's loops (tgrad_debug_elementwise), as tg_ew_on_host does."""
+    from tgrad import ops
+    from tgrad._ffi import ffi, lib
+
+    at = np.flatnonzero(flags[: out.size])
+    if not at.size:
+        return out
+    shape = step["output"]["shape"]
+    coords = np.unravel_index(at, shape)
+    vals = []
+    for operand in step["inputs"][:2]:
+        where = operand["offset"] + sum(c * s for c, s in zip(coords, operand["strides"]))
+        vals.append(np.ascontiguousarray(memory[operand["buffer"]][where]).astype(np.uint16))
+    got = np.empty(at.size, np.uint16)
+    second = ffi.from_buffer("uint16_t[]", vals[1]) if len(vals) == 2 else ffi.NULL
+    status = lib.tgrad_debug_elementwise(ops.REGISTRY[step["op"]].code, ffi.from_buffer("uint16_t[]", vals[0]), second,
+                                         ffi.from_buffer("uint16_t[]", got), at.size)
+    assert status == 0, step["op"]
+    out[at] = got
+    return out
 
 
 @contextlib.contextmanager

@@ -187,6 +187,7 @@ const tg_kind tg_kinds[TG_OP_COUNT_] = {
                             .vjp = &tg_vjp_elementwise },
     [TG_OP_CAST] = { .name = "cast", .role = TG_ROLE_ELEMENTWISE, .decide = decide_cast, .cpu_execute = tg_cast_execute,
                      .gpu_render = tg_step_render_cast, .gpu_route = TGRAD_ROUTE_CAST, .unfused = "a cast is not fused",
+                     .gpu_finish = tg_cast_flagged, /* float -> int32: a NaN or out-of-range element fails */
                      .base_name = name_kind, .vjp = &tg_vjp_cast },
     [TG_OP_REDUCE] = { .name = "reduce", .role = TG_ROLE_REDUCTION, .decide = decide_reduce,
                        .cpu_execute = tg_reduce_execute, .gpu_render = tg_step_render_reduce,

@@ -93,6 +93,8 @@ TG_HIDDEN tgrad_status tg_kind_make_unary(tgrad_status s, tg_op op, tg_tensor *t
 
 /* Executors and routes of the kinds that live in their own files. */
 TG_HIDDEN tgrad_status tg_cast_execute(const tg_step *st);
+/* The cast kind's gpu_finish: a float -> int32 kernel's flagged elements fail the cast (ops/cast.c). */
+TG_HIDDEN tgrad_status tg_cast_flagged(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged);
 TG_HIDDEN tgrad_status tg_reduce_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_execute(const tg_step *st);
 TG_HIDDEN tgrad_status tg_gather_device_check(const tg_step *st); /* ops/gather.c */

@@ -114,6 +114,8 @@ tgrad_status tg_step_render_cast(const tg_step *st, const tg_route *route, const
     tgrad_status s = tg_gen_check_cast(l, &in[0].view, in[0].buf->dtype, st->buf->dtype);
     if (!s) s = tg_gen_render_cast(l, &in[0].view, in[0].buf->dtype, st->buf->dtype, &k->text, &k->launch);
     k->bufs[0] = in[0].buf, k->bufs[1] = st->buf;
+    if (!s && st->buf->dtype == TGRAD_DTYPE_I32) /* binding f: a flag per element (tg_cast_flagged) */
+        k->flags_at = 2, k->nflags = (int64_t)k->launch.buffer_elements[2];
     return s;
 }
 

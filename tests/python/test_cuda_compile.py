@@ -6,7 +6,7 @@ eligible) and under naive and tiled in the block32 order, a copy of each of its 
 and each step of each graph case's schedule (fused and unfused, every route) exactly as
 tgrad.render.render_tensor renders it for a device, epilogues included, and so is each step of
 each reduction case (conformance.reductions: the reduce route, its prologues and epilogues) and a
-few bfloat16 <-> float32 and int32 -> float casts (the cast route), the float32 elementwise ops
+few bfloat16 <-> float32 and int32 <-> float casts (the cast route), the float32 elementwise ops
 (tests/python/test_gpu_elementwise_f32.py), the batched products of tests/python/batched_cases.py
 (every route, both orders, epilogues), the random route's draws (tests/python/test_gpu_random.py)
 the softmax, norm and rope routes' kernels (tests/python/test_gpu_softmax.py,
@@ -149,10 +149,10 @@ def _reduction_kernels(add) -> None:
 
 
 def _cast_kernels(add) -> None:
-    """bfloat16 <-> float32 and int32 -> either casts (the cast route) of a plain and a transposed,
+    """bfloat16 <-> float32 and int32 <-> either casts (the cast route) of a plain and a transposed,
     sliced view."""
     for dtype, to in ((tgrad.bfloat16, tgrad.float32), (tgrad.float32, tgrad.bfloat16), (tgrad.int32, tgrad.float32),
-                      (tgrad.int32, tgrad.bfloat16)):
+                      (tgrad.int32, tgrad.bfloat16), (tgrad.float32, tgrad.int32), (tgrad.bfloat16, tgrad.int32)):
         with tgrad.Tensor.from_numpy(np.zeros((33, 70), np.float32 if dtype is not tgrad.int32 else np.int32),
                                      dtype=dtype) as x:
             for v in (x, x.T[::2, 1:]):

@@ -11,7 +11,8 @@ And the CUDA device the same way on the CUDA emulator (everything but cuda.c's d
 - The same model with its weights packed in panels (pack_weights: batched products, float32 views
   of the logits copied on the device), and float32 and int32 views materialized there.
 - float32 exp, log, log1p, sin, cos, tanh, sigmoid, silu, gelu and gelu_tanh through a reversed view:
-  the CPU's bytes, subnormal inputs left to the host (its count moves); bf16 pow in a chain.
+  the CPU's bytes, subnormal inputs left to the host (its count moves); bf16 pow in a chain; a
+  float32 cast to int32, and one of a NaN failing with the CPU's error.
 - A log_softmax whose rows only binary128 decides: the generated kernel flags them, and the host's
   rerun gives the CPU's bytes (the softmax kind's device-rows counter moves).
 - tgrad_debug_use_backend refuses the CPU, an unknown device, a missing call, and a device already
@@ -72,6 +73,15 @@ with tgrad.Tensor.from_numpy(x32, dtype="float32", device=name) as xf, \
     out["copies32"] = [same(t.permute(2, 0, 1).contiguous().to("cpu"), np.ascontiguousarray(a.transpose(2, 0, 1)))
                        and same(t[:, 1:3, ::2].contiguous().to("cpu"), np.ascontiguousarray(a[:, 1:3, ::2]))
                        for t, a in ((xf, x32), (xi, x32.astype(np.int32)))]
+    with xf.to(tgrad.int32) as n:  # float -> int32 on the device: truncated; a NaN fails as on the CPU
+        out["to_int32"] = same(n.to("cpu"), np.trunc(x32).astype(np.int32))
+    bad = x32.copy(); bad[1, 2, 3] = np.nan
+    with tgrad.Tensor.from_numpy(bad, dtype="float32", device=name) as xb:
+        try:
+            xb.to(tgrad.int32).numpy()
+            out["to_int32_nan"] = "no error"
+        except tgrad.errors.InvalidArgumentError as e:
+            out["to_int32_nan"] = str(e)
 f32n = ffi.new("int64_t[]", int(lib.TGRAD_DEBUG_F32_COUNT))
 def device_host(op):
     assert lib.tgrad_debug_f32_slow_path(tgrad.ops.REGISTRY[op].code, f32n, int(lib.TGRAD_DEBUG_F32_COUNT)) == 0
@@ -130,6 +140,7 @@ def _check(out: dict[str, Any]) -> None:
     assert out["packed"] == [True, True, True] and out["copies32"] == [True, True], out
     assert out["transcendental32"] == [True] * 10 and out["transcendental32_host"] >= 2, out
     assert out["pow"] == [True, True, True], out
+    assert out["to_int32"] and out["to_int32_nan"] == "cast: element 33 is NaN or outside the int32 range", out
     assert out["steps"] and out["programs"] == [2, 27], out
     assert out["boundary"] and out["rerun_rows"] == 2, out
     assert out["refused_in_use"] and out["errors"] == [], out

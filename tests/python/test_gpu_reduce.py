@@ -241,15 +241,21 @@ class Harness:
             out_at = k.buffer_names.index("dst" if k.route == "copy" else "c")
             tables = k.tables()
             wide = re.search(r"\buint \*c\b", k.source) is not None
+            flags_at = k.buffer_names.index("f") if "f" in k.buffer_names else -1
             bufs = []
             for i, (name, bid, n) in enumerate(zip(k.buffer_names, k.buffer_ids, k.buffer_elements)):
                 if i == out_at:  # unwritten outputs show as NaN (or -1)
                     bufs.append(np.full(n, 0xFFFFFFFF if wide else 0xFFFF, np.uint32 if wide else np.uint16))
+                elif i == flags_at:  # a kernel's flags (the last run's are kept in self.flags)
+                    bufs.append(np.full(n, 0xFFFFFFFF, np.uint32))
                 else:
                     bufs.append(self.table(tables[name]) if bid == 0 else memory[bid][:n])
             if 0 not in k.grid:
-                bufs[out_at] = self.emu.run(self.emu.compile(k.source), k.grid, k.threadgroup, bufs,
-                                            [i != out_at for i in range(len(bufs))], **options)[out_at]
+                ran = self.emu.run(self.emu.compile(k.source), k.grid, k.threadgroup, bufs,
+                                   [i not in (out_at, flags_at) for i in range(len(bufs))], **options)
+                bufs[out_at] = ran[out_at]
+                if flags_at >= 0:
+                    self.flags = np.asarray(ran[flags_at])
             memory[k.buffer_ids[out_at]] = bufs[out_at]
 
     def case_bytes(self, case: ReductionCase, **options: Any) -> np.ndarray:

@@ -80,17 +80,22 @@ static void view_key(const tg_view *v, char *key, size_t cap, char *dims, size_t
 /* What the gather kernels (copy, cast) share after their header comment: the language's
  * preamble, the signature over the two buffers bp (source, destination), the element index i with
  * its bounds check, and the source view's coordinates of i. */
-static void emit_gather_head(emitter *e, const tg_route *r, const tg_view *src, int64_t numel, const char *name,
-                             const char *const bp[2]) {
+static void emit_gather_head_n(emitter *e, const tg_route *r, const tg_view *src, int64_t numel, const char *name,
+                               const char *const *bp, int nbp) {
     if (*e->l->preamble) E("%s", e->l->preamble);
     E("\n");
     bool used[TG_B_COUNT_] = { [TG_B_GROUP_X] = true, [TG_B_LOCAL_INDEX] = true };
-    tg_emit_signature(e, name, bp, 2, used);
+    tg_emit_signature(e, name, bp, nbp, used);
     E("    const %s i = gx * %d + li;\n", e->it, r->tile_m);
     E("    if (i >= %" PRId64 ")\n        return;\n", numel);
     bool needed[TGRAD_MAX_DIMS] = { false };
     mark_needed(src, needed);
     emit_coords(e, src->ndim, src->shape, needed);
+}
+
+static void emit_gather_head(emitter *e, const tg_route *r, const tg_view *src, int64_t numel, const char *name,
+                             const char *const bp[2]) {
+    emit_gather_head_n(e, r, src, numel, name, bp, 2);
 }
 
 tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, int32_t elem_bytes, tg_text *t,
@@ -216,17 +221,19 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
 /* ---- the cast route: one element per thread, by integer operations: bfloat16 <-> float32, and
  * int32 -> float32 or bfloat16 (every int32 has a rounding; the other way, a NaN or an
  * out-of-range value must fail the cast, which a kernel cannot) ---- */
+static bool is_float(int32_t d) { return d == TGRAD_DTYPE_BF16 || d == TGRAD_DTYPE_F32; }
+
 static bool cast_renders(int32_t from, int32_t to) {
-    return (from == TGRAD_DTYPE_BF16 && to == TGRAD_DTYPE_F32) || (from == TGRAD_DTYPE_F32 && to == TGRAD_DTYPE_BF16) ||
-           (from == TGRAD_DTYPE_I32 && (to == TGRAD_DTYPE_F32 || to == TGRAD_DTYPE_BF16));
+    return (is_float(from) && is_float(to) && from != to) || (from == TGRAD_DTYPE_I32 && is_float(to)) ||
+           (is_float(from) && to == TGRAD_DTYPE_I32);
 }
 
 tgrad_status tg_gen_check_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_CAST);
     int64_t numel, lo, hi;
     if (!cast_renders(from, to))
-        return tg_not_eligible(r->name, l->name, "dtypes %lld -> %lld (bfloat16 <-> float32, int32 -> either)", from,
-                               to, 0);
+        return tg_not_eligible(r->name, l->name, "dtypes %lld -> %lld (bfloat16 <-> float32, int32 <-> either)",
+                               from, to, 0);
     if (tg_view_numel(src, &numel)) return tg_not_eligible(r->name, l->name, "element count overflows", 0, 0, 0);
     if (tg_ceil_div(numel, r->tile_m) > UINT32_MAX)
         return tg_not_eligible(r->name, l->name, "%lld elements need more than 2^32-1 threadgroups", numel, 0, 0);
@@ -260,18 +267,38 @@ static void emit_int_to_float(const emitter *e, const char *src_idx, int frac) {
       frac + 8, frac, frac);
 }
 
+/* c[i] = the float x[idx] (bf16 bits widened) truncated toward zero to int32 (two's complement
+ * bits), in integers: the magnitude's significand shifted by its exponent; f[i] = 1 for a NaN or
+ * a value outside the int32 range (-2^31 itself is in it), whose cast fails on the host with the
+ * CPU's error (tg_cast_flagged). The shift is clamped so that no count reaches 32. */
+static void emit_float_to_int(const emitter *e, const char *src_idx, bool from_bf16) {
+    if (from_bf16) E("    const uint u = (uint)x[%s] << 16;\n", src_idx);
+    else E("    const uint u = x[%s];\n", src_idx);
+    E("    const uint a = u & 0x7fffffffu, m = (a & 0x7fffffu) | 0x800000u;\n");
+    E("    const int ex = (int)(a >> 23) - 127, sh = ex > 31 ? 31 : ex;\n");
+    E("    const uint mag = ex < 0 ? 0u : (sh >= 23 ? m << (uint)(sh - 23) : m >> (uint)(23 - sh));\n");
+    E("    c[i] = (u >> 31) != 0u ? 0u - mag : mag;\n");
+    E("    f[i] = (a > 0x7f800000u || (ex >= 31 && u != 0xcf000000u)) ? 1u : 0u; // NaN, or outside [-2^31, 2^31)\n");
+}
+
 tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t from, int32_t to, tg_text *t,
                                 struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_CAST);
     int64_t numel, hi;
     gather_launch(r, src, "x", launch, &numel, &hi);
     const bool widen = from == TGRAD_DTYPE_BF16, from_int = from == TGRAD_DTYPE_I32, to_f32 = to == TGRAD_DTYPE_F32;
+    const bool to_int = to == TGRAD_DTYPE_I32; /* binding f, last: a flag per element (tg_cast_flagged) */
+    if (to_int) {
+        launch->buffer_elements[launch->buffer_count] = (uint64_t)numel;
+        snprintf(launch->buffer_names[launch->buffer_count++], 8, "f");
+    }
     char key[TGRAD_MAX_DIMS * 48 + 64], dims[TGRAD_MAX_DIMS * 24 + 8] = "", src_idx[TGRAD_MAX_DIMS * 48 + 32];
     snprintf(key, sizeof key, "cast;%d;%d;off=%" PRId64, (int)from, (int)to, src->offset);
     view_key(src, key, sizeof key, dims, sizeof dims);
     uint32_t h = (uint32_t)tg_fnv1a64(key, strlen(key));
     snprintf(launch->kernel_name, TGRAD_KERNEL_NAME_MAX, "tgrad_cast_%s%s_%" PRId64 "_%08" PRIx32,
-             from_int ? "i32_" : "", to_f32 ? "f32" : "bf16", numel, h);
+             from_int ? "i32_" : (to_int ? (widen ? "bf16_" : "f32_") : ""), to_int ? "i32" : (to_f32 ? "f32" : "bf16"),
+             numel, h);
     tg_view_index(src_idx, sizeof src_idx, src, coord);
 
     emitter em = { t, l, tg_fits_int(hi) && tg_fits_int(numel + r->tile_m) ? "int" : "long", NULL }, *e = &em;
@@ -280,16 +307,20 @@ tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t fr
       tg_dtype_name(from), src->offset);
     for (int32_t d = 0; d < src->ndim; d++) E("%s%" PRId64, d ? ", " : " ", src->strides[d]);
     E(")\n// %s\n", from_int ? "int32 -> float: the integer rounded once to nearest even (integers only)."
+                     : to_int ? "float -> int32: truncated toward zero (integers only); f[i] = 1 where it has none."
                      : widen  ? "bf16 -> float32: exact (the bits shifted up)."
                               : "float32 -> bf16: round to nearest even, any NaN made 0x7fc0 (integers only).");
-    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers x, c.\n", launch->grid[0], launch->grid[1],
-      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2]);
-    char b0[64], b1[64];
+    E("// Launch: grid (%u, %u, %u) x threadgroup (%u, %u, %u); buffers x, c%s.\n", launch->grid[0], launch->grid[1],
+      launch->grid[2], launch->threadgroup[0], launch->threadgroup[1], launch->threadgroup[2], to_int ? ", f" : "");
+    char b0[64], b1[64], b2[64];
     snprintf(b0, sizeof b0, "%s%s%s *x", l->global_in, *l->global_in ? " " : "", widen ? "ushort" : "uint");
-    snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", to_f32 ? "uint" : "ushort");
-    const char *bp[2] = { b0, b1 };
-    emit_gather_head(e, r, src, numel, launch->kernel_name, bp);
-    if (from_int) {
+    snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", to_f32 || to_int ? "uint" : "ushort");
+    snprintf(b2, sizeof b2, "%s%suint *f", l->global_out, *l->global_out ? " " : "");
+    const char *bp[3] = { b0, b1, b2 };
+    emit_gather_head_n(e, r, src, numel, launch->kernel_name, bp, to_int ? 3 : 2);
+    if (to_int) {
+        emit_float_to_int(e, src_idx, widen);
+    } else if (from_int) {
         emit_int_to_float(e, src_idx, to_f32 ? 23 : 7);
     } else if (widen) {
         E("    c[i] = (uint)x[%s] << 16;\n", src_idx);

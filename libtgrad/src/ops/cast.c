@@ -27,14 +27,15 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     }
     tg_view ov;
     s = tg_kind_check_device(TG_OP_CAST, t.buf->device, "cast");
-    /* a GPU casts between bfloat16 and float32, and int32 to either (route cast); to int32 there is
-     * no error channel there (a NaN or an out-of-range value must fail the cast), and bool
+    /* a GPU casts between bfloat16 and float32, int32 to either and either to int32 (route cast:
+     * a NaN or an out-of-range value flagged by the kernel fails the cast, tg_cast_flagged); bool
      * tensors live on the CPU only */
-    bool from_int = t.buf->dtype == TGRAD_DTYPE_I32;
-    if (!s && t.buf->device != TGRAD_DEVICE_CPU && (!device_dtype(dtype) || !(device_dtype(t.buf->dtype) || from_int)))
+    bool from_int = t.buf->dtype == TGRAD_DTYPE_I32, to_int = dtype == TGRAD_DTYPE_I32;
+    bool renders = (device_dtype(t.buf->dtype) || from_int) && (device_dtype(dtype) || to_int) && !(from_int && to_int);
+    if (!s && t.buf->device != TGRAD_DEVICE_CPU && !renders)
         s = tg_fail(TGRAD_ERR_DTYPE_UNSUPPORTED, "cast: %s -> %s runs on the CPU only; the tensor lives on %s (%s)",
                     tg_dtype_name(t.buf->dtype), tg_dtype_name(dtype), tg_device_name(t.buf->device),
-                    "bfloat16 <-> float32 and int32 -> either run on devices");
+                    "bfloat16 <-> float32 and int32 <-> either run on devices");
     if (!s) s = tg_view_contiguous(t.view.ndim, t.view.shape, &ov);
     return tg_kind_make_unary(s, TG_OP_CAST, &t, &ov, dtype, NULL, "cast", out);
 }
@@ -103,5 +104,15 @@ tgrad_status tg_cast_execute(const tg_step *st) {
                            (long long)i);
         for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
+    return TGRAD_OK;
+}
+
+/* The cast kind's gpu_finish (kinds.h): a float -> int32 kernel flagged its NaN and out-of-range
+ * elements; the cast fails as the CPU's does, naming the first. */
+tgrad_status tg_cast_flagged(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
+    (void)st, (void)flagged;
+    for (int64_t i = 0; i < nflags; i++)
+        if (flags[i]) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: element %lld is NaN or outside the int32 range",
+                                     (long long)i);
     return TGRAD_OK;
 }

@@ -55,6 +55,8 @@ typedef struct tg_view {
 TG_HIDDEN tgrad_status tg_view_contiguous(int32_t ndim, const int64_t *shape, tg_view *out);
 TG_HIDDEN tgrad_status tg_view_numel(const tg_view *v, int64_t *numel);
 TG_HIDDEN bool tg_view_is_compact_rowmajor(const tg_view *v);
+/* The element offset of element lin (row-major over v's shape, 0 <= lin < numel) in v's buffer. */
+TG_HIDDEN int64_t tg_view_element_offset(const tg_view *v, int64_t lin);
 TG_HIDDEN tgrad_status tg_view_transpose(const tg_view *v, int32_t axis0, int32_t axis1, tg_view *out);
 TG_HIDDEN tgrad_status tg_view_permute(const tg_view *v, const int32_t *axes, int32_t naxes, tg_view *out);
 TG_HIDDEN tgrad_status tg_view_expand(const tg_view *v, const int64_t *shape, int32_t ndim, tg_view *out);

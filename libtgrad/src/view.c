@@ -63,6 +63,15 @@ tgrad_status tg_view_numel(const tg_view *v, int64_t *numel) {
     return check_size(v->ndim, v->shape, numel, "view");
 }
 
+int64_t tg_view_element_offset(const tg_view *v, int64_t lin) {
+    int64_t at = v->offset;
+    for (int32_t d = v->ndim - 1; d >= 0; d--) {
+        at += (lin % v->shape[d]) * v->strides[d];
+        lin /= v->shape[d];
+    }
+    return at;
+}
+
 bool tg_view_is_compact_rowmajor(const tg_view *v) {
     int64_t expect = 1;
     for (int32_t i = v->ndim - 1; i >= 0; i--) {

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "float_bits.h"
+
 typedef uint32_t uint;
 typedef uint64_t tg_u64;
 typedef int64_t tg_i64;
@@ -33,17 +35,6 @@ typedef int64_t tg_i64;
 
 static uint64_t passed, failed;
 
-static uint64_t bits_of(double d) {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-
-static double double_of(uint64_t u) {
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
 
 static bool is_nan64(uint64_t u) { return (u & ~SIGN64) > INF64; }
 static bool is_nan32(uint64_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }

@@ -30,23 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "float_bits.h"
+
 typedef uint32_t uint;
 typedef uint64_t tg_u64;
 typedef int64_t tg_i64;
 
 static int passed, failed;
 
-static uint64_t bits_of(double d) {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-
-static double double_of(uint64_t u) {
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
 
 /* A tg_dk whose literal is not its bits: counted (and the first few printed) where evaluated. */
 static int dk_bad;
@@ -62,27 +53,10 @@ static double dk_checked(double v, uint64_t b, const char *lit) {
 
 /* The native mapping: libtgrad/src/gen/lang.c's, the literal checked against its bits. The
  * functions take native names (nat_*) so that the soft mapping's can keep softmath.h's. */
-#define tg_f64 double
+#include "native_f64.h"
 #define tg_dk(v, b) dk_checked(v, b, #v)
 #define tg_d_of(u) double_of(u)
 #define tg_d_bits(d) bits_of(d)
-#define tg_dadd(a, b) ((a) + (b))
-#define tg_dsub(a, b) ((a) - (b))
-#define tg_dmul(a, b) ((a) * (b))
-#define tg_ddiv(a, b) ((a) / (b))
-#define tg_dfma(a, b, c) fma(a, b, c)
-#define tg_dsqrt(a) sqrt(a)
-#define tg_dneg(a) (-(a))
-#define tg_dabs(a) fabs(a)
-#define tg_dmin(a, b) fmin(a, b)
-#define tg_dlt(a, b) ((a) < (b))
-#define tg_dle(a, b) ((a) <= (b))
-#define tg_dgt(a, b) ((a) > (b))
-#define tg_dge(a, b) ((a) >= (b))
-#define tg_deq(a, b) ((a) == (b))
-#define tg_dne(a, b) ((a) != (b))
-#define tg_d_i64(v) ((double)(v))
-#define tg_i64_d(d) ((tg_i64)(d))
 #define tg_dm_nan nat_dm_nan
 #define tg_dm_inf nat_dm_inf
 #define tg_dm_log_core nat_dm_log_core

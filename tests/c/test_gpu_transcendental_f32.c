@@ -26,63 +26,26 @@
 #include <string.h>
 
 #include "check.h"
+#include "float_bits.h"
 
 typedef uint32_t uint;
 typedef uint64_t tg_u64;
 typedef int64_t tg_i64;
 
-static uint64_t dbits(double d) {
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-static double dof(uint64_t u) {
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
-static uint fbits(float f) {
-    uint u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static float fof(uint u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* A tg_dk whose literal is not its bits: counted where evaluated. */
 static int dk_bad;
 static double dk_checked(double v, uint64_t b) {
-    dk_bad += dbits(v) != b;
+    dk_bad += bits_of(v) != b;
     return v;
 }
 
 /* The native mapping (libtgrad/src/gen/lang.c's TG_NATIVE_F64_API). */
-#define tg_f64 double
+#include "native_f64.h"
 #define tg_dk(v, b) dk_checked(v, b)
-#define tg_d_of(u) dof(u)
-#define tg_d_bits(d) dbits(d)
-#define tg_dadd(a, b) ((a) + (b))
-#define tg_dsub(a, b) ((a) - (b))
-#define tg_dmul(a, b) ((a) * (b))
-#define tg_ddiv(a, b) ((a) / (b))
-#define tg_dfma(a, b, c) fma(a, b, c)
-#define tg_dsqrt(a) sqrt(a)
-#define tg_dneg(a) (-(a))
-#define tg_dabs(a) fabs(a)
-#define tg_dmin(a, b) fmin(a, b)
-#define tg_dlt(a, b) ((a) < (b))
-#define tg_dle(a, b) ((a) <= (b))
-#define tg_dgt(a, b) ((a) > (b))
-#define tg_dge(a, b) ((a) >= (b))
-#define tg_deq(a, b) ((a) == (b))
-#define tg_dne(a, b) ((a) != (b))
-#define tg_d_f32(u) ((double)fof(u))
-#define tg_f32_d(d) fbits((float)(d))
-#define tg_d_i64(v) ((double)(v))
-#define tg_i64_d(d) ((tg_i64)(d))
+#define tg_d_of(u) double_of(u)
+#define tg_d_bits(d) bits_of(d)
+#define tg_d_f32(u) ((double)float_of(u))
+#define tg_f32_d(d) float_bits((float)(d))
 #ifdef TG_SOFTMATH
 #include "../../kernels/gpu/softmath.h" /* tg_dm_log1p, tg_dm_log, tg_dm_sin, tg_dm_cos: MSL's */
 #define MAPPING "softmath.h"
@@ -131,6 +94,20 @@ static bool ordinary(uint x, uint want) {
     return e != 0u && e <= 127u + 20u && (w == 0u || w >= 0x00800000u);
 }
 
+/* An op's line and checks: every decided element the CPU's; of the sample's ordinary ones (seen,
+ * open of them undecided), fewer than one in a thousand left to the host. */
+static void verdict(const char *name, const tally *t, uint64_t seen, uint64_t open) {
+    double share = seen ? (double)open / (double)seen : 0;
+    printf("%-18s %s: %llu inputs, %llu undecided (of the sample's %llu ordinary ones %llu: %.2g)%s\n", name, MAPPING,
+           (unsigned long long)t->seen, (unsigned long long)t->undecided, (unsigned long long)seen,
+           (unsigned long long)open, share, t->bad ? "" : ", every decided one the CPU's");
+    if (t->bad)
+        fprintf(stderr, "FAIL %s (%s): %llu decided differently, first x %08x: cpu %08x gpu %08x\n", name, MAPPING,
+                (unsigned long long)t->bad, t->x, t->want, t->got);
+    CHECK(t->bad == 0);
+    CHECK(share < 1e-3); /* the bound decides almost every ordinary input */
+}
+
 static void batch(const op_case *c, const uint *x, int n, tally *t) {
     uint want[BATCH];
     CHECK(tgrad_debug_elementwise_f32(c->op, x, NULL, want, n) == TGRAD_OK);
@@ -166,22 +143,14 @@ static void check_op(const op_case *c, uint64_t stride) {
     batch(c, x, n, &t), n = 0;
     const uint64_t ordinary_seen = t.ordinary, ordinary_open = t.ordinary_undecided; /* the sample's */
     for (int k = 0; k < 4; k++) {
-        uint mid = fbits(c->around[k]);
+        uint mid = float_bits(c->around[k]);
         for (uint d = 0; d < 65536u; d++) {
             x[n++] = mid - 32768u + d;
             if (n == BATCH) batch(c, x, n, &t), n = 0;
         }
     }
     batch(c, x, n, &t);
-    double share = ordinary_seen ? (double)ordinary_open / (double)ordinary_seen : 0;
-    printf("%-9s %s: %llu inputs, %llu undecided (of the sample's %llu ordinary ones %llu: %.2g)%s\n", c->name,
-           MAPPING, (unsigned long long)t.seen, (unsigned long long)t.undecided, (unsigned long long)ordinary_seen,
-           (unsigned long long)ordinary_open, share, t.bad ? "" : ", every decided one the CPU's");
-    if (t.bad)
-        fprintf(stderr, "FAIL %s (%s): %llu decided differently, first x %08x: cpu %08x gpu %08x\n", c->name, MAPPING,
-                (unsigned long long)t.bad, t.x, t.want, t.got);
-    CHECK(t.bad == 0);
-    CHECK(share < 1e-3); /* the bound decides almost every ordinary input */
+    verdict(c->name, &t, ordinary_seen, ordinary_open);
 }
 
 /* ---- the derivative ops: (x or y, g) ---------------------------------------------------------- */
@@ -220,8 +189,8 @@ static uint draw_g(void) {
 static uint draw_b(void) {
     uint r = next32(), k = next32();
     switch (r % 5u) {
-    case 0: return fbits((float)((int)(k % 17u) - 8));
-    case 1: return fbits((float)((int)(k % 17u) - 8) * 0.5f);
+    case 0: return float_bits((float)((int)(k % 17u) - 8));
+    case 1: return float_bits((float)((int)(k % 17u) - 8) * 0.5f);
     case 2: return (k & 0x807fffffu) | ((120u + r % 12u) << 23);
     case 3: return (k & 0x807fffffu) | ((127u + r % 30u) << 23);
     default: return k;
@@ -259,30 +228,21 @@ static void check_grad(const grad_case *c, uint64_t stride) {
     grad_batch(c, x, g, n, &t), n = 0;
     const uint64_t ordinary_seen = t.ordinary, ordinary_open = t.ordinary_undecided;
     for (int k = 0; k < 2; k++) {
-        uint mid = fbits(c->around[k]);
+        uint mid = float_bits(c->around[k]);
         for (uint d = 0; d < 65536u; d++) {
             x[n] = mid - 32768u + d, g[n++] = draw_second(c);
             if (n == BATCH) grad_batch(c, x, g, n, &t), n = 0;
         }
     }
     grad_batch(c, x, g, n, &t);
-    double share = ordinary_seen ? (double)ordinary_open / (double)ordinary_seen : 0;
-    printf("%-18s %s: %llu pairs, %llu undecided (of the sample's %llu ordinary ones %llu: %.2g)%s\n", c->name,
-           MAPPING, (unsigned long long)t.seen, (unsigned long long)t.undecided, (unsigned long long)ordinary_seen,
-           (unsigned long long)ordinary_open, share, t.bad ? "" : ", every decided one the CPU's");
-    if (t.bad)
-        fprintf(stderr, "FAIL %s (%s): %llu decided differently, first x %08x: cpu %08x gpu %08x\n", c->name, MAPPING,
-                (unsigned long long)t.bad, t.x, t.want, t.got);
-    CHECK(t.bad == 0);
-    CHECK(share < 1e-3);
+    verdict(c->name, &t, ordinary_seen, ordinary_open);
 }
 
 /* bf16 pow (tg_tf_pow_bf16): every base against `per` drawn exponents (bf16 bits), against the
  * CPU's bf16 pow (tgrad_debug_elementwise). */
 static void check_pow_bf16(int per) {
     static uint16_t a[BATCH], b[BATCH], want[BATCH];
-    uint64_t seen = 0, bad = 0, open = 0, ordinary_seen = 0, ordinary_open = 0;
-    uint16_t fa = 0, fb = 0, fw = 0, fg = 0;
+    tally t = { 0 };
     int n = 0;
     for (uint32_t base = 0; base < 65536u; base++) {
         for (int k = 0; k < per; k++) {
@@ -294,22 +254,14 @@ static void check_pow_bf16(int per) {
                 uint w = want[i] & 0x7fffu;
                 bool o = ordinary((uint)a[i] << 16, (uint)want[i] << 16) && ordinary((uint)b[i] << 16, 0x3f800000u) &&
                          w > 0x0080u && w < 0x7f80u;
-                seen++, ordinary_seen += o;
-                if ((r >> 32) != 0u) open++, ordinary_open += o;
-                else if ((uint16_t)r != want[i] && bad++ == 0) fa = a[i], fb = b[i], fw = want[i], fg = (uint16_t)r;
+                t.seen++, t.ordinary += o;
+                if ((r >> 32) != 0u) t.undecided++, t.ordinary_undecided += o;
+                else if ((uint16_t)r != want[i] && t.bad++ == 0) t.x = a[i], t.want = want[i], t.got = (uint16_t)r;
             }
             n = 0;
         }
     }
-    double share = ordinary_seen ? (double)ordinary_open / (double)ordinary_seen : 0;
-    printf("%-18s %s: %llu pairs, %llu undecided (of the %llu ordinary ones %llu: %.2g)%s\n", "pow (bf16)", MAPPING,
-           (unsigned long long)seen, (unsigned long long)open, (unsigned long long)ordinary_seen,
-           (unsigned long long)ordinary_open, share, bad ? "" : ", every decided one the CPU's");
-    if (bad)
-        fprintf(stderr, "FAIL pow (bf16, %s): %llu decided differently, first %04x ^ %04x: cpu %04x gpu %04x\n", MAPPING,
-                (unsigned long long)bad, fa, fb, fw, fg);
-    CHECK(bad == 0);
-    CHECK(share < 1e-3);
+    verdict("pow (bf16)", &t, t.ordinary, t.ordinary_undecided);
 }
 
 int main(int argc, char **argv) {

@@ -8,19 +8,10 @@
 #include "elementwise_f32.h"
 #include "elementwise_pow.h"
 
-/* Element lin's offset in view v (row-major over v's shape). */
-static int64_t view_offset(const tg_view *v, int64_t lin) {
-    int64_t at = v->offset;
-    for (int32_t d = v->ndim - 1; d >= 0; d--) {
-        at += (lin % v->shape[d]) * v->strides[d];
-        lin /= v->shape[d];
-    }
-    return at;
-}
-
 /* Element i of the step's output y, from its operands a (and b) staged on the host. */
 static void one_element(const tg_step *st, const void *a, const void *b, void *y, int64_t i) {
-    int64_t ia = view_offset(&st->inputs[0].view, i), ib = st->ninputs == 2 ? view_offset(&st->inputs[1].view, i) : 0;
+    int64_t ia = tg_view_element_offset(&st->inputs[0].view, i);
+    int64_t ib = st->ninputs == 2 ? tg_view_element_offset(&st->inputs[1].view, i) : 0;
     if (st->buf->dtype == TGRAD_DTYPE_F32) {
         const uint32_t *a32 = a, *b32 = b;
         uint32_t *y32 = y;

@@ -78,7 +78,7 @@ NOT_CPU_KERNEL_TESTS = (
     # the GPU routes on PoCL (the CPU only gives their references, which the CPU tests cover)
     "gpu_batched", "gpu_compare", "gpu_select", "gpu_reduce", "gpu_random", "block32_gpu", "gpu_softmax", "gpu_norm",
     "gpu_rope", "gpu_matmul_f32", "gpu_elementwise_f32", "models_device", "gpu_grad_kinds", "gpu_softmax_backward",
-    "gpu_norm_backward",
+    "gpu_norm_backward", "gpu_transcendental_f32", "gpu_cast",
     # the GGUF writer of the bench's llama.cpp peer (numpy and the format, no kernel choice)
     "gguf_export",
 )

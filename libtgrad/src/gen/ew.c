@@ -11,10 +11,10 @@
  * against the CPU loops). A float32 chain (a standalone float32 elementwise kernel) uses the
  * prelude kernels/gpu/elementwise_f32.h the same way (integers only, no double: every language,
  * MSL included; tests/c/test_gpu_elementwise_f32.c). Its transcendental and derivative ops, and
- * pow in either dtype, evaluate in binary64 with a bound (kernels/gpu/transcendental_f32.h, after the double kinds' head): an
- * element the bound leaves undecided is flagged and rerun on the host with the CPU's code
- * (tg_gen_chain_flags; tests/c/test_gpu_transcendental_f32.c). Ops with no spelling are refused
- * (tg_gen_f32_renders). */
+ * pow in either dtype, evaluate in binary64 with a bound (kernels/gpu/transcendental_f32.h and
+ * derivatives_pow.h, after the double kinds' head): an element the bound leaves undecided is
+ * flagged and rerun on the host with the CPU's code (tg_gen_chain_flags;
+ * tests/c/test_gpu_transcendental_f32.c). Ops with no spelling are refused (tg_gen_f32_renders). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,7 +68,7 @@ static const ew_spelling spellings[] = {
     { TGRAD_OP_SIN, NULL, NULL, "tg_tf_sin", NULL },
     { TGRAD_OP_COS, NULL, NULL, "tg_tf_cos", NULL },
     /* pow, in either dtype: binary64 with a bound, as the transcendentals (the scheduler gives it
-     * a kernel of its own on a GPU device: tg_gen_ew_runs_alone) */
+     * a kernel of its own on every device: tg_gen_ew_runs_alone) */
     { TGRAD_OP_POW, NULL, NULL, "tg_tf_pow", "tg_tf_pow_bf16" },
 };
 

@@ -98,6 +98,13 @@ static void emit_gather_head(emitter *e, const tg_route *r, const tg_view *src, 
     emit_gather_head_n(e, r, src, numel, name, bp, 2);
 }
 
+/* Binding f, after the others: a flag per element, which the kernel writes and the host reads
+ * back (the kind's gpu_finish). */
+static void launch_flags(struct tgrad_launch *launch, int64_t numel) {
+    launch->buffer_elements[launch->buffer_count] = (uint64_t)numel;
+    snprintf(launch->buffer_names[launch->buffer_count++], 8, "f");
+}
+
 tgrad_status tg_gen_render_copy(const tg_lang *l, const tg_view *src, int32_t elem_bytes, tg_text *t,
                                 struct tgrad_launch *launch) {
     const tg_route *r = tg_route_find(TGRAD_ROUTE_COPY);
@@ -151,10 +158,7 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     gather_launch(r, x, "x", launch, &numel, &hi);
     tg_gen_chain_launch(&p->chain, launch);
     const bool flags = tg_gen_chain_flags(&p->chain); /* binding f, last: a flag per element */
-    if (flags) {
-        launch->buffer_elements[launch->buffer_count] = (uint64_t)numel;
-        snprintf(launch->buffer_names[launch->buffer_count++], 8, "f");
-    }
+    if (flags) launch_flags(launch, numel);
 
     const bool f32 = p->chain.f32;
     const char *et = f32 ? "uint" : "ushort";
@@ -218,9 +222,9 @@ tgrad_status tg_gen_render_elementwise(const tg_lang *l, const tg_gen_elementwis
     return t->failed ? tg_fail(TGRAD_ERR_OUT_OF_MEMORY, "render: cannot grow the kernel text") : TGRAD_OK;
 }
 
-/* ---- the cast route: one element per thread, by integer operations: bfloat16 <-> float32, and
- * int32 -> float32 or bfloat16 (every int32 has a rounding; the other way, a NaN or an
- * out-of-range value must fail the cast, which a kernel cannot) ---- */
+/* ---- the cast route: one element per thread, by integer operations: bfloat16 <-> float32, int32
+ * -> float32 or bfloat16 (every int32 has a rounding), and either to int32 (a NaN or an
+ * out-of-range value is flagged, and the host fails the cast) ---- */
 static bool is_float(int32_t d) { return d == TGRAD_DTYPE_BF16 || d == TGRAD_DTYPE_F32; }
 
 static bool cast_renders(int32_t from, int32_t to) {
@@ -288,10 +292,7 @@ tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t fr
     gather_launch(r, src, "x", launch, &numel, &hi);
     const bool widen = from == TGRAD_DTYPE_BF16, from_int = from == TGRAD_DTYPE_I32, to_f32 = to == TGRAD_DTYPE_F32;
     const bool to_int = to == TGRAD_DTYPE_I32; /* binding f, last: a flag per element (tg_cast_flagged) */
-    if (to_int) {
-        launch->buffer_elements[launch->buffer_count] = (uint64_t)numel;
-        snprintf(launch->buffer_names[launch->buffer_count++], 8, "f");
-    }
+    if (to_int) launch_flags(launch, numel);
     char key[TGRAD_MAX_DIMS * 48 + 64], dims[TGRAD_MAX_DIMS * 24 + 8] = "", src_idx[TGRAD_MAX_DIMS * 48 + 32];
     snprintf(key, sizeof key, "cast;%d;%d;off=%" PRId64, (int)from, (int)to, src->offset);
     view_key(src, key, sizeof key, dims, sizeof dims);
@@ -315,7 +316,7 @@ tgrad_status tg_gen_render_cast(const tg_lang *l, const tg_view *src, int32_t fr
     char b0[64], b1[64], b2[64];
     snprintf(b0, sizeof b0, "%s%s%s *x", l->global_in, *l->global_in ? " " : "", widen ? "ushort" : "uint");
     snprintf(b1, sizeof b1, "%s%s%s *c", l->global_out, *l->global_out ? " " : "", to_f32 || to_int ? "uint" : "ushort");
-    snprintf(b2, sizeof b2, "%s%suint *f", l->global_out, *l->global_out ? " " : "");
+    tg_buffer_param_typed(b2, sizeof b2, l->global_out, "uint", "f");
     const char *bp[3] = { b0, b1, b2 };
     emit_gather_head_n(e, r, src, numel, launch->kernel_name, bp, to_int ? 3 : 2);
     if (to_int) {

@@ -40,6 +40,11 @@ TGRAD_API tgrad_status tgrad_cast(tgrad_tensor_t x, int32_t dtype, tgrad_tensor_
     return tg_kind_make_unary(s, TG_OP_CAST, &t, &ov, dtype, NULL, "cast", out);
 }
 
+/* The failure of a cast to int32 at element i (the CPU's loop and a device's flags alike). */
+static tgrad_status no_int32(int64_t i) {
+    return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: element %lld is NaN or outside the int32 range", (long long)i);
+}
+
 /* One element, from its bits in dtype `from` to dtype `to`; false for a float that has no i32. */
 static bool convert(const void *src, int32_t from, void *dst, int32_t to) {
     double v;
@@ -99,9 +104,7 @@ tgrad_status tg_cast_execute(const tg_step *st) {
     for (int64_t i = 0; i < numel; i++) {
         int64_t off = v->offset;
         for (int32_t d = 0; d < v->ndim; d++) off += idx[d] * v->strides[d];
-        if (!convert(src + off * isz, from, dst + i * osz, to))
-            return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: element %lld is NaN or outside the int32 range",
-                           (long long)i);
+        if (!convert(src + off * isz, from, dst + i * osz, to)) return no_int32(i);
         for (int32_t d = v->ndim - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;
     }
     return TGRAD_OK;
@@ -112,7 +115,6 @@ tgrad_status tg_cast_execute(const tg_step *st) {
 tgrad_status tg_cast_flagged(const tg_step *st, const uint32_t *flags, int64_t nflags, int64_t flagged) {
     (void)st, (void)flagged;
     for (int64_t i = 0; i < nflags; i++)
-        if (flags[i]) return tg_fail(TGRAD_ERR_INVALID_ARGUMENT, "cast: element %lld is NaN or outside the int32 range",
-                                     (long long)i);
+        if (flags[i]) return no_int32(i);
     return TGRAD_OK;
 }

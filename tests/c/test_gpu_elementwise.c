@@ -1,7 +1,7 @@
 /* The GPU kernels' elementwise ops (kernels/gpu/elementwise.h, integers only) against the CPU's
  * (kernels/cpu/elementwise_loops.h, fp32 under IEEE rules): the same text the renderer pastes into
  * every MSL and OpenCL kernel, compiled here as C, must give the CPU's bytes.
- *   test_gpu_elementwise            every unary input, and every first operand against 600 second
+ *   test_gpu_elementwise            every unary input, and every first operand against 300 second
  *                                   operands (all specials, the subnormal and binade edges, a
  *                                   stride through the rest) for each binary op (the derivative
  *                                   ops: against tgrad_debug_elementwise, both operand orders;
@@ -70,11 +70,11 @@ static void second_operands(uint16_t *b, int *n) {
                                         0x7fc0, 0xffc0, 0x7f81, 0x0100, 0x0d80, 0x3400, 0x4b00, 0x5f80 };
     *n = 0;
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) b[(*n)++] = special[i];
-    for (uint32_t v = 3; v < 0x10000u && *n < 600; v += 113) b[(*n)++] = (uint16_t)v;
+    for (uint32_t v = 3; v < 0x10000u && *n < 300; v += 227) b[(*n)++] = (uint16_t)v;
 }
 
 static void check_binary(const binary_case *c, bool all, uint32_t stride) {
-    uint16_t bs[600];
+    uint16_t bs[300];
     int nb = 0;
     if (!all) second_operands(bs, &nb);
     uint64_t bad = 0;
@@ -92,7 +92,7 @@ static void check_binary(const binary_case *c, bool all, uint32_t stride) {
 }
 
 /* The derivative ops the prelude spells (relu's, rsqrt's, sqrt's, sigmoid's and tanh's) against
- * the library's CPU loop (tgrad_debug_elementwise): every x against the 600 second operands, both ways round (x's and
+ * the library's CPU loop (tgrad_debug_elementwise): every x against the 300 second operands, both ways round (x's and
  * g's specials each meet every value), or every S-th second operand with `all`. */
 /* gelu's, gelu_tanh's and silu's read their op's table (the library's, elementwise_grad_table.c,
  * as the launcher binds it): the interval's lower end, as the kernels round it, or its upper end. */
@@ -140,7 +140,7 @@ static void check_grad(const grad_case *c, bool all, uint32_t stride) {
 #endif
         return;
     }
-    uint16_t bs[600];
+    uint16_t bs[300];
     int nb = 0;
     second_operands(bs, &nb);
     uint32_t count = all ? 0x10000u / stride : (uint32_t)nb;

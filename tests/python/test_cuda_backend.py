@@ -138,24 +138,29 @@ def test_a_library_that_is_not_a_driver_is_refused_by_name() -> None:
     _unavailable(_probe(TGRAD_CUDA_DRIVER=lib), "lacks cuInit")
 
 
+@pytest.mark.slow  # a child process (about 1 s); the core tier keeps the no-driver and working-driver cases
 def test_cuinit_failing_names_the_cuda_error(fake_cuda: str) -> None:
     _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_FAKE_CUDA="init:100"), "cuInit: CUDA_ERROR_NO_DEVICE")
 
 
+@pytest.mark.slow  # a child process (about 1 s); the core tier keeps the no-driver and working-driver cases
 def test_a_driver_without_devices_is_no_cuda_device(fake_cuda: str) -> None:
     _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_FAKE_CUDA="no-devices"), "no CUDA device")
 
 
+@pytest.mark.slow  # a child process (about 1 s); the core tier keeps the no-driver and working-driver cases
 def test_a_device_index_the_driver_lacks_is_refused(fake_cuda: str) -> None:
     _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_CUDA_DEVICE="1"),
                  "TGRAD_CUDA_DEVICE=1 is not a device index (the driver sees 1 device(s))")
 
 
+@pytest.mark.slow  # a child process (about 1 s); the core tier keeps the no-driver and working-driver cases
 def test_without_nvrtc_the_backend_says_how_to_get_it(fake_cuda: str) -> None:
     _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC="/nonexistent/libnvrtc.so.13"),
                  "NVRTC not found (pip install 'tgrad[cuda]'); TGRAD_NVRTC: /nonexistent/libnvrtc.so.13")
 
 
+@pytest.mark.slow  # a child process (about 1 s); the core tier keeps the no-driver and working-driver cases
 def test_a_device_older_than_every_nvrtc_architecture_is_refused(fake_cuda: str) -> None:
     _unavailable(_probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="cc:70"),
                  "NVRTC cannot compile for sm_70 or any older architecture")
@@ -208,6 +213,7 @@ def test_under_the_exact_default_tc_is_never_chosen_and_forcing_it_is_refused(fa
     assert out["precision_after"] == "exact" and out["leaked"] == [0, 0, 0], out
 
 
+@pytest.mark.slow  # a child process (about 1 s); the core tier keeps the no-driver and working-driver cases
 def test_a_device_newer_than_nvrtc_gets_ptx_for_the_newest_architecture(fake_cuda: str) -> None:
     out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA="cc:100")
     assert out["device"] == "Fake CUDA Device (sm_100, NVRTC 99.0, PTX)" and out["realized"] is True, out
@@ -222,6 +228,7 @@ def test_nvrtc_rejecting_a_kernel_is_kernel_compile_failed_with_its_log(fake_cud
     assert out["leaked"] == [0, 0, 0] and out["fake_live"][1:] == [0, 0], out  # type: ignore[index]
 
 
+@pytest.mark.slow  # eight child processes, 7-8 s on 2 cores
 def test_compiled_kernels_are_kept_on_disk_for_the_next_process(fake_cuda: str, tmp_path: Path) -> None:
     """libtgrad/src/kernel_cache.c through the backend: a first process compiles each kernel and
     stores its image; a second, whose NVRTC rejects every kernel, runs from the stored images; a
@@ -248,10 +255,13 @@ def test_compiled_kernels_are_kept_on_disk_for_the_next_process(fake_cuda: str, 
 
 @pytest.mark.parametrize(("mode", "error", "name"), [
     ("module:218", "KernelCompileFailedError", "cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (218)"),
-    ("launch:719", "InternalError", "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED (719)"),
-    ("launch:701", "RouteNotEligibleError", "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701)"),
-    ("launch:2", "OutOfMemoryError", "cuLaunchKernel failed: CUDA_ERROR_OUT_OF_MEMORY (2)"),
-    ("launch:12345", "InternalError", "cuLaunchKernel failed: CUDA error (12345)"),
+    # the other mappings, a child process each (about 1 s on 2 cores): the slow tier's
+    *(pytest.param(*case, marks=pytest.mark.slow) for case in [
+        ("launch:719", "InternalError", "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED (719)"),
+        ("launch:701", "RouteNotEligibleError", "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701)"),
+        ("launch:2", "OutOfMemoryError", "cuLaunchKernel failed: CUDA_ERROR_OUT_OF_MEMORY (2)"),
+        ("launch:12345", "InternalError", "cuLaunchKernel failed: CUDA error (12345)"),
+    ]),
 ])
 def test_driver_failures_are_typed_and_name_the_cuda_error(fake_cuda: str, mode: str, error: str, name: str) -> None:
     out = _probe(TGRAD_CUDA_DRIVER=fake_cuda, TGRAD_NVRTC=fake_cuda, TGRAD_FAKE_CUDA=mode)

@@ -366,8 +366,9 @@ def test_few_row_products_give_the_block32_oracle(m, k, fill):
 
 @pytest.mark.parametrize("fill", ["normal", "special", "near_flush"])
 @pytest.mark.parametrize("m,k,n", [(1, 300, 260), (2, 300, 260), (3, 1057, 260), (17, 300, 260), (64, 33, 260),
-                                   (128, 1057, 260), (129, 300, 260), (3, 64, 4100), (40, 8300, 70),
-                                   (16, 64, 300)])
+                                   # the two largest, 1.3-2 s each on 2 cores: the slow tier's
+                                   pytest.param(128, 1057, 260, marks=pytest.mark.slow), (129, 300, 260),
+                                   (3, 64, 4100), pytest.param(40, 8300, 70, marks=pytest.mark.slow), (16, 64, 300)])
 def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     """x @ W.T with a few rows (2 to 128) on AMX is computed as
     (W @ x.T).T (route gemm_t: W's rows read in place, only x packed; cpu/plan.c): the oracle's

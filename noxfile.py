@@ -2,7 +2,8 @@
 
 - `nox -s tests` (the default): the core suite, no torch: the C tests (`meson test`, less the
   `exhaustive` and `long` suites), then the unmarked pytest tier against the pip-installed package,
-  then its CPU tests once more per CPU variant this machine runs, forced (TGRAD_CPU_ISA).
+  then its CPU tests once more per CPU variant this machine runs, forced (TGRAD_CPU_ISA), less the
+  one the automatic choice already is on every route.
 - `nox -s interop`: the tests marked `interop`, with their peers installed (torch, dask, torchlens).
 - `nox -s slow`: the tests marked `slow`: the bench CLI end to end, the commands through pipes, the
   generated-MSL tier on the C++ emulator, the committed scorecards, the long sweeps.
@@ -56,10 +57,13 @@ def _pytest(session: nox.Session, tier: str, env: dict[str, str] | None = None, 
     # not); the slow session runs the core tier once more through its Python twin.
     # TGRAD_RENDER_CACHE=verify: every GPU kernel the render cache hands out is rendered again and
     # compared, so a key that misses something a renderer reads fails the step that hit it.
+    # PYTHONDONTWRITEBYTECODE="": the test modules' rewritten bytecode is kept (in tests/python's
+    # __pycache__, ignored by git) even where the environment sets it, as this sandbox does: else
+    # each worker of each run compiles all of them again (collection 8 s against 3 s on 2 cores).
     session.chdir(ROOT / "tests")
     session.run("pytest", "-q", "-n", "auto", "-m", TIERS[tier], "python", *(extra or []), *session.posargs,
                 env={"TGRAD_LIB": "", "TGRAD_POISON_STORAGE": "1", "TGRAD_NATIVE": "1", "TGRAD_RENDER_CACHE": "verify",
-                     **(env or {})})
+                     "PYTHONDONTWRITEBYTECODE": "", **(env or {})})
 
 
 #: Core-tier test files that run no CPU kernel of libtgrad, or nothing a CPU variant could change:
@@ -98,22 +102,41 @@ def _cpu_test_selection(session: nox.Session) -> tuple[list[str], dict[str, str]
         if not path.exists():
             session.error(f"noxfile.py names {path.name}, which does not exist")
         args.append(f"--ignore=python/{path.name}")
-    listed = session.run("python", "-c", "import tgrad; print(*(f'{n}:{ok:d}' for n, ok in tgrad.cpu_isas().items()))",
-                         silent=True, env={"TGRAD_LIB": "", "TGRAD_CPU_ISA": ""})
+    listed = session.run("python", "-c", _VARIANTS_HERE, silent=True, env={"TGRAD_LIB": "", "TGRAD_CPU_ISA": ""})
     variants = dict(item.split(":") for item in str(listed).split())
     args += ["-k", " and ".join(f"not {name}" for name in [*variants, "every_variant"])]
     return args, variants
+
+
+#: Prints each CPU variant as name:1 where this machine runs it (name:0 where not), and as name:auto
+#: where the automatic choice already is that variant on every route: the packed and the streaming
+#: products both take it (cpu_isa, cpu_stream_isa), it is the most capable variant here (which is
+#: what the elementwise, exact-sum, norm, rope and optimizer loops take unforced, and what forcing
+#: it makes them take), and the block32 order runs its kernel, not AMX (which only the automatic
+#: choice takes). There, forcing it runs the same kernels as the core tier's run did: the Zen 4
+#: and Zen 5 (avx512bf16) and AVX2-only CPUs; not Intel's AVX512-BF16 Xeons (avx512f packed
+#: products, AMX).
+_VARIANTS_HERE = """
+import tgrad
+here = [n for n, ok in tgrad.cpu_isas().items() if ok]
+auto = here[0] if tgrad.cpu_isa() == tgrad.cpu_stream_isa() == here[0] and tgrad.matmul_order_kernel("block32") != "amx" else ""
+print(*(f"{n}:{'auto' if n == auto else int(ok)}" for n, ok in tgrad.cpu_isas().items()))
+"""
 
 
 def _pytest_each_cpu_variant(session: nox.Session) -> None:
     """The core tier's CPU tests once more per CPU variant this machine runs, each forced with
     TGRAD_CPU_ISA (matmul micro-kernels and elementwise loops alike), so that no test depends on
     which variant the automatic choice picks here (issue 38). Left out: the files above, the tests
-    parametrized by a variant's name and those marked every_variant (they set each variant themselves)."""
+    parametrized by a variant's name and those marked every_variant (they set each variant
+    themselves), and the variant the automatic choice already is on every route (_VARIANTS_HERE)."""
     args, variants = _cpu_test_selection(session)
-    for variant in (name for name, ok in variants.items() if ok == "1"):
-        session.log(f"the CPU tests with TGRAD_CPU_ISA={variant}")
-        _pytest(session, "tests", env={"TGRAD_CPU_ISA": variant}, extra=args)
+    for variant, here in variants.items():
+        if here == "auto":
+            session.log(f"TGRAD_CPU_ISA={variant} left out: the automatic choice above ran its kernels on every route")
+        elif here == "1":
+            session.log(f"the CPU tests with TGRAD_CPU_ISA={variant}")
+            _pytest(session, "tests", env={"TGRAD_CPU_ISA": variant}, extra=args)
 
 
 @nox.session
@@ -221,7 +244,7 @@ def sanitize(session: nox.Session) -> None:
     # allocation too big for any machine returns NULL, as without ASan, so numpy raises MemoryError
     # (which tgrad turns into OutOfMemoryError: tests/python/test_memory_limit.py) instead of ASan
     # aborting the interpreter.
-    session.install(".[test,cuda]")  # cuda: NVRTC, so the CUDA backend's compile path runs here too
+    session.install(".[test,cuda,dask]")  # cuda: NVRTC, so the CUDA backend's compile path runs here too; dask: its interop test
     libasan = str(session.run("gcc", "-print-file-name=libasan.so", silent=True, external=True)).strip()
     # pytest's node ids are relative to its rootdir, the repository's root (pyproject.toml holds
     # its settings), whatever the working directory: tests/python/test_x.py::test_y.

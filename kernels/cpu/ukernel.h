@@ -71,6 +71,13 @@ typedef struct tg_ukernel {
     /* with skinny: the most rows the frame sends it where B is not small, past 16 in passes of 12
      * rows (B streamed once per pass), as far as that measured faster than the packed frame */
     int32_t skinny_rows;
+    /* optional, with skinny: the same over B in any layout, columns [n0, n0 + cols) of B, storing
+     * bf16 to out or the fp32 accumulators to out32 (NaN as 0x7FC00000, as the frame's
+     * store_f32_tile stores them), out and out32 at the first of those columns: a few rows times
+     * a small column-major B (a decode step's attention scores over the KV cache), B read once
+     * for all the rows */
+    void (*skinny_any)(int64_t K, const uint32_t *a, int32_t rows, const tg_operand *B, int64_t n0, int32_t cols,
+                       uint16_t *out, float *out32, int64_t ldout);
     /* optional: the main kernel (mr rows) reading row-major A in place instead of packed, over
      * kc elements of each row ((kc + 1) / 2 pairs of the packed B panel): row r's pair p is the
      * 32-bit word at a + r * lda + 2p (lda in elements); for an odd kc the last pair is element

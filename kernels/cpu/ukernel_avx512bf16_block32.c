@@ -275,8 +275,23 @@ DEFINE_KERNEL(kernel_1, 1, R1, J_DECL, BLOCK_JOINT)
  * rows high (16: the frame's skinny panel). One-row products have their own streaming kernel
  * (stream_block32_avx512.c, B in place, no packing). */
 enum { ST_COLS = 128, ST_K = 128 };
+
+/* A strip's fp32 sums (acc, ST_COLS floats a row) to out32, NaN stored as 0x7FC00000 (as the
+ * frame's store_f32_tile stores the accumulators). */
+static void store_acc_f32(const float *acc, int32_t rows, int64_t cols, float *out32, int64_t ldout) {
+    for (int32_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j += 16) {
+            __m512 v = _mm512_load_ps(acc + r * ST_COLS + j);
+            __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+            _mm512_mask_storeu_ps(out32 + r * ldout + j, col_mask((int32_t)(cols - j < 16 ? cols - j : 16)), v);
+        }
+}
+
+/* out (bf16) or out32 (the fp32 sums), rows [0, rows) x columns [0, cols) of B's columns n0...;
+ * B in any layout (pack_b_b32 reads any strides). */
 static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t rows, const tg_operand *B,
-                          int64_t n0, int64_t cols, uint16_t *out, int64_t ldout) {
+                          int64_t n0, int64_t cols, uint16_t *out, float *out32, int64_t ldout) {
     __attribute__((aligned(64))) uint32_t bp[ST_K / 2 * ST_COLS];
     __attribute__((aligned(64))) float acc[16 * ST_COLS];
     unsigned csr = _mm_getcsr(); /* the kernels' MXCSR once for the whole call */
@@ -304,7 +319,7 @@ static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t
                     int32_t h = rows - r0 < MR ? rows - r0 : MR;
                     tg_tile t = { .acc = acc + r0 * ST_COLS + j0, .ldacc = ST_COLS, .load = k0 > 0, .rows = h,
                                   .cols = (int32_t)(sw - j0 < NR ? sw - j0 : NR),
-                                  .out = last ? out + r0 * ldout + s0 + j0 : NULL, .ldout = ldout };
+                                  .out = last && !out32 ? out + r0 * ldout + s0 + j0 : NULL, .ldout = ldout };
                     const uint32_t *ar = ak + r0 * WORDS;
                     if (h > 8) kernel_at(kp, ar, astride, bj, &t, false, &next, per_block);
                     else if (h > 4) kernel_8_at(kp, ar, astride, bj, &t, false, &next, per_block);
@@ -313,6 +328,7 @@ static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t
                 }
             }
         }
+        if (out32) store_acc_f32(acc, rows, sw, out32 + s0, ldout);
     }
     _mm_setcsr(csr);
 }
@@ -320,7 +336,12 @@ static void stream_panels(int64_t K, const uint32_t *a, int64_t astride, int32_t
 static void skinny(int64_t K, const uint32_t *a, int32_t rows, const uint16_t *b, int64_t ldb, int32_t cols,
                    uint16_t *out, int64_t ldout) {
     tg_operand B = { b, ldb, 1 };
-    stream_panels(K, a, 16, rows, &B, 0, cols, out, ldout);
+    stream_panels(K, a, 16, rows, &B, 0, cols, out, NULL, ldout);
+}
+
+static void skinny_any(int64_t K, const uint32_t *a, int32_t rows, const tg_operand *B, int64_t n0, int32_t cols,
+                       uint16_t *out, float *out32, int64_t ldout) {
+    stream_panels(K, a, 16, rows, B, n0, cols, out, out32, ldout);
 }
 
 /* ---- the one-row hook (rowvec): B read in place, A's row packed by pack_a_b32 (one row of 16
@@ -475,6 +496,6 @@ static double peak(int64_t iters) {
 const tg_ukernel tg_ukernel_avx512bf16_block32 = {
     .name = "avx512bf16_block32", .mr = MR, .nr = NR, .a_entry_bytes = 4, .b_entry_bytes = 4, .kc = KC,
     .pack_a = pack_a_b32, .pack_b = pack_b_b32, .kernel = kernel,
-    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny, .rowvec = rowvec, .rowvec_f32 = rowvec_f32,
+    .short_kernels = { { 8, kernel_8 }, { 4, kernel_4 }, { 1, kernel_1 } }, .skinny = skinny, .skinny_any = skinny_any, .rowvec = rowvec, .rowvec_f32 = rowvec_f32,
     .available = available, .peak = peak,
     .order = TG_UK_ORDER_BLOCK32, .kpair_align = B32_PAIRS };

@@ -378,9 +378,10 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
     1 MiB (cpu/gemm_t.c: strips with a packed last tile, 260 = 8 x 32 + 4 rows); past that (40 x
     8300), or with W packed (TGRAD_DEBUG_CPU_NO_DIRECT_A), it runs on the packed frame in chunks
     of 4096 columns (3 x 64 x 4100). One row streams (rowvec), its float32 result the fp32 sums (rowvec_f32);
-    without AMX, up to 16 rows stream a W of at most 2^17 elements as that many one-row products,
-    bf16 or the fp32 sums (a decode step's attention scores over the KV cache: 16 x 64 x 300); a
-    larger W (3 x 1057 x 260) is packed once."""
+    without AMX, up to 16 rows stream a W of at most 2^17 elements (a decode step's attention
+    scores over the KV cache: 16 x 64 x 300), bf16 or the fp32 sums: read once for all the rows
+    on vdpbf16ps (route skinny), as that many one-row products on AVX2; a larger W (3 x 1057 x
+    260) is packed once."""
     rng = np.random.default_rng(m * 7919 + k + len(fill))
     x_big, w_big = _random_bits(rng, (m + 1, k + 3), fill), _random_bits(rng, (n + 2, k + 5), fill)
     bias = _random_bits(rng, (n,), "normal")
@@ -409,6 +410,8 @@ def test_few_rows_times_a_column_major_b_give_the_block32_oracle(m, k, n, fill):
             elif isa == "avx2":  # no AMX: up to 16 rows stream a small W's rows in place, row by row
                 rows = m <= 16 and k * n <= 1 << 17
                 assert c.route == c32.route == f"cpu.avx2_block32.{'rowvec' if rows else 'gemm'}", (m, k, c.route, c32.route)
+            elif isa == "avx512bf16" and 1 < m <= 16 and k * n <= 1 << 17:  # a small W read once for all the rows
+                assert c.route == c32.route == "cpu.avx512bf16_block32.skinny", (m, k, c.route, c32.route)
             got32 = c32.numpy().view(np.uint32)
             assert np.array_equal(got32, want32), f"[isa={isa}, threads={threads}, route={c32.route}] " + _describe(
                 got32, want32, 8)

@@ -102,7 +102,7 @@ TG_HIDDEN tgrad_status tg_cpu_matmul_gemm_shared(const tg_ukernel *uk, const tg_
                                                  const int64_t *boff, int64_t batch, int64_t M, int64_t K, int64_t N,
                                                  int32_t threads, uint16_t *out, float *out32, const tg_chain *ep);
 TG_HIDDEN tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M,
-                                            int64_t K, int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep);
+                                            int64_t K, int64_t N, int32_t threads, uint16_t *out, float *out32, const tg_chain *ep);
 /* The packed path writes bf16 to out or, when out32 is set instead (out NULL, ep NULL), the fp32
  * accumulators: the micro-kernels store them to acc (no bf16 out) and the frame copies each
  * finished tile (store_f32_tile), so every variant's kernels serve both without a change to

@@ -151,18 +151,24 @@ void tg_cpu_matmul_plan_make(const tg_view *av, const tg_view *bv, int32_t out_d
      * (ukernel.h). */
     bool f32 = out_dtype == TGRAD_DTYPE_F32, one_row = S && P->M == 1 && (bs1 == 1 || bs0 == 1);
     /* a few rows times a column-major B, where no AMX reads W's rows in place (transposed_pays):
-     * one-row products, row by row, instead of packing B (FEW_ROWS) */
-    one_row = one_row || (S && P->M <= FEW_ROWS && bs0 == 1 && bs1 != 1 && (double)K * (double)P->N <= FEW_ROWS_B &&
-                          !transposed_pays(P));
-    if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) {
+     * instead of packing B (FEW_ROWS), B read once for all the rows where the block32 few-row
+     * kernel reads any layout (skinny_any: vdpbf16ps, bf16 or the fp32 sums), else one-row
+     * products, row by row */
+    bool few_cols = S && P->M <= FEW_ROWS && bs0 == 1 && bs1 != 1 && (double)K * (double)P->N <= FEW_ROWS_B &&
+                    !transposed_pays(P);
+    const tg_ukernel *F = NULL;
+    int64_t most = 0;
+    if (block32 && few_cols && P->M > 1) F = tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most);
+    one_row = one_row || few_cols;
+    if (F && F->skinny_any && P->M <= most) P->path = PATH_SKINNY, P->uk = F;
+    else if (one_row && (f32 ? S->rowvec_f32 != NULL : S->rowvec != NULL)) {
         P->path = PATH_ROWVEC, P->uk = S;
         /* shared from ROWVEC_SHARE elements of B, not SMALL_MNK multiply-adds (a decode step's
          * 1024x1024 and 256x1024 projections, alone, ran at 13 and 10 GB/s on one Xeon thread) */
         if (P->batch == 1 && (double)K * (double)P->N >= (double)ROWVEC_SHARE) P->threads = pool;
     } else if (f32) P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     else if (block32) { /* a few rows stream row-major B where a block32 kernel can */
-        int64_t most = 0;
-        const tg_ukernel *F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most) : NULL;
+        F = bs1 == 1 ? tg_cpu_block32_skinny_variant(sel, (double)K * (double)P->N, &most) : NULL;
         if (F && P->M <= most) P->path = PATH_SKINNY, P->uk = F;
         else P->path = transposed_pays(P) ? PATH_GEMM_T : PATH_GEMM;
     }
@@ -237,8 +243,9 @@ static tgrad_status run_one(const tg_cpu_matmul_plan *P, const uint16_t *abase, 
     bool f32 = P->out_dtype == TGRAD_DTYPE_F32;
     if (P->path == PATH_GEMM_T) return run_transposed(P, &A, &B, out, ep, threads);
     if (P->path == PATH_ROWVEC) return tg_cpu_matmul_rowvec(uk, &A, &B, P->M, P->K, P->N, threads, f32 ? NULL : out, f32 ? out : NULL, ep);
+    if (P->path == PATH_SKINNY) /* a float32 result: only through skinny_any (the plan's few_cols) */
+        return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, f32 ? NULL : out, f32 ? out : NULL, f32 ? NULL : ep);
     if (f32) return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, NULL, out, NULL);
-    if (P->path == PATH_SKINNY) return tg_cpu_matmul_skinny(uk, &A, &B, P->M, P->K, P->N, threads, out, ep);
     return tg_cpu_gemm_packed(uk, &A, &B, P->M, P->N, P->K, threads, out, NULL, ep);
 }
 

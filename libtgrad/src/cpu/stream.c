@@ -7,7 +7,8 @@
 
 /* One-row problems on a variant that streams B: column strips as tasks, A's row packed once. A
  * few rows (plan.c's FEW_ROWS, a small column-major B, no AMX: a decode step's attention scores
- * over the KV cache) run as that many one-row products, each row packed once and every (strip,
+ * over the KV cache), where no few-row kernel reads that layout (skinny_any, below), run as that
+ * many one-row products, each row packed once and every (strip,
  * row) a task, a strip's rows one after another while it is in cache: each output is the one-row
  * kernel's sum, the same bytes as every route's. */
 typedef struct {
@@ -67,6 +68,7 @@ typedef struct {
     tg_operand B;
     int64_t M, K, N, strip;
     uint16_t *out;
+    float *out32; /* instead of out: the fp32 accumulators (uk->skinny_any) */
     const tg_chain *ep;
     uint16_t *ep_out; /* the whole output (out is this pass's first row) */
     int64_t row0;
@@ -76,12 +78,20 @@ static void run_skinny_strip(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     skinny_job *S = arg;
     int64_t n0 = task * S->strip, n1 = n0 + S->strip < S->N ? n0 + S->strip : S->N;
-    S->uk->skinny(S->K, S->apanel, (int32_t)S->M, S->B.base + n0, S->B.s0, (int32_t)(n1 - n0), S->out + n0, S->N);
+    if (S->out32 || S->B.s1 != 1) { /* plan.c sends these only to a variant with skinny_any */
+        S->uk->skinny_any(S->K, S->apanel, (int32_t)S->M, &S->B, n0, (int32_t)(n1 - n0), S->out32 ? NULL : S->out + n0,
+                          S->out32 ? S->out32 + n0 : NULL, S->N);
+        if (S->out32) return; /* a float32 result has no epilogue */
+    } else {
+        S->uk->skinny(S->K, S->apanel, (int32_t)S->M, S->B.base + n0, S->B.s0, (int32_t)(n1 - n0), S->out + n0, S->N);
+    }
     tg_chain_apply_block(S->ep, S->ep_out, S->N, S->row0, n0, S->M, n1 - n0);
 }
 
+/* out (bf16) or out32 (the fp32 sums, through skinny_any); row-major B through skinny, any other
+ * layout through skinny_any. */
 tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t K,
-                                  int64_t N, int32_t threads, uint16_t *out, const tg_chain *ep) {
+                                  int64_t N, int32_t threads, uint16_t *out, float *out32, const tg_chain *ep) {
     /* K / 2 + 1 pairs a row, padded to whole blocks for a block32 variant (ukernel.h, kpair_align) */
     int64_t pairs = tg_panel_pairs(uk, K + 1);
     workspace *w = tg_cpu_workspace(64, (size_t)uk->a_entry_bytes * 16u * (size_t)pairs, 64);
@@ -92,7 +102,8 @@ tgrad_status tg_cpu_matmul_skinny(const tg_ukernel *uk, const tg_operand *A, con
         int64_t h = M - r0 < pass ? M - r0 : pass;
         tg_operand Ar = { A->base + r0 * A->s0, A->s0, A->s1 };
         uk->pack_a(&Ar, 0, h, 0, K, 16, w->apack);
-        skinny_job S = { uk, w->apack, *B, h, K, N, strip, out + r0 * N, ep, out, r0 };
+        skinny_job S = { uk, w->apack, *B, h, K, N, strip, out ? out + r0 * N : NULL, out32 ? out32 + r0 * N : NULL, ep,
+                         out, r0 };
         run_tasks((N + strip - 1) / strip, threads, run_skinny_strip, &S);
     }
     return TGRAD_OK;

@@ -96,3 +96,47 @@ def test_layers_of_one_input_fuse_into_one_packed_layer(tmp_path: Path) -> None:
 def test_a_bad_pack_weights_argument_is_refused_before_reading(tmp_path: Path) -> None:
     with pytest.raises(errors.InvalidArgumentError, match="pack_weights"):
         tgrad.models.from_pretrained(tmp_path / "nothing here", pack_weights="yes")  # type: ignore[arg-type]
+
+
+def test_from_pretrained_packs_each_layer_as_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pack_weights=True reads each tensor once, as the model is built, and packs each layer before
+    the next is read (an untied lm_head first): tgrad's live bytes never exceed the packed model's
+    plus one layer's [out, in] weights and one fused layer's panels, where loading everything first
+    would hold all of them twice over. The result is CausalLM.pack_weights()'s, name for name and
+    byte for byte."""
+    doc = config("llama", num_hidden_layers=4, num_key_value_heads=4, intermediate_size=64)
+    path = write(tmp_path / "m", doc, weights(doc, 3))
+    reads: list[tuple[str, int, int]] = []  # (name, live bytes after reading it, layers packed by then)
+    real, pack_layer = tgrad.safetensors.Checkpoint.__getitem__, tgrad.models.llama.pack_layer
+    packed_layers = [0]
+
+    def spy(self: Any, name: str) -> Any:
+        tensor = real(self, name)
+        reads.append((name, tgrad.live_bytes(), packed_layers[0]))
+        return tensor
+
+    def counted(layer: Any) -> None:
+        pack_layer(layer)
+        packed_layers[0] += 1
+
+    monkeypatch.setattr(tgrad.safetensors.Checkpoint, "__getitem__", spy)
+    monkeypatch.setattr(tgrad.models.llama, "pack_layer", counted)
+    before = tgrad.live_bytes()
+    packed = tgrad.models.from_pretrained(path, pack_weights=True)
+    monkeypatch.undo()
+    names = [name for name, _, _ in reads]
+    assert sorted(names) == sorted(tgrad.models.expected_weights(packed.config))  # each once
+    assert names[0] == "lm_head.weight" and names[1] == "model.embed_tokens.weight"
+    for name, _, done in reads:  # layer i's tensors are read once layers 0 .. i-1 are packed
+        if name.startswith("model.layers."):
+            assert done == int(name.split(".")[2]), (name, done)
+    model_bytes = tgrad.live_bytes() - before
+    shapes = tgrad.models.expected_weights(packed.config)
+    layer_bytes = sum(2 * int(np.prod(shapes[n])) for n in names
+                      if n.startswith("model.layers.0.") and n.endswith("_proj.weight"))
+    assert max(live for _, live, _ in reads) - before <= model_bytes + layer_bytes
+    assert isinstance(packed.model.layers[0].self_attn.qkv_proj, nn.PackedLinear)
+    later = tgrad.models.from_pretrained(path).pack_weights()
+    got, want = dict(packed.named_parameters()), dict(later.named_parameters())
+    assert list(got) == list(want)
+    assert all(_bytes(got[n]) == _bytes(want[n]) for n in got)

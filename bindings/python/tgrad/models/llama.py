@@ -12,7 +12,8 @@ at those positions.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from ..shape_ops import slice_scatter
 from ..softmax import softmax
 from ..tensor import Tensor
 from .config import ModelConfig
+from .packing import pack_head, pack_layer, packed
 from .padding import Plan, additive_mask, check_mask, plan
 
 __all__ = ["Attention", "CausalLM", "DecoderLayer", "KVCache", "MLP", "Model", "StepInputs", "attend", "linear"]
@@ -237,7 +239,7 @@ class Attention(nn.Module):
     """Grouped-query self-attention with rope: q, k, v projections (bias with Qwen2 or Llama's
     attention_bias), rope on q and k, `attend`, the o projection."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, Tensor]) -> None:
+    def __init__(self, config: ModelConfig, weights: Mapping[str, Tensor]) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
         self.rope_theta = config.rope_theta
@@ -271,7 +273,7 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     """down_proj(silu(gate_proj(x)) * up_proj(x))."""
 
-    def __init__(self, weights: dict[str, Tensor]) -> None:
+    def __init__(self, weights: Mapping[str, Tensor]) -> None:
         super().__init__()
         for name in ("gate_proj", "up_proj", "down_proj"):
             setattr(self, name, nn.Linear.from_tensors(weights[f"{name}.weight"], weights.get(f"{name}.bias")))
@@ -288,7 +290,7 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """x + attn(norm(x)), then h + mlp(norm(h)), each sum rounded once."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, Tensor], window: int | None) -> None:
+    def __init__(self, config: ModelConfig, weights: Mapping[str, Tensor], window: int | None) -> None:
         super().__init__()
         self.window = window
         eps = config.rms_norm_eps
@@ -305,19 +307,44 @@ class DecoderLayer(nn.Module):
         return out
 
 
-def _under(weights: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
-    lead = prefix + "."
-    return {name[len(lead):]: t for name, t in weights.items() if name.startswith(lead)}
+class _Under(Mapping[str, Tensor]):
+    """weights' entries under `prefix.`, named without it: a view, so that a mapping reading each
+    tensor when it is asked for (from_pretrained's) reads only what a module asks for."""
+
+    __slots__ = ("_weights", "_lead")
+
+    def __init__(self, weights: Mapping[str, Tensor], prefix: str) -> None:
+        self._weights, self._lead = weights, prefix + "."
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self._weights[self._lead + name]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name[len(self._lead):] for name in self._weights if name.startswith(self._lead))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _under(weights: Mapping[str, Tensor], prefix: str) -> Mapping[str, Tensor]:
+    return _Under(weights, prefix)
 
 
 class Model(nn.Module):
     """embed_tokens, the decoder layers, the final norm: hidden states [B, L, hidden]."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, Tensor], inv_freq: np.ndarray | None) -> None:
+    def __init__(self, config: ModelConfig, weights: Mapping[str, Tensor], inv_freq: np.ndarray | None,
+                 pack: bool = False) -> None:
+        """pack: each layer's projections packed as soon as it is built (tgrad.models.packing)."""
         super().__init__()
         self.embed_tokens = nn.Embedding.from_pretrained(weights["embed_tokens.weight"])
-        self.layers = nn.ModuleList(DecoderLayer(config, _under(weights, f"layers.{i}"), config.windows[i])
-                                    for i in range(config.num_hidden_layers))
+        layers = []
+        for i in range(config.num_hidden_layers):
+            layer = DecoderLayer(config, _under(weights, f"layers.{i}"), config.windows[i])
+            if pack:
+                pack_layer(layer)
+            layers.append(layer)
+        self.layers = nn.ModuleList(layers)
         self.norm = nn.RMSNorm(config.hidden_size, eps=config.rms_norm_eps, weight=weights["norm.weight"])
         device = self.embed_tokens.weight.device  # the weights' (from_pretrained's device=)
         self.register_buffer("inv_freq", None if inv_freq is None else Tensor.from_numpy(inv_freq, dtype=float32,
@@ -372,14 +399,24 @@ class CausalLM(nn.Module):
     (tgrad.bfloat16, or float32 with logits_dtype=tgrad.float32: lm_head's fp32 accumulators,
     unrounded); `generate` decodes (tgrad.models.generate)."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, Tensor], inv_freq: np.ndarray | None,
-                 logits_dtype: Any = None) -> None:
+    def __init__(self, config: ModelConfig, weights: Mapping[str, Tensor], inv_freq: np.ndarray | None,
+                 logits_dtype: Any = None, *, pack_weights: bool = False) -> None:
+        """weights: every tensor the model reads, by its checkpoint name (a dict, or a mapping that
+        reads each when asked, as from_pretrained's does). pack_weights: as the method below
+        does, each layer as soon as it is built."""
         super().__init__()
         self.config = config
-        self.model = Model(config, _under(weights, "model"), inv_freq)
-        head = self.model.embed_tokens.weight if config.tie_word_embeddings else weights["lm_head.weight"]
-        self.lm_head = nn.Linear.from_tensors(head)
-        _transposed(self.lm_head)
+        # an untied lm_head is read (and packed) first, while little else is held: its packing's
+        # transient copy then does not add to the whole model's
+        head: nn.Linear | nn.PackedLinear | None = None
+        if not config.tie_word_embeddings:
+            head = nn.Linear.from_tensors(weights["lm_head.weight"])
+            head = packed(head) if pack_weights else head
+        self.model = Model(config, _under(weights, "model"), inv_freq, pack=pack_weights)
+        self.lm_head: nn.Linear | nn.PackedLinear = (
+            head if head is not None else nn.Linear.from_tensors(self.model.embed_tokens.weight))
+        if isinstance(self.lm_head, nn.Linear):
+            _transposed(self.lm_head)
         self.logits_dtype = _logits_dtype(logits_dtype)
 
     @property
@@ -481,29 +518,17 @@ class CausalLM(nn.Module):
         """Holds each projection's weight (q, k, v, o, gate, up, down, and lm_head unless tied to
         the embedding) as 32-column panels (tgrad.nn.PackedLinear) instead of [out, in]: one-row
         products (decoding) stream each panel without transposes, and every logit keeps its bytes.
-        Each weight is copied into its panels and the [out, in] copy dropped, one at a time, so
-        memory stays at one copy of the weights plus one layer's. q, k and v become one layer,
+        Each weight is copied into its panels and the [out, in] copy dropped, one layer at a time,
+        so memory stays at one copy of the weights plus one layer's. q, k and v become one layer,
         `qkv_proj`, and gate and up one, `gate_up_proj` (PackedLinear.fused: one product where
         there were several, each output its own layer's bytes), where all of them pack. Layers
         whose out_features is not a multiple of 32 stay as they are. The panels are the
         parameters afterwards (named `<layer>.panels`); PackedLinear.weight unpacks one.
-        Returns self."""
-        from .. import release_cached
-
-        groups = [[(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")] +
-                  [(layer.mlp, n) for n in ("gate_proj", "up_proj", "down_proj")] for layer in self.model.layers]
-        if not self.config.tie_word_embeddings:
-            groups.append([(self, "lm_head")])
-        for i, owners in enumerate(groups):
-            if i < len(self.model.layers):
-                _fuse(self.model.layers[i].self_attn, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
-                _fuse(self.model.layers[i].mlp, ("gate_proj", "up_proj"), "gate_up_proj")
-            for owner, name in owners:
-                layer = owner._modules.get(name)
-                if nn.PackedLinear.packs(layer):
-                    setattr(owner, name, nn.PackedLinear.from_linear(layer))
-                    del layer
-            release_cached()  # the dropped [out, in] storage goes back to the system, not to tgrad's cache
+        Returns self. (tgrad.models.packing; from_pretrained(pack_weights=True) packs each layer
+        as it is read instead.)"""
+        for layer in self.model.layers:
+            pack_layer(cast(DecoderLayer, layer))
+        pack_head(self)
         return self
 
     def generate(self, ids: Any, max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
@@ -524,19 +549,6 @@ class CausalLM(nn.Module):
         c = self.config
         return (f"{c.architecture}: {c.num_hidden_layers} layers, hidden {c.hidden_size}, heads {c.num_attention_heads} "
                 f"(kv {c.num_key_value_heads}), vocab {c.vocab_size}")
-
-
-def _fuse(owner: nn.Module, names: tuple[str, ...], fused: str) -> None:
-    """owner's layers `names` (nn.Linear of the same input) as one PackedLinear named `fused`, the
-    layers removed, where every one packs and their biases are all present or all absent."""
-    layers = [owner._modules.get(n) for n in names]
-    if not all(nn.PackedLinear.packs(layer) for layer in layers):
-        return
-    if len({layer.bias is None for layer in layers}) != 1:  # type: ignore[union-attr]
-        return
-    setattr(owner, fused, nn.PackedLinear.fused(layers))  # type: ignore[arg-type]
-    for n in names:
-        delattr(owner, n)
 
 
 def _as_count(value: Any, what: str) -> int:

@@ -9,6 +9,7 @@ with convert=True (each rounded once to bf16 as it is read, one tensor at a time
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import errors, safetensors
@@ -64,11 +65,30 @@ def _check_schema(ckpt: safetensors.Checkpoint, config: ModelConfig, wanted: dic
             "(an architecture variant tgrad does not run)")
 
 
-def _placed(weights: dict[str, Tensor], device: str) -> dict[str, Tensor]:
-    """The weights on `device`, each host copy dropped as soon as its device copy is made."""
-    if device == "cpu":
-        return weights
-    return {name: weights.pop(name).to(device) for name in list(weights)}
+class _Reader(Mapping[str, Tensor]):
+    """The checkpoint's tensors `names`, each read (and moved to `device`, its host copy dropped)
+    when the model asks for it, and not kept here: the model holds each weight alone, so a layer
+    packed as it is built (pack_weights) drops its [out, in] weights before the next layer is
+    read. A name asked for twice would be read twice: InternalError instead."""
+
+    def __init__(self, ckpt: safetensors.Checkpoint, names: list[str], device: str) -> None:
+        self._ckpt, self._names, self._device = ckpt, dict.fromkeys(names), device
+        self._read: set[str] = set()
+
+    def __getitem__(self, name: str) -> Tensor:
+        if name not in self._names:
+            raise KeyError(name)
+        if name in self._read:
+            raise errors.by_code["internal"](f"from_pretrained: {name!r} asked for twice")
+        self._read.add(name)
+        tensor = self._ckpt[name]
+        return tensor if self._device == "cpu" else tensor.to(self._device)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def from_pretrained(path: str | os.PathLike[str], *, convert: bool = False, logits_dtype: Any = None,
@@ -97,7 +117,5 @@ def from_pretrained(path: str | os.PathLike[str], *, convert: bool = False, logi
     with safetensors.open(path, convert=convert) as ckpt:
         wanted = expected_weights(config)
         _check_schema(ckpt, config, wanted)
-        weights = _placed(ckpt.load(list(wanted)), device)
-    model = CausalLM(config, weights, inv_freq, logits_dtype)
-    del weights  # the model holds each weight alone now: packing drops the [out, in] copies
-    return model.pack_weights() if pack_weights else model
+        # each tensor read as the model is built (one layer at a time), packed with its layer
+        return CausalLM(config, _Reader(ckpt, list(wanted), device), inv_freq, logits_dtype, pack_weights=pack_weights)

@@ -47,8 +47,19 @@ def pack_panels(weight: Tensor) -> Tensor:
         raise errors.ShapeMismatchError(
             f"pack_panels: weight is {_shape_text(weight.shape)}, expected [out_features, in_features] with "
             f"out_features a multiple of {PANEL}")
-    panels: Tensor = _panel_view(weight.detach()).contiguous()
-    return panels.realize()
+    return _copied([_panel_view(weight)])
+
+
+def _copied(parts: list[Tensor]) -> Tensor:
+    """parts concatenated along axis 0 into a new realized tensor, not recorded for gradients:
+    one copy (concat's route, which reads each part's view in place). detach() would copy each
+    part once more first."""
+    from ..autograd import no_grad
+    from ..shape_ops import cat
+
+    with no_grad():
+        out: Tensor = cat(parts, 0).realize()
+    return out
 
 
 def _panel_view(weight: Tensor) -> Tensor:
@@ -127,13 +138,10 @@ class PackedLinear(Module):
         biases = [layer.bias for layer in layers]
         if any(b is None for b in biases) and not all(b is None for b in biases):
             raise errors.InvalidArgumentError("PackedLinear.fused: some layers have a bias and some do not")
-        from ..shape_ops import cat
-
         # each weight's panels read through a view into the one result (the concat route): no
         # stacked [out, in] copy in between
-        views = [_panel_view(layer.weight.detach()) for layer in layers]
-        panels = (cat(views, 0) if len(views) > 1 else views[0].contiguous()).realize()
-        bias = None if biases[0] is None else cat([b.detach() for b in biases if b is not None], 0).realize()
+        panels = _copied([_panel_view(layer.weight) for layer in layers])
+        bias = None if biases[0] is None else _copied([b for b in biases if b is not None])
         return cls(panels, bias)
 
     def to_linear(self) -> Linear:

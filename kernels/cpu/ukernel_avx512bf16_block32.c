@@ -276,16 +276,19 @@ DEFINE_KERNEL(kernel_1, 1, R1, J_DECL, BLOCK_JOINT)
  * (stream_block32_avx512.c, B in place, no packing). */
 enum { ST_COLS = 128, ST_K = 128 };
 
-/* A strip's fp32 sums (acc, ST_COLS floats a row) to out32, NaN stored as 0x7FC00000 (as the
- * frame's store_f32_tile stores the accumulators). */
+/* 16 fp32 sums (the lanes in m) to dst, NaN stored as 0x7FC00000, as the frame's store_f32_tile
+ * stores the accumulators. */
+static inline void store_f32x16(float *dst, __m512 v, __mmask16 m) {
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    _mm512_mask_storeu_ps(dst, m, _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))));
+}
+
+/* A strip's fp32 sums (acc, ST_COLS floats a row) to out32. */
 static void store_acc_f32(const float *acc, int32_t rows, int64_t cols, float *out32, int64_t ldout) {
     for (int32_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < cols; j += 16) {
-            __m512 v = _mm512_load_ps(acc + r * ST_COLS + j);
-            __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-            _mm512_mask_storeu_ps(out32 + r * ldout + j, col_mask((int32_t)(cols - j < 16 ? cols - j : 16)), v);
-        }
+        for (int64_t j = 0; j < cols; j += 16)
+            store_f32x16(out32 + r * ldout + j, _mm512_load_ps(acc + r * ST_COLS + j),
+                         col_mask((int32_t)(cols - j < 16 ? cols - j : 16)));
 }
 
 /* out (bf16) or out32 (the fp32 sums), rows [0, rows) x columns [0, cols) of B's columns n0...;
@@ -388,8 +391,7 @@ static inline void store_sums(uint16_t *out, float *out32, int64_t j, __m512 acc
         store_bf16x16(out + j, acc, cols);
         return;
     }
-    __mmask16 nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q);
-    _mm512_mask_storeu_ps(out32 + j, cols, _mm512_mask_mov_ps(acc, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))));
+    store_f32x16(out32 + j, acc, cols);
 }
 
 static void rowvec_cols(const uint32_t *aw, const tg_operand *B, int64_t K, int64_t n0, int64_t nb, uint16_t *out,

@@ -294,8 +294,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.window = window
         eps = config.rms_norm_eps
-        self.self_attn = Attention(config, _under(weights, "self_attn"))
-        self.mlp = MLP(_under(weights, "mlp"))
+        self.self_attn = Attention(config, _Under(weights, "self_attn"))
+        self.mlp = MLP(_Under(weights, "mlp"))
         self.input_layernorm = nn.RMSNorm(config.hidden_size, eps=eps, weight=weights["input_layernorm.weight"])
         self.post_attention_layernorm = nn.RMSNorm(config.hidden_size, eps=eps,
                                                    weight=weights["post_attention_layernorm.weight"])
@@ -326,10 +326,6 @@ class _Under(Mapping[str, Tensor]):
         return sum(1 for _ in self)
 
 
-def _under(weights: Mapping[str, Tensor], prefix: str) -> Mapping[str, Tensor]:
-    return _Under(weights, prefix)
-
-
 class Model(nn.Module):
     """embed_tokens, the decoder layers, the final norm: hidden states [B, L, hidden]."""
 
@@ -340,7 +336,7 @@ class Model(nn.Module):
         self.embed_tokens = nn.Embedding.from_pretrained(weights["embed_tokens.weight"])
         layers = []
         for i in range(config.num_hidden_layers):
-            layer = DecoderLayer(config, _under(weights, f"layers.{i}"), config.windows[i])
+            layer = DecoderLayer(config, _Under(weights, f"layers.{i}"), config.windows[i])
             if pack:
                 pack_layer(layer)
             layers.append(layer)
@@ -412,7 +408,7 @@ class CausalLM(nn.Module):
         if not config.tie_word_embeddings:
             head = nn.Linear.from_tensors(weights["lm_head.weight"])
             head = packed(head) if pack_weights else head
-        self.model = Model(config, _under(weights, "model"), inv_freq, pack=pack_weights)
+        self.model = Model(config, _Under(weights, "model"), inv_freq, pack=pack_weights)
         self.lm_head: nn.Linear | nn.PackedLinear = (
             head if head is not None else nn.Linear.from_tensors(self.model.embed_tokens.weight))
         if isinstance(self.lm_head, nn.Linear):

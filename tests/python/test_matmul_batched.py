@@ -120,6 +120,24 @@ def test_each_batch_is_its_2d_product(case: str, shape) -> None:
         assert np.array_equal(got, want), f"{threads} threads: {np.count_nonzero(got != want)} differ"
 
 
+# A shared by the batches, packed once (cpu/shared_a.c, route gemm): M rows past whole 12-row
+# panels run their last panel on a shorter kernel (64 = 5 x 12 + 4, 20 = 12 + 8, 5 on the 8-row
+# one), K past one 512-deep panel, and the next batch's B prefetched across the tiles
+@pytest.mark.parametrize("shape", [((8,), 64, 600, 32), ((12,), 20, 100, 90), ((9,), 5, 1100, 64)],
+                         ids=["tail4", "tail8", "short"])
+@pytest.mark.parametrize("out_dtype", [None, tgrad.float32], ids=["bf16", "f32"])
+def test_a_shared_left_operand_with_a_short_last_panel_gives_each_batch(shape, out_dtype) -> None:
+    batch, m, k, n = shape
+    rng = np.random.default_rng(11)
+    a, b = _views(rng, "broadcast_left", batch, m, k, n)
+    want = _per_batch(a, b, out_dtype=out_dtype)
+    for threads in (1, 2):
+        tgrad.set_num_threads(threads)
+        c = tgrad.matmul(a, b, out_dtype=out_dtype)
+        assert f"batch {batch[0]} (a is shared: packed once" in c.explain()
+        assert np.array_equal(_bits(c), want), f"{threads} threads"
+
+
 @pytest.mark.parametrize("shape", [((4,), 9, 33, 20), ((2,), 130, 150, 120)], ids=["small", "threaded"])
 def test_float32_results_are_each_batch_accumulators(shape) -> None:
     batch, m, k, n = shape

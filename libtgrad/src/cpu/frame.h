@@ -31,6 +31,50 @@ static inline int64_t tg_panel_pairs(const tg_ukernel *uk, int64_t kc) {
     return uk->kpair_align > 1 ? round_up(kp, uk->kpair_align) : kp;
 }
 
+/* The packed kernels of a call: `fn` for panels of mr rows (uk->kernel, or a short kernel when
+ * all of M is short), `tail` for M's last panel when it has fewer rows (the shortest kernel that
+ * holds them: 127 rows compute 10 x 12 + 8, not 11 x 12). Every block and chunk starts at a
+ * multiple of mr, so only the last rows of M form a tail panel (gemm_packed.c chooses them, and
+ * packs rows for them). */
+typedef struct {
+    tg_ukernel_fn fn, tail;
+    int32_t mr, tail_mr;
+} tg_kernels;
+
+static inline tg_ukernel_fn tg_kernel_pick(const tg_kernels *k, int32_t rows) { return rows < k->mr ? k->tail : k->fn; }
+TG_HIDDEN tg_kernels tg_cpu_kernels_for(const tg_ukernel *uk, int64_t M);
+/* Rows [r0, r0 + rows) of A packed into panels of k->mr rows, a last panel of k->tail_mr rows:
+ * (rows / mr * mr + (rows % mr ? tail_mr : 0)) packed rows. */
+TG_HIDDEN void tg_cpu_pack_rows(const tg_ukernel *uk, const tg_kernels *k, const tg_operand *A, int64_t r0,
+                                int64_t rows, int64_t k0, int64_t kc, char *dst);
+static inline int64_t tg_packed_rows(const tg_kernels *k, int64_t rows) {
+    return rows / k->mr * k->mr + (rows % k->mr ? k->tail_mr : 0);
+}
+
+/* Software prefetch of the next K panel's B block while this one computes, so its packing reads
+ * cache instead of memory and the memory traffic overlaps the arithmetic (without it, packing B
+ * from memory was ~23% of 128x4096x4096): the block's runs of the contiguous axis, a few lines
+ * per kernel call so the requests spread over the panel. */
+typedef struct {
+    tg_line_walk walk;
+    int64_t per_call;
+} tg_b_prefetch;
+
+static inline void tg_b_prefetch_init(tg_b_prefetch *P, const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb,
+                            int64_t calls) {
+    *P = (tg_b_prefetch){ .per_call = 0 };
+    if (kc <= 0 || calls <= 0) return;
+    const uint16_t *first = B->base + k0 * B->s0 + n0 * B->s1;
+    int64_t run_elems, runs, stride;
+    if (B->s1 == 1) run_elems = nb, runs = kc, stride = B->s0;      /* row-major: rows of B */
+    else if (B->s0 == 1) run_elems = kc, runs = nb, stride = B->s1; /* column-major: columns */
+    else return;
+    uintptr_t start = (uintptr_t)first & ~(uintptr_t)63;
+    P->walk = (tg_line_walk){ .base = (const char *)start, .run_stride = stride * 2, .runs = runs,
+                              .lines = (int64_t)(((uintptr_t)first - start + (uintptr_t)run_elems * 2u + 63) / 64) };
+    P->per_call = (runs * P->walk.lines + calls - 1) / calls;
+}
+
 /* Tasks [0, ntasks) on the pool, or on this thread alone when one thread (or one task) is all
  * there is. */
 static inline void run_tasks(int64_t ntasks, int32_t threads, tg_task_fn fn, void *arg) {

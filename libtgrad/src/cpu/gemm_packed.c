@@ -15,20 +15,8 @@ enum { MC_MAX = 192, NC_MAX = 512 }; /* K panels: the variant's kc (even: only t
  * in half of L2 (below). */
 enum { MC_WHOLE = 512 };
 
-/* The packed kernels of a call: `fn` for panels of mr rows (uk->kernel, or a short kernel when
- * all of M is short), `tail` for M's last panel when it has fewer rows (the shortest kernel that
- * holds them: 127 rows compute 10 x 12 + 8, not 11 x 12). Every block and chunk starts at a
- * multiple of mr, so only the last rows of M form a tail panel. */
-typedef struct {
-    tg_ukernel_fn fn, tail;
-    int32_t mr, tail_mr;
-} kernels;
-
-static tg_ukernel_fn pick(const kernels *k, int32_t rows) { return rows < k->mr ? k->tail : k->fn; }
-
-
 /* Rows [r0, r0 + rows) of A packed into panels of mr rows, a tail panel of tail_mr rows. */
-static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *A, int64_t r0, int64_t rows,
+void tg_cpu_pack_rows(const tg_ukernel *uk, const tg_kernels *k, const tg_operand *A, int64_t r0, int64_t rows,
                       int64_t k0, int64_t kc, char *dst) {
     int64_t full = rows / k->mr * k->mr;
     if (full) uk->pack_a(A, r0, full, k0, kc, k->mr, dst);
@@ -37,9 +25,26 @@ static void pack_rows(const tg_ukernel *uk, const kernels *k, const tg_operand *
                    dst + (size_t)(full * tg_panel_pairs(uk, kc)) * (size_t)uk->a_entry_bytes);
 }
 
+/* Tile height: the main one, or for M below it the shortest kernel that holds all of M; then the
+ * tail panel's. (Choosing the kernel with the fewest padded rows for every M < 48 ran 17 rows on
+ * the one-row kernel: 17x4096x4096 took 4.3 ms.) */
+tg_kernels tg_cpu_kernels_for(const tg_ukernel *uk, int64_t M) {
+    tg_kernels k = { .fn = uk->kernel, .mr = uk->mr };
+    for (int i = 0; i < 3 && uk->short_kernels[i].fn && M < uk->mr; i++) {
+        int32_t h = uk->short_kernels[i].rows;
+        if (h < k.mr && h >= M) k.mr = h, k.fn = uk->short_kernels[i].fn;
+    }
+    k.tail = k.fn, k.tail_mr = k.mr;
+    for (int i = 0; i < 3 && uk->short_kernels[i].fn && M % k.mr; i++) {
+        int32_t h = uk->short_kernels[i].rows;
+        if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
+    }
+    return k;
+}
+
 typedef struct {
     const tg_ukernel *uk;
-    kernels k;
+    tg_kernels k;
     bool direct; /* full row panels read A in place (kernel_direct) */
     tg_operand A, B;
     int64_t M, N, K, mc, nc, tiles_n;
@@ -84,30 +89,6 @@ static void direct_tile(const tg_ukernel *uk, const tg_operand *A, int64_t row0,
     uk->kernel_direct(kc, A->base + row0 * A->s0 + k0, A->s0, bp, t);
 }
 
-/* Software prefetch of the next K panel's B block while this one computes, so its packing reads
- * cache instead of memory and the memory traffic overlaps the arithmetic (without it, packing B
- * from memory was ~23% of 128x4096x4096): the block's runs of the contiguous axis, a few lines
- * per kernel call so the requests spread over the panel. */
-typedef struct {
-    tg_line_walk walk;
-    int64_t per_call;
-} b_prefetch;
-
-static void b_prefetch_init(b_prefetch *P, const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb,
-                            int64_t calls) {
-    *P = (b_prefetch){ .per_call = 0 };
-    if (kc <= 0 || calls <= 0) return;
-    const uint16_t *first = B->base + k0 * B->s0 + n0 * B->s1;
-    int64_t run_elems, runs, stride;
-    if (B->s1 == 1) run_elems = nb, runs = kc, stride = B->s0;      /* row-major: rows of B */
-    else if (B->s0 == 1) run_elems = kc, runs = nb, stride = B->s1; /* column-major: columns */
-    else return;
-    uintptr_t start = (uintptr_t)first & ~(uintptr_t)63;
-    P->walk = (tg_line_walk){ .base = (const char *)start, .run_stride = stride * 2, .runs = runs,
-                              .lines = (int64_t)(((uintptr_t)first - start + (uintptr_t)run_elems * 2u + 63) / 64) };
-    P->per_call = (runs * P->walk.lines + calls - 1) / calls;
-}
-
 static void run_block(int64_t task, int32_t worker, void *arg) {
     (void)worker;
     job *J = arg;
@@ -135,9 +116,9 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
         int64_t kc = J->K - k0 < KC ? J->K - k0 : KC, kp = tg_panel_pairs(uk, kc);
         bool last = k0 + KC >= J->K;
         uk->pack_b(&J->B, k0, kc, n0, nb, bp);
-        if (a_lo < mb) pack_rows(uk, &J->k, &J->A, m0 + a_lo, mb - a_lo, k0, kc, ap);
-        b_prefetch next;
-        b_prefetch_init(&next, &J->B, k0 + KC, last ? 0 : (J->K - k0 - KC < KC ? J->K - k0 - KC : KC), n0, nb,
+        if (a_lo < mb) tg_cpu_pack_rows(uk, &J->k, &J->A, m0 + a_lo, mb - a_lo, k0, kc, ap);
+        tg_b_prefetch next;
+        tg_b_prefetch_init(&next, &J->B, k0 + KC, last ? 0 : (J->K - k0 - KC < KC ? J->K - k0 - KC : KC), n0, nb,
                         ((mb + mr - 1) / mr) * ((nb + uk->nr - 1) / uk->nr));
         for (int64_t j0 = 0; j0 < nb; j0 += uk->nr) {
             const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->b_entry_bytes;
@@ -149,7 +130,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
                 if (J->out32 && !multi_panel) t.acc = scratch, t.ldacc = uk->nr;
                 tg_prefetch_lines(&next.walk, next.per_call);
                 if (i0 < a_lo) direct_tile(uk, &J->A, m0 + i0, k0, kc, bj, &t);
-                else pick(&J->k, t.rows)(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
+                else tg_kernel_pick(&J->k, t.rows)(kp, ap + (size_t)((i0 - a_lo) * kp) * (size_t)uk->a_entry_bytes, bj, &t);
                 if (last && J->out32)
                     store_f32_tile(t.acc, t.ldacc, J->out32 + (m0 + i0) * J->N + n0 + j0, J->N, t.rows, t.cols);
             }
@@ -312,7 +293,7 @@ static bool can_read_a_in_place(const tg_ukernel *uk, int32_t mr, const tg_opera
 
 typedef struct {
     const tg_ukernel *uk;
-    kernels k;
+    tg_kernels k;
     tg_operand A, B;
     int64_t N;           /* output row stride */
     int64_t m0, mb, n0, nb, k0, kc; /* this chunk pair and K panel */
@@ -337,7 +318,7 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
     if (task < J->a_tasks) {
         int64_t r0 = J->a_lo + task * J->a_group * J->k.mr, rows = J->a_group * J->k.mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
-        pack_rows(uk, &J->k, &J->A, J->m0 + r0, rows, J->k0, J->kc,
+        tg_cpu_pack_rows(uk, &J->k, &J->A, J->m0 + r0, rows, J->k0, J->kc,
                   J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
     } else {
         int64_t c0 = (task - J->a_tasks) * J->b_group * uk->nr, cols = J->b_group * uk->nr;
@@ -377,7 +358,7 @@ static void chunk_tiles_ksub(const chunk_job *J, int64_t i_lo, int64_t i_hi, int
                         direct_tile(uk, &J->A, J->m0 + i0, J->k0 + 2 * p0, k_in, bp + (size_t)(p0 * nr * beb), &t);
                     } else {
                         int64_t h = rows < mr ? J->k.tail_mr : mr; /* the panel's packed height */
-                        pick(&J->k, rows)(pairs, J->apack + (size_t)(((i0 - J->a_lo) * kp + p0 * h) * aeb),
+                        tg_kernel_pick(&J->k, rows)(pairs, J->apack + (size_t)(((i0 - J->a_lo) * kp + p0 * h) * aeb),
                                           bp + (size_t)(p0 * nr * beb), &t);
                     }
                     if (last && J->out32)
@@ -419,7 +400,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
                 if (i0 < J->a_lo)
                     direct_tile(uk, &J->A, J->m0 + i0, J->k0, J->kc, bp, &t);
                 else
-                    pick(&J->k, t.rows)(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
+                    tg_kernel_pick(&J->k, t.rows)(kp, J->apack + (size_t)((i0 - J->a_lo) * kp * aeb), bp, &t);
                 if (J->last && J->out32)
                     store_f32_tile(t.acc, t.ldacc, J->out32 + (J->m0 + i0) * J->N + J->n0 + j0, J->N, t.rows, t.cols);
             }
@@ -434,7 +415,7 @@ static void chunk_tiles(int64_t task, int32_t worker, void *arg) {
     if (J->stream && J->last) tg_store_fence();
 }
 
-static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool direct, const tg_operand *A,
+static tgrad_status matmul_chunked(const tg_ukernel *uk, const tg_kernels *k, bool direct, const tg_operand *A,
                                    const tg_operand *B, int64_t M, int64_t N, int64_t K, int32_t threads,
                                    uint16_t *out, float *out32, const tg_chain *ep) {
     int32_t mr = k->mr;
@@ -529,19 +510,7 @@ static tgrad_status matmul_chunked(const tg_ukernel *uk, const kernels *k, bool 
 tgrad_status tg_cpu_gemm_packed(const tg_ukernel *uk, const tg_operand *A, const tg_operand *B, int64_t M, int64_t N,
                                 int64_t K, int32_t threads, uint16_t *out, float *out32, const tg_chain *ep) {
     if (out32 && uk->mr * uk->nr > TILE_MAX) return tg_fail(TGRAD_ERR_INTERNAL, "matmul: the %s tile exceeds TILE_MAX", uk->name);
-    /* Tile height: the main one, or for M below it the shortest kernel that holds all of M; then
-     * the tail panel's. (Choosing the kernel with the fewest padded rows for every M < 48 ran
-     * 17 rows on the one-row kernel: 17x4096x4096 took 4.3 ms.) */
-    kernels k = { .fn = uk->kernel, .mr = uk->mr };
-    for (int i = 0; i < 3 && uk->short_kernels[i].fn && M < uk->mr; i++) {
-        int32_t h = uk->short_kernels[i].rows;
-        if (h < k.mr && h >= M) k.mr = h, k.fn = uk->short_kernels[i].fn;
-    }
-    k.tail = k.fn, k.tail_mr = k.mr;
-    for (int i = 0; i < 3 && uk->short_kernels[i].fn && M % k.mr; i++) {
-        int32_t h = uk->short_kernels[i].rows;
-        if (h < k.tail_mr && h >= M % k.mr) k.tail_mr = h, k.tail = uk->short_kernels[i].fn;
-    }
+    tg_kernels k = tg_cpu_kernels_for(uk, M);
     int32_t mr = k.mr;
     bool direct = can_read_a_in_place(uk, mr, A);
     double b_bytes = (double)K * (double)N * 2.0;

@@ -26,9 +26,10 @@ def test_the_generate_bench_reports_prefill_decode_bandwidth_and_memory(tmp_path
     assert "weights read per decoded token" in out
     row = next(line for line in out.splitlines() if line.startswith("tgrad "))
     numbers = [float(x) for x in row.replace("[", " ").replace("]", " ").replace(",", " ").replace("%", " ").split()[1:]]
-    # tok/s [min, max], ms, tok/s [min, max], weights GB/s, % of the read rate, MB
-    assert len(numbers) == 10 and all(n > 0 for i, n in enumerate(numbers) if i != 8)
-    assert numbers[8] >= 0  # a tiny model's share of the read rate may print as 0%
+    # tok/s [min, max], ms, tok/s [min, max], weights GB/s, % of the best read rate, % paired, MB
+    assert len(numbers) == 11 and all(n > 0 for i, n in enumerate(numbers) if i not in (8, 9))
+    assert numbers[8] >= 0 and numbers[9] >= 0  # a tiny model's share of the read rate may print as 0%
+    assert "paired: the median of each round's decode" in out
     saved = json.loads((tmp_path / "out" / "generate.json").read_text())
     assert len(saved["runs"]["tgrad"]) == 2 and saved["weight_gb"] > 0 and saved["read_gbps"] > 0
     assert all(len(r["tokens"]) == 3 for r in saved["runs"]["tgrad"])

@@ -259,8 +259,10 @@ def run(args: argparse.Namespace) -> int:
           f"(libtgrad's read probe over the same weights, {threads} threads, best of the rounds)")
     routes = sorted({r for run in ours for r in run.get("routes", [])})
     print(f"tgrad's prefill products: {', '.join(routes) or 'none'}")
+    print("of read: the median decode against the best read; paired: the median of each round's decode against "
+          "the read probe of the same round (tgrad's child, run just before the peers' children of that round)")
     print(f"{'peer':<14} {'prefill tok/s':>22} {'prefill ms':>10} {'decode tok/s':>22} {'weights GB/s':>12} "
-          f"{'of read':>8} {'peak RSS MB':>12}")
+          f"{'of read':>8} {'paired':>7} {'peak RSS MB':>12}")
     steps = _decode_steps(args)
     for peer, rs in runs.items():
         pre = np.array([args.gen_prompt / r["prefill_s"] for r in rs])
@@ -268,8 +270,10 @@ def run(args: argparse.Namespace) -> int:
         ms = np.median([r["prefill_s"] * 1e3 for r in rs])
         rss = max(r["rss_mb"] for r in rs)
         gbps = np.median(dec) * weight_gb
+        paired = float(np.median([d * weight_gb / r["read_gbps"] for d, r in zip(dec, ours)]))
         print(f"{peer:<14} {np.median(pre):8.0f} [{pre.min():5.0f}, {pre.max():5.0f}] {ms:10.1f} "
-              f"{np.median(dec):8.1f} [{dec.min():5.1f}, {dec.max():5.1f}] {gbps:12.3g} {gbps / read:8.0%} {rss:12.0f}")
+              f"{np.median(dec):8.1f} [{dec.min():5.1f}, {dec.max():5.1f}] {gbps:12.3g} {gbps / read:8.0%} "
+              f"{paired:7.0%} {rss:12.0f}")
     short = sorted(peer for peer, rs in runs.items() if any(r.get("decode_raw_s", 1.0) <= 0 for r in rs))
     if short:  # generate's total was within a prefill's spread: the difference means nothing
         print(f"warning: {', '.join(short)}: a round's decode took no longer than its prefill's spread, so its "

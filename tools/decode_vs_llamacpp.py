@@ -12,7 +12,9 @@ of the other, each block after a 20 ms pause (the other library's idle threads s
 a first step not counted (it wakes the library's threads); the token fed to each is its own
 greedy choice. A block counts its mean step (tgrad's periodic recapture of
 its program, every 32 steps, included). Prints the medians over the blocks and the median of the
-per-pair ratios (a tgrad block and the llama.cpp block after it).
+per-pair ratios (a tgrad block and the llama.cpp block after it); and after each pair a block of
+libtgrad's read probe over the weights a step reads (as the bench's), so each decode's share of
+the machine's read rate is paired too.
 Needs llama-cpp-python and gguf (the bench venv)."""
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import numpy as np
 
 import tgrad
 import tgrad.models
+from tgrad._ffi import ffi, lib
 from tgrad.bench.gguf_export import write_gguf
+from tgrad.errors import _check
 from tgrad.models.step import DecodeSteps
 
 BLOCK = 8  # steps of one library in a row; the first of each block (waking its threads) is not counted
@@ -52,7 +56,14 @@ def main() -> None:
     llm.reset()
     llm.eval([int(i) for i in ids[0]])
     theirs = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(width,))))
-    t_ours, t_theirs = [], []
+    parts = []  # what a decode step reads whole: every weight but the embedding table (as the bench's probe)
+    for name, w in model.named_parameters():
+        if "embed_tokens" not in name or model.config.tie_word_embeddings:
+            ptr = ffi.new("const uint16_t **")
+            _check(lib.tgrad_tensor_data(w._h, ptr))
+            parts.append((ptr[0], 2 * int(np.prod(w.shape))))
+    weight_bytes = sum(n for _, n in parts)
+    t_ours, t_theirs, t_read = [], [], []
     for _ in range(steps // BLOCK):
         time.sleep(0.02)
         block = []
@@ -69,11 +80,21 @@ def main() -> None:
             theirs = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(width,))))
             block.append(time.perf_counter() - t)
         t_theirs.append(float(np.mean(block[1:])))
-    a, b = np.array(t_ours), np.array(t_theirs)
+        time.sleep(0.02)
+        block = []
+        for i in range(BLOCK + 1):
+            t = time.perf_counter()
+            for data, nbytes in parts:
+                _check(lib.tgrad_cpu_read_run(data, nbytes, threads))
+            block.append(time.perf_counter() - t)
+        t_read.append(float(np.mean(block[1:])))
+    a, b, r = np.array(t_ours), np.array(t_theirs), np.array(t_read)
     print(f"prompt {prompt}, {steps // BLOCK} blocks of {BLOCK} steps each, {threads} threads, alternating")
     print(f"tgrad     median {np.median(a) * 1e3:.3f} ms ({1 / np.median(a):.1f} tokens/s), mean {a.mean() * 1e3:.3f} ms")
     print(f"llama.cpp median {np.median(b) * 1e3:.3f} ms ({1 / np.median(b):.1f} tokens/s), mean {b.mean() * 1e3:.3f} ms")
     print(f"llama.cpp time / tgrad time, median of the block pairs: {np.median(b / a):.3f}")
+    print(f"read probe over the {weight_bytes / 1e6:.0f} MB of weights: median {weight_bytes / np.median(r) / 1e9:.1f} GB/s; "
+          f"a decode step's share of it, median of the blocks: tgrad {np.median(r / a):.0%}, llama.cpp {np.median(r / b):.0%}")
 
 
 if __name__ == "__main__":

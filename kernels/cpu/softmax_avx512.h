@@ -115,11 +115,19 @@ static inline __m512d sm5_exp_neg(__m512d d) {
         c = _mm512_mask_add_pd(c, (k) & _mm512_cmp_pd_mask(v, vm, _CMP_EQ_OQ), c, one);      \
     } while (0)
 
+/* Eight lanes whose x - m are all below -708 (a masked run: -inf scores) have exp 0 in every lane,
+ * as sm5_exp_neg makes it, and add nothing (x < m, +0 terms): their e is stored as +0 and the
+ * polynomial skipped (a causal mask's upper triangle, half of a prefill's scores). */
 static double sm5_exp_sum(const double *x, double m, double *e, int64_t n, int64_t *ties) {
     __m512d a = _mm512_setzero_pd(), c = _mm512_setzero_pd(), vm = _mm512_set1_pd(m), one = _mm512_set1_pd(1.0);
+    const __m512d LO = _mm512_set1_pd(-708.0);
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
         __m512d v = _mm512_loadu_pd(x + j);
+        if (_mm512_cmp_pd_mask(_mm512_sub_pd(v, vm), LO, _CMP_LT_OQ) == 0xff) {
+            _mm512_storeu_pd(e + j, _mm512_setzero_pd());
+            continue;
+        }
         SM5_EXP_SUM_STEP((__mmask8)0xff);
     }
     if (j < n) {
@@ -168,9 +176,17 @@ static int64_t sm5_out_softmax(const double *e, int64_t n, double inv, int64_t t
     __m512i thr_m = _mm512_set1_epi64(thr - (INT64_C(1) << (below - 1))), thr2 = _mm512_set1_epi64(2 * thr);
     int64_t bad = 0, j = 0;
     for (; j + 8 <= n; j += 8) {
+        __m512d ev = _mm512_loadu_pd(e + j);
+        if (_mm512_cmpneq_epi64_mask(_mm512_castpd_si512(ev), _mm512_setzero_si512()) == 0) {
+            /* eight +0 terms (a masked run): +0 out, decided (as sm5_round makes +0 of +0 q) */
+            if (out_dtype == 1) _mm_storeu_si128((__m128i *)(o + j), _mm_setzero_si128());
+            else _mm256_storeu_si256((__m256i *)(o32 + j), _mm256_setzero_si256());
+            _mm_storel_epi64((__m128i *)(flag + j), _mm_setzero_si128());
+            continue;
+        }
         __m512i bits;
-        __mmask8 f = out_dtype == 1 ? sm5_round(_mm512_mul_pd(_mm512_loadu_pd(e + j), vinv), thr_m, thr2, 45, &bits)
-                                    : sm5_round(_mm512_mul_pd(_mm512_loadu_pd(e + j), vinv), thr_m, thr2, 29, &bits);
+        __mmask8 f = out_dtype == 1 ? sm5_round(_mm512_mul_pd(ev, vinv), thr_m, thr2, 45, &bits)
+                                    : sm5_round(_mm512_mul_pd(ev, vinv), thr_m, thr2, 29, &bits);
         if (out_dtype == 1) _mm_storeu_si128((__m128i *)(o + j), _mm512_cvtepi64_epi16(bits));
         else _mm256_storeu_si256((__m256i *)(o32 + j), _mm512_cvtepi64_epi32(bits));
         _mm_storel_epi64((__m128i *)(flag + j), _mm_maskz_set1_epi8(f, 1));

@@ -357,6 +357,8 @@ static inline void tg_cpu_copy_view_sized(const void *src, const tg_view *v, voi
     else if (size == 1) tg_cpu_copy_view8(src, v, dst);
     else tg_cpu_copy_view(src, v, dst);
 }
+/* The same over the pool for a large view (the copy kind's executor; cpu/copy_view.c). */
+TG_HIDDEN void tg_cpu_copy_view_pool(const void *src, const tg_view *v, void *dst, int32_t size);
 /* The CPU frame's choice to read A in place, as a function of the L1 data cache (tested in
  * tests/c/test_cpu_plan.c for caches this machine may not have): how many of `rows` rows
  * `stride_bytes` apart fall in one L1 set as a kernel walks them together (0: geometry unknown),

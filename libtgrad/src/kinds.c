@@ -133,7 +133,7 @@ static tgrad_status execute_elementwise(const tg_step *st) {
 
 static tgrad_status execute_copy(const tg_step *st) {
     const tg_node_input *in = st->inputs;
-    if (st->buf->numel) tg_cpu_copy_view_sized(in[0].buf->data, &in[0].view, st->buf->data, tg_dtype_size(st->buf->dtype));
+    if (st->buf->numel) tg_cpu_copy_view_pool(in[0].buf->data, &in[0].view, st->buf->data, tg_dtype_size(st->buf->dtype));
     return TGRAD_OK;
 }
 

@@ -203,6 +203,29 @@ def test_contiguous(bf16_bits: Bits) -> None:
     assert ce.strides == (5, 1)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_copies_split_over_the_threads_give_numpys_bytes(threads: int) -> None:
+    """Copies of 1 MiB and more run over the pool (cpu/copy_view.c): the view's axes coalesced
+    where they are one run, its first axis split into tasks. Permuted panels read back (64-byte
+    runs), a reversed and stepped view, a broadcast axis and a float32 one: numpy's bytes."""
+    import tgrad
+
+    saved = tgrad.num_threads()
+    tgrad.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(3)
+        x = rng.integers(0, 1 << 16, (176, 64, 32), dtype=np.uint16)
+        t = Tensor.from_bf16_bits(x)
+        same(t.permute(1, 0, 2).reshape(64, 176 * 32), x.transpose(1, 0, 2).reshape(64, 176 * 32))
+        same(t[::-1, 5:, ::3].permute(2, 0, 1).contiguous(), np.ascontiguousarray(x[::-1, 5:, ::3].transpose(2, 0, 1)))
+        same(t[:, :1].expand(176, 200, 32).contiguous(), np.ascontiguousarray(np.broadcast_to(x[:, :1], (176, 200, 32))))
+        f = rng.standard_normal((300, 1000)).astype(np.float32)
+        g = Tensor.from_numpy(f, dtype=tgrad.float32).T.contiguous()
+        assert np.array_equal(g.numpy(), np.ascontiguousarray(f.T))
+    finally:
+        tgrad.set_num_threads(saved)
+
+
 # ---- indexing ----------------------------------------------------------------------------------
 KEYS: list[Any] = [
     0, -1, 2, (1, 2), (-1, -3, 0), slice(None), slice(1, 3), slice(None, None, 2),

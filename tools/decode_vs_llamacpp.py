@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Callable
 import time
 from pathlib import Path
 
@@ -34,6 +35,17 @@ from tgrad.errors import _check
 from tgrad.models.step import DecodeSteps
 
 BLOCK = 8  # steps of one library in a row; the first of each block (waking its threads) is not counted
+
+
+def _block_mean(run: Callable[[], None]) -> float:
+    """The mean time of BLOCK calls of run, after a 20 ms pause and one call not counted."""
+    time.sleep(0.02)
+    block = []
+    for _ in range(BLOCK + 1):
+        t = time.perf_counter()
+        run()
+        block.append(time.perf_counter() - t)
+    return float(np.mean(block[1:]))
 
 
 def main() -> None:
@@ -63,31 +75,23 @@ def main() -> None:
             _check(lib.tgrad_tensor_data(w._h, ptr))
             parts.append((ptr[0], 2 * int(np.prod(w.shape))))
     weight_bytes = sum(n for _, n in parts)
+    state = {"ours": ours, "theirs": theirs}
+
+    def ours_step() -> None:
+        state["ours"] = int(np.argmax(step(np.array([[state["ours"]]])).numpy()[0, -1]))
+
+    def theirs_step() -> None:
+        llm.eval([state["theirs"]])
+        state["theirs"] = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(width,))))
+
+    def read_pass() -> None:
+        for data, nbytes in parts:
+            _check(lib.tgrad_cpu_read_run(data, nbytes, threads))
+
     t_ours, t_theirs, t_read = [], [], []
     for _ in range(steps // BLOCK):
-        time.sleep(0.02)
-        block = []
-        for i in range(BLOCK + 1):
-            t = time.perf_counter()
-            ours = int(np.argmax(step(np.array([[ours]])).numpy()[0, -1]))
-            block.append(time.perf_counter() - t)
-        t_ours.append(float(np.mean(block[1:])))
-        time.sleep(0.02)
-        block = []
-        for i in range(BLOCK + 1):
-            t = time.perf_counter()
-            llm.eval([theirs])
-            theirs = int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(width,))))
-            block.append(time.perf_counter() - t)
-        t_theirs.append(float(np.mean(block[1:])))
-        time.sleep(0.02)
-        block = []
-        for i in range(BLOCK + 1):
-            t = time.perf_counter()
-            for data, nbytes in parts:
-                _check(lib.tgrad_cpu_read_run(data, nbytes, threads))
-            block.append(time.perf_counter() - t)
-        t_read.append(float(np.mean(block[1:])))
+        for run, times in ((ours_step, t_ours), (theirs_step, t_theirs), (read_pass, t_read)):
+            times.append(_block_mean(run))
     a, b, r = np.array(t_ours), np.array(t_theirs), np.array(t_read)
     print(f"prompt {prompt}, {steps // BLOCK} blocks of {BLOCK} steps each, {threads} threads, alternating")
     print(f"tgrad     median {np.median(a) * 1e3:.3f} ms ({1 / np.median(a):.1f} tokens/s), mean {a.mean() * 1e3:.3f} ms")

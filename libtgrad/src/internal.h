@@ -54,6 +54,11 @@ typedef struct tg_view {
 
 TG_HIDDEN tgrad_status tg_view_contiguous(int32_t ndim, const int64_t *shape, tg_view *out);
 TG_HIDDEN tgrad_status tg_view_numel(const tg_view *v, int64_t *numel);
+/* views[0 .. n), all of one shape, simplified together for a row-major walk: its axes of extent
+ * 1 dropped, then each axis merged into the next where every view steps through the two as one
+ * (stride[i] == stride[i + 1] * shape[i + 1]): the same elements in the same order, fewer and
+ * longer runs (the CPU's elementwise chains, the copy kind). */
+TG_HIDDEN void tg_views_coalesce(tg_view *const *views, int32_t n);
 TG_HIDDEN bool tg_view_is_compact_rowmajor(const tg_view *v);
 /* The element offset of element lin (row-major over v's shape, 0 <= lin < numel) in v's buffer. */
 TG_HIDDEN int64_t tg_view_element_offset(const tg_view *v, int64_t lin);

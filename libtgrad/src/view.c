@@ -59,6 +59,30 @@ tgrad_status tg_view_contiguous(int32_t ndim, const int64_t *shape, tg_view *out
     return TGRAD_OK;
 }
 
+/* Can axis i be merged into axis i + 1 for this view (one stride walks both)? */
+static bool merges(const tg_view *v, int32_t i) {
+    return v->strides[i] == v->strides[i + 1] * v->shape[i + 1];
+}
+
+static void drop_axis(tg_view *v, int32_t i, bool merge) {
+    if (merge) v->shape[i + 1] *= v->shape[i]; /* the merged axis steps by the inner stride */
+    for (int32_t j = i; j + 1 < v->ndim; j++) v->shape[j] = v->shape[j + 1], v->strides[j] = v->strides[j + 1];
+    v->ndim--;
+}
+
+void tg_views_coalesce(tg_view *const *views, int32_t n) {
+    const tg_view *shape = views[0];
+    for (int32_t i = shape->ndim - 1; i >= 0; i--)
+        if (shape->shape[i] == 1)
+            for (int32_t v = n - 1; v >= 0; v--) drop_axis(views[v], i, false);
+    for (int32_t i = shape->ndim - 2; i >= 0; i--) {
+        bool all = true;
+        for (int32_t v = 0; v < n && all; v++) all = merges(views[v], i);
+        if (all)
+            for (int32_t v = n - 1; v >= 0; v--) drop_axis(views[v], i, true);
+    }
+}
+
 tgrad_status tg_view_numel(const tg_view *v, int64_t *numel) {
     return check_size(v->ndim, v->shape, numel, "view");
 }

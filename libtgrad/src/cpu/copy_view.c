@@ -47,26 +47,9 @@ COPY_VIEW(tg_cpu_copy_view8, uint8_t)
  * products' panels). */
 enum { COPY_SHARE_BYTES = 1 << 20 };
 
-/* v with its axes of extent 1 dropped and each axis merged into the one before it where the
- * two are one run in row-major order (stride[d] == stride[d + 1] * shape[d + 1]): the same
- * elements in the same order, fewer and longer loops. v has an element. */
-static tg_view coalesced(const tg_view *v) {
-    tg_view c = { .ndim = 0, .offset = v->offset };
-    for (int32_t d = 0; d < v->ndim; d++) {
-        if (v->shape[d] == 1) continue;
-        if (c.ndim && c.strides[c.ndim - 1] == v->strides[d] * v->shape[d]) {
-            c.shape[c.ndim - 1] *= v->shape[d];
-            c.strides[c.ndim - 1] = v->strides[d];
-            continue;
-        }
-        c.shape[c.ndim] = v->shape[d], c.strides[c.ndim] = v->strides[d], c.ndim++;
-    }
-    return c;
-}
-
 typedef struct {
     const char *src;
-    tg_view v; /* coalesced: the tasks split its first axis */
+    tg_view v; /* coalesced (tg_views_coalesce): the tasks split its first axis */
     char *dst;
     int32_t size;
     int64_t per_row, tasks; /* elements below the first axis */
@@ -86,7 +69,9 @@ void tg_cpu_copy_view_pool(const void *src, const tg_view *v, void *dst, int32_t
     int64_t numel = 1;
     for (int32_t d = 0; d < v->ndim; d++) numel *= v->shape[d];
     if (numel == 0) return;
-    copy_job J = { .src = src, .v = coalesced(v), .dst = dst, .size = size };
+    copy_job J = { .src = src, .v = *v, .dst = dst, .size = size };
+    tg_view *walk = &J.v;
+    tg_views_coalesce(&walk, 1);
     int32_t threads = (double)numel * size >= COPY_SHARE_BYTES ? tg_pool_threads() : 1;
     if (J.v.ndim < 2 || threads == 1) { /* one run (a plain memcpy), or too small to share */
         tg_cpu_copy_view_sized(src, &J.v, dst, size);

@@ -15,17 +15,6 @@ static void add_op(tg_chain *c, tgrad_op op, bool value_right, const tg_node_inp
     if (operand) o->data = operand->buf->data, o->view = operand->view;
 }
 
-/* Can axis i be merged into axis i + 1 for this view (one stride walks both)? */
-static bool merges(const tg_view *v, int32_t i) {
-    return v->strides[i] == v->strides[i + 1] * v->shape[i + 1];
-}
-
-static void drop_axis(tg_view *v, int32_t i, bool merge) {
-    if (merge) v->shape[i + 1] *= v->shape[i]; /* the merged axis steps by the inner stride */
-    for (int32_t j = i; j + 1 < v->ndim; j++) v->shape[j] = v->shape[j + 1], v->strides[j] = v->strides[j + 1];
-    v->ndim--;
-}
-
 /* Every view of the chain (same shape as the output), simplified together: size-1 axes dropped,
  * then neighbours merged where all views allow it. */
 static void simplify(tg_chain *c) {
@@ -34,16 +23,8 @@ static void simplify(tg_chain *c) {
     views[nv++] = &c->first_view;
     for (int32_t k = 0; k < c->n; k++)
         if (c->ops[k].binary) views[nv++] = &c->ops[k].view;
-    tg_view *shape = views[0];
-    for (int32_t i = shape->ndim - 1; i >= 0; i--)
-        if (shape->shape[i] == 1)
-            for (int32_t v = nv - 1; v >= 0; v--) drop_axis(views[v], i, false);
-    for (int32_t i = shape->ndim - 2; i >= 0; i--) {
-        bool all = true;
-        for (int32_t v = 0; v < nv && all; v++) all = merges(views[v], i);
-        if (all)
-            for (int32_t v = nv - 1; v >= 0; v--) drop_axis(views[v], i, true);
-    }
+    tg_views_coalesce(views, nv);
+    const tg_view *shape = views[0];
     c->ndim = shape->ndim;
     int64_t pitch = 1;
     for (int32_t i = c->ndim - 1; i >= 0; i--) c->shape[i] = shape->shape[i], c->pitch[i] = pitch, pitch *= shape->shape[i];

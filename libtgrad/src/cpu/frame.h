@@ -60,8 +60,8 @@ typedef struct {
     int64_t per_call;
 } tg_b_prefetch;
 
-static inline void tg_b_prefetch_init(tg_b_prefetch *P, const tg_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nb,
-                            int64_t calls) {
+static inline void tg_b_prefetch_init(tg_b_prefetch *P, const tg_operand *B, int64_t k0, int64_t kc, int64_t n0,
+                                      int64_t nb, int64_t calls) {
     *P = (tg_b_prefetch){ .per_call = 0 };
     if (kc <= 0 || calls <= 0) return;
     const uint16_t *first = B->base + k0 * B->s0 + n0 * B->s1;

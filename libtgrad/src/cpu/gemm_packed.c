@@ -119,7 +119,7 @@ static void run_block(int64_t task, int32_t worker, void *arg) {
         if (a_lo < mb) tg_cpu_pack_rows(uk, &J->k, &J->A, m0 + a_lo, mb - a_lo, k0, kc, ap);
         tg_b_prefetch next;
         tg_b_prefetch_init(&next, &J->B, k0 + KC, last ? 0 : (J->K - k0 - KC < KC ? J->K - k0 - KC : KC), n0, nb,
-                        ((mb + mr - 1) / mr) * ((nb + uk->nr - 1) / uk->nr));
+                           ((mb + mr - 1) / mr) * ((nb + uk->nr - 1) / uk->nr));
         for (int64_t j0 = 0; j0 < nb; j0 += uk->nr) {
             const char *bj = bp + (size_t)(j0 * kp) * (size_t)uk->b_entry_bytes;
             for (int64_t i0 = 0; i0 < mb; i0 += mr) {
@@ -319,7 +319,7 @@ static void chunk_pack(int64_t task, int32_t worker, void *arg) {
         int64_t r0 = J->a_lo + task * J->a_group * J->k.mr, rows = J->a_group * J->k.mr;
         if (rows > J->mb - r0) rows = J->mb - r0;
         tg_cpu_pack_rows(uk, &J->k, &J->A, J->m0 + r0, rows, J->k0, J->kc,
-                  J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
+                         J->apack + (size_t)((r0 - J->a_lo) * kp) * (size_t)uk->a_entry_bytes);
     } else {
         int64_t c0 = (task - J->a_tasks) * J->b_group * uk->nr, cols = J->b_group * uk->nr;
         if (cols > J->nb - c0) cols = J->nb - c0;
@@ -359,7 +359,7 @@ static void chunk_tiles_ksub(const chunk_job *J, int64_t i_lo, int64_t i_hi, int
                     } else {
                         int64_t h = rows < mr ? J->k.tail_mr : mr; /* the panel's packed height */
                         tg_kernel_pick(&J->k, rows)(pairs, J->apack + (size_t)(((i0 - J->a_lo) * kp + p0 * h) * aeb),
-                                          bp + (size_t)(p0 * nr * beb), &t);
+                                                    bp + (size_t)(p0 * nr * beb), &t);
                     }
                     if (last && J->out32)
                         store_f32_tile(t.acc, t.ldacc, J->out32 + (J->m0 + i0) * J->N + J->n0 + j0, J->N, rows,
